@@ -1,0 +1,84 @@
+//! The `eddy` executable: arguments -> config -> engine -> server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use eddy_engine::{Engine, EngineConfig};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "eddy", version, about = "Eddy, a streaming SQL database that speaks PostgreSQL")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// `eddy` alone serves with these arguments.
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (the default).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args, Clone)]
+struct ServeArgs {
+    /// Address for PostgreSQL clients. Loopback by default; bind 0.0.0.0 deliberately.
+    #[arg(long, env = "EDDY_LISTEN", default_value = "127.0.0.1:6877")]
+    listen: SocketAddr,
+    /// Directory for the catalog and the log.
+    #[arg(long, env = "EDDY_DATA_DIR", default_value = "./eddy-data")]
+    data_dir: PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Serve(args)) => args,
+        None => cli.serve,
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_env("EDDY_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = EngineConfig { data_dir: args.data_dir.clone() };
+    let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
+        .await?
+        .map_err(|e| anyhow::anyhow!("opening {}: {e}", args.data_dir.display()))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let local = listener.local_addr()?;
+    tracing::info!(listen = %local, data_dir = %args.data_dir.display(), "eddy is ready");
+    // Printed (not logged) so that people and test harnesses see it whatever the log level.
+    println!("Eddy {} is listening on {local} (data in {})", eddy_engine::EDDY_VERSION, args.data_dir.display());
+    println!("Connect with: psql -h {} -p {} -U eddy", local.ip(), local.port());
+    let shutdown = async {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+        tracing::info!("shutting down");
+    };
+    eddy_server::serve(engine.clone(), listener, shutdown).await?;
+    // Answer every queued commit, then stop; acknowledged writes are already durable.
+    tokio::task::spawn_blocking(move || engine.shutdown()).await?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}

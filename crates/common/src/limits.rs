@@ -1,0 +1,23 @@
+//! Every limit Eddy enforces, named in one place. Hitting one is an error with a SQLSTATE
+//! (54000 or 53000), never silent growth.
+
+/// Largest statement text accepted from a client, in bytes.
+pub const STATEMENT_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Largest single log record (one transaction's changes to one table), in bytes.
+pub const LOG_RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// A log segment is closed and a new one started once it passes this size.
+pub const LOG_SEGMENT_BYTES_TARGET: u64 = 64 * 1024 * 1024;
+
+/// Rows per Arrow batch produced by scans and COPY.
+pub const BATCH_ROWS_MAX: usize = 8192;
+
+/// Commit requests waiting for the log writer; more make writers wait (back-pressure).
+pub const COMMIT_QUEUE_CAPACITY: usize = 1024;
+
+/// Columns in one table.
+pub const TABLE_COLUMNS_MAX: usize = 1600;
+
+/// Prepared statements per session.
+pub const PREPARED_STATEMENTS_MAX: usize = 10_000;

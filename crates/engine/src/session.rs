@@ -1,0 +1,629 @@
+//! A client session: variables, an optional open transaction, and statement execution.
+//!
+//! Entry points: [`Session::execute`] (and [`Session::describe`] for the extended protocol).
+//! Outside a transaction every DML statement commits on its own and holds the engine's write
+//! lock from reading the table to queuing the commit, so concurrent statements serialize. Inside
+//! `BEGIN ... COMMIT` a statement works on the session's private copies of the tables it wrote
+//! (so it reads its own writes); `COMMIT` re-checks every change against the shared contents
+//! (first committer wins: a lost race is 40001) and appends them to the log atomically.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
+use eddy_sql::ast::{self, CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, ObjectType};
+use eddy_sql::{CatalogSource, Planned, QueryPlan, SessionInfo, SessionPlanner, Statement, TableSource};
+
+use crate::catalog::{normalize_ident, object_name};
+use crate::copy::{CopyFormat, CopyIn};
+use crate::table::TableData;
+use crate::variables::Variables;
+use crate::{Engine, Table, WriteGuard};
+
+/// What a statement produced.
+#[derive(Debug)]
+pub enum Outcome {
+    Rows { schema: SchemaRef, batches: Vec<RecordBatch> },
+    /// A completed command; `rows` is appended to the tag (`INSERT 0 3`, `DELETE 2`).
+    Command { tag: &'static str, rows: Option<usize> },
+    TransactionStart,
+    /// `COMMIT` or `ROLLBACK` (a failed transaction's COMMIT reports ROLLBACK).
+    TransactionEnd { tag: &'static str },
+    /// The server must now read the COPY data and call [`Session::copy_in`].
+    CopyIn(CopyIn),
+    /// A warning to show the client, with the statement's outcome.
+    Warning { message: String, then: Box<Outcome> },
+}
+
+/// What the extended protocol's Describe reports.
+#[derive(Debug, Clone)]
+pub struct StatementDescription {
+    pub parameters: Vec<Option<DataType>>,
+    /// `None` for statements that return no rows.
+    pub columns: Option<SchemaRef>,
+}
+
+struct Transaction {
+    failed: bool,
+    writes: BTreeMap<ObjectId, (Arc<Table>, Vec<ChangeBatch>)>,
+}
+
+pub struct Session {
+    engine: Arc<Engine>,
+    planner: SessionPlanner,
+    view: Arc<SessionCatalog>,
+    variables: Variables,
+    transaction: Option<Transaction>,
+}
+
+impl Session {
+    pub fn new(engine: Arc<Engine>, info: &SessionInfo) -> Result<Self> {
+        let view = Arc::new(SessionCatalog { engine: Arc::clone(&engine), forks: Mutex::new(HashMap::new()) });
+        let planner = SessionPlanner::new(Arc::clone(&view) as Arc<dyn CatalogSource>, info)?;
+        Ok(Session { engine, planner, view, variables: Variables::default(), transaction: None })
+    }
+
+    /// Sets a session variable outside of SQL (start-up parameters such as application_name).
+    pub fn set_variable(&mut self, name: &str, value: &str) -> Result<()> {
+        self.variables.set(name, Some(value.to_owned()))
+    }
+
+    pub fn variables(&self) -> &Variables {
+        &self.variables
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        self.transaction.is_some()
+    }
+
+    pub fn transaction_failed(&self) -> bool {
+        self.transaction.as_ref().is_some_and(|t| t.failed)
+    }
+
+    /// Runs one statement with its parameter values (one-row arrays, `$1` first).
+    pub async fn execute(&mut self, statement: &Statement, params: &[ArrayRef]) -> Result<Outcome> {
+        let ends_transaction = is_transaction_end(statement);
+        if self.transaction_failed() && !ends_transaction {
+            return Err(Error::new(
+                SqlState::IN_FAILED_SQL_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let result = match self.variables.statement_timeout() {
+            Some(limit) => match tokio::time::timeout(limit, self.execute_inner(statement, params)).await {
+                Ok(result) => result,
+                Err(_) => Err(Error::new(SqlState::QUERY_CANCELED, "canceling statement due to statement timeout")),
+            },
+            None => self.execute_inner(statement, params).await,
+        };
+        if result.is_err()
+            && let Some(txn) = self.transaction.as_mut()
+        {
+            txn.failed = true;
+        }
+        result
+    }
+
+    async fn execute_inner(&mut self, statement: &Statement, params: &[ArrayRef]) -> Result<Outcome> {
+        match statement {
+            Statement::Flush => Ok(Outcome::Command { tag: "FLUSH", rows: None }),
+            Statement::CreateTable(create) => {
+                let created = self.engine.create_table(create).await?;
+                let done = Outcome::Command { tag: "CREATE TABLE", rows: None };
+                if created {
+                    Ok(done)
+                } else {
+                    let name = object_name(&create.name)?;
+                    Ok(Outcome::Warning { message: format!("relation \"{name}\" already exists, skipping"), then: Box::new(done) })
+                }
+            }
+            Statement::Sql(sql) => self.execute_sql(sql, params).await,
+        }
+    }
+
+    async fn execute_sql(&mut self, sql: &ast::Statement, params: &[ArrayRef]) -> Result<Outcome> {
+        use ast::Statement as S;
+        match sql {
+            S::Query(_) | S::Explain { .. } => {
+                let planned = self.planner.plan(sql).await?;
+                self.run_planned(planned, params, None).await
+            }
+            S::Insert(_) | S::Update(_) | S::Delete(_) => {
+                // Outside a transaction, a write holds the write lock from the moment it reads
+                // the table until its commit is queued, so concurrent writes serialize.
+                let guard = match self.transaction {
+                    None => Some(self.engine.lock_writes().await),
+                    Some(_) => None,
+                };
+                let planned = self.planner.plan(sql).await?;
+                self.run_planned(planned, params, guard).await
+            }
+            S::StartTransaction { .. } => Ok(self.begin()),
+            S::Commit { .. } => self.commit().await,
+            S::Rollback { savepoint: None, .. } => Ok(self.rollback()),
+            S::Rollback { savepoint: Some(_), .. } | S::Savepoint { .. } => Err(Error::unsupported("savepoints are not supported")),
+            S::Drop { object_type: ObjectType::Table, if_exists, names, .. } => {
+                let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
+                self.engine.drop_tables(&names, *if_exists).await?;
+                Ok(Outcome::Command { tag: "DROP TABLE", rows: None })
+            }
+            S::Drop { object_type, .. } => Err(Error::unsupported(format!("DROP {object_type} is not supported"))),
+            S::ShowTables { .. } => Ok(self.show_tables()),
+            S::ShowCreate { obj_type: ast::ShowCreateObject::Table, obj_name } => self.show_create_table(obj_name),
+            S::ShowCreate { obj_type, .. } => Err(Error::unsupported(format!("SHOW CREATE {obj_type} is not supported"))),
+            S::ShowVariable { variable } => self.show_variable(variable),
+            S::Set(set) => self.set(set),
+            S::Copy { source, to: false, target: CopyTarget::Stdin, options, legacy_options, .. } => {
+                self.copy_from_stdin(source, options, legacy_options)
+            }
+            S::Copy { .. } => Err(Error::unsupported("COPY supports only FROM STDIN for now")),
+            S::Discard { .. } => Ok(Outcome::Command { tag: "DISCARD ALL", rows: None }),
+            S::Deallocate { .. } => Ok(Outcome::Command { tag: "DEALLOCATE", rows: None }),
+            S::CreateTable(_) => Err(Error::internal("CREATE TABLE bypassed Eddy's parser")),
+            other => {
+                let text = other.to_string();
+                let head: Vec<&str> = text.split_whitespace().take(2).collect();
+                Err(Error::unsupported(format!("{} is not supported", head.join(" "))))
+            }
+        }
+    }
+
+    /// Describes a statement without running it (extended protocol).
+    pub async fn describe(&mut self, statement: &Statement) -> Result<StatementDescription> {
+        let no_rows = StatementDescription { parameters: Vec::new(), columns: None };
+        let Statement::Sql(sql) = statement else { return Ok(no_rows) };
+        use ast::Statement as S;
+        match sql.as_ref() {
+            S::Query(_) | S::Explain { .. } | S::Insert(_) | S::Update(_) | S::Delete(_) => {
+                match self.planner.plan(sql).await? {
+                    Planned::Query(q) => Ok(StatementDescription { parameters: q.parameter_types()?, columns: Some(q.schema()) }),
+                    Planned::Insert { source: q, .. } | Planned::Delete { old_rows: q, .. } => {
+                        Ok(StatementDescription { parameters: q.parameter_types()?, columns: None })
+                    }
+                    Planned::Update { old_rows, new_rows, .. } => {
+                        let mut parameters = new_rows.parameter_types()?;
+                        for (i, t) in old_rows.parameter_types()?.into_iter().enumerate() {
+                            if parameters.len() <= i {
+                                parameters.resize(i + 1, None);
+                            }
+                            if parameters[i].is_none() {
+                                parameters[i] = t;
+                            }
+                        }
+                        Ok(StatementDescription { parameters, columns: None })
+                    }
+                }
+            }
+            S::ShowTables { .. } => Ok(StatementDescription { parameters: Vec::new(), columns: Some(text_schema(&["name"])) }),
+            S::ShowCreate { .. } => Ok(StatementDescription { parameters: Vec::new(), columns: Some(text_schema(&["name", "create_sql"])) }),
+            S::ShowVariable { variable } => {
+                let name = variable_name(variable);
+                let column = if name.eq_ignore_ascii_case("all") { vec!["name", "setting"] } else { vec![self.variables.get(&name)?.0] };
+                Ok(StatementDescription { parameters: Vec::new(), columns: Some(text_schema(&column)) })
+            }
+            _ => Ok(no_rows),
+        }
+    }
+
+    async fn run_planned(&mut self, planned: Planned, params: &[ArrayRef], guard: Option<WriteGuard>) -> Result<Outcome> {
+        match planned {
+            Planned::Query(query) => {
+                let query = query.bind(params)?;
+                let schema = query.schema();
+                let batches = self.planner.execute(query).await?;
+                Ok(Outcome::Rows { schema, batches })
+            }
+            Planned::Insert { table, source } => {
+                let table = self.writable_table(&table)?;
+                let rows = self.collect_rows(&table, source.bind(params)?).await?;
+                let count = rows.iter().map(|b| b.num_rows()).sum();
+                let changes = rows.into_iter().map(ChangeBatch::inserts).collect();
+                self.write(guard, table, changes).await?;
+                Ok(Outcome::Command { tag: "INSERT", rows: Some(count) })
+            }
+            Planned::Delete { table, old_rows } => {
+                let table = self.writable_table(&table)?;
+                refuse_append_only(&table, "DELETE")?;
+                let old = self.collect_rows(&table, old_rows.bind(params)?).await?;
+                let count = old.iter().map(|b| b.num_rows()).sum();
+                let changes = old.into_iter().map(ChangeBatch::retractions).collect();
+                self.write(guard, table, changes).await?;
+                Ok(Outcome::Command { tag: "DELETE", rows: Some(count) })
+            }
+            Planned::Update { table, old_rows, new_rows } => {
+                let table = self.writable_table(&table)?;
+                refuse_append_only(&table, "UPDATE")?;
+                let old = self.collect_rows(&table, old_rows.bind(params)?).await?;
+                let new = self.collect_rows(&table, new_rows.bind(params)?).await?;
+                let count = old.iter().map(|b| b.num_rows()).sum();
+                let mut changes: Vec<ChangeBatch> = old.into_iter().map(ChangeBatch::retractions).collect();
+                changes.extend(new.into_iter().map(ChangeBatch::inserts));
+                self.write(guard, table, changes).await?;
+                Ok(Outcome::Command { tag: "UPDATE", rows: Some(count) })
+            }
+        }
+    }
+
+    fn writable_table(&self, name: &str) -> Result<Arc<Table>> {
+        self.engine
+            .table(name)
+            .ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist")))
+    }
+
+    /// Runs a plan whose rows have the table's columns and labels them with its schema,
+    /// enforcing NOT NULL.
+    async fn collect_rows(&self, table: &Table, plan: QueryPlan) -> Result<Vec<RecordBatch>> {
+        let batches = self.planner.execute(plan).await?;
+        let mut out = Vec::with_capacity(batches.len());
+        for batch in batches {
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            out.push(conform(table, batch)?);
+        }
+        Ok(out)
+    }
+
+    async fn write(&mut self, guard: Option<WriteGuard>, table: Arc<Table>, changes: Vec<ChangeBatch>) -> Result<()> {
+        match self.transaction.as_mut() {
+            None => {
+                let guard = match guard {
+                    Some(g) => g,
+                    None => self.engine.lock_writes().await,
+                };
+                self.engine.commit(guard, vec![(table, changes)]).await
+            }
+            Some(txn) => {
+                let mut forks = self.view.forks.lock().unwrap_or_else(|p| p.into_inner());
+                let fork = match forks.entry(table.def.id) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => v.insert(table.read().fork()?),
+                };
+                fork.check(&changes)?;
+                fork.apply(&changes)?;
+                txn.writes.entry(table.def.id).or_insert_with(|| (Arc::clone(&table), Vec::new())).1.extend(changes);
+                Ok(())
+            }
+        }
+    }
+
+    fn begin(&mut self) -> Outcome {
+        if self.transaction.is_some() {
+            return Outcome::Warning {
+                message: "there is already a transaction in progress".into(),
+                then: Box::new(Outcome::TransactionStart),
+            };
+        }
+        self.transaction = Some(Transaction { failed: false, writes: BTreeMap::new() });
+        Outcome::TransactionStart
+    }
+
+    async fn commit(&mut self) -> Result<Outcome> {
+        let Some(txn) = self.transaction.take() else {
+            return Ok(Outcome::Warning {
+                message: "there is no transaction in progress".into(),
+                then: Box::new(Outcome::TransactionEnd { tag: "COMMIT" }),
+            });
+        };
+        self.view.forks.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        if txn.failed {
+            return Ok(Outcome::TransactionEnd { tag: "ROLLBACK" });
+        }
+        let writes: Vec<_> = txn.writes.into_values().collect();
+        let guard = self.engine.lock_writes().await;
+        self.engine.commit(guard, writes).await?;
+        Ok(Outcome::TransactionEnd { tag: "COMMIT" })
+    }
+
+    fn rollback(&mut self) -> Outcome {
+        self.view.forks.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        if self.transaction.take().is_none() {
+            return Outcome::Warning {
+                message: "there is no transaction in progress".into(),
+                then: Box::new(Outcome::TransactionEnd { tag: "ROLLBACK" }),
+            };
+        }
+        Outcome::TransactionEnd { tag: "ROLLBACK" }
+    }
+
+    /// Finishes a `COPY FROM STDIN` with all of its data.
+    pub async fn copy_in(&mut self, copy: &CopyIn, data: &[u8]) -> Result<Outcome> {
+        let result = self.copy_in_inner(copy, data).await;
+        if result.is_err()
+            && let Some(txn) = self.transaction.as_mut()
+        {
+            txn.failed = true;
+        }
+        result
+    }
+
+    async fn copy_in_inner(&mut self, copy: &CopyIn, data: &[u8]) -> Result<Outcome> {
+        let table = self.writable_table(&copy.table)?;
+        let rows = copy.rows(data)?;
+        let guard = match self.transaction {
+            None => Some(self.engine.lock_writes().await),
+            Some(_) => None,
+        };
+        let count = rows.num_rows();
+        let rows = conform(&table, rows)?;
+        self.write(guard, table, vec![ChangeBatch::inserts(rows)]).await?;
+        Ok(Outcome::Command { tag: "COPY", rows: Some(count) })
+    }
+
+    /// Marks the open transaction failed (after a COPY the client aborted, for instance).
+    pub fn fail_transaction(&mut self) {
+        if let Some(txn) = self.transaction.as_mut() {
+            txn.failed = true;
+        }
+    }
+
+    fn copy_from_stdin(&self, source: &CopySource, options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Outcome> {
+        let CopySource::Table { table_name, columns } = source else {
+            return Err(Error::unsupported("COPY (query) FROM is not valid"));
+        };
+        let name = object_name(table_name)?;
+        let table = self.writable_table(&name)?;
+        let columns = if columns.is_empty() {
+            (0..table.schema.fields().len()).collect()
+        } else {
+            columns
+                .iter()
+                .map(|c| {
+                    let c = normalize_ident(c);
+                    table.schema.index_of(&c).map_err(|_| {
+                        Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{c}\" of relation \"{name}\" does not exist"))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        let format = copy_format(options, legacy)?;
+        Ok(Outcome::CopyIn(CopyIn { table: name, columns, schema: Arc::clone(&table.schema), format }))
+    }
+
+    fn show_tables(&self) -> Outcome {
+        let names = self.engine.table_names();
+        let schema = text_schema(&["name"]);
+        let column: ArrayRef = Arc::new(StringArray::from(names));
+        let batch = RecordBatch::try_new(Arc::clone(&schema), vec![column]).map_or_else(|_| Vec::new(), |b| vec![b]);
+        Outcome::Rows { schema, batches: batch }
+    }
+
+    fn show_create_table(&self, name: &ast::ObjectName) -> Result<Outcome> {
+        let name = object_name(name)?;
+        let table = self.writable_table(&name)?;
+        rows_of_text(&["name", "create_sql"], vec![vec![name, table.def.create_sql()]])
+    }
+
+    fn show_variable(&self, variable: &[ast::Ident]) -> Result<Outcome> {
+        let name = variable_name(variable);
+        if name.eq_ignore_ascii_case("all") {
+            let rows = self.variables.all().map(|(k, v)| vec![k.to_owned(), v.to_owned()]).collect();
+            return rows_of_text(&["name", "setting"], rows);
+        }
+        let (canonical, value) = self.variables.get(&name)?;
+        rows_of_text(&[canonical], vec![vec![value]])
+    }
+
+    fn set(&mut self, set: &ast::Set) -> Result<Outcome> {
+        use ast::Set;
+        let done = Outcome::Command { tag: "SET", rows: None };
+        match set {
+            Set::SingleAssignment { variable, values, .. } => {
+                let name = variable.to_string();
+                let value = set_value(values)?;
+                self.variables.set(&name, value)?;
+                if name.eq_ignore_ascii_case("timezone") {
+                    self.sync_time_zone()?;
+                }
+                Ok(done)
+            }
+            Set::SetTimeZone { value, .. } => {
+                let value = set_value(std::slice::from_ref(value))?;
+                self.variables.set("TimeZone", value)?;
+                self.sync_time_zone()?;
+                Ok(done)
+            }
+            Set::SetNames { charset_name, .. } => {
+                self.variables.set("client_encoding", Some(charset_name.value.clone()))?;
+                Ok(done)
+            }
+            Set::SetTransaction { .. } | Set::SetSessionParam(_) => Ok(done),
+            other => Err(Error::unsupported(format!("{other} is not supported"))),
+        }
+    }
+
+    /// Keeps DataFusion's `now()` and timestamptz casts in the session's time zone.
+    fn sync_time_zone(&self) -> Result<()> {
+        let tz = match self.variables.time_zone() {
+            crate::TimeZone::Named(tz) => tz.name().to_owned(),
+            crate::TimeZone::Fixed(offset) => offset.to_string(),
+        };
+        self.planner.set_time_zone(&tz)
+    }
+}
+
+fn is_transaction_end(statement: &Statement) -> bool {
+    matches!(statement, Statement::Sql(s) if matches!(s.as_ref(), ast::Statement::Commit { .. } | ast::Statement::Rollback { .. }))
+}
+
+fn refuse_append_only(table: &Table, what: &str) -> Result<()> {
+    if table.def.append_only {
+        return Err(Error::unsupported(format!(
+            "{what} is not supported on APPEND ONLY table \"{}\": it accepts only inserts",
+            table.def.name
+        )));
+    }
+    Ok(())
+}
+
+/// Relabels a batch with the table's schema, enforcing NOT NULL with PostgreSQL's message.
+fn conform(table: &Table, batch: RecordBatch) -> Result<RecordBatch> {
+    if batch.num_columns() != table.schema.fields().len() {
+        return Err(Error::internal(format!(
+            "a write to \"{}\" produced {} columns for {}",
+            table.def.name,
+            batch.num_columns(),
+            table.schema.fields().len()
+        )));
+    }
+    for (field, column) in table.schema.fields().iter().zip(batch.columns()) {
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(Error::new(
+                SqlState::NOT_NULL_VIOLATION,
+                format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", field.name(), table.def.name),
+            ));
+        }
+        if column.data_type() != field.data_type() {
+            return Err(Error::internal(format!(
+                "column \"{}\" got {} for {}",
+                field.name(),
+                column.data_type(),
+                field.data_type()
+            )));
+        }
+    }
+    RecordBatch::try_new(Arc::clone(&table.schema), batch.columns().to_vec())
+        .map_err(|e| Error::internal(format!("labelling rows of \"{}\": {e}", table.def.name)))
+}
+
+fn variable_name(variable: &[ast::Ident]) -> String {
+    variable.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(" ")
+}
+
+/// The value of `SET x = v`: literals and identifiers as text, `DEFAULT` as `None`.
+fn set_value(values: &[ast::Expr]) -> Result<Option<String>> {
+    use ast::{Expr, Value};
+    let mut parts = Vec::new();
+    for v in values {
+        let text = match v {
+            Expr::Value(v) => match &v.value {
+                Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+                Value::Number(n, _) => n.to_string(),
+                Value::Boolean(b) => b.to_string(),
+                other => other.to_string(),
+            },
+            Expr::Identifier(i) if i.value.eq_ignore_ascii_case("default") && i.quote_style.is_none() => return Ok(None),
+            Expr::Identifier(i) => i.value.clone(),
+            Expr::UnaryOp { op: ast::UnaryOperator::Minus, expr } => format!("-{expr}"),
+            Expr::UnaryOp { op: ast::UnaryOperator::Plus, expr } => format!("+{expr}"),
+            Expr::Interval(_) => return Err(Error::unsupported("SET ... TO INTERVAL is not supported")),
+            other => other.to_string(),
+        };
+        parts.push(text);
+    }
+    Ok(Some(parts.join(", ")))
+}
+
+fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<CopyFormat> {
+    let mut csv = false;
+    let mut delimiter = None;
+    let mut null = None;
+    let mut header = false;
+    let mut quote = '"';
+    for option in options {
+        match option {
+            CopyOption::Format(f) => match f.value.to_lowercase().as_str() {
+                "csv" => csv = true,
+                "text" => csv = false,
+                other => return Err(Error::unsupported(format!("COPY format \"{other}\" is not supported"))),
+            },
+            CopyOption::Delimiter(c) => delimiter = Some(*c),
+            CopyOption::Null(n) => null = Some(n.clone()),
+            CopyOption::Header(h) => header = *h,
+            CopyOption::Quote(q) => quote = *q,
+            CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
+            other => return Err(Error::unsupported(format!("COPY option {other} is not supported"))),
+        }
+    }
+    for option in legacy {
+        match option {
+            CopyLegacyOption::Csv(csv_options) => {
+                csv = true;
+                for o in csv_options {
+                    match o {
+                        CopyLegacyCsvOption::Header => header = true,
+                        CopyLegacyCsvOption::Quote(q) => quote = *q,
+                        other => return Err(Error::unsupported(format!("COPY option {other} is not supported"))),
+                    }
+                }
+            }
+            CopyLegacyOption::Delimiter(c) => delimiter = Some(*c),
+            CopyLegacyOption::Null(n) => null = Some(n.clone()),
+            other => return Err(Error::unsupported(format!("COPY option {other} is not supported"))),
+        }
+    }
+    Ok(if csv {
+        CopyFormat::Csv { delimiter: delimiter.unwrap_or(','), quote, null: null.unwrap_or_default(), header }
+    } else {
+        CopyFormat::Text { delimiter: delimiter.unwrap_or('\t'), null: null.unwrap_or_else(|| "\\N".into()) }
+    })
+}
+
+fn text_schema(names: &[&str]) -> SchemaRef {
+    Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::Utf8, true)).collect::<Vec<_>>()))
+}
+
+fn rows_of_text(names: &[&str], rows: Vec<Vec<String>>) -> Result<Outcome> {
+    let schema = text_schema(names);
+    let columns: Vec<ArrayRef> = (0..names.len())
+        .map(|c| Arc::new(StringArray::from(rows.iter().map(|r| r[c].clone()).collect::<Vec<_>>())) as ArrayRef)
+        .collect();
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| Error::internal(e.to_string()))?;
+    Ok(Outcome::Rows { schema, batches: vec![batch] })
+}
+
+/// The catalog as one session sees it: its transaction's private copies first.
+#[derive(Debug)]
+struct SessionCatalog {
+    engine: Arc<Engine>,
+    forks: Mutex<HashMap<ObjectId, TableData>>,
+}
+
+impl std::fmt::Debug for TableData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableData").field("rows", &self.row_count()).finish()
+    }
+}
+
+impl CatalogSource for SessionCatalog {
+    fn table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
+        let table = self.engine.table(name)?;
+        let snapshot = {
+            let mut forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
+            match forks.get_mut(&table.def.id) {
+                Some(fork) => fork.snapshot(),
+                None => table.snapshot(),
+            }
+        };
+        // A snapshot that cannot be built surfaces as an empty table only if decoding rows
+        // failed, which is a bug; log it loudly rather than fail planning.
+        let snapshot = snapshot.unwrap_or_else(|e| {
+            tracing::error!(table = name, error = %e, "building a table snapshot failed");
+            Arc::new(Vec::new())
+        });
+        Some(Arc::new(SnapshotTable { schema: Arc::clone(&table.schema), snapshot }))
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.engine.table_names()
+    }
+}
+
+/// A table frozen at the moment a statement resolved it.
+#[derive(Debug)]
+struct SnapshotTable {
+    schema: SchemaRef,
+    snapshot: Arc<Vec<RecordBatch>>,
+}
+
+impl TableSource for SnapshotTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn scan(&self) -> Arc<Vec<RecordBatch>> {
+        Arc::clone(&self.snapshot)
+    }
+}

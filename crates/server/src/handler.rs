@@ -1,0 +1,513 @@
+//! pgwire handlers: startup (trust auth, parameter status), simple and extended query, COPY
+//! FROM STDIN, and cancel requests.
+
+use std::fmt::Debug;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::DataType;
+use async_trait::async_trait;
+use bytes::BytesMut;
+use eddy_common::{Error, SqlState};
+use eddy_engine::{CopyIn, Engine, Outcome, Parsed, Session, StatementDescription, parse_statements};
+use futures::{FutureExt, Sink, SinkExt, stream};
+use pgwire::api::auth::{ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata};
+use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{CopyResponse, DescribePortalResponse, DescribeStatementResponse, FieldFormat, QueryResponse, Response, Tag};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireConnectionState, PgWireServerHandlers, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::startup::SecretKey;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tokio::sync::Mutex;
+use tracing::Instrument;
+
+use crate::encode;
+
+/// A connection's engine session, kept in pgwire's per-connection extensions.
+struct SessionSlot {
+    session: Mutex<Session>,
+    /// A COPY FROM STDIN in progress and the data received so far.
+    copy: Mutex<Option<(CopyIn, Vec<u8>)>>,
+}
+
+pub struct Handlers {
+    engine: Arc<Engine>,
+    connections: Arc<ConnectionManager>,
+    next_pid: AtomicI32,
+    parser: Arc<EddyQueryParser>,
+}
+
+impl Handlers {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Handlers {
+            engine,
+            connections: Arc::new(ConnectionManager::new()),
+            next_pid: AtomicI32::new(std::process::id() as i32 % 100_000 * 1000 + 1),
+            parser: Arc::new(EddyQueryParser),
+        }
+    }
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        Arc::new(self.clone_ref())
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        Arc::new(self.clone_ref())
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::new(self.clone_ref())
+    }
+
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        Arc::new(self.clone_ref())
+    }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        Arc::new(DefaultCancelHandler::new(Arc::clone(&self.connections)))
+    }
+}
+
+/// The per-connection view of the handlers (pgwire asks for them once per connection).
+#[derive(Clone)]
+pub struct Conn {
+    engine: Arc<Engine>,
+    connections: Arc<ConnectionManager>,
+    pid: i32,
+    parser: Arc<EddyQueryParser>,
+}
+
+impl Handlers {
+    fn clone_ref(&self) -> Conn {
+        Conn {
+            engine: Arc::clone(&self.engine),
+            connections: Arc::clone(&self.connections),
+            pid: self.next_pid.fetch_add(1, Ordering::Relaxed),
+            parser: Arc::clone(&self.parser),
+        }
+    }
+}
+
+fn to_pgwire(err: Error) -> PgWireError {
+    PgWireError::UserError(Box::new(error_info(err)))
+}
+
+fn error_info(err: Error) -> ErrorInfo {
+    let mut info = ErrorInfo::new("ERROR".to_owned(), err.state.code().to_owned(), err.message);
+    info.position = err.position.map(|p| p.to_string());
+    info.detail = err.detail;
+    info.hint = err.hint;
+    info
+}
+
+fn notice(message: String) -> PgWireBackendMessage {
+    PgWireBackendMessage::NoticeResponse(NoticeResponse::from(ErrorInfo::new(
+        "WARNING".to_owned(),
+        SqlState::WARNING.code().to_owned(),
+        message,
+    )))
+}
+
+fn slot<C: ClientInfo>(client: &C) -> PgWireResult<Arc<SessionSlot>> {
+    client
+        .session_extensions()
+        .get::<SessionSlot>()
+        .ok_or_else(|| to_pgwire(Error::internal("connection has no session")))
+}
+
+struct EddyParameters;
+
+impl ServerParameterProvider for EddyParameters {
+    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<std::collections::HashMap<String, String>> {
+        let mut p = std::collections::HashMap::new();
+        p.insert("server_version".into(), format!("{} (Eddy {})", eddy_engine::PG_VERSION, eddy_engine::EDDY_VERSION));
+        p.insert("server_encoding".into(), "UTF8".into());
+        p.insert("client_encoding".into(), "UTF8".into());
+        p.insert("DateStyle".into(), "ISO, MDY".into());
+        p.insert("IntervalStyle".into(), "postgres".into());
+        p.insert("TimeZone".into(), "UTC".into());
+        p.insert("integer_datetimes".into(), "on".into());
+        p.insert("standard_conforming_strings".into(), "on".into());
+        p.insert("is_superuser".into(), "on".into());
+        p.insert("default_transaction_read_only".into(), "off".into());
+        p.insert("in_hot_standby".into(), "off".into());
+        p.insert("search_path".into(), "\"$user\", public".into());
+        p.insert("application_name".into(), client.metadata().get("application_name").cloned().unwrap_or_default());
+        if let Some(user) = client.metadata().get("user") {
+            p.insert("session_authorization".into(), user.clone());
+        }
+        Some(p)
+    }
+}
+
+#[async_trait]
+impl StartupHandler for Conn {
+    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let PgWireFrontendMessage::Startup(ref startup) = message else { return Ok(()) };
+        protocol_negotiation(client, startup).await?;
+        save_startup_parameters_to_metadata(client, startup);
+        let secret = SecretKey::I32(rand_secret(self.pid));
+        client.set_pid_and_secret_key(self.pid, secret.clone());
+        let (handle, guard) = self.connections.register(self.pid, secret);
+        client.session_extensions().insert::<Arc<ConnectionHandle>>(handle);
+        client.session_extensions().insert(guard);
+        let user = client.metadata().get("user").cloned().unwrap_or_else(|| "eddy".into());
+        let database = client.metadata().get("database").cloned().unwrap_or_else(|| user.clone());
+        let info = eddy_engine::SessionInfo { database, user, version: eddy_engine::version_string(), backend_pid: self.pid };
+        let mut session = Session::new(Arc::clone(&self.engine), &info).map_err(to_pgwire)?;
+        if let Some(app) = client.metadata().get("application_name").cloned() {
+            let _ = session.set_variable("application_name", &app);
+        }
+        client.session_extensions().insert(SessionSlot { session: Mutex::new(session), copy: Mutex::new(None) });
+        finish_authentication(client, &EddyParameters).await?;
+        Ok(())
+    }
+}
+
+fn rand_secret(pid: i32) -> i32 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    (nanos as i32) ^ pid.rotate_left(13)
+}
+
+/// Runs one statement, turning a panic into XX000 so the connection and server survive.
+async fn run_guarded(session: &mut Session, parsed: &Parsed, params: &[ArrayRef]) -> Result<Outcome, Error> {
+    let span = tracing::info_span!("statement", sql = %truncate(&parsed.text, 200));
+    match AssertUnwindSafe(session.execute(&parsed.statement, params)).catch_unwind().instrument(span).await {
+        Ok(result) => result,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!(panic = %what, "statement panicked");
+            session.fail_transaction();
+            Err(Error::internal(format!("statement panicked: {what}")))
+        }
+    }
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Turns an outcome into a pgwire response (notices are sent right away).
+async fn respond<C>(
+    client: &mut C,
+    slot: &SessionSlot,
+    outcome: Outcome,
+    formats: &(dyn Fn(usize) -> FieldFormat + Sync),
+) -> PgWireResult<Response>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    Ok(match outcome {
+        Outcome::Rows { schema, batches } => {
+            let fields = Arc::new(encode::field_infos(&schema, formats));
+            let field_formats: Vec<FieldFormat> = fields.iter().map(|f| f.format()).collect();
+            let tz = slot.session.lock().await.variables().time_zone();
+            let mut rows = Vec::new();
+            for batch in &batches {
+                rows.extend(encode::encode_batch(batch, &field_formats, tz).map_err(to_pgwire)?.into_iter().map(Ok));
+            }
+            Response::Query(QueryResponse::new(fields, stream::iter(rows)))
+        }
+        Outcome::Command { tag, rows } => {
+            let t = Tag::new(tag);
+            let t = if tag == "INSERT" { t.with_oid(0) } else { t };
+            Response::Execution(match rows {
+                Some(n) => t.with_rows(n),
+                None => t,
+            })
+        }
+        Outcome::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
+        Outcome::TransactionEnd { tag } => Response::TransactionEnd(Tag::new(tag)),
+        Outcome::CopyIn(copy) => {
+            let columns = copy.columns.len();
+            *slot.copy.lock().await = Some((copy, Vec::new()));
+            Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
+        }
+        Outcome::Warning { message, then } => {
+            client.send(notice(message)).await?;
+            Box::pin(respond(client, slot, *then, formats)).await?
+        }
+    })
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Conn {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let slot = slot(client)?;
+        let statements = match parse_statements(query) {
+            Ok(s) => s,
+            Err(e) => {
+                slot.session.lock().await.fail_transaction();
+                return Err(to_pgwire(e));
+            }
+        };
+        let mut responses = Vec::with_capacity(statements.len());
+        for parsed in &statements {
+            let outcome = {
+                let mut session = slot.session.lock().await;
+                run_guarded(&mut session, parsed, &[]).await
+            };
+            match outcome {
+                Ok(outcome) => {
+                    let is_copy = matches!(outcome, Outcome::CopyIn(_));
+                    responses.push(respond(client, &slot, outcome, &|_| FieldFormat::Text).await?);
+                    if is_copy {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    responses.push(Response::Error(Box::new(error_info(e))));
+                    break;
+                }
+            }
+        }
+        Ok(responses)
+    }
+}
+
+/// Parses at Parse time; planning happens at Describe and Execute, against the catalog then.
+#[derive(Debug)]
+pub struct EddyQueryParser;
+
+#[async_trait]
+impl QueryParser for EddyQueryParser {
+    type Statement = Arc<Parsed>;
+
+    async fn parse_sql<C>(&self, _client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<Self::Statement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut statements = parse_statements(sql).map_err(to_pgwire)?;
+        match statements.len() {
+            0 => Ok(None),
+            1 => Ok(statements.pop().map(Arc::new)),
+            _ => Err(to_pgwire(Error::syntax("cannot insert multiple commands into a prepared statement"))),
+        }
+    }
+
+    fn get_parameter_types(&self, _stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        Ok(Vec::new())
+    }
+
+    fn get_result_schema(&self, _stmt: &Self::Statement, _format: Option<&Format>) -> PgWireResult<Vec<pgwire::api::results::FieldInfo>> {
+        Ok(Vec::new())
+    }
+}
+
+/// Parameter types: the client's where it gave them, else what planning inferred, else text.
+fn parameter_types(client_types: &[Option<Type>], described: &StatementDescription, count: usize) -> Vec<Type> {
+    (0..count.max(client_types.len()).max(described.parameters.len()))
+        .map(|i| {
+            client_types
+                .get(i)
+                .cloned()
+                .flatten()
+                .filter(|t| *t != Type::UNKNOWN)
+                .or_else(|| described.parameters.get(i).cloned().flatten().map(|dt| encode::pg_type(&arrow::datatypes::Field::new("p", dt, true))))
+                .unwrap_or(Type::TEXT)
+        })
+        .collect()
+}
+
+/// Decodes the bound parameter values into one-row arrays of the inferred types.
+fn decode_parameters(portal: &Portal<Arc<Parsed>>, types: &[Type], described: &StatementDescription) -> Result<Vec<ArrayRef>, Error> {
+    let mut out = Vec::with_capacity(portal.parameters.len());
+    for (i, value) in portal.parameters.iter().enumerate() {
+        let pg = types.get(i).cloned().unwrap_or(Type::TEXT);
+        let wire_type = encode::arrow_type(&pg);
+        let array = match value {
+            None => arrow::array::new_null_array(&wire_type, 1),
+            Some(bytes) if portal.parameter_format.is_binary(i) => encode::decode_binary_param(&pg, bytes)?,
+            Some(bytes) => {
+                let text = std::str::from_utf8(bytes)
+                    .map_err(|_| Error::new(SqlState::CHARACTER_NOT_IN_REPERTOIRE, "parameter is not valid UTF-8"))?;
+                eddy_engine::text_to_array(std::iter::once(Some(text)), &wire_type, 1)?
+            }
+        };
+        let target: Option<DataType> = described.parameters.get(i).cloned().flatten();
+        let array = match target {
+            Some(t) if &t != array.data_type() => arrow::compute::cast(&array, &t).map_err(|e| {
+                Error::new(SqlState::DATATYPE_MISMATCH, format!("parameter ${} cannot be used as {t}: {e}", i + 1))
+            })?,
+            _ => array,
+        };
+        out.push(array);
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Conn {
+    type Statement = Arc<Parsed>;
+    type QueryParser = EddyQueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        Arc::clone(&self.parser)
+    }
+
+    async fn do_describe_statement<C>(&self, client: &mut C, target: &StoredStatement<Self::Statement>) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let slot = slot(client)?;
+        let described = slot.session.lock().await.describe(&target.statement.statement).await.map_err(to_pgwire)?;
+        let types = parameter_types(&target.parameter_types, &described, 0);
+        let fields = described.columns.as_ref().map(|s| encode::field_infos(s, |_| FieldFormat::Text)).unwrap_or_default();
+        Ok(DescribeStatementResponse::new(types, fields))
+    }
+
+    async fn do_describe_portal<C>(&self, client: &mut C, portal: &Portal<Self::Statement>) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let slot = slot(client)?;
+        let described = slot.session.lock().await.describe(&portal.statement.statement.statement).await.map_err(to_pgwire)?;
+        let format = portal.result_column_format.clone();
+        let fields = described.columns.as_ref().map(|s| encode::field_infos(s, |i| format.format_for(i))).unwrap_or_default();
+        Ok(DescribePortalResponse::new(fields))
+    }
+
+    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Self::Statement>, _max_rows: usize) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let slot = slot(client)?;
+        let parsed = Arc::clone(&portal.statement.statement);
+        let outcome = {
+            let mut session = slot.session.lock().await;
+            let prepared = if portal.parameters.is_empty() {
+                Ok(Vec::new())
+            } else {
+                match session.describe(&parsed.statement).await {
+                    Ok(described) => {
+                        let types = parameter_types(&portal.statement.parameter_types, &described, portal.parameters.len());
+                        decode_parameters(portal, &types, &described)
+                    }
+                    Err(e) => Err(e),
+                }
+            };
+            match prepared {
+                Ok(params) => run_guarded(&mut session, &parsed, &params).await,
+                Err(e) => {
+                    session.fail_transaction();
+                    Err(e)
+                }
+            }
+        };
+        match outcome {
+            Ok(outcome) => {
+                let format = portal.result_column_format.clone();
+                respond(client, &slot, outcome, &|i| format.format_for(i)).await
+            }
+            Err(e) => Err(to_pgwire(e)),
+        }
+    }
+}
+
+#[async_trait]
+impl CopyHandler for Conn {
+    async fn on_copy_data<C>(&self, client: &mut C, copy_data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let slot = slot(client)?;
+        let mut copy = slot.copy.lock().await;
+        match copy.as_mut() {
+            Some((_, buffer)) => {
+                if buffer.len() + copy_data.data.len() > eddy_common::limits::STATEMENT_BYTES_MAX * 64 {
+                    *copy = None;
+                    return Err(to_pgwire(Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "COPY data exceeds 1 GiB; split it into several COPY statements")));
+                }
+                buffer.extend_from_slice(&copy_data.data);
+                Ok(())
+            }
+            None => Err(to_pgwire(Error::new(SqlState::PROTOCOL_VIOLATION, "unexpected COPY data"))),
+        }
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let slot = slot(client)?;
+        let Some((copy, data)) = slot.copy.lock().await.take() else {
+            return Err(to_pgwire(Error::new(SqlState::PROTOCOL_VIOLATION, "COPY done without COPY in progress")));
+        };
+        let result = {
+            let mut session = slot.session.lock().await;
+            match AssertUnwindSafe(session.copy_in(&copy, &data)).catch_unwind().await {
+                Ok(r) => r,
+                Err(_) => Err(Error::internal("COPY panicked")),
+            }
+        };
+        match result {
+            Ok(Outcome::Command { rows, .. }) => {
+                let tag = Tag::new("COPY").with_rows(rows.unwrap_or(0));
+                client.send(PgWireBackendMessage::CommandComplete(tag.into())).await?;
+                Ok(())
+            }
+            Ok(_) => Err(to_pgwire(Error::internal("COPY produced an unexpected outcome"))),
+            Err(e) => Err(to_pgwire(e)),
+        }
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let Ok(slot) = slot(client) {
+            slot.copy.lock().await.take();
+            slot.session.lock().await.fail_transaction();
+        }
+        to_pgwire(Error::new(SqlState::QUERY_CANCELED, format!("COPY from stdin failed: {}", fail.message)))
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_state(_: PgWireConnectionState, _: BytesMut) {}

@@ -1,0 +1,99 @@
+//! The bridge from the engine's tables to DataFusion: the engine implements [`CatalogSource`]
+//! and [`TableSource`]; this module wraps them as DataFusion schema and table providers.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::catalog::SchemaProvider;
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::Result as DfResult;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+
+/// A table as the planner sees it: a schema and a consistent snapshot of its rows.
+pub trait TableSource: Send + Sync + fmt::Debug {
+    fn schema(&self) -> SchemaRef;
+    /// The table's current contents. Repeated calls within one statement must return the same
+    /// snapshot (the engine hands out an immutable `Arc`ed copy).
+    fn scan(&self) -> Arc<Vec<RecordBatch>>;
+}
+
+/// The tables of the `public` schema, as one session sees them (its open transaction's
+/// uncommitted writes included).
+pub trait CatalogSource: Send + Sync + fmt::Debug {
+    /// `name` is already normalized (lowercase unless quoted).
+    fn table(&self, name: &str) -> Option<Arc<dyn TableSource>>;
+    fn table_names(&self) -> Vec<String>;
+}
+
+#[derive(Debug)]
+pub(crate) struct SchemaBridge {
+    pub source: Arc<dyn CatalogSource>,
+}
+
+#[async_trait]
+impl SchemaProvider for SchemaBridge {
+    fn table_names(&self) -> Vec<String> {
+        self.source.table_names()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(self.source.table(name).map(|t| Arc::new(TableBridge::new(t)) as Arc<dyn TableProvider>))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.source.table(name).is_some()
+    }
+}
+
+#[derive(Debug)]
+struct TableBridge {
+    source: Arc<dyn TableSource>,
+    /// The table's schema with every column nullable: the engine enforces NOT NULL itself, with
+    /// PostgreSQL's error (23502) and the table's column names, which DataFusion's own check
+    /// during INSERT planning would not give.
+    schema: SchemaRef,
+}
+
+impl TableBridge {
+    fn new(source: Arc<dyn TableSource>) -> Self {
+        let table = source.schema();
+        let fields: Vec<arrow::datatypes::Field> =
+            table.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new_with_metadata(fields, table.metadata().clone()));
+        TableBridge { source, schema }
+    }
+}
+
+#[async_trait]
+impl TableProvider for TableBridge {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let batches: Vec<RecordBatch> = self
+            .source
+            .scan()
+            .iter()
+            .map(|b| b.clone().with_schema(Arc::clone(&self.schema)))
+            .collect::<Result<_, _>>()?;
+        let exec = MemorySourceConfig::try_new_exec(&[batches], self.schema(), projection.cloned())?;
+        Ok(exec)
+    }
+}

@@ -1,0 +1,21 @@
+//! SQL front end: parsing (sqlparser + Eddy's extensions), binding and planning with DataFusion,
+//! and running ad-hoc queries over the engine's tables.
+//!
+//! Entry points: [`parse_statements`] turns text into [`Statement`]s; [`SessionPlanner`] plans a
+//! statement against a [`CatalogSource`] into a [`Planned`] query or DML and executes queries.
+//! This crate and `dataflow` are the only ones that import DataFusion: everything it hands
+//! out is Arrow (`RecordBatch`, `SchemaRef`, `DataType`) or Eddy's own types.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod catalog;
+mod error;
+mod functions;
+mod parser;
+mod planner;
+pub mod types;
+
+pub use catalog::{CatalogSource, TableSource};
+pub use datafusion::sql::sqlparser::ast;
+pub use error::from_datafusion;
+pub use parser::{CreateTable, Parsed, Statement, parse_statements, parse_with_options, syntax_error};
+pub use planner::{Planned, QueryPlan, SessionInfo, SessionPlanner};

@@ -1,0 +1,297 @@
+//! The statement front: sqlparser's PostgreSQL dialect plus Eddy's extensions.
+//!
+//! Entry point: [`parse_statements`]. As DataFusion's `DFParser` does, we wrap sqlparser's
+//! `Parser`, handle the statements it does not know (`CREATE TABLE` with `WATERMARK FOR` /
+//! `APPEND ONLY` / dotted `WITH` options, `FLUSH`) ourselves with its public pieces, and fall
+//! back to `parse_statement()` for everything else.
+
+use datafusion::sql::sqlparser::ast::{self, ColumnDef, Expr, Ident, ObjectName, TableConstraint};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use eddy_common::{Error, Result, limits};
+
+/// One statement of a query string.
+#[derive(Debug, Clone)]
+pub enum Statement {
+    /// Anything stock sqlparser understands: queries, DML, DROP, SET, SHOW, COPY, BEGIN, ...
+    Sql(Box<ast::Statement>),
+    CreateTable(Box<CreateTable>),
+    /// `FLUSH`: wait until every view reflects everything written before it.
+    Flush,
+}
+
+/// `CREATE TABLE` as Eddy extends it.
+#[derive(Debug, Clone)]
+pub struct CreateTable {
+    pub name: ObjectName,
+    pub if_not_exists: bool,
+    pub columns: Vec<ColumnDef>,
+    pub constraints: Vec<TableConstraint>,
+    /// `WATERMARK FOR column AS expr`.
+    pub watermark: Option<(Ident, Expr)>,
+    pub append_only: bool,
+    /// `WITH (key = value, ...)`; keys may be dotted (`properties.bootstrap.server`).
+    pub options: Vec<(String, String)>,
+}
+
+/// A parsed statement and where it starts in the query string (byte offset).
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub statement: Statement,
+    pub text: String,
+}
+
+/// Parses every statement of `sql`, separated by semicolons.
+pub fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
+    if sql.len() > limits::STATEMENT_BYTES_MAX {
+        return Err(Error::new(
+            eddy_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
+            format!("statement is {} bytes, more than the limit of {}", sql.len(), limits::STATEMENT_BYTES_MAX),
+        ));
+    }
+    let dialect = PostgreSqlDialect {};
+    let tokens = Tokenizer::new(&dialect, sql)
+        .with_unescape(true)
+        .tokenize_with_location()
+        .map_err(|e| syntax_error(sql, &ParserError::TokenizerError(e.to_string())))?;
+    let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
+    let mut out = Vec::new();
+    loop {
+        while parser.consume_token(&Token::SemiColon) {}
+        if parser.peek_token().token == Token::EOF {
+            break;
+        }
+        let start = parser.peek_token().span.start;
+        let statement = parse_one(&mut parser).map_err(|e| syntax_error(sql, &e))?;
+        let end_token = parser.peek_token();
+        match end_token.token {
+            Token::SemiColon | Token::EOF => {}
+            _ => {
+                let e = ParserError::ParserError(format!(
+                    "Expected: end of statement, found: {} at Line: {}, Column: {}",
+                    end_token.token, end_token.span.start.line, end_token.span.start.column
+                ));
+                return Err(syntax_error(sql, &e));
+            }
+        }
+        let text = slice_between(sql, start, parser.peek_token().span.start);
+        out.push(Parsed { statement, text });
+    }
+    Ok(out)
+}
+
+fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
+    let first = parser.peek_token().token;
+    if let Token::Word(w) = &first {
+        if w.keyword == Keyword::FLUSH {
+            parser.next_token();
+            return Ok(Statement::Flush);
+        }
+        if w.keyword == Keyword::CREATE && is_create_table(parser) {
+            return parse_create_table(parser).map(|c| Statement::CreateTable(Box::new(c)));
+        }
+    }
+    parser.parse_statement().map(|s| Statement::Sql(Box::new(s)))
+}
+
+fn is_create_table(parser: &Parser<'_>) -> bool {
+    matches!(&parser.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE)
+}
+
+fn parse_create_table(parser: &mut Parser<'_>) -> Result<CreateTable, ParserError> {
+    parser.expect_keywords(&[Keyword::CREATE, Keyword::TABLE])?;
+    let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = parser.parse_object_name(false)?;
+    let mut columns = Vec::new();
+    let mut constraints = Vec::new();
+    let mut watermark = None;
+    parser.expect_token(&Token::LParen)?;
+    loop {
+        if parse_words(parser, &["WATERMARK", "FOR"]) {
+            let column = parser.parse_identifier()?;
+            parser.expect_keyword(Keyword::AS)?;
+            let expr = parser.parse_expr()?;
+            if watermark.replace((column, expr)).is_some() {
+                return Err(ParserError::ParserError("a table takes at most one WATERMARK FOR".into()));
+            }
+        } else if let Some(constraint) = parser.parse_optional_table_constraint()? {
+            constraints.push(constraint);
+        } else if matches!(parser.peek_token().token, Token::Word(_)) {
+            columns.push(parser.parse_column_def()?);
+        } else if !(columns.is_empty() && parser.peek_token().token == Token::RParen) {
+            let found = parser.peek_token();
+            return Err(ParserError::ParserError(format!(
+                "Expected: column name or constraint definition, found: {} at Line: {}, Column: {}",
+                found.token, found.span.start.line, found.span.start.column
+            )));
+        }
+        if !parser.consume_token(&Token::Comma) {
+            parser.expect_token(&Token::RParen)?;
+            break;
+        }
+    }
+    let mut append_only = false;
+    let mut options = Vec::new();
+    loop {
+        if parse_words(parser, &["APPEND", "ONLY"]) {
+            append_only = true;
+        } else if parser.parse_keyword(Keyword::WITH) {
+            options = parse_with_options(parser)?;
+        } else {
+            break;
+        }
+    }
+    Ok(CreateTable { name, if_not_exists, columns, constraints, watermark, append_only, options })
+}
+
+/// Consumes `words` (matched case-insensitively, keywords or not) if they come next.
+fn parse_words(parser: &mut Parser<'_>, words: &[&str]) -> bool {
+    let all = words.iter().enumerate().all(|(i, word)| {
+        matches!(&parser.peek_nth_token(i).token, Token::Word(w) if w.value.eq_ignore_ascii_case(word))
+    });
+    if all {
+        for _ in words {
+            parser.next_token();
+        }
+    }
+    all
+}
+
+/// `( key [= value] [, ...] )` with dotted keys and literal values.
+pub fn parse_with_options(parser: &mut Parser<'_>) -> Result<Vec<(String, String)>, ParserError> {
+    parser.expect_token(&Token::LParen)?;
+    let mut options = Vec::new();
+    if parser.consume_token(&Token::RParen) {
+        return Ok(options);
+    }
+    loop {
+        let mut key = parser.parse_identifier()?.value.to_lowercase();
+        while parser.consume_token(&Token::Period) {
+            key.push('.');
+            key.push_str(&parser.parse_identifier()?.value.to_lowercase());
+        }
+        let value = if parser.consume_token(&Token::Eq) {
+            let token = parser.next_token();
+            match token.token {
+                Token::SingleQuotedString(s) => s,
+                Token::Number(n, _) => n,
+                Token::Word(w) => w.value,
+                Token::Minus => match parser.next_token().token {
+                    Token::Number(n, _) => format!("-{n}"),
+                    other => return Err(ParserError::ParserError(format!("Expected: a number, found: {other}"))),
+                },
+                other => {
+                    return Err(ParserError::ParserError(format!(
+                        "Expected: an option value, found: {other} at Line: {}, Column: {}",
+                        token.span.start.line, token.span.start.column
+                    )));
+                }
+            }
+        } else {
+            "true".to_owned()
+        };
+        options.push((key, value));
+        if !parser.consume_token(&Token::Comma) {
+            parser.expect_token(&Token::RParen)?;
+            return Ok(options);
+        }
+    }
+}
+
+fn slice_between(sql: &str, start: datafusion::sql::sqlparser::tokenizer::Location, end: datafusion::sql::sqlparser::tokenizer::Location) -> String {
+    let from = byte_index(sql, start.line, start.column).unwrap_or(0);
+    let to = if end.line == 0 { sql.len() } else { byte_index(sql, end.line, end.column).unwrap_or(sql.len()) };
+    sql.get(from..to.max(from)).unwrap_or("").trim().to_owned()
+}
+
+/// Byte index of a 1-based line/column (columns count characters).
+fn byte_index(sql: &str, line: u64, column: u64) -> Option<usize> {
+    if line == 0 {
+        return None;
+    }
+    let mut current_line = 1u64;
+    let mut current_column = 1u64;
+    for (i, ch) in sql.char_indices() {
+        if current_line == line && current_column == column {
+            return Some(i);
+        }
+        if ch == '\n' {
+            current_line += 1;
+            current_column = 1;
+        } else {
+            current_column += 1;
+        }
+    }
+    (current_line == line && current_column == column).then_some(sql.len())
+}
+
+/// Turns a sqlparser error into 42601 with PostgreSQL's 1-based character position.
+pub fn syntax_error(sql: &str, err: &ParserError) -> Error {
+    let text = match err {
+        ParserError::TokenizerError(s) | ParserError::ParserError(s) => s.clone(),
+        ParserError::RecursionLimitExceeded => {
+            return Error::new(eddy_common::SqlState::PROGRAM_LIMIT_EXCEEDED, "statement is nested too deeply");
+        }
+    };
+    let (message, position) = match text.rfind(" at Line: ") {
+        Some(at) => {
+            let location = &text[at + " at Line: ".len()..];
+            let mut parts = location.split(", Column: ");
+            let line = parts.next().and_then(|l| l.trim().parse::<u64>().ok());
+            let column = parts.next().and_then(|c| c.trim().parse::<u64>().ok());
+            let position = match (line, column) {
+                (Some(l), Some(c)) => byte_index(sql, l, c).map(|b| sql[..b].chars().count() + 1),
+                _ => None,
+            };
+            (text[..at].to_owned(), position)
+        }
+        // sqlparser gives no location for the end of input; PostgreSQL points just past it.
+        None if text.ends_with("found: EOF") => (text, Some(sql.chars().count() + 1)),
+        None => (text, None),
+    };
+    let message = format!("syntax error: {}", message.trim_start_matches("sql parser error: "));
+    let error = Error::syntax(message);
+    match position {
+        Some(p) => error.with_position(p),
+        None => error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn several_statements_with_their_text() {
+        let parsed = parse_statements("SELECT 1; ;select 2 ;FLUSH").unwrap();
+        assert_eq!(parsed.len(), 3);
+        assert_eq!(parsed[0].text, "SELECT 1");
+        assert_eq!(parsed[1].text, "select 2");
+        assert!(matches!(parsed[2].statement, Statement::Flush));
+    }
+
+    #[test]
+    fn create_table_extensions() {
+        let sql = "CREATE TABLE IF NOT EXISTS clicks (user_id BIGINT NOT NULL, url TEXT, ts TIMESTAMP, \
+                   WATERMARK FOR ts AS ts - INTERVAL '5 seconds', PRIMARY KEY (user_id)) \
+                   APPEND ONLY WITH (partitions = 4, retention = '7 days', properties.bootstrap.server = 'x:1')";
+        let parsed = parse_statements(sql).unwrap();
+        let Statement::CreateTable(t) = &parsed[0].statement else { panic!("not a create table") };
+        assert!(t.if_not_exists && t.append_only);
+        assert_eq!(t.columns.len(), 3);
+        assert_eq!(t.constraints.len(), 1);
+        assert_eq!(t.watermark.as_ref().unwrap().0.value, "ts");
+        assert_eq!(t.options[2], ("properties.bootstrap.server".into(), "x:1".into()));
+    }
+
+    #[test]
+    fn syntax_errors_carry_positions() {
+        let err = parse_statements("SELECT 1;\nSELEC 2").unwrap_err();
+        assert_eq!(err.state, eddy_common::SqlState::SYNTAX_ERROR);
+        assert_eq!(err.position, Some(11));
+        let err = parse_statements("SELECT * FROM t WHERE").unwrap_err();
+        assert!(err.position.is_some(), "{err:?}");
+    }
+}

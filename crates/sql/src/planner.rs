@@ -1,0 +1,244 @@
+//! Planning statements with DataFusion against a session's view of the catalog.
+//!
+//! Queries become [`QueryPlan`]s; `INSERT`, `UPDATE` and `DELETE` become [`Planned`] DML whose
+//! parts are ordinary queries (the rows to insert, the rows to retract, their replacements),
+//! so the engine turns every write into changes with weights and never mutates in place.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::sqlparser::ast;
+use eddy_common::{Error, Result};
+use futures::TryStreamExt;
+
+use crate::catalog::{CatalogSource, SchemaBridge};
+use crate::error::from_datafusion;
+use crate::functions;
+
+pub const CATALOG_NAME: &str = "eddy";
+pub const SCHEMA_NAME: &str = "public";
+
+/// What a session's planner needs to know about the session.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    pub database: String,
+    pub user: String,
+    pub version: String,
+    pub backend_pid: i32,
+}
+
+/// A planned statement.
+#[derive(Debug)]
+pub enum Planned {
+    Query(QueryPlan),
+    /// Insert the rows `source` produces (already cast to the table's columns, in order).
+    Insert { table: String, source: QueryPlan },
+    /// Retract the rows `old_rows` produces.
+    Delete { table: String, old_rows: QueryPlan },
+    /// Retract `old_rows` and insert `new_rows` (the same rows with the assignments applied).
+    Update { table: String, old_rows: QueryPlan, new_rows: QueryPlan },
+}
+
+/// An optimizable, executable query.
+#[derive(Debug, Clone)]
+pub struct QueryPlan {
+    plan: LogicalPlan,
+}
+
+impl QueryPlan {
+    /// The result columns (Arrow field metadata carries declared PostgreSQL types).
+    pub fn schema(&self) -> SchemaRef {
+        let schema = self.plan.schema().as_arrow();
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_name(pg_column_name(f.name())))
+            .collect();
+        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+    }
+
+    /// The type of each `$n` parameter, `None` where DataFusion could not infer it.
+    pub fn parameter_types(&self) -> Result<Vec<Option<DataType>>> {
+        let types = self.plan.get_parameter_types().map_err(from_datafusion)?;
+        let mut out = Vec::new();
+        for (name, ty) in types {
+            let index: usize = name
+                .trim_start_matches('$')
+                .parse()
+                .map_err(|_| Error::unsupported(format!("named parameter {name}: use $1, $2, ...")))?;
+            if index == 0 {
+                return Err(Error::syntax("parameters are numbered from $1"));
+            }
+            if out.len() < index {
+                out.resize(index, None);
+            }
+            out[index - 1] = ty;
+        }
+        Ok(out)
+    }
+
+    /// Substitutes parameter values (one-row arrays, in order $1, $2, ...).
+    pub fn bind(self, values: &[ArrayRef]) -> Result<Self> {
+        if values.is_empty() {
+            return Ok(self);
+        }
+        let scalars = values
+            .iter()
+            .map(|a| ScalarValue::try_from_array(a, 0).map_err(from_datafusion))
+            .collect::<Result<Vec<_>>>()?;
+        let plan = self.plan.with_param_values(ParamValues::from(scalars)).map_err(from_datafusion)?;
+        Ok(QueryPlan { plan })
+    }
+
+    /// EXPLAIN-style text of the logical plan.
+    pub fn display(&self) -> String {
+        self.plan.display_indent().to_string()
+    }
+}
+
+/// One session's DataFusion context: its catalog view, functions and settings.
+pub struct SessionPlanner {
+    ctx: SessionContext,
+}
+
+impl SessionPlanner {
+    pub fn new(catalog: Arc<dyn CatalogSource>, info: &SessionInfo) -> Result<Self> {
+        let config = SessionConfig::new()
+            .with_default_catalog_and_schema(CATALOG_NAME, SCHEMA_NAME)
+            .with_create_default_catalog_and_schema(false)
+            .with_information_schema(true)
+            .with_target_partitions(2)
+            .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+            .set_str("datafusion.execution.time_zone", "UTC");
+        let ctx = SessionContext::new_with_config(config);
+        let eddy = MemoryCatalogProvider::new();
+        eddy.register_schema(SCHEMA_NAME, Arc::new(SchemaBridge { source: catalog }))
+            .map_err(from_datafusion)?;
+        ctx.register_catalog(CATALOG_NAME, Arc::new(eddy));
+        functions::register(&ctx, info);
+        Ok(SessionPlanner { ctx })
+    }
+
+    fn state(&self) -> SessionState {
+        self.ctx.state()
+    }
+
+    /// Plans a query or DML statement parsed by [`crate::parse_statements`].
+    pub async fn plan(&self, statement: &ast::Statement) -> Result<Planned> {
+        if let ast::Statement::Update(update) = statement
+            && update.from.is_some()
+        {
+            return Err(Error::unsupported("UPDATE ... FROM is not supported: use a subquery in WHERE"));
+        }
+        if let ast::Statement::Delete(delete) = statement
+            && delete.using.is_some()
+        {
+            return Err(Error::unsupported("DELETE ... USING is not supported: use a subquery in WHERE"));
+        }
+        let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement.clone()));
+        let plan = self.state().statement_to_plan(df_statement).await.map_err(from_datafusion)?;
+        match plan {
+            LogicalPlan::Dml(dml) => dml_plan(dml),
+            LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => {
+                Err(Error::unsupported(format!("statement not supported: {}", first_words(statement))))
+            }
+            plan => Ok(Planned::Query(QueryPlan { plan })),
+        }
+    }
+
+    /// Runs a query to completion.
+    pub async fn execute(&self, query: QueryPlan) -> Result<Vec<RecordBatch>> {
+        let stream = self.execute_stream(query).await?;
+        stream.try_collect().await
+    }
+
+    /// Runs a query, yielding batches as they are produced.
+    pub async fn execute_stream(
+        &self,
+        query: QueryPlan,
+    ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+        let state = self.state();
+        let physical = state.create_physical_plan(&query.plan).await.map_err(from_datafusion)?;
+        let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())
+            .map_err(from_datafusion)?;
+        Ok(Box::pin(stream.map_err(from_datafusion)))
+    }
+
+    /// Sets the session time zone used by `now()` and casts to `timestamptz`.
+    pub fn set_time_zone(&self, time_zone: &str) -> Result<()> {
+        let state_ref = self.ctx.state_ref();
+        let mut state = state_ref.write();
+        state
+            .config_mut()
+            .options_mut()
+            .set("datafusion.execution.time_zone", time_zone)
+            .map_err(from_datafusion)
+    }
+}
+
+fn dml_plan(dml: DmlStatement) -> Result<Planned> {
+    let table = dml.table_name.table().to_owned();
+    let input = Arc::unwrap_or_clone(dml.input);
+    match dml.op {
+        WriteOp::Insert(_) => Ok(Planned::Insert { table, source: QueryPlan { plan: input } }),
+        WriteOp::Delete => Ok(Planned::Delete { table, old_rows: QueryPlan { plan: input } }),
+        WriteOp::Update => {
+            // DataFusion plans UPDATE as Projection(assignments) over Filter(scan): the
+            // projection's input is exactly the rows being replaced.
+            let LogicalPlan::Projection(projection) = &input else {
+                return Err(Error::internal("UPDATE plan is not a projection"));
+            };
+            let old_rows = QueryPlan { plan: projection.input.as_ref().clone() };
+            Ok(Planned::Update { table, old_rows, new_rows: QueryPlan { plan: input } })
+        }
+        other => Err(Error::unsupported(format!("{other} is not supported"))),
+    }
+}
+
+fn first_words(statement: &ast::Statement) -> String {
+    statement.to_string().split_whitespace().take(2).collect::<Vec<_>>().join(" ")
+}
+
+/// The column name PostgreSQL would show for an output column DataFusion named after its
+/// expression: `count(*)` is `count`, `t.a` is `a`, other expressions are `?column?`.
+pub fn pg_column_name(name: &str) -> String {
+    let is_ident = |s: &str| {
+        s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if let Some((head, _)) = name.split_once('(') {
+        if is_ident(head) {
+            // DataFusion's functions are lowercase; `Int64(1)`, `Utf8("x")` are literals.
+            return if head.starts_with(|c: char| c.is_ascii_uppercase()) { "?column?".into() } else { head.to_owned() };
+        }
+        return "?column?".into();
+    }
+    if name.contains(' ') {
+        return "?column?".into();
+    }
+    match name.rsplit_once('.') {
+        Some((qualifier, column)) if !qualifier.is_empty() && !column.is_empty() => column.to_owned(),
+        _ => name.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pg_column_name;
+
+    #[test]
+    fn column_names_follow_postgres() {
+        assert_eq!(pg_column_name("count(*)"), "count");
+        assert_eq!(pg_column_name("sum(users.score)"), "sum");
+        assert_eq!(pg_column_name("users.score"), "score");
+        assert_eq!(pg_column_name("Int64(1)"), "?column?");
+        assert_eq!(pg_column_name("t.a + Int64(1)"), "?column?");
+        assert_eq!(pg_column_name("total"), "total");
+    }
+}

@@ -1,0 +1,379 @@
+//! The durable, partitioned, append-only log that every table write goes to first.
+//!
+//! Entry point: [`LogStore`]. Layout: `<root>/<object id>/<partition>/<first offset>.seg`.
+//! Writes go through one committer thread ([`LogStore::commit`]): it takes every commit waiting
+//! in its queue, appends their records, fsyncs each touched partition once (group commit) and
+//! only then answers each waiting writer. Records of one commit carry the same transaction id;
+//! a commit that touches several objects lists them in every record, so that recovery can drop a
+//! transaction that reached only some of its partitions before a crash.
+//! Invariants: offsets are dense per partition; transaction ids grow with commit order; a
+//! commit is answered `Ok` only once all its records are durable.
+
+mod codec;
+mod frame;
+mod segment;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use eddy_common::{Error, ObjectId, Offset, PartitionId, Result, SqlState, TxnId, limits};
+use tokio::sync::oneshot;
+
+pub use codec::{decode_changes, encode_changes};
+pub use frame::Record;
+use segment::PartitionLog;
+
+/// One record to append in a commit.
+pub struct Write {
+    pub object: ObjectId,
+    pub partition: PartitionId,
+    pub payload: Vec<u8>,
+}
+
+/// Where a commit's records landed.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub txn_id: TxnId,
+    pub offsets: Vec<(ObjectId, PartitionId, Offset)>,
+}
+
+/// A commit in flight; await it to learn that the commit is durable.
+pub type CommitTicket = oneshot::Receiver<Result<Committed>>;
+
+struct CommitRequest {
+    writes: Vec<Write>,
+    reply: oneshot::Sender<Result<Committed>>,
+}
+
+type PartitionKey = (ObjectId, PartitionId);
+
+struct Shared {
+    root: PathBuf,
+    partitions: Mutex<HashMap<PartitionKey, Arc<Mutex<PartitionLog>>>>,
+    /// Set once an fsync failed: the log can no longer promise durability (as PostgreSQL, we
+    /// refuse further writes rather than guess what reached the disk).
+    failed: Mutex<Option<String>>,
+}
+
+pub struct LogStore {
+    shared: Arc<Shared>,
+    queue: Mutex<Option<SyncSender<CommitRequest>>>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock means a thread panicked while holding it; the data is still the best we
+    // have, and refusing to go on would turn one bug into an outage.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn partition_dir(root: &Path, key: PartitionKey) -> PathBuf {
+    root.join(key.0.0.to_string()).join(key.1.0.to_string())
+}
+
+impl LogStore {
+    /// Opens the log under `root` for the given objects and their partition counts, repairing
+    /// what a crash may have left: torn frames, and multi-object transactions that reached
+    /// only some of their partitions. Directories of objects not listed are removed (they
+    /// belong to objects dropped, or created but never committed to the catalog).
+    pub fn open(root: &Path, objects: &[(ObjectId, u32)]) -> Result<Arc<Self>> {
+        fs::create_dir_all(root).map_err(|e| Error::io("create the log directory", e))?;
+        remove_unknown_objects(root, objects)?;
+        let mut partitions = HashMap::new();
+        for &(object, count) in objects {
+            for p in 0..count {
+                let key = (object, PartitionId(p));
+                let log = PartitionLog::open(&partition_dir(root, key))?;
+                partitions.insert(key, log);
+            }
+        }
+        repair_torn_transactions(&mut partitions)?;
+        let txn_max = partitions.values().map(|p| p.txn_max).max().unwrap_or(TxnId(0));
+        let shared = Arc::new(Shared {
+            root: root.to_path_buf(),
+            partitions: Mutex::new(
+                partitions.into_iter().map(|(k, v)| (k, Arc::new(Mutex::new(v)))).collect(),
+            ),
+            failed: Mutex::new(None),
+        });
+        let (tx, rx) = mpsc::sync_channel(limits::COMMIT_QUEUE_CAPACITY);
+        let thread_shared = Arc::clone(&shared);
+        let committer = std::thread::Builder::new()
+            .name("eddy-log-committer".into())
+            .spawn(move || run_committer(&thread_shared, &rx, txn_max))
+            .map_err(|e| Error::io("start the log committer", e))?;
+        Ok(Arc::new(LogStore {
+            shared,
+            queue: Mutex::new(Some(tx)),
+            committer: Mutex::new(Some(committer)),
+        }))
+    }
+
+    /// Creates the partitions of a new object.
+    pub fn create_object(&self, object: ObjectId, partitions: u32) -> Result<()> {
+        let mut map = lock(&self.shared.partitions);
+        for p in 0..partitions {
+            let key = (object, PartitionId(p));
+            let log = PartitionLog::open(&partition_dir(&self.shared.root, key))?;
+            map.insert(key, Arc::new(Mutex::new(log)));
+        }
+        segment::sync_dir(&self.shared.root)
+    }
+
+    /// Deletes an object's log. Call only once the catalog no longer lists the object.
+    pub fn drop_object(&self, object: ObjectId) -> Result<()> {
+        lock(&self.shared.partitions).retain(|k, _| k.0 != object);
+        let dir = self.shared.root.join(object.0.to_string());
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => segment::sync_dir(&self.shared.root),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove a dropped table's log", e)),
+        }
+    }
+
+    /// Queues a commit. The order of calls is the order of the log; the ticket resolves once
+    /// the commit is durable (or failed). Blocks while the queue is full (back-pressure).
+    pub fn commit(&self, writes: Vec<Write>) -> CommitTicket {
+        let (reply, ticket) = oneshot::channel();
+        let queue = lock(&self.queue);
+        match queue.as_ref() {
+            Some(tx) => {
+                if let Err(mpsc::SendError(request)) = tx.send(CommitRequest { writes, reply }) {
+                    let _ = request.reply.send(Err(shut_down()));
+                }
+            }
+            None => {
+                let _ = reply.send(Err(shut_down()));
+            }
+        }
+        ticket
+    }
+
+    /// Calls `f` for each record of a partition from `from` to the current end.
+    pub fn scan(
+        &self,
+        object: ObjectId,
+        partition: PartitionId,
+        from: Offset,
+        f: impl FnMut(Offset, Record) -> Result<()>,
+    ) -> Result<()> {
+        let log = lock(&self.shared.partitions).get(&(object, partition)).cloned();
+        let log = log.ok_or_else(|| Error::internal(format!("no log for object {object}")))?;
+        let log = lock(&log);
+        log.scan(from, f)
+    }
+
+    /// Stops the committer after it has answered every queued commit.
+    pub fn shutdown(&self) {
+        lock(&self.queue).take();
+        if let Some(handle) = lock(&self.committer).take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for LogStore {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn shut_down() -> Error {
+    Error::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down")
+}
+
+fn remove_unknown_objects(root: &Path, objects: &[(ObjectId, u32)]) -> Result<()> {
+    let known: HashSet<String> = objects.iter().map(|(o, _)| o.0.to_string()).collect();
+    for entry in fs::read_dir(root).map_err(|e| Error::io("list the log directory", e))? {
+        let entry = entry.map_err(|e| Error::io("list the log directory", e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !known.contains(&name) && entry.path().is_dir() {
+            tracing::info!(object = %name, "removing the log of an object the catalog does not list");
+            fs::remove_dir_all(entry.path()).map_err(|e| Error::io("remove an orphaned log", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Drops every record from the first torn multi-object transaction on.
+///
+/// A multi-object commit is torn when some partition it names lacks its record. Only the last
+/// group commit before a crash can be torn, and nothing from it was acknowledged, so cutting
+/// every partition at the first torn transaction id leaves exactly a prefix of acknowledged
+/// commits plus possibly some unacknowledged complete ones.
+fn repair_torn_transactions(partitions: &mut HashMap<PartitionKey, PartitionLog>) -> Result<()> {
+    let mut present: HashMap<TxnId, HashSet<ObjectId>> = HashMap::new();
+    let mut expected: BTreeMap<TxnId, HashSet<ObjectId>> = BTreeMap::new();
+    let objects: HashSet<ObjectId> = partitions.keys().map(|k| k.0).collect();
+    for ((object, _), log) in partitions.iter() {
+        for r in &log.multi_object_records {
+            present.entry(r.txn_id).or_default().insert(*object);
+            let names = expected.entry(r.txn_id).or_default();
+            names.extend(r.participants.iter().filter(|p| objects.contains(p)));
+        }
+    }
+    let torn = expected
+        .iter()
+        .find(|(txn, names)| present.get(txn).is_none_or(|have| !names.is_subset(have)))
+        .map(|(txn, _)| *txn);
+    let Some(torn) = torn else { return Ok(()) };
+    tracing::warn!(txn = torn.0, "dropping a transaction that reached only some of its tables before a crash");
+    for log in partitions.values_mut() {
+        let cut = log.multi_object_records.iter().find(|r| r.txn_id >= torn).map(|r| r.offset);
+        if let Some(cut) = cut {
+            log.truncate_from(cut)?;
+        }
+    }
+    Ok(())
+}
+
+fn run_committer(shared: &Shared, queue: &Receiver<CommitRequest>, txn_max: TxnId) {
+    let mut next_txn = txn_max.0 + 1;
+    let mut scratch = Vec::new();
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        loop {
+            match queue.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        let failed = lock(&shared.failed).clone();
+        if let Some(why) = failed {
+            for request in batch {
+                let _ = request.reply.send(Err(log_failed(&why)));
+            }
+            continue;
+        }
+        let mut results = Vec::with_capacity(batch.len());
+        let mut touched: HashMap<PartitionKey, Arc<Mutex<PartitionLog>>> = HashMap::new();
+        for request in &batch {
+            let txn_id = TxnId(next_txn);
+            next_txn += 1;
+            results.push(append_commit(shared, &request.writes, txn_id, &mut touched, &mut scratch));
+        }
+        let mut sync_error = None;
+        for log in touched.values() {
+            if let Err(e) = lock(log).sync() {
+                sync_error = Some(e);
+            }
+        }
+        if let Some(e) = sync_error {
+            tracing::error!(error = %e, "fsync of the log failed; refusing further writes");
+            *lock(&shared.failed) = Some(e.message.clone());
+            for request in batch {
+                let _ = request.reply.send(Err(log_failed(&e.message)));
+            }
+            continue;
+        }
+        for (request, result) in batch.into_iter().zip(results) {
+            let _ = request.reply.send(result);
+        }
+    }
+}
+
+fn log_failed(why: &str) -> Error {
+    Error::new(SqlState::IO_ERROR, format!("the log cannot accept writes after a failed fsync: {why}"))
+}
+
+fn append_commit(
+    shared: &Shared,
+    writes: &[Write],
+    txn_id: TxnId,
+    touched: &mut HashMap<PartitionKey, Arc<Mutex<PartitionLog>>>,
+    scratch: &mut Vec<u8>,
+) -> Result<Committed> {
+    let mut objects: Vec<ObjectId> = writes.iter().map(|w| w.object).collect();
+    objects.sort();
+    objects.dedup();
+    let participants = if objects.len() > 1 { objects } else { Vec::new() };
+    let mut offsets = Vec::with_capacity(writes.len());
+    for write in writes {
+        let key = (write.object, write.partition);
+        let log = lock(&shared.partitions).get(&key).cloned();
+        let log = log.ok_or_else(|| {
+            Error::new(SqlState::UNDEFINED_TABLE, format!("table {} was dropped", write.object))
+        })?;
+        let record = Record {
+            txn_id,
+            participants: participants.clone(),
+            payload: write.payload.clone(),
+        };
+        let offset = lock(&log).append(&record, scratch)?;
+        touched.insert(key, log);
+        offsets.push((write.object, write.partition, offset));
+    }
+    Ok(Committed { txn_id, offsets })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(object: u64, payload: &[u8]) -> Write {
+        Write { object: ObjectId(object), partition: PartitionId(0), payload: payload.to_vec() }
+    }
+
+    fn payloads(store: &LogStore, object: u64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        store
+            .scan(ObjectId(object), PartitionId(0), Offset(0), |_, r| {
+                out.push(r.payload);
+                Ok(())
+            })
+            .unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn commits_are_durable_and_ordered() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = [(ObjectId(1), 1), (ObjectId(2), 1)];
+        {
+            let store = LogStore::open(dir.path(), &objects).unwrap();
+            let a = store.commit(vec![write(1, b"a1")]);
+            let b = store.commit(vec![write(1, b"a2"), write(2, b"b1")]);
+            let a = a.await.unwrap().unwrap();
+            let b = b.await.unwrap().unwrap();
+            assert!(b.txn_id > a.txn_id);
+            assert_eq!(b.offsets[0].2, Offset(1));
+        }
+        let store = LogStore::open(dir.path(), &objects).unwrap();
+        assert_eq!(payloads(&store, 1), vec![b"a1".to_vec(), b"a2".to_vec()]);
+        assert_eq!(payloads(&store, 2), vec![b"b1".to_vec()]);
+        let c = store.commit(vec![write(2, b"b2")]).await.unwrap().unwrap();
+        assert!(c.txn_id.0 >= 3, "transaction ids keep growing across restarts");
+    }
+
+    #[tokio::test]
+    async fn a_transaction_torn_across_tables_is_dropped_everywhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = [(ObjectId(1), 1), (ObjectId(2), 1)];
+        {
+            let store = LogStore::open(dir.path(), &objects).unwrap();
+            store.commit(vec![write(1, b"ok")]).await.unwrap().unwrap();
+            store.commit(vec![write(1, b"t1"), write(2, b"t2")]).await.unwrap().unwrap();
+        }
+        // Simulate a crash that lost table 2's half of the transaction.
+        let seg = partition_dir(dir.path(), (ObjectId(2), PartitionId(0))).join(format!("{:020}.seg", 0));
+        fs::write(&seg, b"").unwrap();
+        let store = LogStore::open(dir.path(), &objects).unwrap();
+        assert_eq!(payloads(&store, 1), vec![b"ok".to_vec()]);
+        assert!(payloads(&store, 2).is_empty());
+    }
+
+    #[tokio::test]
+    async fn unknown_object_directories_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = LogStore::open(dir.path(), &[(ObjectId(7), 1)]).unwrap();
+            store.commit(vec![write(7, b"x")]).await.unwrap().unwrap();
+        }
+        let _store = LogStore::open(dir.path(), &[]).unwrap();
+        assert!(!dir.path().join("7").exists());
+    }
+}

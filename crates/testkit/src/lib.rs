@@ -1,0 +1,193 @@
+//! Dev-only tools: start a real `eddy` process on a free loopback port with its own data
+//! directory, talk to it with tokio-postgres, and run sqllogictest files over the wire.
+//!
+//! Entry points: [`EddyProcess`] and [`run_slt_file`].
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+/// How long a server may take to start (a debug build opening a large log is slow).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A running `eddy serve` child process.
+pub struct EddyProcess {
+    child: Child,
+    pub port: u16,
+    binary: PathBuf,
+    pub data_dir: PathBuf,
+}
+
+impl EddyProcess {
+    /// Starts `binary serve` on 127.0.0.1 with a port the OS picks, and waits until it listens.
+    pub fn start(binary: &Path, data_dir: &Path) -> Result<Self> {
+        let mut child = Command::new(binary)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("EDDY_LOG", std::env::var("EDDY_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let mut sent = false;
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if !sent && let Some(rest) = line.split("listening on ").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
+                    let _ = tx.send(addr);
+                    sent = true;
+                }
+                line.clear();
+            }
+        });
+        let addr = match rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait()?;
+                bail!("eddy did not start listening within {STARTUP_TIMEOUT:?} (exit status {status})");
+            }
+        };
+        let port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad address {addr}"))?;
+        Ok(EddyProcess { child, port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf() })
+    }
+
+    pub fn connection_string(&self) -> String {
+        format!("host=127.0.0.1 port={} user=eddy dbname=eddy", self.port)
+    }
+
+    pub async fn connect(&self) -> Result<Client> {
+        let (client, connection) = tokio_postgres::connect(&self.connection_string(), NoTls).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+
+    /// SIGKILL: the crash case. Nothing acknowledged may be lost.
+    pub fn kill(&mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) -> Result<()> {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
+        if !status.success() {
+            bail!("kill -TERM failed");
+        }
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("eddy exited with {status} after SIGTERM");
+        }
+        Ok(())
+    }
+
+    /// Starts a new process on the same data directory.
+    pub fn restart(&self) -> Result<Self> {
+        EddyProcess::start(&self.binary, &self.data_dir)
+    }
+}
+
+impl Drop for EddyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// sqllogictest's view of a connection.
+pub struct Connection {
+    client: Client,
+}
+
+#[derive(Debug)]
+pub struct DbError(tokio_postgres::Error);
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => write!(f, "{}", db.message()),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+impl std::error::Error for DbError {}
+
+#[async_trait::async_trait]
+impl AsyncDB for Connection {
+    type Error = DbError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
+        let messages = self.client.simple_query(sql).await.map_err(DbError)?;
+        let mut rows = Vec::new();
+        let mut columns = None;
+        let mut affected = 0;
+        for message in messages {
+            match message {
+                SimpleQueryMessage::RowDescription(d) => columns = Some(d.len()),
+                SimpleQueryMessage::Row(row) => {
+                    columns = Some(row.len());
+                    rows.push(
+                        (0..row.len())
+                            .map(|i| match row.get(i) {
+                                None => "NULL".to_owned(),
+                                Some("") => "(empty)".to_owned(),
+                                Some(v) => v.to_owned(),
+                            })
+                            .collect(),
+                    );
+                }
+                SimpleQueryMessage::CommandComplete(n) => affected = n,
+                _ => {}
+            }
+        }
+        match columns {
+            Some(n) => Ok(DBOutput::Rows { types: vec![DefaultColumnType::Any; n], rows }),
+            None => Ok(DBOutput::StatementComplete(affected)),
+        }
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "eddy"
+    }
+
+    fn error_sql_state(err: &Self::Error) -> Option<String> {
+        err.0.code().map(|c| c.code().to_owned())
+    }
+}
+
+/// Runs one `.slt` file against a fresh server with its own data directory.
+pub async fn run_slt_file(binary: &Path, file: &Path) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = EddyProcess::start(binary, dir.path())?;
+    let connection_string = server.connection_string();
+    let mut runner = sqllogictest::Runner::new(move || {
+        let connection_string = connection_string.clone();
+        async move {
+            let (client, connection) = tokio_postgres::connect(&connection_string, NoTls).await.map_err(DbError)?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            Ok::<_, DbError>(Connection { client })
+        }
+    });
+    runner.run_file_async(file).await.map_err(|e| anyhow!("{}", e.display(true)))?;
+    drop(server);
+    Ok(())
+}
