@@ -67,7 +67,11 @@ impl Session {
 
     /// Sets a session variable outside of SQL (start-up parameters such as application_name).
     pub fn set_variable(&mut self, name: &str, value: &str) -> Result<()> {
-        self.variables.set(name, Some(value.to_owned()))
+        self.variables.set(name, Some(value.to_owned()))?;
+        if name.eq_ignore_ascii_case("timezone") {
+            self.sync_time_zone()?;
+        }
+        Ok(())
     }
 
     pub fn variables(&self) -> &Variables {

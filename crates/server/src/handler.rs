@@ -25,7 +25,7 @@ use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionMan
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::response::NoticeResponse;
-use pgwire::messages::startup::SecretKey;
+use pgwire::messages::startup::{ParameterStatus, SecretKey};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::Mutex;
 use tracing::Instrument;
@@ -37,6 +37,18 @@ struct SessionSlot {
     session: Mutex<Session>,
     /// A COPY FROM STDIN in progress and the data received so far.
     copy: Mutex<Option<(CopyIn, Vec<u8>)>>,
+    /// Values of the reported parameters as the client last heard them (ParameterStatus).
+    reported: Mutex<Vec<(&'static str, String)>>,
+}
+
+/// Session variables PostgreSQL reports to the client whenever they change (GUC_REPORT).
+const REPORTED_VARIABLES: [&str; 5] = ["application_name", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone"];
+
+fn reported_values(session: &Session) -> Vec<(&'static str, String)> {
+    REPORTED_VARIABLES
+        .iter()
+        .filter_map(|name| session.variables().get(name).ok())
+        .collect()
 }
 
 pub struct Handlers {
@@ -126,7 +138,10 @@ fn slot<C: ClientInfo>(client: &C) -> PgWireResult<Arc<SessionSlot>> {
         .ok_or_else(|| to_pgwire(Error::internal("connection has no session")))
 }
 
-struct EddyParameters;
+/// The ParameterStatus values sent at start-up: fixed ones plus the session's reported variables.
+struct EddyParameters {
+    session: Vec<(&'static str, String)>,
+}
 
 impl ServerParameterProvider for EddyParameters {
     fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<std::collections::HashMap<String, String>> {
@@ -146,6 +161,9 @@ impl ServerParameterProvider for EddyParameters {
         p.insert("application_name".into(), client.metadata().get("application_name").cloned().unwrap_or_default());
         if let Some(user) = client.metadata().get("user") {
             p.insert("session_authorization".into(), user.clone());
+        }
+        for (name, value) in &self.session {
+            p.insert((*name).to_owned(), value.clone());
         }
         Some(p)
     }
@@ -171,11 +189,23 @@ impl StartupHandler for Conn {
         let database = client.metadata().get("database").cloned().unwrap_or_else(|| user.clone());
         let info = eddy_engine::SessionInfo { database, user, version: eddy_engine::version_string(), backend_pid: self.pid };
         let mut session = Session::new(Arc::clone(&self.engine), &info).map_err(to_pgwire)?;
-        if let Some(app) = client.metadata().get("application_name").cloned() {
-            let _ = session.set_variable("application_name", &app);
+        // Drivers pass settings in the startup packet (JDBC: TimeZone, extra_float_digits).
+        let options: Vec<(String, String)> = client.metadata().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (name, value) in options {
+            if !matches!(name.as_str(), "user" | "database" | "options" | "replication")
+                && let Err(e) = session.set_variable(&name, &value)
+            {
+                tracing::debug!(parameter = %name, error = %e, "ignoring a startup parameter");
+            }
         }
-        client.session_extensions().insert(SessionSlot { session: Mutex::new(session), copy: Mutex::new(None) });
-        finish_authentication(client, &EddyParameters).await?;
+        let reported = reported_values(&session);
+        let parameters = EddyParameters { session: reported.clone() };
+        client.session_extensions().insert(SessionSlot {
+            session: Mutex::new(session),
+            copy: Mutex::new(None),
+            reported: Mutex::new(reported),
+        });
+        finish_authentication(client, &parameters).await?;
         Ok(())
     }
 }
@@ -234,6 +264,9 @@ where
             Response::Query(QueryResponse::new(fields, stream::iter(rows)))
         }
         Outcome::Command { tag, rows } => {
+            if tag == "SET" {
+                report_changed_parameters(client, slot).await?;
+            }
             let t = Tag::new(tag);
             let t = if tag == "INSERT" { t.with_oid(0) } else { t };
             Response::Execution(match rows {
@@ -253,6 +286,26 @@ where
             Box::pin(respond(client, slot, *then, formats)).await?
         }
     })
+}
+
+/// Sends ParameterStatus for every reported variable a SET changed, as PostgreSQL does.
+async fn report_changed_parameters<C>(client: &mut C, slot: &SessionSlot) -> PgWireResult<()>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let now = reported_values(&*slot.session.lock().await);
+    let changed: Vec<(&'static str, String)> = {
+        let mut last = slot.reported.lock().await;
+        let changed = now.iter().filter(|v| !last.contains(v)).cloned().collect();
+        *last = now;
+        changed
+    };
+    for (name, value) in changed {
+        client.send(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(name.to_owned(), value))).await?;
+    }
+    Ok(())
 }
 
 #[async_trait]
