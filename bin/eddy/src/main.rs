@@ -53,6 +53,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", args.data_dir.display()))?;
+    engine.restore_views().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;

@@ -44,11 +44,23 @@ pub struct TableDef {
     pub partitions: u32,
 }
 
+/// A materialized view: its query text is planned again on start-up.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ViewDef {
+    pub id: ObjectId,
+    pub name: String,
+    /// The `CREATE MATERIALIZED VIEW` statement as written.
+    pub sql: String,
+    /// Tables and views it reads.
+    pub dependencies: Vec<ObjectId>,
+}
+
 /// What the metadata store holds for one object.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ObjectDef {
     Table(TableDef),
+    MaterializedView(ViewDef),
 }
 
 impl ObjectDef {

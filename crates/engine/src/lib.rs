@@ -13,6 +13,7 @@ mod copy;
 mod session;
 mod table;
 mod variables;
+mod views;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,7 +34,8 @@ pub use eddy_sql::{Parsed, SessionInfo, Statement, parse_statements};
 pub use session::{Outcome, Session, StatementDescription};
 pub use variables::{TimeZone, Variables};
 
-use catalog::ObjectDef;
+use catalog::{ObjectDef, ViewDef};
+use views::{View, ViewRuntime};
 use table::TableData;
 
 /// The PostgreSQL version Eddy reports to drivers, and its own.
@@ -82,12 +84,23 @@ pub struct Engine {
     meta: MetaStore,
     log: Arc<LogStore>,
     tables: RwLock<BTreeMap<String, Arc<Table>>>,
+    views: RwLock<BTreeMap<String, Arc<View>>>,
+    runtime: ViewRuntime,
+    /// Views read from the catalog at start-up, planned again by [`Engine::restore_views`].
+    stored_views: std::sync::Mutex<Vec<ViewDef>>,
     /// Serializes catalog changes and commits: the order writers pass through here is the order
     /// of the log and of the in-memory contents.
     write_lock: Arc<Mutex<()>>,
 }
 
 pub(crate) type WriteGuard = OwnedMutexGuard<()>;
+
+/// What a DROP names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ObjectKind {
+    Table,
+    MaterializedView,
+}
 
 impl Engine {
     /// Opens (or creates) a data directory, rebuilding every table from its log.
@@ -96,12 +109,19 @@ impl Engine {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("create the data directory", e))?;
         let meta = MetaStore::open(&dir.join("meta"))?;
         let mut defs = Vec::new();
+        let mut view_defs = Vec::new();
         for (id, bytes) in meta.objects()? {
-            match ObjectDef::decode(&bytes)? {
-                ObjectDef::Table(def) if def.id == id => defs.push(def),
-                ObjectDef::Table(def) => {
-                    return Err(Error::new(SqlState::DATA_CORRUPTED, format!("catalog entry {id} names table id {}", def.id)));
-                }
+            let object = ObjectDef::decode(&bytes)?;
+            let named = match &object {
+                ObjectDef::Table(d) => d.id,
+                ObjectDef::MaterializedView(d) => d.id,
+            };
+            if named != id {
+                return Err(Error::new(SqlState::DATA_CORRUPTED, format!("catalog entry {id} names object id {named}")));
+            }
+            match object {
+                ObjectDef::Table(def) => defs.push(def),
+                ObjectDef::MaterializedView(def) => view_defs.push(def),
             }
         }
         let log_objects: Vec<(ObjectId, u32)> = defs.iter().map(|d| (d.id, d.partitions)).collect();
@@ -111,12 +131,21 @@ impl Engine {
             let table = load_table(&log, def)?;
             tables.insert(table.def.name.clone(), table);
         }
-        Ok(Arc::new(Engine { meta, log, tables: RwLock::new(tables), write_lock: Arc::new(Mutex::new(())) }))
+        Ok(Arc::new(Engine {
+            meta,
+            log,
+            tables: RwLock::new(tables),
+            views: RwLock::new(BTreeMap::new()),
+            runtime: ViewRuntime::start()?,
+            stored_views: std::sync::Mutex::new(view_defs),
+            write_lock: Arc::new(Mutex::new(())),
+        }))
     }
 
     /// Stops accepting writes after answering those queued; the data stays consistent.
     pub fn shutdown(&self) {
         self.log.shutdown();
+        self.runtime.shutdown();
     }
 
     pub fn table(&self, name: &str) -> Option<Arc<Table>> {
@@ -127,6 +156,85 @@ impl Engine {
         self.tables.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
     }
 
+    pub(crate) fn view(&self, name: &str) -> Option<Arc<View>> {
+        self.views.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    pub fn view_names(&self) -> Vec<String> {
+        self.views.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+    }
+
+    fn name_taken(&self, name: &str) -> bool {
+        self.table(name).is_some() || self.view(name).is_some()
+    }
+
+    /// Waits until every view reflects everything committed before the call.
+    pub async fn flush(&self) -> Result<u64> {
+        self.runtime.flush()?.await.map_err(|_| Error::internal("the view runtime stopped"))?
+    }
+
+    pub(crate) fn view_snapshots(&self) -> views::Snapshots {
+        self.runtime.snapshots()
+    }
+
+    /// Objects (views) that read `id`, directly.
+    fn dependents(&self, id: ObjectId) -> Vec<Arc<View>> {
+        self.views.read().unwrap_or_else(|p| p.into_inner()).values().filter(|v| v.def.dependencies.contains(&id)).cloned().collect()
+    }
+
+    /// Registers a materialized view and backfills it; `id` is given when restoring one.
+    pub(crate) async fn create_view(&self, name: String, sql: String, plan: eddy_sql::ViewPlan, id: Option<ObjectId>) -> Result<()> {
+        let guard = self.lock_writes().await;
+        if self.name_taken(&name) {
+            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
+        }
+        let sources = plan.node.sources();
+        let dataflow = eddy_dataflow::build(&plan.node)?;
+        let mut tables = Vec::new();
+        for table in self.tables.read().unwrap_or_else(|p| p.into_inner()).values() {
+            if sources.contains(&table.def.id) {
+                tables.push((table.def.id, table.snapshot()?));
+            }
+        }
+        let is_new = id.is_none();
+        let id = match id {
+            Some(id) => id,
+            None => self.meta.allocate_object_id()?,
+        };
+        let def = ViewDef { id, name: name.clone(), sql, dependencies: sources.clone() };
+        if is_new {
+            self.meta.put_object(id, &ObjectDef::MaterializedView(def.clone()).encode()?)?;
+        }
+        let view = Arc::new(View { def, schema: plan.schema });
+        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::clone(&view));
+        let done = self.runtime.add_view(view, dataflow, sources, tables)?;
+        drop(guard);
+        let result = done.await.map_err(|_| Error::internal("the view runtime stopped"))?;
+        if let Err(e) = result {
+            // A view that cannot be built is not kept.
+            let _ = self.drop_objects(&[name], true, true, ObjectKind::MaterializedView).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Plans every view stored in the catalog again and backfills it (start-up).
+    pub async fn restore_views(self: &Arc<Self>) -> Result<()> {
+        let defs = std::mem::take(&mut *self.stored_views.lock().unwrap_or_else(|p| p.into_inner()));
+        if defs.is_empty() {
+            return Ok(());
+        }
+        let info = eddy_sql::SessionInfo { database: "eddy".into(), user: "eddy".into(), version: version_string(), backend_pid: 0 };
+        let mut session = Session::new(Arc::clone(self), &info)?;
+        for def in defs {
+            session.restore_view(&def).await.map_err(|e| {
+                Error::new(e.state, format!("restoring materialized view \"{}\": {}", def.name, e.message))
+            })?;
+            tracing::info!(view = %def.name, "materialized view restored");
+        }
+        Ok(())
+    }
+
     pub(crate) async fn lock_writes(&self) -> WriteGuard {
         Arc::clone(&self.write_lock).lock_owned().await
     }
@@ -134,7 +242,7 @@ impl Engine {
     pub(crate) async fn create_table(&self, create: &eddy_sql::CreateTable) -> Result<bool> {
         let _guard = self.lock_writes().await;
         let name = catalog::object_name(&create.name)?;
-        if self.table(&name).is_some() {
+        if self.name_taken(&name) {
             if create.if_not_exists {
                 return Ok(false);
             }
@@ -152,24 +260,84 @@ impl Engine {
         Ok(true)
     }
 
-    /// Drops tables; returns how many existed. Nothing depends on tables yet, so CASCADE and
-    /// RESTRICT behave alike.
-    pub(crate) async fn drop_tables(&self, names: &[String], if_exists: bool) -> Result<()> {
+    /// Drops tables or views. A view that reads a dropped object is dropped with CASCADE and
+    /// blocks the drop otherwise (2BP01).
+    pub(crate) async fn drop_objects(&self, names: &[String], if_exists: bool, cascade: bool, kind: ObjectKind) -> Result<()> {
         let _guard = self.lock_writes().await;
+        let mut ids = Vec::new();
         for name in names {
-            if self.table(name).is_none() && !if_exists {
-                return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{name}\" does not exist")));
+            let id = match kind {
+                ObjectKind::Table => self.table(name).map(|t| t.def.id),
+                ObjectKind::MaterializedView => self.view(name).map(|v| v.def.id),
+            };
+            match id {
+                Some(id) => ids.push(id),
+                None if if_exists => {}
+                None => {
+                    let what = match kind {
+                        ObjectKind::Table => "table",
+                        ObjectKind::MaterializedView => "materialized view",
+                    };
+                    let state = if self.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_TABLE };
+                    return Err(Error::new(state, format!("{what} \"{name}\" does not exist")));
+                }
             }
         }
-        for name in names {
-            let Some(table) = self.table(name) else { continue };
-            // The catalog first: a crash before the log is removed leaves an orphan log that
-            // the next start deletes.
-            self.meta.delete_object(table.def.id)?;
-            self.tables.write().unwrap_or_else(|p| p.into_inner()).remove(name);
-            self.log.drop_object(table.def.id)?;
+        // Everything that (transitively) reads what is dropped.
+        let mut doomed_views: Vec<Arc<View>> = Vec::new();
+        let mut frontier = ids.clone();
+        while let Some(id) = frontier.pop() {
+            for view in self.dependents(id) {
+                if !doomed_views.iter().any(|v| v.def.id == view.def.id) && !ids.contains(&view.def.id) {
+                    if !cascade {
+                        let name = self.name_of(id);
+                        return Err(Error::new(
+                            SqlState::DEPENDENT_OBJECTS_STILL_EXIST,
+                            format!("cannot drop {name} because other objects depend on it"),
+                        )
+                        .with_detail(format!("materialized view {} depends on {name}", view.def.name))
+                        .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+                    }
+                    frontier.push(view.def.id);
+                    doomed_views.push(view);
+                }
+            }
+        }
+        // Dependents first (newest first), then the named objects.
+        doomed_views.sort_by_key(|v| std::cmp::Reverse(v.def.id));
+        for view in doomed_views {
+            self.drop_view_now(&view)?;
+        }
+        for id in ids {
+            let table = self.tables.read().unwrap_or_else(|p| p.into_inner()).values().find(|t| t.def.id == id).cloned();
+            if let Some(table) = table {
+                // The catalog first: a crash before the log is removed leaves an orphan log that
+                // the next start deletes.
+                self.meta.delete_object(id)?;
+                self.tables.write().unwrap_or_else(|p| p.into_inner()).remove(&table.def.name);
+                self.log.drop_object(id)?;
+            }
+            let view = self.views.read().unwrap_or_else(|p| p.into_inner()).values().find(|v| v.def.id == id).cloned();
+            if let Some(view) = view {
+                self.drop_view_now(&view)?;
+            }
         }
         Ok(())
+    }
+
+    fn drop_view_now(&self, view: &View) -> Result<()> {
+        self.meta.delete_object(view.def.id)?;
+        self.views.write().unwrap_or_else(|p| p.into_inner()).remove(&view.def.name);
+        self.runtime.drop_view(view.def.id)
+    }
+
+    fn name_of(&self, id: ObjectId) -> String {
+        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = tables.values().find(|t| t.def.id == id) {
+            return format!("table {}", t.def.name);
+        }
+        let views = self.views.read().unwrap_or_else(|p| p.into_inner());
+        views.values().find(|v| v.def.id == id).map_or_else(|| format!("object {id}"), |v| format!("materialized view {}", v.def.name))
     }
 
     /// Checks, logs and applies one transaction's changes. Takes the write guard and releases
@@ -204,6 +372,7 @@ impl Engine {
         let ticket = self.log.commit(log_writes);
         for (table, changes) in &writes {
             table.write().apply(changes)?;
+            self.runtime.changes(table.def.id, changes.clone())?;
         }
         drop(guard);
         ticket

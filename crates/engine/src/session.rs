@@ -20,7 +20,7 @@ use crate::catalog::{normalize_ident, object_name};
 use crate::copy::{CopyFormat, CopyIn};
 use crate::table::TableData;
 use crate::variables::Variables;
-use crate::{Engine, Table, WriteGuard};
+use crate::{Engine, ObjectKind, Table, WriteGuard};
 
 /// What a statement produced.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ pub struct Session {
 
 impl Session {
     pub fn new(engine: Arc<Engine>, info: &SessionInfo) -> Result<Self> {
-        let view = Arc::new(SessionCatalog { engine: Arc::clone(&engine), forks: Mutex::new(HashMap::new()) });
+        let view = Arc::new(SessionCatalog { engine: Arc::clone(&engine), forks: Mutex::new(HashMap::new()), views: Mutex::new(None) });
         let planner = SessionPlanner::new(Arc::clone(&view) as Arc<dyn CatalogSource>, info)?;
         Ok(Session { engine, planner, view, variables: Variables::default(), transaction: None })
     }
@@ -111,8 +111,34 @@ impl Session {
     }
 
     async fn execute_inner(&mut self, statement: &Statement, params: &[ArrayRef]) -> Result<Outcome> {
+        // One statement reads one published moment of every view.
+        self.view.begin_statement();
+        let outcome = self.execute_statement(statement, params).await;
+        self.view.end_statement();
+        let outcome = outcome?;
+        if self.variables.implicit_flush() && self.transaction.is_none() && is_write(&outcome) {
+            self.engine.flush().await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn execute_statement(&mut self, statement: &Statement, params: &[ArrayRef]) -> Result<Outcome> {
         match statement {
-            Statement::Flush => Ok(Outcome::Command { tag: "FLUSH", rows: None }),
+            Statement::Flush => {
+                self.engine.flush().await?;
+                Ok(Outcome::Command { tag: "FLUSH", rows: None })
+            }
+            Statement::ShowMaterializedViews => {
+                let names = self.engine.view_names();
+                rows_of_text(&["name"], names.into_iter().map(|n| vec![n]).collect())
+            }
+            Statement::ShowCreateMaterializedView(name) => {
+                let name = object_name(name)?;
+                let view = self.engine.view(&name).ok_or_else(|| {
+                    Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{name}\" does not exist"))
+                })?;
+                rows_of_text(&["name", "create_sql"], vec![vec![name, view.def.sql.clone()]])
+            }
             Statement::CreateTable(create) => {
                 let created = self.engine.create_table(create).await?;
                 let done = Outcome::Command { tag: "CREATE TABLE", rows: None };
@@ -148,11 +174,18 @@ impl Session {
             S::Commit { .. } => self.commit().await,
             S::Rollback { savepoint: None, .. } => Ok(self.rollback()),
             S::Rollback { savepoint: Some(_), .. } | S::Savepoint { .. } => Err(Error::unsupported("savepoints are not supported")),
-            S::Drop { object_type: ObjectType::Table, if_exists, names, .. } => {
+            S::Drop { object_type: ObjectType::Table, if_exists, names, cascade, .. } => {
                 let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
-                self.engine.drop_tables(&names, *if_exists).await?;
+                self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::Table).await?;
                 Ok(Outcome::Command { tag: "DROP TABLE", rows: None })
             }
+            S::Drop { object_type: ObjectType::MaterializedView, if_exists, names, cascade, .. } => {
+                let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
+                self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::MaterializedView).await?;
+                Ok(Outcome::Command { tag: "DROP MATERIALIZED VIEW", rows: None })
+            }
+            S::CreateView(create) if create.materialized => self.create_materialized_view(create).await,
+            S::CreateView(_) => Err(Error::unsupported("CREATE VIEW (not materialized) is not supported yet: use CREATE MATERIALIZED VIEW")),
             S::Drop { object_type, .. } => Err(Error::unsupported(format!("DROP {object_type} is not supported"))),
             S::ShowTables { .. } => Ok(self.show_tables()),
             S::ShowCreate { obj_type: ast::ShowCreateObject::Table, obj_name } => self.show_create_table(obj_name),
@@ -293,6 +326,42 @@ impl Session {
         }
     }
 
+    async fn create_materialized_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
+        let name = object_name(&create.name)?;
+        if self.engine.name_taken(&name) && create.if_not_exists {
+            return Ok(Outcome::Warning {
+                message: format!("relation \"{name}\" already exists, skipping"),
+                then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
+            });
+        }
+        if create.or_replace {
+            return Err(Error::unsupported("CREATE OR REPLACE MATERIALIZED VIEW is not supported: drop the view first"));
+        }
+        if !create.columns.is_empty() {
+            return Err(Error::unsupported("column names after the view name are not supported: alias the columns in the query"));
+        }
+        if !matches!(create.options, ast::CreateTableOptions::None) {
+            return Err(Error::unsupported(format!("materialized view options {} are not supported yet", create.options)));
+        }
+        let plan = self.planner.plan_view(&create.query).await?;
+        self.engine.create_view(name, create.to_string(), plan, None).await?;
+        Ok(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None })
+    }
+
+    /// Plans a stored view again at start-up, under its original id.
+    pub(crate) async fn restore_view(&mut self, def: &crate::catalog::ViewDef) -> Result<()> {
+        let parsed = eddy_sql::parse_statements(&def.sql)?;
+        let create = match parsed.first().map(|p| &p.statement) {
+            Some(Statement::Sql(s)) => match s.as_ref() {
+                ast::Statement::CreateView(c) => c.clone(),
+                _ => return Err(Error::internal("stored view is not CREATE MATERIALIZED VIEW")),
+            },
+            _ => return Err(Error::internal("stored view does not parse to one statement")),
+        };
+        let plan = self.planner.plan_view(&create.query).await?;
+        self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id)).await
+    }
+
     fn begin(&mut self) -> Outcome {
         if self.transaction.is_some() {
             return Outcome::Warning {
@@ -353,6 +422,9 @@ impl Session {
         let count = rows.num_rows();
         let rows = conform(&table, rows)?;
         self.write(guard, table, vec![ChangeBatch::inserts(rows)]).await?;
+        if self.variables.implicit_flush() && self.transaction.is_none() {
+            self.engine.flush().await?;
+        }
         Ok(Outcome::Command { tag: "COPY", rows: Some(count) })
     }
 
@@ -446,6 +518,10 @@ impl Session {
         };
         self.planner.set_time_zone(&tz)
     }
+}
+
+fn is_write(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Command { tag: "INSERT" | "UPDATE" | "DELETE" | "COPY", .. } | Outcome::TransactionEnd { tag: "COMMIT" })
 }
 
 fn is_transaction_end(statement: &Statement) -> bool {
@@ -583,6 +659,25 @@ fn rows_of_text(names: &[&str], rows: Vec<Vec<String>>) -> Result<Outcome> {
 struct SessionCatalog {
     engine: Arc<Engine>,
     forks: Mutex<HashMap<ObjectId, TableData>>,
+    /// The views' contents as of the start of the running statement.
+    views: Mutex<Option<crate::views::Snapshots>>,
+}
+
+impl SessionCatalog {
+    fn begin_statement(&self) {
+        *self.views.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.engine.view_snapshots());
+    }
+
+    fn end_statement(&self) {
+        self.views.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn view_table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
+        let view = self.engine.view(name)?;
+        let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.engine.view_snapshots());
+        let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
+        Some(Arc::new(SnapshotTable { id: view.def.id, schema: Arc::clone(&view.schema), snapshot }))
+    }
 }
 
 impl std::fmt::Debug for TableData {
@@ -593,7 +688,7 @@ impl std::fmt::Debug for TableData {
 
 impl CatalogSource for SessionCatalog {
     fn table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
-        let table = self.engine.table(name)?;
+        let Some(table) = self.engine.table(name) else { return self.view_table(name) };
         let snapshot = {
             let mut forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
             match forks.get_mut(&table.def.id) {
@@ -607,22 +702,29 @@ impl CatalogSource for SessionCatalog {
             tracing::error!(table = name, error = %e, "building a table snapshot failed");
             Arc::new(Vec::new())
         });
-        Some(Arc::new(SnapshotTable { schema: Arc::clone(&table.schema), snapshot }))
+        Some(Arc::new(SnapshotTable { id: table.def.id, schema: Arc::clone(&table.schema), snapshot }))
     }
 
     fn table_names(&self) -> Vec<String> {
-        self.engine.table_names()
+        let mut names = self.engine.table_names();
+        names.extend(self.engine.view_names());
+        names
     }
 }
 
 /// A table frozen at the moment a statement resolved it.
 #[derive(Debug)]
 struct SnapshotTable {
+    id: ObjectId,
     schema: SchemaRef,
     snapshot: Arc<Vec<RecordBatch>>,
 }
 
 impl TableSource for SnapshotTable {
+    fn object_id(&self) -> ObjectId {
+        self.id
+    }
+
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }

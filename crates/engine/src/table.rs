@@ -84,6 +84,20 @@ impl TableData {
         Ok(TableData { schema, rows, snapshot: None })
     }
 
+    /// The contents of a materialized view: a multiset of rows.
+    pub fn for_view(schema: SchemaRef) -> Result<Self> {
+        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
+        Ok(TableData { schema, rows: Rows::Multiset(Multiset { converter, counts: HashMap::new(), primary_key: None }), snapshot: None })
+    }
+
+    /// Checks a view's epoch output against its contents: a retraction of a row the view does
+    /// not hold is a bug in the dataflow, never a user error.
+    pub fn check_view_output(&self, changes: &[ChangeBatch]) -> Result<()> {
+        self.check(changes)
+            .map_err(|e| Error::internal(format!("a view's dataflow retracted a row the view does not hold ({})", e.message)))
+    }
+
     pub fn row_count(&self) -> usize {
         match &self.rows {
             Rows::AppendOnly(batches) => batches.iter().map(|b| b.num_rows()).sum(),

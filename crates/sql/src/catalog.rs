@@ -17,6 +17,8 @@ use datafusion::physical_plan::ExecutionPlan;
 
 /// A table as the planner sees it: a schema and a consistent snapshot of its rows.
 pub trait TableSource: Send + Sync + fmt::Debug {
+    /// The catalog id of the table or view (what dataflows name as their sources).
+    fn object_id(&self) -> eddy_common::ObjectId;
     fn schema(&self) -> SchemaRef;
     /// The table's current contents. Repeated calls within one statement must return the same
     /// snapshot (the engine hands out an immutable `Arc`ed copy).
@@ -52,8 +54,8 @@ impl SchemaProvider for SchemaBridge {
 }
 
 #[derive(Debug)]
-struct TableBridge {
-    source: Arc<dyn TableSource>,
+pub(crate) struct TableBridge {
+    pub(crate) source: Arc<dyn TableSource>,
     /// The table's schema with every column nullable: the engine enforces NOT NULL itself, with
     /// PostgreSQL's error (23502) and the table's column names, which DataFusion's own check
     /// during INSERT planning would not give.

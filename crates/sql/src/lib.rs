@@ -10,6 +10,7 @@
 mod catalog;
 mod error;
 mod functions;
+mod lower;
 mod parser;
 mod planner;
 pub mod types;
@@ -18,4 +19,5 @@ pub use catalog::{CatalogSource, TableSource};
 pub use datafusion::sql::sqlparser::ast;
 pub use error::from_datafusion;
 pub use parser::{CreateTable, Parsed, Statement, parse_statements, parse_with_options, syntax_error};
-pub use planner::{Planned, QueryPlan, SessionInfo, SessionPlanner};
+pub use planner::{Planned, QueryPlan, SessionInfo, SessionPlanner, ViewPlan};
+pub use eddy_dataflow as dataflow;

@@ -20,6 +20,10 @@ pub enum Statement {
     CreateTable(Box<CreateTable>),
     /// `FLUSH`: wait until every view reflects everything written before it.
     Flush,
+    /// `SHOW MATERIALIZED VIEWS`.
+    ShowMaterializedViews,
+    /// `SHOW CREATE MATERIALIZED VIEW name`.
+    ShowCreateMaterializedView(ObjectName),
 }
 
 /// `CREATE TABLE` as Eddy extends it.
@@ -88,6 +92,14 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
         if w.keyword == Keyword::FLUSH {
             parser.next_token();
             return Ok(Statement::Flush);
+        }
+        if w.keyword == Keyword::SHOW {
+            if parse_words(parser, &["SHOW", "MATERIALIZED", "VIEWS"]) {
+                return Ok(Statement::ShowMaterializedViews);
+            }
+            if parse_words(parser, &["SHOW", "CREATE", "MATERIALIZED", "VIEW"]) {
+                return Ok(Statement::ShowCreateMaterializedView(parser.parse_object_name(false)?));
+            }
         }
         if w.keyword == Keyword::CREATE && is_create_table(parser) {
             return parse_create_table(parser).map(|c| Statement::CreateTable(Box::new(c)));

@@ -102,6 +102,12 @@ impl QueryPlan {
     }
 }
 
+/// A view's dataflow and its output schema (PostgreSQL-style column names).
+pub struct ViewPlan {
+    pub node: eddy_dataflow::Node,
+    pub schema: SchemaRef,
+}
+
 /// One session's DataFusion context: its catalog view, functions and settings.
 pub struct SessionPlanner {
     ctx: SessionContext,
@@ -168,6 +174,24 @@ impl SessionPlanner {
         let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())
             .map_err(from_datafusion)?;
         Ok(Box::pin(stream.map_err(from_datafusion)))
+    }
+
+    /// Plans the query of a materialized view into a dataflow.
+    pub async fn plan_view(&self, query: &ast::Query) -> Result<ViewPlan> {
+        let statement = ast::Statement::Query(Box::new(query.clone()));
+        let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
+        let state = self.state();
+        let plan = state.statement_to_plan(df_statement).await.map_err(from_datafusion)?;
+        if !plan.get_parameter_types().map_err(from_datafusion)?.is_empty() {
+            return Err(Error::unsupported("parameters ($1) in a materialized view"));
+        }
+        let optimized = state.optimize(&plan).map_err(from_datafusion)?;
+        let node = crate::lower::Lowering { state: &state }.lower(&optimized)?;
+        let schema = crate::lower::view_schema(&plan);
+        if schema.fields().len() != node.schema().fields().len() {
+            return Err(Error::internal("view schema and dataflow schema disagree"));
+        }
+        Ok(ViewPlan { node, schema })
     }
 
     /// Sets the session time zone used by `now()` and casts to `timestamptz`.

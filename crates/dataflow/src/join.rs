@@ -1,0 +1,160 @@
+//! Inner equi-join with both sides arranged by key.
+//!
+//! Each side keeps a multiset of its rows per join key. A change on the left is joined with
+//! the right side's current rows (weights multiply), then added to the left arrangement; a
+//! change on the right likewise against the left, which already includes this push's left
+//! changes — so a self-join sees ΔL⋈R + L'⋈ΔR, the exact delta of L⋈R. NULL keys never match.
+
+use std::collections::HashMap;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::datatypes::SchemaRef;
+use arrow::row::{OwnedRow, RowConverter, SortField};
+use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+
+use crate::Operator;
+use crate::plan::Expr;
+use crate::rows::{arrow_error, batch, evaluate, filter_changes, take_columns};
+
+struct Side {
+    input: Box<dyn Operator>,
+    keys: Vec<Expr>,
+    /// Full rows of this side.
+    rows: RowConverter,
+    /// Join key -> row -> multiplicity.
+    arrangement: HashMap<OwnedRow, HashMap<OwnedRow, i64>>,
+    key_converter: Option<RowConverter>,
+}
+
+pub struct InnerJoin {
+    left: Side,
+    right: Side,
+    filter: Option<Expr>,
+    schema: SchemaRef,
+}
+
+impl Side {
+    fn new(input: Box<dyn Operator>, schema: &SchemaRef, keys: Vec<Expr>) -> Result<Self> {
+        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        Ok(Side { input, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, arrangement: HashMap::new(), key_converter: None })
+    }
+
+    /// Join keys of each row; `None` where a key column is NULL.
+    fn keys_of(&mut self, rows: &RecordBatch) -> Result<Vec<Option<OwnedRow>>> {
+        let keys: Vec<ArrayRef> = self.keys.iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
+        if self.key_converter.is_none() {
+            let fields = keys.iter().map(|k| SortField::new(k.data_type().clone())).collect();
+            self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
+        }
+        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
+        let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
+        Ok((0..rows.num_rows())
+            .map(|i| if keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded.row(i).owned()) })
+            .collect())
+    }
+
+    fn insert(&mut self, changes: &ChangeBatch, keys: &[Option<OwnedRow>]) -> Result<()> {
+        let rows = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
+        for (i, key) in keys.iter().enumerate() {
+            let Some(key) = key else { continue };
+            let bucket = self.arrangement.entry(key.clone()).or_default();
+            let row = rows.row(i).owned();
+            let count = bucket.entry(row.clone()).or_insert(0);
+            *count += changes.diffs().value(i);
+            if *count == 0 {
+                bucket.remove(&row);
+                if bucket.is_empty() {
+                    self.arrangement.remove(key);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl InnerJoin {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        left: Box<dyn Operator>,
+        right: Box<dyn Operator>,
+        left_schema: SchemaRef,
+        right_schema: SchemaRef,
+        left_keys: Vec<Expr>,
+        right_keys: Vec<Expr>,
+        filter: Option<Expr>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        Ok(InnerJoin {
+            left: Side::new(left, &left_schema, left_keys)?,
+            right: Side::new(right, &right_schema, right_keys)?,
+            filter,
+            schema,
+        })
+    }
+
+    /// Joins `changes` of one side with the other side's arrangement.
+    fn probe(&self, changes: &ChangeBatch, keys: &[Option<OwnedRow>], changes_are_left: bool) -> Result<Option<ChangeBatch>> {
+        let other = if changes_are_left { &self.right } else { &self.left };
+        let mut mine = Vec::new();
+        let mut theirs = Vec::new();
+        let mut diffs = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let Some(bucket) = key.as_ref().and_then(|k| other.arrangement.get(k)) else { continue };
+            for (row, count) in bucket {
+                mine.push(i as u32);
+                theirs.push(row.row());
+                diffs.push(changes.diffs().value(i) * count);
+            }
+        }
+        if mine.is_empty() {
+            return Ok(None);
+        }
+        let mine = take_columns(changes.rows().columns(), &UInt32Array::from(mine))?;
+        let theirs = other.rows.convert_rows(theirs).map_err(arrow_error)?;
+        let columns = if changes_are_left { [mine, theirs].concat() } else { [theirs, mine].concat() };
+        let joined = ChangeBatch::new(batch(&self.schema, columns)?, Int64Array::from(diffs));
+        match &self.filter {
+            None => Ok(Some(joined)),
+            Some(filter) => {
+                let mask = evaluate(filter, joined.rows())?;
+                let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("join filter is not boolean"))?;
+                let mask = BooleanArray::from_iter(mask.iter().map(|v| Some(v == Some(true))));
+                let kept = filter_changes(&joined, &mask)?;
+                Ok((!kept.is_empty()).then_some(kept))
+            }
+        }
+    }
+
+    fn process(&mut self, left: Vec<ChangeBatch>, right: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::new();
+        for changes in left {
+            let keys = self.left.keys_of(changes.rows())?;
+            out.extend(self.probe(&changes, &keys, true)?);
+            self.left.insert(&changes, &keys)?;
+        }
+        for changes in right {
+            let keys = self.right.keys_of(changes.rows())?;
+            out.extend(self.probe(&changes, &keys, false)?);
+            self.right.insert(&changes, &keys)?;
+        }
+        Ok(out)
+    }
+}
+
+impl Operator for InnerJoin {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let left = self.left.input.push(source, changes)?;
+        let right = self.right.input.push(source, changes)?;
+        self.process(left, right)
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        let left = self.left.input.end_epoch()?;
+        let right = self.right.input.end_epoch()?;
+        self.process(left, right)
+    }
+
+    fn describe(&self) -> String {
+        format!("InnerJoin({} left keys, {} right keys)", self.left.arrangement.len(), self.right.arrangement.len())
+    }
+}

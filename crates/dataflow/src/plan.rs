@@ -1,0 +1,105 @@
+//! The dataflow plan IR: what the SQL planner produces and [`crate::build`] consumes.
+//! Expressions are DataFusion physical expressions over the node's input schema.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use eddy_common::ObjectId;
+
+pub type Expr = Arc<dyn PhysicalExpr>;
+
+/// An aggregate call with its optional `FILTER (WHERE ...)`.
+#[derive(Clone)]
+pub struct AggregateCall {
+    pub function: Arc<AggregateFunctionExpr>,
+    pub filter: Option<Expr>,
+}
+
+#[derive(Clone)]
+pub enum Node {
+    /// The changes of a table or view.
+    Source { object: ObjectId, name: String, schema: SchemaRef },
+    Filter { input: Box<Node>, predicate: Expr },
+    Project { input: Box<Node>, exprs: Vec<Expr>, schema: SchemaRef },
+    /// `UNION ALL` of inputs with equal schemas.
+    Union { inputs: Vec<Node>, schema: SchemaRef },
+    /// GROUP BY `group` (empty: one global group) computing `aggregates`; output columns are
+    /// the group columns then the aggregates.
+    Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, schema: SchemaRef },
+    /// Inner equi-join; `filter` is over the concatenated left and right columns.
+    Join { left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, schema: SchemaRef },
+}
+
+impl Node {
+    pub fn schema(&self) -> SchemaRef {
+        match self {
+            Node::Source { schema, .. }
+            | Node::Project { schema, .. }
+            | Node::Union { schema, .. }
+            | Node::Aggregate { schema, .. }
+            | Node::Join { schema, .. } => schema.clone(),
+            Node::Filter { input, .. } => input.schema(),
+        }
+    }
+
+    /// Every table or view the plan reads.
+    pub fn sources(&self) -> Vec<ObjectId> {
+        let mut out = Vec::new();
+        self.collect_sources(&mut out);
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn collect_sources(&self, out: &mut Vec<ObjectId>) {
+        match self {
+            Node::Source { object, .. } => out.push(*object),
+            Node::Filter { input, .. } | Node::Project { input, .. } | Node::Aggregate { input, .. } => input.collect_sources(out),
+            Node::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_sources(out)),
+            Node::Join { left, right, .. } => {
+                left.collect_sources(out);
+                right.collect_sources(out);
+            }
+        }
+    }
+
+    fn fmt_indent(&self, f: &mut fmt::Formatter<'_>, depth: usize) -> fmt::Result {
+        let pad = "  ".repeat(depth);
+        let list = |exprs: &[Expr]| exprs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+        match self {
+            Node::Source { name, object, .. } => writeln!(f, "{pad}Source: {name} (id {object})"),
+            Node::Filter { input, predicate } => {
+                writeln!(f, "{pad}Filter: {predicate}")?;
+                input.fmt_indent(f, depth + 1)
+            }
+            Node::Project { input, exprs, .. } => {
+                writeln!(f, "{pad}Project: {}", list(exprs))?;
+                input.fmt_indent(f, depth + 1)
+            }
+            Node::Union { inputs, .. } => {
+                writeln!(f, "{pad}Union")?;
+                inputs.iter().try_for_each(|i| i.fmt_indent(f, depth + 1))
+            }
+            Node::Aggregate { input, group, aggregates, .. } => {
+                let aggs = aggregates.iter().map(|a| a.function.name().to_owned()).collect::<Vec<_>>().join(", ");
+                writeln!(f, "{pad}Aggregate: group=[{}] aggregates=[{aggs}] state=per group", list(group))?;
+                input.fmt_indent(f, depth + 1)
+            }
+            Node::Join { left, right, left_keys, right_keys, filter, .. } => {
+                let residual = filter.as_ref().map(|e| format!(" filter={e}")).unwrap_or_default();
+                writeln!(f, "{pad}InnerJoin: left=[{}] right=[{}]{residual} state=both sides by key", list(left_keys), list(right_keys))?;
+                left.fmt_indent(f, depth + 1)?;
+                right.fmt_indent(f, depth + 1)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_indent(f, 0)
+    }
+}

@@ -1,0 +1,143 @@
+//! Stateless operators: source, filter, project, union. Each change maps to changes with the
+//! same weight, so they emit immediately and hold nothing at the end of an epoch.
+
+use arrow::array::{Array, AsArray, BooleanArray};
+use arrow::datatypes::SchemaRef;
+use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+
+use crate::Operator;
+use crate::plan::Expr;
+use crate::rows::{batch, evaluate, filter_changes};
+
+pub struct Source {
+    pub object: ObjectId,
+}
+
+impl Operator for Source {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        Ok(if source == self.object && !changes.is_empty() { vec![changes.clone()] } else { Vec::new() })
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        Ok(Vec::new())
+    }
+
+    fn describe(&self) -> String {
+        format!("Source({})", self.object)
+    }
+}
+
+pub struct Filter {
+    pub input: Box<dyn Operator>,
+    pub predicate: Expr,
+}
+
+impl Filter {
+    fn apply(&self, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::with_capacity(batches.len());
+        for changes in batches {
+            let mask = evaluate(&self.predicate, changes.rows())?;
+            let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("filter predicate is not boolean"))?;
+            // NULL is not true: those rows are dropped, as WHERE does.
+            let mask = match mask.nulls() {
+                Some(_) => BooleanArray::from_iter(mask.iter().map(|v| Some(v == Some(true)))),
+                None => mask.clone(),
+            };
+            let kept = filter_changes(&changes, &mask)?;
+            if !kept.is_empty() {
+                out.push(kept);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Operator for Filter {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let batches = self.input.push(source, changes)?;
+        self.apply(batches)
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        let batches = self.input.end_epoch()?;
+        self.apply(batches)
+    }
+
+    fn describe(&self) -> String {
+        format!("Filter({})", self.predicate)
+    }
+}
+
+pub struct Project {
+    pub input: Box<dyn Operator>,
+    pub exprs: Vec<Expr>,
+    pub schema: SchemaRef,
+}
+
+impl Project {
+    fn apply(&self, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+        batches
+            .into_iter()
+            .map(|changes| {
+                let columns = self.exprs.iter().map(|e| evaluate(e, changes.rows())).collect::<Result<Vec<_>>>()?;
+                let (_, diffs) = changes.into_parts();
+                Ok(ChangeBatch::new(batch(&self.schema, columns)?, diffs))
+            })
+            .collect()
+    }
+}
+
+impl Operator for Project {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let batches = self.input.push(source, changes)?;
+        self.apply(batches)
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        let batches = self.input.end_epoch()?;
+        self.apply(batches)
+    }
+
+    fn describe(&self) -> String {
+        format!("Project({} columns)", self.exprs.len())
+    }
+}
+
+pub struct Union {
+    pub inputs: Vec<Box<dyn Operator>>,
+    pub schema: SchemaRef,
+}
+
+impl Union {
+    fn relabel(&self, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+        batches
+            .into_iter()
+            .map(|b| {
+                let (rows, diffs) = b.into_parts();
+                Ok(ChangeBatch::new(batch(&self.schema, rows.columns().to_vec())?, diffs))
+            })
+            .collect()
+    }
+}
+
+impl Operator for Union {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::new();
+        for input in &mut self.inputs {
+            out.extend(input.push(source, changes)?);
+        }
+        self.relabel(out)
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::new();
+        for input in &mut self.inputs {
+            out.extend(input.end_epoch()?);
+        }
+        self.relabel(out)
+    }
+
+    fn describe(&self) -> String {
+        format!("Union({} inputs)", self.inputs.len())
+    }
+}

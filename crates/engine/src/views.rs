@@ -1,0 +1,288 @@
+//! Materialized views: the runtime that feeds committed changes through every view's dataflow,
+//! ends epochs, and publishes the views' contents.
+//!
+//! Entry point: [`ViewRuntime`]. One thread owns every dataflow (operators are synchronous).
+//! Committed changes arrive in commit order (they are sent under the engine's write lock);
+//! an epoch ends every [`BARRIER_INTERVAL`] when something changed, and on `FLUSH`. At the end
+//! of an epoch views are processed in creation order, so a view's output reaches the views that
+//! read it in the same epoch; then every view's contents are published together as one
+//! snapshot map, so one query over several views sees one moment.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
+use eddy_dataflow::Operator;
+use tokio::sync::oneshot;
+
+use crate::catalog::ViewDef;
+use crate::table::TableData;
+
+/// How often an epoch ends while changes are flowing (`barrier_interval`).
+pub const BARRIER_INTERVAL: Duration = Duration::from_millis(100);
+/// Messages waiting for the runtime before writers wait (back-pressure).
+const RUNTIME_QUEUE_CAPACITY: usize = 1024;
+
+/// Published contents of every view: replaced wholesale at the end of each epoch.
+pub type Snapshots = Arc<HashMap<ObjectId, Arc<Vec<RecordBatch>>>>;
+
+pub struct View {
+    pub def: ViewDef,
+    pub schema: SchemaRef,
+}
+
+enum Message {
+    Changes { object: ObjectId, batches: Vec<ChangeBatch> },
+    AddView { view: Arc<View>, dataflow: Box<dyn Operator>, sources: Vec<ObjectId>, tables: Vec<(ObjectId, Arc<Vec<RecordBatch>>)>, reply: oneshot::Sender<Result<()>> },
+    DropView { id: ObjectId },
+    Flush { reply: oneshot::Sender<Result<u64>> },
+}
+
+pub struct ViewRuntime {
+    queue: Mutex<Option<SyncSender<Message>>>,
+    published: Arc<RwLock<Snapshots>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl ViewRuntime {
+    pub fn start() -> Result<ViewRuntime> {
+        let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
+        let published: Arc<RwLock<Snapshots>> = Arc::new(RwLock::new(Arc::new(HashMap::new())));
+        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failure: None };
+        let thread = std::thread::Builder::new()
+            .name("eddy-views".into())
+            .spawn(move || state.run(&rx))
+            .map_err(|e| Error::io("start the view runtime", e))?;
+        Ok(ViewRuntime { queue: Mutex::new(Some(tx)), published, thread: Mutex::new(Some(thread)) })
+    }
+
+    fn send(&self, message: Message) -> Result<()> {
+        let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        match queue.as_ref() {
+            Some(tx) => tx.send(message).map_err(|_| Error::internal("the view runtime stopped")),
+            None => Err(Error::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down")),
+        }
+    }
+
+    /// Committed changes of a table, in commit order (call under the engine's write lock).
+    pub fn changes(&self, object: ObjectId, batches: Vec<ChangeBatch>) -> Result<()> {
+        self.send(Message::Changes { object, batches })
+    }
+
+    /// Registers a view; `tables` are the current contents of the tables it reads (taken under
+    /// the write lock, like [`ViewRuntime::changes`]). Resolves once the view is backfilled.
+    pub fn add_view(&self, view: Arc<View>, dataflow: Box<dyn Operator>, sources: Vec<ObjectId>, tables: Vec<(ObjectId, Arc<Vec<RecordBatch>>)>) -> Result<oneshot::Receiver<Result<()>>> {
+        let (reply, done) = oneshot::channel();
+        self.send(Message::AddView { view, dataflow, sources, tables, reply })?;
+        Ok(done)
+    }
+
+    pub fn drop_view(&self, id: ObjectId) -> Result<()> {
+        self.send(Message::DropView { id })
+    }
+
+    /// Ends the current epoch; resolves once every view reflects everything sent before.
+    pub fn flush(&self) -> Result<oneshot::Receiver<Result<u64>>> {
+        let (reply, done) = oneshot::channel();
+        self.send(Message::Flush { reply })?;
+        Ok(done)
+    }
+
+    /// The contents of every view as of the last epoch.
+    pub fn snapshots(&self) -> Snapshots {
+        Arc::clone(&self.published.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn shutdown(&self) {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Entry {
+    view: Arc<View>,
+    dataflow: Box<dyn Operator>,
+    sources: Vec<ObjectId>,
+    /// Output produced this epoch, not yet applied.
+    pending: Vec<ChangeBatch>,
+    contents: TableData,
+}
+
+struct RuntimeState {
+    views: Vec<Entry>,
+    epoch: u64,
+    published: Arc<RwLock<Snapshots>>,
+    dirty: bool,
+    /// A view whose dataflow failed; reported by every FLUSH until it is dropped.
+    failure: Option<(ObjectId, Error)>,
+}
+
+impl RuntimeState {
+    fn run(mut self, queue: &Receiver<Message>) {
+        let mut last_epoch = Instant::now();
+        loop {
+            let wait = BARRIER_INTERVAL.saturating_sub(last_epoch.elapsed());
+            match queue.recv_timeout(wait) {
+                Ok(message) => self.handle(message, &mut last_epoch),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if self.dirty && last_epoch.elapsed() >= BARRIER_INTERVAL {
+                self.end_epoch_logged();
+                last_epoch = Instant::now();
+            }
+        }
+    }
+
+    fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
+        match message {
+            Message::Changes { object, batches } => {
+                if let Err(e) = self.push(object, &batches) {
+                    self.fail(object, e);
+                }
+            }
+            Message::AddView { view, dataflow, sources, tables, reply } => {
+                let result = self.add_view(view, dataflow, sources, tables);
+                *last_epoch = Instant::now();
+                let _ = reply.send(result);
+            }
+            Message::DropView { id } => {
+                self.views.retain(|v| v.view.def.id != id);
+                if self.failure.as_ref().is_some_and(|(f, _)| *f == id) {
+                    self.failure = None;
+                }
+                self.publish();
+            }
+            Message::Flush { reply } => {
+                let result = self.end_epoch();
+                *last_epoch = Instant::now();
+                let result = match (&self.failure, result) {
+                    (Some((id, e)), _) => Err(Error::new(e.state, format!("materialized view {} failed: {}", self.name_of(*id), e.message))),
+                    (None, r) => r.map(|_| self.epoch),
+                };
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    fn name_of(&self, id: ObjectId) -> String {
+        self.views.iter().find(|v| v.view.def.id == id).map_or_else(|| id.to_string(), |v| v.view.def.name.clone())
+    }
+
+    fn fail(&mut self, object: ObjectId, error: Error) {
+        tracing::error!(object = %object, error = %error, "a view's dataflow failed; it stops updating");
+        if self.failure.is_none() {
+            self.failure = Some((object, error));
+        }
+    }
+
+    fn push(&mut self, object: ObjectId, batches: &[ChangeBatch]) -> Result<()> {
+        for entry in self.views.iter_mut().filter(|e| e.sources.contains(&object)) {
+            for batch in batches {
+                let out = entry.dataflow.push(object, batch)?;
+                entry.pending.extend(out);
+                self.dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn add_view(&mut self, view: Arc<View>, mut dataflow: Box<dyn Operator>, sources: Vec<ObjectId>, tables: Vec<(ObjectId, Arc<Vec<RecordBatch>>)>) -> Result<()> {
+        // Close the epoch in flight so that upstream views' contents are complete.
+        self.end_epoch()?;
+        let mut pending = Vec::new();
+        let mut inputs: BTreeMap<ObjectId, Vec<RecordBatch>> = tables.into_iter().map(|(id, b)| (id, b.as_ref().clone())).collect();
+        let published = self.published.read().unwrap_or_else(|p| p.into_inner()).clone();
+        for source in &sources {
+            if let Some(contents) = published.get(source) {
+                inputs.insert(*source, contents.as_ref().clone());
+            }
+        }
+        let rows: usize = inputs.values().flatten().map(|b| b.num_rows()).sum();
+        tracing::info!(view = %view.def.name, rows, "backfilling a materialized view");
+        for (source, batches) in inputs {
+            for batch in batches {
+                pending.extend(dataflow.push(source, &ChangeBatch::inserts(batch))?);
+            }
+        }
+        let contents = TableData::for_view(Arc::clone(&view.schema))?;
+        self.views.push(Entry { view, dataflow, sources, pending, contents });
+        self.dirty = true;
+        self.end_epoch()
+    }
+
+    fn end_epoch_logged(&mut self) {
+        if let Err(e) = self.end_epoch() {
+            tracing::error!(error = %e, "ending an epoch failed");
+        }
+    }
+
+    /// Ends the epoch: every view emits what it held back, downstream views receive upstream
+    /// output, then all contents are applied and published together.
+    fn end_epoch(&mut self) -> Result<()> {
+        let mut outputs: HashMap<ObjectId, Vec<ChangeBatch>> = HashMap::new();
+        for i in 0..self.views.len() {
+            let failed = self.failure.as_ref().map(|(id, _)| *id);
+            let entry = &mut self.views[i];
+            if failed == Some(entry.view.def.id) {
+                continue;
+            }
+            let result = (|| -> Result<Vec<ChangeBatch>> {
+                let mut out = std::mem::take(&mut entry.pending);
+                for source in entry.sources.clone() {
+                    if let Some(upstream) = outputs.get(&source) {
+                        for batch in upstream {
+                            out.extend(entry.dataflow.push(source, batch)?);
+                        }
+                    }
+                }
+                out.extend(entry.dataflow.end_epoch()?);
+                entry.contents.check_view_output(&out)?;
+                Ok(out)
+            })();
+            match result {
+                Ok(out) => {
+                    outputs.insert(entry.view.def.id, out);
+                }
+                Err(e) => {
+                    let id = entry.view.def.id;
+                    self.fail(id, e);
+                }
+            }
+        }
+        let mut changed = false;
+        for entry in &mut self.views {
+            if let Some(out) = outputs.remove(&entry.view.def.id)
+                && !out.is_empty()
+            {
+                entry.contents.apply(&out)?;
+                changed = true;
+            }
+        }
+        self.dirty = false;
+        self.epoch += 1;
+        if changed || self.published.read().unwrap_or_else(|p| p.into_inner()).len() != self.views.len() {
+            self.publish();
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self) {
+        let mut map = HashMap::with_capacity(self.views.len());
+        for entry in &mut self.views {
+            match entry.contents.snapshot() {
+                Ok(s) => {
+                    map.insert(entry.view.def.id, s);
+                }
+                Err(e) => tracing::error!(view = %entry.view.def.name, error = %e, "building a view snapshot failed"),
+            }
+        }
+        *self.published.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);
+    }
+}

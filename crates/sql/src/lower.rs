@@ -1,0 +1,156 @@
+//! Lowering an optimized DataFusion logical plan to the dataflow plan IR.
+//!
+//! Every construct the dataflow cannot maintain incrementally yet is refused with 0A000 naming
+//! it — never run wrongly.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::common::{DFSchema, NullEquality};
+use datafusion::datasource::source_as_provider;
+use datafusion::execution::context::SessionState;
+use datafusion::execution::context::ExecutionProps;
+use datafusion::logical_expr::{Expr, JoinType, LogicalPlan};
+// TODO(#6): move to LoweredAggregateBuilder, DataFusion 55's replacement of this helper.
+#[allow(deprecated)]
+use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
+use eddy_common::{Error, Result};
+use eddy_dataflow::plan::{AggregateCall, Node};
+
+use crate::catalog::TableBridge;
+use crate::error::from_datafusion;
+use crate::planner::pg_column_name;
+
+/// A schema with every field nullable (retractions and outer values may carry NULLs).
+pub fn nullable(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    Arc::new(Schema::new(fields))
+}
+
+/// The output schema of a view: PostgreSQL-style names, nullable fields.
+pub fn view_schema(plan: &LogicalPlan) -> SchemaRef {
+    let schema = plan.schema().as_arrow();
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_name(pg_column_name(f.name())).with_nullable(true))
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+pub struct Lowering<'a> {
+    pub state: &'a SessionState,
+}
+
+impl Lowering<'_> {
+    fn expr(&self, expr: &Expr, schema: &DFSchema) -> Result<eddy_dataflow::plan::Expr> {
+        self.state.create_physical_expr(expr.clone(), schema).map_err(from_datafusion)
+    }
+
+    pub fn lower(&self, plan: &LogicalPlan) -> Result<Node> {
+        match plan {
+            LogicalPlan::Projection(p) => {
+                let input = self.lower(&p.input)?;
+                let exprs = p.expr.iter().map(|e| self.expr(e, p.input.schema())).collect::<Result<_>>()?;
+                Ok(Node::Project { input: Box::new(input), exprs, schema: nullable(p.schema.as_arrow()) })
+            }
+            LogicalPlan::Filter(f) => {
+                let input = self.lower(&f.input)?;
+                let predicate = self.expr(&f.predicate, f.input.schema())?;
+                Ok(Node::Filter { input: Box::new(input), predicate })
+            }
+            LogicalPlan::SubqueryAlias(a) => self.lower(&a.input),
+            LogicalPlan::TableScan(scan) => {
+                if scan.fetch.is_some() || !scan.filters.is_empty() {
+                    return Err(Error::internal("table scan with pushed-down limit or filters"));
+                }
+                let provider = source_as_provider(&scan.source).map_err(from_datafusion)?;
+                let any: &dyn std::any::Any = provider.as_ref();
+                let bridge = any
+                    .downcast_ref::<TableBridge>()
+                    .ok_or_else(|| Error::unsupported(format!("{} cannot be read by a materialized view", scan.table_name)))?;
+                let schema = nullable(&bridge.source.schema());
+                let source = Node::Source { object: bridge.source.object_id(), name: scan.table_name.table().to_owned(), schema: schema.clone() };
+                match &scan.projection {
+                    None => Ok(source),
+                    Some(columns) => {
+                        let exprs = columns
+                            .iter()
+                            .map(|&i| {
+                                let field = schema.field(i);
+                                Ok(Arc::new(datafusion::physical_expr::expressions::Column::new(field.name(), i)) as eddy_dataflow::plan::Expr)
+                            })
+                            .collect::<Result<Vec<_>>>()?;
+                        Ok(Node::Project { input: Box::new(source), exprs, schema: nullable(scan.projected_schema.as_arrow()) })
+                    }
+                }
+            }
+            LogicalPlan::Aggregate(agg) => {
+                if agg.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
+                    return Err(Error::unsupported("GROUPING SETS, CUBE and ROLLUP in a materialized view are not supported yet"));
+                }
+                let input = self.lower(&agg.input)?;
+                let group = agg.group_expr.iter().map(|e| self.expr(e, agg.input.schema())).collect::<Result<_>>()?;
+                let physical_input = agg.input.schema().as_arrow().clone();
+                let props = ExecutionProps::new();
+                let mut aggregates = Vec::with_capacity(agg.aggr_expr.len());
+                #[allow(deprecated)]
+                for e in &agg.aggr_expr {
+                    let (function, filter, _order) =
+                        create_aggregate_expr_and_maybe_filter(e, agg.input.schema(), &physical_input, &props).map_err(from_datafusion)?;
+                    aggregates.push(AggregateCall { function, filter });
+                }
+                Ok(Node::Aggregate { input: Box::new(input), group, aggregates, schema: nullable(agg.schema.as_arrow()) })
+            }
+            LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => {
+                let lowered = self.lower(input)?;
+                let group = (0..input.schema().fields().len())
+                    .map(|i| {
+                        let f = input.schema().field(i);
+                        Arc::new(datafusion::physical_expr::expressions::Column::new(f.name(), i)) as eddy_dataflow::plan::Expr
+                    })
+                    .collect();
+                Ok(Node::Aggregate { input: Box::new(lowered), group, aggregates: Vec::new(), schema: nullable(input.schema().as_arrow()) })
+            }
+            LogicalPlan::Join(join) => {
+                if join.join_type != JoinType::Inner {
+                    return Err(Error::unsupported(format!(
+                        "{} JOIN in a materialized view is not supported yet (inner joins are)",
+                        join.join_type.to_string().to_uppercase()
+                    )));
+                }
+                if join.null_equality == NullEquality::NullEqualsNull {
+                    return Err(Error::unsupported("joins where NULL keys match in a materialized view are not supported yet"));
+                }
+                if join.on.is_empty() {
+                    return Err(Error::unsupported("a join without an equality condition (cross join) in a materialized view is not supported"));
+                }
+                let left = self.lower(&join.left)?;
+                let right = self.lower(&join.right)?;
+                let left_keys = join.on.iter().map(|(l, _)| self.expr(l, join.left.schema())).collect::<Result<_>>()?;
+                let right_keys = join.on.iter().map(|(_, r)| self.expr(r, join.right.schema())).collect::<Result<_>>()?;
+                let filter = join.filter.as_ref().map(|f| self.expr(f, &join.schema)).transpose()?;
+                Ok(Node::Join {
+                    left: Box::new(left),
+                    right: Box::new(right),
+                    left_keys,
+                    right_keys,
+                    filter,
+                    schema: nullable(join.schema.as_arrow()),
+                })
+            }
+            LogicalPlan::Union(union) => {
+                let inputs = union.inputs.iter().map(|i| self.lower(i)).collect::<Result<_>>()?;
+                Ok(Node::Union { inputs, schema: nullable(union.schema.as_arrow()) })
+            }
+            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => {
+                Err(Error::unsupported("ORDER BY and LIMIT in a materialized view are not supported yet; order when you SELECT from it"))
+            }
+            LogicalPlan::Window(_) => Err(Error::unsupported("window functions in a materialized view are not supported yet")),
+            LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) => {
+                Err(Error::unsupported("a materialized view must read at least one table or view"))
+            }
+            other => Err(Error::unsupported(format!("{} in a materialized view is not supported yet", other.display()))),
+        }
+    }
+}
