@@ -127,7 +127,8 @@ impl RuntimeState {
     fn run(mut self, queue: &Receiver<Message>) {
         let mut last_epoch = Instant::now();
         loop {
-            let wait = BARRIER_INTERVAL.saturating_sub(last_epoch.elapsed());
+            // Idle, wait for work; with changes pending, wait only until the barrier is due.
+            let wait = if self.dirty { BARRIER_INTERVAL.saturating_sub(last_epoch.elapsed()) } else { BARRIER_INTERVAL };
             match queue.recv_timeout(wait) {
                 Ok(message) => self.handle(message, &mut last_epoch),
                 Err(RecvTimeoutError::Timeout) => {}

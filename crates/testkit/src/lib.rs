@@ -191,3 +191,21 @@ pub async fn run_slt_file(binary: &Path, file: &Path) -> Result<()> {
     drop(server);
     Ok(())
 }
+
+/// Runs a query with the simple protocol and returns every value as PostgreSQL text.
+pub async fn query_text(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
+    let mut rows = Vec::new();
+    for message in client.simple_query(sql).await? {
+        if let SimpleQueryMessage::Row(row) = message {
+            rows.push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect());
+        }
+    }
+    Ok(rows)
+}
+
+/// The same rows in a canonical order, to compare results as multisets.
+pub async fn query_sorted(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
+    let mut rows = query_text(client, sql).await?;
+    rows.sort();
+    Ok(rows)
+}
