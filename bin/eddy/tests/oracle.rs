@@ -67,6 +67,12 @@ const VIEWS: &[(&str, &str)] = &[
     ("having", "SELECT k, sum(v) AS s FROM {a} GROUP BY k HAVING count(*) > 1"),
     ("joinfilter", "SELECT {a}.k, {a}.v, {b}.w FROM {a} JOIN {b} ON {a}.k = {b}.k AND {a}.v < {b}.w"),
     ("union", "SELECT k FROM {a} WHERE g = 1 UNION ALL SELECT k FROM {b} WHERE w > 1"),
+    ("left", "SELECT {a}.k, {a}.v, {b}.w, {b}.s FROM {a} LEFT JOIN {b} ON {a}.k = {b}.k AND {b}.w > 1"),
+    ("right", "SELECT {a}.g, {b}.k, {b}.w FROM {a} RIGHT JOIN {b} ON {a}.k = {b}.k"),
+    ("full", "SELECT {a}.k AS ak, {b}.k AS bk, {a}.v, {b}.w FROM {a} FULL JOIN {b} ON {a}.k = {b}.k AND {a}.v <= {b}.w"),
+    ("semi", "SELECT k, g FROM {a} WHERE k IN (SELECT k FROM {b} WHERE w IS NOT NULL)"),
+    ("anti", "SELECT k, v FROM {a} WHERE NOT EXISTS (SELECT 1 FROM {b} WHERE {b}.k = {a}.k AND {b}.w >= {a}.v)"),
+    ("leftagg", "SELECT {b}.k, count({a}.v) AS n, sum({a}.v) AS s FROM {b} LEFT JOIN {a} ON {a}.k = {b}.k GROUP BY {b}.k"),
     ("onview", "SELECT count(*) AS groups, sum(n) AS rows FROM {v}_agg"),
 ];
 
@@ -124,7 +130,7 @@ fn views_equal_their_queries_in_batch() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let config = ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let strategy = (prop::collection::vec(op(), 1..12), 0usize..9);
+    let strategy = (prop::collection::vec(op(), 1..12), 0usize..VIEWS.len());
     let result = runner.run(&strategy, |(ops, late_from)| {
         runtime.block_on(check_case(&server, &ops, late_from)).map_err(TestCaseError::fail)
     });

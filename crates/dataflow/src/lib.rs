@@ -11,6 +11,7 @@
 
 mod aggregate;
 mod join;
+mod outer_join;
 pub mod plan;
 mod rows;
 mod stateless;
@@ -49,7 +50,18 @@ pub fn build(node: &Node) -> Result<Box<dyn Operator>> {
         Node::Aggregate { input, group, aggregates, schema } => {
             Box::new(aggregate::Aggregate::new(build(input)?, &input.schema(), group.clone(), aggregates.clone(), schema.clone())?)
         }
-        Node::Join { left, right, left_keys, right_keys, filter, schema } => Box::new(join::InnerJoin::new(
+        Node::Join { kind, left, right, left_keys, right_keys, filter, schema } if *kind != plan::JoinKind::Inner => Box::new(outer_join::OuterJoin::new(
+            *kind,
+            build(left)?,
+            build(right)?,
+            left.schema(),
+            right.schema(),
+            left_keys.clone(),
+            right_keys.clone(),
+            filter.clone(),
+            schema.clone(),
+        )?),
+        Node::Join { left, right, left_keys, right_keys, filter, schema, .. } => Box::new(join::InnerJoin::new(
             build(left)?,
             build(right)?,
             left.schema(),

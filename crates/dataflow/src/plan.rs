@@ -18,6 +18,18 @@ pub struct AggregateCall {
     pub filter: Option<Expr>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+    LeftSemi,
+    LeftAnti,
+    RightSemi,
+    RightAnti,
+}
+
 #[derive(Clone)]
 pub enum Node {
     /// The changes of a table or view.
@@ -29,8 +41,9 @@ pub enum Node {
     /// GROUP BY `group` (empty: one global group) computing `aggregates`; output columns are
     /// the group columns then the aggregates.
     Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, schema: SchemaRef },
-    /// Inner equi-join; `filter` is over the concatenated left and right columns.
-    Join { left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, schema: SchemaRef },
+    /// Equi-join; `filter` is over the concatenated left and right columns. The output is
+    /// left ++ right columns, or one side's columns for semi and anti joins.
+    Join { kind: JoinKind, left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, schema: SchemaRef },
 }
 
 impl Node {
@@ -88,9 +101,9 @@ impl Node {
                 writeln!(f, "{pad}Aggregate: group=[{}] aggregates=[{aggs}] state=per group", list(group))?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::Join { left, right, left_keys, right_keys, filter, .. } => {
+            Node::Join { kind, left, right, left_keys, right_keys, filter, .. } => {
                 let residual = filter.as_ref().map(|e| format!(" filter={e}")).unwrap_or_default();
-                writeln!(f, "{pad}InnerJoin: left=[{}] right=[{}]{residual} state=both sides by key", list(left_keys), list(right_keys))?;
+                writeln!(f, "{pad}{kind:?}Join: left=[{}] right=[{}]{residual} state=both sides by key", list(left_keys), list(right_keys))?;
                 left.fmt_indent(f, depth + 1)?;
                 right.fmt_indent(f, depth + 1)
             }

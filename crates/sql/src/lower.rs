@@ -15,7 +15,7 @@ use datafusion::logical_expr::{Expr, JoinType, LogicalPlan};
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 use eddy_common::{Error, Result};
-use eddy_dataflow::plan::{AggregateCall, Node};
+use eddy_dataflow::plan::{AggregateCall, JoinKind, Node};
 
 use crate::catalog::TableBridge;
 use crate::error::from_datafusion;
@@ -113,11 +113,21 @@ impl Lowering<'_> {
                 Ok(Node::Aggregate { input: Box::new(lowered), group, aggregates: Vec::new(), schema: nullable(input.schema().as_arrow()) })
             }
             LogicalPlan::Join(join) => {
-                if join.join_type != JoinType::Inner {
-                    return Err(Error::unsupported(format!(
-                        "{} JOIN in a materialized view is not supported yet (inner joins are)",
-                        join.join_type.to_string().to_uppercase()
-                    )));
+                let kind = match join.join_type {
+                    JoinType::Inner => JoinKind::Inner,
+                    JoinType::Left => JoinKind::Left,
+                    JoinType::Right => JoinKind::Right,
+                    JoinType::Full => JoinKind::Full,
+                    JoinType::LeftSemi => JoinKind::LeftSemi,
+                    JoinType::LeftAnti => JoinKind::LeftAnti,
+                    JoinType::RightSemi => JoinKind::RightSemi,
+                    JoinType::RightAnti => JoinKind::RightAnti,
+                    other => {
+                        return Err(Error::unsupported(format!("{other} join in a materialized view is not supported yet")));
+                    }
+                };
+                if join.null_aware {
+                    return Err(Error::unsupported("NOT IN (subquery) in a materialized view is not supported yet: use NOT EXISTS"));
                 }
                 if join.null_equality == NullEquality::NullEqualsNull {
                     return Err(Error::unsupported("joins where NULL keys match in a materialized view are not supported yet"));
@@ -129,8 +139,12 @@ impl Lowering<'_> {
                 let right = self.lower(&join.right)?;
                 let left_keys = join.on.iter().map(|(l, _)| self.expr(l, join.left.schema())).collect::<Result<_>>()?;
                 let right_keys = join.on.iter().map(|(_, r)| self.expr(r, join.right.schema())).collect::<Result<_>>()?;
-                let filter = join.filter.as_ref().map(|f| self.expr(f, &join.schema)).transpose()?;
+                // The residual filter sees both sides' columns, also for semi and anti joins
+                // (whose output has one side only).
+                let both = join.left.schema().join(join.right.schema()).map_err(from_datafusion)?;
+                let filter = join.filter.as_ref().map(|f| self.expr(f, &both)).transpose()?;
                 Ok(Node::Join {
+                    kind,
                     left: Box::new(left),
                     right: Box::new(right),
                     left_keys,

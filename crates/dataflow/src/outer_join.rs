@@ -1,0 +1,291 @@
+//! Outer, semi and anti joins, maintained by recomputing each touched join key.
+//!
+//! Both sides are arranged by key (multisets of rows). For every key a push touches, the
+//! operator computes the key's output before and after applying the changes and emits the
+//! difference: matched pairs (weights multiply), NULL-padded rows of a side with no match
+//! (LEFT/RIGHT/FULL), or the side's rows with/without a match (SEMI/ANTI). A match is a pair
+//! with equal keys whose residual filter is true. Rows whose key is NULL never match: their
+//! padded/anti output follows their own weight directly. Cost per touched key is
+//! |left rows| × |right rows| of that key.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array, new_null_array};
+use arrow::datatypes::SchemaRef;
+use arrow::row::{OwnedRow, RowConverter, SortField};
+use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+
+use crate::Operator;
+use crate::plan::{Expr, JoinKind};
+use crate::rows::{arrow_error, batch, evaluate, take_columns};
+
+type Bucket = HashMap<OwnedRow, i64>;
+
+struct Side {
+    input: Box<dyn Operator>,
+    schema: SchemaRef,
+    keys: Vec<Expr>,
+    rows: RowConverter,
+    key_converter: Option<RowConverter>,
+    arrangement: HashMap<OwnedRow, Bucket>,
+}
+
+pub struct OuterJoin {
+    kind: JoinKind,
+    left: Side,
+    right: Side,
+    filter: Option<Expr>,
+    schema: SchemaRef,
+}
+
+impl Side {
+    fn new(input: Box<dyn Operator>, schema: SchemaRef, keys: Vec<Expr>) -> Result<Self> {
+        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        Ok(Side { input, schema, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, key_converter: None, arrangement: HashMap::new() })
+    }
+
+    /// (key or None for NULL keys, row) per changed row.
+    fn encode(&mut self, changes: &ChangeBatch) -> Result<Vec<(Option<OwnedRow>, OwnedRow)>> {
+        let keys: Vec<ArrayRef> = self.keys.iter().map(|e| evaluate(e, changes.rows())).collect::<Result<_>>()?;
+        if self.key_converter.is_none() {
+            let fields = keys.iter().map(|k| SortField::new(k.data_type().clone())).collect();
+            self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
+        }
+        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
+        let encoded_keys = converter.convert_columns(&keys).map_err(arrow_error)?;
+        let rows = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
+        Ok((0..changes.len())
+            .map(|i| {
+                let key = if keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded_keys.row(i).owned()) };
+                (key, rows.row(i).owned())
+            })
+            .collect())
+    }
+
+    fn apply(&mut self, key: &OwnedRow, row: &OwnedRow, diff: i64) {
+        let bucket = self.arrangement.entry(key.clone()).or_default();
+        let count = bucket.entry(row.clone()).or_insert(0);
+        *count += diff;
+        if *count == 0 {
+            bucket.remove(row);
+            if bucket.is_empty() {
+                self.arrangement.remove(key);
+            }
+        }
+    }
+
+    fn bucket(&self, key: &OwnedRow) -> Vec<(OwnedRow, i64)> {
+        self.arrangement.get(key).map(|b| b.iter().map(|(r, c)| (r.clone(), *c)).collect()).unwrap_or_default()
+    }
+
+    fn columns(&self, rows: &[(OwnedRow, i64)]) -> Result<Vec<ArrayRef>> {
+        if rows.is_empty() {
+            return Ok(self.schema.fields().iter().map(|f| new_null_array(f.data_type(), 0)).collect());
+        }
+        self.rows.convert_rows(rows.iter().map(|(r, _)| r.row())).map_err(arrow_error)
+    }
+
+    fn nulls(&self, n: usize) -> Vec<ArrayRef> {
+        self.schema.fields().iter().map(|f| new_null_array(f.data_type(), n)).collect()
+    }
+}
+
+/// Output rows under construction: column chunks plus weights.
+struct Output {
+    chunks: Vec<(Vec<ArrayRef>, Vec<i64>)>,
+}
+
+impl Output {
+    fn push(&mut self, columns: Vec<ArrayRef>, diffs: Vec<i64>) {
+        if !diffs.is_empty() {
+            self.chunks.push((columns, diffs));
+        }
+    }
+}
+
+impl OuterJoin {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        kind: JoinKind,
+        left: Box<dyn Operator>,
+        right: Box<dyn Operator>,
+        left_schema: SchemaRef,
+        right_schema: SchemaRef,
+        left_keys: Vec<Expr>,
+        right_keys: Vec<Expr>,
+        filter: Option<Expr>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        Ok(OuterJoin {
+            kind,
+            left: Side::new(left, left_schema, left_keys)?,
+            right: Side::new(right, right_schema, right_keys)?,
+            filter,
+            schema,
+        })
+    }
+
+    /// The output of one key, multiplied by `sign`.
+    fn key_output(&self, key: &OwnedRow, sign: i64, out: &mut Output) -> Result<()> {
+        let left = self.left.bucket(key);
+        let right = self.right.bucket(key);
+        let left_columns = self.left.columns(&left)?;
+        let right_columns = self.right.columns(&right)?;
+        // Every pair, and which pairs satisfy the residual filter.
+        let (mut li, mut ri) = (Vec::new(), Vec::new());
+        for i in 0..left.len() {
+            for j in 0..right.len() {
+                li.push(i as u32);
+                ri.push(j as u32);
+            }
+        }
+        let li = UInt32Array::from(li);
+        let ri = UInt32Array::from(ri);
+        let pairs = [take_columns(&left_columns, &li)?, take_columns(&right_columns, &ri)?].concat();
+        let matched: Vec<bool> = match &self.filter {
+            None => vec![true; li.len()],
+            Some(filter) if !li.is_empty() => {
+                let pair_schema = Arc::new(arrow::datatypes::Schema::new(
+                    self.left.schema.fields().iter().chain(self.right.schema.fields().iter()).cloned().collect::<Vec<_>>(),
+                ));
+                let joined = batch(&pair_schema, pairs.clone())?;
+                let mask = evaluate(filter, &joined)?;
+                let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("join filter is not boolean"))?;
+                (0..mask.len()).map(|k| mask.is_valid(k) && mask.value(k)).collect()
+            }
+            Some(_) => Vec::new(),
+        };
+        let mut left_matched = vec![false; left.len()];
+        let mut right_matched = vec![false; right.len()];
+        let mut keep = Vec::new();
+        let mut diffs = Vec::new();
+        for (p, m) in matched.iter().enumerate() {
+            if *m {
+                let (i, j) = (li.value(p) as usize, ri.value(p) as usize);
+                left_matched[i] = true;
+                right_matched[j] = true;
+                keep.push(p as u32);
+                diffs.push(sign * left[i].1 * right[j].1);
+            }
+        }
+        match self.kind {
+            JoinKind::Left | JoinKind::Right | JoinKind::Full => {
+                out.push(take_columns(&pairs, &UInt32Array::from(keep))?, diffs);
+            }
+            _ => {}
+        }
+        let unmatched = |flags: &[bool], want_matched: bool| -> Vec<u32> {
+            flags.iter().enumerate().filter(|(_, m)| **m == want_matched).map(|(i, _)| i as u32).collect()
+        };
+        match self.kind {
+            JoinKind::Left | JoinKind::Full => {
+                let idx = unmatched(&left_matched, false);
+                let d = idx.iter().map(|&i| sign * left[i as usize].1).collect();
+                let cols = [take_columns(&left_columns, &UInt32Array::from(idx.clone()))?, self.right.nulls(idx.len())].concat();
+                out.push(cols, d);
+            }
+            _ => {}
+        }
+        match self.kind {
+            JoinKind::Right | JoinKind::Full => {
+                let idx = unmatched(&right_matched, false);
+                let d = idx.iter().map(|&i| sign * right[i as usize].1).collect();
+                let cols = [self.left.nulls(idx.len()), take_columns(&right_columns, &UInt32Array::from(idx.clone()))?].concat();
+                out.push(cols, d);
+            }
+            _ => {}
+        }
+        let side_rows = |columns: &[ArrayRef], rows: &[(OwnedRow, i64)], flags: &[bool], want: bool, out: &mut Output| -> Result<()> {
+            let idx = unmatched(flags, want);
+            let d = idx.iter().map(|&i| sign * rows[i as usize].1).collect();
+            out.push(take_columns(columns, &UInt32Array::from(idx))?, d);
+            Ok(())
+        };
+        match self.kind {
+            JoinKind::LeftSemi => side_rows(&left_columns, &left, &left_matched, true, out)?,
+            JoinKind::LeftAnti => side_rows(&left_columns, &left, &left_matched, false, out)?,
+            JoinKind::RightSemi => side_rows(&right_columns, &right, &right_matched, true, out)?,
+            JoinKind::RightAnti => side_rows(&right_columns, &right, &right_matched, false, out)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Output of rows whose key is NULL: they never match.
+    fn null_key_output(&self, left_side: bool, changes: &ChangeBatch, rows: &[usize], out: &mut Output) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let idx = UInt32Array::from(rows.iter().map(|&i| i as u32).collect::<Vec<_>>());
+        let cols = take_columns(changes.rows().columns(), &idx)?;
+        let diffs: Vec<i64> = rows.iter().map(|&i| changes.diffs().value(i)).collect();
+        let n = rows.len();
+        match (self.kind, left_side) {
+            (JoinKind::Left | JoinKind::Full, true) => out.push([cols, self.right.nulls(n)].concat(), diffs),
+            (JoinKind::Right | JoinKind::Full, false) => out.push([self.left.nulls(n), cols].concat(), diffs),
+            (JoinKind::LeftAnti, true) | (JoinKind::RightAnti, false) => out.push(cols, diffs),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn process(&mut self, left: Vec<ChangeBatch>, right: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+        let mut out = Output { chunks: Vec::new() };
+        let mut encoded = Vec::new();
+        let mut touched: HashSet<OwnedRow> = HashSet::new();
+        for (is_left, batches) in [(true, left), (false, right)] {
+            for changes in batches {
+                let side = if is_left { &mut self.left } else { &mut self.right };
+                let rows = side.encode(&changes)?;
+                let mut null_keyed = Vec::new();
+                for (i, (key, _)) in rows.iter().enumerate() {
+                    match key {
+                        Some(k) => {
+                            touched.insert(k.clone());
+                        }
+                        None => null_keyed.push(i),
+                    }
+                }
+                self.null_key_output(is_left, &changes, &null_keyed, &mut out)?;
+                encoded.push((is_left, changes, rows));
+            }
+        }
+        for key in &touched {
+            self.key_output(key, -1, &mut out)?;
+        }
+        for (is_left, changes, rows) in &encoded {
+            let side = if *is_left { &mut self.left } else { &mut self.right };
+            for (i, (key, row)) in rows.iter().enumerate() {
+                if let Some(key) = key {
+                    side.apply(key, row, changes.diffs().value(i));
+                }
+            }
+        }
+        for key in &touched {
+            self.key_output(key, 1, &mut out)?;
+        }
+        out.chunks
+            .into_iter()
+            .map(|(columns, diffs)| Ok(ChangeBatch::new(batch(&self.schema, columns)?, Int64Array::from(diffs))))
+            .collect()
+    }
+}
+
+impl Operator for OuterJoin {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let left = self.left.input.push(source, changes)?;
+        let right = self.right.input.push(source, changes)?;
+        self.process(left, right)
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        let left = self.left.input.end_epoch()?;
+        let right = self.right.input.end_epoch()?;
+        self.process(left, right)
+    }
+
+    fn describe(&self) -> String {
+        format!("{:?}Join({} left keys, {} right keys)", self.kind, self.left.arrangement.len(), self.right.arrangement.len())
+    }
+}
