@@ -156,6 +156,12 @@ impl Session {
     async fn execute_sql(&mut self, sql: &ast::Statement, params: &[ArrayRef]) -> Result<Outcome> {
         use ast::Statement as S;
         match sql {
+            S::Explain { statement, analyze: false, .. } if matches!(statement.as_ref(), S::CreateView(c) if c.materialized) => {
+                let S::CreateView(create) = statement.as_ref() else { return Err(Error::internal("not a view")) };
+                let plan = self.planner.plan_view(&create.query).await?;
+                let text = plan.node.to_string();
+                rows_of_text(&["QUERY PLAN"], text.lines().map(|l| vec![l.to_owned()]).collect())
+            }
             S::Query(_) | S::Explain { .. } => {
                 let planned = self.planner.plan(sql).await?;
                 self.run_planned(planned, params, None).await
