@@ -14,6 +14,7 @@ mod join;
 mod outer_join;
 pub mod plan;
 mod rows;
+pub use rows::consolidate;
 mod stateless;
 
 use eddy_common::{ChangeBatch, ObjectId, Result};

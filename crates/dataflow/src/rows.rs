@@ -51,3 +51,54 @@ pub fn take_columns(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<A
 pub fn batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
     RecordBatch::try_new(Arc::clone(schema), columns).map_err(arrow_error)
 }
+
+/// Sums the weights of equal rows and drops rows whose weight is zero.
+pub fn consolidate(schema: &SchemaRef, batches: &[ChangeBatch]) -> Result<Option<ChangeBatch>> {
+    use arrow::row::{RowConverter, SortField};
+    if batches.iter().all(|b| b.is_empty()) {
+        return Ok(None);
+    }
+    let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+    let converter = RowConverter::new(fields).map_err(arrow_error)?;
+    let mut order: Vec<arrow::row::OwnedRow> = Vec::new();
+    let mut sums: std::collections::HashMap<arrow::row::OwnedRow, i64> = std::collections::HashMap::new();
+    for b in batches {
+        let rows = converter.convert_columns(b.rows().columns()).map_err(arrow_error)?;
+        for (i, d) in b.diffs().values().iter().enumerate() {
+            let row = rows.row(i).owned();
+            match sums.get_mut(&row) {
+                Some(sum) => *sum += d,
+                None => {
+                    sums.insert(row.clone(), *d);
+                    order.push(row);
+                }
+            }
+        }
+    }
+    order.retain(|r| sums.get(r).is_some_and(|d| *d != 0));
+    if order.is_empty() {
+        return Ok(None);
+    }
+    let diffs: Vec<i64> = order.iter().map(|r| sums[r]).collect();
+    let columns = converter.convert_rows(order.iter().map(|r| r.row())).map_err(arrow_error)?;
+    Ok(Some(ChangeBatch::new(batch(schema, columns)?, Int64Array::from(diffs))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int32Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    #[test]
+    fn consolidation_nets_weights() {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, true)]));
+        let b = |xs: Vec<Option<i32>>, ds: Vec<i64>| {
+            ChangeBatch::new(batch(&schema, vec![Arc::new(Int32Array::from(xs))]).unwrap(), Int64Array::from(ds))
+        };
+        let out = consolidate(&schema, &[b(vec![Some(1), Some(2), None], vec![1, 1, 2]), b(vec![Some(1), None], vec![-1, 1])]).unwrap().unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out.diffs().values().to_vec(), vec![1, 3]);
+        assert!(consolidate(&schema, &[b(vec![Some(1)], vec![1]), b(vec![Some(1)], vec![-1])]).unwrap().is_none());
+    }
+}

@@ -218,6 +218,35 @@ impl Engine {
         Ok(())
     }
 
+    /// A view that lives only as long as a subscription: not in the catalog, not visible by
+    /// name. Returns its id; drop it with [`Engine::drop_temporary_view`].
+    pub(crate) async fn create_temporary_view(&self, plan: eddy_sql::ViewPlan) -> Result<ObjectId> {
+        let guard = self.lock_writes().await;
+        let sources = plan.node.sources();
+        let dataflow = eddy_dataflow::build(&plan.node)?;
+        let mut tables = Vec::new();
+        for table in self.tables.read().unwrap_or_else(|p| p.into_inner()).values() {
+            if sources.contains(&table.def.id) {
+                tables.push((table.def.id, table.snapshot()?));
+            }
+        }
+        let id = self.meta.allocate_object_id()?;
+        let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
+        let view = Arc::new(View { def, schema: plan.schema });
+        let done = self.runtime.add_view(view, dataflow, sources, tables)?;
+        drop(guard);
+        done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
+        Ok(id)
+    }
+
+    pub(crate) fn drop_temporary_view(&self, id: ObjectId) {
+        let _ = self.runtime.drop_view(id);
+    }
+
+    pub(crate) async fn subscribe(&self, view: ObjectId, snapshot: bool) -> Result<views::Subscription> {
+        self.runtime.subscribe(view, snapshot).await
+    }
+
     /// Plans every view stored in the catalog again and backfills it (start-up).
     pub async fn restore_views(self: &Arc<Self>) -> Result<()> {
         let defs = std::mem::take(&mut *self.stored_views.lock().unwrap_or_else(|p| p.into_inner()));

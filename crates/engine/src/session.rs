@@ -50,7 +50,28 @@ struct Transaction {
     writes: BTreeMap<ObjectId, (Arc<Table>, Vec<ChangeBatch>)>,
 }
 
+/// A `DECLARE ... CURSOR FOR SUBSCRIBE`: the subscription and rows not fetched yet.
+struct Cursor {
+    subscription: crate::views::Subscription,
+    schema: SchemaRef,
+    progress: bool,
+    buffered: std::collections::VecDeque<RecordBatch>,
+    /// A view made for `SUBSCRIBE (query)` or a table, dropped with the cursor.
+    temporary_view: Option<ObjectId>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for cursor in self.cursors.values() {
+            if let Some(id) = cursor.temporary_view {
+                self.engine.drop_temporary_view(id);
+            }
+        }
+    }
+}
+
 pub struct Session {
+    cursors: HashMap<String, Cursor>,
     engine: Arc<Engine>,
     planner: SessionPlanner,
     view: Arc<SessionCatalog>,
@@ -62,7 +83,7 @@ impl Session {
     pub fn new(engine: Arc<Engine>, info: &SessionInfo) -> Result<Self> {
         let view = Arc::new(SessionCatalog { engine: Arc::clone(&engine), forks: Mutex::new(HashMap::new()), views: Mutex::new(None) });
         let planner = SessionPlanner::new(Arc::clone(&view) as Arc<dyn CatalogSource>, info)?;
-        Ok(Session { engine, planner, view, variables: Variables::default(), transaction: None })
+        Ok(Session { cursors: HashMap::new(), engine, planner, view, variables: Variables::default(), transaction: None })
     }
 
     /// Sets a session variable outside of SQL (start-up parameters such as application_name).
@@ -128,6 +149,11 @@ impl Session {
                 self.engine.flush().await?;
                 Ok(Outcome::Command { tag: "FLUSH", rows: None })
             }
+            Statement::Subscribe(_) => Err(Error::unsupported(
+                "SUBSCRIBE as a streaming result is not supported yet: use DECLARE c CURSOR FOR SUBSCRIBE ...; FETCH n c",
+            )),
+            Statement::DeclareSubscribeCursor { cursor, subscribe } => self.declare_subscribe(cursor, subscribe).await,
+            Statement::Fetch { cursor, count, timeout_ms } => self.fetch(cursor, *count, *timeout_ms).await,
             Statement::ShowMaterializedViews => {
                 let names = self.engine.view_names();
                 rows_of_text(&["name"], names.into_iter().map(|n| vec![n]).collect())
@@ -202,6 +228,24 @@ impl Session {
                 self.copy_from_stdin(source, options, legacy_options)
             }
             S::Copy { .. } => Err(Error::unsupported("COPY supports only FROM STDIN for now")),
+            S::Close { cursor } => {
+                match cursor {
+                    ast::CloseCursor::All => {
+                        let names: Vec<String> = self.cursors.keys().cloned().collect();
+                        for name in names {
+                            self.close_cursor(&name);
+                        }
+                    }
+                    ast::CloseCursor::Specific { name } => {
+                        let name = normalize_ident(name);
+                        if !self.close_cursor(&name) {
+                            return Err(Error::new(SqlState::INVALID_CURSOR_NAME, format!("cursor \"{name}\" does not exist")));
+                        }
+                    }
+                }
+                Ok(Outcome::Command { tag: "CLOSE CURSOR", rows: None })
+            }
+            S::Declare { .. } => Err(Error::unsupported("cursors are supported for SUBSCRIBE only: DECLARE c CURSOR FOR SUBSCRIBE ...")),
             S::Discard { .. } => Ok(Outcome::Command { tag: "DISCARD ALL", rows: None }),
             S::Deallocate { .. } => Ok(Outcome::Command { tag: "DEALLOCATE", rows: None }),
             S::CreateTable(_) => Err(Error::internal("CREATE TABLE bypassed Eddy's parser")),
@@ -368,6 +412,119 @@ impl Session {
         self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id)).await
     }
 
+    async fn declare_subscribe(&mut self, cursor: &str, subscribe: &eddy_sql::Subscribe) -> Result<Outcome> {
+        if self.cursors.contains_key(cursor) {
+            return Err(Error::new(SqlState::DUPLICATE_OBJECT, format!("cursor \"{cursor}\" already exists")).with_detail("SQLSTATE 42P03"));
+        }
+        let (view_id, schema, temporary) = match &subscribe.target {
+            eddy_sql::SubscribeTarget::Name(name) => {
+                let name = object_name(name)?;
+                match self.engine.view(&name) {
+                    Some(view) => (view.def.id, Arc::clone(&view.schema), None),
+                    None if self.engine.table(&name).is_some() => {
+                        let query = eddy_sql::parse_statements(&format!("SELECT * FROM {}", crate::quote_ident(&name)))?;
+                        let Some(Statement::Sql(q)) = query.first().map(|p| &p.statement) else { return Err(Error::internal("subscribe query")) };
+                        let ast::Statement::Query(q) = q.as_ref() else { return Err(Error::internal("subscribe query")) };
+                        let plan = self.planner.plan_view(q).await?;
+                        let schema = Arc::clone(&plan.schema);
+                        let id = self.engine.create_temporary_view(plan).await?;
+                        (id, schema, Some(id))
+                    }
+                    None => return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))),
+                }
+            }
+            eddy_sql::SubscribeTarget::Query(query) => {
+                let plan = self.planner.plan_view(query).await?;
+                let schema = Arc::clone(&plan.schema);
+                let id = self.engine.create_temporary_view(plan).await?;
+                (id, schema, Some(id))
+            }
+        };
+        let subscription = match self.engine.subscribe(view_id, subscribe.snapshot).await {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(id) = temporary {
+                    self.engine.drop_temporary_view(id);
+                }
+                return Err(e);
+            }
+        };
+        let mut fields = vec![Field::new("eddy_epoch", DataType::Int64, false), Field::new("eddy_diff", DataType::Int64, true)];
+        if subscribe.progress {
+            fields.push(Field::new("eddy_progressed", DataType::Boolean, true));
+        }
+        fields.extend(schema.fields().iter().map(|f| f.as_ref().clone()));
+        let output = Arc::new(Schema::new(fields));
+        self.cursors.insert(
+            cursor.to_owned(),
+            Cursor { subscription, schema: output, progress: subscribe.progress, buffered: Default::default(), temporary_view: temporary },
+        );
+        Ok(Outcome::Command { tag: "DECLARE CURSOR", rows: None })
+    }
+
+    fn close_cursor(&mut self, name: &str) -> bool {
+        match self.cursors.remove(name) {
+            Some(cursor) => {
+                if let Some(id) = cursor.temporary_view {
+                    self.engine.drop_temporary_view(id);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Up to `count` change rows; waits (up to `timeout_ms`, or forever) for the first one.
+    async fn fetch(&mut self, name: &str, count: Option<u64>, timeout_ms: Option<u64>) -> Result<Outcome> {
+        let cursor = self
+            .cursors
+            .get_mut(name)
+            .ok_or_else(|| Error::new(SqlState::INVALID_CURSOR_NAME, format!("cursor \"{name}\" does not exist")))?;
+        let limit = count.map_or(usize::MAX, |c| c as usize);
+        let deadline = timeout_ms.map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
+        let mut out: Vec<RecordBatch> = Vec::new();
+        let mut rows = 0usize;
+        loop {
+            while rows < limit
+                && let Some(batch) = cursor.buffered.pop_front()
+            {
+                let take = (limit - rows).min(batch.num_rows());
+                if take < batch.num_rows() {
+                    cursor.buffered.push_front(batch.slice(take, batch.num_rows() - take));
+                }
+                rows += take;
+                out.push(batch.slice(0, take));
+            }
+            if rows >= limit {
+                break;
+            }
+            let event = match cursor.subscription.events.try_recv() {
+                Ok(event) => Some(event),
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) if rows > 0 => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => match deadline {
+                    Some(deadline) => match tokio::time::timeout_at(deadline, cursor.subscription.events.recv()).await {
+                        Ok(event) => event,
+                        Err(_) => break,
+                    },
+                    None => cursor.subscription.events.recv().await,
+                },
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
+            };
+            let Some(event) = event else {
+                if cursor.subscription.lagged.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Err(Error::new(
+                        SqlState::INSUFFICIENT_RESOURCES,
+                        format!("subscription fell more than {} epochs behind and was dropped", eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX),
+                    ));
+                }
+                break;
+            };
+            cursor.buffered.extend(change_rows(&cursor.schema, cursor.progress, &event)?);
+        }
+        let schema = Arc::clone(&cursor.schema);
+        Ok(Outcome::Rows { schema, batches: out })
+    }
+
     fn begin(&mut self) -> Outcome {
         if self.transaction.is_some() {
             return Outcome::Warning {
@@ -524,6 +681,28 @@ impl Session {
         };
         self.planner.set_time_zone(&tz)
     }
+}
+
+/// One epoch of changes as cursor rows: epoch, diff, [progressed], the view's columns.
+fn change_rows(schema: &SchemaRef, progress: bool, event: &crate::views::EpochChanges) -> Result<Vec<RecordBatch>> {
+    use arrow::array::{BooleanArray, Int64Array};
+    let mut out = Vec::new();
+    let epoch = event.epoch as i64;
+    if let Some(changes) = &event.changes {
+        let n = changes.len();
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![epoch; n])), Arc::new(changes.diffs().clone())];
+        if progress {
+            columns.push(Arc::new(BooleanArray::from(vec![false; n])));
+        }
+        columns.extend(changes.rows().columns().iter().cloned());
+        out.push(RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| Error::internal(format!("cursor rows: {e}")))?);
+    }
+    if progress {
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![epoch])), Arc::new(Int64Array::from(vec![None::<i64>])), Arc::new(BooleanArray::from(vec![true]))];
+        columns.extend(schema.fields().iter().skip(3).map(|f| arrow::array::new_null_array(f.data_type(), 1)));
+        out.push(RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| Error::internal(format!("progress row: {e}")))?);
+    }
+    Ok(out)
 }
 
 fn is_write(outcome: &Outcome) -> bool {

@@ -35,7 +35,27 @@ pub struct View {
     pub schema: SchemaRef,
 }
 
+/// One epoch of a view's changes, consolidated, as a subscriber receives it.
+#[derive(Debug, Clone)]
+pub struct EpochChanges {
+    pub epoch: u64,
+    pub changes: Option<ChangeBatch>,
+}
+
+/// The receiving end of a subscription; `lagged` is set when it was dropped for falling behind.
+pub struct Subscription {
+    pub events: tokio::sync::mpsc::Receiver<EpochChanges>,
+    pub lagged: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct Subscriber {
+    view: ObjectId,
+    events: tokio::sync::mpsc::Sender<EpochChanges>,
+    lagged: Arc<std::sync::atomic::AtomicBool>,
+}
+
 enum Message {
+    Subscribe { view: ObjectId, snapshot: bool, subscriber_events: tokio::sync::mpsc::Sender<EpochChanges>, lagged: Arc<std::sync::atomic::AtomicBool>, reply: oneshot::Sender<Result<()>> },
     Changes { object: ObjectId, batches: Vec<ChangeBatch> },
     AddView { view: Arc<View>, dataflow: Box<dyn Operator>, sources: Vec<ObjectId>, tables: Vec<(ObjectId, Arc<Vec<RecordBatch>>)>, reply: oneshot::Sender<Result<()>> },
     DropView { id: ObjectId },
@@ -52,7 +72,7 @@ impl ViewRuntime {
     pub fn start() -> Result<ViewRuntime> {
         let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
         let published: Arc<RwLock<Snapshots>> = Arc::new(RwLock::new(Arc::new(HashMap::new())));
-        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failure: None };
+        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failure: None, subscribers: Vec::new() };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
             .spawn(move || state.run(&rx))
@@ -79,6 +99,17 @@ impl ViewRuntime {
         let (reply, done) = oneshot::channel();
         self.send(Message::AddView { view, dataflow, sources, tables, reply })?;
         Ok(done)
+    }
+
+    /// Subscribes to a view's changes from the next epoch on (with its current contents first
+    /// when `snapshot`).
+    pub async fn subscribe(&self, view: ObjectId, snapshot: bool) -> Result<Subscription> {
+        let (tx, rx) = tokio::sync::mpsc::channel(eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX);
+        let lagged = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (reply, done) = oneshot::channel();
+        self.send(Message::Subscribe { view, snapshot, subscriber_events: tx, lagged: Arc::clone(&lagged), reply })?;
+        done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
+        Ok(Subscription { events: rx, lagged })
     }
 
     pub fn drop_view(&self, id: ObjectId) -> Result<()> {
@@ -121,6 +152,7 @@ struct RuntimeState {
     dirty: bool,
     /// A view whose dataflow failed; reported by every FLUSH until it is dropped.
     failure: Option<(ObjectId, Error)>,
+    subscribers: Vec<Subscriber>,
 }
 
 impl RuntimeState {
@@ -151,6 +183,10 @@ impl RuntimeState {
             Message::AddView { view, dataflow, sources, tables, reply } => {
                 let result = self.add_view(view, dataflow, sources, tables);
                 *last_epoch = Instant::now();
+                let _ = reply.send(result);
+            }
+            Message::Subscribe { view, snapshot, subscriber_events, lagged, reply } => {
+                let result = self.subscribe(view, snapshot, subscriber_events, lagged);
                 let _ = reply.send(result);
             }
             Message::DropView { id } => {
@@ -218,6 +254,46 @@ impl RuntimeState {
         self.end_epoch()
     }
 
+    fn subscribe(&mut self, view: ObjectId, snapshot: bool, events: tokio::sync::mpsc::Sender<EpochChanges>, lagged: Arc<std::sync::atomic::AtomicBool>) -> Result<()> {
+        let entry = self.views.iter_mut().find(|e| e.view.def.id == view).ok_or_else(|| Error::internal("subscribing to an unknown view"))?;
+        if snapshot {
+            let contents = entry.contents.snapshot()?;
+            let batches: Vec<ChangeBatch> = contents.iter().cloned().map(ChangeBatch::inserts).collect();
+            let changes = eddy_dataflow::consolidate(&entry.view.schema, &batches)?;
+            let _ = events.try_send(EpochChanges { epoch: self.epoch, changes });
+        }
+        self.subscribers.push(Subscriber { view, events, lagged });
+        Ok(())
+    }
+
+    /// Hands each subscriber its view's consolidated changes of the epoch that just ended;
+    /// drops subscribers that are gone or too far behind.
+    fn notify(&mut self, outputs: &HashMap<ObjectId, Vec<ChangeBatch>>) {
+        let epoch = self.epoch;
+        let views = &self.views;
+        self.subscribers.retain(|s| {
+            let Some(entry) = views.iter().find(|e| e.view.def.id == s.view) else { return false };
+            let changes = match outputs.get(&s.view) {
+                Some(out) => match eddy_dataflow::consolidate(&entry.view.schema, out) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::error!(error = %e, "consolidating a subscription's changes failed");
+                        return false;
+                    }
+                },
+                None => None,
+            };
+            match s.events.try_send(EpochChanges { epoch, changes }) {
+                Ok(()) => true,
+                Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                    s.lagged.store(true, std::sync::atomic::Ordering::Relaxed);
+                    false
+                }
+                Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+    }
+
     fn end_epoch_logged(&mut self) {
         if let Err(e) = self.end_epoch() {
             tracing::error!(error = %e, "ending an epoch failed");
@@ -259,15 +335,18 @@ impl RuntimeState {
         }
         let mut changed = false;
         for entry in &mut self.views {
-            if let Some(out) = outputs.remove(&entry.view.def.id)
+            if let Some(out) = outputs.get(&entry.view.def.id)
                 && !out.is_empty()
             {
-                entry.contents.apply(&out)?;
+                entry.contents.apply(out)?;
                 changed = true;
             }
         }
         self.dirty = false;
         self.epoch += 1;
+        if !self.subscribers.is_empty() {
+            self.notify(&outputs);
+        }
         if changed || self.published.read().unwrap_or_else(|p| p.into_inner()).len() != self.views.len() {
             self.publish();
         }

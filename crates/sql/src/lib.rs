@@ -18,6 +18,6 @@ pub mod types;
 pub use catalog::{CatalogSource, TableSource};
 pub use datafusion::sql::sqlparser::ast;
 pub use error::from_datafusion;
-pub use parser::{CreateTable, Parsed, Statement, parse_statements, parse_with_options, syntax_error};
+pub use parser::{CreateTable, Parsed, Statement, Subscribe, SubscribeTarget, parse_statements, parse_with_options, syntax_error};
 pub use planner::{Planned, QueryPlan, SessionInfo, SessionPlanner, ViewPlan};
 pub use eddy_dataflow as dataflow;

@@ -20,10 +20,32 @@ pub enum Statement {
     CreateTable(Box<CreateTable>),
     /// `FLUSH`: wait until every view reflects everything written before it.
     Flush,
+    /// `SUBSCRIBE [TO] name | (query) [WITH (SNAPSHOT = bool, PROGRESS)]`.
+    Subscribe(Subscribe),
+    /// `DECLARE c CURSOR FOR SUBSCRIBE ...`.
+    DeclareSubscribeCursor { cursor: String, subscribe: Subscribe },
+    /// `FETCH [FORWARD] [n | ALL] [FROM | IN] c [WITH (timeout = '1s')]`; `count` None is ALL.
+    Fetch { cursor: String, count: Option<u64>, timeout_ms: Option<u64> },
     /// `SHOW MATERIALIZED VIEWS`.
     ShowMaterializedViews,
     /// `SHOW CREATE MATERIALIZED VIEW name`.
     ShowCreateMaterializedView(ObjectName),
+}
+
+/// What a SUBSCRIBE reads and how.
+#[derive(Debug, Clone)]
+pub struct Subscribe {
+    pub target: SubscribeTarget,
+    /// Start with the current contents as inserts (default true).
+    pub snapshot: bool,
+    /// Add `eddy_progressed` rows marking each completed epoch.
+    pub progress: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum SubscribeTarget {
+    Name(ObjectName),
+    Query(Box<ast::Query>),
 }
 
 /// `CREATE TABLE` as Eddy extends it.
@@ -93,6 +115,27 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             parser.next_token();
             return Ok(Statement::Flush);
         }
+        if w.value.eq_ignore_ascii_case("SUBSCRIBE") {
+            parser.next_token();
+            return parse_subscribe(parser).map(Statement::Subscribe);
+        }
+        if w.keyword == Keyword::DECLARE
+            && matches!(&parser.peek_nth_token(2).token, Token::Word(c) if c.keyword == Keyword::CURSOR)
+            && matches!(&parser.peek_nth_token(3).token, Token::Word(f) if f.keyword == Keyword::FOR)
+            && matches!(&parser.peek_nth_token(4).token, Token::Word(s) if s.value.eq_ignore_ascii_case("SUBSCRIBE"))
+        {
+            parser.next_token();
+            let cursor = parser.parse_identifier()?.value.to_lowercase();
+            for _ in 0..3 {
+                parser.next_token();
+            }
+            let subscribe = parse_subscribe(parser)?;
+            return Ok(Statement::DeclareSubscribeCursor { cursor, subscribe });
+        }
+        if w.keyword == Keyword::FETCH {
+            parser.next_token();
+            return parse_fetch(parser);
+        }
         if w.keyword == Keyword::SHOW {
             if parse_words(parser, &["SHOW", "MATERIALIZED", "VIEWS"]) {
                 return Ok(Statement::ShowMaterializedViews);
@@ -106,6 +149,71 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
         }
     }
     parser.parse_statement().map(|s| Statement::Sql(Box::new(s)))
+}
+
+fn parse_subscribe(parser: &mut Parser<'_>) -> Result<Subscribe, ParserError> {
+    let _optional_to = parser.parse_keyword(Keyword::TO);
+    let target = if parser.consume_token(&Token::LParen) {
+        let query = parser.parse_query()?;
+        parser.expect_token(&Token::RParen)?;
+        SubscribeTarget::Query(query)
+    } else {
+        SubscribeTarget::Name(parser.parse_object_name(false)?)
+    };
+    let mut subscribe = Subscribe { target, snapshot: true, progress: false };
+    if parser.parse_keyword(Keyword::WITH) {
+        for (key, value) in parse_with_options(parser)? {
+            let flag = match value.to_lowercase().as_str() {
+                "true" | "on" | "1" => true,
+                "false" | "off" | "0" => false,
+                _ => return Err(ParserError::ParserError(format!("SUBSCRIBE option {key} takes true or false, not {value}"))),
+            };
+            match key.as_str() {
+                "snapshot" => subscribe.snapshot = flag,
+                "progress" => subscribe.progress = flag,
+                other => return Err(ParserError::ParserError(format!("unknown SUBSCRIBE option {other}"))),
+            }
+        }
+    }
+    Ok(subscribe)
+}
+
+fn parse_fetch(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
+    let _optional_forward = parser.parse_keyword(Keyword::FORWARD);
+    let count = if parser.parse_keyword(Keyword::ALL) {
+        None
+    } else if let Token::Number(n, _) = parser.peek_token().token {
+        parser.next_token();
+        Some(n.parse::<u64>().map_err(|_| ParserError::ParserError(format!("FETCH count {n} is not a whole number")))?)
+    } else {
+        Some(1)
+    };
+    if parser.parse_keyword(Keyword::FROM) || parser.parse_keyword(Keyword::IN) {}
+    let cursor = parser.parse_identifier()?.value.to_lowercase();
+    let mut timeout_ms = None;
+    if parser.parse_keyword(Keyword::WITH) {
+        for (key, value) in parse_with_options(parser)? {
+            if key != "timeout" {
+                return Err(ParserError::ParserError(format!("unknown FETCH option {key}")));
+            }
+            timeout_ms = Some(parse_duration_ms(&value).ok_or_else(|| ParserError::ParserError(format!("FETCH timeout '{value}' is not a duration such as '1s'")))?);
+        }
+    }
+    Ok(Statement::Fetch { cursor, count, timeout_ms })
+}
+
+/// `250ms`, `1s`, `2min`, or a bare number of milliseconds.
+fn parse_duration_ms(value: &str) -> Option<u64> {
+    let v = value.trim().to_lowercase();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    Some(match unit.trim() {
+        "" | "ms" => n,
+        "s" => n * 1000,
+        "min" => n * 60_000,
+        _ => return None,
+    })
 }
 
 fn is_create_table(parser: &Parser<'_>) -> bool {

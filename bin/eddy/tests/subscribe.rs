@@ -1,0 +1,110 @@
+//! SUBSCRIBE through cursors: the snapshot, then each epoch's consolidated changes with
+//! retractions, progress rows, subscriptions to queries and tables, and cursor errors.
+
+use eddy_testkit::{EddyProcess, query_text};
+
+type Rows = Vec<Vec<Option<String>>>;
+
+/// (epoch, diff, rest) of each fetched row.
+fn split(rows: Rows) -> Vec<(i64, Option<i64>, Vec<Option<String>>)> {
+    rows.into_iter()
+        .map(|r| {
+            let epoch = r[0].as_deref().unwrap().parse().unwrap();
+            let diff = r[1].as_deref().map(|d| d.parse().unwrap());
+            (epoch, diff, r[2..].to_vec())
+        })
+        .collect()
+}
+
+fn s(v: &str) -> Option<String> {
+    Some(v.to_owned())
+}
+
+#[tokio::test]
+async fn cursor_over_a_view_shows_snapshot_then_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = EddyProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), dir.path()).unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE t (k INT, v INT);
+             INSERT INTO t VALUES (1, 10), (2, 20);
+             CREATE MATERIALIZED VIEW s AS SELECT k, sum(v) AS total FROM t GROUP BY k;
+             DECLARE c CURSOR FOR SUBSCRIBE TO s;",
+        )
+        .await
+        .unwrap();
+    let mut snapshot = split(query_text(&client, "FETCH ALL c WITH (timeout = '200ms')").await.unwrap());
+    snapshot.sort_by(|a, b| a.2.cmp(&b.2));
+    assert_eq!(snapshot.len(), 2);
+    assert!(snapshot.iter().all(|(e, d, _)| *e == snapshot[0].0 && *d == Some(1)));
+    assert_eq!(snapshot[0].2, vec![s("1"), s("10")]);
+    let first_epoch = snapshot[0].0;
+
+    client.batch_execute("UPDATE t SET v = 11 WHERE k = 1; FLUSH").await.unwrap();
+    let mut update = split(query_text(&client, "FETCH 10 c WITH (timeout = '1s')").await.unwrap());
+    update.sort_by_key(|r| r.1);
+    assert_eq!(update.len(), 2, "{update:?}");
+    assert_eq!(update[0].1, Some(-1));
+    assert_eq!(update[0].2, vec![s("1"), s("10")]);
+    assert_eq!(update[1].1, Some(1));
+    assert_eq!(update[1].2, vec![s("1"), s("11")]);
+    assert!(update[0].0 > first_epoch && update[0].0 == update[1].0);
+
+    // A write that changes nothing visible produces no rows; FETCH with a timeout returns empty.
+    client.batch_execute("UPDATE t SET v = v WHERE k = 2; FLUSH").await.unwrap();
+    assert!(query_text(&client, "FETCH ALL c WITH (timeout = '100ms')").await.unwrap().is_empty());
+
+    // FETCH n returns at most n rows; the rest stay for the next FETCH.
+    client.batch_execute("INSERT INTO t VALUES (3, 1), (4, 1), (5, 1); FLUSH").await.unwrap();
+    assert_eq!(query_text(&client, "FETCH 2 c").await.unwrap().len(), 2);
+    assert_eq!(query_text(&client, "FETCH 2 c WITH (timeout = '100ms')").await.unwrap().len(), 1);
+
+    client.batch_execute("CLOSE c").await.unwrap();
+    let err = client.simple_query("FETCH 1 c").await.unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "34000");
+}
+
+#[tokio::test]
+async fn subscribe_to_a_query_and_a_table_with_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = EddyProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), dir.path()).unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE t (k INT, v INT);
+             INSERT INTO t VALUES (1, 10), (2, 20);
+             DECLARE q CURSOR FOR SUBSCRIBE (SELECT k FROM t WHERE v > 15) WITH (SNAPSHOT = false, PROGRESS);
+             DECLARE whole CURSOR FOR SUBSCRIBE t WITH (snapshot = true);",
+        )
+        .await
+        .unwrap();
+    client.batch_execute("DELETE FROM t WHERE k = 2; FLUSH").await.unwrap();
+    let rows = split(query_text(&client, "FETCH ALL q WITH (timeout = '300ms')").await.unwrap());
+    // The deletion, then a progress row (diff NULL, eddy_progressed true) for its epoch.
+    let changes: Vec<_> = rows.iter().filter(|r| r.2[0] == s("f")).collect();
+    assert_eq!(changes.len(), 1, "{rows:?}");
+    assert_eq!(changes[0].1, Some(-1));
+    assert_eq!(changes[0].2, vec![s("f"), s("2")]);
+    assert!(rows.iter().any(|r| r.1.is_none() && r.2[0] == s("t") && r.0 == changes[0].0));
+    let epochs: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    assert!(epochs.windows(2).all(|w| w[0] <= w[1]), "epochs never decrease: {epochs:?}");
+
+    let table = split(query_text(&client, "FETCH ALL whole WITH (timeout = '300ms')").await.unwrap());
+    let net: i64 = table.iter().map(|r| r.1.unwrap()).sum();
+    assert_eq!(net, 1, "two inserts then one delete: {table:?}");
+
+    // Errors: unknown cursor, duplicate cursor, cursors over plain queries, unknown relation.
+    for (sql, code) in [
+        ("FETCH 1 nope", "34000"),
+        ("DECLARE q CURSOR FOR SUBSCRIBE t", "42710"),
+        ("DECLARE x CURSOR FOR SELECT 1", "0A000"),
+        ("DECLARE y CURSOR FOR SUBSCRIBE missing", "42P01"),
+        ("SUBSCRIBE t", "0A000"),
+        ("CLOSE nope", "34000"),
+    ] {
+        let err = client.simple_query(sql).await.unwrap_err();
+        assert_eq!(err.code().unwrap().code(), code, "{sql}: {err}");
+    }
+    client.batch_execute("CLOSE ALL").await.unwrap();
+}
