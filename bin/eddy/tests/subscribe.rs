@@ -100,11 +100,46 @@ async fn subscribe_to_a_query_and_a_table_with_progress() {
         ("DECLARE q CURSOR FOR SUBSCRIBE t", "42710"),
         ("DECLARE x CURSOR FOR SELECT 1", "0A000"),
         ("DECLARE y CURSOR FOR SUBSCRIBE missing", "42P01"),
-        ("SUBSCRIBE t", "0A000"),
+        ("COPY (SUBSCRIBE missing) TO STDOUT", "42P01"),
         ("CLOSE nope", "34000"),
     ] {
         let err = client.simple_query(sql).await.unwrap_err();
         assert_eq!(err.code().unwrap().code(), code, "{sql}: {err}");
     }
     client.batch_execute("CLOSE ALL").await.unwrap();
+}
+
+#[tokio::test]
+async fn copy_subscribe_streams_each_epoch_until_cancelled() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = EddyProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), dir.path()).unwrap();
+    let writer = server.connect().await.unwrap();
+    writer.batch_execute("CREATE TABLE t (k INT, v TEXT); INSERT INTO t VALUES (1, 'a'); CREATE MATERIALIZED VIEW s AS SELECT k, v FROM t").await.unwrap();
+    let reader = server.connect().await.unwrap();
+    let cancel = reader.cancel_token();
+    let stream = reader.copy_out("COPY (SUBSCRIBE TO s) TO STDOUT").await.unwrap();
+    futures::pin_mut!(stream);
+    let mut text = String::new();
+    let mut next_line = async || {
+        while !text.contains('\n') {
+            let chunk = stream.next().await.unwrap().unwrap();
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        let (line, rest) = text.split_once('\n').unwrap();
+        let line = line.to_owned();
+        text = rest.to_owned();
+        line
+    };
+    let snapshot = next_line().await;
+    assert!(snapshot.ends_with("\t1\t1\ta"), "{snapshot}");
+    writer.batch_execute("INSERT INTO t VALUES (2, 'tab\there'); FLUSH").await.unwrap();
+    let change = next_line().await;
+    assert!(change.ends_with("\t1\t2\ttab\\there"), "{change}");
+    cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();
+    drop(next_line);
+    // The subscription's resources are released: the writer and views go on.
+    writer.batch_execute("INSERT INTO t VALUES (3, 'c'); FLUSH").await.unwrap();
+    let n = query_text(&writer, "SELECT count(*) FROM s").await.unwrap();
+    assert_eq!(n, vec![vec![s("3")]]);
 }

@@ -30,8 +30,8 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 pub use catalog::{TableDef, quote_ident};
 pub use copy::{CopyFormat, CopyIn, text_to_array};
 pub use eddy_sql::types::{PG_TYPE_KEY, pg_type_name};
-pub use eddy_sql::{Parsed, SessionInfo, Statement, parse_statements};
-pub use session::{Outcome, Session, StatementDescription};
+pub use eddy_sql::{Parsed, SessionInfo, Statement, Subscribe, parse_statements};
+pub use session::{Outcome, Session, StatementDescription, SubscriptionStream};
 pub use variables::{TimeZone, Variables};
 
 use catalog::{ObjectDef, ViewDef};

@@ -149,8 +149,8 @@ impl Session {
                 self.engine.flush().await?;
                 Ok(Outcome::Command { tag: "FLUSH", rows: None })
             }
-            Statement::Subscribe(_) => Err(Error::unsupported(
-                "SUBSCRIBE as a streaming result is not supported yet: use DECLARE c CURSOR FOR SUBSCRIBE ...; FETCH n c",
+            Statement::Subscribe(_) | Statement::CopySubscribe(_) => Err(Error::unsupported(
+                "SUBSCRIBE streams only through the simple query protocol; with prepared statements use DECLARE c CURSOR FOR SUBSCRIBE ...; FETCH n c",
             )),
             Statement::DeclareSubscribeCursor { cursor, subscribe } => self.declare_subscribe(cursor, subscribe).await,
             Statement::Fetch { cursor, count, timeout_ms } => self.fetch(cursor, *count, *timeout_ms).await,
@@ -412,10 +412,9 @@ impl Session {
         self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id)).await
     }
 
-    async fn declare_subscribe(&mut self, cursor: &str, subscribe: &eddy_sql::Subscribe) -> Result<Outcome> {
-        if self.cursors.contains_key(cursor) {
-            return Err(Error::new(SqlState::DUPLICATE_OBJECT, format!("cursor \"{cursor}\" already exists")).with_detail("SQLSTATE 42P03"));
-        }
+    /// Resolves a SUBSCRIBE target to a view (a temporary one for queries and tables) and
+    /// subscribes to it. Returns the subscription, the output schema and the temporary view.
+    async fn start_subscription(&mut self, subscribe: &eddy_sql::Subscribe) -> Result<(crate::views::Subscription, SchemaRef, Option<ObjectId>)> {
         let (view_id, schema, temporary) = match &subscribe.target {
             eddy_sql::SubscribeTarget::Name(name) => {
                 let name = object_name(name)?;
@@ -454,12 +453,25 @@ impl Session {
             fields.push(Field::new("eddy_progressed", DataType::Boolean, true));
         }
         fields.extend(schema.fields().iter().map(|f| f.as_ref().clone()));
-        let output = Arc::new(Schema::new(fields));
+        Ok((subscription, Arc::new(Schema::new(fields)), temporary))
+    }
+
+    async fn declare_subscribe(&mut self, cursor: &str, subscribe: &eddy_sql::Subscribe) -> Result<Outcome> {
+        if self.cursors.contains_key(cursor) {
+            return Err(Error::new(SqlState::DUPLICATE_OBJECT, format!("cursor \"{cursor}\" already exists")));
+        }
+        let (subscription, schema, temporary_view) = self.start_subscription(subscribe).await?;
         self.cursors.insert(
             cursor.to_owned(),
-            Cursor { subscription, schema: output, progress: subscribe.progress, buffered: Default::default(), temporary_view: temporary },
+            Cursor { subscription, schema, progress: subscribe.progress, buffered: Default::default(), temporary_view },
         );
         Ok(Outcome::Command { tag: "DECLARE CURSOR", rows: None })
+    }
+
+    /// A never-ending change stream (streaming SUBSCRIBE and COPY (SUBSCRIBE) TO STDOUT).
+    pub async fn open_subscription(&mut self, subscribe: &eddy_sql::Subscribe) -> Result<SubscriptionStream> {
+        let (subscription, schema, temporary_view) = self.start_subscription(subscribe).await?;
+        Ok(SubscriptionStream { subscription, schema, progress: subscribe.progress, temporary_view, engine: Arc::clone(&self.engine) })
     }
 
     fn close_cursor(&mut self, name: &str) -> bool {
@@ -680,6 +692,37 @@ impl Session {
             crate::TimeZone::Fixed(offset) => offset.to_string(),
         };
         self.planner.set_time_zone(&tz)
+    }
+}
+
+/// A subscription read to its end by the server; dropping it ends the subscription.
+pub struct SubscriptionStream {
+    subscription: crate::views::Subscription,
+    pub schema: SchemaRef,
+    progress: bool,
+    temporary_view: Option<ObjectId>,
+    engine: Arc<Engine>,
+}
+
+impl SubscriptionStream {
+    /// The rows of the next epoch; `None` once the view is gone.
+    pub async fn next(&mut self) -> Result<Option<Vec<RecordBatch>>> {
+        match self.subscription.events.recv().await {
+            Some(event) => change_rows(&self.schema, self.progress, &event).map(Some),
+            None if self.subscription.lagged.load(std::sync::atomic::Ordering::Relaxed) => Err(Error::new(
+                SqlState::INSUFFICIENT_RESOURCES,
+                format!("subscription fell more than {} epochs behind and was dropped", eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX),
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+impl Drop for SubscriptionStream {
+    fn drop(&mut self) {
+        if let Some(id) = self.temporary_view {
+            self.engine.drop_temporary_view(id);
+        }
     }
 }
 

@@ -143,6 +143,39 @@ fn unsupported_type(dt: &DataType) -> Error {
     Error::unsupported(format!("values of type {dt} cannot be sent to clients yet"))
 }
 
+/// Rows as COPY text lines: tab-separated, `\N` for NULL, backslash escapes.
+pub fn copy_text_lines(batch: &RecordBatch, tz: TimeZone) -> Result<Vec<Vec<u8>>> {
+    let mut lines = vec![Vec::new(); batch.num_rows()];
+    for (c, column) in batch.columns().iter().enumerate() {
+        let trim = batch.schema().field(c).metadata().get(PG_TYPE_KEY).is_some_and(|t| t == "numeric");
+        for (r, line) in lines.iter_mut().enumerate() {
+            if c > 0 {
+                line.push(b'\t');
+            }
+            if column.is_null(r) {
+                line.extend_from_slice(b"\\N");
+                continue;
+            }
+            for ch in text_value(column, r, tz, trim)?.chars() {
+                match ch {
+                    '\\' => line.extend_from_slice(b"\\\\"),
+                    '\t' => line.extend_from_slice(b"\\t"),
+                    '\n' => line.extend_from_slice(b"\\n"),
+                    '\r' => line.extend_from_slice(b"\\r"),
+                    other => {
+                        let mut buf = [0u8; 4];
+                        line.extend_from_slice(other.encode_utf8(&mut buf).as_bytes());
+                    }
+                }
+            }
+        }
+    }
+    for line in &mut lines {
+        line.push(b'\n');
+    }
+    Ok(lines)
+}
+
 /// PostgreSQL's text form of one value.
 pub fn text_value(column: &ArrayRef, i: usize, tz: TimeZone, trim_numeric: bool) -> Result<String> {
     let s = match column.data_type() {

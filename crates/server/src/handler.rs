@@ -327,6 +327,21 @@ impl SimpleQueryHandler for Conn {
         };
         let mut responses = Vec::with_capacity(statements.len());
         for parsed in &statements {
+            let streaming = match &parsed.statement {
+                eddy_engine::Statement::Subscribe(s) => Some((s, false)),
+                eddy_engine::Statement::CopySubscribe(s) => Some((s, true)),
+                _ => None,
+            };
+            if let Some((subscribe, as_copy)) = streaming {
+                // Earlier statements' results must reach the client before the stream starts.
+                for response in responses.drain(..) {
+                    send_response(client, response).await?;
+                }
+                if let Err(e) = stream_subscription(client, &slot, subscribe, as_copy, true).await {
+                    responses.push(Response::Error(Box::new(error_info(e))));
+                }
+                break;
+            }
             let outcome = {
                 let mut session = slot.session.lock().await;
                 run_guarded(&mut session, parsed, &[]).await
@@ -347,6 +362,80 @@ impl SimpleQueryHandler for Conn {
         }
         Ok(responses)
     }
+}
+
+/// Sends one response now (used before a streaming SUBSCRIBE takes over the connection).
+async fn send_response<C>(client: &mut C, response: Response) -> PgWireResult<()>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    match response {
+        Response::Query(results) => pgwire::api::query::send_query_response(client, results, true).await,
+        Response::Execution(tag) | Response::TransactionStart(tag) | Response::TransactionEnd(tag) => {
+            pgwire::api::query::send_execution_response(client, tag).await
+        }
+        Response::Error(e) => client.send(PgWireBackendMessage::ErrorResponse((*e).into())).await.map_err(Into::into),
+        _ => Ok(()),
+    }
+}
+
+/// Streams a subscription until the view is dropped or the client cancels: each epoch's rows
+/// are sent and flushed at once (a `QueryResponse` would buffer them). As COPY data when
+/// `as_copy`, which psql prints as it arrives.
+async fn stream_subscription<C>(
+    client: &mut C,
+    slot: &SessionSlot,
+    subscribe: &eddy_engine::Subscribe,
+    as_copy: bool,
+    send_complete: bool,
+) -> Result<usize, Error>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let wire = |e: PgWireError| Error::new(SqlState::PROTOCOL_VIOLATION, format!("sending to the client: {e}"));
+    let (mut stream, tz) = {
+        let mut session = slot.session.lock().await;
+        let tz = session.variables().time_zone();
+        (session.open_subscription(subscribe).await?, tz)
+    };
+    let fields = encode::field_infos(&stream.schema, |_| FieldFormat::Text);
+    let formats: Vec<FieldFormat> = fields.iter().map(|f| f.format()).collect();
+    if as_copy {
+        let response = pgwire::messages::copy::CopyOutResponse::new(0, fields.len() as i16, vec![0; fields.len()]);
+        client.send(PgWireBackendMessage::CopyOutResponse(response)).await.map_err(|e| wire(e.into()))?;
+    } else {
+        let description = pgwire::messages::data::RowDescription::new(fields.iter().map(Into::into).collect());
+        client.send(PgWireBackendMessage::RowDescription(description)).await.map_err(|e| wire(e.into()))?;
+    }
+    let mut rows = 0usize;
+    while let Some(batches) = stream.next().await? {
+        for batch in &batches {
+            if as_copy {
+                for line in encode::copy_text_lines(batch, tz)? {
+                    client.feed(PgWireBackendMessage::CopyData(CopyData::new(line.into()))).await.map_err(|e| wire(e.into()))?;
+                }
+            } else {
+                for row in encode::encode_batch(batch, &formats, tz)? {
+                    client.feed(PgWireBackendMessage::DataRow(row)).await.map_err(|e| wire(e.into()))?;
+                }
+            }
+            rows += batch.num_rows();
+        }
+        client.flush().await.map_err(|e| wire(e.into()))?;
+    }
+    // The view was dropped: the stream ends normally.
+    if as_copy {
+        client.send(PgWireBackendMessage::CopyDone(CopyDone::new())).await.map_err(|e| wire(e.into()))?;
+    }
+    if send_complete {
+        let tag = Tag::new(if as_copy { "COPY" } else { "SUBSCRIBE" }).with_rows(rows);
+        client.send(PgWireBackendMessage::CommandComplete(tag.into())).await.map_err(|e| wire(e.into()))?;
+    }
+    Ok(rows)
 }
 
 /// Parses at Parse time; planning happens at Describe and Execute, against the catalog then.
@@ -466,6 +555,11 @@ impl ExtendedQueryHandler for Conn {
     {
         let slot = slot(client)?;
         let parsed = Arc::clone(&portal.statement.statement);
+        if let eddy_engine::Statement::CopySubscribe(subscribe) = &parsed.statement {
+            // COPY (SUBSCRIBE ...) TO STDOUT streams here; pgwire sends the final CommandComplete.
+            let rows = stream_subscription(client, &slot, subscribe, true, false).await.map_err(to_pgwire)?;
+            return Ok(Response::Execution(Tag::new("COPY").with_rows(rows)));
+        }
         let outcome = {
             let mut session = slot.session.lock().await;
             let prepared = if portal.parameters.is_empty() {

@@ -22,6 +22,8 @@ pub enum Statement {
     Flush,
     /// `SUBSCRIBE [TO] name | (query) [WITH (SNAPSHOT = bool, PROGRESS)]`.
     Subscribe(Subscribe),
+    /// `COPY (SUBSCRIBE ...) TO STDOUT`: the change stream as COPY data, until cancelled.
+    CopySubscribe(Subscribe),
     /// `DECLARE c CURSOR FOR SUBSCRIBE ...`.
     DeclareSubscribeCursor { cursor: String, subscribe: Subscribe },
     /// `FETCH [FORWARD] [n | ALL] [FROM | IN] c [WITH (timeout = '1s')]`; `count` None is ALL.
@@ -131,6 +133,19 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             }
             let subscribe = parse_subscribe(parser)?;
             return Ok(Statement::DeclareSubscribeCursor { cursor, subscribe });
+        }
+        if w.keyword == Keyword::COPY
+            && parser.peek_nth_token(1).token == Token::LParen
+            && matches!(&parser.peek_nth_token(2).token, Token::Word(s) if s.value.eq_ignore_ascii_case("SUBSCRIBE"))
+        {
+            parser.next_token();
+            parser.next_token();
+            parser.next_token();
+            let subscribe = parse_subscribe(parser)?;
+            parser.expect_token(&Token::RParen)?;
+            parser.expect_keyword(Keyword::TO)?;
+            parser.expect_keyword(Keyword::STDOUT)?;
+            return Ok(Statement::CopySubscribe(subscribe));
         }
         if w.keyword == Keyword::FETCH {
             parser.next_token();
