@@ -11,6 +11,8 @@
 
 mod aggregate;
 mod join;
+#[cfg(test)]
+mod join_tests;
 mod outer_join;
 pub mod plan;
 mod rows;
