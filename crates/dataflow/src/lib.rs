@@ -10,6 +10,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod aggregate;
+#[cfg(test)]
+mod aggregate_tests;
 mod join;
 #[cfg(test)]
 mod join_tests;

@@ -1,0 +1,127 @@
+//! Oracle test for the aggregate: random inserts and deletions (NULL keys and values,
+//! duplicates), accumulated output compared after each epoch with GROUP BY recomputed from
+//! scratch — count, sum, min and max (retracting the current extreme), count(DISTINCT), and a
+//! global aggregate that keeps its row at count 0.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, Int32Array, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef};
+use datafusion::functions_aggregate::{count::count_udaf, min_max::{max_udaf, min_udaf}, sum::sum_udaf};
+use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+use datafusion::physical_expr::expressions::Column;
+use eddy_common::{ChangeBatch, ObjectId};
+use proptest::prelude::*;
+
+use crate::plan::{AggregateCall, Expr, Node};
+
+type Row = Vec<Option<i64>>;
+
+fn input() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("k", DataType::Int32, true), Field::new("v", DataType::Int64, true)]))
+}
+
+fn plan(grouped: bool) -> Node {
+    let s = input();
+    let v: Expr = Arc::new(Column::new("v", 1));
+    let call = |udf, distinct: bool, name: &str| {
+        let mut b = AggregateExprBuilder::new(udf, vec![Arc::clone(&v)]).schema(Arc::clone(&s)).alias(name);
+        if distinct {
+            b = b.distinct();
+        }
+        AggregateCall { function: Arc::new(b.build().unwrap()), filter: None }
+    };
+    let aggregates = vec![call(count_udaf(), false, "c"), call(sum_udaf(), false, "s"), call(min_udaf(), false, "lo"), call(max_udaf(), false, "hi"), call(count_udaf(), true, "d")];
+    let mut fields = Vec::new();
+    if grouped {
+        fields.push(Field::new("k", DataType::Int32, true));
+    }
+    for (name, t) in [("c", DataType::Int64), ("s", DataType::Int64), ("lo", DataType::Int64), ("hi", DataType::Int64), ("d", DataType::Int64)] {
+        fields.push(Field::new(name, t, true));
+    }
+    Node::Aggregate {
+        input: Box::new(Node::Source { object: ObjectId(1), name: "t".into(), schema: Arc::clone(&s) }),
+        group: if grouped { vec![Arc::new(Column::new("k", 0)) as Expr] } else { Vec::new() },
+        aggregates,
+        schema: Arc::new(Schema::new(fields)),
+    }
+}
+
+fn oracle(grouped: bool, rows: &HashMap<(Option<i32>, Option<i32>), i64>) -> BTreeMap<Row, i64> {
+    let mut groups: BTreeMap<Option<i32>, Vec<(Option<i32>, i64)>> = BTreeMap::new();
+    if !grouped {
+        groups.insert(None, Vec::new());
+    }
+    for ((k, v), n) in rows {
+        groups.entry(if grouped { *k } else { None }).or_default().push((*v, *n));
+    }
+    let mut out = BTreeMap::new();
+    for (k, members) in groups {
+        let values: Vec<i64> = members.iter().filter_map(|(v, n)| v.map(|v| std::iter::repeat_n(i64::from(v), *n as usize))).flatten().collect();
+        let mut distinct = values.clone();
+        distinct.sort();
+        distinct.dedup();
+        let mut row = Vec::new();
+        if grouped {
+            row.push(k.map(i64::from));
+        }
+        row.push(Some(values.len() as i64));
+        row.push(if values.is_empty() { None } else { Some(values.iter().sum()) });
+        row.push(values.iter().min().copied());
+        row.push(values.iter().max().copied());
+        row.push(Some(distinct.len() as i64));
+        out.insert(row, 1);
+    }
+    out
+}
+
+fn accumulate(out: &mut BTreeMap<Row, i64>, batches: Vec<ChangeBatch>) {
+    for b in batches {
+        for i in 0..b.len() {
+            let row: Row = b.rows().columns().iter().map(|c| {
+                if c.is_null(i) {
+                    None
+                } else if let Some(c) = c.as_primitive_opt::<Int64Type>() {
+                    Some(c.value(i))
+                } else {
+                    Some(i64::from(c.as_primitive::<Int32Type>().value(i)))
+                }
+            }).collect();
+            *out.entry(row.clone()).or_default() += b.diffs().value(i);
+            if out[&row] == 0 {
+                out.remove(&row);
+            }
+        }
+    }
+}
+
+fn value() -> impl Strategy<Value = Option<i32>> {
+    prop_oneof![1 => Just(None), 5 => (0..4i32).prop_map(Some)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn aggregate_matches_group_by_from_scratch(
+        epochs in prop::collection::vec(prop::collection::vec((value(), value(), prop::bool::weighted(0.65)), 1..8), 1..8),
+        grouped in any::<bool>(),
+    ) {
+        let mut op = crate::build(&plan(grouped)).unwrap();
+        let mut rows: HashMap<(Option<i32>, Option<i32>), i64> = HashMap::new();
+        let mut out = BTreeMap::new();
+        for epoch in epochs {
+            for (k, v, insert) in epoch {
+                let present = rows.get(&(k, v)).copied().unwrap_or(0);
+                let diff = if insert { 1 } else if present > 0 { -1 } else { continue };
+                *rows.entry((k, v)).or_default() += diff;
+                rows.retain(|_, n| *n != 0);
+                let batch = RecordBatch::try_new(input(), vec![Arc::new(Int32Array::from(vec![k])), Arc::new(Int64Array::from(vec![v.map(i64::from)]))]).unwrap();
+                accumulate(&mut out, op.push(ObjectId(1), &ChangeBatch::new(batch, Int64Array::from(vec![diff]))).unwrap());
+            }
+            accumulate(&mut out, op.end_epoch().unwrap());
+            prop_assert_eq!(&out, &oracle(grouped, &rows));
+        }
+    }
+}
