@@ -73,6 +73,9 @@ const VIEWS: &[(&str, &str)] = &[
     ("semi", "SELECT k, g FROM {a} WHERE k IN (SELECT k FROM {b} WHERE w IS NOT NULL)"),
     ("anti", "SELECT k, v FROM {a} WHERE NOT EXISTS (SELECT 1 FROM {b} WHERE {b}.k = {a}.k AND {b}.w >= {a}.v)"),
     ("leftagg", "SELECT {b}.k, count({a}.v) AS n, sum({a}.v) AS s FROM {b} LEFT JOIN {a} ON {a}.k = {b}.k GROUP BY {b}.k"),
+    ("except", "SELECT k FROM {a} EXCEPT SELECT k FROM {b}"),
+    ("intersect", "SELECT k, g FROM {a} INTERSECT SELECT k, w FROM {b}"),
+    ("scalar", "SELECT k, (SELECT max(w) FROM {b} WHERE {b}.k = {a}.k) AS mw FROM {a}"),
     ("onview", "SELECT count(*) AS groups, sum(n) AS rows FROM {v}_agg"),
 ];
 

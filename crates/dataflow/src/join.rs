@@ -21,6 +21,8 @@ struct Side {
     keys: Vec<Expr>,
     /// Full rows of this side.
     rows: RowConverter,
+    /// NULL keys match each other (IS NOT DISTINCT FROM).
+    nulls_equal: bool,
     /// Join key -> row -> multiplicity.
     arrangement: HashMap<OwnedRow, HashMap<OwnedRow, i64>>,
     key_converter: Option<RowConverter>,
@@ -34,9 +36,9 @@ pub struct InnerJoin {
 }
 
 impl Side {
-    fn new(input: Box<dyn Operator>, schema: &SchemaRef, keys: Vec<Expr>) -> Result<Self> {
+    fn new(input: Box<dyn Operator>, schema: &SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
         let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-        Ok(Side { input, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, arrangement: HashMap::new(), key_converter: None })
+        Ok(Side { input, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, nulls_equal, arrangement: HashMap::new(), key_converter: None })
     }
 
     /// Join keys of each row; `None` where a key column is NULL.
@@ -49,7 +51,7 @@ impl Side {
         let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
         let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
         Ok((0..rows.num_rows())
-            .map(|i| if keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded.row(i).owned()) })
+            .map(|i| if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded.row(i).owned()) })
             .collect())
     }
 
@@ -75,6 +77,7 @@ impl Side {
 impl InnerJoin {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
+        nulls_equal: bool,
         left: Box<dyn Operator>,
         right: Box<dyn Operator>,
         left_schema: SchemaRef,
@@ -85,8 +88,8 @@ impl InnerJoin {
         schema: SchemaRef,
     ) -> Result<Self> {
         Ok(InnerJoin {
-            left: Side::new(left, &left_schema, left_keys)?,
-            right: Side::new(right, &right_schema, right_keys)?,
+            left: Side::new(left, &left_schema, left_keys, nulls_equal)?,
+            right: Side::new(right, &right_schema, right_keys, nulls_equal)?,
             filter,
             schema,
         })

@@ -28,7 +28,7 @@ fn column(name: &str, index: usize) -> Expr {
     Arc::new(Column::new(name, index))
 }
 
-fn plan(kind: JoinKind, filtered: bool) -> Node {
+fn plan(kind: JoinKind, filtered: bool, nulls_equal: bool) -> Node {
     let (ls, rs) = (schema("k", "a"), schema("k2", "b"));
     let both: Vec<Field> = ls.fields().iter().chain(rs.fields().iter()).map(|f| f.as_ref().clone()).collect();
     let out = match kind {
@@ -44,6 +44,7 @@ fn plan(kind: JoinKind, filtered: bool) -> Node {
         left_keys: vec![column("k", 0)],
         right_keys: vec![column("k2", 0)],
         filter,
+        nulls_equal,
         schema: out,
     }
 }
@@ -71,9 +72,9 @@ fn accumulate(out: &mut Bag, batches: Vec<ChangeBatch>) {
     }
 }
 
-fn oracle(kind: JoinKind, filtered: bool, left: &Bag, right: &Bag) -> Bag {
+fn oracle(kind: JoinKind, filtered: bool, nulls_equal: bool, left: &Bag, right: &Bag) -> Bag {
     let matches = |l: &Row, r: &Row| {
-        l[0].is_some() && l[0] == r[0] && (!filtered || matches!((l[1], r[1]), (Some(a), Some(b)) if a <= b))
+        (nulls_equal || l[0].is_some()) && l[0] == r[0] && (!filtered || matches!((l[1], r[1]), (Some(a), Some(b)) if a <= b))
     };
     let mut out = Bag::new();
     let mut add = |row: Row, n: i64| *out.entry(row).or_default() += n;
@@ -114,8 +115,8 @@ fn steps() -> impl Strategy<Value = Vec<Vec<(bool, Row, bool)>>> {
     prop::collection::vec(prop::collection::vec(step, 1..6), 1..8)
 }
 
-fn run(kind: JoinKind, filtered: bool, epochs: Vec<Vec<(bool, Row, bool)>>) -> Result<(), TestCaseError> {
-    let mut op = crate::build(&plan(kind, filtered)).unwrap();
+fn run(kind: JoinKind, filtered: bool, nulls_equal: bool, epochs: Vec<Vec<(bool, Row, bool)>>) -> Result<(), TestCaseError> {
+    let mut op = crate::build(&plan(kind, filtered, nulls_equal)).unwrap();
     let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
     for epoch in epochs {
         for (is_left, row, insert) in epoch {
@@ -127,7 +128,7 @@ fn run(kind: JoinKind, filtered: bool, epochs: Vec<Vec<(bool, Row, bool)>>) -> R
             accumulate(&mut out, emitted);
         }
         accumulate(&mut out, op.end_epoch().unwrap());
-        prop_assert_eq!(&out, &oracle(kind, filtered, &left, &right), "{:?} filtered={}", kind, filtered);
+        prop_assert_eq!(&out, &oracle(kind, filtered, nulls_equal, &left, &right), "{:?} filtered={}", kind, filtered);
     }
     Ok(())
 }
@@ -136,9 +137,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>()) {
+    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>()) {
         for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti, JoinKind::RightSemi, JoinKind::RightAnti] {
-            run(kind, filtered, epochs.clone())?;
+            run(kind, filtered, nulls_equal, epochs.clone())?;
         }
     }
 }

@@ -55,8 +55,9 @@ pub fn build(node: &Node) -> Result<Box<dyn Operator>> {
         Node::Aggregate { input, group, aggregates, schema } => {
             Box::new(aggregate::Aggregate::new(build(input)?, &input.schema(), group.clone(), aggregates.clone(), schema.clone())?)
         }
-        Node::Join { kind, left, right, left_keys, right_keys, filter, schema } if *kind != plan::JoinKind::Inner => Box::new(outer_join::OuterJoin::new(
+        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema } if *kind != plan::JoinKind::Inner => Box::new(outer_join::OuterJoin::new(
             *kind,
+            *nulls_equal,
             build(left)?,
             build(right)?,
             left.schema(),
@@ -66,7 +67,8 @@ pub fn build(node: &Node) -> Result<Box<dyn Operator>> {
             filter.clone(),
             schema.clone(),
         )?),
-        Node::Join { left, right, left_keys, right_keys, filter, schema, .. } => Box::new(join::InnerJoin::new(
+        Node::Join { left, right, left_keys, right_keys, filter, nulls_equal, schema, .. } => Box::new(join::InnerJoin::new(
+            *nulls_equal,
             build(left)?,
             build(right)?,
             left.schema(),

@@ -27,6 +27,8 @@ struct Side {
     schema: SchemaRef,
     keys: Vec<Expr>,
     rows: RowConverter,
+    /// NULL keys match each other (IS NOT DISTINCT FROM).
+    nulls_equal: bool,
     key_converter: Option<RowConverter>,
     arrangement: HashMap<OwnedRow, Bucket>,
 }
@@ -40,9 +42,9 @@ pub struct OuterJoin {
 }
 
 impl Side {
-    fn new(input: Box<dyn Operator>, schema: SchemaRef, keys: Vec<Expr>) -> Result<Self> {
+    fn new(input: Box<dyn Operator>, schema: SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
         let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-        Ok(Side { input, schema, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, key_converter: None, arrangement: HashMap::new() })
+        Ok(Side { input, schema, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, nulls_equal, key_converter: None, arrangement: HashMap::new() })
     }
 
     /// (key or None for NULL keys, row) per changed row.
@@ -57,7 +59,7 @@ impl Side {
         let rows = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
         Ok((0..changes.len())
             .map(|i| {
-                let key = if keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded_keys.row(i).owned()) };
+                let key = if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded_keys.row(i).owned()) };
                 (key, rows.row(i).owned())
             })
             .collect())
@@ -108,6 +110,7 @@ impl OuterJoin {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         kind: JoinKind,
+        nulls_equal: bool,
         left: Box<dyn Operator>,
         right: Box<dyn Operator>,
         left_schema: SchemaRef,
@@ -119,8 +122,8 @@ impl OuterJoin {
     ) -> Result<Self> {
         Ok(OuterJoin {
             kind,
-            left: Side::new(left, left_schema, left_keys)?,
-            right: Side::new(right, right_schema, right_keys)?,
+            left: Side::new(left, left_schema, left_keys, nulls_equal)?,
+            right: Side::new(right, right_schema, right_keys, nulls_equal)?,
             filter,
             schema,
         })

@@ -41,9 +41,10 @@ pub enum Node {
     /// GROUP BY `group` (empty: one global group) computing `aggregates`; output columns are
     /// the group columns then the aggregates.
     Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, schema: SchemaRef },
-    /// Equi-join; `filter` is over the concatenated left and right columns. The output is
+    /// Equi-join; `filter` is over the concatenated left and right columns; `nulls_equal` makes
+    /// NULL keys match each other (IS NOT DISTINCT FROM, as INTERSECT and EXCEPT need). The output is
     /// left ++ right columns, or one side's columns for semi and anti joins.
-    Join { kind: JoinKind, left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, schema: SchemaRef },
+    Join { kind: JoinKind, left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, nulls_equal: bool, schema: SchemaRef },
 }
 
 impl Node {
@@ -101,8 +102,11 @@ impl Node {
                 writeln!(f, "{pad}Aggregate: group=[{}] aggregates=[{aggs}] state=per group", list(group))?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::Join { kind, left, right, left_keys, right_keys, filter, .. } => {
-                let residual = filter.as_ref().map(|e| format!(" filter={e}")).unwrap_or_default();
+            Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, .. } => {
+                let mut residual = filter.as_ref().map(|e| format!(" filter={e}")).unwrap_or_default();
+                if *nulls_equal {
+                    residual.push_str(" nulls_equal");
+                }
                 writeln!(f, "{pad}{kind:?}Join: left=[{}] right=[{}]{residual} state=both sides by key", list(left_keys), list(right_keys))?;
                 left.fmt_indent(f, depth + 1)?;
                 right.fmt_indent(f, depth + 1)

@@ -129,9 +129,6 @@ impl Lowering<'_> {
                 if join.null_aware {
                     return Err(Error::unsupported("NOT IN (subquery) in a materialized view is not supported yet: use NOT EXISTS"));
                 }
-                if join.null_equality == NullEquality::NullEqualsNull {
-                    return Err(Error::unsupported("joins where NULL keys match in a materialized view are not supported yet"));
-                }
                 if join.on.is_empty() {
                     return Err(Error::unsupported("a join without an equality condition (cross join) in a materialized view is not supported"));
                 }
@@ -150,6 +147,7 @@ impl Lowering<'_> {
                     left_keys,
                     right_keys,
                     filter,
+                    nulls_equal: join.null_equality == NullEquality::NullEqualsNull,
                     schema: nullable(join.schema.as_arrow()),
                 })
             }
