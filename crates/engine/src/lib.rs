@@ -183,7 +183,8 @@ impl Engine {
     }
 
     /// Registers a materialized view and backfills it; `id` is given when restoring one.
-    pub(crate) async fn create_view(&self, name: String, sql: String, plan: eddy_sql::ViewPlan, id: Option<ObjectId>) -> Result<()> {
+    /// Returns how many table rows the backfill read.
+    pub(crate) async fn create_view(&self, name: String, sql: String, plan: eddy_sql::ViewPlan, id: Option<ObjectId>) -> Result<usize> {
         let guard = self.lock_writes().await;
         if self.name_taken(&name) {
             return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
@@ -196,6 +197,7 @@ impl Engine {
                 tables.push((table.def.id, table.snapshot()?));
             }
         }
+        let backfill_rows: usize = tables.iter().flat_map(|(_, b)| b.iter()).map(|b| b.num_rows()).sum();
         let is_new = id.is_none();
         let id = match id {
             Some(id) => id,
@@ -215,7 +217,7 @@ impl Engine {
             let _ = self.drop_objects(&[name], true, true, ObjectKind::MaterializedView).await;
             return Err(e);
         }
-        Ok(())
+        Ok(backfill_rows)
     }
 
     /// A view that lives only as long as a subscription: not in the catalog, not visible by

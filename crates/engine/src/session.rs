@@ -35,6 +35,8 @@ pub enum Outcome {
     CopyIn(CopyIn),
     /// A warning to show the client, with the statement's outcome.
     Warning { message: String, then: Box<Outcome> },
+    /// Progress information (NOTICE), with the statement's outcome.
+    Notice { message: String, then: Box<Outcome> },
 }
 
 /// What the extended protocol's Describe reports.
@@ -394,8 +396,12 @@ impl Session {
             return Err(Error::unsupported(format!("materialized view options {} are not supported yet", create.options)));
         }
         let plan = self.planner.plan_view(&create.query).await?;
-        self.engine.create_view(name, create.to_string(), plan, None).await?;
-        Ok(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None })
+        let started = std::time::Instant::now();
+        let rows = self.engine.create_view(name.clone(), create.to_string(), plan, None).await?;
+        Ok(Outcome::Notice {
+            message: format!("materialized view \"{name}\" backfilled from {rows} rows in {} ms", started.elapsed().as_millis()),
+            then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
+        })
     }
 
     /// Plans a stored view again at start-up, under its original id.
@@ -409,7 +415,7 @@ impl Session {
             _ => return Err(Error::internal("stored view does not parse to one statement")),
         };
         let plan = self.planner.plan_view(&create.query).await?;
-        self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id)).await
+        self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id)).await.map(|_| ())
     }
 
     /// Resolves a SUBSCRIBE target to a view (a temporary one for queries and tables) and

@@ -123,12 +123,8 @@ fn error_info(err: Error) -> ErrorInfo {
     info
 }
 
-fn notice(message: String) -> PgWireBackendMessage {
-    PgWireBackendMessage::NoticeResponse(NoticeResponse::from(ErrorInfo::new(
-        "WARNING".to_owned(),
-        SqlState::WARNING.code().to_owned(),
-        message,
-    )))
+fn notice(severity: &str, state: SqlState, message: String) -> PgWireBackendMessage {
+    PgWireBackendMessage::NoticeResponse(NoticeResponse::from(ErrorInfo::new(severity.to_owned(), state.code().to_owned(), message)))
 }
 
 fn slot<C: ClientInfo>(client: &C) -> PgWireResult<Arc<SessionSlot>> {
@@ -282,7 +278,11 @@ where
             Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
         }
         Outcome::Warning { message, then } => {
-            client.send(notice(message)).await?;
+            client.send(notice("WARNING", SqlState::WARNING, message)).await?;
+            Box::pin(respond(client, slot, *then, formats)).await?
+        }
+        Outcome::Notice { message, then } => {
+            client.send(notice("NOTICE", SqlState::SUCCESSFUL_COMPLETION, message)).await?;
             Box::pin(respond(client, slot, *then, formats)).await?
         }
     })
