@@ -191,12 +191,7 @@ impl Engine {
         }
         let sources = plan.node.sources();
         let dataflow = eddy_dataflow::build(&plan.node)?;
-        let mut tables = Vec::new();
-        for table in self.tables.read().unwrap_or_else(|p| p.into_inner()).values() {
-            if sources.contains(&table.def.id) {
-                tables.push((table.def.id, table.snapshot()?));
-            }
-        }
+        let tables = self.table_snapshots(&sources)?;
         let backfill_rows: usize = tables.iter().flat_map(|(_, b)| b.iter()).map(|b| b.num_rows()).sum();
         let is_new = id.is_none();
         let id = match id {
@@ -226,12 +221,7 @@ impl Engine {
         let guard = self.lock_writes().await;
         let sources = plan.node.sources();
         let dataflow = eddy_dataflow::build(&plan.node)?;
-        let mut tables = Vec::new();
-        for table in self.tables.read().unwrap_or_else(|p| p.into_inner()).values() {
-            if sources.contains(&table.def.id) {
-                tables.push((table.def.id, table.snapshot()?));
-            }
-        }
+        let tables = self.table_snapshots(&sources)?;
         let id = self.meta.allocate_object_id()?;
         let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
         let view = Arc::new(View { def, schema: plan.schema });
@@ -247,6 +237,13 @@ impl Engine {
 
     pub(crate) async fn subscribe(&self, view: ObjectId, snapshot: bool) -> Result<views::Subscription> {
         self.runtime.subscribe(view, snapshot).await
+    }
+
+    /// The current contents of the tables among `sources` (call under the write lock, so that
+    /// they line up with the changes the view runtime receives next).
+    fn table_snapshots(&self, sources: &[ObjectId]) -> Result<Vec<(ObjectId, Arc<Vec<RecordBatch>>)>> {
+        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
+        tables.values().filter(|t| sources.contains(&t.def.id)).map(|t| Ok((t.def.id, t.snapshot()?))).collect()
     }
 
     /// Plans every view stored in the catalog again and backfills it (start-up).
