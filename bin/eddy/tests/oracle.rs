@@ -76,6 +76,8 @@ const VIEWS: &[(&str, &str)] = &[
     ("except", "SELECT k FROM {a} EXCEPT SELECT k FROM {b}"),
     ("intersect", "SELECT k, g FROM {a} INTERSECT SELECT k, w FROM {b}"),
     ("scalar", "SELECT k, (SELECT max(w) FROM {b} WHERE {b}.k = {a}.k) AS mw FROM {a}"),
+    ("topn", "SELECT k, v FROM {a} ORDER BY v DESC, k LIMIT 3"),
+    ("topnoffset", "SELECT k, g, v FROM {a} ORDER BY k NULLS FIRST, g, v LIMIT 2 OFFSET 1"),
     ("onview", "SELECT count(*) AS groups, sum(n) AS rows FROM {v}_agg"),
 ];
 

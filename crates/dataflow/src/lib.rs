@@ -20,6 +20,7 @@ pub mod plan;
 mod rows;
 pub use rows::consolidate;
 mod stateless;
+mod topn;
 
 use eddy_common::{ChangeBatch, ObjectId, Result};
 
@@ -47,6 +48,9 @@ pub fn build(node: &Node) -> Result<Box<dyn Operator>> {
         Node::Filter { input, predicate } => Box::new(stateless::Filter { input: build(input)?, predicate: predicate.clone() }),
         Node::Project { input, exprs, schema } => {
             Box::new(stateless::Project { input: build(input)?, exprs: exprs.clone(), schema: schema.clone() })
+        }
+        Node::TopN { input, order, offset, limit } => {
+            Box::new(topn::TopN::new(build(input)?, order.clone(), *offset, *limit, input.schema())?)
         }
         Node::Union { inputs, schema } => Box::new(stateless::Union {
             inputs: inputs.iter().map(build).collect::<Result<_>>()?,

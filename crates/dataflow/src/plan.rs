@@ -41,6 +41,8 @@ pub enum Node {
     /// GROUP BY `group` (empty: one global group) computing `aggregates`; output columns are
     /// the group columns then the aggregates.
     Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, schema: SchemaRef },
+    /// `ORDER BY order LIMIT limit OFFSET offset` over the whole input.
+    TopN { input: Box<Node>, order: Vec<(Expr, arrow::compute::SortOptions)>, offset: usize, limit: usize },
     /// Equi-join; `filter` is over the concatenated left and right columns; `nulls_equal` makes
     /// NULL keys match each other (IS NOT DISTINCT FROM, as INTERSECT and EXCEPT need). The output is
     /// left ++ right columns, or one side's columns for semi and anti joins.
@@ -55,7 +57,7 @@ impl Node {
             | Node::Union { schema, .. }
             | Node::Aggregate { schema, .. }
             | Node::Join { schema, .. } => schema.clone(),
-            Node::Filter { input, .. } => input.schema(),
+            Node::Filter { input, .. } | Node::TopN { input, .. } => input.schema(),
         }
     }
 
@@ -71,7 +73,9 @@ impl Node {
     fn collect_sources(&self, out: &mut Vec<ObjectId>) {
         match self {
             Node::Source { object, .. } => out.push(*object),
-            Node::Filter { input, .. } | Node::Project { input, .. } | Node::Aggregate { input, .. } => input.collect_sources(out),
+            Node::Filter { input, .. } | Node::Project { input, .. } | Node::Aggregate { input, .. } | Node::TopN { input, .. } => {
+                input.collect_sources(out)
+            }
             Node::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_sources(out)),
             Node::Join { left, right, .. } => {
                 left.collect_sources(out);
@@ -91,6 +95,15 @@ impl Node {
             }
             Node::Project { input, exprs, .. } => {
                 writeln!(f, "{pad}Project: {}", list(exprs))?;
+                input.fmt_indent(f, depth + 1)
+            }
+            Node::TopN { input, order, offset, limit } => {
+                let keys = order
+                    .iter()
+                    .map(|(e, o)| format!("{e}{}", if o.descending { " DESC" } else { "" }))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                writeln!(f, "{pad}TopN: order=[{keys}] offset={offset} limit={limit} state=all input rows")?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::Union { inputs, .. } => {

@@ -10,7 +10,7 @@ use datafusion::common::{DFSchema, NullEquality};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::SessionState;
 use datafusion::execution::context::ExecutionProps;
-use datafusion::logical_expr::{Expr, JoinType, LogicalPlan};
+use datafusion::logical_expr::{Expr, FetchType, JoinType, LogicalPlan, SkipType};
 // TODO(#6): move to LoweredAggregateBuilder, DataFusion 55's replacement of this helper.
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
@@ -36,6 +36,21 @@ pub fn view_schema(plan: &LogicalPlan) -> SchemaRef {
         .map(|f| f.as_ref().clone().with_name(pg_column_name(f.name())).with_nullable(true))
         .collect();
     Arc::new(Schema::new(fields))
+}
+
+impl Lowering<'_> {
+    fn top_n(&self, sort: &datafusion::logical_expr::Sort, offset: usize, limit: usize) -> Result<Node> {
+        let input = self.lower(&sort.input)?;
+        let order = sort
+            .expr
+            .iter()
+            .map(|s| {
+                let expr = self.expr(&s.expr, sort.input.schema())?;
+                Ok((expr, arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Node::TopN { input: Box::new(input), order, offset, limit })
+    }
 }
 
 pub struct Lowering<'a> {
@@ -155,8 +170,22 @@ impl Lowering<'_> {
                 let inputs = union.inputs.iter().map(|i| self.lower(i)).collect::<Result<_>>()?;
                 Ok(Node::Union { inputs, schema: nullable(union.schema.as_arrow()) })
             }
-            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => {
-                Err(Error::unsupported("ORDER BY and LIMIT in a materialized view are not supported yet; order when you SELECT from it"))
+            // ORDER BY without LIMIT does not change a view's contents (rows have no order).
+            LogicalPlan::Sort(sort) if sort.fetch.is_none() => self.lower(&sort.input),
+            LogicalPlan::Sort(sort) => self.top_n(sort, 0, sort.fetch.unwrap_or(usize::MAX)),
+            LogicalPlan::Limit(limit) => {
+                let skip = match limit.get_skip_type().map_err(from_datafusion)? {
+                    SkipType::Literal(n) => n,
+                    SkipType::UnsupportedExpr => return Err(Error::unsupported("OFFSET must be a constant in a materialized view")),
+                };
+                let fetch = match limit.get_fetch_type().map_err(from_datafusion)? {
+                    FetchType::Literal(n) => n.unwrap_or(usize::MAX),
+                    FetchType::UnsupportedExpr => return Err(Error::unsupported("LIMIT must be a constant in a materialized view")),
+                };
+                match limit.input.as_ref() {
+                    LogicalPlan::Sort(sort) => self.top_n(sort, skip, fetch.min(sort.fetch.map_or(usize::MAX, |f| f.saturating_sub(skip)))),
+                    _ => Err(Error::unsupported("LIMIT without ORDER BY in a materialized view picks arbitrary rows; add an ORDER BY")),
+                }
             }
             LogicalPlan::Window(_) => Err(Error::unsupported("window functions in a materialized view are not supported yet")),
             LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) => {
