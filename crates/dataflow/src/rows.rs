@@ -46,6 +46,13 @@ pub fn take_columns(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<A
     columns.iter().map(|c| take(c.as_ref(), indices, None).map_err(arrow_error)).collect()
 }
 
+/// Like [`batch`], for operators whose output may have no columns at all (`count(*)` reads no
+/// column), where the row count cannot be inferred.
+pub fn batch_of(schema: &SchemaRef, columns: Vec<ArrayRef>, rows: usize) -> Result<RecordBatch> {
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+    RecordBatch::try_new_with_options(Arc::clone(schema), columns, &options).map_err(arrow_error)
+}
+
 /// A batch with every field nullable, so that operators never trip over nullability claims a
 /// logical plan made about values that retractions may still carry.
 pub fn batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {

@@ -7,7 +7,7 @@ use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::Operator;
 use crate::plan::Expr;
-use crate::rows::{batch, evaluate, filter_changes};
+use crate::rows::{batch_of, evaluate, filter_changes};
 
 pub struct Source {
     pub object: ObjectId,
@@ -80,8 +80,9 @@ impl Project {
             .into_iter()
             .map(|changes| {
                 let columns = self.exprs.iter().map(|e| evaluate(e, changes.rows())).collect::<Result<Vec<_>>>()?;
+                let n = changes.len();
                 let (_, diffs) = changes.into_parts();
-                Ok(ChangeBatch::new(batch(&self.schema, columns)?, diffs))
+                Ok(ChangeBatch::new(batch_of(&self.schema, columns, n)?, diffs))
             })
             .collect()
     }
@@ -113,8 +114,9 @@ impl Union {
         batches
             .into_iter()
             .map(|b| {
+                let n = b.len();
                 let (rows, diffs) = b.into_parts();
-                Ok(ChangeBatch::new(batch(&self.schema, rows.columns().to_vec())?, diffs))
+                Ok(ChangeBatch::new(batch_of(&self.schema, rows.columns().to_vec(), n)?, diffs))
             })
             .collect()
     }

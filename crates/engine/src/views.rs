@@ -72,7 +72,7 @@ impl ViewRuntime {
     pub fn start() -> Result<ViewRuntime> {
         let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
         let published: Arc<RwLock<Snapshots>> = Arc::new(RwLock::new(Arc::new(HashMap::new())));
-        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failure: None, subscribers: Vec::new() };
+        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failures: BTreeMap::new(), subscribers: Vec::new() };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
             .spawn(move || state.run(&rx))
@@ -150,8 +150,8 @@ struct RuntimeState {
     epoch: u64,
     published: Arc<RwLock<Snapshots>>,
     dirty: bool,
-    /// A view whose dataflow failed; reported by every FLUSH until it is dropped.
-    failure: Option<(ObjectId, Error)>,
+    /// Views whose dataflow failed (they stop updating); reported by every FLUSH until dropped.
+    failures: BTreeMap<ObjectId, Error>,
     subscribers: Vec<Subscriber>,
 }
 
@@ -175,11 +175,7 @@ impl RuntimeState {
 
     fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
         match message {
-            Message::Changes { object, batches } => {
-                if let Err(e) = self.push(object, &batches) {
-                    self.fail(object, e);
-                }
-            }
+            Message::Changes { object, batches } => self.push(object, &batches),
             Message::AddView { view, dataflow, sources, tables, reply } => {
                 let result = self.add_view(view, dataflow, sources, tables);
                 *last_epoch = Instant::now();
@@ -191,16 +187,15 @@ impl RuntimeState {
             }
             Message::DropView { id } => {
                 self.views.retain(|v| v.view.def.id != id);
-                if self.failure.as_ref().is_some_and(|(f, _)| *f == id) {
-                    self.failure = None;
-                }
+                self.failures.remove(&id);
                 self.publish();
             }
             Message::Flush { reply } => {
                 let result = self.end_epoch();
                 *last_epoch = Instant::now();
-                let result = match (&self.failure, result) {
-                    (Some((id, e)), _) => Err(Error::new(e.state, format!("materialized view {} failed: {}", self.name_of(*id), e.message))),
+                let result = match (self.failures.iter().next(), result) {
+                    (Some((id, e)), _) => Err(Error::new(e.state, format!("materialized view {} failed: {}", self.name_of(*id), e.message))
+                        .with_hint("the view stopped updating; drop it (and fix its query) to go on")),
                     (None, r) => r.map(|_| self.epoch),
                 };
                 let _ = reply.send(result);
@@ -212,22 +207,33 @@ impl RuntimeState {
         self.views.iter().find(|v| v.view.def.id == id).map_or_else(|| id.to_string(), |v| v.view.def.name.clone())
     }
 
-    fn fail(&mut self, object: ObjectId, error: Error) {
-        tracing::error!(object = %object, error = %error, "a view's dataflow failed; it stops updating");
-        if self.failure.is_none() {
-            self.failure = Some((object, error));
-        }
+    fn fail(&mut self, view: ObjectId, error: Error) {
+        tracing::error!(view = %self.name_of(view), error = %error, "a view's dataflow failed; it stops updating");
+        self.failures.entry(view).or_insert(error);
     }
 
-    fn push(&mut self, object: ObjectId, batches: &[ChangeBatch]) -> Result<()> {
+    /// Feeds a table's or view's changes to every view reading it; a view whose dataflow fails
+    /// stops, the others go on.
+    fn push(&mut self, object: ObjectId, batches: &[ChangeBatch]) {
+        let mut failed = Vec::new();
         for entry in self.views.iter_mut().filter(|e| e.sources.contains(&object)) {
+            if self.failures.contains_key(&entry.view.def.id) {
+                continue;
+            }
             for batch in batches {
-                let out = entry.dataflow.push(object, batch)?;
-                entry.pending.extend(out);
+                match entry.dataflow.push(object, batch) {
+                    Ok(out) => entry.pending.extend(out),
+                    Err(e) => {
+                        failed.push((entry.view.def.id, e));
+                        break;
+                    }
+                }
                 self.dirty = true;
             }
         }
-        Ok(())
+        for (view, e) in failed {
+            self.fail(view, e);
+        }
     }
 
     fn add_view(&mut self, view: Arc<View>, mut dataflow: Box<dyn Operator>, sources: Vec<ObjectId>, tables: Vec<(ObjectId, Arc<Vec<RecordBatch>>)>) -> Result<()> {
@@ -305,9 +311,9 @@ impl RuntimeState {
     fn end_epoch(&mut self) -> Result<()> {
         let mut outputs: HashMap<ObjectId, Vec<ChangeBatch>> = HashMap::new();
         for i in 0..self.views.len() {
-            let failed = self.failure.as_ref().map(|(id, _)| *id);
             let entry = &mut self.views[i];
-            if failed == Some(entry.view.def.id) {
+            if self.failures.contains_key(&entry.view.def.id) {
+                entry.pending.clear();
                 continue;
             }
             let result = (|| -> Result<Vec<ChangeBatch>> {
