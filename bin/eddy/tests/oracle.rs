@@ -78,6 +78,7 @@ const VIEWS: &[(&str, &str)] = &[
     ("scalar", "SELECT k, (SELECT max(w) FROM {b} WHERE {b}.k = {a}.k) AS mw FROM {a}"),
     ("topn", "SELECT k, v FROM {a} ORDER BY v DESC, k LIMIT 3"),
     ("topnoffset", "SELECT k, g, v FROM {a} ORDER BY k NULLS FIRST, g, v LIMIT 2 OFFSET 1"),
+    ("ranked", "SELECT k, v, rn FROM (SELECT k, v, row_number() OVER (PARTITION BY k ORDER BY v DESC, g) AS rn FROM {a}) t WHERE rn <= 2"),
     ("countstar", "SELECT count(*) AS n FROM {a}"),
     ("countjoin", "SELECT count(*) AS n FROM {a} JOIN {b} ON {a}.k = {b}.k"),
     ("onview", "SELECT count(*) AS groups, sum(n) AS rows FROM {v}_agg"),

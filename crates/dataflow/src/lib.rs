@@ -49,9 +49,15 @@ pub fn build(node: &Node) -> Result<Box<dyn Operator>> {
         Node::Project { input, exprs, schema } => {
             Box::new(stateless::Project { input: build(input)?, exprs: exprs.clone(), schema: schema.clone() })
         }
-        Node::TopN { input, order, offset, limit } => {
-            Box::new(topn::TopN::new(build(input)?, order.clone(), *offset, *limit, input.schema())?)
-        }
+        Node::TopN { input, partition, order, offset, limit, rank, schema } => Box::new(topn::TopN::new(
+            build(input)?,
+            input.schema(),
+            partition.clone(),
+            order.clone(),
+            (*offset, *limit),
+            *rank,
+            schema.clone(),
+        )?),
         Node::Union { inputs, schema } => Box::new(stateless::Union {
             inputs: inputs.iter().map(build).collect::<Result<_>>()?,
             schema: schema.clone(),

@@ -41,8 +41,10 @@ pub enum Node {
     /// GROUP BY `group` (empty: one global group) computing `aggregates`; output columns are
     /// the group columns then the aggregates.
     Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, schema: SchemaRef },
-    /// `ORDER BY order LIMIT limit OFFSET offset` over the whole input.
-    TopN { input: Box<Node>, order: Vec<(Expr, arrow::compute::SortOptions)>, offset: usize, limit: usize },
+    /// `ORDER BY order LIMIT limit OFFSET offset` per partition (`partition` empty: the whole
+    /// input). With `rank`, each output row gets its 1-based position as a trailing UInt64
+    /// column (`ROW_NUMBER() OVER (PARTITION BY .. ORDER BY ..) <= n`); `schema` is the output.
+    TopN { input: Box<Node>, partition: Vec<Expr>, order: Vec<(Expr, arrow::compute::SortOptions)>, offset: usize, limit: usize, rank: bool, schema: SchemaRef },
     /// Equi-join; `filter` is over the concatenated left and right columns; `nulls_equal` makes
     /// NULL keys match each other (IS NOT DISTINCT FROM, as INTERSECT and EXCEPT need). The output is
     /// left ++ right columns, or one side's columns for semi and anti joins.
@@ -57,7 +59,8 @@ impl Node {
             | Node::Union { schema, .. }
             | Node::Aggregate { schema, .. }
             | Node::Join { schema, .. } => schema.clone(),
-            Node::Filter { input, .. } | Node::TopN { input, .. } => input.schema(),
+            Node::TopN { schema, .. } => schema.clone(),
+            Node::Filter { input, .. } => input.schema(),
         }
     }
 
@@ -97,13 +100,14 @@ impl Node {
                 writeln!(f, "{pad}Project: {}", list(exprs))?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::TopN { input, order, offset, limit } => {
+            Node::TopN { input, partition, order, offset, limit, .. } => {
                 let keys = order
                     .iter()
                     .map(|(e, o)| format!("{e}{}", if o.descending { " DESC" } else { "" }))
                     .collect::<Vec<_>>()
                     .join(", ");
-                writeln!(f, "{pad}TopN: order=[{keys}] offset={offset} limit={limit} state=all input rows")?;
+                let groups = if partition.is_empty() { String::new() } else { format!(" partition=[{}]", list(partition)) };
+                writeln!(f, "{pad}TopN:{groups} order=[{keys}] offset={offset} limit={limit} state=all input rows")?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::Union { inputs, .. } => {

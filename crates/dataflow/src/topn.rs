@@ -1,13 +1,16 @@
-//! Top-N: `ORDER BY ... LIMIT n [OFFSET m]` maintained under inserts and retractions.
+//! Top-N: `ORDER BY ... LIMIT n [OFFSET m]`, and per partition (`ROW_NUMBER() OVER
+//! (PARTITION BY ... ORDER BY ...) <= n`), maintained under inserts and retractions.
 //!
-//! State: every input row with its multiplicity, ordered by (sort key, row) in arrow's row
-//! format (which encodes ASC/DESC and NULLS FIRST/LAST). At the end of an epoch with changes
-//! the operator walks the first `offset + limit` rows and emits the difference with what it
-//! emitted before. Ties in the sort key are broken by the row's bytes, deterministically.
+//! State: per partition, every input row with its multiplicity, ordered by (sort key, row) in
+//! arrow's row format (which encodes ASC/DESC and NULLS FIRST/LAST). At the end of an epoch the
+//! operator walks the first `offset + limit` rows of each changed partition and emits the
+//! difference with what it emitted before. Ties in the sort key are broken by the row's bytes,
+//! deterministically; identical rows get consecutive row numbers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array};
+use arrow::array::{ArrayRef, Int64Array, UInt64Array};
 use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
@@ -15,84 +18,140 @@ use eddy_common::{ChangeBatch, ObjectId, Result};
 
 use crate::Operator;
 use crate::plan::Expr;
-use crate::rows::{arrow_error, batch, evaluate};
+use crate::rows::{arrow_error, batch_of, evaluate};
+
+type Ranked = HashMap<(OwnedRow, u64), i64>;
 
 pub struct TopN {
     input: Box<dyn Operator>,
+    partition: Vec<Expr>,
     order: Vec<(Expr, SortOptions)>,
     offset: usize,
     limit: usize,
+    rank: bool,
     schema: SchemaRef,
-    keys: Option<RowConverter>,
+    partition_keys: Option<RowConverter>,
+    sort_keys: Option<RowConverter>,
     rows: RowConverter,
-    state: BTreeMap<(OwnedRow, OwnedRow), i64>,
-    emitted: HashMap<OwnedRow, i64>,
-    dirty: bool,
+    state: HashMap<Option<OwnedRow>, BTreeMap<(OwnedRow, OwnedRow), i64>>,
+    emitted: HashMap<Option<OwnedRow>, Ranked>,
+    dirty: HashSet<Option<OwnedRow>>,
 }
 
 impl TopN {
-    pub fn new(input: Box<dyn Operator>, order: Vec<(Expr, SortOptions)>, offset: usize, limit: usize, schema: SchemaRef) -> Result<Self> {
-        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        input: Box<dyn Operator>,
+        input_schema: SchemaRef,
+        partition: Vec<Expr>,
+        order: Vec<(Expr, SortOptions)>,
+        (offset, limit): (usize, usize),
+        rank: bool,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let fields = input_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
         let rows = RowConverter::new(fields).map_err(arrow_error)?;
-        Ok(TopN { input, order, offset, limit, schema, keys: None, rows, state: BTreeMap::new(), emitted: HashMap::new(), dirty: false })
+        Ok(TopN {
+            input,
+            partition,
+            order,
+            offset,
+            limit,
+            rank,
+            schema,
+            partition_keys: None,
+            sort_keys: None,
+            rows,
+            state: HashMap::new(),
+            emitted: HashMap::new(),
+            dirty: HashSet::new(),
+        })
     }
 
     fn absorb(&mut self, changes: &ChangeBatch) -> Result<()> {
         if changes.is_empty() {
             return Ok(());
         }
-        let keys: Vec<ArrayRef> = self.order.iter().map(|(e, _)| evaluate(e, changes.rows())).collect::<Result<_>>()?;
-        if self.keys.is_none() {
-            let fields = keys.iter().zip(&self.order).map(|(k, (_, o))| SortField::new_with_options(k.data_type().clone(), *o)).collect();
-            self.keys = Some(RowConverter::new(fields).map_err(arrow_error)?);
+        let rows_in = changes.rows();
+        let sort: Vec<ArrayRef> = self.order.iter().map(|(e, _)| evaluate(e, rows_in)).collect::<Result<_>>()?;
+        if self.sort_keys.is_none() {
+            let fields = sort.iter().zip(&self.order).map(|(k, (_, o))| SortField::new_with_options(k.data_type().clone(), *o)).collect();
+            self.sort_keys = Some(RowConverter::new(fields).map_err(arrow_error)?);
         }
-        let Some(converter) = self.keys.as_ref() else { return Ok(()) };
-        let keys = converter.convert_columns(&keys).map_err(arrow_error)?;
-        let rows = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
+        let parts: Vec<ArrayRef> = self.partition.iter().map(|e| evaluate(e, rows_in)).collect::<Result<_>>()?;
+        if self.partition_keys.is_none() && !parts.is_empty() {
+            let fields = parts.iter().map(|k| SortField::new(k.data_type().clone())).collect();
+            self.partition_keys = Some(RowConverter::new(fields).map_err(arrow_error)?);
+        }
+        let sort = match &self.sort_keys {
+            Some(c) => c.convert_columns(&sort).map_err(arrow_error)?,
+            None => return Ok(()),
+        };
+        let parts = match &self.partition_keys {
+            Some(c) => Some(c.convert_columns(&parts).map_err(arrow_error)?),
+            None => None,
+        };
+        let rows = self.rows.convert_columns(rows_in.columns()).map_err(arrow_error)?;
         for (i, d) in changes.diffs().values().iter().enumerate() {
-            let entry = (keys.row(i).owned(), rows.row(i).owned());
-            let count = self.state.entry(entry.clone()).or_insert(0);
+            let part = parts.as_ref().map(|p| p.row(i).owned());
+            let ordered = self.state.entry(part.clone()).or_default();
+            let entry = (sort.row(i).owned(), rows.row(i).owned());
+            let count = ordered.entry(entry.clone()).or_insert(0);
             *count += d;
             if *count == 0 {
-                self.state.remove(&entry);
+                ordered.remove(&entry);
+                if ordered.is_empty() {
+                    self.state.remove(&part);
+                }
             }
+            self.dirty.insert(part);
         }
-        self.dirty = true;
         Ok(())
     }
 
+    /// The rows a partition shows now, with their row numbers (0 when not ranking).
+    fn top(&self, partition: &Option<OwnedRow>) -> Ranked {
+        let mut now = Ranked::new();
+        let Some(ordered) = self.state.get(partition) else { return now };
+        let mut position = 0usize;
+        let end = self.offset.saturating_add(self.limit);
+        'rows: for ((_, row), count) in ordered {
+            for _ in 0..(*count).max(0) {
+                if position >= end {
+                    break 'rows;
+                }
+                if position >= self.offset {
+                    let rank = if self.rank { (position - self.offset + 1) as u64 } else { 0 };
+                    *now.entry((row.clone(), rank)).or_default() += 1;
+                }
+                position += 1;
+            }
+        }
+        now
+    }
+
     fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
-        if !std::mem::take(&mut self.dirty) {
-            return Ok(Vec::new());
-        }
-        let mut now: HashMap<OwnedRow, i64> = HashMap::new();
-        let (mut skip, mut take) = (self.offset, self.limit);
-        for ((_, row), count) in &self.state {
-            if take == 0 {
-                break;
+        let mut diffs: Ranked = Ranked::new();
+        for partition in std::mem::take(&mut self.dirty) {
+            let now = self.top(&partition);
+            for (key, n) in &now {
+                *diffs.entry(key.clone()).or_default() += n;
             }
-            let mut n = (*count).max(0) as usize;
-            let skipped = n.min(skip);
-            skip -= skipped;
-            n -= skipped;
-            let kept = n.min(take);
-            take -= kept;
-            if kept > 0 {
-                *now.entry(row.clone()).or_default() += kept as i64;
+            let before = if now.is_empty() { self.emitted.remove(&partition) } else { self.emitted.insert(partition, now) };
+            for (key, n) in before.unwrap_or_default() {
+                *diffs.entry(key).or_default() -= n;
             }
-        }
-        let mut diffs: HashMap<OwnedRow, i64> = now.clone();
-        for (row, count) in &self.emitted {
-            *diffs.entry(row.clone()).or_default() -= count;
         }
         diffs.retain(|_, d| *d != 0);
-        self.emitted = now;
         if diffs.is_empty() {
             return Ok(Vec::new());
         }
-        let (rows, weights): (Vec<OwnedRow>, Vec<i64>) = diffs.into_iter().unzip();
-        let columns = self.rows.convert_rows(rows.iter().map(|r| r.row())).map_err(arrow_error)?;
-        Ok(vec![ChangeBatch::new(batch(&self.schema, columns)?, Int64Array::from(weights))])
+        let (keys, weights): (Vec<(OwnedRow, u64)>, Vec<i64>) = diffs.into_iter().unzip();
+        let mut columns = self.rows.convert_rows(keys.iter().map(|(r, _)| r.row())).map_err(arrow_error)?;
+        if self.rank {
+            columns.push(Arc::new(UInt64Array::from(keys.iter().map(|(_, rank)| *rank).collect::<Vec<_>>())));
+        }
+        Ok(vec![ChangeBatch::new(batch_of(&self.schema, columns, weights.len())?, Int64Array::from(weights))])
     }
 }
 
@@ -112,6 +171,6 @@ impl Operator for TopN {
     }
 
     fn describe(&self) -> String {
-        format!("TopN(offset {}, limit {}, {} rows held)", self.offset, self.limit, self.state.len())
+        format!("TopN(offset {}, limit {}, {} partitions)", self.offset, self.limit, self.state.len())
     }
 }

@@ -49,7 +49,60 @@ impl Lowering<'_> {
                 Ok((expr, arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first }))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Node::TopN { input: Box::new(input), order, offset, limit })
+        let schema = input.schema();
+        Ok(Node::TopN { input: Box::new(input), partition: Vec::new(), order, offset, limit, rank: false, schema })
+    }
+
+    /// `Filter(rn <= n)` over `Window(row_number() OVER (PARTITION BY .. ORDER BY ..))`: top-N
+    /// per partition with the row number as the last column. `None` when the shape differs.
+    fn ranked_top_n(&self, filter: &datafusion::logical_expr::Filter) -> Result<Option<Node>> {
+        use datafusion::common::ScalarValue;
+        use datafusion::logical_expr::{BinaryExpr, Operator};
+        // The optimizer may prune columns between the filter and the window.
+        let (window, projection) = match filter.input.as_ref() {
+            LogicalPlan::Window(w) => (w, None),
+            LogicalPlan::Projection(p) if p.expr.iter().all(|e| matches!(e, Expr::Column(_))) => match p.input.as_ref() {
+                LogicalPlan::Window(w) => (w, Some(p)),
+                _ => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        let [Expr::WindowFunction(function)] = window.window_expr.as_slice() else { return Ok(None) };
+        if function.fun.name() != "row_number" || !function.params.args.is_empty() || function.params.filter.is_some() {
+            return Ok(None);
+        }
+        let rank_column = window.schema.field(window.schema.fields().len() - 1).name().clone();
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &filter.predicate else { return Ok(None) };
+        let refers_to_rank = matches!(left.as_ref(), Expr::Column(c) if c.name == rank_column);
+        let bound = match right.as_ref() {
+            Expr::Literal(ScalarValue::UInt64(Some(n)), _) => Some(*n as i64),
+            Expr::Literal(ScalarValue::Int64(Some(n)), _) => Some(*n),
+            _ => None,
+        };
+        let (true, Some(bound)) = (refers_to_rank, bound) else { return Ok(None) };
+        let limit = match op {
+            Operator::LtEq => bound,
+            Operator::Lt => bound - 1,
+            Operator::Eq if bound == 1 => 1,
+            _ => return Ok(None),
+        };
+        let limit = usize::try_from(limit.max(0)).unwrap_or(0);
+        let input = self.lower(&window.input)?;
+        let partition = function.params.partition_by.iter().map(|e| self.expr(e, window.input.schema())).collect::<Result<_>>()?;
+        let order = function
+            .params
+            .order_by
+            .iter()
+            .map(|s| Ok((self.expr(&s.expr, window.input.schema())?, arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first })))
+            .collect::<Result<Vec<_>>>()?;
+        let top = Node::TopN { input: Box::new(input), partition, order, offset: 0, limit, rank: true, schema: nullable(window.schema.as_arrow()) };
+        Ok(Some(match projection {
+            None => top,
+            Some(p) => {
+                let exprs = p.expr.iter().map(|e| self.expr(e, &window.schema)).collect::<Result<_>>()?;
+                Node::Project { input: Box::new(top), exprs, schema: nullable(p.schema.as_arrow()) }
+            }
+        }))
     }
 }
 
@@ -70,6 +123,9 @@ impl Lowering<'_> {
                 Ok(Node::Project { input: Box::new(input), exprs, schema: nullable(p.schema.as_arrow()) })
             }
             LogicalPlan::Filter(f) => {
+                if let Some(top) = self.ranked_top_n(f)? {
+                    return Ok(top);
+                }
                 let input = self.lower(&f.input)?;
                 let predicate = self.expr(&f.predicate, f.input.schema())?;
                 Ok(Node::Filter { input: Box::new(input), predicate })
@@ -187,7 +243,9 @@ impl Lowering<'_> {
                     _ => Err(Error::unsupported("LIMIT without ORDER BY in a materialized view picks arbitrary rows; add an ORDER BY")),
                 }
             }
-            LogicalPlan::Window(_) => Err(Error::unsupported("window functions in a materialized view are not supported yet")),
+            LogicalPlan::Window(_) => Err(Error::unsupported(
+                "window functions in a materialized view are not supported yet, except ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) filtered by <= n",
+            )),
             LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) => {
                 Err(Error::unsupported("a materialized view must read at least one table or view"))
             }
