@@ -3,8 +3,6 @@
 //! `+1` inserts a row, `-1` retracts one; an update is `-old, +new`. A relation is the sum of
 //! its changes. Invariant: `diffs.len() == rows.num_rows()` and no diff is zero.
 
-use std::sync::Arc;
-
 use arrow::array::{Array, Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 
@@ -57,16 +55,5 @@ impl ChangeBatch {
 
     pub fn into_parts(self) -> (RecordBatch, Int64Array) {
         (self.rows, self.diffs)
-    }
-
-    /// An empty batch of the given schema.
-    pub fn empty(schema: SchemaRef) -> Self {
-        ChangeBatch { rows: RecordBatch::new_empty(schema), diffs: Int64Array::from(Vec::<i64>::new()) }
-    }
-
-    /// Shares the schema pointer of another batch when the fields are equal (cheap identity).
-    pub fn with_schema(self, schema: SchemaRef) -> Result<Self, arrow::error::ArrowError> {
-        let rows = self.rows.with_schema(Arc::clone(&schema))?;
-        Ok(ChangeBatch { rows, diffs: self.diffs })
     }
 }

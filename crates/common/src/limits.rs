@@ -19,9 +19,6 @@ pub const COMMIT_QUEUE_CAPACITY: usize = 1024;
 /// Columns in one table.
 pub const TABLE_COLUMNS_MAX: usize = 1600;
 
-/// Prepared statements per session.
-pub const PREPARED_STATEMENTS_MAX: usize = 10_000;
-
 /// Epochs a subscriber may fall behind before it is dropped with 53000 (a slow subscriber
 /// never stalls the dataflow).
 pub const SUBSCRIBER_LAG_EPOCHS_MAX: usize = 1024;

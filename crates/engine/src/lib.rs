@@ -16,7 +16,7 @@ mod variables;
 mod views;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -435,9 +435,4 @@ fn load_table(log: &LogStore, def: TableDef) -> Result<Arc<Table>> {
     }
     tracing::info!(table = %def.name, records, rows = data.row_count(), "table restored from its log");
     Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0) }))
-}
-
-/// The data directory's layout, for operators and tests.
-pub fn log_dir(data_dir: &Path) -> PathBuf {
-    data_dir.join("log")
 }

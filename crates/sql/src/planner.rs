@@ -96,10 +96,6 @@ impl QueryPlan {
         Ok(QueryPlan { plan })
     }
 
-    /// EXPLAIN-style text of the logical plan.
-    pub fn display(&self) -> String {
-        self.plan.display_indent().to_string()
-    }
 }
 
 /// A view's dataflow and its output schema (PostgreSQL-style column names).
