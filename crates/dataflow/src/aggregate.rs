@@ -308,7 +308,12 @@ impl Operator for Aggregate {
         self.emit()
     }
 
-    fn describe(&self) -> String {
-        format!("Aggregate({} groups)", self.groups.len() + usize::from(self.global.is_some()))
+    fn state(&self) -> (String, usize) {
+        let groups = self.groups.len() + usize::from(self.global.is_some());
+        ("Aggregate".to_owned(), groups)
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        vec![self.input.as_ref()]
     }
 }

@@ -157,7 +157,12 @@ impl Operator for InnerJoin {
         self.process(left, right)
     }
 
-    fn describe(&self) -> String {
-        format!("InnerJoin({} left keys, {} right keys)", self.left.arrangement.len(), self.right.arrangement.len())
+    fn state(&self) -> (String, usize) {
+        let rows = |s: &Side| s.arrangement.values().map(|b| b.len()).sum::<usize>();
+        ("InnerJoin".to_owned(), rows(&self.left) + rows(&self.right))
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        vec![self.left.input.as_ref(), self.right.input.as_ref()]
     }
 }

@@ -26,6 +26,8 @@ use eddy_common::{ChangeBatch, ObjectId, Result};
 
 pub use plan::Node;
 
+// `stats` and `OperatorStats` report what `eddy_operators` shows.
+
 /// One node of a view's dataflow, owning its inputs.
 pub trait Operator: Send {
     /// Changes to `source` (a table or view id) arrived. Returns the changes this operator
@@ -37,12 +39,89 @@ pub trait Operator: Send {
     /// equals the query over the accumulated input.
     fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>>;
 
-    /// A one-line description for EXPLAIN and `eddy_operators`.
-    fn describe(&self) -> String;
+    /// The operator's name and how many rows of state it holds (`eddy_operators`).
+    fn state(&self) -> (String, usize);
+
+    /// The operators feeding this one.
+    fn children(&self) -> Vec<&dyn Operator>;
+
+    /// Rows this operator has emitted so far (counted by [`build`]'s instrumentation).
+    fn rows_out(&self) -> u64 {
+        0
+    }
+}
+
+/// Counts the rows an operator emits; [`build`] wraps every operator in one.
+struct Instrumented {
+    inner: Box<dyn Operator>,
+    rows_out: u64,
+}
+
+impl Instrumented {
+    fn count(&mut self, out: Result<Vec<ChangeBatch>>) -> Result<Vec<ChangeBatch>> {
+        let out = out?;
+        self.rows_out += out.iter().map(|b| b.len() as u64).sum::<u64>();
+        Ok(out)
+    }
+}
+
+impl Operator for Instrumented {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let out = self.inner.push(source, changes);
+        self.count(out)
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        let out = self.inner.end_epoch();
+        self.count(out)
+    }
+
+    fn state(&self) -> (String, usize) {
+        self.inner.state()
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        self.inner.children()
+    }
+
+    fn rows_out(&self) -> u64 {
+        self.rows_out
+    }
+}
+
+/// One operator of a dataflow, for `eddy_operators`.
+#[derive(Debug, Clone)]
+pub struct OperatorStats {
+    /// Position in the tree: `0`, `0.1`, `0.1.0`, ...
+    pub path: String,
+    pub name: String,
+    pub rows_in: u64,
+    pub rows_out: u64,
+    pub state_rows: usize,
+}
+
+/// Every operator of a dataflow, parents before children. A source's input is its output.
+pub fn stats(root: &dyn Operator) -> Vec<OperatorStats> {
+    fn walk(op: &dyn Operator, path: String, out: &mut Vec<OperatorStats>) {
+        let (name, state_rows) = op.state();
+        let children = op.children();
+        let rows_in = if children.is_empty() { op.rows_out() } else { children.iter().map(|c| c.rows_out()).sum() };
+        out.push(OperatorStats { path: path.clone(), name, rows_in, rows_out: op.rows_out(), state_rows });
+        for (i, child) in children.into_iter().enumerate() {
+            walk(child, format!("{path}.{i}"), out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, "0".to_owned(), &mut out);
+    out
 }
 
 /// Builds the operator tree of a plan.
 pub fn build(node: &Node) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(Instrumented { inner: build_bare(node)?, rows_out: 0 }))
+}
+
+fn build_bare(node: &Node) -> Result<Box<dyn Operator>> {
     Ok(match node {
         Node::Source { object, .. } => Box::new(stateless::Source { object: *object }),
         Node::Filter { input, predicate } => Box::new(stateless::Filter { input: build(input)?, predicate: predicate.clone() }),

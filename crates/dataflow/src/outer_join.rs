@@ -288,7 +288,12 @@ impl Operator for OuterJoin {
         self.process(left, right)
     }
 
-    fn describe(&self) -> String {
-        format!("{:?}Join({} left keys, {} right keys)", self.kind, self.left.arrangement.len(), self.right.arrangement.len())
+    fn state(&self) -> (String, usize) {
+        let rows = |s: &Side| s.arrangement.values().map(|b| b.len()).sum::<usize>();
+        (format!("{:?}Join", self.kind), rows(&self.left) + rows(&self.right))
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        vec![self.left.input.as_ref(), self.right.input.as_ref()]
     }
 }

@@ -22,8 +22,12 @@ impl Operator for Source {
         Ok(Vec::new())
     }
 
-    fn describe(&self) -> String {
-        format!("Source({})", self.object)
+    fn state(&self) -> (String, usize) {
+        (format!("Source {}", self.object), 0)
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        Vec::new()
     }
 }
 
@@ -63,8 +67,12 @@ impl Operator for Filter {
         self.apply(batches)
     }
 
-    fn describe(&self) -> String {
-        format!("Filter({})", self.predicate)
+    fn state(&self) -> (String, usize) {
+        (format!("Filter {}", self.predicate), 0)
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        vec![self.input.as_ref()]
     }
 }
 
@@ -99,8 +107,12 @@ impl Operator for Project {
         self.apply(batches)
     }
 
-    fn describe(&self) -> String {
-        format!("Project({} columns)", self.exprs.len())
+    fn state(&self) -> (String, usize) {
+        (format!("Project {} columns", self.exprs.len()), 0)
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        vec![self.input.as_ref()]
     }
 }
 
@@ -139,7 +151,11 @@ impl Operator for Union {
         self.relabel(out)
     }
 
-    fn describe(&self) -> String {
-        format!("Union({} inputs)", self.inputs.len())
+    fn state(&self) -> (String, usize) {
+        ("Union".to_owned(), 0)
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        self.inputs.iter().map(|i| i.as_ref()).collect()
     }
 }

@@ -170,7 +170,11 @@ impl Operator for TopN {
         self.emit()
     }
 
-    fn describe(&self) -> String {
-        format!("TopN(offset {}, limit {}, {} partitions)", self.offset, self.limit, self.state.len())
+    fn state(&self) -> (String, usize) {
+        (format!("TopN limit {}", self.limit), self.state.values().map(|p| p.len()).sum())
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        vec![self.input.as_ref()]
     }
 }

@@ -173,6 +173,22 @@ impl Engine {
         self.runtime.flush()?.await.map_err(|_| Error::internal("the view runtime stopped"))?
     }
 
+    /// `eddy_operators`: per view and operator, rows in and out and rows of state.
+    pub(crate) fn operators_table(&self) -> Result<RecordBatch> {
+        use arrow::array::{StringArray, UInt64Array};
+        let rows = self.runtime.operators()?;
+        let schema = operators_schema();
+        let columns: Vec<arrow::array::ArrayRef> = vec![
+            Arc::new(StringArray::from(rows.iter().map(|(v, _)| v.clone()).collect::<Vec<_>>())),
+            Arc::new(StringArray::from(rows.iter().map(|(_, s)| s.path.clone()).collect::<Vec<_>>())),
+            Arc::new(StringArray::from(rows.iter().map(|(_, s)| s.name.clone()).collect::<Vec<_>>())),
+            Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_in).collect::<Vec<_>>())),
+            Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_out).collect::<Vec<_>>())),
+            Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_rows as u64).collect::<Vec<_>>())),
+        ];
+        RecordBatch::try_new(schema, columns).map_err(|e| Error::internal(format!("eddy_operators: {e}")))
+    }
+
     pub(crate) fn view_snapshots(&self) -> views::Snapshots {
         self.runtime.snapshots()
     }
@@ -408,6 +424,19 @@ impl Engine {
             .map_err(|_| Error::internal("the log committer stopped without answering"))?
             .map(|_| ())
     }
+}
+
+/// The columns of `eddy_operators` (state_bytes comes with checkpoints, which measure state).
+pub(crate) fn operators_schema() -> SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema};
+    Arc::new(Schema::new(vec![
+        Field::new("view", DataType::Utf8, false),
+        Field::new("position", DataType::Utf8, false),
+        Field::new("operator", DataType::Utf8, false),
+        Field::new("rows_in", DataType::UInt64, false),
+        Field::new("rows_out", DataType::UInt64, false),
+        Field::new("state_rows", DataType::UInt64, false),
+    ]))
 }
 
 fn concat_changes(schema: &SchemaRef, changes: &[ChangeBatch]) -> Result<ChangeBatch> {

@@ -60,6 +60,7 @@ enum Message {
     AddView { view: Arc<View>, dataflow: Box<dyn Operator>, sources: Vec<ObjectId>, tables: Vec<(ObjectId, Arc<Vec<RecordBatch>>)>, reply: oneshot::Sender<Result<()>> },
     DropView { id: ObjectId },
     Flush { reply: oneshot::Sender<Result<u64>> },
+    Operators { reply: mpsc::Sender<Vec<(String, eddy_dataflow::OperatorStats)>> },
 }
 
 pub struct ViewRuntime {
@@ -121,6 +122,13 @@ impl ViewRuntime {
         let (reply, done) = oneshot::channel();
         self.send(Message::Flush { reply })?;
         Ok(done)
+    }
+
+    /// Every operator of every materialized view (temporary subscription views excluded).
+    pub fn operators(&self) -> Result<Vec<(String, eddy_dataflow::OperatorStats)>> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Message::Operators { reply })?;
+        answer.recv_timeout(Duration::from_secs(10)).map_err(|_| Error::new(SqlState::INSUFFICIENT_RESOURCES, "the view runtime did not answer within 10 s"))
     }
 
     /// The contents of every view as of the last epoch.
@@ -189,6 +197,15 @@ impl RuntimeState {
                 self.views.retain(|v| v.view.def.id != id);
                 self.failures.remove(&id);
                 self.publish();
+            }
+            Message::Operators { reply } => {
+                let rows = self
+                    .views
+                    .iter()
+                    .filter(|v| !v.view.def.sql.is_empty())
+                    .flat_map(|v| eddy_dataflow::stats(v.dataflow.as_ref()).into_iter().map(|s| (v.view.def.name.clone(), s)))
+                    .collect();
+                let _ = reply.send(rows);
             }
             Message::Flush { reply } => {
                 let result = self.end_epoch();
