@@ -5,8 +5,7 @@ use eddy_testkit::{EddyProcess, query_text};
 
 #[tokio::test]
 async fn dataflow_plans() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = EddyProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), dir.path()).unwrap();
+    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute(

@@ -5,15 +5,13 @@
 use eddy_testkit::EddyProcess;
 use futures::{SinkExt, future::try_join_all};
 
-async fn server() -> (EddyProcess, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let server = EddyProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), dir.path()).unwrap();
-    (server, dir)
+async fn server() -> EddyProcess {
+    EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap()
 }
 
 #[tokio::test]
 async fn prepared_statements_with_binary_parameters() {
-    let (server, _dir) = server().await;
+    let server = server().await;
     let client = server.connect().await.unwrap();
     client
         .batch_execute("CREATE TABLE t (id BIGINT PRIMARY KEY, name TEXT, score DOUBLE PRECISION, ok BOOLEAN, small SMALLINT, at TIMESTAMP, day DATE, raw BYTEA)")
@@ -56,7 +54,7 @@ async fn prepared_statements_with_binary_parameters() {
 
 #[tokio::test]
 async fn pipelined_queries_and_errors_keep_the_connection() {
-    let (server, _dir) = server().await;
+    let server = server().await;
     let client = server.connect().await.unwrap();
     client.batch_execute("CREATE TABLE p (x INT PRIMARY KEY)").await.unwrap();
     let statement = client.prepare("INSERT INTO p VALUES ($1)").await.unwrap();
@@ -81,7 +79,7 @@ async fn pipelined_queries_and_errors_keep_the_connection() {
 
 #[tokio::test]
 async fn copy_from_stdin_text_and_csv() {
-    let (server, _dir) = server().await;
+    let server = server().await;
     let client = server.connect().await.unwrap();
     client.batch_execute("CREATE TABLE c (id INT NOT NULL, name TEXT, raw BYTEA)").await.unwrap();
     let sink = client.copy_in("COPY c FROM STDIN").await.unwrap();

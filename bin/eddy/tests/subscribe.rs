@@ -22,8 +22,7 @@ fn s(v: &str) -> Option<String> {
 
 #[tokio::test]
 async fn cursor_over_a_view_shows_snapshot_then_changes() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = EddyProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), dir.path()).unwrap();
+    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -67,8 +66,7 @@ async fn cursor_over_a_view_shows_snapshot_then_changes() {
 
 #[tokio::test]
 async fn subscribe_to_a_query_and_a_table_with_progress() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = EddyProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), dir.path()).unwrap();
+    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -112,8 +110,7 @@ async fn subscribe_to_a_query_and_a_table_with_progress() {
 #[tokio::test]
 async fn copy_subscribe_streams_each_epoch_until_cancelled() {
     use futures::StreamExt;
-    let dir = tempfile::tempdir().unwrap();
-    let server = EddyProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), dir.path()).unwrap();
+    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let writer = server.connect().await.unwrap();
     writer.batch_execute("CREATE TABLE t (k INT, v TEXT); INSERT INTO t VALUES (1, 'a'); CREATE MATERIALIZED VIEW s AS SELECT k, v FROM t").await.unwrap();
     let reader = server.connect().await.unwrap();

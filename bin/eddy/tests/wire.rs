@@ -7,10 +7,8 @@ use eddy_testkit::EddyProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-async fn server() -> (EddyProcess, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let server = EddyProcess::start(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), dir.path()).unwrap();
-    (server, dir)
+async fn server() -> EddyProcess {
+    EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap()
 }
 
 /// A bare-bones frontend: enough to send start-up and queries and read typed messages.
@@ -80,7 +78,7 @@ fn parameter_statuses(messages: &[(u8, Vec<u8>)]) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn startup_parameters_and_parameter_status_after_set() {
-    let (server, _dir) = server().await;
+    let server = server().await;
     let mut raw = Raw::connect(server.port, &[("user", "alice"), ("database", "shop"), ("TimeZone", "Europe/Paris"), ("application_name", "raw-test")]).await;
     let startup = raw.until_ready().await.expect("start-up completes");
     let params = parameter_statuses(&startup);
@@ -108,7 +106,7 @@ async fn startup_parameters_and_parameter_status_after_set() {
 
 #[tokio::test]
 async fn cancel_request_stops_a_running_query() {
-    let (server, _dir) = server().await;
+    let server = server().await;
     let client = server.connect().await.unwrap();
     let token = client.cancel_token();
     // Keep cancelling until the query ends, so the test does not depend on when it started.
@@ -130,7 +128,7 @@ async fn cancel_request_stops_a_running_query() {
 
 #[tokio::test]
 async fn malformed_messages_do_not_hurt_the_server() {
-    let (server, _dir) = server().await;
+    let server = server().await;
     let healthy = server.connect().await.unwrap();
     healthy.batch_execute("CREATE TABLE t (x INT); INSERT INTO t VALUES (1)").await.unwrap();
 

@@ -22,6 +22,8 @@ pub struct EddyProcess {
     pub port: u16,
     binary: PathBuf,
     pub data_dir: PathBuf,
+    /// A data directory this process owns, removed after the process is killed.
+    _owned_dir: Option<tempfile::TempDir>,
 }
 
 impl EddyProcess {
@@ -59,7 +61,15 @@ impl EddyProcess {
             }
         };
         let port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad address {addr}"))?;
-        Ok(EddyProcess { child, port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf() })
+        Ok(EddyProcess { child, port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), _owned_dir: None })
+    }
+
+    /// Starts a server on a fresh temporary data directory that lives as long as it does.
+    pub fn start_fresh(binary: &Path) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mut server = EddyProcess::start(binary, dir.path())?;
+        server._owned_dir = Some(dir);
+        Ok(server)
     }
 
     pub fn connection_string(&self) -> String {
@@ -174,8 +184,7 @@ impl AsyncDB for Connection {
 
 /// Runs one `.slt` file against a fresh server with its own data directory.
 pub async fn run_slt_file(binary: &Path, file: &Path) -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let server = EddyProcess::start(binary, dir.path())?;
+    let server = EddyProcess::start_fresh(binary)?;
     let connection_string = server.connection_string();
     let mut runner = sqllogictest::Runner::new(move || {
         let connection_string = connection_string.clone();
