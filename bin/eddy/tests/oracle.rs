@@ -79,6 +79,8 @@ const VIEWS: &[(&str, &str)] = &[
     ("topn", "SELECT k, v FROM {a} ORDER BY v DESC, k LIMIT 3"),
     ("topnoffset", "SELECT k, g, v FROM {a} ORDER BY k NULLS FIRST, g, v LIMIT 2 OFFSET 1"),
     ("ranked", "SELECT k, v, rn FROM (SELECT k, v, row_number() OVER (PARTITION BY k ORDER BY v DESC, g) AS rn FROM {a}) t WHERE rn <= 2"),
+    ("rank", "SELECT k, v, r FROM (SELECT k, v, rank() OVER (PARTITION BY k ORDER BY v DESC NULLS LAST) AS r FROM {a}) t WHERE r <= 2"),
+    ("denserank", "SELECT g, v, r FROM (SELECT g, v, dense_rank() OVER (ORDER BY v) AS r FROM {a}) t WHERE r < 3"),
     ("countstar", "SELECT count(*) AS n FROM {a}"),
     ("countjoin", "SELECT count(*) AS n FROM {a} JOIN {b} ON {a}.k = {b}.k"),
     ("onview", "SELECT count(*) AS groups, sum(n) AS rows FROM {v}_agg"),

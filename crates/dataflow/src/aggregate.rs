@@ -16,7 +16,7 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::Operator;
+use crate::{Operator, OperatorState};
 use crate::plan::{AggregateCall, Expr};
 use crate::rows::{arrow_error, batch, evaluate, take_columns};
 
@@ -35,6 +35,22 @@ struct Group {
     states: Vec<AggState>,
     /// What this group last emitted, to retract it when it changes.
     emitted: Option<Vec<ScalarValue>>,
+}
+
+impl Group {
+    /// Approximate bytes held by this group beyond its struct.
+    fn size(&self) -> usize {
+        let scalars = |v: &[ScalarValue]| v.iter().map(ScalarValue::size).sum::<usize>();
+        let states = self
+            .states
+            .iter()
+            .map(|s| match s {
+                AggState::Retractable(a) => a.size(),
+                AggState::Multiset(m) => m.keys().map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum(),
+            })
+            .sum::<usize>();
+        scalars(&self.key) + states + self.emitted.as_deref().map_or(0, scalars)
+    }
 }
 
 struct Call {
@@ -308,9 +324,11 @@ impl Operator for Aggregate {
         self.emit()
     }
 
-    fn state(&self) -> (String, usize) {
-        let groups = self.groups.len() + usize::from(self.global.is_some());
-        ("Aggregate".to_owned(), groups)
+    fn state(&self) -> OperatorState {
+        let rows = self.groups.len() + usize::from(self.global.is_some());
+        let keyed = self.groups.iter().map(|(k, g)| k.as_ref().len() + std::mem::size_of::<(OwnedRow, Group)>() + g.size()).sum::<usize>();
+        let bytes = keyed + self.global.as_ref().map_or(0, Group::size);
+        OperatorState { name: "Aggregate".to_owned(), rows, bytes }
     }
 
     fn children(&self) -> Vec<&dyn Operator> {

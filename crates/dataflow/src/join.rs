@@ -12,7 +12,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::Operator;
+use crate::{Operator, OperatorState};
 use crate::plan::Expr;
 use crate::rows::{arrow_error, batch, evaluate, filter_changes, take_columns};
 
@@ -157,9 +157,9 @@ impl Operator for InnerJoin {
         self.process(left, right)
     }
 
-    fn state(&self) -> (String, usize) {
-        let rows = |s: &Side| s.arrangement.values().map(|b| b.len()).sum::<usize>();
-        ("InnerJoin".to_owned(), rows(&self.left) + rows(&self.right))
+    fn state(&self) -> OperatorState {
+        let (left, right) = (crate::rows::arrangement_size(&self.left.arrangement), crate::rows::arrangement_size(&self.right.arrangement));
+        OperatorState { name: "InnerJoin".to_owned(), rows: left.0 + right.0, bytes: left.1 + right.1 }
     }
 
     fn children(&self) -> Vec<&dyn Operator> {

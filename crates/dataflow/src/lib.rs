@@ -39,8 +39,8 @@ pub trait Operator: Send {
     /// equals the query over the accumulated input.
     fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>>;
 
-    /// The operator's name and how many rows of state it holds (`eddy_operators`).
-    fn state(&self) -> (String, usize);
+    /// The operator's name and the state it holds (`eddy_operators`).
+    fn state(&self) -> OperatorState;
 
     /// The operators feeding this one.
     fn children(&self) -> Vec<&dyn Operator>;
@@ -76,7 +76,7 @@ impl Operator for Instrumented {
         self.count(out)
     }
 
-    fn state(&self) -> (String, usize) {
+    fn state(&self) -> OperatorState {
         self.inner.state()
     }
 
@@ -89,6 +89,21 @@ impl Operator for Instrumented {
     }
 }
 
+/// What an operator holds: its name, rows of state and their approximate size in memory
+/// (payload bytes plus per-entry bookkeeping; not allocator slack).
+#[derive(Debug, Clone, Default)]
+pub struct OperatorState {
+    pub name: String,
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+impl OperatorState {
+    pub fn stateless(name: String) -> Self {
+        OperatorState { name, rows: 0, bytes: 0 }
+    }
+}
+
 /// One operator of a dataflow, for `eddy_operators`.
 #[derive(Debug, Clone)]
 pub struct OperatorStats {
@@ -98,15 +113,16 @@ pub struct OperatorStats {
     pub rows_in: u64,
     pub rows_out: u64,
     pub state_rows: usize,
+    pub state_bytes: usize,
 }
 
 /// Every operator of a dataflow, parents before children. A source's input is its output.
 pub fn stats(root: &dyn Operator) -> Vec<OperatorStats> {
     fn walk(op: &dyn Operator, path: String, out: &mut Vec<OperatorStats>) {
-        let (name, state_rows) = op.state();
+        let state = op.state();
         let children = op.children();
         let rows_in = if children.is_empty() { op.rows_out() } else { children.iter().map(|c| c.rows_out()).sum() };
-        out.push(OperatorStats { path: path.clone(), name, rows_in, rows_out: op.rows_out(), state_rows });
+        out.push(OperatorStats { path: path.clone(), name: state.name, rows_in, rows_out: op.rows_out(), state_rows: state.rows, state_bytes: state.bytes });
         for (i, child) in children.into_iter().enumerate() {
             walk(child, format!("{path}.{i}"), out);
         }

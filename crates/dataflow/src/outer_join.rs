@@ -16,7 +16,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::Operator;
+use crate::{Operator, OperatorState};
 use crate::plan::{Expr, JoinKind};
 use crate::rows::{arrow_error, batch, evaluate, take_columns};
 
@@ -288,9 +288,9 @@ impl Operator for OuterJoin {
         self.process(left, right)
     }
 
-    fn state(&self) -> (String, usize) {
-        let rows = |s: &Side| s.arrangement.values().map(|b| b.len()).sum::<usize>();
-        (format!("{:?}Join", self.kind), rows(&self.left) + rows(&self.right))
+    fn state(&self) -> OperatorState {
+        let (left, right) = (crate::rows::arrangement_size(&self.left.arrangement), crate::rows::arrangement_size(&self.right.arrangement));
+        OperatorState { name: format!("{:?}Join", self.kind), rows: left.0 + right.0, bytes: left.1 + right.1 }
     }
 
     fn children(&self) -> Vec<&dyn Operator> {

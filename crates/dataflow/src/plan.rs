@@ -42,13 +42,35 @@ pub enum Node {
     /// the group columns then the aggregates.
     Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, schema: SchemaRef },
     /// `ORDER BY order LIMIT limit OFFSET offset` per partition (`partition` empty: the whole
-    /// input). With `rank`, each output row gets its 1-based position as a trailing UInt64
-    /// column (`ROW_NUMBER() OVER (PARTITION BY .. ORDER BY ..) <= n`); `schema` is the output.
-    TopN { input: Box<Node>, partition: Vec<Expr>, order: Vec<(Expr, arrow::compute::SortOptions)>, offset: usize, limit: usize, rank: bool, schema: SchemaRef },
+    /// input). With `rank`, each output row gets its rank as a trailing UInt64 column and the
+    /// limit bounds the rank (`ROW_NUMBER() | RANK() | DENSE_RANK() OVER (PARTITION BY .. ORDER
+    /// BY ..) <= n`); `schema` is the output.
+    TopN { input: Box<Node>, partition: Vec<Expr>, order: Vec<(Expr, arrow::compute::SortOptions)>, offset: usize, limit: usize, rank: Option<Ranking>, schema: SchemaRef },
     /// Equi-join; `filter` is over the concatenated left and right columns; `nulls_equal` makes
     /// NULL keys match each other (IS NOT DISTINCT FROM, as INTERSECT and EXCEPT need). The output is
     /// left ++ right columns, or one side's columns for semi and anti joins.
     Join { kind: JoinKind, left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, nulls_equal: bool, schema: SchemaRef },
+}
+
+/// How top-N per partition numbers its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ranking {
+    /// 1, 2, 3, ... — ties get consecutive numbers.
+    RowNumber,
+    /// Ties share a rank and leave gaps: 1, 1, 3.
+    Rank,
+    /// Ties share a rank without gaps: 1, 1, 2.
+    DenseRank,
+}
+
+impl Ranking {
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            Ranking::RowNumber => "row_number",
+            Ranking::Rank => "rank",
+            Ranking::DenseRank => "dense_rank",
+        }
+    }
 }
 
 impl Node {
@@ -100,14 +122,18 @@ impl Node {
                 writeln!(f, "{pad}Project: {}", list(exprs))?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::TopN { input, partition, order, offset, limit, .. } => {
+            Node::TopN { input, partition, order, offset, limit, rank, .. } => {
                 let keys = order
                     .iter()
                     .map(|(e, o)| format!("{e}{}", if o.descending { " DESC" } else { "" }))
                     .collect::<Vec<_>>()
                     .join(", ");
                 let groups = if partition.is_empty() { String::new() } else { format!(" partition=[{}]", list(partition)) };
-                writeln!(f, "{pad}TopN:{groups} order=[{keys}] offset={offset} limit={limit} state=all input rows")?;
+                let bound = match rank {
+                    None => format!("offset={offset} limit={limit}"),
+                    Some(r) => format!("{}<={limit}", r.sql_name()),
+                };
+                writeln!(f, "{pad}TopN:{groups} order=[{keys}] {bound} state=all input rows")?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::Union { inputs, .. } => {

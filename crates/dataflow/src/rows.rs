@@ -1,10 +1,12 @@
 //! Small batch helpers shared by operators.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{filter_record_batch, take};
 use arrow::datatypes::SchemaRef;
+use arrow::row::OwnedRow;
 use datafusion::error::DataFusionError;
 use eddy_common::{ChangeBatch, Error, Result, SqlState};
 
@@ -108,4 +110,15 @@ mod tests {
         assert_eq!(out.diffs().values().to_vec(), vec![1, 3]);
         assert!(consolidate(&schema, &[b(vec![Some(1)], vec![1]), b(vec![Some(1)], vec![-1])]).unwrap().is_none());
     }
+}
+
+/// Rows and approximate bytes of a join arrangement (key -> row -> multiplicity).
+pub fn arrangement_size(arrangement: &HashMap<OwnedRow, HashMap<OwnedRow, i64>>) -> (usize, usize) {
+    let (mut rows, mut bytes) = (0, 0);
+    for (key, bucket) in arrangement {
+        rows += bucket.len();
+        bytes += key.as_ref().len() + std::mem::size_of::<(OwnedRow, HashMap<OwnedRow, i64>)>();
+        bytes += bucket.keys().map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum::<usize>();
+    }
+    (rows, bytes)
 }

@@ -5,7 +5,7 @@ use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::Operator;
+use crate::{Operator, OperatorState};
 use crate::plan::Expr;
 use crate::rows::{batch_of, evaluate, filter_changes};
 
@@ -22,8 +22,8 @@ impl Operator for Source {
         Ok(Vec::new())
     }
 
-    fn state(&self) -> (String, usize) {
-        (format!("Source {}", self.object), 0)
+    fn state(&self) -> OperatorState {
+        OperatorState::stateless(format!("Source {}", self.object))
     }
 
     fn children(&self) -> Vec<&dyn Operator> {
@@ -67,8 +67,8 @@ impl Operator for Filter {
         self.apply(batches)
     }
 
-    fn state(&self) -> (String, usize) {
-        (format!("Filter {}", self.predicate), 0)
+    fn state(&self) -> OperatorState {
+        OperatorState::stateless(format!("Filter {}", self.predicate))
     }
 
     fn children(&self) -> Vec<&dyn Operator> {
@@ -107,8 +107,8 @@ impl Operator for Project {
         self.apply(batches)
     }
 
-    fn state(&self) -> (String, usize) {
-        (format!("Project {} columns", self.exprs.len()), 0)
+    fn state(&self) -> OperatorState {
+        OperatorState::stateless(format!("Project {} columns", self.exprs.len()))
     }
 
     fn children(&self) -> Vec<&dyn Operator> {
@@ -151,8 +151,8 @@ impl Operator for Union {
         self.relabel(out)
     }
 
-    fn state(&self) -> (String, usize) {
-        ("Union".to_owned(), 0)
+    fn state(&self) -> OperatorState {
+        OperatorState::stateless("Union".to_owned())
     }
 
     fn children(&self) -> Vec<&dyn Operator> {

@@ -1,5 +1,6 @@
-//! Top-N: `ORDER BY ... LIMIT n [OFFSET m]`, and per partition (`ROW_NUMBER() OVER
-//! (PARTITION BY ... ORDER BY ...) <= n`), maintained under inserts and retractions.
+//! Top-N: `ORDER BY ... LIMIT n [OFFSET m]`, and per partition (`ROW_NUMBER() | RANK() |
+//! DENSE_RANK() OVER (PARTITION BY ... ORDER BY ...) <= n`), maintained under inserts and
+//! retractions.
 //!
 //! State: per partition, every input row with its multiplicity, ordered by (sort key, row) in
 //! arrow's row format (which encodes ASC/DESC and NULLS FIRST/LAST). At the end of an epoch the
@@ -16,8 +17,8 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, ObjectId, Result};
 
-use crate::Operator;
-use crate::plan::Expr;
+use crate::{Operator, OperatorState};
+use crate::plan::{Expr, Ranking};
 use crate::rows::{arrow_error, batch_of, evaluate};
 
 type Ranked = HashMap<(OwnedRow, u64), i64>;
@@ -28,7 +29,7 @@ pub struct TopN {
     order: Vec<(Expr, SortOptions)>,
     offset: usize,
     limit: usize,
-    rank: bool,
+    rank: Option<Ranking>,
     schema: SchemaRef,
     partition_keys: Option<RowConverter>,
     sort_keys: Option<RowConverter>,
@@ -46,7 +47,7 @@ impl TopN {
         partition: Vec<Expr>,
         order: Vec<(Expr, SortOptions)>,
         (offset, limit): (usize, usize),
-        rank: bool,
+        rank: Option<Ranking>,
         schema: SchemaRef,
     ) -> Result<Self> {
         let fields = input_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
@@ -109,19 +110,35 @@ impl TopN {
         Ok(())
     }
 
-    /// The rows a partition shows now, with their row numbers (0 when not ranking).
+    /// The rows a partition shows now, with their ranks (0 when not ranking).
     fn top(&self, partition: &Option<OwnedRow>) -> Ranked {
         let mut now = Ranked::new();
         let Some(ordered) = self.state.get(partition) else { return now };
-        let mut position = 0usize;
         let end = self.offset.saturating_add(self.limit);
-        'rows: for ((_, row), count) in ordered {
+        // `position` counts rows (with multiplicity); ties share the sort key.
+        let (mut position, mut tie_start, mut distinct) = (0usize, 0usize, 0u64);
+        let mut previous: Option<&OwnedRow> = None;
+        'rows: for ((sort, row), count) in ordered {
+            if previous != Some(sort) {
+                tie_start = position;
+                distinct += 1;
+            }
+            previous = Some(sort);
             for _ in 0..(*count).max(0) {
-                if position >= end {
+                let rank = match self.rank {
+                    None => 0,
+                    Some(Ranking::RowNumber) => (position + 1) as u64,
+                    Some(Ranking::Rank) => (tie_start + 1) as u64,
+                    Some(Ranking::DenseRank) => distinct,
+                };
+                let past_end = match self.rank {
+                    None | Some(Ranking::RowNumber) => position >= end,
+                    Some(_) => rank > self.limit as u64,
+                };
+                if past_end {
                     break 'rows;
                 }
                 if position >= self.offset {
-                    let rank = if self.rank { (position - self.offset + 1) as u64 } else { 0 };
                     *now.entry((row.clone(), rank)).or_default() += 1;
                 }
                 position += 1;
@@ -148,7 +165,7 @@ impl TopN {
         }
         let (keys, weights): (Vec<(OwnedRow, u64)>, Vec<i64>) = diffs.into_iter().unzip();
         let mut columns = self.rows.convert_rows(keys.iter().map(|(r, _)| r.row())).map_err(arrow_error)?;
-        if self.rank {
+        if self.rank.is_some() {
             columns.push(Arc::new(UInt64Array::from(keys.iter().map(|(_, rank)| *rank).collect::<Vec<_>>())));
         }
         Ok(vec![ChangeBatch::new(batch_of(&self.schema, columns, weights.len())?, Int64Array::from(weights))])
@@ -170,8 +187,17 @@ impl Operator for TopN {
         self.emit()
     }
 
-    fn state(&self) -> (String, usize) {
-        (format!("TopN limit {}", self.limit), self.state.values().map(|p| p.len()).sum())
+    fn state(&self) -> OperatorState {
+        let entry = std::mem::size_of::<((OwnedRow, OwnedRow), i64)>();
+        let (mut rows, mut bytes) = (0, 0);
+        for ordered in self.state.values() {
+            rows += ordered.len();
+            bytes += ordered.keys().map(|(s, r)| entry + s.as_ref().len() + r.as_ref().len()).sum::<usize>();
+        }
+        for emitted in self.emitted.values() {
+            bytes += emitted.keys().map(|(r, _)| std::mem::size_of::<((OwnedRow, u64), i64)>() + r.as_ref().len()).sum::<usize>();
+        }
+        OperatorState { name: format!("TopN limit {}", self.limit), rows, bytes }
     }
 
     fn children(&self) -> Vec<&dyn Operator> {

@@ -173,7 +173,7 @@ impl Engine {
         self.runtime.flush()?.await.map_err(|_| Error::internal("the view runtime stopped"))?
     }
 
-    /// `eddy_operators`: per view and operator, rows in and out and rows of state.
+    /// `eddy_operators`: per view and operator, rows in and out and the state held (rows, bytes).
     pub(crate) fn operators_table(&self) -> Result<RecordBatch> {
         use arrow::array::{StringArray, UInt64Array};
         let rows = self.runtime.operators()?;
@@ -185,6 +185,7 @@ impl Engine {
             Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_in).collect::<Vec<_>>())),
             Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_out).collect::<Vec<_>>())),
             Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_rows as u64).collect::<Vec<_>>())),
+            Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_bytes as u64).collect::<Vec<_>>())),
         ];
         RecordBatch::try_new(schema, columns).map_err(|e| Error::internal(format!("eddy_operators: {e}")))
     }
@@ -436,6 +437,7 @@ pub(crate) fn operators_schema() -> SchemaRef {
         Field::new("rows_in", DataType::UInt64, false),
         Field::new("rows_out", DataType::UInt64, false),
         Field::new("state_rows", DataType::UInt64, false),
+        Field::new("state_bytes", DataType::UInt64, false),
     ]))
 }
 

@@ -15,7 +15,7 @@ use datafusion::logical_expr::{Expr, FetchType, JoinType, LogicalPlan, SkipType}
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 use eddy_common::{Error, Result};
-use eddy_dataflow::plan::{AggregateCall, JoinKind, Node};
+use eddy_dataflow::plan::{AggregateCall, JoinKind, Node, Ranking};
 
 use crate::catalog::TableBridge;
 use crate::error::from_datafusion;
@@ -50,10 +50,10 @@ impl Lowering<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         let schema = input.schema();
-        Ok(Node::TopN { input: Box::new(input), partition: Vec::new(), order, offset, limit, rank: false, schema })
+        Ok(Node::TopN { input: Box::new(input), partition: Vec::new(), order, offset, limit, rank: None, schema })
     }
 
-    /// `Filter(rn <= n)` over `Window(row_number() OVER (PARTITION BY .. ORDER BY ..))`: top-N
+    /// `Filter(rn <= n)` over `Window(row_number() | rank() | dense_rank() OVER (PARTITION BY .. ORDER BY ..))`: top-N
     /// per partition with the row number as the last column. `None` when the shape differs.
     fn ranked_top_n(&self, filter: &datafusion::logical_expr::Filter) -> Result<Option<Node>> {
         use datafusion::common::ScalarValue;
@@ -68,7 +68,13 @@ impl Lowering<'_> {
             _ => return Ok(None),
         };
         let [Expr::WindowFunction(function)] = window.window_expr.as_slice() else { return Ok(None) };
-        if function.fun.name() != "row_number" || !function.params.args.is_empty() || function.params.filter.is_some() {
+        let ranking = match function.fun.name() {
+            "row_number" => Ranking::RowNumber,
+            "rank" => Ranking::Rank,
+            "dense_rank" => Ranking::DenseRank,
+            _ => return Ok(None),
+        };
+        if !function.params.args.is_empty() || function.params.filter.is_some() {
             return Ok(None);
         }
         let rank_column = window.schema.field(window.schema.fields().len() - 1).name().clone();
@@ -95,7 +101,7 @@ impl Lowering<'_> {
             .iter()
             .map(|s| Ok((self.expr(&s.expr, window.input.schema())?, arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first })))
             .collect::<Result<Vec<_>>>()?;
-        let top = Node::TopN { input: Box::new(input), partition, order, offset: 0, limit, rank: true, schema: nullable(window.schema.as_arrow()) };
+        let top = Node::TopN { input: Box::new(input), partition, order, offset: 0, limit, rank: Some(ranking), schema: nullable(window.schema.as_arrow()) };
         Ok(Some(match projection {
             None => top,
             Some(p) => {
