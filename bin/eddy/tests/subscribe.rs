@@ -140,3 +140,54 @@ async fn copy_subscribe_streams_each_epoch_until_cancelled() {
     let n = query_text(&writer, "SELECT count(*) FROM s").await.unwrap();
     assert_eq!(n, vec![vec![s("3")]]);
 }
+
+/// Prepared statements (the extended protocol, as drivers use it): SUBSCRIBE streams typed rows
+/// epoch by epoch, binary or text; FETCH from a cursor is described like a query.
+#[tokio::test]
+async fn subscribe_streams_over_the_extended_protocol() {
+    use futures::StreamExt;
+    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE t (k INT, v TEXT); INSERT INTO t VALUES (1, 'a'); CREATE MATERIALIZED VIEW m AS SELECT k, v FROM t")
+        .await
+        .unwrap();
+    let statement = client.prepare("SUBSCRIBE TO m").await.unwrap();
+    let names: Vec<&str> = statement.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["eddy_epoch", "eddy_diff", "k", "v"]);
+    let stream = client.query_raw(&statement, std::iter::empty::<i32>()).await.unwrap();
+    let mut stream = Box::pin(stream);
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!((first.get::<_, i64>(1), first.get::<_, i32>(2), first.get::<_, String>(3)), (1, 1, "a".to_owned()));
+
+    // A second connection changes the table; the change arrives on the open stream.
+    let writer = server.connect().await.unwrap();
+    writer.batch_execute("UPDATE t SET v = 'b'; FLUSH").await.unwrap();
+    let mut changes = Vec::new();
+    for _ in 0..2 {
+        let row = stream.next().await.unwrap().unwrap();
+        changes.push((row.get::<_, i64>(1), row.get::<_, String>(3)));
+    }
+    changes.sort();
+    assert_eq!(changes, [(-1, "a".to_owned()), (1, "b".to_owned())]);
+    drop(stream);
+
+    // Dropping what a subscription reads ends its stream normally.
+    let second = server.connect().await.unwrap();
+    let statement = second.prepare("SUBSCRIBE (SELECT count(*) AS n FROM t)").await.unwrap();
+    let (opened, is_open) = tokio::sync::oneshot::channel();
+    let ended = tokio::spawn(async move {
+        let mut stream = Box::pin(second.query_raw(&statement, std::iter::empty::<i32>()).await.unwrap());
+        let snapshot = stream.next().await.unwrap().unwrap();
+        opened.send(snapshot.get::<_, i64>(2)).unwrap();
+        stream.collect::<Vec<_>>().await.into_iter().map(|r| r.map(|_| ()).map_err(|e| format!("{e:?}"))).collect::<Vec<_>>()
+    });
+    assert_eq!(is_open.await.unwrap(), 1);
+    writer.batch_execute("DECLARE c CURSOR FOR SUBSCRIBE TO m").await.unwrap();
+    let fetched = writer.query("FETCH ALL c WITH (timeout = '200ms')", &[]).await.unwrap();
+    assert_eq!(fetched.len(), 1);
+    assert_eq!(fetched[0].get::<_, String>("v"), "b");
+    writer.batch_execute("CLOSE c; DROP TABLE t CASCADE").await.unwrap();
+    let rows = tokio::time::timeout(std::time::Duration::from_secs(10), ended).await.unwrap().unwrap();
+    assert_eq!(rows, vec![], "{rows:?}");
+}

@@ -361,6 +361,8 @@ impl Engine {
                 self.meta.delete_object(id)?;
                 self.tables.write().unwrap_or_else(|p| p.into_inner()).remove(&table.def.name);
                 self.log.drop_object(id)?;
+                // Subscriptions reading the table end.
+                self.runtime.drop_view(id)?;
             }
             let view = self.views.read().unwrap_or_else(|p| p.into_inner()).values().find(|v| v.def.id == id).cloned();
             if let Some(view) = view {

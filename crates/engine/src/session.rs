@@ -152,7 +152,7 @@ impl Session {
                 Ok(Outcome::Command { tag: "FLUSH", rows: None })
             }
             Statement::Subscribe(_) | Statement::CopySubscribe(_) => Err(Error::unsupported(
-                "SUBSCRIBE streams only through the simple query protocol; with prepared statements use DECLARE c CURSOR FOR SUBSCRIBE ...; FETCH n c",
+                "SUBSCRIBE streams to a client connection; inside a function or a script use DECLARE c CURSOR FOR SUBSCRIBE ...; FETCH n c",
             )),
             Statement::DeclareSubscribeCursor { cursor, subscribe } => self.declare_subscribe(cursor, subscribe).await,
             Statement::Fetch { cursor, count, timeout_ms } => self.fetch(cursor, *count, *timeout_ms).await,
@@ -262,7 +262,26 @@ impl Session {
     /// Describes a statement without running it (extended protocol).
     pub async fn describe(&mut self, statement: &Statement) -> Result<StatementDescription> {
         let no_rows = StatementDescription { parameters: Vec::new(), columns: None };
-        let Statement::Sql(sql) = statement else { return Ok(no_rows) };
+        let rows = |schema: SchemaRef| StatementDescription { parameters: Vec::new(), columns: Some(schema) };
+        let sql = match statement {
+            Statement::Sql(sql) => sql,
+            Statement::Subscribe(subscribe) => {
+                let (schema, _) = self.subscription_target(subscribe, false).await?;
+                return Ok(rows(subscription_schema(&schema, subscribe.progress)));
+            }
+            Statement::Fetch { cursor, .. } => {
+                let cursor = self
+                    .cursors
+                    .get(cursor)
+                    .ok_or_else(|| Error::new(SqlState::INVALID_CURSOR_NAME, format!("cursor \"{cursor}\" does not exist")))?;
+                return Ok(rows(Arc::clone(&cursor.schema)));
+            }
+            Statement::ShowMaterializedViews => return Ok(rows(text_schema(&["name"]))),
+            Statement::ShowCreateMaterializedView(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
+            Statement::Flush | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. } => {
+                return Ok(no_rows);
+            }
+        };
         use ast::Statement as S;
         match sql.as_ref() {
             S::Query(_) | S::Explain { .. } | S::Insert(_) | S::Update(_) | S::Delete(_) => {
@@ -421,29 +440,11 @@ impl Session {
     /// Resolves a SUBSCRIBE target to a view (a temporary one for queries and tables) and
     /// subscribes to it. Returns the subscription, the output schema and the temporary view.
     async fn start_subscription(&mut self, subscribe: &eddy_sql::Subscribe) -> Result<(crate::views::Subscription, SchemaRef, Option<ObjectId>)> {
-        let (view_id, schema, temporary) = match &subscribe.target {
-            eddy_sql::SubscribeTarget::Name(name) => {
-                let name = object_name(name)?;
-                match self.engine.view(&name) {
-                    Some(view) => (view.def.id, Arc::clone(&view.schema), None),
-                    None if self.engine.table(&name).is_some() => {
-                        let query = eddy_sql::parse_statements(&format!("SELECT * FROM {}", crate::quote_ident(&name)))?;
-                        let Some(Statement::Sql(q)) = query.first().map(|p| &p.statement) else { return Err(Error::internal("subscribe query")) };
-                        let ast::Statement::Query(q) = q.as_ref() else { return Err(Error::internal("subscribe query")) };
-                        let plan = self.planner.plan_view(q).await?;
-                        let schema = Arc::clone(&plan.schema);
-                        let id = self.engine.create_temporary_view(plan).await?;
-                        (id, schema, Some(id))
-                    }
-                    None => return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))),
-                }
-            }
-            eddy_sql::SubscribeTarget::Query(query) => {
-                let plan = self.planner.plan_view(query).await?;
-                let schema = Arc::clone(&plan.schema);
-                let id = self.engine.create_temporary_view(plan).await?;
-                (id, schema, Some(id))
-            }
+        let (schema, target) = self.subscription_target(subscribe, true).await?;
+        let (view_id, temporary) = match target {
+            Some(SubscriptionTarget::View(id)) => (id, None),
+            Some(SubscriptionTarget::Temporary(id)) => (id, Some(id)),
+            None => return Err(Error::internal("subscription target was not created")),
         };
         let subscription = match self.engine.subscribe(view_id, subscribe.snapshot).await {
             Ok(s) => s,
@@ -454,12 +455,35 @@ impl Session {
                 return Err(e);
             }
         };
-        let mut fields = vec![Field::new("eddy_epoch", DataType::Int64, false), Field::new("eddy_diff", DataType::Int64, true)];
-        if subscribe.progress {
-            fields.push(Field::new("eddy_progressed", DataType::Boolean, true));
+        Ok((subscription, subscription_schema(&schema, subscribe.progress), temporary))
+    }
+
+    /// The columns a SUBSCRIBE target has, and (when `create`) the view to subscribe to: the
+    /// named view, or a temporary view made for a query or a table.
+    async fn subscription_target(&mut self, subscribe: &eddy_sql::Subscribe, create: bool) -> Result<(SchemaRef, Option<SubscriptionTarget>)> {
+        let query = match &subscribe.target {
+            eddy_sql::SubscribeTarget::Name(name) => {
+                let name = object_name(name)?;
+                if let Some(view) = self.engine.view(&name) {
+                    return Ok((Arc::clone(&view.schema), Some(SubscriptionTarget::View(view.def.id))));
+                }
+                if self.engine.table(&name).is_none() {
+                    return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist")));
+                }
+                let parsed = eddy_sql::parse_statements(&format!("SELECT * FROM {}", crate::quote_ident(&name)))?;
+                let Some(Statement::Sql(q)) = parsed.into_iter().next().map(|p| p.statement) else { return Err(Error::internal("subscribe query")) };
+                let ast::Statement::Query(q) = *q else { return Err(Error::internal("subscribe query")) };
+                q
+            }
+            eddy_sql::SubscribeTarget::Query(query) => query.clone(),
+        };
+        let plan = self.planner.plan_view(&query).await?;
+        let schema = Arc::clone(&plan.schema);
+        if !create {
+            return Ok((schema, None));
         }
-        fields.extend(schema.fields().iter().map(|f| f.as_ref().clone()));
-        Ok((subscription, Arc::new(Schema::new(fields)), temporary))
+        let id = self.engine.create_temporary_view(plan).await?;
+        Ok((schema, Some(SubscriptionTarget::Temporary(id))))
     }
 
     async fn declare_subscribe(&mut self, cursor: &str, subscribe: &eddy_sql::Subscribe) -> Result<Outcome> {
@@ -873,6 +897,21 @@ fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Co
     } else {
         CopyFormat::Text { delimiter: delimiter.unwrap_or('\t'), null: null.unwrap_or_else(|| "\\N".into()) }
     })
+}
+
+enum SubscriptionTarget {
+    View(ObjectId),
+    Temporary(ObjectId),
+}
+
+/// `eddy_epoch`, `eddy_diff` (and `eddy_progressed` with PROGRESS), then the view's columns.
+fn subscription_schema(view: &SchemaRef, progress: bool) -> SchemaRef {
+    let mut fields = vec![Field::new("eddy_epoch", DataType::Int64, false), Field::new("eddy_diff", DataType::Int64, true)];
+    if progress {
+        fields.push(Field::new("eddy_progressed", DataType::Boolean, true));
+    }
+    fields.extend(view.fields().iter().map(|f| f.as_ref().clone()));
+    Arc::new(Schema::new(fields))
 }
 
 fn text_schema(names: &[&str]) -> SchemaRef {

@@ -113,6 +113,8 @@ impl ViewRuntime {
         Ok(Subscription { events: rx, lagged })
     }
 
+    /// Drops the view `id` and the subscriptions' temporary views reading `id` (a view or a
+    /// table), whose subscribers then see their stream end.
     pub fn drop_view(&self, id: ObjectId) -> Result<()> {
         self.send(Message::DropView { id })
     }
@@ -194,7 +196,11 @@ impl RuntimeState {
                 let _ = reply.send(result);
             }
             Message::DropView { id } => {
-                self.views.retain(|v| v.view.def.id != id);
+                // Catalog views that read `id` were dropped before it; what still reads it are
+                // subscriptions' temporary views, whose streams end with it.
+                self.views.retain(|v| v.view.def.id != id && !v.sources.contains(&id));
+                let views = &self.views;
+                self.subscribers.retain(|s| views.iter().any(|v| v.view.def.id == s.view));
                 self.failures.remove(&id);
                 self.publish();
             }

@@ -337,7 +337,8 @@ impl SimpleQueryHandler for Conn {
                 for response in responses.drain(..) {
                     send_response(client, response).await?;
                 }
-                if let Err(e) = stream_subscription(client, &slot, subscribe, as_copy, true).await {
+                let mode = if as_copy { Streaming::Copy } else { Streaming::Rows { describe: true, formats: Vec::new() } };
+                if let Err(e) = stream_subscription(client, &slot, subscribe, mode, true).await {
                     responses.push(Response::Error(Box::new(error_info(e))));
                 }
                 break;
@@ -381,14 +382,22 @@ where
     }
 }
 
+/// How a subscription reaches the client.
+enum Streaming {
+    /// COPY data (`COPY (SUBSCRIBE ...) TO STDOUT`), which psql prints as it arrives.
+    Copy,
+    /// Data rows; preceded by a RowDescription when `describe` (the simple protocol; in the
+    /// extended protocol Describe sent it). `formats` per column, text when empty.
+    Rows { describe: bool, formats: Vec<FieldFormat> },
+}
+
 /// Streams a subscription until the view is dropped or the client cancels: each epoch's rows
-/// are sent and flushed at once (a `QueryResponse` would buffer them). As COPY data when
-/// `as_copy`, which psql prints as it arrives.
+/// are sent and flushed at once (a `QueryResponse` would buffer them).
 async fn stream_subscription<C>(
     client: &mut C,
     slot: &SessionSlot,
     subscribe: &eddy_engine::Subscribe,
-    as_copy: bool,
+    mode: Streaming,
     send_complete: bool,
 ) -> Result<usize, Error>
 where
@@ -402,15 +411,24 @@ where
         let tz = session.variables().time_zone();
         (session.open_subscription(subscribe).await?, tz)
     };
-    let fields = encode::field_infos(&stream.schema, |_| FieldFormat::Text);
-    let formats: Vec<FieldFormat> = fields.iter().map(|f| f.format()).collect();
-    if as_copy {
-        let response = pgwire::messages::copy::CopyOutResponse::new(0, fields.len() as i16, vec![0; fields.len()]);
-        client.send(PgWireBackendMessage::CopyOutResponse(response)).await.map_err(|e| wire(e.into()))?;
-    } else {
-        let description = pgwire::messages::data::RowDescription::new(fields.iter().map(Into::into).collect());
-        client.send(PgWireBackendMessage::RowDescription(description)).await.map_err(|e| wire(e.into()))?;
-    }
+    let columns = stream.schema.fields().len();
+    let as_copy = matches!(mode, Streaming::Copy);
+    let formats = match mode {
+        Streaming::Copy => {
+            let response = pgwire::messages::copy::CopyOutResponse::new(0, columns as i16, vec![0; columns]);
+            client.send(PgWireBackendMessage::CopyOutResponse(response)).await.map_err(|e| wire(e.into()))?;
+            Vec::new()
+        }
+        Streaming::Rows { describe, formats } => {
+            let formats = if formats.is_empty() { vec![FieldFormat::Text; columns] } else { formats };
+            if describe {
+                let fields = encode::field_infos(&stream.schema, |i| formats[i]);
+                let description = pgwire::messages::data::RowDescription::new(fields.iter().map(Into::into).collect());
+                client.send(PgWireBackendMessage::RowDescription(description)).await.map_err(|e| wire(e.into()))?;
+            }
+            formats
+        }
+    };
     let mut rows = 0usize;
     while let Some(batches) = stream.next().await? {
         for batch in &batches {
@@ -555,10 +573,22 @@ impl ExtendedQueryHandler for Conn {
     {
         let slot = slot(client)?;
         let parsed = Arc::clone(&portal.statement.statement);
-        if let eddy_engine::Statement::CopySubscribe(subscribe) = &parsed.statement {
-            // COPY (SUBSCRIBE ...) TO STDOUT streams here; pgwire sends the final CommandComplete.
-            let rows = stream_subscription(client, &slot, subscribe, true, false).await.map_err(to_pgwire)?;
-            return Ok(Response::Execution(Tag::new("COPY").with_rows(rows)));
+        match &parsed.statement {
+            eddy_engine::Statement::CopySubscribe(subscribe) => {
+                // COPY (SUBSCRIBE ...) TO STDOUT streams here; pgwire sends the final CommandComplete.
+                let rows = stream_subscription(client, &slot, subscribe, Streaming::Copy, false).await.map_err(to_pgwire)?;
+                return Ok(Response::Execution(Tag::new("COPY").with_rows(rows)));
+            }
+            eddy_engine::Statement::Subscribe(subscribe) => {
+                // Describe sent the row description; rows stream until the view is dropped.
+                let columns = slot.session.lock().await.describe(&parsed.statement).await.map_err(to_pgwire)?.columns;
+                let count = columns.map_or(0, |c| c.fields().len());
+                let formats = (0..count).map(|i| portal.result_column_format.format_for(i)).collect();
+                let mode = Streaming::Rows { describe: false, formats };
+                let rows = stream_subscription(client, &slot, subscribe, mode, false).await.map_err(to_pgwire)?;
+                return Ok(Response::Execution(Tag::new("SUBSCRIBE").with_rows(rows)));
+            }
+            _ => {}
         }
         let outcome = {
             let mut session = slot.session.lock().await;
