@@ -429,7 +429,7 @@ impl Engine {
     }
 }
 
-/// The columns of `eddy_operators` (state_bytes comes with checkpoints, which measure state).
+/// The columns of `eddy_operators`.
 pub(crate) fn operators_schema() -> SchemaRef {
     use arrow::datatypes::{DataType, Field, Schema};
     Arc::new(Schema::new(vec![

@@ -16,6 +16,15 @@ use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 /// How long a server may take to start (a debug build opening a large log is slow).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Resource use of a server process.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessStats {
+    /// User + system CPU time.
+    pub cpu_seconds: f64,
+    /// Peak resident set size.
+    pub peak_rss_bytes: u64,
+}
+
 /// A running `eddy serve` child process.
 pub struct EddyProcess {
     child: Child,
@@ -70,6 +79,25 @@ impl EddyProcess {
         let mut server = EddyProcess::start(binary, dir.path())?;
         server._owned_dir = Some(dir);
         Ok(server)
+    }
+
+    /// CPU time and peak memory of the server process so far (Linux `/proc`).
+    pub fn stats(&self) -> Result<ProcessStats> {
+        let pid = self.child.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        // USER_HZ is 100 on every Linux configuration we run on.
+        let cpu_seconds = (ticks(11) + ticks(12)) as f64 / 100.0;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let peak_kb = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        Ok(ProcessStats { cpu_seconds, peak_rss_bytes: peak_kb * 1024 })
     }
 
     pub fn connection_string(&self) -> String {
