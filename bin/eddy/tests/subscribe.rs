@@ -191,3 +191,31 @@ async fn subscribe_streams_over_the_extended_protocol() {
     let rows = tokio::time::timeout(std::time::Duration::from_secs(10), ended).await.unwrap().unwrap();
     assert_eq!(rows, vec![], "{rows:?}");
 }
+
+/// A late row applied by a `late_events = 'retract'` view reaches subscribers as a correction:
+/// the window's old row retracted and its new row inserted, in one epoch.
+#[tokio::test]
+async fn late_row_correction_is_subscribed() {
+    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE c (u INT, ts TIMESTAMP, WATERMARK FOR ts AS ts) APPEND ONLY;
+             CREATE MATERIALIZED VIEW m WITH (late_events = 'retract', allowed_lateness = '1 hour') AS
+               SELECT window_start, count(*) AS n FROM TUMBLE(c, ts, INTERVAL '1' MINUTE) GROUP BY 1;
+             INSERT INTO c VALUES (1, '2026-01-01 00:00:10');
+             INSERT INTO c VALUES (1, '2026-01-01 00:05:00');
+             FLUSH;
+             DECLARE s CURSOR FOR SUBSCRIBE TO m WITH (SNAPSHOT = false);
+             INSERT INTO c VALUES (1, '2026-01-01 00:00:20');
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    let mut rows = split(query_text(&client, "FETCH ALL s WITH (timeout = '500ms')").await.unwrap());
+    rows.sort_by_key(|r| r.1);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0].0, rows[1].0, "one epoch");
+    assert_eq!((rows[0].1, rows[0].2.clone()), (Some(-1), vec![s("2026-01-01 00:00:00"), s("1")]));
+    assert_eq!((rows[1].1, rows[1].2.clone()), (Some(1), vec![s("2026-01-01 00:00:00"), s("2")]));
+}

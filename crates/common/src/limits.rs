@@ -19,6 +19,8 @@ pub const COMMIT_QUEUE_CAPACITY: usize = 1024;
 /// Columns in one table.
 pub const TABLE_COLUMNS_MAX: usize = 1600;
 
+/// Late rows kept in `eddy_late_events` (the oldest are forgotten first).
+pub const LATE_EVENTS_KEPT_MAX: usize = 100_000;
 /// Epochs a subscriber may fall behind before it is dropped with 53000 (a slow subscriber
 /// never stalls the dataflow).
 pub const SUBSCRIBER_LAG_EPOCHS_MAX: usize = 1024;

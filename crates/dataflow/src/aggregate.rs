@@ -7,8 +7,15 @@
 //! rows from which the value is recomputed when the group changes. On `end_epoch` every changed
 //! group emits `-old, +new`; a group whose count drops to zero is retracted. A global aggregate
 //! (no GROUP BY) always has its one row, as in PostgreSQL (count 0, sum NULL).
+//!
+//! A windowed aggregate (one group key is a window bound over a watermarked stream) holds back
+//! open windows under `EMIT ON WINDOW CLOSE`, and forgets a window's state — without
+//! retracting its row — once the watermark passes its end plus the allowed lateness (the
+//! late-row filter in front of it guarantees no row for such a window arrives).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
@@ -17,7 +24,8 @@ use datafusion::logical_expr::Accumulator;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::{Operator, OperatorState};
-use crate::plan::{AggregateCall, Expr};
+use crate::event_time::EventTime;
+use crate::plan::{AggregateCall, Expr, WindowClose};
 use crate::rows::{arrow_error, batch, evaluate, take_columns};
 
 /// Aggregates whose DataFusion accumulators retract exactly (not FIFO-only like min/max).
@@ -70,10 +78,20 @@ pub struct Aggregate {
     global: Option<Group>,
     dirty: HashSet<OwnedRow>,
     global_dirty: bool,
+    window: Option<(WindowClose, Arc<EventTime>)>,
+    /// The watermark up to which windows were last evicted.
+    evicted_to: Option<i64>,
 }
 
 impl Aggregate {
-    pub fn new(input: Box<dyn Operator>, input_schema: &SchemaRef, group_exprs: Vec<Expr>, aggregates: Vec<AggregateCall>, schema: SchemaRef) -> Result<Self> {
+    pub fn new(
+        input: Box<dyn Operator>,
+        input_schema: &SchemaRef,
+        group_exprs: Vec<Expr>,
+        aggregates: Vec<AggregateCall>,
+        window: Option<(WindowClose, Arc<EventTime>)>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
         let mut calls = Vec::with_capacity(aggregates.len());
         for spec in aggregates {
             let name = spec.function.fun().name().to_lowercase();
@@ -100,6 +118,8 @@ impl Aggregate {
             global: None,
             dirty: HashSet::new(),
             global_dirty: global,
+            window,
+            evicted_to: None,
         };
         if global {
             op.global = Some(op.new_group(Vec::new())?);
@@ -235,11 +255,70 @@ impl Aggregate {
         Ok(out)
     }
 
+    /// The end of a group's window, µs (windowed aggregates only).
+    fn window_end(&self, key: &[ScalarValue]) -> Option<i64> {
+        let (w, _) = self.window.as_ref()?;
+        let micros = match key.get(w.key)? {
+            ScalarValue::TimestampMicrosecond(Some(v), _) => *v,
+            ScalarValue::TimestampNanosecond(Some(v), _) => v.div_euclid(1000),
+            ScalarValue::TimestampMillisecond(Some(v), _) => v * 1000,
+            ScalarValue::TimestampSecond(Some(v), _) => v * 1_000_000,
+            _ => return None,
+        };
+        Some(micros.saturating_add(w.to_end_micros))
+    }
+
+    fn watermark(&self) -> Option<i64> {
+        let (w, event_time) = self.window.as_ref()?;
+        event_time.min_of(&w.sources)
+    }
+
+    /// Frees the state of windows the watermark has passed by more than the allowed lateness;
+    /// their rows stay in the view.
+    fn evict(&mut self) {
+        let (Some(watermark), Some((w, _))) = (self.watermark(), self.window.as_ref()) else { return };
+        if self.evicted_to == Some(watermark) {
+            return;
+        }
+        let allowed = w.lateness.allowed_micros;
+        let expired: Vec<OwnedRow> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| self.window_end(&g.key).is_some_and(|end| end.saturating_add(allowed) <= watermark))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            if !self.dirty.contains(&key) {
+                self.groups.remove(&key);
+            }
+        }
+        self.evicted_to = Some(watermark);
+    }
+
     fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
         let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
         let mut diffs: Vec<i64> = Vec::new();
         let mut changed: Vec<&mut Group> = Vec::new();
-        let dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = std::mem::take(&mut self.dirty);
+        // EMIT ON WINDOW CLOSE: open windows stay dirty until the watermark closes them.
+        if self.window.as_ref().is_some_and(|(w, _)| w.emit_on_close) {
+            let watermark = self.watermark();
+            let open: Vec<OwnedRow> = dirty
+                .iter()
+                .filter(|k| {
+                    let Some(group) = self.groups.get(*k) else { return false };
+                    match (self.window_end(&group.key), watermark) {
+                        (Some(end), Some(w)) => end > w,
+                        _ => true,
+                    }
+                })
+                .cloned()
+                .collect();
+            for key in open {
+                dirty.remove(&key);
+                self.dirty.insert(key);
+            }
+        }
         let mut dead = Vec::new();
         for key in &dirty {
             if self.groups.get(key).is_some_and(|g| g.count == 0) {
@@ -321,7 +400,9 @@ impl Operator for Aggregate {
         for batch in self.input.end_epoch()? {
             self.absorb(&batch)?;
         }
-        self.emit()
+        let out = self.emit()?;
+        self.evict();
+        Ok(out)
     }
 
     fn state(&self) -> OperatorState {

@@ -44,6 +44,7 @@ fn plan(grouped: bool) -> Node {
         input: Box::new(Node::Source { object: ObjectId(1), name: "t".into(), schema: Arc::clone(&s) }),
         group: if grouped { vec![Arc::new(Column::new("k", 0)) as Expr] } else { Vec::new() },
         aggregates,
+        window: None,
         schema: Arc::new(Schema::new(fields)),
     }
 }
@@ -108,7 +109,7 @@ proptest! {
         epochs in prop::collection::vec(prop::collection::vec((value(), value(), prop::bool::weighted(0.65)), 1..8), 1..8),
         grouped in any::<bool>(),
     ) {
-        let mut op = crate::build(&plan(grouped)).unwrap();
+        let mut op = crate::build(&plan(grouped), &std::sync::Arc::new(crate::EventTime::new(&[]))).unwrap();
         let mut rows: HashMap<(Option<i32>, Option<i32>), i64> = HashMap::new();
         let mut out = BTreeMap::new();
         for epoch in epochs {

@@ -116,7 +116,7 @@ fn steps() -> impl Strategy<Value = Vec<Vec<(bool, Row, bool)>>> {
 }
 
 fn run(kind: JoinKind, filtered: bool, nulls_equal: bool, epochs: Vec<Vec<(bool, Row, bool)>>) -> Result<(), TestCaseError> {
-    let mut op = crate::build(&plan(kind, filtered, nulls_equal)).unwrap();
+    let mut op = crate::build(&plan(kind, filtered, nulls_equal), &std::sync::Arc::new(crate::EventTime::new(&[]))).unwrap();
     let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
     for epoch in epochs {
         for (is_left, row, insert) in epoch {

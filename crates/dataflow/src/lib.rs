@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod aggregate;
+pub mod event_time;
 #[cfg(test)]
 mod aggregate_tests;
 mod join;
@@ -24,7 +25,10 @@ mod topn;
 
 use eddy_common::{ChangeBatch, ObjectId, Result};
 
+pub use event_time::{EventTime, LateEvent};
 pub use plan::Node;
+
+use std::sync::Arc;
 
 // `stats` and `OperatorStats` report what `eddy_operators` shows.
 
@@ -133,19 +137,21 @@ pub fn stats(root: &dyn Operator) -> Vec<OperatorStats> {
 }
 
 /// Builds the operator tree of a plan.
-pub fn build(node: &Node) -> Result<Box<dyn Operator>> {
-    Ok(Box::new(Instrumented { inner: build_bare(node)?, rows_out: 0 }))
+/// Builds the operator tree of a plan; its window operators read watermarks from `event_time`
+/// and record late rows there.
+pub fn build(node: &Node, event_time: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(Instrumented { inner: build_bare(node, event_time)?, rows_out: 0 }))
 }
 
-fn build_bare(node: &Node) -> Result<Box<dyn Operator>> {
+fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
     Ok(match node {
         Node::Source { object, .. } => Box::new(stateless::Source { object: *object }),
-        Node::Filter { input, predicate } => Box::new(stateless::Filter { input: build(input)?, predicate: predicate.clone() }),
+        Node::Filter { input, predicate } => Box::new(stateless::Filter { input: build(input, et)?, predicate: predicate.clone() }),
         Node::Project { input, exprs, schema } => {
-            Box::new(stateless::Project { input: build(input)?, exprs: exprs.clone(), schema: schema.clone() })
+            Box::new(stateless::Project { input: build(input, et)?, exprs: exprs.clone(), schema: schema.clone() })
         }
         Node::TopN { input, partition, order, offset, limit, rank, schema } => Box::new(topn::TopN::new(
-            build(input)?,
+            build(input, et)?,
             input.schema(),
             partition.clone(),
             order.clone(),
@@ -154,17 +160,31 @@ fn build_bare(node: &Node) -> Result<Box<dyn Operator>> {
             schema.clone(),
         )?),
         Node::Union { inputs, schema } => Box::new(stateless::Union {
-            inputs: inputs.iter().map(build).collect::<Result<_>>()?,
+            inputs: inputs.iter().map(|i| build(i, et)).collect::<Result<_>>()?,
             schema: schema.clone(),
         }),
-        Node::Aggregate { input, group, aggregates, schema } => {
-            Box::new(aggregate::Aggregate::new(build(input)?, &input.schema(), group.clone(), aggregates.clone(), schema.clone())?)
-        }
+        Node::Aggregate { input, group, aggregates, window, schema } => Box::new(aggregate::Aggregate::new(
+            build(input, et)?,
+            &input.schema(),
+            group.clone(),
+            aggregates.clone(),
+            window.clone().map(|w| (w, Arc::clone(et))),
+            schema.clone(),
+        )?),
+        Node::LateFilter { input, end, time, sources, lateness } => Box::new(event_time::LateFilter {
+            input: build(input, et)?,
+            end: end.clone(),
+            time: time.clone(),
+            sources: sources.clone(),
+            lateness: *lateness,
+            event_time: Arc::clone(et),
+            dropped: 0,
+        }),
         Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema } if *kind != plan::JoinKind::Inner => Box::new(outer_join::OuterJoin::new(
             *kind,
             *nulls_equal,
-            build(left)?,
-            build(right)?,
+            build(left, et)?,
+            build(right, et)?,
             left.schema(),
             right.schema(),
             left_keys.clone(),
@@ -174,8 +194,8 @@ fn build_bare(node: &Node) -> Result<Box<dyn Operator>> {
         )?),
         Node::Join { left, right, left_keys, right_keys, filter, nulls_equal, schema, .. } => Box::new(join::InnerJoin::new(
             *nulls_equal,
-            build(left)?,
-            build(right)?,
+            build(left, et)?,
+            build(right, et)?,
             left.schema(),
             right.schema(),
             left_keys.clone(),

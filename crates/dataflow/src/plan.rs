@@ -40,7 +40,12 @@ pub enum Node {
     Union { inputs: Vec<Node>, schema: SchemaRef },
     /// GROUP BY `group` (empty: one global group) computing `aggregates`; output columns are
     /// the group columns then the aggregates.
-    Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, schema: SchemaRef },
+    /// With `window`, one group key is a window bound over a watermarked stream: windows are
+    /// closed (and their state freed) by the watermark.
+    Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, window: Option<WindowClose>, schema: SchemaRef },
+    /// Drops (and records) rows for closed windows, as `lateness` says; `end` and `time` are
+    /// each row's window end and event time, `sources` the streams whose watermark applies.
+    LateFilter { input: Box<Node>, end: Expr, time: Expr, sources: Vec<ObjectId>, lateness: Lateness },
     /// `ORDER BY order LIMIT limit OFFSET offset` per partition (`partition` empty: the whole
     /// input). With `rank`, each output row gets its rank as a trailing UInt64 column and the
     /// limit bounds the rank (`ROW_NUMBER() | RANK() | DENSE_RANK() OVER (PARTITION BY .. ORDER
@@ -50,6 +55,30 @@ pub enum Node {
     /// NULL keys match each other (IS NOT DISTINCT FROM, as INTERSECT and EXCEPT need). The output is
     /// left ++ right columns, or one side's columns for semi and anti joins.
     Join { kind: JoinKind, left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, nulls_equal: bool, schema: SchemaRef },
+}
+
+/// What a view does with rows for closed windows (`late_events`, `allowed_lateness`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lateness {
+    /// Apply late rows while the window's state is kept, publishing corrections.
+    pub retract: bool,
+    /// How long after a window closes its state is kept, µs.
+    pub allowed_micros: i64,
+}
+
+/// How a windowed aggregate closes its windows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowClose {
+    /// The group key holding a window bound (a timestamp).
+    pub key: usize,
+    /// Added to the key's value (µs) to get the window end: 0 for `window_end`, the size for
+    /// `window_start`.
+    pub to_end_micros: i64,
+    /// The streams whose watermark closes the windows.
+    pub sources: Vec<ObjectId>,
+    pub lateness: Lateness,
+    /// `EMIT ON WINDOW CLOSE`: a window appears only once closed.
+    pub emit_on_close: bool,
 }
 
 /// How top-N per partition numbers its rows.
@@ -82,7 +111,7 @@ impl Node {
             | Node::Aggregate { schema, .. }
             | Node::Join { schema, .. } => schema.clone(),
             Node::TopN { schema, .. } => schema.clone(),
-            Node::Filter { input, .. } => input.schema(),
+            Node::Filter { input, .. } | Node::LateFilter { input, .. } => input.schema(),
         }
     }
 
@@ -98,9 +127,11 @@ impl Node {
     fn collect_sources(&self, out: &mut Vec<ObjectId>) {
         match self {
             Node::Source { object, .. } => out.push(*object),
-            Node::Filter { input, .. } | Node::Project { input, .. } | Node::Aggregate { input, .. } | Node::TopN { input, .. } => {
-                input.collect_sources(out)
-            }
+            Node::Filter { input, .. }
+            | Node::LateFilter { input, .. }
+            | Node::Project { input, .. }
+            | Node::Aggregate { input, .. }
+            | Node::TopN { input, .. } => input.collect_sources(out),
             Node::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_sources(out)),
             Node::Join { left, right, .. } => {
                 left.collect_sources(out);
@@ -140,9 +171,24 @@ impl Node {
                 writeln!(f, "{pad}Union")?;
                 inputs.iter().try_for_each(|i| i.fmt_indent(f, depth + 1))
             }
-            Node::Aggregate { input, group, aggregates, .. } => {
+            Node::Aggregate { input, group, aggregates, window, .. } => {
                 let aggs = aggregates.iter().map(|a| a.function.name().to_owned()).collect::<Vec<_>>().join(", ");
-                writeln!(f, "{pad}Aggregate: group=[{}] aggregates=[{aggs}] state=per group", list(group))?;
+                let state = match window {
+                    None => "state=per group".to_owned(),
+                    Some(w) => format!(
+                        "window=group {} +{}us emit={} state=per group until the watermark passes the window end + {}us",
+                        w.key,
+                        w.to_end_micros,
+                        if w.emit_on_close { "on window close" } else { "on update" },
+                        w.lateness.allowed_micros
+                    ),
+                };
+                writeln!(f, "{pad}Aggregate: group=[{}] aggregates=[{aggs}] {state}", list(group))?;
+                input.fmt_indent(f, depth + 1)
+            }
+            Node::LateFilter { input, end, lateness, .. } => {
+                let policy = if lateness.retract { "retract" } else { "drop" };
+                writeln!(f, "{pad}LateFilter: window end={end} late_events={policy} allowed_lateness={}us", lateness.allowed_micros)?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, .. } => {

@@ -11,6 +11,7 @@
 mod catalog;
 mod copy;
 mod session;
+mod system;
 mod table;
 mod variables;
 mod views;
@@ -58,6 +59,15 @@ pub struct Table {
     data: RwLock<TableData>,
     /// Round-robin cursor over partitions for writes.
     next_partition: AtomicU64,
+    /// How the view runtime tracks this stream's watermark (tables with `WATERMARK FOR`).
+    clock: Option<views::ClockSpec>,
+}
+
+/// The watermark clock of a table definition.
+fn clock_of(def: &TableDef) -> Result<Option<views::ClockSpec>> {
+    let Some(w) = &def.watermark else { return Ok(None) };
+    let column = def.columns.iter().position(|c| c.name == w.column).ok_or_else(|| Error::internal("watermark column missing"))?;
+    Ok(Some(views::ClockSpec { column, delay_micros: eddy_sql::windows::watermark_delay_micros(&w.expr)?, partitions: def.partitions }))
 }
 
 impl Table {
@@ -173,21 +183,8 @@ impl Engine {
         self.runtime.flush()?.await.map_err(|_| Error::internal("the view runtime stopped"))?
     }
 
-    /// `eddy_operators`: per view and operator, rows in and out and the state held (rows, bytes).
-    pub(crate) fn operators_table(&self) -> Result<RecordBatch> {
-        use arrow::array::{StringArray, UInt64Array};
-        let rows = self.runtime.operators()?;
-        let schema = operators_schema();
-        let columns: Vec<arrow::array::ArrayRef> = vec![
-            Arc::new(StringArray::from(rows.iter().map(|(v, _)| v.clone()).collect::<Vec<_>>())),
-            Arc::new(StringArray::from(rows.iter().map(|(_, s)| s.path.clone()).collect::<Vec<_>>())),
-            Arc::new(StringArray::from(rows.iter().map(|(_, s)| s.name.clone()).collect::<Vec<_>>())),
-            Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_in).collect::<Vec<_>>())),
-            Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_out).collect::<Vec<_>>())),
-            Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_rows as u64).collect::<Vec<_>>())),
-            Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_bytes as u64).collect::<Vec<_>>())),
-        ];
-        RecordBatch::try_new(schema, columns).map_err(|e| Error::internal(format!("eddy_operators: {e}")))
+    pub(crate) fn runtime(&self) -> &ViewRuntime {
+        &self.runtime
     }
 
     pub(crate) fn view_snapshots(&self) -> views::Snapshots {
@@ -207,9 +204,10 @@ impl Engine {
             return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
         }
         let sources = plan.node.sources();
-        let dataflow = eddy_dataflow::build(&plan.node)?;
-        let tables = self.table_snapshots(&sources)?;
-        let backfill_rows: usize = tables.iter().flat_map(|(_, b)| b.iter()).map(|b| b.num_rows()).sum();
+        let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
+        let dataflow = eddy_dataflow::build(&plan.node, &event_time)?;
+        let tables = self.backfill_inputs(&sources)?;
+        let backfill_rows: usize = tables.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, b)| b.iter()).map(|b| b.len()).sum();
         let is_new = id.is_none();
         let id = match id {
             Some(id) => id,
@@ -221,7 +219,7 @@ impl Engine {
         }
         let view = Arc::new(View { def, schema: plan.schema });
         self.views.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::clone(&view));
-        let done = self.runtime.add_view(view, dataflow, sources, tables)?;
+        let done = self.runtime.add_view(view, dataflow, event_time, sources, tables)?;
         drop(guard);
         let result = done.await.map_err(|_| Error::internal("the view runtime stopped"))?;
         if let Err(e) = result {
@@ -237,12 +235,13 @@ impl Engine {
     pub(crate) async fn create_temporary_view(&self, plan: eddy_sql::ViewPlan) -> Result<ObjectId> {
         let guard = self.lock_writes().await;
         let sources = plan.node.sources();
-        let dataflow = eddy_dataflow::build(&plan.node)?;
-        let tables = self.table_snapshots(&sources)?;
+        let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
+        let dataflow = eddy_dataflow::build(&plan.node, &event_time)?;
+        let tables = self.backfill_inputs(&sources)?;
         let id = self.meta.allocate_object_id()?;
         let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
         let view = Arc::new(View { def, schema: plan.schema });
-        let done = self.runtime.add_view(view, dataflow, sources, tables)?;
+        let done = self.runtime.add_view(view, dataflow, event_time, sources, tables)?;
         drop(guard);
         done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
         Ok(id)
@@ -256,11 +255,32 @@ impl Engine {
         self.runtime.subscribe(view, snapshot).await
     }
 
-    /// The current contents of the tables among `sources` (call under the write lock, so that
-    /// they line up with the changes the view runtime receives next).
-    fn table_snapshots(&self, sources: &[ObjectId]) -> Result<Vec<(ObjectId, Arc<Vec<RecordBatch>>)>> {
-        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
-        tables.values().filter(|t| sources.contains(&t.def.id)).map(|t| Ok((t.def.id, t.snapshot()?))).collect()
+    /// What a new view reads first from each table among `sources` (call under the write
+    /// lock, so that it lines up with the changes the view runtime receives next): a stream
+    /// with a watermark replays its log in commit order, batch by batch, so that its watermark
+    /// advances and late rows are judged exactly as they were live; other tables hand over
+    /// their current contents.
+    fn backfill_inputs(&self, sources: &[ObjectId]) -> Result<Vec<views::Backfill>> {
+        let tables: Vec<Arc<Table>> = self.tables.read().unwrap_or_else(|p| p.into_inner()).values().filter(|t| sources.contains(&t.def.id)).cloned().collect();
+        let mut out = Vec::with_capacity(tables.len());
+        for table in tables {
+            let batches = match &table.clock {
+                None => table.snapshot()?.iter().cloned().map(|b| (0, vec![ChangeBatch::inserts(b)])).collect(),
+                Some(_) => {
+                    let mut records: Vec<(u64, u32, Vec<ChangeBatch>)> = Vec::new();
+                    for p in 0..table.def.partitions {
+                        self.log.scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
+                            records.push((record.txn_id.0, p, decode_changes(&record.payload, &table.schema)?));
+                            Ok(())
+                        })?;
+                    }
+                    records.sort_by_key(|(txn, p, _)| (*txn, *p));
+                    records.into_iter().map(|(_, p, c)| (p, c)).collect()
+                }
+            };
+            out.push(views::Backfill { object: table.def.id, clock: table.clock, batches });
+        }
+        Ok(out)
     }
 
     /// Plans every view stored in the catalog again and backfills it (start-up).
@@ -300,7 +320,8 @@ impl Engine {
         self.log.create_object(id, def.partitions)?;
         self.meta.put_object(id, &ObjectDef::Table(def.clone()).encode()?)?;
         let data = TableData::new(&def, Arc::clone(&schema))?;
-        let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0) });
+        let clock = clock_of(&def)?;
+        let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock });
         self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name, table);
         Ok(true)
     }
@@ -378,6 +399,15 @@ impl Engine {
         self.runtime.drop_view(view.def.id)
     }
 
+    /// The bare name of a table or view.
+    fn object_name(&self, id: ObjectId) -> Option<String> {
+        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = tables.values().find(|t| t.def.id == id) {
+            return Some(t.def.name.clone());
+        }
+        self.views.read().unwrap_or_else(|p| p.into_inner()).values().find(|v| v.def.id == id).map(|v| v.def.name.clone())
+    }
+
     fn name_of(&self, id: ObjectId) -> String {
         let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = tables.values().find(|t| t.def.id == id) {
@@ -396,6 +426,7 @@ impl Engine {
             return Ok(());
         }
         let mut log_writes = Vec::with_capacity(writes.len());
+        let mut partitions = Vec::with_capacity(writes.len());
         for (table, changes) in &writes {
             if self.table(&table.def.name).is_none_or(|t| t.def.id != table.def.id) {
                 return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name)));
@@ -410,6 +441,7 @@ impl Engine {
             } else {
                 0
             };
+            partitions.push(partition as u32);
             log_writes.push(Write {
                 object: table.def.id,
                 partition: PartitionId(partition as u32),
@@ -417,9 +449,9 @@ impl Engine {
             });
         }
         let ticket = self.log.commit(log_writes);
-        for (table, changes) in &writes {
+        for ((table, changes), partition) in writes.iter().zip(partitions) {
             table.write().apply(changes)?;
-            self.runtime.changes(table.def.id, changes.clone())?;
+            self.runtime.changes(table.def.id, partition, table.clock, changes.clone())?;
         }
         drop(guard);
         ticket
@@ -427,20 +459,6 @@ impl Engine {
             .map_err(|_| Error::internal("the log committer stopped without answering"))?
             .map(|_| ())
     }
-}
-
-/// The columns of `eddy_operators`.
-pub(crate) fn operators_schema() -> SchemaRef {
-    use arrow::datatypes::{DataType, Field, Schema};
-    Arc::new(Schema::new(vec![
-        Field::new("view", DataType::Utf8, false),
-        Field::new("position", DataType::Utf8, false),
-        Field::new("operator", DataType::Utf8, false),
-        Field::new("rows_in", DataType::UInt64, false),
-        Field::new("rows_out", DataType::UInt64, false),
-        Field::new("state_rows", DataType::UInt64, false),
-        Field::new("state_bytes", DataType::UInt64, false),
-    ]))
 }
 
 fn concat_changes(schema: &SchemaRef, changes: &[ChangeBatch]) -> Result<ChangeBatch> {
@@ -467,5 +485,6 @@ fn load_table(log: &LogStore, def: TableDef) -> Result<Arc<Table>> {
         })?;
     }
     tracing::info!(table = %def.name, records, rows = data.row_count(), "table restored from its log");
-    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0) }))
+    let clock = clock_of(&def)?;
+    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock }))
 }

@@ -177,6 +177,7 @@ impl Session {
                     Ok(Outcome::Warning { message: format!("relation \"{name}\" already exists, skipping"), then: Box::new(done) })
                 }
             }
+            Statement::CreateMaterializedView { create, emit_on_close } => self.create_materialized_view(create, *emit_on_close).await,
             Statement::Sql(sql) => self.execute_sql(sql, params).await,
         }
     }
@@ -186,7 +187,8 @@ impl Session {
         match sql {
             S::Explain { statement, analyze: false, .. } if matches!(statement.as_ref(), S::CreateView(c) if c.materialized) => {
                 let S::CreateView(create) = statement.as_ref() else { return Err(Error::internal("not a view")) };
-                let plan = self.planner.plan_view(&create.query).await?;
+                let options = eddy_sql::windows::view_options(&create.options, false)?;
+                let plan = self.planner.plan_view(&create.query, &options).await?;
                 let text = plan.node.to_string();
                 rows_of_text(&["QUERY PLAN"], text.lines().map(|l| vec![l.to_owned()]).collect())
             }
@@ -218,7 +220,7 @@ impl Session {
                 self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::MaterializedView).await?;
                 Ok(Outcome::Command { tag: "DROP MATERIALIZED VIEW", rows: None })
             }
-            S::CreateView(create) if create.materialized => self.create_materialized_view(create).await,
+            S::CreateView(create) if create.materialized => self.create_materialized_view(create, false).await,
             S::CreateView(_) => Err(Error::unsupported("CREATE VIEW (not materialized) is not supported yet: use CREATE MATERIALIZED VIEW")),
             S::Drop { object_type, .. } => Err(Error::unsupported(format!("DROP {object_type} is not supported"))),
             S::ShowTables { .. } => Ok(self.show_tables()),
@@ -278,7 +280,8 @@ impl Session {
             }
             Statement::ShowMaterializedViews => return Ok(rows(text_schema(&["name"]))),
             Statement::ShowCreateMaterializedView(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
-            Statement::Flush | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. } => {
+            Statement::CreateMaterializedView { .. }
+            | Statement::Flush | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. } => {
                 return Ok(no_rows);
             }
         };
@@ -397,7 +400,7 @@ impl Session {
         }
     }
 
-    async fn create_materialized_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
+    async fn create_materialized_view(&mut self, create: &ast::CreateView, emit_on_close: bool) -> Result<Outcome> {
         let name = object_name(&create.name)?;
         if self.engine.name_taken(&name) && create.if_not_exists {
             return Ok(Outcome::Warning {
@@ -411,12 +414,11 @@ impl Session {
         if !create.columns.is_empty() {
             return Err(Error::unsupported("column names after the view name are not supported: alias the columns in the query"));
         }
-        if !matches!(create.options, ast::CreateTableOptions::None) {
-            return Err(Error::unsupported(format!("materialized view options {} are not supported yet", create.options)));
-        }
-        let plan = self.planner.plan_view(&create.query).await?;
+        let options = eddy_sql::windows::view_options(&create.options, emit_on_close)?;
+        let plan = self.planner.plan_view(&create.query, &options).await?;
         let started = std::time::Instant::now();
-        let rows = self.engine.create_view(name.clone(), create.to_string(), plan, None).await?;
+        let sql = if emit_on_close { format!("{create} EMIT ON WINDOW CLOSE") } else { create.to_string() };
+        let rows = self.engine.create_view(name.clone(), sql, plan, None).await?;
         Ok(Outcome::Notice {
             message: format!("materialized view \"{name}\" backfilled from {rows} rows in {} ms", started.elapsed().as_millis()),
             then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
@@ -426,14 +428,12 @@ impl Session {
     /// Plans a stored view again at start-up, under its original id.
     pub(crate) async fn restore_view(&mut self, def: &crate::catalog::ViewDef) -> Result<()> {
         let parsed = eddy_sql::parse_statements(&def.sql)?;
-        let create = match parsed.first().map(|p| &p.statement) {
-            Some(Statement::Sql(s)) => match s.as_ref() {
-                ast::Statement::CreateView(c) => c.clone(),
-                _ => return Err(Error::internal("stored view is not CREATE MATERIALIZED VIEW")),
-            },
-            _ => return Err(Error::internal("stored view does not parse to one statement")),
+        let (create, emit_on_close) = match parsed.first().map(|p| &p.statement) {
+            Some(Statement::CreateMaterializedView { create, emit_on_close }) => (create.clone(), *emit_on_close),
+            _ => return Err(Error::internal("stored view does not parse to one CREATE MATERIALIZED VIEW")),
         };
-        let plan = self.planner.plan_view(&create.query).await?;
+        let options = eddy_sql::windows::view_options(&create.options, emit_on_close)?;
+        let plan = self.planner.plan_view(&create.query, &options).await?;
         self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id)).await.map(|_| ())
     }
 
@@ -477,7 +477,7 @@ impl Session {
             }
             eddy_sql::SubscribeTarget::Query(query) => query.clone(),
         };
-        let plan = self.planner.plan_view(&query).await?;
+        let plan = self.planner.plan_view(&query, &eddy_sql::ViewOptions::default()).await?;
         let schema = Arc::clone(&plan.schema);
         if !create {
             return Ok((schema, None));
@@ -949,7 +949,7 @@ impl SessionCatalog {
         let view = self.engine.view(name)?;
         let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.engine.view_snapshots());
         let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
-        Some(Arc::new(SnapshotTable { id: view.def.id, schema: Arc::clone(&view.schema), snapshot }))
+        Some(Arc::new(SnapshotTable { id: view.def.id, schema: Arc::clone(&view.schema), snapshot, watermark: None }))
     }
 }
 
@@ -961,15 +961,9 @@ impl std::fmt::Debug for TableData {
 
 impl CatalogSource for SessionCatalog {
     fn table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
-        if name == "eddy_operators" && self.engine.table(name).is_none() && self.engine.view(name).is_none() {
-            let batch = match self.engine.operators_table() {
-                Ok(b) => vec![b],
-                Err(e) => {
-                    tracing::error!(error = %e, "reading eddy_operators failed");
-                    Vec::new()
-                }
-            };
-            return Some(Arc::new(SnapshotTable { id: ObjectId(0), schema: crate::operators_schema(), snapshot: Arc::new(batch) }));
+        if let Some(system) = crate::system::table(&self.engine, name) {
+            let (schema, batch) = system;
+            return Some(Arc::new(SnapshotTable { id: ObjectId(0), schema, snapshot: Arc::new(batch), watermark: None }));
         }
         let Some(table) = self.engine.table(name) else { return self.view_table(name) };
         let snapshot = {
@@ -985,7 +979,8 @@ impl CatalogSource for SessionCatalog {
             tracing::error!(table = name, error = %e, "building a table snapshot failed");
             Arc::new(Vec::new())
         });
-        Some(Arc::new(SnapshotTable { id: table.def.id, schema: Arc::clone(&table.schema), snapshot }))
+        let watermark = table.def.watermark.as_ref().map(|w| w.column.clone());
+        Some(Arc::new(SnapshotTable { id: table.def.id, schema: Arc::clone(&table.schema), snapshot, watermark }))
     }
 
     fn table_names(&self) -> Vec<String> {
@@ -1001,9 +996,14 @@ struct SnapshotTable {
     id: ObjectId,
     schema: SchemaRef,
     snapshot: Arc<Vec<RecordBatch>>,
+    watermark: Option<String>,
 }
 
 impl TableSource for SnapshotTable {
+    fn watermark_column(&self) -> Option<String> {
+        self.watermark.clone()
+    }
+
     fn object_id(&self) -> ObjectId {
         self.id
     }

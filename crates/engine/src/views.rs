@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
-use eddy_dataflow::Operator;
+use eddy_dataflow::{EventTime, Operator};
 use tokio::sync::oneshot;
 
 use crate::catalog::ViewDef;
@@ -33,6 +33,81 @@ pub type Snapshots = Arc<HashMap<ObjectId, Arc<Vec<RecordBatch>>>>;
 pub struct View {
     pub def: ViewDef,
     pub schema: SchemaRef,
+}
+
+/// How a stream's watermark is computed: the largest event time in `column` read so far minus
+/// `delay_micros`, per partition, merged by minimum.
+#[derive(Debug, Clone, Copy)]
+pub struct ClockSpec {
+    pub column: usize,
+    pub delay_micros: i64,
+    pub partitions: u32,
+}
+
+/// What a new view reads first from one table: (partition, one commit's changes) in commit
+/// order.
+pub struct Backfill {
+    pub object: ObjectId,
+    pub clock: Option<ClockSpec>,
+    pub batches: Vec<(u32, Vec<ChangeBatch>)>,
+}
+
+/// A stream's watermark, tracked per partition from the data.
+#[derive(Debug, Clone)]
+struct StreamClock {
+    spec: ClockSpec,
+    /// Largest event time minus the delay, per partition (`None`: nothing read yet).
+    partitions: Vec<Option<i64>>,
+    /// The merged watermark; never decreases.
+    watermark: Option<i64>,
+}
+
+impl StreamClock {
+    fn new(spec: ClockSpec) -> Self {
+        StreamClock { spec, partitions: vec![None; spec.partitions.max(1) as usize], watermark: None }
+    }
+
+    /// Advances with a batch read from `partition`; returns the watermark when it moved.
+    fn observe(&mut self, partition: u32, batches: &[ChangeBatch]) -> Result<Option<i64>> {
+        let mut top: Option<i64> = None;
+        for changes in batches {
+            let times = eddy_dataflow::event_time::micros(changes.rows().column(self.spec.column))?;
+            for (t, d) in times.iter().zip(changes.diffs().values()) {
+                if let (Some(t), true) = (t, *d > 0) {
+                    top = Some(top.map_or(*t, |m: i64| m.max(*t)));
+                }
+            }
+        }
+        let Some(top) = top else { return Ok(None) };
+        if let Some(slot) = self.partitions.get_mut(partition as usize) {
+            let candidate = top.saturating_sub(self.spec.delay_micros);
+            *slot = Some(slot.map_or(candidate, |s| s.max(candidate)));
+        }
+        let merged = self.partitions.iter().copied().try_fold(i64::MAX, |m, p| p.map(|p| m.min(p)));
+        match merged {
+            Some(m) if self.watermark.is_none_or(|w| m > w) => {
+                self.watermark = Some(m);
+                Ok(Some(m))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// One row of `eddy_late_events`.
+#[derive(Debug, Clone)]
+pub struct LateRecord {
+    pub view: String,
+    pub event: eddy_dataflow::LateEvent,
+    pub received_at: std::time::SystemTime,
+}
+
+/// One row of `eddy_watermarks`: a table partition (or `None` for the merged value) or a view.
+#[derive(Debug, Clone)]
+pub struct WatermarkRow {
+    pub object: String,
+    pub partition: Option<u32>,
+    pub watermark: Option<i64>,
 }
 
 /// One epoch of a view's changes, consolidated, as a subscriber receives it.
@@ -56,8 +131,10 @@ struct Subscriber {
 
 enum Message {
     Subscribe { view: ObjectId, snapshot: bool, subscriber_events: tokio::sync::mpsc::Sender<EpochChanges>, lagged: Arc<std::sync::atomic::AtomicBool>, reply: oneshot::Sender<Result<()>> },
-    Changes { object: ObjectId, batches: Vec<ChangeBatch> },
-    AddView { view: Arc<View>, dataflow: Box<dyn Operator>, sources: Vec<ObjectId>, tables: Vec<(ObjectId, Arc<Vec<RecordBatch>>)>, reply: oneshot::Sender<Result<()>> },
+    Changes { object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch> },
+    AddView { view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, tables: Vec<Backfill>, reply: oneshot::Sender<Result<()>> },
+    LateEvents { reply: mpsc::Sender<Vec<LateRecord>> },
+    Watermarks { reply: mpsc::Sender<Vec<WatermarkRow>> },
     DropView { id: ObjectId },
     Flush { reply: oneshot::Sender<Result<u64>> },
     Operators { reply: mpsc::Sender<Vec<(String, eddy_dataflow::OperatorStats)>> },
@@ -73,7 +150,7 @@ impl ViewRuntime {
     pub fn start() -> Result<ViewRuntime> {
         let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
         let published: Arc<RwLock<Snapshots>> = Arc::new(RwLock::new(Arc::new(HashMap::new())));
-        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failures: BTreeMap::new(), subscribers: Vec::new() };
+        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failures: BTreeMap::new(), subscribers: Vec::new(), clocks: HashMap::new(), late: Vec::new() };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
             .spawn(move || state.run(&rx))
@@ -90,15 +167,29 @@ impl ViewRuntime {
     }
 
     /// Committed changes of a table, in commit order (call under the engine's write lock).
-    pub fn changes(&self, object: ObjectId, batches: Vec<ChangeBatch>) -> Result<()> {
-        self.send(Message::Changes { object, batches })
+    pub fn changes(&self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>) -> Result<()> {
+        self.send(Message::Changes { object, partition, clock, batches })
+    }
+
+    /// Every late row the views dropped (`eddy_late_events`).
+    pub fn late_events(&self) -> Result<Vec<LateRecord>> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Message::LateEvents { reply })?;
+        rx.recv().map_err(|_| Error::internal("the view runtime stopped"))
+    }
+
+    /// The watermark of every stream partition and view (`eddy_watermarks`).
+    pub fn watermarks(&self) -> Result<Vec<WatermarkRow>> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Message::Watermarks { reply })?;
+        rx.recv().map_err(|_| Error::internal("the view runtime stopped"))
     }
 
     /// Registers a view; `tables` are the current contents of the tables it reads (taken under
     /// the write lock, like [`ViewRuntime::changes`]). Resolves once the view is backfilled.
-    pub fn add_view(&self, view: Arc<View>, dataflow: Box<dyn Operator>, sources: Vec<ObjectId>, tables: Vec<(ObjectId, Arc<Vec<RecordBatch>>)>) -> Result<oneshot::Receiver<Result<()>>> {
+    pub fn add_view(&self, view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, tables: Vec<Backfill>) -> Result<oneshot::Receiver<Result<()>>> {
         let (reply, done) = oneshot::channel();
-        self.send(Message::AddView { view, dataflow, sources, tables, reply })?;
+        self.send(Message::AddView { view, dataflow, event_time, sources, tables, reply })?;
         Ok(done)
     }
 
@@ -149,6 +240,7 @@ impl ViewRuntime {
 struct Entry {
     view: Arc<View>,
     dataflow: Box<dyn Operator>,
+    event_time: Arc<EventTime>,
     sources: Vec<ObjectId>,
     /// Output produced this epoch, not yet applied.
     pending: Vec<ChangeBatch>,
@@ -163,6 +255,9 @@ struct RuntimeState {
     /// Views whose dataflow failed (they stop updating); reported by every FLUSH until dropped.
     failures: BTreeMap<ObjectId, Error>,
     subscribers: Vec<Subscriber>,
+    /// Watermark of every stream that sent changes.
+    clocks: HashMap<ObjectId, StreamClock>,
+    late: Vec<LateRecord>,
 }
 
 impl RuntimeState {
@@ -185,9 +280,9 @@ impl RuntimeState {
 
     fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
         match message {
-            Message::Changes { object, batches } => self.push(object, &batches),
-            Message::AddView { view, dataflow, sources, tables, reply } => {
-                let result = self.add_view(view, dataflow, sources, tables);
+            Message::Changes { object, partition, clock, batches } => self.push(object, partition, clock, &batches),
+            Message::AddView { view, dataflow, event_time, sources, tables, reply } => {
+                let result = self.add_view(view, dataflow, event_time, sources, tables);
                 *last_epoch = Instant::now();
                 let _ = reply.send(result);
             }
@@ -199,10 +294,17 @@ impl RuntimeState {
                 // Catalog views that read `id` were dropped before it; what still reads it are
                 // subscriptions' temporary views, whose streams end with it.
                 self.views.retain(|v| v.view.def.id != id && !v.sources.contains(&id));
+                self.clocks.remove(&id);
                 let views = &self.views;
                 self.subscribers.retain(|s| views.iter().any(|v| v.view.def.id == s.view));
                 self.failures.remove(&id);
                 self.publish();
+            }
+            Message::LateEvents { reply } => {
+                let _ = reply.send(self.late.clone());
+            }
+            Message::Watermarks { reply } => {
+                let _ = reply.send(self.watermark_rows());
             }
             Message::Operators { reply } => {
                 let rows = self
@@ -236,8 +338,9 @@ impl RuntimeState {
     }
 
     /// Feeds a table's or view's changes to every view reading it; a view whose dataflow fails
-    /// stops, the others go on.
-    fn push(&mut self, object: ObjectId, batches: &[ChangeBatch]) {
+    /// stops, the others go on. Then advances the stream's watermark: rows are judged against
+    /// the watermark as it stood before their batch.
+    fn push(&mut self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: &[ChangeBatch]) {
         let mut failed = Vec::new();
         for entry in self.views.iter_mut().filter(|e| e.sources.contains(&object)) {
             if self.failures.contains_key(&entry.view.def.id) {
@@ -257,28 +360,92 @@ impl RuntimeState {
         for (view, e) in failed {
             self.fail(view, e);
         }
+        let late: Vec<(String, Arc<EventTime>)> = self.views.iter().map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time))).collect();
+        for (name, event_time) in late {
+            self.collect_late(&name, &event_time);
+        }
+        let Some(spec) = clock else { return };
+        let clock = self.clocks.entry(object).or_insert_with(|| StreamClock::new(spec));
+        match clock.observe(partition, batches) {
+            Ok(Some(watermark)) => {
+                for entry in self.views.iter().filter(|e| e.sources.contains(&object)) {
+                    entry.event_time.advance(object, watermark);
+                }
+                self.dirty = true;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %e, "reading event times failed"),
+        }
     }
 
-    fn add_view(&mut self, view: Arc<View>, mut dataflow: Box<dyn Operator>, sources: Vec<ObjectId>, tables: Vec<(ObjectId, Arc<Vec<RecordBatch>>)>) -> Result<()> {
+    fn collect_late(&mut self, view: &str, event_time: &EventTime) {
+        let events = event_time.take_late_events();
+        if events.is_empty() {
+            return;
+        }
+        let now = std::time::SystemTime::now();
+        self.late.extend(events.into_iter().map(|event| LateRecord { view: view.to_owned(), event, received_at: now }));
+        // Bounded: the oldest records go first.
+        let max = eddy_common::limits::LATE_EVENTS_KEPT_MAX;
+        if self.late.len() > max {
+            let excess = self.late.len() - max;
+            self.late.drain(..excess);
+        }
+    }
+
+    fn watermark_rows(&self) -> Vec<WatermarkRow> {
+        let mut rows = Vec::new();
+        for (id, clock) in &self.clocks {
+            let object = id.to_string();
+            rows.push(WatermarkRow { object: object.clone(), partition: None, watermark: clock.watermark });
+            for (p, w) in clock.partitions.iter().enumerate() {
+                rows.push(WatermarkRow { object: object.clone(), partition: Some(p as u32), watermark: *w });
+            }
+        }
+        for entry in self.views.iter().filter(|e| !e.view.def.sql.is_empty()) {
+            let streams: Vec<ObjectId> = entry.sources.iter().copied().filter(|s| self.clocks.contains_key(s)).collect();
+            if streams.is_empty() {
+                continue;
+            }
+            rows.push(WatermarkRow { object: entry.view.def.name.clone(), partition: None, watermark: entry.event_time.min_of(&streams) });
+        }
+        rows
+    }
+
+    fn add_view(&mut self, view: Arc<View>, mut dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, tables: Vec<Backfill>) -> Result<()> {
         // Close the epoch in flight so that upstream views' contents are complete.
         self.end_epoch()?;
         let mut pending = Vec::new();
-        let mut inputs: BTreeMap<ObjectId, Vec<RecordBatch>> = tables.into_iter().map(|(id, b)| (id, b.as_ref().clone())).collect();
+        let mut inputs = tables;
         let published = self.published.read().unwrap_or_else(|p| p.into_inner()).clone();
         for source in &sources {
             if let Some(contents) = published.get(source) {
-                inputs.insert(*source, contents.as_ref().clone());
+                let batches = contents.iter().cloned().map(|b| (0, vec![ChangeBatch::inserts(b)])).collect();
+                inputs.push(Backfill { object: *source, clock: None, batches });
             }
         }
-        let rows: usize = inputs.values().flatten().map(|b| b.num_rows()).sum();
+        let rows: usize = inputs.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, b)| b.iter()).map(|b| b.len()).sum();
         tracing::info!(view = %view.def.name, rows, "backfilling a materialized view");
-        for (source, batches) in inputs {
-            for batch in batches {
-                pending.extend(dataflow.push(source, &ChangeBatch::inserts(batch))?);
+        for input in inputs {
+            // A stream replays with its own clock, so its watermark moves as it did live.
+            let mut clock = input.clock.map(StreamClock::new);
+            for (partition, batches) in &input.batches {
+                for batch in batches {
+                    pending.extend(dataflow.push(input.object, batch)?);
+                }
+                if let Some(clock) = clock.as_mut()
+                    && let Some(w) = clock.observe(*partition, batches)?
+                {
+                    event_time.advance(input.object, w);
+                }
+            }
+            if let Some(live) = self.clocks.get(&input.object).and_then(|c| c.watermark) {
+                event_time.advance(input.object, live);
             }
         }
+        self.collect_late(&view.def.name, &event_time);
         let contents = TableData::for_view(Arc::clone(&view.schema))?;
-        self.views.push(Entry { view, dataflow, sources, pending, contents });
+        self.views.push(Entry { view, dataflow, event_time, sources, pending, contents });
         self.dirty = true;
         self.end_epoch()
     }

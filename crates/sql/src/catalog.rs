@@ -23,6 +23,10 @@ pub trait TableSource: Send + Sync + fmt::Debug {
     /// The table's current contents. Repeated calls within one statement must return the same
     /// snapshot (the engine hands out an immutable `Arc`ed copy).
     fn scan(&self) -> Arc<Vec<RecordBatch>>;
+    /// The column `WATERMARK FOR` names, for streams that declare one.
+    fn watermark_column(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The tables of the `public` schema, as one session sees them (its open transaction's

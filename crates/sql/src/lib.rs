@@ -14,10 +14,12 @@ mod lower;
 mod parser;
 mod planner;
 pub mod types;
+pub mod windows;
 
 pub use catalog::{CatalogSource, TableSource};
 pub use datafusion::sql::sqlparser::ast;
 pub use error::from_datafusion;
 pub use parser::{CreateTable, Parsed, Statement, Subscribe, SubscribeTarget, parse_statements, parse_with_options, syntax_error};
+pub use lower::ViewOptions;
 pub use planner::{Planned, QueryPlan, SessionInfo, SessionPlanner, ViewPlan};
 pub use eddy_dataflow as dataflow;

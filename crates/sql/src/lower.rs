@@ -15,7 +15,9 @@ use datafusion::logical_expr::{Expr, FetchType, JoinType, LogicalPlan, SkipType}
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 use eddy_common::{Error, Result};
-use eddy_dataflow::plan::{AggregateCall, JoinKind, Node, Ranking};
+use eddy_dataflow::plan::{AggregateCall, JoinKind, Lateness, Node, Ranking, WindowClose};
+
+use crate::windows::WindowBound;
 
 use crate::catalog::TableBridge;
 use crate::error::from_datafusion;
@@ -39,6 +41,66 @@ pub fn view_schema(plan: &LogicalPlan) -> SchemaRef {
 }
 
 impl Lowering<'_> {
+    /// How a GROUP BY closes its windows: a group key that is a window bound over a
+    /// watermarked stream (traced through the input's projections).
+    fn window_close(&self, agg: &datafusion::logical_expr::Aggregate) -> Result<Option<WindowClose>> {
+        for (key, group_expr) in agg.group_expr.iter().enumerate() {
+            let Some((bound, args, sources)) = self.trace_bound(group_expr, &agg.input) else { continue };
+            let to_end_micros = if bound.is_end() {
+                0
+            } else {
+                // window_start: the size is the 2nd argument of tumble_*, the 3rd of hop_*.
+                let size = if matches!(bound, WindowBound::TumbleStart) { &args[1] } else { &args[2] };
+                match size {
+                    Expr::Literal(datafusion::common::ScalarValue::IntervalMonthDayNano(Some(v)), _) => {
+                        i64::from(v.days) * 86_400_000_000 + v.nanoseconds / 1000
+                    }
+                    _ => continue,
+                }
+            };
+            self.windowed.set(true);
+            return Ok(Some(WindowClose { key, to_end_micros, sources, lateness: self.options.lateness, emit_on_close: self.options.emit_on_close }));
+        }
+        Ok(None)
+    }
+
+    /// Follows a column back to the window-bound call that computes it; with the streams whose
+    /// watermark its time argument carries.
+    fn trace_bound(&self, expr: &Expr, plan: &LogicalPlan) -> Option<(WindowBound, Vec<Expr>, Vec<eddy_common::ObjectId>)> {
+        if let Some((bound, args, _)) = window_bound(expr) {
+            return Some((bound, args.to_vec(), watermark_sources(&args[0], plan)?));
+        }
+        let Expr::Column(column) = expr else { return None };
+        let index = plan.schema().index_of_column(column).ok()?;
+        let input_column = |input: &LogicalPlan, i: usize| Expr::Column(datafusion::common::Column::from(input.schema().qualified_field(i)));
+        match plan {
+            LogicalPlan::Projection(p) => self.trace_bound(&p.expr[index], &p.input),
+            LogicalPlan::Filter(f) => self.trace_bound(expr, &f.input),
+            LogicalPlan::SubqueryAlias(a) => self.trace_bound(&input_column(&a.input, index), &a.input),
+            LogicalPlan::Union(u) => {
+                let mut found: Option<(WindowBound, Vec<Expr>, Vec<eddy_common::ObjectId>)> = None;
+                for input in &u.inputs {
+                    let (bound, args, sources) = self.trace_bound(&input_column(input, index), input)?;
+                    match &mut found {
+                        None => found = Some((bound, args, sources)),
+                        Some((b, _, all)) if *b == bound => all.extend(sources),
+                        Some(_) => return None,
+                    }
+                }
+                found
+            }
+            LogicalPlan::Join(j) => {
+                let left = j.left.schema().fields().len();
+                if index < left {
+                    self.trace_bound(&input_column(&j.left, index), &j.left)
+                } else {
+                    self.trace_bound(&input_column(&j.right, index - left), &j.right)
+                }
+            }
+            _ => None,
+        }
+    }
+
     fn top_n(&self, sort: &datafusion::logical_expr::Sort, offset: usize, limit: usize) -> Result<Node> {
         let input = self.lower(&sort.input)?;
         let order = sort
@@ -114,6 +176,69 @@ impl Lowering<'_> {
 
 pub struct Lowering<'a> {
     pub state: &'a SessionState,
+    pub options: &'a ViewOptions,
+    /// Set once a windowed aggregate was lowered (EMIT ON WINDOW CLOSE needs one).
+    pub windowed: std::cell::Cell<bool>,
+}
+
+/// A view's event-time options: `WITH (late_events, allowed_lateness)` and `EMIT ON WINDOW
+/// CLOSE`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ViewOptions {
+    pub lateness: Lateness,
+    pub emit_on_close: bool,
+}
+
+/// The window-bound call in `expr` (through aliases), if any: the bound and its arguments.
+fn window_bound(expr: &Expr) -> Option<(WindowBound, &[Expr], &Expr)> {
+    match expr {
+        Expr::Alias(a) => window_bound(&a.expr),
+        Expr::ScalarFunction(f) => WindowBound::from_name(f.func.name()).map(|b| (b, f.args.as_slice(), expr)),
+        _ => None,
+    }
+}
+
+/// The streams whose watermark column `expr` (over `plan`'s output) is, traced through
+/// projections, filters, aliases, unions and joins; `None` if it is not such a column.
+fn watermark_sources(expr: &Expr, plan: &LogicalPlan) -> Option<Vec<eddy_common::ObjectId>> {
+    let column = match expr {
+        Expr::Alias(a) => return watermark_sources(&a.expr, plan),
+        Expr::Cast(c) => return watermark_sources(&c.expr, plan),
+        Expr::Column(c) => c,
+        _ => return None,
+    };
+    let index = plan.schema().index_of_column(column).ok()?;
+    let input_column = |input: &LogicalPlan, i: usize| Expr::Column(datafusion::common::Column::from(input.schema().qualified_field(i)));
+    match plan {
+        LogicalPlan::Projection(p) => watermark_sources(&p.expr[index], &p.input),
+        LogicalPlan::Filter(f) => watermark_sources(expr, &f.input),
+        LogicalPlan::Sort(s) => watermark_sources(expr, &s.input),
+        LogicalPlan::Limit(l) => watermark_sources(expr, &l.input),
+        LogicalPlan::SubqueryAlias(a) => watermark_sources(&input_column(&a.input, index), &a.input),
+        LogicalPlan::Union(u) => {
+            let mut out = Vec::new();
+            for input in &u.inputs {
+                out.extend(watermark_sources(&input_column(input, index), input)?);
+            }
+            Some(out)
+        }
+        LogicalPlan::Join(j) => {
+            let left = j.left.schema().fields().len();
+            if index < left {
+                watermark_sources(&input_column(&j.left, index), &j.left)
+            } else {
+                watermark_sources(&input_column(&j.right, index - left), &j.right)
+            }
+        }
+        LogicalPlan::TableScan(scan) => {
+            let provider = source_as_provider(&scan.source).ok()?;
+            let any: &dyn std::any::Any = provider.as_ref();
+            let bridge = any.downcast_ref::<TableBridge>()?;
+            let name = scan.projected_schema.field(index).name();
+            (bridge.source.watermark_column().as_deref() == Some(name.as_str())).then(|| vec![bridge.source.object_id()])
+        }
+        _ => None,
+    }
 }
 
 impl Lowering<'_> {
@@ -124,7 +249,23 @@ impl Lowering<'_> {
     pub fn lower(&self, plan: &LogicalPlan) -> Result<Node> {
         match plan {
             LogicalPlan::Projection(p) => {
-                let input = self.lower(&p.input)?;
+                let mut input = self.lower(&p.input)?;
+                // Window bounds over a watermarked stream: late rows are judged right here,
+                // where each row's event time and window are known.
+                if let Some((bound, args, _)) = p.expr.iter().find_map(window_bound)
+                    && let Some(sources) = watermark_sources(&args[0], &p.input)
+                {
+                    let end_name = if matches!(bound, WindowBound::TumbleStart | WindowBound::TumbleEnd) { "tumble_end" } else { "hop_end" };
+                    let end_udf = self.state.scalar_functions().get(end_name).cloned().ok_or_else(|| Error::internal("window functions not registered"))?;
+                    let end = Expr::ScalarFunction(datafusion::logical_expr::expr::ScalarFunction::new_udf(end_udf, args.to_vec()));
+                    input = Node::LateFilter {
+                        input: Box::new(input),
+                        end: self.expr(&end, p.input.schema())?,
+                        time: self.expr(&args[0], p.input.schema())?,
+                        sources,
+                        lateness: self.options.lateness,
+                    };
+                }
                 let exprs = p.expr.iter().map(|e| self.expr(e, p.input.schema())).collect::<Result<_>>()?;
                 Ok(Node::Project { input: Box::new(input), exprs, schema: nullable(p.schema.as_arrow()) })
             }
@@ -177,7 +318,8 @@ impl Lowering<'_> {
                         create_aggregate_expr_and_maybe_filter(e, agg.input.schema(), &physical_input, &props).map_err(from_datafusion)?;
                     aggregates.push(AggregateCall { function, filter });
                 }
-                Ok(Node::Aggregate { input: Box::new(input), group, aggregates, schema: nullable(agg.schema.as_arrow()) })
+                let window = self.window_close(agg)?;
+                Ok(Node::Aggregate { input: Box::new(input), group, aggregates, window, schema: nullable(agg.schema.as_arrow()) })
             }
             LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => {
                 let lowered = self.lower(input)?;
@@ -187,7 +329,7 @@ impl Lowering<'_> {
                         Arc::new(datafusion::physical_expr::expressions::Column::new(f.name(), i)) as eddy_dataflow::plan::Expr
                     })
                     .collect();
-                Ok(Node::Aggregate { input: Box::new(lowered), group, aggregates: Vec::new(), schema: nullable(input.schema().as_arrow()) })
+                Ok(Node::Aggregate { input: Box::new(lowered), group, aggregates: Vec::new(), window: None, schema: nullable(input.schema().as_arrow()) })
             }
             LogicalPlan::Join(join) => {
                 let kind = match join.join_type {

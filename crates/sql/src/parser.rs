@@ -32,6 +32,8 @@ pub enum Statement {
     ShowMaterializedViews,
     /// `SHOW CREATE MATERIALIZED VIEW name`.
     ShowCreateMaterializedView(ObjectName),
+    /// `CREATE MATERIALIZED VIEW ... AS query [EMIT ON WINDOW CLOSE]`.
+    CreateMaterializedView { create: Box<ast::CreateView>, emit_on_close: bool },
 }
 
 /// What a SUBSCRIBE reads and how.
@@ -161,6 +163,44 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
         }
         if w.keyword == Keyword::CREATE && is_create_table(parser) {
             return parse_create_table(parser).map(|c| Statement::CreateTable(Box::new(c)));
+        }
+        if w.keyword == Keyword::CREATE
+            && matches!(&parser.peek_nth_token(1).token, Token::Word(m) if m.keyword == Keyword::MATERIALIZED)
+        {
+            // A trailing `EMIT ON WINDOW CLOSE` is cut off first: stock sqlparser would read
+            // `EMIT` as a table alias.
+            let mut end = 0;
+            let mut depth = 0i32;
+            loop {
+                match parser.peek_nth_token(end).token {
+                    Token::EOF => break,
+                    Token::SemiColon if depth == 0 => break,
+                    Token::LParen => depth += 1,
+                    Token::RParen => depth -= 1,
+                    _ => {}
+                }
+                end += 1;
+            }
+            let is_word = |i: usize, word: &str| matches!(&parser.peek_nth_token(i).token, Token::Word(w) if w.value.eq_ignore_ascii_case(word));
+            let emit_on_close = end >= 4 && ["EMIT", "ON", "WINDOW", "CLOSE"].iter().enumerate().all(|(i, w)| is_word(end - 4 + i, w));
+            let statement = if emit_on_close {
+                let tokens = (0..end - 4).map(|i| parser.peek_nth_token(i)).collect();
+                let mut query = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
+                let statement = query.parse_statement()?;
+                if query.peek_token().token != Token::EOF {
+                    return Err(ParserError::ParserError(format!("Expected: EMIT ON WINDOW CLOSE, found: {}", query.peek_token().token)));
+                }
+                for _ in 0..end {
+                    parser.next_token();
+                }
+                statement
+            } else {
+                parser.parse_statement()?
+            };
+            let ast::Statement::CreateView(create) = statement else {
+                return Err(ParserError::ParserError("expected CREATE MATERIALIZED VIEW".into()));
+            };
+            return Ok(Statement::CreateMaterializedView { create: Box::new(create), emit_on_close });
         }
     }
     parser.parse_statement().map(|s| Statement::Sql(Box::new(s)))

@@ -124,6 +124,7 @@ impl SessionPlanner {
             .map_err(from_datafusion)?;
         ctx.register_catalog(CATALOG_NAME, Arc::new(eddy));
         functions::register(&ctx, info);
+        crate::windows::register(&ctx);
         Ok(SessionPlanner { ctx })
     }
 
@@ -143,7 +144,9 @@ impl SessionPlanner {
         {
             return Err(Error::unsupported("DELETE ... USING is not supported: use a subquery in WHERE"));
         }
-        let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement.clone()));
+        let mut rewritten = statement.clone();
+        crate::windows::rewrite(&mut rewritten)?;
+        let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(rewritten));
         let plan = self.state().statement_to_plan(df_statement).await.map_err(from_datafusion)?;
         match plan {
             LogicalPlan::Dml(dml) => dml_plan(dml),
@@ -173,8 +176,9 @@ impl SessionPlanner {
     }
 
     /// Plans the query of a materialized view into a dataflow.
-    pub async fn plan_view(&self, query: &ast::Query) -> Result<ViewPlan> {
-        let statement = ast::Statement::Query(Box::new(query.clone()));
+    pub async fn plan_view(&self, query: &ast::Query, options: &crate::ViewOptions) -> Result<ViewPlan> {
+        let mut statement = ast::Statement::Query(Box::new(query.clone()));
+        crate::windows::rewrite(&mut statement)?;
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         let state = self.state();
         let plan = state.statement_to_plan(df_statement).await.map_err(from_datafusion)?;
@@ -182,7 +186,13 @@ impl SessionPlanner {
             return Err(Error::unsupported("parameters ($1) in a materialized view"));
         }
         let optimized = state.optimize(&plan).map_err(from_datafusion)?;
-        let node = crate::lower::Lowering { state: &state }.lower(&optimized)?;
+        let lowering = crate::lower::Lowering { state: &state, options, windowed: std::cell::Cell::new(false) };
+        let node = lowering.lower(&optimized)?;
+        if options.emit_on_close && !lowering.windowed.get() {
+            return Err(Error::unsupported(
+                "EMIT ON WINDOW CLOSE needs a GROUP BY over window_start or window_end of TUMBLE or HOP over a table with a WATERMARK",
+            ));
+        }
         let schema = crate::lower::view_schema(&plan);
         if schema.fields().len() != node.schema().fields().len() {
             return Err(Error::internal("view schema and dataflow schema disagree"));

@@ -171,7 +171,7 @@ async fn views(eddy: &std::path::Path, rows: u64, groups: u64, backfill_rows: u6
         exec(&client, &format!("DROP MATERIALIZED VIEW {name}")).await?;
     }
     let (groups_state_rows, groups_state_bytes) = {
-        exec(&client, &format!("CREATE MATERIALIZED VIEW per_group AS SELECT g, count(*) AS n, sum(v) AS total FROM t GROUP BY g")).await?;
+        exec(&client, "CREATE MATERIALIZED VIEW per_group AS SELECT g, count(*) AS n, sum(v) AS total FROM t GROUP BY g").await?;
         let s = state_of(&client, "per_group").await?;
         exec(&client, "DROP MATERIALIZED VIEW per_group").await?;
         s

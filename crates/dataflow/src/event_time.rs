@@ -1,0 +1,206 @@
+//! Event time: the watermarks a dataflow's operators read, the late-row filter in front of
+//! window computations, and the late events it records.
+//!
+//! The runtime owns the watermark of each source (the largest event time read minus the
+//! declared delay, merged over partitions) and stores it in the dataflow's [`EventTime`] after
+//! each batch it pushes, so a row is judged against the watermark as it stood before its batch.
+//! A window is closed once the watermark reaches its end; its state is kept until the watermark
+//! reaches `end + allowed_lateness`.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, TimeUnit};
+use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+
+use crate::plan::{Expr, Lateness};
+use crate::rows::{arrow_error, evaluate, filter_changes};
+use crate::{Operator, OperatorState};
+
+/// No watermark yet (nothing read, or a source without one).
+const NONE: i64 = i64::MIN;
+
+/// One late row that was not applied (`eddy_late_events`).
+#[derive(Debug, Clone)]
+pub struct LateEvent {
+    /// The row as the window saw it, as a JSON object.
+    pub row: String,
+    /// Event time of the row, µs since the Unix epoch.
+    pub event_time: Option<i64>,
+    /// The watermark when the row arrived, µs.
+    pub watermark: i64,
+    pub action: &'static str,
+}
+
+/// Watermarks of a dataflow's sources and the late events its operators recorded.
+#[derive(Debug)]
+pub struct EventTime {
+    watermarks: Vec<(ObjectId, AtomicI64)>,
+    late: Mutex<Vec<LateEvent>>,
+}
+
+impl EventTime {
+    pub fn new(sources: &[ObjectId]) -> Self {
+        EventTime { watermarks: sources.iter().map(|s| (*s, AtomicI64::new(NONE))).collect(), late: Mutex::new(Vec::new()) }
+    }
+
+    /// Raises the watermark of `source` (it never goes back).
+    pub fn advance(&self, source: ObjectId, watermark: i64) {
+        if let Some((_, w)) = self.watermarks.iter().find(|(s, _)| *s == source) {
+            w.fetch_max(watermark, Ordering::Relaxed);
+        }
+    }
+
+    pub fn watermark(&self, source: ObjectId) -> Option<i64> {
+        let w = self.watermarks.iter().find(|(s, _)| *s == source)?.1.load(Ordering::Relaxed);
+        (w != NONE).then_some(w)
+    }
+
+    /// The watermark of a value derived from several sources: the least of theirs, `None`
+    /// until each has one.
+    pub fn min_of(&self, sources: &[ObjectId]) -> Option<i64> {
+        sources.iter().map(|s| self.watermark(*s)).try_fold(i64::MAX, |m, w| w.map(|w| m.min(w)))
+    }
+
+    /// The late events recorded since the last call.
+    pub fn take_late_events(&self) -> Vec<LateEvent> {
+        std::mem::take(&mut *self.late.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn record(&self, events: Vec<LateEvent>) {
+        self.late.lock().unwrap_or_else(|p| p.into_inner()).extend(events);
+    }
+}
+
+/// Event-time values of a timestamp array in µs (`None` for NULL).
+pub fn micros(array: &ArrayRef) -> Result<Vec<Option<i64>>> {
+    let per_micro = match array.data_type() {
+        DataType::Timestamp(TimeUnit::Microsecond, _) => 1,
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => -1000,
+        DataType::Timestamp(TimeUnit::Millisecond, _) => 1000,
+        DataType::Timestamp(TimeUnit::Second, _) => 1_000_000,
+        other => return Err(Error::internal(format!("event time of type {other}"))),
+    };
+    let raw = arrow::compute::cast(array, &DataType::Int64).map_err(arrow_error)?;
+    let raw: &Int64Array = raw.as_primitive();
+    Ok(raw
+        .iter()
+        .map(|v| v.map(|v| if per_micro > 0 { v * per_micro } else { v.div_euclid(-per_micro) }))
+        .collect())
+}
+
+/// Drops the rows whose window is closed (its end at or below the watermark before the
+/// batch), unless the view applies late rows (`late_events = 'retract'`) and the window's
+/// state is still kept; records every dropped row.
+pub struct LateFilter {
+    pub input: Box<dyn Operator>,
+    /// The window end of each row, and its event time, over the input.
+    pub end: Expr,
+    pub time: Expr,
+    pub sources: Vec<ObjectId>,
+    pub lateness: Lateness,
+    pub event_time: std::sync::Arc<EventTime>,
+    pub dropped: u64,
+}
+
+impl LateFilter {
+    fn apply(&mut self, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+        let Some(watermark) = self.event_time.min_of(&self.sources) else { return Ok(batches) };
+        let mut out = Vec::with_capacity(batches.len());
+        for changes in batches {
+            let ends = micros(&evaluate(&self.end, changes.rows())?)?;
+            let keep: BooleanArray = ends
+                .iter()
+                .map(|end| {
+                    Some(match end {
+                        None => true,
+                        Some(end) if *end > watermark => true,
+                        Some(end) => self.lateness.retract && end.saturating_add(self.lateness.allowed_micros) > watermark,
+                    })
+                })
+                .collect();
+            if keep.true_count() == changes.len() {
+                out.push(changes);
+                continue;
+            }
+            let times = micros(&evaluate(&self.time, changes.rows())?)?;
+            let late: Vec<LateEvent> = (0..changes.len())
+                .filter(|&i| !keep.value(i))
+                .map(|i| LateEvent { row: row_json(changes.rows(), i), event_time: times[i], watermark, action: "dropped" })
+                .collect();
+            self.dropped += late.len() as u64;
+            self.event_time.record(late);
+            out.push(filter_changes(&changes, &keep)?);
+        }
+        Ok(out)
+    }
+}
+
+impl Operator for LateFilter {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let batches = self.input.push(source, changes)?;
+        self.apply(batches)
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        let batches = self.input.end_epoch()?;
+        self.apply(batches)
+    }
+
+    fn state(&self) -> OperatorState {
+        let policy = if self.lateness.retract { "retract" } else { "drop" };
+        OperatorState::stateless(format!("LateFilter {policy} end={} ({} dropped)", self.end, self.dropped))
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        vec![self.input.as_ref()]
+    }
+}
+
+/// Row `i` of `batch` as a JSON object (numbers and booleans bare, everything else as text).
+pub fn row_json(batch: &RecordBatch, i: usize) -> String {
+    use std::fmt::Write;
+    let options = arrow::util::display::FormatOptions::default();
+    let mut out = String::from("{");
+    for (c, field) in batch.schema().fields().iter().enumerate() {
+        if c > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{}: ", json_string(field.name()));
+        let column = batch.column(c);
+        if column.is_null(i) {
+            out.push_str("null");
+            continue;
+        }
+        let text = arrow::util::display::ArrayFormatter::try_new(column.as_ref(), &options)
+            .map(|f| f.value(i).to_string())
+            .unwrap_or_default();
+        let bare = column.data_type().is_numeric() || matches!(column.data_type(), DataType::Boolean);
+        if bare && (text.parse::<f64>().is_ok() || matches!(text.as_str(), "true" | "false")) {
+            out.push_str(&text);
+        } else {
+            out.push_str(&json_string(&text));
+        }
+    }
+    out.push('}');
+    out
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

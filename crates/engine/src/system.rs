@@ -1,0 +1,130 @@
+//! Eddy's own system tables, computed when a query reads them: `eddy_operators`,
+//! `eddy_watermarks` and `eddy_late_events` (SQL.md, "System catalogs"). A user table or view
+//! of the same name hides them.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use eddy_common::{Error, Result};
+
+use crate::Engine;
+
+/// The system table `name` as (schema, rows), unless a user object has that name.
+pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<RecordBatch>)> {
+    if engine.table(name).is_some() || engine.view(name).is_some() {
+        return None;
+    }
+    let built = match name {
+        "eddy_operators" => operators(engine),
+        "eddy_watermarks" => watermarks(engine),
+        "eddy_late_events" => late_events(engine),
+        _ => return None,
+    };
+    Some(match built {
+        Ok((schema, batch)) => (schema, vec![batch]),
+        Err(e) => {
+            tracing::error!(table = name, error = %e, "reading a system table failed");
+            (empty_schema(name), Vec::new())
+        }
+    })
+}
+
+fn empty_schema(name: &str) -> SchemaRef {
+    match name {
+        "eddy_operators" => operators_schema(),
+        "eddy_watermarks" => watermarks_schema(),
+        _ => late_events_schema(),
+    }
+}
+
+fn batch(name: &str, schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<(SchemaRef, RecordBatch)> {
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| Error::internal(format!("{name}: {e}")))?;
+    Ok((schema, batch))
+}
+
+fn timestamp(nullable: bool, name: &str) -> Field {
+    Field::new(name, DataType::Timestamp(TimeUnit::Microsecond, None), nullable)
+}
+
+fn operators_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("view", DataType::Utf8, false),
+        Field::new("position", DataType::Utf8, false),
+        Field::new("operator", DataType::Utf8, false),
+        Field::new("rows_in", DataType::UInt64, false),
+        Field::new("rows_out", DataType::UInt64, false),
+        Field::new("state_rows", DataType::UInt64, false),
+        Field::new("state_bytes", DataType::UInt64, false),
+    ]))
+}
+
+/// Per view and operator: rows in and out and the state held (rows, bytes).
+fn operators(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
+    let rows = engine.runtime().operators()?;
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(rows.iter().map(|(v, _)| v.clone()).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(rows.iter().map(|(_, s)| s.path.clone()).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(rows.iter().map(|(_, s)| s.name.clone()).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_in).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_out).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_rows as u64).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_bytes as u64).collect::<Vec<_>>())),
+    ];
+    batch("eddy_operators", operators_schema(), columns)
+}
+
+fn watermarks_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("object", DataType::Utf8, false),
+        Field::new("partition", DataType::UInt32, true),
+        timestamp(true, "watermark"),
+    ]))
+}
+
+/// The watermark of each stream partition, each stream (partition NULL, the merged value) and
+/// each view reading streams (partition NULL).
+fn watermarks(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
+    let mut rows = engine.runtime().watermarks()?;
+    for row in &mut rows {
+        if let Ok(id) = row.object.parse::<u64>() {
+            row.object = engine.object_name(eddy_common::ObjectId(id)).unwrap_or_else(|| format!("object {id}"));
+        }
+    }
+    rows.sort_by(|a, b| (&a.object, a.partition).cmp(&(&b.object, b.partition)));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(rows.iter().map(|r| r.object.clone()).collect::<Vec<_>>())),
+        Arc::new(UInt32Array::from(rows.iter().map(|r| r.partition).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.watermark).collect::<Vec<_>>())),
+    ];
+    batch("eddy_watermarks", watermarks_schema(), columns)
+}
+
+fn late_events_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("view", DataType::Utf8, false),
+        Field::new("row", DataType::Utf8, false),
+        timestamp(true, "event_time"),
+        timestamp(false, "watermark"),
+        Field::new("received_at", DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())), false),
+        Field::new("action", DataType::Utf8, false),
+    ]))
+}
+
+/// Every late row a view did not apply.
+fn late_events(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
+    let rows = engine.runtime().late_events()?;
+    let received = rows
+        .iter()
+        .map(|r| r.received_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64))
+        .collect::<Vec<_>>();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(rows.iter().map(|r| r.view.clone()).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(rows.iter().map(|r| r.event.row.clone()).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.event.event_time).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.event.watermark).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(received).with_timezone(eddy_sql::types::UTC)),
+        Arc::new(StringArray::from(rows.iter().map(|r| r.event.action).collect::<Vec<_>>())),
+    ];
+    batch("eddy_late_events", late_events_schema(), columns)
+}
