@@ -268,7 +268,10 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
                     Error::invalid_parameter(format!("partitions must be an integer from 1 to {PARTITIONS_MAX}, not '{value}'"))
                 })?;
             }
-            "retention" | "retention.bytes" | "idle_timeout" => {}
+            "idle_timeout" => {
+                eddy_sql::windows::duration_micros(value)?;
+            }
+            "retention" | "retention.bytes" => {}
             "connector" => {
                 return Err(Error::unsupported(format!("connector '{value}' is not supported yet")));
             }

@@ -67,7 +67,11 @@ pub struct Table {
 fn clock_of(def: &TableDef) -> Result<Option<views::ClockSpec>> {
     let Some(w) = &def.watermark else { return Ok(None) };
     let column = def.columns.iter().position(|c| c.name == w.column).ok_or_else(|| Error::internal("watermark column missing"))?;
-    Ok(Some(views::ClockSpec { column, delay_micros: eddy_sql::windows::watermark_delay_micros(&w.expr)?, partitions: def.partitions }))
+    let idle_timeout = match def.options.iter().find(|(k, _)| k == "idle_timeout") {
+        Some((_, v)) => Some(std::time::Duration::from_micros(eddy_sql::windows::duration_micros(v)?.max(0) as u64)),
+        None => None,
+    };
+    Ok(Some(views::ClockSpec { column, delay_micros: eddy_sql::windows::watermark_delay_micros(&w.expr)?, partitions: def.partitions, idle_timeout }))
 }
 
 impl Table {

@@ -42,6 +42,8 @@ pub struct ClockSpec {
     pub column: usize,
     pub delay_micros: i64,
     pub partitions: u32,
+    /// A partition without data for this long stops holding the watermark back (`idle_timeout`).
+    pub idle_timeout: Option<Duration>,
 }
 
 /// What a new view reads first from one table: (partition, one commit's changes) in commit
@@ -60,11 +62,42 @@ struct StreamClock {
     partitions: Vec<Option<i64>>,
     /// The merged watermark; never decreases.
     watermark: Option<i64>,
+    /// When each partition last had data (or when tracking began).
+    last_data: Vec<Instant>,
 }
 
 impl StreamClock {
     fn new(spec: ClockSpec) -> Self {
-        StreamClock { spec, partitions: vec![None; spec.partitions.max(1) as usize], watermark: None }
+        let n = spec.partitions.max(1) as usize;
+        StreamClock { spec, partitions: vec![None; n], watermark: None, last_data: vec![Instant::now(); n] }
+    }
+
+    /// The least watermark over partitions that are not idle (`None` while one of them has
+    /// none yet); when every partition is idle, the least over those that have one.
+    fn merged(&self, now: Instant) -> Option<i64> {
+        let active = |p: usize| self.spec.idle_timeout.is_none_or(|t| now.duration_since(self.last_data[p]) < t);
+        let any_active = (0..self.partitions.len()).any(active);
+        let mut merged: Option<i64> = None;
+        for (p, w) in self.partitions.iter().enumerate() {
+            let w = match (any_active, active(p), *w) {
+                (true, false, _) | (false, _, None) => continue,
+                (true, true, None) => return None,
+                (_, _, Some(w)) => w,
+            };
+            merged = Some(merged.map_or(w, |m| m.min(w)));
+        }
+        merged
+    }
+
+    /// Raises the watermark to the merged value when that is higher; returns the new value.
+    fn raise(&mut self, now: Instant) -> Option<i64> {
+        match self.merged(now) {
+            Some(m) if self.watermark.is_none_or(|w| m > w) => {
+                self.watermark = Some(m);
+                Some(m)
+            }
+            _ => None,
+        }
     }
 
     /// Advances with a batch read from `partition`; returns the watermark when it moved.
@@ -78,19 +111,16 @@ impl StreamClock {
                 }
             }
         }
+        let now = Instant::now();
+        if let Some(seen) = self.last_data.get_mut(partition as usize) {
+            *seen = now;
+        }
         let Some(top) = top else { return Ok(None) };
         if let Some(slot) = self.partitions.get_mut(partition as usize) {
             let candidate = top.saturating_sub(self.spec.delay_micros);
             *slot = Some(slot.map_or(candidate, |s| s.max(candidate)));
         }
-        let merged = self.partitions.iter().copied().try_fold(i64::MAX, |m, p| p.map(|p| m.min(p)));
-        match merged {
-            Some(m) if self.watermark.is_none_or(|w| m > w) => {
-                self.watermark = Some(m);
-                Ok(Some(m))
-            }
-            _ => Ok(None),
-        }
+        Ok(self.raise(now))
     }
 }
 
@@ -271,6 +301,7 @@ impl RuntimeState {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
+            self.expire_idle_partitions();
             if self.dirty && last_epoch.elapsed() >= BARRIER_INTERVAL {
                 self.end_epoch_logged();
                 last_epoch = Instant::now();
@@ -375,6 +406,25 @@ impl RuntimeState {
             }
             Ok(None) => {}
             Err(e) => tracing::error!(error = %e, "reading event times failed"),
+        }
+    }
+
+    /// Partitions idle past their stream's `idle_timeout` stop holding its watermark back.
+    fn expire_idle_partitions(&mut self) {
+        let now = Instant::now();
+        let mut raised = Vec::new();
+        for (object, clock) in &mut self.clocks {
+            if clock.spec.idle_timeout.is_some()
+                && let Some(w) = clock.raise(now)
+            {
+                raised.push((*object, w));
+            }
+        }
+        for (object, watermark) in raised {
+            for entry in self.views.iter().filter(|e| e.sources.contains(&object)) {
+                entry.event_time.advance(object, watermark);
+            }
+            self.dirty = true;
         }
     }
 

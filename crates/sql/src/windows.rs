@@ -269,13 +269,7 @@ pub fn view_options(options: &ast::CreateTableOptions, emit_on_close: bool) -> R
                 }
             }
             "allowed_lateness" => {
-                let parsed = arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(&text)
-                    .map_err(|_| invalid("expected an interval such as '1 hour'"))?;
-                let micros = i64::from(parsed.days) * 86_400_000_000 + parsed.nanoseconds / 1000;
-                if parsed.months != 0 || micros < 0 {
-                    return Err(invalid("expected a non-negative interval without months"));
-                }
-                out.lateness.allowed_micros = micros;
+                out.lateness.allowed_micros = duration_micros(&text).map_err(|_| invalid("expected an interval such as '1 hour'"))?;
             }
             other => {
                 return Err(Error::new(
@@ -286,6 +280,33 @@ pub fn view_options(options: &ast::CreateTableOptions, emit_on_close: bool) -> R
         }
     }
     Ok(out)
+}
+
+/// A non-negative duration written as an interval (`'5 seconds'`, `'1 hour'`, `'200ms'`), µs.
+pub fn duration_micros(text: &str) -> Result<i64> {
+    let text = text.trim().trim_matches('\'');
+    let invalid = || Error::new(SqlState::INVALID_PARAMETER_VALUE, format!("\"{text}\" is not a duration such as '5 seconds'"));
+    // Accept the short units people write in options: 200ms, 5s, 1m, 1h.
+    let expanded = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) if text[..i].trim().parse::<f64>().is_ok() => {
+            let unit = match text[i..].trim() {
+                "ms" => "milliseconds",
+                "s" => "seconds",
+                "m" | "min" => "minutes",
+                "h" => "hours",
+                "d" => "days",
+                other => other,
+            };
+            format!("{} {unit}", text[..i].trim())
+        }
+        _ => text.to_owned(),
+    };
+    let parsed = arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(&expanded).map_err(|_| invalid())?;
+    let micros = i64::from(parsed.days) * 86_400_000_000 + parsed.nanoseconds / 1000;
+    if parsed.months != 0 || micros < 0 {
+        return Err(invalid());
+    }
+    Ok(micros)
 }
 
 /// The delay of a stored `WATERMARK FOR ts AS <expr>` expression, µs: 0 for `ts`, the interval
