@@ -68,7 +68,7 @@ impl EventTime {
         std::mem::take(&mut *self.late.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn record(&self, events: Vec<LateEvent>) {
+    pub(crate) fn record(&self, events: Vec<LateEvent>) {
         self.late.lock().unwrap_or_else(|p| p.into_inner()).extend(events);
     }
 }

@@ -4,8 +4,13 @@
 //! the right side's current rows (weights multiply), then added to the left arrangement; a
 //! change on the right likewise against the left, which already includes this push's left
 //! changes — so a self-join sees ΔL⋈R + L'⋈ΔR, the exact delta of L⋈R. NULL keys never match.
+//!
+//! A join of two streams bounded in time (a window join, or an interval condition) forgets a
+//! row once the other side's watermark shows no matching row can still arrive, and drops (and
+//! records) rows too late to be matched completely.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
@@ -13,7 +18,8 @@ use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::{Operator, OperatorState};
-use crate::plan::Expr;
+use crate::event_time::{EventTime, LateEvent, micros, row_json};
+use crate::plan::{Expr, TimeBound};
 use crate::rows::{arrow_error, batch, evaluate, filter_changes, take_columns};
 
 struct Side {
@@ -26,6 +32,10 @@ struct Side {
     /// Join key -> row -> multiplicity.
     arrangement: HashMap<OwnedRow, HashMap<OwnedRow, i64>>,
     key_converter: Option<RowConverter>,
+    /// Time-bounded joins: when rows may be forgotten, and the rows by the watermark (of the
+    /// other side) that frees them.
+    bound: Option<TimeBound>,
+    expiry: BTreeMap<i64, Vec<(OwnedRow, OwnedRow)>>,
 }
 
 pub struct InnerJoin {
@@ -33,12 +43,22 @@ pub struct InnerJoin {
     right: Side,
     filter: Option<Expr>,
     schema: SchemaRef,
+    event_time: Option<Arc<EventTime>>,
 }
 
 impl Side {
     fn new(input: Box<dyn Operator>, schema: &SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
         let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-        Ok(Side { input, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, nulls_equal, arrangement: HashMap::new(), key_converter: None })
+        Ok(Side {
+            input,
+            keys,
+            rows: RowConverter::new(fields).map_err(arrow_error)?,
+            nulls_equal,
+            arrangement: HashMap::new(),
+            key_converter: None,
+            bound: None,
+            expiry: BTreeMap::new(),
+        })
     }
 
     /// Join keys of each row; `None` where a key column is NULL.
@@ -57,10 +77,20 @@ impl Side {
 
     fn insert(&mut self, changes: &ChangeBatch, keys: &[Option<OwnedRow>]) -> Result<()> {
         let rows = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
+        let expires = match &self.bound {
+            Some(b) => Some((micros(&evaluate(&b.time, changes.rows())?)?, b.horizon_micros)),
+            None => None,
+        };
         for (i, key) in keys.iter().enumerate() {
             let Some(key) = key else { continue };
             let bucket = self.arrangement.entry(key.clone()).or_default();
             let row = rows.row(i).owned();
+            if let Some((times, horizon)) = &expires
+                && let Some(t) = times[i]
+                && changes.diffs().value(i) > 0
+            {
+                self.expiry.entry(t.saturating_add(*horizon)).or_default().push((key.clone(), row.clone()));
+            }
             let count = bucket.entry(row.clone()).or_insert(0);
             *count += changes.diffs().value(i);
             if *count == 0 {
@@ -92,6 +122,7 @@ impl InnerJoin {
             right: Side::new(right, &right_schema, right_keys, nulls_equal)?,
             filter,
             schema,
+            event_time: None,
         })
     }
 
@@ -128,8 +159,59 @@ impl InnerJoin {
         }
     }
 
+    /// A time-bounded join forgets rows the other side can no longer match, and drops rows
+    /// that arrive too late to be matched completely.
+    pub fn bound_by_time(&mut self, left: TimeBound, right: TimeBound, event_time: Arc<EventTime>) {
+        self.left.bound = Some(left);
+        self.right.bound = Some(right);
+        self.event_time = Some(event_time);
+    }
+
+    fn drop_late(&self, side: &Side, changes: ChangeBatch) -> Result<ChangeBatch> {
+        let (Some(bound), Some(event_time)) = (&side.bound, &self.event_time) else { return Ok(changes) };
+        if !bound.drop_late {
+            return Ok(changes);
+        }
+        let Some(watermark) = event_time.min_of(&bound.own) else { return Ok(changes) };
+        let times = micros(&evaluate(&bound.time, changes.rows())?)?;
+        let keep: BooleanArray = times.iter().map(|t| Some(t.is_none_or(|t| t.saturating_add(bound.allowed_micros) > watermark))).collect();
+        if keep.true_count() == changes.len() {
+            return Ok(changes);
+        }
+        let late = (0..changes.len())
+            .filter(|&i| !keep.value(i))
+            .map(|i| LateEvent { row: row_json(changes.rows(), i), event_time: times[i], watermark, action: "dropped" })
+            .collect();
+        event_time.record(late);
+        filter_changes(&changes, &keep)
+    }
+
+    /// Forgets the rows of each side that the other side's watermark has passed.
+    fn evict(&mut self) {
+        let Some(event_time) = &self.event_time else { return };
+        for side in [&mut self.left, &mut self.right] {
+            let Some(bound) = &side.bound else { continue };
+            let Some(watermark) = event_time.min_of(&bound.other) else { continue };
+            while let Some(entry) = side.expiry.first_entry() {
+                if *entry.key() > watermark {
+                    break;
+                }
+                for (key, row) in entry.remove() {
+                    if let Some(bucket) = side.arrangement.get_mut(&key) {
+                        bucket.remove(&row);
+                        if bucket.is_empty() {
+                            side.arrangement.remove(&key);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     fn process(&mut self, left: Vec<ChangeBatch>, right: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
+        let left = left.into_iter().map(|c| self.drop_late(&self.left, c)).collect::<Result<Vec<_>>>()?;
+        let right = right.into_iter().map(|c| self.drop_late(&self.right, c)).collect::<Result<Vec<_>>>()?;
         for changes in left {
             let keys = self.left.keys_of(changes.rows())?;
             out.extend(self.probe(&changes, &keys, true)?);
@@ -154,7 +236,9 @@ impl Operator for InnerJoin {
     fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
         let left = self.left.input.end_epoch()?;
         let right = self.right.input.end_epoch()?;
-        self.process(left, right)
+        let out = self.process(left, right)?;
+        self.evict();
+        Ok(out)
     }
 
     fn state(&self) -> OperatorState {

@@ -45,6 +45,7 @@ fn plan(kind: JoinKind, filtered: bool, nulls_equal: bool) -> Node {
         right_keys: vec![column("k2", 0)],
         filter,
         nulls_equal,
+        bounds: None,
         schema: out,
     }
 }

@@ -180,7 +180,7 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             event_time: Arc::clone(et),
             dropped: 0,
         }),
-        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema } if *kind != plan::JoinKind::Inner => Box::new(outer_join::OuterJoin::new(
+        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema, .. } if *kind != plan::JoinKind::Inner => Box::new(outer_join::OuterJoin::new(
             *kind,
             *nulls_equal,
             build(left, et)?,
@@ -192,16 +192,23 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             filter.clone(),
             schema.clone(),
         )?),
-        Node::Join { left, right, left_keys, right_keys, filter, nulls_equal, schema, .. } => Box::new(join::InnerJoin::new(
-            *nulls_equal,
-            build(left, et)?,
-            build(right, et)?,
-            left.schema(),
-            right.schema(),
-            left_keys.clone(),
-            right_keys.clone(),
-            filter.clone(),
-            schema.clone(),
-        )?),
+        Node::Join { left, right, left_keys, right_keys, filter, nulls_equal, bounds, schema, .. } => {
+            let mut join = join::InnerJoin::new(
+                *nulls_equal,
+                build(left, et)?,
+                build(right, et)?,
+                left.schema(),
+                right.schema(),
+                left_keys.clone(),
+                right_keys.clone(),
+                filter.clone(),
+                schema.clone(),
+            )?;
+            if let Some(bounds) = bounds {
+                let [l, r] = bounds.as_ref().clone();
+                join.bound_by_time(l, r, Arc::clone(et));
+            }
+            Box::new(join)
+        }
     })
 }

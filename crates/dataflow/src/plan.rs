@@ -54,7 +54,9 @@ pub enum Node {
     /// Equi-join; `filter` is over the concatenated left and right columns; `nulls_equal` makes
     /// NULL keys match each other (IS NOT DISTINCT FROM, as INTERSECT and EXCEPT need). The output is
     /// left ++ right columns, or one side's columns for semi and anti joins.
-    Join { kind: JoinKind, left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, nulls_equal: bool, schema: SchemaRef },
+    /// With `bounds` (inner joins of two streams bounded in time), each side's rows are
+    /// forgotten once no future row of the other side can match them.
+    Join { kind: JoinKind, left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, nulls_equal: bool, bounds: Option<Box<[TimeBound; 2]>>, schema: SchemaRef },
 }
 
 /// What a view does with rows for closed windows (`late_events`, `allowed_lateness`).
@@ -79,6 +81,20 @@ pub struct WindowClose {
     pub lateness: Lateness,
     /// `EMIT ON WINDOW CLOSE`: a window appears only once closed.
     pub emit_on_close: bool,
+}
+
+/// When one side of a time-bounded join may forget a row: once the other side's watermark
+/// reaches the row's `time + horizon_micros`. With `drop_late`, rows arriving with `time +
+/// allowed_micros` at or below their own side's watermark are dropped and recorded (an
+/// interval join's raw event times; a window join's late rows were dropped before it).
+#[derive(Debug, Clone)]
+pub struct TimeBound {
+    pub time: Expr,
+    pub horizon_micros: i64,
+    pub own: Vec<ObjectId>,
+    pub other: Vec<ObjectId>,
+    pub allowed_micros: i64,
+    pub drop_late: bool,
 }
 
 /// How top-N per partition numbers its rows.
@@ -191,12 +207,19 @@ impl Node {
                 writeln!(f, "{pad}LateFilter: window end={end} late_events={policy} allowed_lateness={}us", lateness.allowed_micros)?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, .. } => {
+            Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, bounds, .. } => {
                 let mut residual = filter.as_ref().map(|e| format!(" filter={e}")).unwrap_or_default();
                 if *nulls_equal {
                     residual.push_str(" nulls_equal");
                 }
-                writeln!(f, "{pad}{kind:?}Join: left=[{}] right=[{}]{residual} state=both sides by key", list(left_keys), list(right_keys))?;
+                let state = match bounds.as_deref() {
+                    None => "state=both sides by key".to_owned(),
+                    Some([l, r]) => format!(
+                        "state=both sides by key, left rows until the right watermark passes {} + {}us, right rows until the left watermark passes {} + {}us",
+                        l.time, l.horizon_micros, r.time, r.horizon_micros
+                    ),
+                };
+                writeln!(f, "{pad}{kind:?}Join: left=[{}] right=[{}]{residual} {state}", list(left_keys), list(right_keys))?;
                 left.fmt_indent(f, depth + 1)?;
                 right.fmt_indent(f, depth + 1)
             }

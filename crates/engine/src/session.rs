@@ -949,7 +949,7 @@ impl SessionCatalog {
         let view = self.engine.view(name)?;
         let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.engine.view_snapshots());
         let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
-        Some(Arc::new(SnapshotTable { id: view.def.id, schema: Arc::clone(&view.schema), snapshot, watermark: None }))
+        Some(Arc::new(SnapshotTable { id: view.def.id, schema: Arc::clone(&view.schema), snapshot, watermark: None, append_only: false }))
     }
 }
 
@@ -963,7 +963,7 @@ impl CatalogSource for SessionCatalog {
     fn table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
         if let Some(system) = crate::system::table(&self.engine, name) {
             let (schema, batch) = system;
-            return Some(Arc::new(SnapshotTable { id: ObjectId(0), schema, snapshot: Arc::new(batch), watermark: None }));
+            return Some(Arc::new(SnapshotTable { id: ObjectId(0), schema, snapshot: Arc::new(batch), watermark: None, append_only: false }));
         }
         let Some(table) = self.engine.table(name) else { return self.view_table(name) };
         let snapshot = {
@@ -980,7 +980,7 @@ impl CatalogSource for SessionCatalog {
             Arc::new(Vec::new())
         });
         let watermark = table.def.watermark.as_ref().map(|w| w.column.clone());
-        Some(Arc::new(SnapshotTable { id: table.def.id, schema: Arc::clone(&table.schema), snapshot, watermark }))
+        Some(Arc::new(SnapshotTable { id: table.def.id, schema: Arc::clone(&table.schema), snapshot, watermark, append_only: table.def.append_only }))
     }
 
     fn table_names(&self) -> Vec<String> {
@@ -997,11 +997,16 @@ struct SnapshotTable {
     schema: SchemaRef,
     snapshot: Arc<Vec<RecordBatch>>,
     watermark: Option<String>,
+    append_only: bool,
 }
 
 impl TableSource for SnapshotTable {
     fn watermark_column(&self) -> Option<String> {
         self.watermark.clone()
+    }
+
+    fn append_only(&self) -> bool {
+        self.append_only
     }
 
     fn object_id(&self) -> ObjectId {

@@ -27,6 +27,10 @@ pub trait TableSource: Send + Sync + fmt::Debug {
     fn watermark_column(&self) -> Option<String> {
         None
     }
+    /// An `APPEND ONLY` table (a stream).
+    fn append_only(&self) -> bool {
+        false
+    }
 }
 
 /// The tables of the `public` schema, as one session sees them (its open transaction's

@@ -15,7 +15,8 @@ use datafusion::logical_expr::{Expr, FetchType, JoinType, LogicalPlan, SkipType}
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 use eddy_common::{Error, Result};
-use eddy_dataflow::plan::{AggregateCall, JoinKind, Lateness, Node, Ranking, WindowClose};
+use datafusion::logical_expr::Operator;
+use eddy_dataflow::plan::{AggregateCall, JoinKind, Lateness, Node, Ranking, TimeBound, WindowClose};
 
 use crate::windows::WindowBound;
 
@@ -99,6 +100,61 @@ impl Lowering<'_> {
             }
             _ => None,
         }
+    }
+
+    /// How long each side of a join of two watermarked streams must keep its rows: from a
+    /// window join (equal window bounds on both sides) or from interval conditions between the
+    /// two sides' watermark columns. `None` when the join is not bounded in time.
+    fn join_bounds(&self, join: &datafusion::logical_expr::Join) -> Result<Option<[TimeBound; 2]>> {
+        let allowed = self.options.lateness.allowed_micros;
+        for (l, r) in &join.on {
+            let (Some((lb, largs, lsrc)), Some((rb, rargs, rsrc))) = (self.trace_bound(l, &join.left), self.trace_bound(r, &join.right)) else { continue };
+            if lb.is_end() != rb.is_end() {
+                continue;
+            }
+            let to_end = |bound: WindowBound, args: &[Expr]| -> Option<i64> {
+                if bound.is_end() {
+                    return Some(0);
+                }
+                interval_literal(if matches!(bound, WindowBound::TumbleStart) { &args[1] } else { &args[2] })
+            };
+            let (Some(lend), Some(rend)) = (to_end(lb, &largs), to_end(rb, &rargs)) else { continue };
+            let left = TimeBound { time: self.expr(l, join.left.schema())?, horizon_micros: lend + allowed, own: lsrc.clone(), other: rsrc.clone(), allowed_micros: allowed, drop_late: false };
+            let right = TimeBound { time: self.expr(r, join.right.schema())?, horizon_micros: rend + allowed, own: rsrc, other: lsrc, allowed_micros: allowed, drop_late: false };
+            return Ok(Some([left, right]));
+        }
+        // Interval conditions: t_left - t_right within [lo, hi].
+        let Some(filter) = &join.filter else { return Ok(None) };
+        let mut conjuncts = Vec::new();
+        split_conjunction(filter, &mut conjuncts);
+        let (mut lo, mut hi): (Option<i64>, Option<i64>) = (None, None);
+        let mut columns: Option<(Expr, Expr, Vec<eddy_common::ObjectId>, Vec<eddy_common::ObjectId>)> = None;
+        for (a, op, b) in conjuncts {
+            let side = |e: &Expr| -> Option<(bool, Expr, i64, Vec<eddy_common::ObjectId>)> {
+                let (column, offset) = time_offset(e)?;
+                let name = column_of(&column)?;
+                if join.left.schema().has_column(name) {
+                    return Some((true, column.clone(), offset, watermark_sources(&column, &join.left)?));
+                }
+                Some((false, column.clone(), offset, watermark_sources(&column, &join.right)?))
+            };
+            let (Some((a_left, ca, oa, sa)), Some((b_left, cb, ob, sb))) = (side(&a), side(&b)) else { continue };
+            if a_left == b_left {
+                continue;
+            }
+            // ca + oa op cb + ob  =>  ca - cb op ob - oa; written as t_left - t_right.
+            let (c, op, lcol, rcol, lsrc, rsrc) = if a_left { (ob - oa, op, ca, cb, sa, sb) } else { (oa - ob, flip(op), cb, ca, sb, sa) };
+            match op {
+                Operator::GtEq | Operator::Gt => lo = Some(lo.map_or(c, |l| l.max(c))),
+                Operator::LtEq | Operator::Lt => hi = Some(hi.map_or(c, |h| h.min(c))),
+                _ => continue,
+            }
+            columns.get_or_insert((lcol, rcol, lsrc, rsrc));
+        }
+        let (Some(lo), Some(hi), Some((lcol, rcol, lsrc, rsrc))) = (lo, hi, columns) else { return Ok(None) };
+        let left = TimeBound { time: self.expr(&lcol, join.left.schema())?, horizon_micros: allowed - lo, own: lsrc.clone(), other: rsrc.clone(), allowed_micros: allowed, drop_late: true };
+        let right = TimeBound { time: self.expr(&rcol, join.right.schema())?, horizon_micros: hi + allowed, own: rsrc, other: lsrc, allowed_micros: allowed, drop_late: true };
+        Ok(Some([left, right]))
     }
 
     fn top_n(&self, sort: &datafusion::logical_expr::Sort, offset: usize, limit: usize) -> Result<Node> {
@@ -187,6 +243,85 @@ pub struct Lowering<'a> {
 pub struct ViewOptions {
     pub lateness: Lateness,
     pub emit_on_close: bool,
+}
+
+/// True when every table `plan` reads is an append-only table and nothing between turns it
+/// into an updating relation (a stream, as far as joins are concerned).
+fn is_stream(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Projection(p) => is_stream(&p.input),
+        LogicalPlan::Filter(f) => is_stream(&f.input),
+        LogicalPlan::SubqueryAlias(a) => is_stream(&a.input),
+        LogicalPlan::Union(u) => u.inputs.iter().all(|i| is_stream(i)),
+        LogicalPlan::TableScan(scan) => source_as_provider(&scan.source)
+            .ok()
+            .and_then(|p| {
+                let any: &dyn std::any::Any = p.as_ref();
+                any.downcast_ref::<TableBridge>().map(|b| b.source.append_only())
+            })
+            .unwrap_or(false),
+        _ => false,
+    }
+}
+
+/// `a AND b AND ...` as comparisons (`BETWEEN` becomes two).
+fn split_conjunction(expr: &Expr, out: &mut Vec<(Expr, Operator, Expr)>) {
+    match expr {
+        Expr::BinaryExpr(b) if b.op == Operator::And => {
+            split_conjunction(&b.left, out);
+            split_conjunction(&b.right, out);
+        }
+        Expr::BinaryExpr(b) if matches!(b.op, Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq) => {
+            out.push((b.left.as_ref().clone(), b.op, b.right.as_ref().clone()));
+        }
+        Expr::Between(between) if !between.negated => {
+            out.push((between.expr.as_ref().clone(), Operator::GtEq, between.low.as_ref().clone()));
+            out.push((between.expr.as_ref().clone(), Operator::LtEq, between.high.as_ref().clone()));
+        }
+        _ => {}
+    }
+}
+
+fn flip(op: Operator) -> Operator {
+    match op {
+        Operator::Lt => Operator::Gt,
+        Operator::LtEq => Operator::GtEq,
+        Operator::Gt => Operator::Lt,
+        Operator::GtEq => Operator::LtEq,
+        other => other,
+    }
+}
+
+fn column_of(expr: &Expr) -> Option<&datafusion::common::Column> {
+    match expr {
+        Expr::Column(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// µs of a constant interval literal without months.
+fn interval_literal(expr: &Expr) -> Option<i64> {
+    match expr {
+        Expr::Literal(datafusion::common::ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+            Some(i64::from(v.days) * 86_400_000_000 + v.nanoseconds / 1000)
+        }
+        Expr::Cast(c) => interval_literal(&c.expr),
+        _ => None,
+    }
+}
+
+/// `column`, `column + interval` or `column - interval` as (column, offset µs).
+fn time_offset(expr: &Expr) -> Option<(Expr, i64)> {
+    match expr {
+        Expr::Column(_) => Some((expr.clone(), 0)),
+        Expr::Cast(c) => time_offset(&c.expr),
+        Expr::BinaryExpr(b) if matches!(b.op, Operator::Plus | Operator::Minus) => {
+            let (column, base) = time_offset(&b.left)?;
+            let delta = interval_literal(&b.right)?;
+            Some((column, if b.op == Operator::Plus { base + delta } else { base - delta }))
+        }
+        _ => None,
+    }
 }
 
 /// The window-bound call in `expr` (through aliases), if any: the bound and its arguments.
@@ -351,6 +486,18 @@ impl Lowering<'_> {
                 if join.on.is_empty() {
                     return Err(Error::unsupported("a join without an equality condition (cross join) in a materialized view is not supported"));
                 }
+                let bounds = self.join_bounds(join)?;
+                if is_stream(&join.left) && is_stream(&join.right) {
+                    if bounds.is_none() {
+                        return Err(Error::unsupported(
+                            "a join of two append-only streams must be bounded in time, or its state grows forever: join TUMBLE(a, ts, ...) with TUMBLE(b, ts, ...) on window_start or window_end (and keys), or add a condition such as a.ts BETWEEN b.ts - INTERVAL '10 minutes' AND b.ts + INTERVAL '10 minutes' over the streams' watermark columns",
+                        ));
+                    }
+                    if kind != JoinKind::Inner {
+                        return Err(Error::unsupported(format!("{kind:?} joins of two streams are not supported yet; use an inner join")));
+                    }
+                }
+                let bounds = if kind == JoinKind::Inner { bounds.map(Box::new) } else { None };
                 let left = self.lower(&join.left)?;
                 let right = self.lower(&join.right)?;
                 let left_keys = join.on.iter().map(|(l, _)| self.expr(l, join.left.schema())).collect::<Result<_>>()?;
@@ -367,6 +514,7 @@ impl Lowering<'_> {
                     right_keys,
                     filter,
                     nulls_equal: join.null_equality == NullEquality::NullEqualsNull,
+                    bounds,
                     schema: nullable(join.schema.as_arrow()),
                 })
             }
