@@ -324,6 +324,8 @@ impl RuntimeState {
             Message::DropView { id } => {
                 // Catalog views that read `id` were dropped before it; what still reads it are
                 // subscriptions' temporary views, whose streams end with it.
+                let gone: Vec<String> = self.views.iter().filter(|v| v.view.def.id == id || v.sources.contains(&id)).map(|v| v.view.def.name.clone()).collect();
+                self.late.retain(|r| !gone.contains(&r.view));
                 self.views.retain(|v| v.view.def.id != id && !v.sources.contains(&id));
                 self.clocks.remove(&id);
                 let views = &self.views;

@@ -1,0 +1,157 @@
+//! Event-time property test: random event streams with bounded disorder, one INSERT per batch.
+//! - `late_events = 'retract'` with lateness larger than the disorder: the view equals the
+//!   batch window aggregate (DataFusion, ad hoc) over all events.
+//! - `'drop'` (default): the view equals the aggregate over the rows the watermark model
+//!   accepts, and every rejected row is in `eddy_late_events`.
+//! - `EMIT ON WINDOW CLOSE`: the accepted rows of the closed windows only.
+//! - HOP: per window, the same model.
+//!
+//! The model: the watermark is the largest event time of the batches before minus the delay;
+//! a row is accepted for a window iff the window's end is above the watermark.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use eddy_testkit::{EddyProcess, query_sorted};
+use proptest::prelude::*;
+
+const DELAY: i64 = 2;
+const SIZE: i64 = 10;
+const SLIDE: i64 = 5;
+
+/// Batches of (key, value, event second); event seconds drift forward with bounded disorder.
+fn stream() -> impl Strategy<Value = Vec<Vec<(i32, i32, i64)>>> {
+    prop::collection::vec(prop::collection::vec((0..3i32, 0..100i32, 0..3i64, -6..2i64), 1..4), 1..14).prop_map(|batches| {
+        let mut now = 1000i64;
+        batches
+            .into_iter()
+            .map(|batch| {
+                batch
+                    .into_iter()
+                    .map(|(k, v, step, jitter)| {
+                        now += step;
+                        (k, v, (now + jitter).max(0))
+                    })
+                    .collect()
+            })
+            .collect()
+    })
+}
+
+fn ts(second: i64) -> String {
+    format!("2026-01-01 {:02}:{:02}:{:02}", second / 3600, second / 60 % 60, second % 60)
+}
+
+type Groups = BTreeMap<(i64, i32), (i64, i64)>;
+
+/// (accepted per window start and key: count, sum), rejected (row, window) pairs, final watermark.
+fn model(batches: &[Vec<(i32, i32, i64)>], windows: impl Fn(i64) -> Vec<i64>) -> (Groups, usize, Option<i64>) {
+    let mut groups = Groups::new();
+    let mut rejected = 0;
+    let mut watermark: Option<i64> = None;
+    for batch in batches {
+        for &(k, v, t) in batch {
+            for start in windows(t) {
+                if watermark.is_some_and(|w| start + SIZE <= w) {
+                    rejected += 1;
+                } else {
+                    let g = groups.entry((start, k)).or_default();
+                    g.0 += 1;
+                    g.1 += i64::from(v);
+                }
+            }
+        }
+        let top = batch.iter().map(|r| r.2).max().unwrap_or(0) - DELAY;
+        watermark = Some(watermark.map_or(top, |w: i64| w.max(top)));
+    }
+    (groups, rejected, watermark)
+}
+
+fn rows(groups: &Groups, keep: impl Fn(i64) -> bool) -> Vec<Vec<Option<String>>> {
+    let mut out: Vec<Vec<Option<String>>> = groups
+        .iter()
+        .filter(|((start, _), _)| keep(*start))
+        .map(|((start, k), (n, s))| vec![Some(ts(*start)), Some(k.to_string()), Some(n.to_string()), Some(s.to_string())])
+        .collect();
+    out.sort();
+    out
+}
+
+static CASE: AtomicUsize = AtomicUsize::new(0);
+
+async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result<(), String> {
+    let client = server.connect().await.map_err(|e| e.to_string())?;
+    let case = CASE.fetch_add(1, Ordering::Relaxed);
+    let t = format!("ev{case}");
+    let tumble = format!("TUMBLE({t}, ts, INTERVAL '{SIZE} seconds')");
+    let hop = format!("HOP({t}, ts, INTERVAL '{SLIDE} seconds', INTERVAL '{SIZE} seconds')");
+    let select = |from: &str| format!("SELECT window_start, k, count(*) AS n, sum(v) AS s FROM {from} GROUP BY 1, 2");
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {t} (k INT, v INT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '{DELAY} seconds') APPEND ONLY;
+             CREATE MATERIALIZED VIEW {t}_fixed WITH (late_events = 'retract', allowed_lateness = '1 hour') AS {fixed};
+             CREATE MATERIALIZED VIEW {t}_drop AS {drop};
+             CREATE MATERIALIZED VIEW {t}_closed AS {drop} EMIT ON WINDOW CLOSE;
+             CREATE MATERIALIZED VIEW {t}_hop AS {hopped};",
+            fixed = select(&tumble),
+            drop = select(&tumble),
+            hopped = select(&hop),
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+    for batch in batches {
+        let values: Vec<String> = batch.iter().map(|(k, v, s)| format!("({k}, {v}, '{}')", ts(*s))).collect();
+        client.batch_execute(&format!("INSERT INTO {t} VALUES {}", values.join(", "))).await.map_err(|e| e.to_string())?;
+    }
+    client.batch_execute("FLUSH").await.map_err(|e| e.to_string())?;
+    let read = |view: String| {
+        let client = &client;
+        async move { query_sorted(client, &format!("SELECT * FROM {view}")).await.map_err(|e| e.to_string()) }
+    };
+    let compare = |what: &str, got: Vec<Vec<Option<String>>>, want: Vec<Vec<Option<String>>>| {
+        if got == want { Ok(()) } else { Err(format!("{what}:\n got:  {got:?}\n want: {want:?}\n stream: {batches:?}")) }
+    };
+
+    // Retract with ample lateness: everything applied, as DataFusion computes it in batch.
+    let batch = query_sorted(&client, &select(&tumble)).await.map_err(|e| e.to_string())?;
+    compare("retract view vs batch", read(format!("{t}_fixed")).await?, batch)?;
+
+    let tumble_windows = |t: i64| vec![t - t.rem_euclid(SIZE)];
+    let (accepted, rejected, watermark) = model(batches, tumble_windows);
+    compare("drop view vs model", read(format!("{t}_drop")).await?, rows(&accepted, |_| true))?;
+    let closed = |start: i64| watermark.is_some_and(|w| start + SIZE <= w);
+    compare("closed view vs model", read(format!("{t}_closed")).await?, rows(&accepted, closed))?;
+
+    let hop_windows = |t: i64| {
+        let last = t - t.rem_euclid(SLIDE);
+        (0..SIZE / SLIDE).map(|i| last - i * SLIDE).collect()
+    };
+    let (hop_accepted, hop_rejected, _) = model(batches, hop_windows);
+    compare("hop view vs model", read(format!("{t}_hop")).await?, rows(&hop_accepted, |_| true))?;
+
+    let late = |view: String| {
+        let client = &client;
+        async move {
+            let rows = query_sorted(client, &format!("SELECT count(*) FROM eddy_late_events WHERE view = '{view}'")).await.map_err(|e| e.to_string())?;
+            Ok::<usize, String>(rows[0][0].as_deref().unwrap_or("0").parse().unwrap_or(0))
+        }
+    };
+    let counts = (late(format!("{t}_drop")).await?, late(format!("{t}_closed")).await?, late(format!("{t}_hop")).await?, late(format!("{t}_fixed")).await?);
+    if counts != (rejected, rejected, hop_rejected, 0) {
+        return Err(format!("late events (drop, closed, hop, fixed) {counts:?}, model ({rejected}, {rejected}, {hop_rejected}, 0); stream {batches:?}"));
+    }
+    client.batch_execute(&format!("DROP TABLE {t} CASCADE")).await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[test]
+fn windows_follow_the_watermark_model() {
+    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let config = ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let result = runner.run(&stream(), |batches| runtime.block_on(check(&server, &batches)).map_err(TestCaseError::fail));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
