@@ -155,3 +155,39 @@ fn windows_follow_the_watermark_model() {
         panic!("{e}");
     }
 }
+
+/// A long stream through a one-minute tumbling aggregate: the aggregate's state stays at the
+/// open windows however many events pass (closed windows are freed by the watermark), and the
+/// view still counts every event.
+#[tokio::test]
+async fn tumbling_state_stays_flat() {
+    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE s (k INT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5 seconds') APPEND ONLY;
+             CREATE MATERIALIZED VIEW per_minute AS
+               SELECT window_start, k, count(*) AS n FROM TUMBLE(s, ts, INTERVAL '1' MINUTE) GROUP BY 1, 2",
+        )
+        .await
+        .unwrap();
+    const BATCH: i64 = 10_000;
+    const BATCHES: i64 = 30;
+    let mut peak = 0u64;
+    for b in 0..BATCHES {
+        // One event every 10 ms from 2026-01-01 00:00:00 UTC, ten keys.
+        let sql = format!(
+            "INSERT INTO s SELECT x % 10, to_timestamp_micros(1767225600000000 + x * 10000) FROM generate_series({}, {}) AS g(x)",
+            b * BATCH,
+            (b + 1) * BATCH - 1
+        );
+        client.batch_execute(&sql).await.unwrap();
+        client.batch_execute("FLUSH").await.unwrap();
+        let state = query_sorted(&client, "SELECT state_rows FROM eddy_operators WHERE view = 'per_minute' AND operator = 'Aggregate'").await.unwrap();
+        peak = peak.max(state[0][0].as_deref().unwrap().parse().unwrap());
+    }
+    // 300 000 events over 50 minutes; at most two windows are open at a time (10 keys each).
+    assert!(peak <= 20, "aggregate state grew to {peak} rows");
+    let total = query_sorted(&client, "SELECT sum(n), count(*) FROM per_minute").await.unwrap();
+    assert_eq!(total[0], vec![Some((BATCH * BATCHES).to_string()), Some("500".to_owned())]);
+}
