@@ -219,3 +219,25 @@ async fn late_row_correction_is_subscribed() {
     assert_eq!((rows[0].1, rows[0].2.clone()), (Some(-1), vec![s("2026-01-01 00:00:00"), s("1")]));
     assert_eq!((rows[1].1, rows[1].2.clone()), (Some(1), vec![s("2026-01-01 00:00:00"), s("2")]));
 }
+
+/// `EMIT ON WINDOW CLOSE` over plain rows: a subscriber sees rows once the watermark passes
+/// them, in event-time order, whatever order they arrived in.
+#[tokio::test]
+async fn rows_released_in_event_time_order() {
+    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE r (id INT, ts TIMESTAMP, WATERMARK FOR ts AS ts) APPEND ONLY;
+             CREATE MATERIALIZED VIEW m AS SELECT id, ts FROM r EMIT ON WINDOW CLOSE;
+             DECLARE s CURSOR FOR SUBSCRIBE TO m WITH (SNAPSHOT = false);
+             INSERT INTO r VALUES (3, '2026-01-01 00:00:03'), (1, '2026-01-01 00:00:01'), (2, '2026-01-01 00:00:02');
+             INSERT INTO r VALUES (9, '2026-01-01 00:00:09');
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    let rows = split(query_text(&client, "FETCH ALL s WITH (timeout = '500ms')").await.unwrap());
+    let ids: Vec<Option<String>> = rows.iter().map(|r| r.2[0].clone()).collect();
+    assert_eq!(ids, vec![s("1"), s("2"), s("3"), s("9")], "{rows:?}");
+}

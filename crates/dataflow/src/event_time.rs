@@ -158,6 +158,112 @@ impl Operator for LateFilter {
     }
 }
 
+/// Holds rows back until the watermark passes their event time, then releases them in
+/// event-time order (`EMIT ON WINDOW CLOSE` over plain rows). A row already at or behind the
+/// watermark when it arrives is late: released at once under `late_events = 'retract'` within
+/// the allowed lateness, dropped and recorded otherwise.
+pub struct Release {
+    input: Box<dyn Operator>,
+    time: Expr,
+    sources: Vec<ObjectId>,
+    lateness: Lateness,
+    event_time: std::sync::Arc<EventTime>,
+    held: Vec<ChangeBatch>,
+    ready: Vec<ChangeBatch>,
+}
+
+impl Release {
+    pub fn new(input: Box<dyn Operator>, time: Expr, sources: Vec<ObjectId>, lateness: Lateness, event_time: std::sync::Arc<EventTime>) -> Self {
+        Release { input, time, sources, lateness, event_time, held: Vec::new(), ready: Vec::new() }
+    }
+
+    fn absorb(&mut self, batches: Vec<ChangeBatch>) -> Result<()> {
+        let watermark = self.event_time.min_of(&self.sources);
+        for changes in batches {
+            let Some(watermark) = watermark else {
+                self.held.push(changes);
+                continue;
+            };
+            let times = micros(&evaluate(&self.time, changes.rows())?)?;
+            let late: BooleanArray = times.iter().map(|t| Some(t.is_some_and(|t| t <= watermark))).collect();
+            if late.true_count() == 0 {
+                self.held.push(changes);
+                continue;
+            }
+            let applied: BooleanArray = times
+                .iter()
+                .map(|t| Some(t.is_some_and(|t| t <= watermark && self.lateness.retract && t.saturating_add(self.lateness.allowed_micros) > watermark)))
+                .collect();
+            let on_time = arrow::compute::not(&late).map_err(arrow_error)?;
+            let dropped = (0..changes.len())
+                .filter(|&i| late.value(i) && !applied.value(i))
+                .map(|i| LateEvent { row: row_json(changes.rows(), i), event_time: times[i], watermark, action: "dropped" })
+                .collect::<Vec<_>>();
+            self.event_time.record(dropped);
+            self.ready.push(filter_changes(&changes, &applied)?);
+            self.held.push(filter_changes(&changes, &on_time)?);
+        }
+        Ok(())
+    }
+
+    /// The held rows at or behind the watermark, in event-time order.
+    fn release(&mut self) -> Result<Vec<ChangeBatch>> {
+        let mut out: Vec<ChangeBatch> = std::mem::take(&mut self.ready).into_iter().filter(|c| !c.is_empty()).collect();
+        let Some(watermark) = self.event_time.min_of(&self.sources) else { return Ok(out) };
+        let mut due: Vec<ChangeBatch> = Vec::new();
+        let mut kept = Vec::new();
+        for changes in std::mem::take(&mut self.held) {
+            let times = micros(&evaluate(&self.time, changes.rows())?)?;
+            let ready: BooleanArray = times.iter().map(|t| Some(t.is_none_or(|t| t <= watermark))).collect();
+            match ready.true_count() {
+                0 => kept.push(changes),
+                n if n == changes.len() => due.push(changes),
+                _ => {
+                    due.push(filter_changes(&changes, &ready)?);
+                    kept.push(filter_changes(&changes, &arrow::compute::not(&ready).map_err(arrow_error)?)?);
+                }
+            }
+        }
+        self.held = kept;
+        if due.is_empty() {
+            return Ok(out);
+        }
+        let schema = due[0].rows().schema();
+        let rows = arrow::compute::concat_batches(&schema, due.iter().map(|c| c.rows())).map_err(arrow_error)?;
+        let diffs: Vec<i64> = due.iter().flat_map(|c| c.diffs().values().iter().copied()).collect();
+        let times = evaluate(&self.time, &rows)?;
+        let order = arrow::compute::sort_to_indices(&times, None, None).map_err(arrow_error)?;
+        let rows = arrow::compute::take_record_batch(&rows, &order).map_err(arrow_error)?;
+        let diffs = arrow::compute::take(&Int64Array::from(diffs), &order, None).map_err(arrow_error)?;
+        out.push(ChangeBatch::new(rows, diffs.as_primitive::<arrow::datatypes::Int64Type>().clone()));
+        Ok(out)
+    }
+}
+
+impl Operator for Release {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let batches = self.input.push(source, changes)?;
+        self.absorb(batches)?;
+        Ok(Vec::new())
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        let batches = self.input.end_epoch()?;
+        self.absorb(batches)?;
+        self.release()
+    }
+
+    fn state(&self) -> OperatorState {
+        let rows = self.held.iter().map(|c| c.len()).sum();
+        let bytes = self.held.iter().map(|c| c.rows().get_array_memory_size()).sum();
+        OperatorState { name: format!("Release by {}", self.time), rows, bytes }
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        vec![self.input.as_ref()]
+    }
+}
+
 /// Row `i` of `batch` as a JSON object (numbers and booleans bare, everything else as text).
 pub fn row_json(batch: &RecordBatch, i: usize) -> String {
     use std::fmt::Write;

@@ -171,6 +171,7 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             window.clone().map(|w| (w, Arc::clone(et))),
             schema.clone(),
         )?),
+        Node::Release { input, time, sources, lateness } => Box::new(event_time::Release::new(build(input, et)?, time.clone(), sources.clone(), *lateness, Arc::clone(et))),
         Node::LateFilter { input, end, time, sources, lateness } => Box::new(event_time::LateFilter {
             input: build(input, et)?,
             end: end.clone(),

@@ -46,6 +46,10 @@ pub enum Node {
     /// Drops (and records) rows for closed windows, as `lateness` says; `end` and `time` are
     /// each row's window end and event time, `sources` the streams whose watermark applies.
     LateFilter { input: Box<Node>, end: Expr, time: Expr, sources: Vec<ObjectId>, lateness: Lateness },
+    /// `EMIT ON WINDOW CLOSE` over plain rows: holds rows back until the watermark of `sources`
+    /// passes their `time`, then releases them in event-time order; rows already behind the
+    /// watermark are late.
+    Release { input: Box<Node>, time: Expr, sources: Vec<ObjectId>, lateness: Lateness },
     /// `ORDER BY order LIMIT limit OFFSET offset` per partition (`partition` empty: the whole
     /// input). With `rank`, each output row gets its rank as a trailing UInt64 column and the
     /// limit bounds the rank (`ROW_NUMBER() | RANK() | DENSE_RANK() OVER (PARTITION BY .. ORDER
@@ -127,7 +131,7 @@ impl Node {
             | Node::Aggregate { schema, .. }
             | Node::Join { schema, .. } => schema.clone(),
             Node::TopN { schema, .. } => schema.clone(),
-            Node::Filter { input, .. } | Node::LateFilter { input, .. } => input.schema(),
+            Node::Filter { input, .. } | Node::LateFilter { input, .. } | Node::Release { input, .. } => input.schema(),
         }
     }
 
@@ -145,6 +149,7 @@ impl Node {
             Node::Source { object, .. } => out.push(*object),
             Node::Filter { input, .. }
             | Node::LateFilter { input, .. }
+            | Node::Release { input, .. }
             | Node::Project { input, .. }
             | Node::Aggregate { input, .. }
             | Node::TopN { input, .. } => input.collect_sources(out),
@@ -200,6 +205,10 @@ impl Node {
                     ),
                 };
                 writeln!(f, "{pad}Aggregate: group=[{}] aggregates=[{aggs}] {state}", list(group))?;
+                input.fmt_indent(f, depth + 1)
+            }
+            Node::Release { input, time, .. } => {
+                writeln!(f, "{pad}Release: in order of {time} once the watermark passes it state=rows not yet released")?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::LateFilter { input, end, lateness, .. } => {

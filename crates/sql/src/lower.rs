@@ -245,6 +245,19 @@ pub struct ViewOptions {
     pub emit_on_close: bool,
 }
 
+/// The first output column of `plan` that is a stream's watermark column, as an expression over
+/// the output, with the streams (for `EMIT ON WINDOW CLOSE` over plain rows).
+pub fn release_time(plan: &LogicalPlan) -> Option<(eddy_dataflow::plan::Expr, Vec<eddy_common::ObjectId>)> {
+    for (i, (qualifier, field)) in plan.schema().iter().enumerate() {
+        let column = Expr::Column(datafusion::common::Column::new(qualifier.cloned(), field.name()));
+        if let Some(sources) = watermark_sources(&column, plan) {
+            let expr = Arc::new(datafusion::physical_expr::expressions::Column::new(field.name(), i)) as eddy_dataflow::plan::Expr;
+            return Some((expr, sources));
+        }
+    }
+    None
+}
+
 /// True when every table `plan` reads is an append-only table and nothing between turns it
 /// into an updating relation (a stream, as far as joins are concerned).
 fn is_stream(plan: &LogicalPlan) -> bool {

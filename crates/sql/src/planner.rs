@@ -187,11 +187,15 @@ impl SessionPlanner {
         }
         let optimized = state.optimize(&plan).map_err(from_datafusion)?;
         let lowering = crate::lower::Lowering { state: &state, options, windowed: std::cell::Cell::new(false) };
-        let node = lowering.lower(&optimized)?;
+        let mut node = lowering.lower(&optimized)?;
         if options.emit_on_close && !lowering.windowed.get() {
-            return Err(Error::unsupported(
-                "EMIT ON WINDOW CLOSE needs a GROUP BY over window_start or window_end of TUMBLE or HOP over a table with a WATERMARK",
-            ));
+            // Rows of a watermarked stream, released in event-time order as the watermark passes.
+            let Some((time, sources)) = crate::lower::release_time(&optimized) else {
+                return Err(Error::unsupported(
+                    "EMIT ON WINDOW CLOSE needs a GROUP BY over window_start or window_end of TUMBLE or HOP, or a watermark column among the view's columns, of a table with a WATERMARK",
+                ));
+            };
+            node = eddy_dataflow::plan::Node::Release { input: Box::new(node), time, sources, lateness: options.lateness };
         }
         let schema = crate::lower::view_schema(&plan);
         if schema.fields().len() != node.schema().fields().len() {
