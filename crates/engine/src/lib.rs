@@ -221,7 +221,7 @@ impl Engine {
         if is_new {
             self.meta.put_object(id, &ObjectDef::MaterializedView(def.clone()).encode()?)?;
         }
-        let view = Arc::new(View { def, schema: plan.schema });
+        let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
         self.views.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::clone(&view));
         let done = self.runtime.add_view(view, dataflow, event_time, sources, tables)?;
         drop(guard);
@@ -244,7 +244,7 @@ impl Engine {
         let tables = self.backfill_inputs(&sources)?;
         let id = self.meta.allocate_object_id()?;
         let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
-        let view = Arc::new(View { def, schema: plan.schema });
+        let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
         let done = self.runtime.add_view(view, dataflow, event_time, sources, tables)?;
         drop(guard);
         done.await.map_err(|_| Error::internal("the view runtime stopped"))??;

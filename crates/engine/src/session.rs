@@ -949,7 +949,8 @@ impl SessionCatalog {
         let view = self.engine.view(name)?;
         let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.engine.view_snapshots());
         let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
-        Some(Arc::new(SnapshotTable { id: view.def.id, schema: Arc::clone(&view.schema), snapshot, watermark: None, append_only: false }))
+        let watermark = view.watermark.as_ref().map(|(column, _)| column.clone());
+        Some(Arc::new(SnapshotTable { id: view.def.id, schema: Arc::clone(&view.schema), snapshot, watermark, append_only: false }))
     }
 }
 

@@ -33,6 +33,16 @@ pub type Snapshots = Arc<HashMap<ObjectId, Arc<Vec<RecordBatch>>>>;
 pub struct View {
     pub def: ViewDef,
     pub schema: SchemaRef,
+    /// The column that carries a watermark, and the sources whose watermark it is.
+    pub watermark: Option<(String, Vec<ObjectId>)>,
+}
+
+impl Entry {
+    /// The watermark of the view's watermark column, as of the rows it has processed.
+    fn watermark(&self) -> Option<i64> {
+        let (_, sources) = self.view.watermark.as_ref()?;
+        self.event_time.min_of(sources)
+    }
 }
 
 /// How a stream's watermark is computed: the largest event time in `column` read so far minus
@@ -454,12 +464,8 @@ impl RuntimeState {
                 rows.push(WatermarkRow { object: object.clone(), partition: Some(p as u32), watermark: *w });
             }
         }
-        for entry in self.views.iter().filter(|e| !e.view.def.sql.is_empty()) {
-            let streams: Vec<ObjectId> = entry.sources.iter().copied().filter(|s| self.clocks.contains_key(s)).collect();
-            if streams.is_empty() {
-                continue;
-            }
-            rows.push(WatermarkRow { object: entry.view.def.name.clone(), partition: None, watermark: entry.event_time.min_of(&streams) });
+        for entry in self.views.iter().filter(|e| !e.view.def.sql.is_empty() && e.view.watermark.is_some()) {
+            rows.push(WatermarkRow { object: entry.view.def.name.clone(), partition: None, watermark: entry.watermark() });
         }
         rows
     }
@@ -491,7 +497,11 @@ impl RuntimeState {
                     event_time.advance(input.object, w);
                 }
             }
-            if let Some(live) = self.clocks.get(&input.object).and_then(|c| c.watermark) {
+            let live = match self.clocks.get(&input.object) {
+                Some(clock) => clock.watermark,
+                None => self.views.iter().find(|e| e.view.def.id == input.object).and_then(Entry::watermark),
+            };
+            if let Some(live) = live {
                 event_time.advance(input.object, live);
             }
         }
@@ -553,6 +563,12 @@ impl RuntimeState {
     fn end_epoch(&mut self) -> Result<()> {
         let mut outputs: HashMap<ObjectId, Vec<ChangeBatch>> = HashMap::new();
         for i in 0..self.views.len() {
+            // Watermarks of the views this one reads: they advance once their rows were pushed.
+            let upstream: Vec<(ObjectId, i64)> = self.views[i]
+                .sources
+                .iter()
+                .filter_map(|s| self.views[..i].iter().find(|e| e.view.def.id == *s).and_then(|e| Some((*s, e.watermark()?))))
+                .collect();
             let entry = &mut self.views[i];
             if self.failures.contains_key(&entry.view.def.id) {
                 entry.pending.clear();
@@ -566,6 +582,9 @@ impl RuntimeState {
                             out.extend(entry.dataflow.push(source, batch)?);
                         }
                     }
+                }
+                for (source, watermark) in &upstream {
+                    entry.event_time.advance(*source, *watermark);
                 }
                 out.extend(entry.dataflow.end_epoch()?);
                 entry.contents.check_view_output(&out)?;
@@ -589,6 +608,10 @@ impl RuntimeState {
                 entry.contents.apply(out)?;
                 changed = true;
             }
+        }
+        let late: Vec<(String, Arc<EventTime>)> = self.views.iter().map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time))).collect();
+        for (name, event_time) in late {
+            self.collect_late(&name, &event_time);
         }
         self.dirty = false;
         self.epoch += 1;

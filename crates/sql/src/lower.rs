@@ -247,12 +247,12 @@ pub struct ViewOptions {
 
 /// The first output column of `plan` that is a stream's watermark column, as an expression over
 /// the output, with the streams (for `EMIT ON WINDOW CLOSE` over plain rows).
-pub fn release_time(plan: &LogicalPlan) -> Option<(eddy_dataflow::plan::Expr, Vec<eddy_common::ObjectId>)> {
+pub fn release_time(plan: &LogicalPlan) -> Option<(usize, eddy_dataflow::plan::Expr, Vec<eddy_common::ObjectId>)> {
     for (i, (qualifier, field)) in plan.schema().iter().enumerate() {
         let column = Expr::Column(datafusion::common::Column::new(qualifier.cloned(), field.name()));
         if let Some(sources) = watermark_sources(&column, plan) {
             let expr = Arc::new(datafusion::physical_expr::expressions::Column::new(field.name(), i)) as eddy_dataflow::plan::Expr;
-            return Some((expr, sources));
+            return Some((i, expr, sources));
         }
     }
     None

@@ -102,6 +102,9 @@ impl QueryPlan {
 pub struct ViewPlan {
     pub node: eddy_dataflow::Node,
     pub schema: SchemaRef,
+    /// The view's first column that carries a stream's watermark (its name), and the sources
+    /// (tables or views) whose watermark it is: readers of the view can close windows by it.
+    pub watermark: Option<(String, Vec<eddy_common::ObjectId>)>,
 }
 
 /// One session's DataFusion context: its catalog view, functions and settings.
@@ -190,7 +193,7 @@ impl SessionPlanner {
         let mut node = lowering.lower(&optimized)?;
         if options.emit_on_close && !lowering.windowed.get() {
             // Rows of a watermarked stream, released in event-time order as the watermark passes.
-            let Some((time, sources)) = crate::lower::release_time(&optimized) else {
+            let Some((_, time, sources)) = crate::lower::release_time(&optimized) else {
                 return Err(Error::unsupported(
                     "EMIT ON WINDOW CLOSE needs a GROUP BY over window_start or window_end of TUMBLE or HOP, or a watermark column among the view's columns, of a table with a WATERMARK",
                 ));
@@ -201,7 +204,8 @@ impl SessionPlanner {
         if schema.fields().len() != node.schema().fields().len() {
             return Err(Error::internal("view schema and dataflow schema disagree"));
         }
-        Ok(ViewPlan { node, schema })
+        let watermark = crate::lower::release_time(&optimized).map(|(column, _, sources)| (schema.field(column).name().clone(), sources));
+        Ok(ViewPlan { node, schema, watermark })
     }
 
     /// Sets the session time zone used by `now()` and casts to `timestamptz`.
