@@ -44,6 +44,9 @@ pub struct InnerJoin {
     filter: Option<Expr>,
     schema: SchemaRef,
     event_time: Option<Arc<EventTime>>,
+    /// `FOR SYSTEM_TIME AS OF PROCTIME()`: left rows look the right side up and are not kept;
+    /// with `pad`, unmatched left rows come out with NULLs (a left join).
+    lookup: Option<bool>,
 }
 
 impl Side {
@@ -123,7 +126,67 @@ impl InnerJoin {
             filter,
             schema,
             event_time: None,
+            lookup: None,
         })
+    }
+
+    /// Makes this a lookup join (`right FOR SYSTEM_TIME AS OF PROCTIME()`); `pad` for a left join.
+    pub fn lookup(&mut self, pad: bool) {
+        self.lookup = Some(pad);
+    }
+
+    /// Joins left changes with the right side as it is now; with `pad`, left rows that match
+    /// nothing come out with NULLs for the right columns.
+    fn look_up(&self, changes: &ChangeBatch, keys: &[Option<OwnedRow>], pad: bool) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::new();
+        let joined = self.probe(changes, keys, true)?;
+        if pad {
+            let matched = self.matched_rows(changes, keys)?;
+            let unmatched: Vec<u32> = (0..changes.len() as u32).filter(|i| !matched[*i as usize]).collect();
+            if !unmatched.is_empty() {
+                let indices = UInt32Array::from(unmatched);
+                let mut columns = take_columns(changes.rows().columns(), &indices)?;
+                let left_width = columns.len();
+                for field in self.schema.fields().iter().skip(left_width) {
+                    columns.push(arrow::array::new_null_array(field.data_type(), indices.len()));
+                }
+                let diffs = arrow::compute::take(changes.diffs(), &indices, None).map_err(arrow_error)?;
+                out.push(ChangeBatch::new(batch(&self.schema, columns)?, diffs.as_primitive::<arrow::datatypes::Int64Type>().clone()));
+            }
+        }
+        out.extend(joined);
+        Ok(out)
+    }
+
+    /// Per left row: whether it joins at least one right row (the filter included).
+    fn matched_rows(&self, changes: &ChangeBatch, keys: &[Option<OwnedRow>]) -> Result<Vec<bool>> {
+        let mut matched = vec![false; changes.len()];
+        let mut mine = Vec::new();
+        let mut theirs = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let Some(bucket) = key.as_ref().and_then(|k| self.right.arrangement.get(k)) else { continue };
+            if self.filter.is_none() {
+                matched[i] = !bucket.is_empty();
+                continue;
+            }
+            for row in bucket.keys() {
+                mine.push(i as u32);
+                theirs.push(row.row());
+            }
+        }
+        if let (Some(filter), false) = (&self.filter, mine.is_empty()) {
+            let left = take_columns(changes.rows().columns(), &UInt32Array::from(mine.clone()))?;
+            let right = self.right.rows.convert_rows(theirs).map_err(arrow_error)?;
+            let both = batch(&self.schema, [left, right].concat())?;
+            let mask = evaluate(filter, &both)?;
+            let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("join filter is not boolean"))?;
+            for (k, i) in mine.iter().enumerate() {
+                if mask.is_valid(k) && mask.value(k) {
+                    matched[*i as usize] = true;
+                }
+            }
+        }
+        Ok(matched)
     }
 
     /// Joins `changes` of one side with the other side's arrangement.
@@ -210,6 +273,17 @@ impl InnerJoin {
 
     fn process(&mut self, left: Vec<ChangeBatch>, right: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
+        if let Some(pad) = self.lookup {
+            for changes in right {
+                let keys = self.right.keys_of(changes.rows())?;
+                self.right.insert(&changes, &keys)?;
+            }
+            for changes in left {
+                let keys = self.left.keys_of(changes.rows())?;
+                out.extend(self.look_up(&changes, &keys, pad)?);
+            }
+            return Ok(out);
+        }
         let left = left.into_iter().map(|c| self.drop_late(&self.left, c)).collect::<Result<Vec<_>>>()?;
         let right = right.into_iter().map(|c| self.drop_late(&self.right, c)).collect::<Result<Vec<_>>>()?;
         for changes in left {

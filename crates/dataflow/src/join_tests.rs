@@ -46,6 +46,7 @@ fn plan(kind: JoinKind, filtered: bool, nulls_equal: bool) -> Node {
         filter,
         nulls_equal,
         bounds: None,
+        lookup: false,
         schema: out,
     }
 }

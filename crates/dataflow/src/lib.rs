@@ -181,7 +181,7 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             event_time: Arc::clone(et),
             dropped: 0,
         }),
-        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema, .. } if *kind != plan::JoinKind::Inner => Box::new(outer_join::OuterJoin::new(
+        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema, lookup: false, .. } if *kind != plan::JoinKind::Inner => Box::new(outer_join::OuterJoin::new(
             *kind,
             *nulls_equal,
             build(left, et)?,
@@ -193,7 +193,7 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             filter.clone(),
             schema.clone(),
         )?),
-        Node::Join { left, right, left_keys, right_keys, filter, nulls_equal, bounds, schema, .. } => {
+        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, bounds, lookup, schema } => {
             let mut join = join::InnerJoin::new(
                 *nulls_equal,
                 build(left, et)?,
@@ -208,6 +208,9 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             if let Some(bounds) = bounds {
                 let [l, r] = bounds.as_ref().clone();
                 join.bound_by_time(l, r, Arc::clone(et));
+            }
+            if *lookup {
+                join.lookup(*kind == plan::JoinKind::Left);
             }
             Box::new(join)
         }

@@ -60,7 +60,21 @@ pub enum Node {
     /// left ++ right columns, or one side's columns for semi and anti joins.
     /// With `bounds` (inner joins of two streams bounded in time), each side's rows are
     /// forgotten once no future row of the other side can match them.
-    Join { kind: JoinKind, left: Box<Node>, right: Box<Node>, left_keys: Vec<Expr>, right_keys: Vec<Expr>, filter: Option<Expr>, nulls_equal: bool, bounds: Option<Box<[TimeBound; 2]>>, schema: SchemaRef },
+    /// With `lookup` (`right FOR SYSTEM_TIME AS OF PROCTIME()`), left rows are joined with the
+    /// right side as it is when they arrive; right changes never change earlier output, and
+    /// left rows are not kept. Inner or left joins only.
+    Join {
+        kind: JoinKind,
+        left: Box<Node>,
+        right: Box<Node>,
+        left_keys: Vec<Expr>,
+        right_keys: Vec<Expr>,
+        filter: Option<Expr>,
+        nulls_equal: bool,
+        bounds: Option<Box<[TimeBound; 2]>>,
+        lookup: bool,
+        schema: SchemaRef,
+    },
 }
 
 /// What a view does with rows for closed windows (`late_events`, `allowed_lateness`).
@@ -216,12 +230,13 @@ impl Node {
                 writeln!(f, "{pad}LateFilter: window end={end} late_events={policy} allowed_lateness={}us", lateness.allowed_micros)?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, bounds, .. } => {
+            Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, bounds, lookup, .. } => {
                 let mut residual = filter.as_ref().map(|e| format!(" filter={e}")).unwrap_or_default();
                 if *nulls_equal {
                     residual.push_str(" nulls_equal");
                 }
                 let state = match bounds.as_deref() {
+                    None if *lookup => "lookup (right side as of processing time) state=right side by key".to_owned(),
                     None => "state=both sides by key".to_owned(),
                     Some([l, r]) => format!(
                         "state=both sides by key, left rows until the right watermark passes {} + {}us, right rows until the left watermark passes {} + {}us",

@@ -284,6 +284,9 @@ impl Engine {
             };
             out.push(views::Backfill { object: table.def.id, clock: table.clock, batches });
         }
+        // Tables before streams: a stream's rows then look up tables (FOR SYSTEM_TIME AS OF
+        // PROCTIME()) as they are now, as they would if they arrived now.
+        out.sort_by_key(|b| b.clock.is_some());
         Ok(out)
     }
 

@@ -165,7 +165,7 @@ impl Session {
                 let view = self.engine.view(&name).ok_or_else(|| {
                     Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{name}\" does not exist"))
                 })?;
-                rows_of_text(&["name", "create_sql"], vec![vec![name, view.def.sql.clone()]])
+                rows_of_text(&["name", "create_sql"], vec![vec![name, eddy_sql::display_temporal(&view.def.sql)]])
             }
             Statement::CreateTable(create) => {
                 let created = self.engine.create_table(create).await?;

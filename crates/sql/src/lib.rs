@@ -19,7 +19,7 @@ pub mod windows;
 pub use catalog::{CatalogSource, TableSource};
 pub use datafusion::sql::sqlparser::ast;
 pub use error::from_datafusion;
-pub use parser::{CreateTable, Parsed, Statement, Subscribe, SubscribeTarget, parse_statements, parse_with_options, syntax_error};
+pub use parser::{CreateTable, Parsed, Statement, Subscribe, SubscribeTarget, display_temporal, parse_statements, parse_with_options, syntax_error};
 pub use lower::ViewOptions;
 pub use planner::{Planned, QueryPlan, SessionInfo, SessionPlanner, ViewPlan};
 pub use eddy_dataflow as dataflow;

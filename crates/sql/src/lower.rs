@@ -157,6 +157,17 @@ impl Lowering<'_> {
         Ok(Some([left, right]))
     }
 
+    /// Whether `plan` reads a relation referenced `FOR SYSTEM_TIME AS OF PROCTIME()`.
+    fn is_temporal(&self, plan: &LogicalPlan) -> bool {
+        match plan {
+            LogicalPlan::SubqueryAlias(a) => self.temporal.contains(&a.alias.table().to_lowercase()) || self.is_temporal(&a.input),
+            LogicalPlan::Projection(p) => self.is_temporal(&p.input),
+            LogicalPlan::Filter(f) => self.is_temporal(&f.input),
+            LogicalPlan::TableScan(s) => self.temporal.contains(&s.table_name.table().to_lowercase()),
+            _ => false,
+        }
+    }
+
     fn top_n(&self, sort: &datafusion::logical_expr::Sort, offset: usize, limit: usize) -> Result<Node> {
         let input = self.lower(&sort.input)?;
         let order = sort
@@ -233,6 +244,8 @@ impl Lowering<'_> {
 pub struct Lowering<'a> {
     pub state: &'a SessionState,
     pub options: &'a ViewOptions,
+    /// Relations referenced `FOR SYSTEM_TIME AS OF PROCTIME()` (by alias).
+    pub temporal: &'a [String],
     /// Set once a windowed aggregate was lowered (EMIT ON WINDOW CLOSE needs one).
     pub windowed: std::cell::Cell<bool>,
 }
@@ -499,8 +512,15 @@ impl Lowering<'_> {
                 if join.on.is_empty() {
                     return Err(Error::unsupported("a join without an equality condition (cross join) in a materialized view is not supported"));
                 }
-                let bounds = self.join_bounds(join)?;
-                if is_stream(&join.left) && is_stream(&join.right) {
+                let lookup = self.is_temporal(&join.right);
+                if self.is_temporal(&join.left) {
+                    return Err(Error::unsupported("FOR SYSTEM_TIME AS OF PROCTIME() applies to the right side of a join: put the table after JOIN"));
+                }
+                if lookup && !matches!(kind, JoinKind::Inner | JoinKind::Left) {
+                    return Err(Error::unsupported("a join with a table FOR SYSTEM_TIME AS OF PROCTIME() must be an inner or left join"));
+                }
+                let bounds = if lookup { None } else { self.join_bounds(join)? };
+                if !lookup && is_stream(&join.left) && is_stream(&join.right) {
                     if bounds.is_none() {
                         return Err(Error::unsupported(
                             "a join of two append-only streams must be bounded in time, or its state grows forever: join TUMBLE(a, ts, ...) with TUMBLE(b, ts, ...) on window_start or window_end (and keys), or add a condition such as a.ts BETWEEN b.ts - INTERVAL '10 minutes' AND b.ts + INTERVAL '10 minutes' over the streams' watermark columns",
@@ -528,6 +548,7 @@ impl Lowering<'_> {
                     filter,
                     nulls_equal: join.null_equality == NullEquality::NullEqualsNull,
                     bounds,
+                    lookup,
                     schema: nullable(join.schema.as_arrow()),
                 })
             }

@@ -9,7 +9,7 @@ use datafusion::sql::sqlparser::ast::{self, ColumnDef, Expr, Ident, ObjectName, 
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use eddy_common::{Error, Result, limits};
 
 /// One statement of a query string.
@@ -73,6 +73,59 @@ pub struct Parsed {
     pub text: String,
 }
 
+/// The name a temporal table reference (`t FOR SYSTEM_TIME AS OF PROCTIME()`) is parsed into:
+/// `eddy_temporal(t)` in FROM, which PostgreSQL's grammar (and so sqlparser's) accepts.
+pub const TEMPORAL_MARK: &str = "eddy_temporal";
+
+/// Rewrites `t FOR SYSTEM_TIME AS OF PROCTIME()` to `eddy_temporal(t)`.
+fn mark_temporal_tables(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    const CLAUSE: [&str; 5] = ["FOR", "SYSTEM_TIME", "AS", "OF", "PROCTIME"];
+    // The next significant tokens after `i`.
+    let following = |i: usize, n: usize| -> Vec<usize> {
+        (i + 1..tokens.len()).filter(|&j| !matches!(tokens[j].token, Token::Whitespace(_))).take(n).collect()
+    };
+    let word = |i: usize, w: &str| matches!(&tokens[i].token, Token::Word(x) if x.value.eq_ignore_ascii_case(w));
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    while i < tokens.len() {
+        if matches!(tokens[i].token, Token::Word(_)) && !word(i, "FOR") {
+            let next = following(i, 7);
+            let clause = next.len() == 7
+                && CLAUSE.iter().enumerate().all(|(k, w)| word(next[k], w))
+                && tokens[next[5]].token == Token::LParen
+                && tokens[next[6]].token == Token::RParen;
+            if clause {
+                let span = tokens[i].span;
+                out.push(TokenWithSpan::new(Token::make_word(TEMPORAL_MARK, None), span));
+                out.push(TokenWithSpan::new(Token::LParen, span));
+                out.push(tokens[i].clone());
+                out.push(TokenWithSpan::new(Token::RParen, span));
+                i = next[6] + 1;
+                continue;
+            }
+        }
+        out.push(tokens[i].clone());
+        i += 1;
+    }
+    out
+}
+
+/// Shows `eddy_temporal(t)` as the user wrote it: `t FOR SYSTEM_TIME AS OF PROCTIME()`.
+pub fn display_temporal(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find(&format!("{TEMPORAL_MARK}(")) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + TEMPORAL_MARK.len() + 1..];
+        let Some(close) = after.find(')') else { break };
+        out.push_str(&after[..close]);
+        out.push_str(" FOR SYSTEM_TIME AS OF PROCTIME()");
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Parses every statement of `sql`, separated by semicolons.
 pub fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
     if sql.len() > limits::STATEMENT_BYTES_MAX {
@@ -86,6 +139,7 @@ pub fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
         .with_unescape(true)
         .tokenize_with_location()
         .map_err(|e| syntax_error(sql, &ParserError::TokenizerError(e.to_string())))?;
+    let tokens = mark_temporal_tables(tokens);
     let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
     let mut out = Vec::new();
     loop {

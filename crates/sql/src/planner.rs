@@ -181,7 +181,7 @@ impl SessionPlanner {
     /// Plans the query of a materialized view into a dataflow.
     pub async fn plan_view(&self, query: &ast::Query, options: &crate::ViewOptions) -> Result<ViewPlan> {
         let mut statement = ast::Statement::Query(Box::new(query.clone()));
-        crate::windows::rewrite(&mut statement)?;
+        let temporal = crate::windows::rewrite(&mut statement)?;
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         let state = self.state();
         let plan = state.statement_to_plan(df_statement).await.map_err(from_datafusion)?;
@@ -189,7 +189,7 @@ impl SessionPlanner {
             return Err(Error::unsupported("parameters ($1) in a materialized view"));
         }
         let optimized = state.optimize(&plan).map_err(from_datafusion)?;
-        let lowering = crate::lower::Lowering { state: &state, options, windowed: std::cell::Cell::new(false) };
+        let lowering = crate::lower::Lowering { state: &state, options, temporal: &temporal, windowed: std::cell::Cell::new(false) };
         let mut node = lowering.lower(&optimized)?;
         if options.emit_on_close && !lowering.windowed.get() {
             // Rows of a watermarked stream, released in event-time order as the watermark passes.

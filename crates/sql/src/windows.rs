@@ -145,12 +145,38 @@ pub fn interval_micros(expr: &ast::Expr) -> Result<i64> {
     Ok(i64::from(parsed.days) * 86_400_000_000 + parsed.nanoseconds / 1000)
 }
 
-/// Replaces the window table functions in FROM with the subqueries they stand for.
-pub fn rewrite(statement: &mut ast::Statement) -> Result<()> {
-    struct Rewriter;
+/// Replaces the window table functions in FROM with the subqueries they stand for, and
+/// temporal table references (`t FOR SYSTEM_TIME AS OF PROCTIME()`) with plain ones; returns
+/// the names (aliases) of the temporal references.
+pub fn rewrite(statement: &mut ast::Statement) -> Result<Vec<String>> {
+    struct Rewriter {
+        temporal: Vec<String>,
+    }
     impl VisitorMut for Rewriter {
         type Break = Error;
         fn post_visit_table_factor(&mut self, factor: &mut ast::TableFactor) -> ControlFlow<Error> {
+            if let ast::TableFactor::Table { name, alias, args: Some(args), .. } = factor
+                && name.to_string().eq_ignore_ascii_case(crate::parser::TEMPORAL_MARK)
+            {
+                let Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ast::Expr::Identifier(table)))) = args.args.first() else {
+                    return ControlFlow::Break(Error::unsupported("FOR SYSTEM_TIME AS OF PROCTIME() needs a table name"));
+                };
+                let alias = alias.clone().unwrap_or(ast::TableAlias { explicit: true, at: None, name: table.clone(), columns: Vec::new() });
+                self.temporal.push(alias.name.value.to_lowercase());
+                *factor = ast::TableFactor::Table {
+                    name: ast::ObjectName::from(vec![table.clone()]),
+                    alias: Some(alias),
+                    args: None,
+                    with_hints: Vec::new(),
+                    version: None,
+                    with_ordinality: false,
+                    partitions: Vec::new(),
+                    json_path: None,
+                    sample: None,
+                    index_hints: Vec::new(),
+                };
+                return ControlFlow::Continue(());
+            }
             match window_subquery(factor) {
                 Ok(Some(replacement)) => {
                     *factor = replacement;
@@ -161,9 +187,10 @@ pub fn rewrite(statement: &mut ast::Statement) -> Result<()> {
             }
         }
     }
-    match statement.visit(&mut Rewriter) {
+    let mut rewriter = Rewriter { temporal: Vec::new() };
+    match statement.visit(&mut rewriter) {
         ControlFlow::Break(e) => Err(e),
-        ControlFlow::Continue(()) => Ok(()),
+        ControlFlow::Continue(()) => Ok(rewriter.temporal),
     }
 }
 
