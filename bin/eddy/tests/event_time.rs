@@ -42,7 +42,8 @@ fn ts(second: i64) -> String {
     format!("2026-01-01 {:02}:{:02}:{:02}", second / 3600, second / 60 % 60, second % 60)
 }
 
-type Groups = BTreeMap<(i64, i32), (i64, i64)>;
+/// Per (window start, key): count, sum, min, max.
+type Groups = BTreeMap<(i64, i32), (i64, i64, i32, i32)>;
 
 /// (accepted per window start and key: count, sum), rejected (row, window) pairs, final watermark.
 fn model(batches: &[Vec<(i32, i32, i64)>], windows: impl Fn(i64) -> Vec<i64>) -> (Groups, usize, Option<i64>) {
@@ -55,9 +56,11 @@ fn model(batches: &[Vec<(i32, i32, i64)>], windows: impl Fn(i64) -> Vec<i64>) ->
                 if watermark.is_some_and(|w| start + SIZE <= w) {
                     rejected += 1;
                 } else {
-                    let g = groups.entry((start, k)).or_default();
+                    let g = groups.entry((start, k)).or_insert((0, 0, i32::MAX, i32::MIN));
                     g.0 += 1;
                     g.1 += i64::from(v);
+                    g.2 = g.2.min(v);
+                    g.3 = g.3.max(v);
                 }
             }
         }
@@ -71,7 +74,9 @@ fn rows(groups: &Groups, keep: impl Fn(i64) -> bool) -> Vec<Vec<Option<String>>>
     let mut out: Vec<Vec<Option<String>>> = groups
         .iter()
         .filter(|((start, _), _)| keep(*start))
-        .map(|((start, k), (n, s))| vec![Some(ts(*start)), Some(k.to_string()), Some(n.to_string()), Some(s.to_string())])
+        .map(|((start, k), (n, s, lo, hi))| {
+            vec![Some(ts(*start)), Some(k.to_string()), Some(n.to_string()), Some(s.to_string()), Some(lo.to_string()), Some(hi.to_string())]
+        })
         .collect();
     out.sort();
     out
@@ -85,7 +90,7 @@ async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result
     let t = format!("ev{case}");
     let tumble = format!("TUMBLE({t}, ts, INTERVAL '{SIZE} seconds')");
     let hop = format!("HOP({t}, ts, INTERVAL '{SLIDE} seconds', INTERVAL '{SIZE} seconds')");
-    let select = |from: &str| format!("SELECT window_start, k, count(*) AS n, sum(v) AS s FROM {from} GROUP BY 1, 2");
+    let select = |from: &str| format!("SELECT window_start, k, count(*) AS n, sum(v) AS s, min(v) AS lo, max(v) AS hi FROM {from} GROUP BY 1, 2");
     client
         .batch_execute(&format!(
             "CREATE TABLE {t} (k INT, v INT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '{DELAY} seconds') APPEND ONLY;

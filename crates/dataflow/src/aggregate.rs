@@ -35,6 +35,9 @@ enum AggState {
     Retractable(Box<dyn Accumulator>),
     /// Argument rows (in the call's row format) with their multiplicity.
     Multiset(BTreeMap<OwnedRow, i64>),
+    /// Over an append-only input nothing is ever retracted: DataFusion's plain accumulator
+    /// (min/max keep one value, not a multiset).
+    InsertOnly(Box<dyn Accumulator>),
 }
 
 struct Group {
@@ -53,7 +56,7 @@ impl Group {
             .states
             .iter()
             .map(|s| match s {
-                AggState::Retractable(a) => a.size(),
+                AggState::Retractable(a) | AggState::InsertOnly(a) => a.size(),
                 AggState::Multiset(m) => m.keys().map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum(),
             })
             .sum::<usize>();
@@ -81,6 +84,8 @@ pub struct Aggregate {
     window: Option<(WindowClose, Arc<EventTime>)>,
     /// The watermark up to which windows were last evicted.
     evicted_to: Option<i64>,
+    /// The input only ever inserts (a stream through filters and projections).
+    append_only: bool,
 }
 
 impl Aggregate {
@@ -90,6 +95,7 @@ impl Aggregate {
         group_exprs: Vec<Expr>,
         aggregates: Vec<AggregateCall>,
         window: Option<(WindowClose, Arc<EventTime>)>,
+        append_only: bool,
         schema: SchemaRef,
     ) -> Result<Self> {
         let mut calls = Vec::with_capacity(aggregates.len());
@@ -120,6 +126,7 @@ impl Aggregate {
             global_dirty: global,
             window,
             evicted_to: None,
+            append_only,
         };
         if global {
             op.global = Some(op.new_group(Vec::new())?);
@@ -135,7 +142,11 @@ impl Aggregate {
                 Ok(if c.retractable {
                     AggState::Retractable(c.spec.function.create_sliding_accumulator().map_err(crate::rows::eval_error)?)
                 } else {
-                    AggState::Multiset(BTreeMap::new())
+                    if self.append_only {
+                        AggState::InsertOnly(c.spec.function.create_accumulator().map_err(crate::rows::eval_error)?)
+                    } else {
+                        AggState::Multiset(BTreeMap::new())
+                    }
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -217,6 +228,13 @@ impl Aggregate {
                             acc.retract_batch(&take_columns(args, &minus)?).map_err(crate::rows::eval_error)?;
                         }
                     }
+                    AggState::InsertOnly(acc) => {
+                        let (plus, minus) = expand(&selected);
+                        if !minus.is_empty() {
+                            return Err(Error::internal("a retraction reached an aggregate over an append-only input"));
+                        }
+                        acc.update_batch(&take_columns(args, &plus)?).map_err(crate::rows::eval_error)?;
+                    }
                     AggState::Multiset(values) => {
                         let encoded = call.converter.convert_columns(args).map_err(arrow_error)?;
                         for (i, d) in selected {
@@ -239,7 +257,7 @@ impl Aggregate {
         let mut out = group.key.clone();
         for (c, call) in calls.iter().enumerate() {
             let value = match &mut group.states[c] {
-                AggState::Retractable(acc) => acc.evaluate().map_err(crate::rows::eval_error)?,
+                AggState::Retractable(acc) | AggState::InsertOnly(acc) => acc.evaluate().map_err(crate::rows::eval_error)?,
                 AggState::Multiset(values) => {
                     let mut acc = call.spec.function.create_accumulator().map_err(crate::rows::eval_error)?;
                     if !values.is_empty() {

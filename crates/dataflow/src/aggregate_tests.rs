@@ -45,6 +45,7 @@ fn plan(grouped: bool) -> Node {
         group: if grouped { vec![Arc::new(Column::new("k", 0)) as Expr] } else { Vec::new() },
         aggregates,
         window: None,
+        append_only: false,
         schema: Arc::new(Schema::new(fields)),
     }
 }

@@ -163,12 +163,13 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             inputs: inputs.iter().map(|i| build(i, et)).collect::<Result<_>>()?,
             schema: schema.clone(),
         }),
-        Node::Aggregate { input, group, aggregates, window, schema } => Box::new(aggregate::Aggregate::new(
+        Node::Aggregate { input, group, aggregates, window, append_only, schema } => Box::new(aggregate::Aggregate::new(
             build(input, et)?,
             &input.schema(),
             group.clone(),
             aggregates.clone(),
             window.clone().map(|w| (w, Arc::clone(et))),
+            *append_only,
             schema.clone(),
         )?),
         Node::Release { input, time, sources, lateness } => Box::new(event_time::Release::new(build(input, et)?, time.clone(), sources.clone(), *lateness, Arc::clone(et))),

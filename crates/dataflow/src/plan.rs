@@ -42,7 +42,9 @@ pub enum Node {
     /// the group columns then the aggregates.
     /// With `window`, one group key is a window bound over a watermarked stream: windows are
     /// closed (and their state freed) by the watermark.
-    Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, window: Option<WindowClose>, schema: SchemaRef },
+    /// With `append_only` (the input only inserts), min/max and the like keep one value per
+    /// group instead of a multiset.
+    Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, window: Option<WindowClose>, append_only: bool, schema: SchemaRef },
     /// Drops (and records) rows for closed windows, as `lateness` says; `end` and `time` are
     /// each row's window end and event time, `sources` the streams whose watermark applies.
     LateFilter { input: Box<Node>, end: Expr, time: Expr, sources: Vec<ObjectId>, lateness: Lateness },
@@ -206,9 +208,10 @@ impl Node {
                 writeln!(f, "{pad}Union")?;
                 inputs.iter().try_for_each(|i| i.fmt_indent(f, depth + 1))
             }
-            Node::Aggregate { input, group, aggregates, window, .. } => {
+            Node::Aggregate { input, group, aggregates, window, append_only, .. } => {
                 let aggs = aggregates.iter().map(|a| a.function.name().to_owned()).collect::<Vec<_>>().join(", ");
                 let state = match window {
+                    None if *append_only => "input=append-only state=per group".to_owned(),
                     None => "state=per group".to_owned(),
                     Some(w) => format!(
                         "window=group {} +{}us emit={} state=per group until the watermark passes the window end + {}us",

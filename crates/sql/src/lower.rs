@@ -480,7 +480,8 @@ impl Lowering<'_> {
                     aggregates.push(AggregateCall { function, filter });
                 }
                 let window = self.window_close(agg)?;
-                Ok(Node::Aggregate { input: Box::new(input), group, aggregates, window, schema: nullable(agg.schema.as_arrow()) })
+                let append_only = is_stream(&agg.input);
+                Ok(Node::Aggregate { input: Box::new(input), group, aggregates, window, append_only, schema: nullable(agg.schema.as_arrow()) })
             }
             LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => {
                 let lowered = self.lower(input)?;
@@ -490,7 +491,7 @@ impl Lowering<'_> {
                         Arc::new(datafusion::physical_expr::expressions::Column::new(f.name(), i)) as eddy_dataflow::plan::Expr
                     })
                     .collect();
-                Ok(Node::Aggregate { input: Box::new(lowered), group, aggregates: Vec::new(), window: None, schema: nullable(input.schema().as_arrow()) })
+                Ok(Node::Aggregate { input: Box::new(lowered), group, aggregates: Vec::new(), window: None, append_only: false, schema: nullable(input.schema().as_arrow()) })
             }
             LogicalPlan::Join(join) => {
                 let kind = match join.join_type {
