@@ -38,11 +38,27 @@ pub struct LateEvent {
 pub struct EventTime {
     watermarks: Vec<(ObjectId, AtomicI64)>,
     late: Mutex<Vec<LateEvent>>,
+    /// The dataflow's output changes with the wall clock (a temporal filter): it must see an
+    /// epoch end regularly even when no data arrives.
+    ticks: std::sync::atomic::AtomicBool,
 }
 
 impl EventTime {
     pub fn new(sources: &[ObjectId]) -> Self {
-        EventTime { watermarks: sources.iter().map(|s| (*s, AtomicI64::new(NONE))).collect(), late: Mutex::new(Vec::new()) }
+        EventTime {
+            watermarks: sources.iter().map(|s| (*s, AtomicI64::new(NONE))).collect(),
+            late: Mutex::new(Vec::new()),
+            ticks: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub fn needs_ticks(&self) {
+        self.ticks.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether epochs must end regularly for this dataflow even without new data.
+    pub fn wants_ticks(&self) -> bool {
+        self.ticks.load(Ordering::Relaxed)
     }
 
     /// Raises the watermark of `source` (it never goes back).

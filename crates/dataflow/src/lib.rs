@@ -21,6 +21,7 @@ pub mod plan;
 mod rows;
 pub use rows::consolidate;
 mod stateless;
+mod temporal;
 mod topn;
 
 use eddy_common::{ChangeBatch, ObjectId, Result};
@@ -172,6 +173,10 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             *append_only,
             schema.clone(),
         )?),
+        Node::TemporalFilter { input, from, until } => {
+            et.needs_ticks();
+            Box::new(temporal::TemporalFilter::new(build(input, et)?, &input.schema(), from.clone(), until.clone())?)
+        }
         Node::Release { input, time, sources, lateness } => Box::new(event_time::Release::new(build(input, et)?, time.clone(), sources.clone(), *lateness, Arc::clone(et))),
         Node::LateFilter { input, end, time, sources, lateness } => Box::new(event_time::LateFilter {
             input: build(input, et)?,

@@ -48,6 +48,11 @@ pub enum Node {
     /// Drops (and records) rows for closed windows, as `lateness` says; `end` and `time` are
     /// each row's window end and event time, `sources` the streams whose watermark applies.
     LateFilter { input: Box<Node>, end: Expr, time: Expr, sources: Vec<ObjectId>, lateness: Lateness },
+    /// A filter on processing time (`ts > now() - INTERVAL '1 hour'` in a view): each row is in
+    /// the output while the wall clock is within its bounds — from the latest of `from` (each
+    /// an expression over the row plus µs; inclusive) until the earliest of `until`
+    /// (exclusive) — and is inserted and retracted as the clock passes them.
+    TemporalFilter { input: Box<Node>, from: Vec<(Expr, i64)>, until: Vec<(Expr, i64)> },
     /// `EMIT ON WINDOW CLOSE` over plain rows: holds rows back until the watermark of `sources`
     /// passes their `time`, then releases them in event-time order; rows already behind the
     /// watermark are late.
@@ -147,7 +152,7 @@ impl Node {
             | Node::Aggregate { schema, .. }
             | Node::Join { schema, .. } => schema.clone(),
             Node::TopN { schema, .. } => schema.clone(),
-            Node::Filter { input, .. } | Node::LateFilter { input, .. } | Node::Release { input, .. } => input.schema(),
+            Node::Filter { input, .. } | Node::LateFilter { input, .. } | Node::Release { input, .. } | Node::TemporalFilter { input, .. } => input.schema(),
         }
     }
 
@@ -166,6 +171,7 @@ impl Node {
             Node::Filter { input, .. }
             | Node::LateFilter { input, .. }
             | Node::Release { input, .. }
+            | Node::TemporalFilter { input, .. }
             | Node::Project { input, .. }
             | Node::Aggregate { input, .. }
             | Node::TopN { input, .. } => input.collect_sources(out),
@@ -222,6 +228,11 @@ impl Node {
                     ),
                 };
                 writeln!(f, "{pad}Aggregate: group=[{}] aggregates=[{aggs}] {state}", list(group))?;
+                input.fmt_indent(f, depth + 1)
+            }
+            Node::TemporalFilter { input, from, until } => {
+                let bound = |b: &[(Expr, i64)]| b.iter().map(|(e, us)| format!("{e} {us:+}us")).collect::<Vec<_>>().join(", ");
+                writeln!(f, "{pad}TemporalFilter: from=[{}] until=[{}] state=rows until they expire", bound(from), bound(until))?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::Release { input, time, .. } => {

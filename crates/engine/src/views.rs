@@ -312,6 +312,10 @@ impl RuntimeState {
                 Err(RecvTimeoutError::Disconnected) => return,
             }
             self.expire_idle_partitions();
+            // Views whose output moves with the wall clock (temporal filters) see every epoch.
+            if !self.dirty && self.views.iter().any(|e| e.event_time.wants_ticks()) {
+                self.dirty = true;
+            }
             if self.dirty && last_epoch.elapsed() >= BARRIER_INTERVAL {
                 self.end_epoch_logged();
                 last_epoch = Instant::now();

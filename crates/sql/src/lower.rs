@@ -271,6 +271,27 @@ pub fn release_time(plan: &LogicalPlan) -> Option<(usize, eddy_dataflow::plan::E
     None
 }
 
+/// Whether `expr` calls `now()` (as rewritten for views).
+fn mentions_now(expr: &Expr) -> bool {
+    use datafusion::common::tree_node::TreeNode;
+    expr.exists(|e| Ok(matches!(e, Expr::ScalarFunction(f) if f.func.name() == crate::windows::VIEW_NOW))).unwrap_or(true)
+}
+
+/// `now()`, `now() + interval` or `now() - interval` as the offset in µs.
+fn now_offset(expr: &Expr) -> Option<i64> {
+    match expr {
+        Expr::ScalarFunction(f) if f.func.name() == crate::windows::VIEW_NOW => Some(0),
+        Expr::Cast(c) => now_offset(&c.expr),
+        Expr::TryCast(c) => now_offset(&c.expr),
+        Expr::BinaryExpr(b) if matches!(b.op, Operator::Plus | Operator::Minus) => {
+            let base = now_offset(&b.left)?;
+            let delta = interval_literal(&b.right)?;
+            Some(if b.op == Operator::Plus { base + delta } else { base - delta })
+        }
+        _ => None,
+    }
+}
+
 /// True when every table `plan` reads is an append-only table and nothing between turns it
 /// into an updating relation (a stream, as far as joins are concerned).
 fn is_stream(plan: &LogicalPlan) -> bool {
@@ -404,7 +425,53 @@ fn watermark_sources(expr: &Expr, plan: &LogicalPlan) -> Option<Vec<eddy_common:
 
 impl Lowering<'_> {
     fn expr(&self, expr: &Expr, schema: &DFSchema) -> Result<eddy_dataflow::plan::Expr> {
+        if mentions_now(expr) {
+            return Err(Error::unsupported(
+                "now() in a materialized view is supported only in WHERE, compared with a column, e.g. ts > now() - INTERVAL '1 hour'",
+            ));
+        }
         self.state.create_physical_expr(expr.clone(), schema).map_err(from_datafusion)
+    }
+
+    /// A filter whose conjuncts compare row values with `now()`: a temporal filter for those,
+    /// an ordinary filter for the rest.
+    fn temporal_filter(&self, f: &datafusion::logical_expr::Filter, input: Node) -> Result<Node> {
+        let mut from = Vec::new();
+        let mut until = Vec::new();
+        let mut rest = Vec::new();
+        for conjunct in datafusion::logical_expr::utils::split_conjunction(&f.predicate) {
+            if !mentions_now(conjunct) {
+                rest.push(conjunct.clone());
+                continue;
+            }
+            let unsupported = || {
+                Error::unsupported(format!(
+                    "now() in a materialized view must be compared with a row value, e.g. ts > now() - INTERVAL '1 hour'; found {conjunct}"
+                ))
+            };
+            let Expr::BinaryExpr(b) = conjunct else { return Err(unsupported()) };
+            // Normalize to `row op now() + c`.
+            let (row, op, c) = match (now_offset(&b.left), now_offset(&b.right)) {
+                (None, Some(c)) if !mentions_now(&b.left) => (b.left.as_ref(), b.op, c),
+                (Some(c), None) if !mentions_now(&b.right) => (b.right.as_ref(), flip(b.op), c),
+                _ => return Err(unsupported()),
+            };
+            let row = self.expr(row, f.input.schema())?;
+            match op {
+                // row > now + c  <=>  now < row - c
+                Operator::Gt => until.push((row, -c)),
+                Operator::GtEq => until.push((row, 1 - c)),
+                // row < now + c  <=>  now > row - c
+                Operator::Lt => from.push((row, 1 - c)),
+                Operator::LtEq => from.push((row, -c)),
+                _ => return Err(unsupported()),
+            }
+        }
+        let input = match datafusion::logical_expr::utils::conjunction(rest) {
+            Some(predicate) => Node::Filter { input: Box::new(input), predicate: self.expr(&predicate, f.input.schema())? },
+            None => input,
+        };
+        Ok(Node::TemporalFilter { input: Box::new(input), from, until })
     }
 
     pub fn lower(&self, plan: &LogicalPlan) -> Result<Node> {
@@ -435,6 +502,9 @@ impl Lowering<'_> {
                     return Ok(top);
                 }
                 let input = self.lower(&f.input)?;
+                if mentions_now(&f.predicate) {
+                    return self.temporal_filter(f, input);
+                }
                 let predicate = self.expr(&f.predicate, f.input.schema())?;
                 Ok(Node::Filter { input: Box::new(input), predicate })
             }

@@ -182,6 +182,7 @@ impl SessionPlanner {
     pub async fn plan_view(&self, query: &ast::Query, options: &crate::ViewOptions) -> Result<ViewPlan> {
         let mut statement = ast::Statement::Query(Box::new(query.clone()));
         let temporal = crate::windows::rewrite(&mut statement)?;
+        crate::windows::rewrite_now(&mut statement);
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         let state = self.state();
         let plan = state.statement_to_plan(df_statement).await.map_err(from_datafusion)?;
