@@ -22,6 +22,9 @@ pub struct ColumnDef {
     /// The Arrow type, in arrow's `DataType` text form.
     pub arrow_type: String,
     pub nullable: bool,
+    /// Declared `AS PROCTIME()`: set to the time the row is written.
+    #[serde(default)]
+    pub proctime: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -102,7 +105,8 @@ impl TableDef {
                 } else {
                     " NOT NULL"
                 };
-                format!("{} {}{not_null}", quote_ident(&c.name), c.pg_type)
+                let proctime = if c.proctime { " AS PROCTIME()" } else { "" };
+                format!("{} {}{not_null}{proctime}", quote_ident(&c.name), c.pg_type)
             })
             .collect();
         if !self.primary_key.is_empty() {
@@ -174,11 +178,19 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef>
                 other => return Err(Error::unsupported(format!("column option {other} is not supported"))),
             }
         }
+        let proctime = create.proctime.iter().any(|p| normalize_ident(p) == column_name);
+        if proctime && !column_type.arrow.to_string().starts_with("Timestamp(") {
+            return Err(Error::new(
+                SqlState::DATATYPE_MISMATCH,
+                format!("column \"{column_name}\" AS PROCTIME() must be a timestamp or timestamptz, not {}", column_type.pg_name),
+            ));
+        }
         columns.push(ColumnDef {
             name: column_name,
             pg_type: column_type.pg_name,
             arrow_type: column_type.arrow.to_string(),
             nullable,
+            proctime,
         });
     }
     for constraint in &create.constraints {

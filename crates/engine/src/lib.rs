@@ -432,6 +432,7 @@ impl Engine {
         if writes.is_empty() {
             return Ok(());
         }
+        let writes = writes.into_iter().map(|(t, c)| Ok((Arc::clone(&t), fill_proctime(&t, c)?))).collect::<Result<Vec<_>>>()?;
         let mut log_writes = Vec::with_capacity(writes.len());
         let mut partitions = Vec::with_capacity(writes.len());
         for (table, changes) in &writes {
@@ -466,6 +467,32 @@ impl Engine {
             .map_err(|_| Error::internal("the log committer stopped without answering"))?
             .map(|_| ())
     }
+}
+
+/// Sets the `AS PROCTIME()` columns of inserted rows (where they are NULL) to now.
+fn fill_proctime(table: &Table, changes: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+    let columns: Vec<usize> = table.def.columns.iter().enumerate().filter(|(_, c)| c.proctime).map(|(i, _)| i).collect();
+    if columns.is_empty() {
+        return Ok(changes);
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+    changes
+        .into_iter()
+        .map(|c| {
+            let (rows, diffs) = c.into_parts();
+            let mut arrays = rows.columns().to_vec();
+            for &i in &columns {
+                let arrow::datatypes::DataType::Timestamp(_, tz) = table.schema.field(i).data_type().clone() else { continue };
+                let old = arrow::compute::cast(&arrays[i], &arrow::datatypes::DataType::Int64).map_err(|e| Error::internal(format!("proctime: {e}")))?;
+                let old = old.as_any().downcast_ref::<Int64Array>().ok_or_else(|| Error::internal("proctime column"))?;
+                let filled: arrow::array::TimestampMicrosecondArray =
+                    old.iter().zip(diffs.values()).map(|(v, d)| if *d > 0 && v.is_none() { Some(now) } else { v }).collect();
+                arrays[i] = Arc::new(filled.with_timezone_opt(tz));
+            }
+            let rows = RecordBatch::try_new(rows.schema(), arrays).map_err(|e| Error::internal(format!("proctime: {e}")))?;
+            Ok(ChangeBatch::new(rows, diffs))
+        })
+        .collect()
 }
 
 fn concat_changes(schema: &SchemaRef, changes: &[ChangeBatch]) -> Result<ChangeBatch> {

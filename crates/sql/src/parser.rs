@@ -61,6 +61,8 @@ pub struct CreateTable {
     pub constraints: Vec<TableConstraint>,
     /// `WATERMARK FOR column AS expr`.
     pub watermark: Option<(Ident, Expr)>,
+    /// Columns declared `AS PROCTIME()`: filled with the time each row is written.
+    pub proctime: Vec<Ident>,
     pub append_only: bool,
     /// `WITH (key = value, ...)`; keys may be dotted (`properties.bootstrap.server`).
     pub options: Vec<(String, String)>,
@@ -223,23 +225,11 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
         {
             // A trailing `EMIT ON WINDOW CLOSE` is cut off first: stock sqlparser would read
             // `EMIT` as a table alias.
-            let mut end = 0;
-            let mut depth = 0i32;
-            loop {
-                match parser.peek_nth_token(end).token {
-                    Token::EOF => break,
-                    Token::SemiColon if depth == 0 => break,
-                    Token::LParen => depth += 1,
-                    Token::RParen => depth -= 1,
-                    _ => {}
-                }
-                end += 1;
-            }
-            let is_word = |i: usize, word: &str| matches!(&parser.peek_nth_token(i).token, Token::Word(w) if w.value.eq_ignore_ascii_case(word));
-            let emit_on_close = end >= 4 && ["EMIT", "ON", "WINDOW", "CLOSE"].iter().enumerate().all(|(i, w)| is_word(end - 4 + i, w));
+            let end = clause_end(parser, false);
+            let emit = ["EMIT", "ON", "WINDOW", "CLOSE"].map(Token::make_keyword);
+            let emit_on_close = ends_with(parser, end, &emit);
             let statement = if emit_on_close {
-                let tokens = (0..end - 4).map(|i| parser.peek_nth_token(i)).collect();
-                let mut query = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
+                let mut query = sub_parser(parser, end - 4);
                 let statement = query.parse_statement()?;
                 if query.peek_token().token != Token::EOF {
                     return Err(ParserError::ParserError(format!("Expected: EMIT ON WINDOW CLOSE, found: {}", query.peek_token().token)));
@@ -336,6 +326,7 @@ fn parse_create_table(parser: &mut Parser<'_>) -> Result<CreateTable, ParserErro
     let mut columns = Vec::new();
     let mut constraints = Vec::new();
     let mut watermark = None;
+    let mut proctime = Vec::new();
     parser.expect_token(&Token::LParen)?;
     loop {
         if parse_words(parser, &["WATERMARK", "FOR"]) {
@@ -348,7 +339,18 @@ fn parse_create_table(parser: &mut Parser<'_>) -> Result<CreateTable, ParserErro
         } else if let Some(constraint) = parser.parse_optional_table_constraint()? {
             constraints.push(constraint);
         } else if matches!(parser.peek_token().token, Token::Word(_)) {
-            columns.push(parser.parse_column_def()?);
+            // `name type AS PROCTIME()`: stock sqlparser would read `AS` as a generated column.
+            let end = clause_end(parser, true);
+            if ends_with(parser, end, &[Token::make_keyword("AS"), Token::make_keyword("PROCTIME"), Token::LParen, Token::RParen]) {
+                let column = sub_parser(parser, end - 4).parse_column_def()?;
+                for _ in 0..end {
+                    parser.next_token();
+                }
+                proctime.push(column.name.clone());
+                columns.push(column);
+            } else {
+                columns.push(parser.parse_column_def()?);
+            }
         } else if !(columns.is_empty() && parser.peek_token().token == Token::RParen) {
             let found = parser.peek_token();
             return Err(ParserError::ParserError(format!(
@@ -372,7 +374,7 @@ fn parse_create_table(parser: &mut Parser<'_>) -> Result<CreateTable, ParserErro
             break;
         }
     }
-    Ok(CreateTable { name, if_not_exists, columns, constraints, watermark, append_only, options })
+    Ok(CreateTable { name, if_not_exists, columns, constraints, watermark, proctime, append_only, options })
 }
 
 /// Consumes `words` (matched case-insensitively, keywords or not) if they come next.
@@ -386,6 +388,43 @@ fn parse_words(parser: &mut Parser<'_>, words: &[&str]) -> bool {
         }
     }
     all
+}
+
+/// How many tokens from the parser's position to the end of the clause: the end of the
+/// statement, or (with `in_list`) a comma or closing parenthesis at the outer level.
+fn clause_end(parser: &Parser<'_>, in_list: bool) -> usize {
+    let mut end = 0;
+    let mut depth = 0i32;
+    loop {
+        match parser.peek_nth_token(end).token {
+            Token::EOF => return end,
+            Token::SemiColon if depth == 0 => return end,
+            Token::Comma | Token::RParen if in_list && depth == 0 => return end,
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        end += 1;
+    }
+}
+
+/// Whether the `end` tokens from the parser's position end with `tail` (words compared
+/// case-insensitively).
+fn ends_with(parser: &Parser<'_>, end: usize, tail: &[Token]) -> bool {
+    end > tail.len()
+        && tail.iter().enumerate().all(|(i, want)| {
+            let got = parser.peek_nth_token(end - tail.len() + i).token;
+            match (&got, want) {
+                (Token::Word(g), Token::Word(w)) => g.value.eq_ignore_ascii_case(&w.value),
+                _ => got == *want,
+            }
+        })
+}
+
+/// A parser over the next `count` tokens (the main parser does not move).
+fn sub_parser<'a>(parser: &Parser<'_>, count: usize) -> Parser<'a> {
+    let tokens = (0..count).map(|i| parser.peek_nth_token(i)).collect();
+    Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens)
 }
 
 /// `( key [= value] [, ...] )` with dotted keys and literal values.

@@ -56,6 +56,17 @@ pub fn register(ctx: &SessionContext) {
     for bound in WindowBound::ALL {
         ctx.register_udf(ScalarUDF::new_from_impl(BoundFunction { bound, signature: Signature::any(if matches!(bound, WindowBound::TumbleStart | WindowBound::TumbleEnd) { 3 } else { 5 }, Volatility::Immutable) }));
     }
+    // `proctime()` in ad-hoc queries: the current time, like now().
+    ctx.register_udf(datafusion::logical_expr::create_udf(
+        "proctime",
+        vec![],
+        DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())),
+        Volatility::Stable,
+        std::sync::Arc::new(|_args: &[ColumnarValue]| {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+            Ok(ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(Some(now), Some("+00:00".into()))))
+        }),
+    ));
     ctx.register_udf(datafusion::logical_expr::create_udf(
         VIEW_NOW,
         vec![],
@@ -68,14 +79,14 @@ pub fn register(ctx: &SessionContext) {
     ));
 }
 
-/// In a view's query, `now()` and `CURRENT_TIMESTAMP` become `eddy_now()`.
+/// In a view's query, `now()`, `CURRENT_TIMESTAMP` and `proctime()` become `eddy_now()`.
 pub fn rewrite_now(statement: &mut ast::Statement) {
     struct Now;
     impl VisitorMut for Now {
         type Break = ();
         fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
             if let ast::Expr::Function(f) = expr
-                && matches!(f.name.to_string().to_lowercase().as_str(), "now" | "current_timestamp")
+                && matches!(f.name.to_string().to_lowercase().as_str(), "now" | "current_timestamp" | "proctime")
             {
                 f.name = ast::ObjectName::from(vec![ast::Ident::new(VIEW_NOW)]);
                 f.args = ast::FunctionArguments::List(ast::FunctionArgumentList { duplicate_treatment: None, args: Vec::new(), clauses: Vec::new() });
