@@ -18,6 +18,7 @@ use proptest::prelude::*;
 const DELAY: i64 = 2;
 const SIZE: i64 = 10;
 const SLIDE: i64 = 5;
+const GAP: i64 = 3;
 
 /// Batches of (key, value, event second); event seconds drift forward with bounded disorder.
 fn stream() -> impl Strategy<Value = Vec<Vec<(i32, i32, i64)>>> {
@@ -97,7 +98,9 @@ async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result
              CREATE MATERIALIZED VIEW {t}_fixed WITH (late_events = 'retract', allowed_lateness = '1 hour') AS {fixed};
              CREATE MATERIALIZED VIEW {t}_drop AS {drop};
              CREATE MATERIALIZED VIEW {t}_closed AS {drop} EMIT ON WINDOW CLOSE;
-             CREATE MATERIALIZED VIEW {t}_hop AS {hopped};",
+             CREATE MATERIALIZED VIEW {t}_hop AS {hopped};
+             CREATE MATERIALIZED VIEW {t}_sess WITH (late_events = 'retract', allowed_lateness = '1 hour') AS
+               SELECT k, window_start, window_end, count(*) AS n, sum(v) AS s FROM SESSION({t}, ts, INTERVAL '{GAP} seconds') GROUP BY 1, 2, 3;",
             fixed = select(&tumble),
             drop = select(&tumble),
             hopped = select(&hop),
@@ -133,6 +136,33 @@ async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result
     };
     let (hop_accepted, hop_rejected, _) = model(batches, hop_windows);
     compare("hop view vs model", read(format!("{t}_hop")).await?, rows(&hop_accepted, |_| true))?;
+
+    // Sessions (everything applied): per key, events closer than the gap chain together.
+    let mut by_key: BTreeMap<i32, Vec<(i64, i32)>> = BTreeMap::new();
+    for &(k, v, s) in batches.iter().flatten() {
+        by_key.entry(k).or_default().push((s, v));
+    }
+    let mut sessions = Vec::new();
+    for (k, mut events) in by_key {
+        events.sort();
+        let mut current: Option<(i64, i64, i64, i64)> = None;
+        for (s, v) in events {
+            current = match current {
+                Some((start, end, n, sum)) if s < end => Some((start, end.max(s + GAP), n + 1, sum + i64::from(v))),
+                other => {
+                    if let Some((start, end, n, sum)) = other {
+                        sessions.push(vec![Some(k.to_string()), Some(ts(start)), Some(ts(end)), Some(n.to_string()), Some(sum.to_string())]);
+                    }
+                    Some((s, s + GAP, 1, i64::from(v)))
+                }
+            };
+        }
+        if let Some((start, end, n, sum)) = current {
+            sessions.push(vec![Some(k.to_string()), Some(ts(start)), Some(ts(end)), Some(n.to_string()), Some(sum.to_string())]);
+        }
+    }
+    sessions.sort();
+    compare("session view vs model", read(format!("{t}_sess")).await?, sessions)?;
 
     let late = |view: String| {
         let client = &client;

@@ -20,6 +20,7 @@ mod outer_join;
 pub mod plan;
 mod rows;
 pub use rows::consolidate;
+mod session;
 mod stateless;
 mod temporal;
 mod topn;
@@ -171,6 +172,14 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             aggregates.clone(),
             window.clone().map(|w| (w, Arc::clone(et))),
             *append_only,
+            schema.clone(),
+        )?),
+        Node::SessionAggregate { input, group, starts, ends, time, gap_micros, aggregates, window, schema } => Box::new(session::SessionAggregate::new(
+            build(input, et)?,
+            &input.schema(),
+            session::Spec { group: group.clone(), starts: starts.clone(), ends: ends.clone(), time: time.clone(), gap_micros: *gap_micros },
+            aggregates.clone(),
+            window.clone().map(|w| (w, Arc::clone(et))),
             schema.clone(),
         )?),
         Node::TemporalFilter { input, from, until } => {

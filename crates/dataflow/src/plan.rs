@@ -48,6 +48,21 @@ pub enum Node {
     /// Drops (and records) rows for closed windows, as `lateness` says; `end` and `time` are
     /// each row's window end and event time, `sources` the streams whose watermark applies.
     LateFilter { input: Box<Node>, end: Expr, time: Expr, sources: Vec<ObjectId>, lateness: Lateness },
+    /// `GROUP BY` over SESSION windows: per value of the group keys other than `starts` and
+    /// `ends` (the positions of window_start / window_end), events closer than `gap_micros`
+    /// in `time` form a session [first, last + gap); each session is one output row. With
+    /// `window`, sessions close by the watermark (its `key` and `to_end_micros` are unused).
+    SessionAggregate {
+        input: Box<Node>,
+        group: Vec<Expr>,
+        starts: Vec<usize>,
+        ends: Vec<usize>,
+        time: Expr,
+        gap_micros: i64,
+        aggregates: Vec<AggregateCall>,
+        window: Option<WindowClose>,
+        schema: SchemaRef,
+    },
     /// A filter on processing time (`ts > now() - INTERVAL '1 hour'` in a view): each row is in
     /// the output while the wall clock is within its bounds — from the latest of `from` (each
     /// an expression over the row plus µs; inclusive) until the earliest of `until`
@@ -150,6 +165,7 @@ impl Node {
             | Node::Project { schema, .. }
             | Node::Union { schema, .. }
             | Node::Aggregate { schema, .. }
+            | Node::SessionAggregate { schema, .. }
             | Node::Join { schema, .. } => schema.clone(),
             Node::TopN { schema, .. } => schema.clone(),
             Node::Filter { input, .. } | Node::LateFilter { input, .. } | Node::Release { input, .. } | Node::TemporalFilter { input, .. } => input.schema(),
@@ -174,6 +190,7 @@ impl Node {
             | Node::TemporalFilter { input, .. }
             | Node::Project { input, .. }
             | Node::Aggregate { input, .. }
+            | Node::SessionAggregate { input, .. }
             | Node::TopN { input, .. } => input.collect_sources(out),
             Node::Union { inputs, .. } => inputs.iter().for_each(|i| i.collect_sources(out)),
             Node::Join { left, right, .. } => {
@@ -228,6 +245,15 @@ impl Node {
                     ),
                 };
                 writeln!(f, "{pad}Aggregate: group=[{}] aggregates=[{aggs}] {state}", list(group))?;
+                input.fmt_indent(f, depth + 1)
+            }
+            Node::SessionAggregate { input, group, time, gap_micros, aggregates, window, .. } => {
+                let aggs = aggregates.iter().map(|a| a.function.name().to_owned()).collect::<Vec<_>>().join(", ");
+                let close = match window {
+                    None => String::new(),
+                    Some(w) => format!(" emit={} allowed_lateness={}us", if w.emit_on_close { "on window close" } else { "on update" }, w.lateness.allowed_micros),
+                };
+                writeln!(f, "{pad}SessionAggregate: group=[{}] time={time} gap={gap_micros}us aggregates=[{aggs}]{close} state=events per key until their session closes", list(group))?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::TemporalFilter { input, from, until } => {

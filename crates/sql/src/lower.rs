@@ -47,6 +47,9 @@ impl Lowering<'_> {
     fn window_close(&self, agg: &datafusion::logical_expr::Aggregate) -> Result<Option<WindowClose>> {
         for (key, group_expr) in agg.group_expr.iter().enumerate() {
             let Some((bound, args, sources)) = self.trace_bound(group_expr, &agg.input) else { continue };
+            if bound.is_session() {
+                continue;
+            }
             let to_end_micros = if bound.is_end() {
                 0
             } else {
@@ -63,6 +66,78 @@ impl Lowering<'_> {
             return Ok(Some(WindowClose { key, to_end_micros, sources, lateness: self.options.lateness, emit_on_close: self.options.emit_on_close }));
         }
         Ok(None)
+    }
+
+    /// `GROUP BY` over `SESSION(...)`'s window_start / window_end: sessions per the other keys.
+    fn session_aggregate(&self, agg: &datafusion::logical_expr::Aggregate, input: &Node, group: &[eddy_dataflow::plan::Expr], aggregates: &[AggregateCall]) -> Result<Option<Node>> {
+        let mut starts = Vec::new();
+        let mut ends = Vec::new();
+        let mut gap = None;
+        let mut sources = None;
+        for (i, e) in agg.group_expr.iter().enumerate() {
+            let Some((bound, args, found)) = self.trace_bound_any(e, &agg.input) else { continue };
+            if !bound.is_session() {
+                continue;
+            }
+            if bound.is_end() { ends.push(i) } else { starts.push(i) }
+            gap = interval_literal(&args[1]);
+            sources = found;
+        }
+        let time = match (starts.first(), ends.first()) {
+            (Some(&i), _) | (None, Some(&i)) => group[i].clone(),
+            (None, None) => {
+                if self.trace_sessions_anywhere(&agg.input) {
+                    return Err(Error::unsupported("SESSION windows need GROUP BY window_start or window_end"));
+                }
+                return Ok(None);
+            }
+        };
+        let gap_micros = gap.ok_or_else(|| Error::unsupported("SESSION: the gap must be a constant interval"))?;
+        self.sessions.set(true);
+        let window = sources.map(|sources| WindowClose { key: 0, to_end_micros: 0, sources, lateness: self.options.lateness, emit_on_close: self.options.emit_on_close });
+        if window.is_some() {
+            self.windowed.set(true);
+        }
+        Ok(Some(Node::SessionAggregate {
+            input: Box::new(input.clone()),
+            group: group.to_vec(),
+            starts,
+            ends,
+            time,
+            gap_micros,
+            aggregates: aggregates.to_vec(),
+            window,
+            schema: nullable(agg.schema.as_arrow()),
+        }))
+    }
+
+    /// Like [`Self::trace_bound`], also for bounds over a time column without a watermark.
+    fn trace_bound_any(&self, expr: &Expr, plan: &LogicalPlan) -> Option<(WindowBound, Vec<Expr>, Option<Vec<eddy_common::ObjectId>>)> {
+        if let Some((bound, args, _)) = window_bound(expr) {
+            let sources = watermark_sources(&args[0], plan);
+            return Some((bound, args.to_vec(), sources));
+        }
+        let Expr::Column(column) = expr else { return None };
+        let index = plan.schema().index_of_column(column).ok()?;
+        let input_column = |input: &LogicalPlan, i: usize| Expr::Column(datafusion::common::Column::from(input.schema().qualified_field(i)));
+        match plan {
+            LogicalPlan::Projection(p) => self.trace_bound_any(&p.expr[index], &p.input),
+            LogicalPlan::Filter(f) => self.trace_bound_any(expr, &f.input),
+            LogicalPlan::SubqueryAlias(a) => self.trace_bound_any(&input_column(&a.input, index), &a.input),
+            _ => None,
+        }
+    }
+
+    /// Whether `plan` computes SESSION placeholders anywhere (which only a GROUP BY may use).
+    pub fn trace_sessions_anywhere(&self, plan: &LogicalPlan) -> bool {
+        use datafusion::common::tree_node::TreeNode;
+        plan.exists(|p| {
+            Ok(p.expressions().iter().any(|e| {
+                e.exists(|e| Ok(matches!(e, Expr::ScalarFunction(f) if WindowBound::from_name(f.func.name()).is_some_and(WindowBound::is_session))))
+                    .unwrap_or(false)
+            }))
+        })
+        .unwrap_or(false)
     }
 
     /// Follows a column back to the window-bound call that computes it; with the streams whose
@@ -248,6 +323,8 @@ pub struct Lowering<'a> {
     pub temporal: &'a [String],
     /// Set once a windowed aggregate was lowered (EMIT ON WINDOW CLOSE needs one).
     pub windowed: std::cell::Cell<bool>,
+    /// Set once a session aggregate was lowered (SESSION placeholders need one).
+    pub sessions: std::cell::Cell<bool>,
 }
 
 /// A view's event-time options: `WITH (late_events, allowed_lateness)` and `EMIT ON WINDOW
@@ -481,6 +558,7 @@ impl Lowering<'_> {
                 // Window bounds over a watermarked stream: late rows are judged right here,
                 // where each row's event time and window are known.
                 if let Some((bound, args, _)) = p.expr.iter().find_map(window_bound)
+                    && !bound.is_session()
                     && let Some(sources) = watermark_sources(&args[0], &p.input)
                 {
                     let end_name = if matches!(bound, WindowBound::TumbleStart | WindowBound::TumbleEnd) { "tumble_end" } else { "hop_end" };
@@ -539,7 +617,7 @@ impl Lowering<'_> {
                     return Err(Error::unsupported("GROUPING SETS, CUBE and ROLLUP in a materialized view are not supported yet"));
                 }
                 let input = self.lower(&agg.input)?;
-                let group = agg.group_expr.iter().map(|e| self.expr(e, agg.input.schema())).collect::<Result<_>>()?;
+                let group = agg.group_expr.iter().map(|e| self.expr(e, agg.input.schema())).collect::<Result<Vec<_>>>()?;
                 let physical_input = agg.input.schema().as_arrow().clone();
                 let props = ExecutionProps::new();
                 let mut aggregates = Vec::with_capacity(agg.aggr_expr.len());
@@ -548,6 +626,9 @@ impl Lowering<'_> {
                     let (function, filter, _order) =
                         create_aggregate_expr_and_maybe_filter(e, agg.input.schema(), &physical_input, &props).map_err(from_datafusion)?;
                     aggregates.push(AggregateCall { function, filter });
+                }
+                if let Some(session) = self.session_aggregate(agg, &input, &group, &aggregates)? {
+                    return Ok(session);
                 }
                 let window = self.window_close(agg)?;
                 let append_only = is_stream(&agg.input);

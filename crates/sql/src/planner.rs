@@ -148,7 +148,7 @@ impl SessionPlanner {
             return Err(Error::unsupported("DELETE ... USING is not supported: use a subquery in WHERE"));
         }
         let mut rewritten = statement.clone();
-        crate::windows::rewrite(&mut rewritten)?;
+        crate::windows::rewrite(&mut rewritten, false)?;
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(rewritten));
         let plan = self.state().statement_to_plan(df_statement).await.map_err(from_datafusion)?;
         match plan {
@@ -181,7 +181,7 @@ impl SessionPlanner {
     /// Plans the query of a materialized view into a dataflow.
     pub async fn plan_view(&self, query: &ast::Query, options: &crate::ViewOptions) -> Result<ViewPlan> {
         let mut statement = ast::Statement::Query(Box::new(query.clone()));
-        let temporal = crate::windows::rewrite(&mut statement)?;
+        let temporal = crate::windows::rewrite(&mut statement, true)?;
         crate::windows::rewrite_now(&mut statement);
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         let state = self.state();
@@ -190,8 +190,17 @@ impl SessionPlanner {
             return Err(Error::unsupported("parameters ($1) in a materialized view"));
         }
         let optimized = state.optimize(&plan).map_err(from_datafusion)?;
-        let lowering = crate::lower::Lowering { state: &state, options, temporal: &temporal, windowed: std::cell::Cell::new(false) };
+        let lowering = crate::lower::Lowering {
+            state: &state,
+            options,
+            temporal: &temporal,
+            windowed: std::cell::Cell::new(false),
+            sessions: std::cell::Cell::new(false),
+        };
         let mut node = lowering.lower(&optimized)?;
+        if !lowering.sessions.get() && lowering.trace_sessions_anywhere(&optimized) {
+            return Err(Error::unsupported("SESSION windows need GROUP BY window_start or window_end (sessions are per group key)"));
+        }
         if options.emit_on_close && !lowering.windowed.get() {
             // Rows of a watermarked stream, released in event-time order as the watermark passes.
             let Some((_, time, sources)) = crate::lower::release_time(&optimized) else {

@@ -24,10 +24,20 @@ pub enum WindowBound {
     TumbleEnd,
     HopStart,
     HopEnd,
+    /// Placeholders in a view's plan (the row's own time): the lowering computes sessions.
+    SessionStart,
+    SessionEnd,
 }
 
 impl WindowBound {
-    const ALL: [WindowBound; 4] = [WindowBound::TumbleStart, WindowBound::TumbleEnd, WindowBound::HopStart, WindowBound::HopEnd];
+    const ALL: [WindowBound; 6] = [
+        WindowBound::TumbleStart,
+        WindowBound::TumbleEnd,
+        WindowBound::HopStart,
+        WindowBound::HopEnd,
+        WindowBound::SessionStart,
+        WindowBound::SessionEnd,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -35,6 +45,8 @@ impl WindowBound {
             WindowBound::TumbleEnd => "tumble_end",
             WindowBound::HopStart => "hop_start",
             WindowBound::HopEnd => "hop_end",
+            WindowBound::SessionStart => "session_start",
+            WindowBound::SessionEnd => "session_end",
         }
     }
 
@@ -43,7 +55,11 @@ impl WindowBound {
     }
 
     pub fn is_end(self) -> bool {
-        matches!(self, WindowBound::TumbleEnd | WindowBound::HopEnd)
+        matches!(self, WindowBound::TumbleEnd | WindowBound::HopEnd | WindowBound::SessionEnd)
+    }
+
+    pub fn is_session(self) -> bool {
+        matches!(self, WindowBound::SessionStart | WindowBound::SessionEnd)
     }
 }
 
@@ -54,7 +70,12 @@ pub const VIEW_NOW: &str = "eddy_now";
 /// Registers the window-bound functions and `eddy_now()`.
 pub fn register(ctx: &SessionContext) {
     for bound in WindowBound::ALL {
-        ctx.register_udf(ScalarUDF::new_from_impl(BoundFunction { bound, signature: Signature::any(if matches!(bound, WindowBound::TumbleStart | WindowBound::TumbleEnd) { 3 } else { 5 }, Volatility::Immutable) }));
+        let arity = match bound {
+            WindowBound::TumbleStart | WindowBound::TumbleEnd => 3,
+            WindowBound::HopStart | WindowBound::HopEnd => 5,
+            WindowBound::SessionStart | WindowBound::SessionEnd => 2,
+        };
+        ctx.register_udf(ScalarUDF::new_from_impl(BoundFunction { bound, signature: Signature::any(arity, Volatility::Immutable) }));
     }
     // `proctime()` in ad-hoc queries: the current time, like now().
     ctx.register_udf(datafusion::logical_expr::create_udf(
@@ -123,6 +144,10 @@ impl ScalarUDFImpl for BoundFunction {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        if self.bound.is_session() {
+            // The row's own time; sessions are computed by the view's session aggregate.
+            return Ok(args.args[0].clone());
+        }
         let interval = |i: usize| -> datafusion::error::Result<i64> {
             match &args.args[i] {
                 ColumnarValue::Scalar(ScalarValue::IntervalMonthDayNano(Some(v))) if v.months == 0 => {
@@ -138,6 +163,7 @@ impl ScalarUDFImpl for BoundFunction {
         let (slide, size, offset, index) = match self.bound {
             WindowBound::TumbleStart | WindowBound::TumbleEnd => (interval(1)?, interval(1)?, interval(2)?, 0),
             WindowBound::HopStart | WindowBound::HopEnd => (interval(1)?, interval(2)?, interval(3)?, interval(4)?),
+            WindowBound::SessionStart | WindowBound::SessionEnd => return Ok(args.args[0].clone()),
         };
         if slide <= 0 || size <= 0 {
             return Err(datafusion::error::DataFusionError::Plan(format!("{}: window sizes must be positive", self.bound.name())));
@@ -191,9 +217,10 @@ pub fn interval_micros(expr: &ast::Expr) -> Result<i64> {
 /// Replaces the window table functions in FROM with the subqueries they stand for, and
 /// temporal table references (`t FOR SYSTEM_TIME AS OF PROCTIME()`) with plain ones; returns
 /// the names (aliases) of the temporal references.
-pub fn rewrite(statement: &mut ast::Statement) -> Result<Vec<String>> {
+pub fn rewrite(statement: &mut ast::Statement, for_view: bool) -> Result<Vec<String>> {
     struct Rewriter {
         temporal: Vec<String>,
+        for_view: bool,
     }
     impl VisitorMut for Rewriter {
         type Break = Error;
@@ -220,7 +247,7 @@ pub fn rewrite(statement: &mut ast::Statement) -> Result<Vec<String>> {
                 };
                 return ControlFlow::Continue(());
             }
-            match window_subquery(factor) {
+            match window_subquery(factor, self.for_view) {
                 Ok(Some(replacement)) => {
                     *factor = replacement;
                     ControlFlow::Continue(())
@@ -230,14 +257,14 @@ pub fn rewrite(statement: &mut ast::Statement) -> Result<Vec<String>> {
             }
         }
     }
-    let mut rewriter = Rewriter { temporal: Vec::new() };
+    let mut rewriter = Rewriter { temporal: Vec::new(), for_view };
     match statement.visit(&mut rewriter) {
         ControlFlow::Break(e) => Err(e),
         ControlFlow::Continue(()) => Ok(rewriter.temporal),
     }
 }
 
-fn window_subquery(factor: &ast::TableFactor) -> Result<Option<ast::TableFactor>> {
+fn window_subquery(factor: &ast::TableFactor, for_view: bool) -> Result<Option<ast::TableFactor>> {
     let ast::TableFactor::Table { name, alias, args: Some(args), .. } = factor else { return Ok(None) };
     let function = name.to_string().to_lowercase();
     if !matches!(function.as_str(), "tumble" | "hop" | "session") {
@@ -288,7 +315,22 @@ fn window_subquery(factor: &ast::TableFactor) -> Result<Option<ast::TableFactor>
                 .collect();
             (relation(args[0])?, branches)
         }
-        _ => return Err(Error::unsupported("SESSION windows are not supported yet")),
+        _ => {
+            if args.len() != 3 {
+                return Err(usage("(relation, time_column, gap)"));
+            }
+            if interval_micros(args[2])? <= 0 {
+                return Err(Error::new(SqlState::INVALID_PARAMETER_VALUE, "SESSION: the gap must be positive"));
+            }
+            if !for_view {
+                return Err(Error::unsupported(
+                    "SESSION windows are maintained by materialized views (and SUBSCRIBE), not computed by ad-hoc queries",
+                ));
+            }
+            // Placeholders: the lowering turns the GROUP BY over them into sessions per key.
+            let (ts, gap) = (args[1].to_string(), args[2].to_string());
+            (relation(args[0])?, vec![format!("session_start({ts}, {gap}) AS window_start, session_end({ts}, {gap}) AS window_end")])
+        }
     };
     let sql = branches.iter().map(|b| format!("SELECT *, {b} FROM {relation_sql}")).collect::<Vec<_>>().join(" UNION ALL ");
     let parsed = crate::parser::parse_statements(&sql)?;

@@ -1,0 +1,357 @@
+//! Session windows: `GROUP BY` over `SESSION(rel, ts, gap)`'s window bounds and other keys.
+//!
+//! State per key (the group values other than the window bounds): its events ordered by time,
+//! with multiplicities, and the rows it last emitted. When a key changes, its sessions are
+//! recomputed — events closer than the gap chain into one session [first, last + gap) — each
+//! session's aggregates are evaluated over its events, and the difference with what was
+//! emitted goes out: a bridging event merges sessions, retracting the merged-away rows.
+//!
+//! Over a watermarked stream a session is closed once the watermark reaches its end: under
+//! `EMIT ON WINDOW CLOSE` only closed sessions are emitted; a session whose end plus the
+//! allowed lateness the watermark has passed is forgotten (its row stays). A row is late when
+//! its own window [ts, ts + gap) is closed or it falls before the end of a closed session of its
+//! key (it would change a closed session): with `late_events = 'retract'` it is still applied
+//! while the sessions it touches are kept (before the end of any forgotten session, and within
+//! the allowed lateness); otherwise it is dropped and recorded.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::common::ScalarValue;
+use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+
+use crate::event_time::{EventTime, LateEvent, micros, row_json};
+use crate::plan::{AggregateCall, Expr, WindowClose};
+use crate::rows::{arrow_error, batch, eval_error, evaluate};
+use crate::{Operator, OperatorState};
+
+/// Which group positions are the window bounds, and the session's time and gap.
+pub struct Spec {
+    pub group: Vec<Expr>,
+    pub starts: Vec<usize>,
+    pub ends: Vec<usize>,
+    pub time: Expr,
+    pub gap_micros: i64,
+}
+
+#[derive(Default)]
+struct Key {
+    /// The key's group values (window bound positions hold NULL).
+    values: Vec<ScalarValue>,
+    /// (event time µs, input row) -> multiplicity.
+    events: BTreeMap<(i64, OwnedRow), i64>,
+    /// Rows emitted for sessions still tracked, with multiplicity.
+    emitted: HashMap<Vec<ScalarValue>, i64>,
+    /// The latest end of the key's closed sessions, and of its forgotten ones.
+    closed_end: Option<i64>,
+    forgotten_end: Option<i64>,
+}
+
+pub struct SessionAggregate {
+    input: Box<dyn Operator>,
+    input_schema: SchemaRef,
+    spec: Spec,
+    calls: Vec<AggregateCall>,
+    schema: SchemaRef,
+    window: Option<(WindowClose, Arc<EventTime>)>,
+    rows: RowConverter,
+    key_converter: Option<RowConverter>,
+    keys: HashMap<OwnedRow, Key>,
+    dirty: HashSet<OwnedRow>,
+    /// The type of the window bound columns (the time column's).
+    bound_type: DataType,
+    last_watermark: Option<i64>,
+}
+
+impl SessionAggregate {
+    pub fn new(
+        input: Box<dyn Operator>,
+        input_schema: &SchemaRef,
+        spec: Spec,
+        calls: Vec<AggregateCall>,
+        window: Option<(WindowClose, Arc<EventTime>)>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let fields = input_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let bound_type = spec.time.data_type(input_schema).map_err(eval_error)?;
+        Ok(SessionAggregate {
+            input,
+            input_schema: input_schema.clone(),
+            spec,
+            calls,
+            schema,
+            window,
+            rows: RowConverter::new(fields).map_err(arrow_error)?,
+            key_converter: None,
+            keys: HashMap::new(),
+            dirty: HashSet::new(),
+            bound_type,
+            last_watermark: None,
+        })
+    }
+
+    /// The input rows without the window bound placeholders (each is the row's own time).
+    fn without_bounds(&self, rows: &RecordBatch) -> Result<RecordBatch> {
+        let placeholders: Vec<usize> = self
+            .spec
+            .starts
+            .iter()
+            .chain(&self.spec.ends)
+            .filter_map(|&g| {
+                let any: &dyn std::any::Any = self.spec.group[g].as_ref();
+                any.downcast_ref::<datafusion::physical_expr::expressions::Column>().map(|c| c.index())
+            })
+            .collect();
+        let keep: Vec<usize> = (0..rows.num_columns()).filter(|c| !placeholders.contains(c)).collect();
+        rows.project(&keep).map_err(arrow_error)
+    }
+
+    fn is_bound(&self, i: usize) -> bool {
+        self.spec.starts.contains(&i) || self.spec.ends.contains(&i)
+    }
+
+    fn watermark(&self) -> Option<i64> {
+        let (w, event_time) = self.window.as_ref()?;
+        event_time.min_of(&w.sources)
+    }
+
+    fn absorb(&mut self, changes: ChangeBatch) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let watermark = self.watermark();
+        let lateness = self.window.as_ref().map(|(w, _)| w.lateness).unwrap_or_default();
+        let gap = self.spec.gap_micros;
+        let mut late = Vec::new();
+        let rows = changes.rows();
+        let key_columns: Vec<ArrayRef> = self
+            .spec
+            .group
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.is_bound(*i))
+            .map(|(_, e)| evaluate(e, rows))
+            .collect::<Result<_>>()?;
+        if self.key_converter.is_none() {
+            let fields = key_columns.iter().map(|k| SortField::new(k.data_type().clone())).collect();
+            self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
+        }
+        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
+        let keys = converter.convert_columns(&key_columns).map_err(arrow_error)?;
+        let encoded = self.rows.convert_columns(rows.columns()).map_err(arrow_error)?;
+        let times = micros(&evaluate(&self.spec.time, rows)?)?;
+        for (i, d) in changes.diffs().values().iter().enumerate() {
+            // A NULL time belongs to no session.
+            let Some(t) = times[i] else { continue };
+            let key = keys.row(i).owned();
+            if let Some(w) = watermark {
+                let state = self.keys.get(&key);
+                let on_time = t + gap > w && state.and_then(|s| s.closed_end).is_none_or(|end| t >= end);
+                let applied = lateness.retract
+                    && t + gap + lateness.allowed_micros > w
+                    && state.and_then(|s| s.forgotten_end).is_none_or(|end| t >= end);
+                if !on_time && !applied {
+                    late.push(LateEvent { row: row_json(&self.without_bounds(rows)?, i), event_time: Some(t), watermark: w, action: "dropped" });
+                    continue;
+                }
+            }
+            let state = match self.keys.get_mut(&key) {
+                Some(s) => s,
+                None => {
+                    let mut values = Vec::with_capacity(self.spec.group.len());
+                    let mut k = 0;
+                    for g in 0..self.spec.group.len() {
+                        if self.is_bound(g) {
+                            values.push(ScalarValue::Null);
+                        } else {
+                            values.push(ScalarValue::try_from_array(&key_columns[k], i).map_err(eval_error)?);
+                            k += 1;
+                        }
+                    }
+                    self.keys.entry(key.clone()).or_insert(Key { values, ..Key::default() })
+                }
+            };
+            let event = (t, encoded.row(i).owned());
+            let count = state.events.entry(event.clone()).or_insert(0);
+            *count += d;
+            if *count == 0 {
+                state.events.remove(&event);
+            }
+            self.dirty.insert(key);
+        }
+        if !late.is_empty()
+            && let Some((_, event_time)) = &self.window
+        {
+            event_time.record(late);
+        }
+        Ok(())
+    }
+
+    /// The sessions of a key: (start, end, events in the session with multiplicity).
+    fn sessions(events: &BTreeMap<(i64, OwnedRow), i64>, gap: i64) -> Vec<(i64, i64, Vec<(&OwnedRow, i64)>)> {
+        let mut out: Vec<(i64, i64, Vec<(&OwnedRow, i64)>)> = Vec::new();
+        for ((t, row), n) in events {
+            if *n <= 0 {
+                continue;
+            }
+            match out.last_mut() {
+                Some((_, end, members)) if *t < *end => {
+                    *end = (*end).max(t + gap);
+                    members.push((row, *n));
+                }
+                _ => out.push((*t, t + gap, vec![(row, *n)])),
+            }
+        }
+        out
+    }
+
+    /// One session's output row: the key's values with the bounds filled, then the aggregates.
+    fn session_row(&self, values: &[ScalarValue], start: i64, end: i64, members: &[(&OwnedRow, i64)]) -> Result<Vec<ScalarValue>> {
+        let mut out: Vec<ScalarValue> = values.to_vec();
+        for &i in &self.spec.starts {
+            out[i] = bound(&self.bound_type, start);
+        }
+        for &i in &self.spec.ends {
+            out[i] = bound(&self.bound_type, end);
+        }
+        let repeated: Vec<arrow::row::Row<'_>> = members.iter().flat_map(|(r, n)| std::iter::repeat_n(r.row(), *n as usize)).collect();
+        let columns = self.rows.convert_rows(repeated).map_err(arrow_error)?;
+        let events = RecordBatch::try_new(self.input_schema.clone(), columns).map_err(arrow_error)?;
+        for call in &self.calls {
+            let mut args: Vec<ArrayRef> = call.function.expressions().iter().map(|e| evaluate(e, &events)).collect::<Result<_>>()?;
+            if let Some(filter) = &call.filter {
+                let mask = evaluate(filter, &events)?;
+                let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("FILTER is not boolean"))?;
+                let mask: BooleanArray = mask.iter().map(|v| Some(v == Some(true))).collect();
+                args = args.iter().map(|a| arrow::compute::filter(a, &mask).map_err(arrow_error)).collect::<Result<_>>()?;
+            }
+            let mut acc = call.function.create_accumulator().map_err(eval_error)?;
+            acc.update_batch(&args).map_err(eval_error)?;
+            out.push(acc.evaluate().map_err(eval_error)?);
+        }
+        Ok(out)
+    }
+
+    fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
+        let watermark = self.watermark();
+        let (emit_on_close, allowed) = self.window.as_ref().map_or((false, 0), |(w, _)| (w.emit_on_close, w.lateness.allowed_micros));
+        // When the watermark moved, every key is looked at again: sessions may have closed
+        // (emitted under EMIT ON WINDOW CLOSE) or expired (forgotten). Tracked keys are those
+        // with sessions still open or within the allowed lateness.
+        let mut todo: Vec<OwnedRow> = std::mem::take(&mut self.dirty).into_iter().collect();
+        if watermark.is_some() && watermark != self.last_watermark {
+            todo = self.keys.keys().cloned().collect();
+            self.last_watermark = watermark;
+        }
+        let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
+        let mut diffs: Vec<i64> = Vec::new();
+        for key in todo {
+            let Some(state) = self.keys.get(&key) else { continue };
+            let mut now: HashMap<Vec<ScalarValue>, i64> = HashMap::new();
+            let mut expired: Vec<(i64, i64)> = Vec::new();
+            let mut closed_end = state.closed_end;
+            for (start, end, members) in Self::sessions(&state.events, self.spec.gap_micros) {
+                let closed = watermark.is_some_and(|w| end <= w);
+                if closed {
+                    closed_end = Some(closed_end.map_or(end, |c| c.max(end)));
+                }
+                if emit_on_close && !closed {
+                    continue;
+                }
+                *now.entry(self.session_row(&state.values, start, end, &members)?).or_default() += 1;
+                if watermark.is_some_and(|w| end.saturating_add(allowed) <= w) {
+                    expired.push((start, end));
+                }
+            }
+            let state = self.keys.get_mut(&key).ok_or_else(|| Error::internal("session key vanished"))?;
+            for (row, n) in &now {
+                let before = state.emitted.get(row).copied().unwrap_or(0);
+                if *n != before {
+                    rows.push(row.clone());
+                    diffs.push(n - before);
+                }
+            }
+            for (row, before) in &state.emitted {
+                if !now.contains_key(row) {
+                    rows.push(row.clone());
+                    diffs.push(-before);
+                }
+            }
+            state.emitted = now;
+            state.closed_end = closed_end;
+            // Forget sessions past the allowed lateness: their events and rows (the rows stay
+            // in the view).
+            for (start, end) in expired {
+                state.forgotten_end = Some(state.forgotten_end.map_or(end, |f| f.max(end)));
+                state.events.retain(|(t, _), _| *t < start || *t >= end);
+                state.emitted.retain(|row, _| {
+                    let bounds_of = |i: &usize| row.get(*i).cloned();
+                    let is_this = self.spec.starts.iter().all(|i| bounds_of(i) == Some(bound(&self.bound_type, start)))
+                        && self.spec.ends.iter().all(|i| bounds_of(i) == Some(bound(&self.bound_type, end)));
+                    !is_this
+                });
+            }
+            // A key with nothing tracked is forgotten once every row that could still touch
+            // its closed sessions is late by its own window anyway.
+            let settled = match (state.closed_end, watermark) {
+                (None, _) => true,
+                (Some(end), Some(w)) => end + self.spec.gap_micros <= w,
+                (Some(_), None) => false,
+            };
+            if state.events.is_empty() && state.emitted.is_empty() && settled {
+                self.keys.remove(&key);
+            }
+        }
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut columns = Vec::with_capacity(self.schema.fields().len());
+        for (c, field) in self.schema.fields().iter().enumerate() {
+            let array = ScalarValue::iter_to_array(rows.iter().map(|r| r[c].clone())).map_err(eval_error)?;
+            let array = if array.data_type() == field.data_type() { array } else { arrow::compute::cast(&array, field.data_type()).map_err(arrow_error)? };
+            columns.push(array);
+        }
+        Ok(vec![ChangeBatch::new(batch(&self.schema, columns)?, Int64Array::from(diffs))])
+    }
+}
+
+fn bound(data_type: &DataType, micros: i64) -> ScalarValue {
+    match data_type {
+        DataType::Timestamp(TimeUnit::Nanosecond, tz) => ScalarValue::TimestampNanosecond(Some(micros * 1000), tz.clone()),
+        DataType::Timestamp(_, tz) => ScalarValue::TimestampMicrosecond(Some(micros), tz.clone()),
+        _ => ScalarValue::Int64(Some(micros)),
+    }
+}
+
+impl Operator for SessionAggregate {
+    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        for batch in self.input.push(source, changes)? {
+            self.absorb(batch)?;
+        }
+        Ok(Vec::new())
+    }
+
+    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+        for batch in self.input.end_epoch()? {
+            self.absorb(batch)?;
+        }
+        self.emit()
+    }
+
+    fn state(&self) -> OperatorState {
+        let rows = self.keys.values().map(|k| k.events.len()).sum();
+        let bytes = self
+            .keys
+            .values()
+            .map(|k| k.events.keys().map(|(_, r)| r.as_ref().len() + std::mem::size_of::<((i64, OwnedRow), i64)>()).sum::<usize>())
+            .sum();
+        OperatorState { name: "SessionAggregate".to_owned(), rows, bytes }
+    }
+
+    fn children(&self) -> Vec<&dyn Operator> {
+        vec![self.input.as_ref()]
+    }
+}
