@@ -196,18 +196,24 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             event_time: Arc::clone(et),
             dropped: 0,
         }),
-        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema, lookup: false, .. } if *kind != plan::JoinKind::Inner => Box::new(outer_join::OuterJoin::new(
-            *kind,
-            *nulls_equal,
-            build(left, et)?,
-            build(right, et)?,
-            left.schema(),
-            right.schema(),
-            left_keys.clone(),
-            right_keys.clone(),
-            filter.clone(),
-            schema.clone(),
-        )?),
+        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema, bounds, lookup: false } if *kind != plan::JoinKind::Inner => {
+            let mut join = outer_join::OuterJoin::new(
+                *kind,
+                *nulls_equal,
+                build(left, et)?,
+                build(right, et)?,
+                left.schema(),
+                right.schema(),
+                left_keys.clone(),
+                right_keys.clone(),
+                filter.clone(),
+                schema.clone(),
+            )?;
+            if let Some(bounds) = bounds {
+                join.bound_by_time(bounds.as_ref().clone(), Arc::clone(et));
+            }
+            Box::new(join)
+        }
         Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, bounds, lookup, schema } => {
             let mut join = join::InnerJoin::new(
                 *nulls_equal,

@@ -7,8 +7,12 @@
 //! with equal keys whose residual filter is true. Rows whose key is NULL never match: their
 //! padded/anti output follows their own weight directly. Cost per touched key is
 //! |left rows| × |right rows| of that key.
+//!
+//! A window join of two streams (the window bounds are among the keys) forgets a whole key —
+//! both sides at once, without changing its output — once both sides' watermarks show the
+//! key's window can no longer change.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array, new_null_array};
@@ -17,7 +21,8 @@ use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::{Operator, OperatorState};
-use crate::plan::{Expr, JoinKind};
+use crate::event_time::{EventTime, micros};
+use crate::plan::{Expr, JoinKind, TimeBound};
 use crate::rows::{arrow_error, batch, evaluate, take_columns};
 
 type Bucket = HashMap<OwnedRow, i64>;
@@ -39,6 +44,9 @@ pub struct OuterJoin {
     right: Side,
     filter: Option<Expr>,
     schema: SchemaRef,
+    /// Window joins: per side, when a key expires; keys by expiry time.
+    bounds: Option<([TimeBound; 2], Arc<EventTime>)>,
+    expiry: BTreeMap<i64, Vec<OwnedRow>>,
 }
 
 impl Side {
@@ -126,6 +134,8 @@ impl OuterJoin {
             right: Side::new(right, right_schema, right_keys, nulls_equal)?,
             filter,
             schema,
+            bounds: None,
+            expiry: BTreeMap::new(),
         })
     }
 
@@ -268,10 +278,45 @@ impl OuterJoin {
         for key in &touched {
             self.key_output(key, 1, &mut out)?;
         }
+        if let Some((bounds, _)) = &self.bounds {
+            for (is_left, changes, rows) in &encoded {
+                let bound = &bounds[usize::from(!*is_left)];
+                let times = micros(&evaluate(&bound.time, changes.rows())?)?;
+                for (i, (key, _)) in rows.iter().enumerate() {
+                    if let (Some(key), Some(t)) = (key, times[i]) {
+                        self.expiry.entry(t.saturating_add(bound.horizon_micros)).or_default().push(key.clone());
+                    }
+                }
+            }
+        }
         out.chunks
             .into_iter()
             .map(|(columns, diffs)| Ok(ChangeBatch::new(batch(&self.schema, columns)?, Int64Array::from(diffs))))
             .collect()
+    }
+}
+
+impl OuterJoin {
+    /// Makes this a window join of two streams whose keys expire by the watermarks.
+    pub fn bound_by_time(&mut self, bounds: [TimeBound; 2], event_time: Arc<EventTime>) {
+        self.bounds = Some((bounds, event_time));
+    }
+
+    /// Forgets keys whose window both sides' watermarks have passed (plus the lateness).
+    fn evict(&mut self) {
+        let Some(([l, r], event_time)) = &self.bounds else { return };
+        let mut sources = l.own.clone();
+        sources.extend(r.own.iter().copied());
+        let Some(watermark) = event_time.min_of(&sources) else { return };
+        while let Some(entry) = self.expiry.first_entry() {
+            if *entry.key() > watermark {
+                break;
+            }
+            for key in entry.remove() {
+                self.left.arrangement.remove(&key);
+                self.right.arrangement.remove(&key);
+            }
+        }
     }
 }
 
@@ -285,7 +330,9 @@ impl Operator for OuterJoin {
     fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
         let left = self.left.input.end_epoch()?;
         let right = self.right.input.end_epoch()?;
-        self.process(left, right)
+        let out = self.process(left, right)?;
+        self.evict();
+        Ok(out)
     }
 
     fn state(&self) -> OperatorState {

@@ -678,11 +678,18 @@ impl Lowering<'_> {
                             "a join of two append-only streams must be bounded in time, or its state grows forever: join TUMBLE(a, ts, ...) with TUMBLE(b, ts, ...) on window_start or window_end (and keys), or add a condition such as a.ts BETWEEN b.ts - INTERVAL '10 minutes' AND b.ts + INTERVAL '10 minutes' over the streams' watermark columns",
                         ));
                     }
-                    if kind != JoinKind::Inner {
-                        return Err(Error::unsupported(format!("{kind:?} joins of two streams are not supported yet; use an inner join")));
+                    let window_join = bounds.as_ref().is_some_and(|[l, _]| !l.drop_late);
+                    if kind != JoinKind::Inner && !window_join {
+                        return Err(Error::unsupported(format!(
+                            "{kind:?} interval joins of two streams are not supported yet: use an inner join, or a window join (TUMBLE/HOP on both sides, joined on the window bounds)"
+                        )));
                     }
                 }
-                let bounds = if kind == JoinKind::Inner { bounds.map(Box::new) } else { None };
+                // Window bounds make keys expire; interval bounds apply to inner joins only.
+                let bounds = match bounds {
+                    Some(b) if kind == JoinKind::Inner || !b[0].drop_late => Some(Box::new(b)),
+                    _ => None,
+                };
                 let left = self.lower(&join.left)?;
                 let right = self.lower(&join.right)?;
                 let left_keys = join.on.iter().map(|(l, _)| self.expr(l, join.left.schema())).collect::<Result<_>>()?;
