@@ -152,13 +152,14 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
         Node::Project { input, exprs, schema } => {
             Box::new(stateless::Project { input: build(input, et)?, exprs: exprs.clone(), schema: schema.clone() })
         }
-        Node::TopN { input, partition, order, offset, limit, rank, schema } => Box::new(topn::TopN::new(
+        Node::TopN { input, partition, order, offset, limit, rank, window, schema } => Box::new(topn::TopN::new(
             build(input, et)?,
             input.schema(),
             partition.clone(),
             order.clone(),
             (*offset, *limit),
             *rank,
+            window.clone().map(|w| (w, Arc::clone(et))),
             schema.clone(),
         )?),
         Node::Union { inputs, schema } => Box::new(stateless::Union {

@@ -76,7 +76,18 @@ pub enum Node {
     /// input). With `rank`, each output row gets its rank as a trailing UInt64 column and the
     /// limit bounds the rank (`ROW_NUMBER() | RANK() | DENSE_RANK() OVER (PARTITION BY .. ORDER
     /// BY ..) <= n`); `schema` is the output.
-    TopN { input: Box<Node>, partition: Vec<Expr>, order: Vec<(Expr, arrow::compute::SortOptions)>, offset: usize, limit: usize, rank: Option<Ranking>, schema: SchemaRef },
+    /// With `window` (a partition expression at `key` is a window bound), a window's partition
+    /// is forgotten once the watermark passes its end plus the allowed lateness.
+    TopN {
+        input: Box<Node>,
+        partition: Vec<Expr>,
+        order: Vec<(Expr, arrow::compute::SortOptions)>,
+        offset: usize,
+        limit: usize,
+        rank: Option<Ranking>,
+        window: Option<WindowClose>,
+        schema: SchemaRef,
+    },
     /// Equi-join; `filter` is over the concatenated left and right columns; `nulls_equal` makes
     /// NULL keys match each other (IS NOT DISTINCT FROM, as INTERSECT and EXCEPT need). The output is
     /// left ++ right columns, or one side's columns for semi and anti joins.

@@ -18,7 +18,8 @@ use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, ObjectId, Result};
 
 use crate::{Operator, OperatorState};
-use crate::plan::{Expr, Ranking};
+use crate::event_time::{EventTime, micros};
+use crate::plan::{Expr, Ranking, WindowClose};
 use crate::rows::{arrow_error, batch_of, evaluate};
 
 type Ranked = HashMap<(OwnedRow, u64), i64>;
@@ -37,6 +38,9 @@ pub struct TopN {
     state: HashMap<Option<OwnedRow>, BTreeMap<(OwnedRow, OwnedRow), i64>>,
     emitted: HashMap<Option<OwnedRow>, Ranked>,
     dirty: HashSet<Option<OwnedRow>>,
+    /// Top-N per window: partitions by the watermark that frees them.
+    window: Option<(WindowClose, Arc<EventTime>)>,
+    expiry: BTreeMap<i64, Vec<Option<OwnedRow>>>,
 }
 
 impl TopN {
@@ -48,6 +52,7 @@ impl TopN {
         order: Vec<(Expr, SortOptions)>,
         (offset, limit): (usize, usize),
         rank: Option<Ranking>,
+        window: Option<(WindowClose, Arc<EventTime>)>,
         schema: SchemaRef,
     ) -> Result<Self> {
         let fields = input_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
@@ -66,6 +71,8 @@ impl TopN {
             state: HashMap::new(),
             emitted: HashMap::new(),
             dirty: HashSet::new(),
+            window,
+            expiry: BTreeMap::new(),
         })
     }
 
@@ -93,8 +100,18 @@ impl TopN {
             None => None,
         };
         let rows = self.rows.convert_columns(rows_in.columns()).map_err(arrow_error)?;
+        let ends = match &self.window {
+            Some((w, _)) => Some((micros(&evaluate(&self.partition[w.key], rows_in)?)?, w.to_end_micros + w.lateness.allowed_micros)),
+            None => None,
+        };
         for (i, d) in changes.diffs().values().iter().enumerate() {
             let part = parts.as_ref().map(|p| p.row(i).owned());
+            if let Some((ends, horizon)) = &ends
+                && let Some(end) = ends[i]
+                && !self.state.contains_key(&part)
+            {
+                self.expiry.entry(end.saturating_add(*horizon)).or_default().push(part.clone());
+            }
             let ordered = self.state.entry(part.clone()).or_default();
             let entry = (sort.row(i).owned(), rows.row(i).owned());
             let count = ordered.entry(entry.clone()).or_insert(0);
@@ -172,6 +189,23 @@ impl TopN {
     }
 }
 
+impl TopN {
+    /// Forgets windows' partitions the watermark has passed (their rows stay in the view).
+    fn evict(&mut self) {
+        let Some((w, event_time)) = &self.window else { return };
+        let Some(watermark) = event_time.min_of(&w.sources) else { return };
+        while let Some(entry) = self.expiry.first_entry() {
+            if *entry.key() > watermark {
+                break;
+            }
+            for part in entry.remove() {
+                self.state.remove(&part);
+                self.emitted.remove(&part);
+            }
+        }
+    }
+}
+
 impl Operator for TopN {
     fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
         for b in self.input.push(source, changes)? {
@@ -184,7 +218,9 @@ impl Operator for TopN {
         for b in self.input.end_epoch()? {
             self.absorb(&b)?;
         }
-        self.emit()
+        let out = self.emit()?;
+        self.evict();
+        Ok(out)
     }
 
     fn state(&self) -> OperatorState {

@@ -152,6 +152,8 @@ impl Lowering<'_> {
         match plan {
             LogicalPlan::Projection(p) => self.trace_bound(&p.expr[index], &p.input),
             LogicalPlan::Filter(f) => self.trace_bound(expr, &f.input),
+            // A windowed aggregate's window column is still the window.
+            LogicalPlan::Aggregate(a) if index < a.group_expr.len() => self.trace_bound(&a.group_expr[index], &a.input),
             LogicalPlan::SubqueryAlias(a) => self.trace_bound(&input_column(&a.input, index), &a.input),
             LogicalPlan::Union(u) => {
                 let mut found: Option<(WindowBound, Vec<Expr>, Vec<eddy_common::ObjectId>)> = None;
@@ -254,7 +256,7 @@ impl Lowering<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         let schema = input.schema();
-        Ok(Node::TopN { input: Box::new(input), partition: Vec::new(), order, offset, limit, rank: None, schema })
+        Ok(Node::TopN { input: Box::new(input), partition: Vec::new(), order, offset, limit, rank: None, window: None, schema })
     }
 
     /// `Filter(rn <= n)` over `Window(row_number() | rank() | dense_rank() OVER (PARTITION BY .. ORDER BY ..))`: top-N
@@ -305,7 +307,24 @@ impl Lowering<'_> {
             .iter()
             .map(|s| Ok((self.expr(&s.expr, window.input.schema())?, arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first })))
             .collect::<Result<Vec<_>>>()?;
-        let top = Node::TopN { input: Box::new(input), partition, order, offset: 0, limit, rank: Some(ranking), schema: nullable(window.schema.as_arrow()) };
+        // Top-N per window: a window's partition is forgotten once the watermark passes it.
+        let mut closes = None;
+        for (i, e) in function.params.partition_by.iter().enumerate() {
+            let Some((bound, args, sources)) = self.trace_bound(e, &window.input) else { continue };
+            if bound.is_session() {
+                continue;
+            }
+            let to_end = if bound.is_end() {
+                Some(0)
+            } else {
+                interval_literal(if matches!(bound, WindowBound::TumbleStart) { &args[1] } else { &args[2] })
+            };
+            if let Some(to_end) = to_end {
+                closes = Some(WindowClose { key: i, to_end_micros: to_end, sources, lateness: self.options.lateness, emit_on_close: false });
+                break;
+            }
+        }
+        let top = Node::TopN { input: Box::new(input), partition, order, offset: 0, limit, rank: Some(ranking), window: closes, schema: nullable(window.schema.as_arrow()) };
         Ok(Some(match projection {
             None => top,
             Some(p) => {
