@@ -149,6 +149,11 @@ impl SessionPlanner {
         }
         let mut rewritten = statement.clone();
         crate::windows::rewrite(&mut rewritten, false)?;
+        if let ast::Statement::Insert(insert) = &mut rewritten
+            && let Some(source) = insert.source.as_mut()
+        {
+            alias_repeated_columns(source);
+        }
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(rewritten));
         let plan = self.state().statement_to_plan(df_statement).await.map_err(from_datafusion)?;
         match plan {
@@ -227,6 +232,24 @@ impl SessionPlanner {
             .options_mut()
             .set("datafusion.execution.time_zone", time_zone)
             .map_err(from_datafusion)
+    }
+}
+
+/// `INSERT ... SELECT x, x` is valid SQL, but DataFusion wants unique projection names: the
+/// rows to insert are positional, so repeated names get aliases.
+fn alias_repeated_columns(query: &mut ast::Query) {
+    let ast::SetExpr::Select(select) = query.body.as_mut() else { return };
+    let mut seen = std::collections::HashSet::new();
+    for (i, item) in select.projection.iter_mut().enumerate() {
+        let ast::SelectItem::UnnamedExpr(expr) = item else { continue };
+        let name = match &*expr {
+            ast::Expr::Identifier(id) => id.value.clone(),
+            ast::Expr::CompoundIdentifier(parts) => parts.last().map(|p| p.value.clone()).unwrap_or_default(),
+            other => other.to_string(),
+        };
+        if !seen.insert(name) {
+            *item = ast::SelectItem::ExprWithAlias { expr: expr.clone(), alias: ast::Ident::new(format!("eddy_column_{i}")) };
+        }
     }
 }
 
