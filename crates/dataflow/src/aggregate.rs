@@ -158,14 +158,16 @@ impl Aggregate {
         let diffs = changes.diffs().values();
         let keys: Vec<ArrayRef> = self.group_exprs.iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
         // Per call: argument arrays (with FILTER applied as a mask), and argument rows.
-        let mut call_args: Vec<(Vec<ArrayRef>, Option<BooleanArray>)> = Vec::with_capacity(self.calls.len());
+        let mut call_args: Vec<(Vec<ArrayRef>, Option<BooleanArray>, Option<arrow::row::Rows>)> = Vec::with_capacity(self.calls.len());
         for call in &self.calls {
             let args: Vec<ArrayRef> = call.spec.function.expressions().iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
             let mask = match &call.spec.filter {
                 Some(f) => Some(evaluate(f, rows)?.as_boolean_opt().cloned().ok_or_else(|| Error::internal("FILTER is not boolean"))?),
                 None => None,
             };
-            call_args.push((args, mask));
+            // Multiset state keys argument rows: encode the batch once, not once per group.
+            let encoded = if call.retractable || self.append_only { None } else { Some(call.converter.convert_columns(&args).map_err(arrow_error)?) };
+            call_args.push((args, mask, encoded));
         }
         // Group the rows: key -> (row indices with their diffs).
         let mut by_group: Vec<(Option<OwnedRow>, Vec<(u32, i64)>)> = Vec::new();
@@ -208,8 +210,7 @@ impl Aggregate {
                 }
             }
             group.count += members.iter().map(|m| m.1).sum::<i64>();
-            for (c, call) in self.calls.iter().enumerate() {
-                let (args, mask) = &call_args[c];
+            for (c, (args, mask, encoded)) in call_args.iter().enumerate() {
                 let selected: Vec<(u32, i64)> = members
                     .iter()
                     .copied()
@@ -236,7 +237,7 @@ impl Aggregate {
                         acc.update_batch(&take_columns(args, &plus)?).map_err(crate::rows::eval_error)?;
                     }
                     AggState::Multiset(values) => {
-                        let encoded = call.converter.convert_columns(args).map_err(arrow_error)?;
+                        let encoded = encoded.as_ref().ok_or_else(|| Error::internal("multiset arguments not encoded"))?;
                         for (i, d) in selected {
                             let row = encoded.row(i as usize).owned();
                             let entry = values.entry(row.clone()).or_insert(0);
