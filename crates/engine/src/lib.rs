@@ -210,7 +210,7 @@ impl Engine {
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
         let dataflow = eddy_dataflow::build(&plan.node, &event_time)?;
-        let tables = self.backfill_inputs(&sources)?;
+        let tables = self.backfill_inputs(&sources).await?;
         let backfill_rows: usize = tables.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, b)| b.iter()).map(|b| b.len()).sum();
         let is_new = id.is_none();
         let id = match id {
@@ -241,7 +241,7 @@ impl Engine {
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
         let dataflow = eddy_dataflow::build(&plan.node, &event_time)?;
-        let tables = self.backfill_inputs(&sources)?;
+        let tables = self.backfill_inputs(&sources).await?;
         let id = self.meta.allocate_object_id()?;
         let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
         let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
@@ -260,28 +260,25 @@ impl Engine {
     }
 
     /// What a new view reads first from each table among `sources` (call under the write
-    /// lock, so that it lines up with the changes the view runtime receives next): a stream
-    /// with a watermark replays its log in commit order, batch by batch, so that its watermark
-    /// advances and late rows are judged exactly as they were live; other tables hand over
-    /// their current contents.
-    fn backfill_inputs(&self, sources: &[ObjectId]) -> Result<Vec<views::Backfill>> {
+    /// lock, so that it lines up with the changes the view runtime receives next): the table's
+    /// log from offset 0 in commit order, batch by batch — so a stream's watermark advances and
+    /// late rows are judged exactly as they were live.
+    async fn backfill_inputs(&self, sources: &[ObjectId]) -> Result<Vec<views::Backfill>> {
+        // Commits queued before the write lock was taken may not be in the log files yet (their
+        // changes already reached the runtime): an empty commit returns once they are.
+        self.log.commit(Vec::new()).await.map_err(|_| Error::internal("the log committer stopped without answering"))??;
         let tables: Vec<Arc<Table>> = self.tables.read().unwrap_or_else(|p| p.into_inner()).values().filter(|t| sources.contains(&t.def.id)).cloned().collect();
         let mut out = Vec::with_capacity(tables.len());
         for table in tables {
-            let batches = match &table.clock {
-                None => table.snapshot()?.iter().cloned().map(|b| (0, vec![ChangeBatch::inserts(b)])).collect(),
-                Some(_) => {
-                    let mut records: Vec<(u64, u32, Vec<ChangeBatch>)> = Vec::new();
-                    for p in 0..table.def.partitions {
-                        self.log.scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
-                            records.push((record.txn_id.0, p, decode_changes(&record.payload, &table.schema)?));
-                            Ok(())
-                        })?;
-                    }
-                    records.sort_by_key(|(txn, p, _)| (*txn, *p));
-                    records.into_iter().map(|(_, p, c)| (p, c)).collect()
-                }
-            };
+            let mut records: Vec<(u64, u32, Vec<ChangeBatch>)> = Vec::new();
+            for p in 0..table.def.partitions {
+                self.log.scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
+                    records.push((record.txn_id.0, p, decode_changes(&record.payload, &table.schema)?));
+                    Ok(())
+                })?;
+            }
+            records.sort_by_key(|(txn, p, _)| (*txn, *p));
+            let batches = records.into_iter().map(|(_, p, c)| (p, c)).collect();
             out.push(views::Backfill { object: table.def.id, clock: table.clock, batches });
         }
         // Tables before streams: a stream's rows then look up tables (FOR SYSTEM_TIME AS OF
