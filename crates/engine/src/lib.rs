@@ -202,7 +202,14 @@ impl Engine {
 
     /// Registers a materialized view and backfills it; `id` is given when restoring one.
     /// Returns how many table rows the backfill read.
-    pub(crate) async fn create_view(&self, name: String, sql: String, plan: eddy_sql::ViewPlan, id: Option<ObjectId>) -> Result<usize> {
+    pub(crate) async fn create_view(
+        &self,
+        name: String,
+        sql: String,
+        plan: eddy_sql::ViewPlan,
+        id: Option<ObjectId>,
+        progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<usize> {
         let guard = self.lock_writes().await;
         if self.name_taken(&name) {
             return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
@@ -211,7 +218,7 @@ impl Engine {
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
         let dataflow = eddy_dataflow::build(&plan.node, &event_time)?;
         let tables = self.backfill_inputs(&sources).await?;
-        let backfill_rows: usize = tables.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, b)| b.iter()).map(|b| b.len()).sum();
+        let backfill_rows: usize = tables.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, _, b)| b.iter()).map(|b| b.len()).sum();
         let is_new = id.is_none();
         let id = match id {
             Some(id) => id,
@@ -223,7 +230,7 @@ impl Engine {
         }
         let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
         self.views.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::clone(&view));
-        let done = self.runtime.add_view(view, dataflow, event_time, sources, tables)?;
+        let done = self.runtime.add_view(view, dataflow, event_time, sources, tables, progress)?;
         drop(guard);
         let result = done.await.map_err(|_| Error::internal("the view runtime stopped"))?;
         if let Err(e) = result {
@@ -245,7 +252,7 @@ impl Engine {
         let id = self.meta.allocate_object_id()?;
         let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
         let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
-        let done = self.runtime.add_view(view, dataflow, event_time, sources, tables)?;
+        let done = self.runtime.add_view(view, dataflow, event_time, sources, tables, None)?;
         drop(guard);
         done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
         Ok(id)
@@ -278,12 +285,9 @@ impl Engine {
                 })?;
             }
             records.sort_by_key(|(txn, p, _)| (*txn, *p));
-            let batches = records.into_iter().map(|(_, p, c)| (p, c)).collect();
+            let batches = records;
             out.push(views::Backfill { object: table.def.id, clock: table.clock, batches });
         }
-        // Tables before streams: a stream's rows then look up tables (FOR SYSTEM_TIME AS OF
-        // PROCTIME()) as they are now, as they would if they arrived now.
-        out.sort_by_key(|b| b.clock.is_some());
         Ok(out)
     }
 

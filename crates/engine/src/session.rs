@@ -79,13 +79,20 @@ pub struct Session {
     view: Arc<SessionCatalog>,
     variables: Variables,
     transaction: Option<Transaction>,
+    /// Where NOTICEs raised while a statement runs go (the connection forwards them at once).
+    notices: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl Session {
+    /// Sends NOTICEs raised during a statement (backfill progress) to `sink` as they happen.
+    pub fn set_notice_sink(&mut self, sink: tokio::sync::mpsc::UnboundedSender<String>) {
+        self.notices = Some(sink);
+    }
+
     pub fn new(engine: Arc<Engine>, info: &SessionInfo) -> Result<Self> {
         let view = Arc::new(SessionCatalog { engine: Arc::clone(&engine), forks: Mutex::new(HashMap::new()), views: Mutex::new(None) });
         let planner = SessionPlanner::new(Arc::clone(&view) as Arc<dyn CatalogSource>, info)?;
-        Ok(Session { cursors: HashMap::new(), engine, planner, view, variables: Variables::default(), transaction: None })
+        Ok(Session { cursors: HashMap::new(), engine, planner, view, variables: Variables::default(), transaction: None, notices: None })
     }
 
     /// Sets a session variable outside of SQL (start-up parameters such as application_name).
@@ -418,7 +425,7 @@ impl Session {
         let plan = self.planner.plan_view(&create.query, &options).await?;
         let started = std::time::Instant::now();
         let sql = if emit_on_close { format!("{create} EMIT ON WINDOW CLOSE") } else { create.to_string() };
-        let rows = self.engine.create_view(name.clone(), sql, plan, None).await?;
+        let rows = self.engine.create_view(name.clone(), sql, plan, None, self.notices.clone()).await?;
         Ok(Outcome::Notice {
             message: format!("materialized view \"{name}\" backfilled from {rows} rows in {} ms", started.elapsed().as_millis()),
             then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
@@ -434,7 +441,7 @@ impl Session {
         };
         let options = eddy_sql::windows::view_options(&create.options, emit_on_close)?;
         let plan = self.planner.plan_view(&create.query, &options).await?;
-        self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id)).await.map(|_| ())
+        self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id), None).await.map(|_| ())
     }
 
     /// Resolves a SUBSCRIBE target to a view (a temporary one for queries and tables) and

@@ -24,6 +24,8 @@ use crate::table::TableData;
 
 /// How often an epoch ends while changes are flowing (`barrier_interval`).
 pub const BARRIER_INTERVAL: Duration = Duration::from_millis(100);
+/// How often a long backfill reports its progress (as a NOTICE to the session creating it).
+const BACKFILL_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// Messages waiting for the runtime before writers wait (back-pressure).
 const RUNTIME_QUEUE_CAPACITY: usize = 1024;
 
@@ -56,13 +58,17 @@ pub struct ClockSpec {
     pub idle_timeout: Option<Duration>,
 }
 
-/// What a new view reads first from one table: (partition, one commit's changes) in commit
-/// order.
+/// What a new view reads first from one table: (transaction id, partition, that commit's
+/// changes) in commit order.
 pub struct Backfill {
     pub object: ObjectId,
     pub clock: Option<ClockSpec>,
-    pub batches: Vec<(u32, Vec<ChangeBatch>)>,
+    pub batches: Vec<(u64, u32, Vec<ChangeBatch>)>,
 }
+
+/// During a backfill, operators end an epoch (emitting and freeing closed windows) after
+/// this many rows, so state stays bounded as it does live.
+const BACKFILL_EPOCH_ROWS: usize = 100_000;
 
 /// A stream's watermark, tracked per partition from the data.
 #[derive(Debug, Clone)]
@@ -172,7 +178,15 @@ struct Subscriber {
 enum Message {
     Subscribe { view: ObjectId, snapshot: bool, subscriber_events: tokio::sync::mpsc::Sender<EpochChanges>, lagged: Arc<std::sync::atomic::AtomicBool>, reply: oneshot::Sender<Result<()>> },
     Changes { object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch> },
-    AddView { view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, tables: Vec<Backfill>, reply: oneshot::Sender<Result<()>> },
+    AddView {
+        view: Arc<View>,
+        dataflow: Box<dyn Operator>,
+        event_time: Arc<EventTime>,
+        sources: Vec<ObjectId>,
+        tables: Vec<Backfill>,
+        progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+        reply: oneshot::Sender<Result<()>>,
+    },
     LateEvents { reply: mpsc::Sender<Vec<LateRecord>> },
     Watermarks { reply: mpsc::Sender<Vec<WatermarkRow>> },
     DropView { id: ObjectId },
@@ -227,9 +241,18 @@ impl ViewRuntime {
 
     /// Registers a view; `tables` are the current contents of the tables it reads (taken under
     /// the write lock, like [`ViewRuntime::changes`]). Resolves once the view is backfilled.
-    pub fn add_view(&self, view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, tables: Vec<Backfill>) -> Result<oneshot::Receiver<Result<()>>> {
+    /// `progress` receives a line every second of a long backfill.
+    pub fn add_view(
+        &self,
+        view: Arc<View>,
+        dataflow: Box<dyn Operator>,
+        event_time: Arc<EventTime>,
+        sources: Vec<ObjectId>,
+        tables: Vec<Backfill>,
+        progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<oneshot::Receiver<Result<()>>> {
         let (reply, done) = oneshot::channel();
-        self.send(Message::AddView { view, dataflow, event_time, sources, tables, reply })?;
+        self.send(Message::AddView { view, dataflow, event_time, sources, tables, progress, reply })?;
         Ok(done)
     }
 
@@ -326,8 +349,8 @@ impl RuntimeState {
     fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
         match message {
             Message::Changes { object, partition, clock, batches } => self.push(object, partition, clock, &batches),
-            Message::AddView { view, dataflow, event_time, sources, tables, reply } => {
-                let result = self.add_view(view, dataflow, event_time, sources, tables);
+            Message::AddView { view, dataflow, event_time, sources, tables, progress, reply } => {
+                let result = self.add_view(view, dataflow, event_time, sources, tables, progress.as_ref());
                 *last_epoch = Instant::now();
                 let _ = reply.send(result);
             }
@@ -474,7 +497,15 @@ impl RuntimeState {
         rows
     }
 
-    fn add_view(&mut self, view: Arc<View>, mut dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, tables: Vec<Backfill>) -> Result<()> {
+    fn add_view(
+        &mut self,
+        view: Arc<View>,
+        mut dataflow: Box<dyn Operator>,
+        event_time: Arc<EventTime>,
+        sources: Vec<ObjectId>,
+        tables: Vec<Backfill>,
+        progress: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<()> {
         // Close the epoch in flight so that upstream views' contents are complete.
         self.end_epoch()?;
         let mut pending = Vec::new();
@@ -482,25 +513,49 @@ impl RuntimeState {
         let published = self.published.read().unwrap_or_else(|p| p.into_inner()).clone();
         for source in &sources {
             if let Some(contents) = published.get(source) {
-                let batches = contents.iter().cloned().map(|b| (0, vec![ChangeBatch::inserts(b)])).collect();
+                let batches = contents.iter().cloned().map(|b| (0, 0, vec![ChangeBatch::inserts(b)])).collect();
                 inputs.push(Backfill { object: *source, clock: None, batches });
             }
         }
-        let rows: usize = inputs.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, b)| b.iter()).map(|b| b.len()).sum();
+        let rows: usize = inputs.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, _, b)| b.iter()).map(|b| b.len()).sum();
         tracing::info!(view = %view.def.name, rows, "backfilling a materialized view");
-        for input in inputs {
-            // A stream replays with its own clock, so its watermark moves as it did live.
-            let mut clock = input.clock.map(StreamClock::new);
-            for (partition, batches) in &input.batches {
-                for batch in batches {
-                    pending.extend(dataflow.push(input.object, batch)?);
-                }
-                if let Some(clock) = clock.as_mut()
-                    && let Some(w) = clock.observe(*partition, batches)?
-                {
-                    event_time.advance(input.object, w);
-                }
+        let started = Instant::now();
+        let mut reported = Instant::now();
+        let mut done = 0usize;
+        let mut since_epoch = 0usize;
+        // Every table's commits in commit order (views' contents first), each stream with its
+        // own clock so that its watermark moves as it did live.
+        let mut clocks: HashMap<ObjectId, StreamClock> = inputs.iter().filter_map(|i| Some((i.object, StreamClock::new(i.clock?)))).collect();
+        let mut commits: Vec<(u64, ObjectId, u32, &Vec<ChangeBatch>)> =
+            inputs.iter().flat_map(|i| i.batches.iter().map(move |(txn, p, b)| (*txn, i.object, *p, b))).collect();
+        commits.sort_by_key(|(txn, object, p, _)| (*txn, *object, *p));
+        for (_, object, partition, batches) in commits {
+            for batch in batches {
+                pending.extend(dataflow.push(object, batch)?);
+                done += batch.len();
+                since_epoch += batch.len();
             }
+            if let Some(clock) = clocks.get_mut(&object)
+                && let Some(w) = clock.observe(partition, batches)?
+            {
+                event_time.advance(object, w);
+            }
+            if since_epoch >= BACKFILL_EPOCH_ROWS {
+                since_epoch = 0;
+                pending.extend(dataflow.end_epoch()?);
+            }
+            if let Some(progress) = progress
+                && reported.elapsed() >= BACKFILL_PROGRESS_INTERVAL
+            {
+                reported = Instant::now();
+                let _ = progress.send(format!(
+                    "materialized view \"{}\": backfilled {done} of {rows} rows ({} s)",
+                    view.def.name,
+                    started.elapsed().as_secs()
+                ));
+            }
+        }
+        for input in &inputs {
             let live = match self.clocks.get(&input.object) {
                 Some(clock) => clock.watermark,
                 None => self.views.iter().find(|e| e.view.def.id == input.object).and_then(Entry::watermark),

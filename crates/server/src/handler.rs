@@ -39,6 +39,8 @@ struct SessionSlot {
     copy: Mutex<Option<(CopyIn, Vec<u8>)>>,
     /// Values of the reported parameters as the client last heard them (ParameterStatus).
     reported: Mutex<Vec<(&'static str, String)>>,
+    /// NOTICEs the session raises while a statement runs (backfill progress).
+    notices: Mutex<tokio::sync::mpsc::UnboundedReceiver<String>>,
 }
 
 /// Session variables PostgreSQL reports to the client whenever they change (GUC_REPORT).
@@ -196,10 +198,13 @@ impl StartupHandler for Conn {
         }
         let reported = reported_values(&session);
         let parameters = EddyParameters { session: reported.clone() };
+        let (notice_sink, notices) = tokio::sync::mpsc::unbounded_channel();
+        session.set_notice_sink(notice_sink);
         client.session_extensions().insert(SessionSlot {
             session: Mutex::new(session),
             copy: Mutex::new(None),
             reported: Mutex::new(reported),
+            notices: Mutex::new(notices),
         });
         finish_authentication(client, &parameters).await?;
         Ok(())
@@ -343,10 +348,11 @@ impl SimpleQueryHandler for Conn {
                 }
                 break;
             }
-            let outcome = {
+            let outcome = with_notices(client, &slot, async {
                 let mut session = slot.session.lock().await;
                 run_guarded(&mut session, parsed, &[]).await
-            };
+            })
+            .await?;
             match outcome {
                 Ok(outcome) => {
                     let is_copy = matches!(outcome, Outcome::CopyIn(_));
@@ -363,6 +369,29 @@ impl SimpleQueryHandler for Conn {
         }
         Ok(responses)
     }
+}
+
+/// Runs a statement while forwarding the NOTICEs it raises to the client as they come.
+async fn with_notices<C, T>(client: &mut C, slot: &SessionSlot, run: impl std::future::Future<Output = T>) -> PgWireResult<T>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let mut notices = slot.notices.lock().await;
+    tokio::pin!(run);
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut run => break outcome,
+            Some(message) = notices.recv() => {
+                client.send(notice("NOTICE", SqlState::SUCCESSFUL_COMPLETION, message)).await?;
+            }
+        }
+    };
+    while let Ok(message) = notices.try_recv() {
+        client.send(notice("NOTICE", SqlState::SUCCESSFUL_COMPLETION, message)).await?;
+    }
+    Ok(outcome)
 }
 
 /// Sends one response now (used before a streaming SUBSCRIBE takes over the connection).
@@ -590,7 +619,7 @@ impl ExtendedQueryHandler for Conn {
             }
             _ => {}
         }
-        let outcome = {
+        let outcome = with_notices(client, &slot, async {
             let mut session = slot.session.lock().await;
             let prepared = if portal.parameters.is_empty() {
                 Ok(Vec::new())
@@ -610,7 +639,8 @@ impl ExtendedQueryHandler for Conn {
                     Err(e)
                 }
             }
-        };
+        })
+        .await?;
         match outcome {
             Ok(outcome) => {
                 let format = portal.result_column_format.clone();

@@ -53,8 +53,8 @@ enum Bench {
         /// Events in the generated stream.
         #[arg(long, default_value_t = 10_000_000)]
         events: u64,
-        /// Events per INSERT statement.
-        #[arg(long, default_value_t = 1_000_000)]
+        /// Events per INSERT statement (each followed by FLUSH): 100 s of event time.
+        #[arg(long, default_value_t = 100_000)]
         chunk: u64,
         /// Rows per second for the latency run, and its length in seconds.
         #[arg(long, default_value_t = 500)]
@@ -245,6 +245,7 @@ async fn windows(eddy: &std::path::Path, events: u64, chunk: u64, latency_rate: 
             exec(&client, &stream.replace("{t}", &format!("{t}_b"))).await?;
         }
         exec(&client, &format!("CREATE MATERIALIZED VIEW {name} AS {}", query.replace("{t}", &t))).await?;
+        eprintln!("{name}: {events} events ...");
         let before = server.stats()?;
         let start = Instant::now();
         let mut samples = Vec::new();
@@ -256,8 +257,10 @@ async fn windows(eddy: &std::path::Path, events: u64, chunk: u64, latency_rate: 
                 exec(&client, &events_sql(&format!("{t}_b"), from, to)).await?;
             }
             exec(&client, "FLUSH").await?;
-            let (rows, bytes) = state_of(&client, name).await?;
-            samples.push(format!("{}:{rows}r/{:.1}MB", to + 1, bytes as f64 / 1e6));
+            if (to + 1) % 1_000_000 == 0 || to + 1 == events {
+                let (rows, bytes) = state_of(&client, name).await?;
+                samples.push(format!("{}M:{rows}r/{:.1}MB", (to + 1) as f64 / 1e6, bytes as f64 / 1e6));
+            }
             from = to + 1;
         }
         let elapsed = start.elapsed();
