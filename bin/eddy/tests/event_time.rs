@@ -85,6 +85,11 @@ fn rows(groups: &Groups, keep: impl Fn(i64) -> bool) -> Vec<Vec<Option<String>>>
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
 
+/// Pairs of events of one key at most two seconds apart (later or equal second).
+fn pairs_query(t: &str) -> String {
+    format!("SELECT a.k, a.v, b.v AS w FROM {t} a JOIN {t} b ON a.k = b.k AND b.ts BETWEEN a.ts AND a.ts + INTERVAL '2 seconds'")
+}
+
 async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result<(), String> {
     let client = server.connect().await.map_err(|e| e.to_string())?;
     let case = CASE.fetch_add(1, Ordering::Relaxed);
@@ -100,7 +105,9 @@ async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result
              CREATE MATERIALIZED VIEW {t}_closed AS {drop} EMIT ON WINDOW CLOSE;
              CREATE MATERIALIZED VIEW {t}_hop AS {hopped};
              CREATE MATERIALIZED VIEW {t}_sess WITH (late_events = 'retract', allowed_lateness = '1 hour') AS
-               SELECT k, window_start, window_end, count(*) AS n, sum(v) AS s FROM SESSION({t}, ts, INTERVAL '{GAP} seconds') GROUP BY 1, 2, 3;",
+               SELECT k, window_start, window_end, count(*) AS n, sum(v) AS s FROM SESSION({t}, ts, INTERVAL '{GAP} seconds') GROUP BY 1, 2, 3;
+             CREATE MATERIALIZED VIEW {t}_pairs WITH (late_events = 'retract', allowed_lateness = '1 hour') AS {pairs};",
+            pairs = pairs_query(&t),
             fixed = select(&tumble),
             drop = select(&tumble),
             hopped = select(&hop),
@@ -119,6 +126,10 @@ async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result
     let compare = |what: &str, got: Vec<Vec<Option<String>>>, want: Vec<Vec<Option<String>>>| {
         if got == want { Ok(()) } else { Err(format!("{what}:\n got:  {got:?}\n want: {want:?}\n stream: {batches:?}")) }
     };
+
+    // An interval self-join with ample lateness: as DataFusion computes it in batch.
+    let batch_pairs = query_sorted(&client, &pairs_query(&t)).await.map_err(|e| e.to_string())?;
+    compare("interval join vs batch", read(format!("{t}_pairs")).await?, batch_pairs)?;
 
     // Retract with ample lateness: everything applied, as DataFusion computes it in batch.
     let batch = query_sorted(&client, &select(&tumble)).await.map_err(|e| e.to_string())?;

@@ -35,7 +35,10 @@ struct Side {
     /// Time-bounded joins: when rows may be forgotten, and the rows by the watermark (of the
     /// other side) that frees them.
     bound: Option<TimeBound>,
-    expiry: BTreeMap<i64, Vec<(OwnedRow, OwnedRow)>>,
+    expiry: BTreeMap<i64, Vec<(OwnedRow, OwnedRow, i64)>>,
+    /// Interval joins: per key, this side's rows by time, so a probe reads only the matching
+    /// time range (multiplicities stay in `arrangement`).
+    by_time: HashMap<OwnedRow, BTreeMap<i64, Vec<OwnedRow>>>,
 }
 
 pub struct InnerJoin {
@@ -61,6 +64,7 @@ impl Side {
             key_converter: None,
             bound: None,
             expiry: BTreeMap::new(),
+            by_time: HashMap::new(),
         })
     }
 
@@ -84,6 +88,7 @@ impl Side {
             Some(b) => Some((micros(&evaluate(&b.time, changes.rows())?)?, b.horizon_micros)),
             None => None,
         };
+        let indexed = self.bound.as_ref().is_some_and(|b| b.range.is_some());
         for (i, key) in keys.iter().enumerate() {
             let Some(key) = key else { continue };
             let bucket = self.arrangement.entry(key.clone()).or_default();
@@ -92,7 +97,10 @@ impl Side {
                 && let Some(t) = times[i]
                 && changes.diffs().value(i) > 0
             {
-                self.expiry.entry(t.saturating_add(*horizon)).or_default().push((key.clone(), row.clone()));
+                self.expiry.entry(t.saturating_add(*horizon)).or_default().push((key.clone(), row.clone(), t));
+                if indexed && !bucket.contains_key(&row) {
+                    self.by_time.entry(key.clone()).or_default().entry(t).or_default().push(row.clone());
+                }
             }
             let count = bucket.entry(row.clone()).or_insert(0);
             *count += changes.diffs().value(i);
@@ -191,16 +199,37 @@ impl InnerJoin {
 
     /// Joins `changes` of one side with the other side's arrangement.
     fn probe(&self, changes: &ChangeBatch, keys: &[Option<OwnedRow>], changes_are_left: bool) -> Result<Option<ChangeBatch>> {
-        let other = if changes_are_left { &self.right } else { &self.left };
+        let (me, other) = if changes_are_left { (&self.left, &self.right) } else { (&self.right, &self.left) };
         let mut mine = Vec::new();
         let mut theirs = Vec::new();
         let mut diffs = Vec::new();
+        // Interval joins read only the other side's rows within the time range.
+        let ranged = match &me.bound {
+            Some(TimeBound { range: Some(range), time, .. }) => Some((*range, micros(&evaluate(time, changes.rows())?)?)),
+            _ => None,
+        };
         for (i, key) in keys.iter().enumerate() {
-            let Some(bucket) = key.as_ref().and_then(|k| other.arrangement.get(k)) else { continue };
-            for (row, count) in bucket {
-                mine.push(i as u32);
-                theirs.push(row.row());
-                diffs.push(changes.diffs().value(i) * count);
+            let Some(key) = key.as_ref() else { continue };
+            let Some(bucket) = other.arrangement.get(key) else { continue };
+            match &ranged {
+                None => {
+                    for (row, count) in bucket {
+                        mine.push(i as u32);
+                        theirs.push(row.row());
+                        diffs.push(changes.diffs().value(i) * count);
+                    }
+                }
+                Some(((from, to), times)) => {
+                    let (Some(t), Some(by_time)) = (times[i], other.by_time.get(key)) else { continue };
+                    for rows in by_time.range(t.saturating_add(*from)..=t.saturating_add(*to)).map(|(_, rows)| rows) {
+                        for row in rows {
+                            let Some(count) = bucket.get(row) else { continue };
+                            mine.push(i as u32);
+                            theirs.push(row.row());
+                            diffs.push(changes.diffs().value(i) * count);
+                        }
+                    }
+                }
             }
         }
         if mine.is_empty() {
@@ -259,11 +288,22 @@ impl InnerJoin {
                 if *entry.key() > watermark {
                     break;
                 }
-                for (key, row) in entry.remove() {
+                for (key, row, t) in entry.remove() {
                     if let Some(bucket) = side.arrangement.get_mut(&key) {
                         bucket.remove(&row);
                         if bucket.is_empty() {
                             side.arrangement.remove(&key);
+                        }
+                    }
+                    if let Some(times) = side.by_time.get_mut(&key) {
+                        if let Some(rows) = times.get_mut(&t) {
+                            rows.retain(|r| r != &row);
+                            if rows.is_empty() {
+                                times.remove(&t);
+                            }
+                        }
+                        if times.is_empty() {
+                            side.by_time.remove(&key);
                         }
                     }
                 }

@@ -142,6 +142,9 @@ pub struct WindowClose {
 pub struct TimeBound {
     pub time: Expr,
     pub horizon_micros: i64,
+    /// Interval joins: a row of this side at time t matches rows of the other side whose time
+    /// is within [t + range.0, t + range.1] (the probe reads only that range).
+    pub range: Option<(i64, i64)>,
     pub own: Vec<ObjectId>,
     pub other: Vec<ObjectId>,
     pub allowed_micros: i64,

@@ -196,8 +196,8 @@ impl Lowering<'_> {
                 interval_literal(if matches!(bound, WindowBound::TumbleStart) { &args[1] } else { &args[2] })
             };
             let (Some(lend), Some(rend)) = (to_end(lb, &largs), to_end(rb, &rargs)) else { continue };
-            let left = TimeBound { time: self.expr(l, join.left.schema())?, horizon_micros: lend + allowed, own: lsrc.clone(), other: rsrc.clone(), allowed_micros: allowed, drop_late: false };
-            let right = TimeBound { time: self.expr(r, join.right.schema())?, horizon_micros: rend + allowed, own: rsrc, other: lsrc, allowed_micros: allowed, drop_late: false };
+            let left = TimeBound { time: self.expr(l, join.left.schema())?, horizon_micros: lend + allowed, range: None, own: lsrc.clone(), other: rsrc.clone(), allowed_micros: allowed, drop_late: false };
+            let right = TimeBound { time: self.expr(r, join.right.schema())?, horizon_micros: rend + allowed, range: None, own: rsrc, other: lsrc, allowed_micros: allowed, drop_late: false };
             return Ok(Some([left, right]));
         }
         // Interval conditions: t_left - t_right within [lo, hi].
@@ -229,8 +229,26 @@ impl Lowering<'_> {
             columns.get_or_insert((lcol, rcol, lsrc, rsrc));
         }
         let (Some(lo), Some(hi), Some((lcol, rcol, lsrc, rsrc))) = (lo, hi, columns) else { return Ok(None) };
-        let left = TimeBound { time: self.expr(&lcol, join.left.schema())?, horizon_micros: allowed - lo, own: lsrc.clone(), other: rsrc.clone(), allowed_micros: allowed, drop_late: true };
-        let right = TimeBound { time: self.expr(&rcol, join.right.schema())?, horizon_micros: hi + allowed, own: rsrc, other: lsrc, allowed_micros: allowed, drop_late: true };
+        // t_left - t_right within [lo, hi]: a left row meets right rows in [t - hi, t - lo], a
+        // right row meets left rows in [t + lo, t + hi].
+        let left = TimeBound {
+            time: self.expr(&lcol, join.left.schema())?,
+            horizon_micros: allowed - lo,
+            range: Some((-hi, -lo)),
+            own: lsrc.clone(),
+            other: rsrc.clone(),
+            allowed_micros: allowed,
+            drop_late: true,
+        };
+        let right = TimeBound {
+            time: self.expr(&rcol, join.right.schema())?,
+            horizon_micros: hi + allowed,
+            range: Some((lo, hi)),
+            own: rsrc,
+            other: lsrc,
+            allowed_micros: allowed,
+            drop_late: true,
+        };
         Ok(Some([left, right]))
     }
 

@@ -53,6 +53,9 @@ enum Bench {
         /// Events in the generated stream.
         #[arg(long, default_value_t = 10_000_000)]
         events: u64,
+        /// Events per side of the interval join (its probe is not yet time-indexed).
+        #[arg(long, default_value_t = 1_000_000)]
+        join_events: u64,
         /// Events per INSERT statement (each followed by FLUSH): 100 s of event time.
         #[arg(long, default_value_t = 100_000)]
         chunk: u64,
@@ -86,8 +89,8 @@ fn main() -> Result<()> {
         Bench::Views { rows, groups, backfill_rows, updates, batch } => {
             runtime.block_on(views(&eddy, rows, groups, backfill_rows, updates, batch))?
         }
-        Bench::Windows { events, chunk, latency_rate, latency_seconds } => {
-            runtime.block_on(windows(&eddy, events, chunk, latency_rate, latency_seconds))?
+        Bench::Windows { events, join_events, chunk, latency_rate, latency_seconds } => {
+            runtime.block_on(windows(&eddy, events, join_events, chunk, latency_rate, latency_seconds))?
         }
     };
     println!("\n{:<72} {:>14}  {:<10} note", "measure", "value", "unit");
@@ -228,7 +231,7 @@ fn events_sql(table: &str, from: u64, to: u64) -> String {
     )
 }
 
-async fn windows(eddy: &std::path::Path, events: u64, chunk: u64, latency_rate: u64, latency_seconds: u64) -> Result<Vec<Measure>> {
+async fn windows(eddy: &std::path::Path, all_events: u64, join_events: u64, chunk: u64, latency_rate: u64, latency_seconds: u64) -> Result<Vec<Measure>> {
     let server = EddyProcess::start_fresh(eddy)?;
     let client = server.connect().await?;
     let mut out = Vec::new();
@@ -239,6 +242,7 @@ async fn windows(eddy: &std::path::Path, events: u64, chunk: u64, latency_rate: 
         ("interval_join", "SELECT a.k, a.v, b.v AS w FROM {t} a JOIN {t}_b b ON a.k = b.k AND b.ts BETWEEN a.ts AND a.ts + INTERVAL '2 seconds'"),
     ];
     for (name, query) in views {
+        let events = if name == "interval_join" { join_events } else { all_events };
         let t = format!("s_{name}");
         exec(&client, &stream.replace("{t}", &t)).await?;
         if name == "interval_join" {
