@@ -491,8 +491,25 @@ impl RuntimeState {
                 rows.push(WatermarkRow { object: object.clone(), partition: Some(p as u32), watermark: *w });
             }
         }
-        for entry in self.views.iter().filter(|e| !e.view.def.sql.is_empty() && e.view.watermark.is_some()) {
-            rows.push(WatermarkRow { object: entry.view.def.name.clone(), partition: None, watermark: entry.watermark() });
+        // A view's watermark: that of its watermark column, else the least over the streams
+        // (and watermarked views) it reads.
+        for entry in self.views.iter().filter(|e| !e.view.def.sql.is_empty()) {
+            let watermark = match &entry.view.watermark {
+                Some(_) => entry.watermark(),
+                None => {
+                    let timed: Vec<ObjectId> = entry
+                        .sources
+                        .iter()
+                        .copied()
+                        .filter(|s| self.clocks.contains_key(s) || self.views.iter().any(|v| v.view.def.id == *s && v.view.watermark.is_some()))
+                        .collect();
+                    if timed.is_empty() {
+                        continue;
+                    }
+                    entry.event_time.min_of(&timed)
+                }
+            };
+            rows.push(WatermarkRow { object: entry.view.def.name.clone(), partition: None, watermark });
         }
         rows
     }
