@@ -128,7 +128,8 @@ pub fn stats(root: &dyn Operator) -> Vec<OperatorStats> {
         let state = op.state();
         let children = op.children();
         let rows_in = if children.is_empty() { op.rows_out() } else { children.iter().map(|c| c.rows_out()).sum() };
-        out.push(OperatorStats { path: path.clone(), name: state.name, rows_in, rows_out: op.rows_out(), state_rows: state.rows, state_bytes: state.bytes });
+        let name = plan::readable_intervals(&state.name);
+        out.push(OperatorStats { path: path.clone(), name, rows_in, rows_out: op.rows_out(), state_rows: state.rows, state_bytes: state.bytes });
         for (i, child) in children.into_iter().enumerate() {
             walk(child, format!("{path}.{i}"), out);
         }

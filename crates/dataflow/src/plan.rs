@@ -307,6 +307,49 @@ impl Node {
 
 impl fmt::Display for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_indent(f, 0)
+        struct Indented<'a>(&'a Node);
+        impl fmt::Display for Indented<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt_indent(f, 0)
+            }
+        }
+        f.write_str(&readable_intervals(&Indented(self).to_string()))
     }
+}
+
+/// DataFusion prints interval literals as `IntervalMonthDayNano { months: 0, days: 0,
+/// nanoseconds: 60000000000 }`; plans show them as `INTERVAL '60 seconds'`.
+pub fn readable_intervals(text: &str) -> String {
+    const START: &str = "IntervalMonthDayNano { months: ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(START) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + START.len()..];
+        let Some(end) = after.find('}') else { break };
+        let fields: Vec<i64> = after[..end]
+            .split(',')
+            .filter_map(|part| part.rsplit(':').next().and_then(|v| v.trim().parse().ok()))
+            .collect();
+        match fields.as_slice() {
+            [months, days, nanos] => {
+                let mut parts = Vec::new();
+                if *months != 0 {
+                    parts.push(format!("{months} months"));
+                }
+                if *days != 0 {
+                    parts.push(format!("{days} days"));
+                }
+                if *nanos != 0 || parts.is_empty() {
+                    let seconds = *nanos as f64 / 1e9;
+                    parts.push(if nanos % 1_000_000_000 == 0 { format!("{} seconds", nanos / 1_000_000_000) } else { format!("{seconds} seconds") });
+                }
+                out.push_str(&format!("INTERVAL '{}'", parts.join(" ")));
+            }
+            _ => out.push_str(&rest[at..at + START.len() + end + 1]),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
 }
