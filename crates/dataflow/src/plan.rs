@@ -227,7 +227,7 @@ impl Node {
                 writeln!(f, "{pad}Project: {}", list(exprs))?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::TopN { input, partition, order, offset, limit, rank, .. } => {
+            Node::TopN { input, partition, order, offset, limit, rank, window, .. } => {
                 let keys = order
                     .iter()
                     .map(|(e, o)| format!("{e}{}", if o.descending { " DESC" } else { "" }))
@@ -238,7 +238,11 @@ impl Node {
                     None => format!("offset={offset} limit={limit}"),
                     Some(r) => format!("{}<={limit}", r.sql_name()),
                 };
-                writeln!(f, "{pad}TopN:{groups} order=[{keys}] {bound} state=all input rows")?;
+                let state = match window {
+                    None => "state=all input rows".to_owned(),
+                    Some(w) => format!("state=input rows per window until the watermark passes its end + {}us", w.lateness.allowed_micros),
+                };
+                writeln!(f, "{pad}TopN:{groups} order=[{keys}] {bound} {state}")?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::Union { inputs, .. } => {
