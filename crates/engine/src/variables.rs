@@ -42,6 +42,8 @@ fn spec(name: &str) -> Option<&'static Spec> {
     let name = match name.to_lowercase().as_str() {
         "time zone" | "time_zone" => "timezone".to_owned(),
         "transaction isolation level" => "transaction_isolation".to_owned(),
+        // RisingWave's name, which its test files set first.
+        "rw_implicit_flush" => "implicit_flush".to_owned(),
         other => other.to_owned(),
     };
     SPECS.iter().find(|s| s.name.eq_ignore_ascii_case(&name))

@@ -70,12 +70,15 @@ pub const VIEW_NOW: &str = "eddy_now";
 /// Registers the window-bound functions and `eddy_now()`.
 pub fn register(ctx: &SessionContext) {
     for bound in WindowBound::ALL {
-        let arity = match bound {
-            WindowBound::TumbleStart | WindowBound::TumbleEnd => 3,
-            WindowBound::HopStart | WindowBound::HopEnd => 5,
-            WindowBound::SessionStart | WindowBound::SessionEnd => 2,
+        // tumble_start(ts, size [, offset]) is also callable directly, as in RisingWave.
+        let signature = match bound {
+            WindowBound::TumbleStart | WindowBound::TumbleEnd => {
+                Signature::one_of(vec![datafusion::logical_expr::TypeSignature::Any(2), datafusion::logical_expr::TypeSignature::Any(3)], Volatility::Immutable)
+            }
+            WindowBound::HopStart | WindowBound::HopEnd => Signature::any(5, Volatility::Immutable),
+            WindowBound::SessionStart | WindowBound::SessionEnd => Signature::any(2, Volatility::Immutable),
         };
-        ctx.register_udf(ScalarUDF::new_from_impl(BoundFunction { bound, signature: Signature::any(arity, Volatility::Immutable) }));
+        ctx.register_udf(ScalarUDF::new_from_impl(BoundFunction { bound, signature }));
     }
     // `proctime()` in ad-hoc queries: the current time, like now().
     ctx.register_udf(datafusion::logical_expr::create_udf(
@@ -161,7 +164,10 @@ impl ScalarUDFImpl for BoundFunction {
             }
         };
         let (slide, size, offset, index) = match self.bound {
-            WindowBound::TumbleStart | WindowBound::TumbleEnd => (interval(1)?, interval(1)?, interval(2)?, 0),
+            WindowBound::TumbleStart | WindowBound::TumbleEnd => {
+                let offset = if args.args.len() > 2 { interval(2)? } else { 0 };
+                (interval(1)?, interval(1)?, offset, 0)
+            }
             WindowBound::HopStart | WindowBound::HopEnd => (interval(1)?, interval(2)?, interval(3)?, interval(4)?),
             WindowBound::SessionStart | WindowBound::SessionEnd => return Ok(args.args[0].clone()),
         };
