@@ -93,6 +93,17 @@ pub fn consolidate(schema: &SchemaRef, batches: &[ChangeBatch]) -> Result<Option
     Ok(Some(ChangeBatch::new(batch(schema, columns)?, Int64Array::from(diffs))))
 }
 
+/// Rows and approximate bytes of a join arrangement (key -> row -> multiplicity).
+pub fn arrangement_size(arrangement: &HashMap<OwnedRow, HashMap<OwnedRow, i64>>) -> (usize, usize) {
+    let (mut rows, mut bytes) = (0, 0);
+    for (key, bucket) in arrangement {
+        rows += bucket.len();
+        bytes += key.as_ref().len() + std::mem::size_of::<(OwnedRow, HashMap<OwnedRow, i64>)>();
+        bytes += bucket.keys().map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum::<usize>();
+    }
+    (rows, bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,15 +121,4 @@ mod tests {
         assert_eq!(out.diffs().values().to_vec(), vec![1, 3]);
         assert!(consolidate(&schema, &[b(vec![Some(1)], vec![1]), b(vec![Some(1)], vec![-1])]).unwrap().is_none());
     }
-}
-
-/// Rows and approximate bytes of a join arrangement (key -> row -> multiplicity).
-pub fn arrangement_size(arrangement: &HashMap<OwnedRow, HashMap<OwnedRow, i64>>) -> (usize, usize) {
-    let (mut rows, mut bytes) = (0, 0);
-    for (key, bucket) in arrangement {
-        rows += bucket.len();
-        bytes += key.as_ref().len() + std::mem::size_of::<(OwnedRow, HashMap<OwnedRow, i64>)>();
-        bytes += bucket.keys().map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum::<usize>();
-    }
-    (rows, bytes)
 }

@@ -37,6 +37,9 @@ pub struct Spec {
     pub gap_micros: i64,
 }
 
+/// One session: start, end (last event + gap), and its events with multiplicity.
+type Session<'a> = (i64, i64, Vec<(&'a OwnedRow, i64)>);
+
 #[derive(Default)]
 struct Key {
     /// The key's group values (window bound positions hold NULL).
@@ -191,8 +194,8 @@ impl SessionAggregate {
     }
 
     /// The sessions of a key: (start, end, events in the session with multiplicity).
-    fn sessions(events: &BTreeMap<(i64, OwnedRow), i64>, gap: i64) -> Vec<(i64, i64, Vec<(&OwnedRow, i64)>)> {
-        let mut out: Vec<(i64, i64, Vec<(&OwnedRow, i64)>)> = Vec::new();
+    fn sessions(events: &BTreeMap<(i64, OwnedRow), i64>, gap: i64) -> Vec<Session<'_>> {
+        let mut out: Vec<Session<'_>> = Vec::new();
         for ((t, row), n) in events {
             if *n <= 0 {
                 continue;
