@@ -287,7 +287,8 @@ fn parse_fetch(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
     } else {
         Some(1)
     };
-    if parser.parse_keyword(Keyword::FROM) || parser.parse_keyword(Keyword::IN) {}
+    // Optional `FROM` / `IN` before the cursor name.
+    let _ = parser.parse_keyword(Keyword::FROM) || parser.parse_keyword(Keyword::IN);
     let cursor = parser.parse_identifier()?.value.to_lowercase();
     let mut timeout_ms = None;
     if parser.parse_keyword(Keyword::WITH) {

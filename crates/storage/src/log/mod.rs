@@ -16,7 +16,7 @@ mod segment;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -236,11 +236,8 @@ fn run_committer(shared: &Shared, queue: &Receiver<CommitRequest>, txn_max: TxnI
     let mut scratch = Vec::new();
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
-        loop {
-            match queue.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
+        while let Ok(request) = queue.try_recv() {
+            batch.push(request);
         }
         let failed = lock(&shared.failed).clone();
         if let Some(why) = failed {
