@@ -129,6 +129,8 @@ impl SessionAggregate {
         let lateness = self.window.as_ref().map(|(w, _)| w.lateness).unwrap_or_default();
         let gap = self.spec.gap_micros;
         let mut late = Vec::new();
+        // The rows as late events show them (placeholders removed), built once per batch.
+        let mut shown: Option<RecordBatch> = None;
         let rows = changes.rows();
         let key_columns: Vec<ArrayRef> = self
             .spec
@@ -157,7 +159,11 @@ impl SessionAggregate {
                     && t + gap + lateness.allowed_micros > w
                     && state.and_then(|s| s.forgotten_end).is_none_or(|end| t >= end);
                 if !on_time && !applied {
-                    late.push(LateEvent { row: row_json(&self.without_bounds(rows)?, i), event_time: Some(t), watermark: w, action: "dropped" });
+                    if shown.is_none() {
+                        shown = Some(self.without_bounds(rows)?);
+                    }
+                    let row = shown.as_ref().map(|r| row_json(r, i)).unwrap_or_default();
+                    late.push(LateEvent { row, event_time: Some(t), watermark: w, action: "dropped" });
                     continue;
                 }
             }
