@@ -19,7 +19,7 @@ mod join_tests;
 mod outer_join;
 pub mod plan;
 mod rows;
-pub use rows::consolidate;
+pub use rows::{consolidate, partition_by_key};
 mod session;
 mod stateless;
 mod temporal;

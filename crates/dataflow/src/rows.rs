@@ -35,6 +35,35 @@ pub fn evaluate(expr: &Expr, batch: &RecordBatch) -> Result<ArrayRef> {
     expr.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())).map_err(eval_error)
 }
 
+/// Splits changes by a hash of `key` columns into `partitions` parts (the partition index is
+/// the position in the result; empty parts are empty batches). Equal keys always land in the
+/// same part, so a row's retraction follows its insert; the hash is fixed (not seeded per
+/// process), so routing is the same after a restart.
+pub fn partition_by_key(changes: &ChangeBatch, key: &[usize], partitions: u32) -> Result<Vec<ChangeBatch>> {
+    use datafusion::common::hash_utils::{RandomState, create_hashes};
+    let n = partitions.max(1);
+    if n == 1 {
+        return Ok(vec![changes.clone()]);
+    }
+    let columns: Vec<&ArrayRef> = key.iter().map(|&i| changes.rows().column(i)).collect();
+    let mut hashes = vec![0u64; changes.len()];
+    create_hashes(columns, &RandomState::with_seed(0), &mut hashes).map_err(|e| Error::internal(format!("hashing keys: {e}")))?;
+    let mut indices: Vec<Vec<u32>> = vec![Vec::new(); n as usize];
+    for (i, h) in hashes.iter().enumerate() {
+        indices[(h % u64::from(n)) as usize].push(i as u32);
+    }
+    indices
+        .into_iter()
+        .map(|rows| {
+            let rows = UInt32Array::from(rows);
+            let columns = take_columns(changes.rows().columns(), &rows)?;
+            let diffs = take(changes.diffs(), &rows, None).map_err(arrow_error)?;
+            let diffs = diffs.as_any().downcast_ref::<Int64Array>().cloned().ok_or_else(|| Error::internal("diffs are not Int64"))?;
+            Ok(ChangeBatch::new(batch_of(&changes.rows().schema(), columns, rows.len())?, diffs))
+        })
+        .collect()
+}
+
 /// Keeps the rows (and their weights) where `mask` is true.
 pub fn filter_changes(changes: &ChangeBatch, mask: &BooleanArray) -> Result<ChangeBatch> {
     let rows = filter_record_batch(changes.rows(), mask).map_err(arrow_error)?;

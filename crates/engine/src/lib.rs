@@ -86,6 +86,21 @@ impl Table {
     pub fn snapshot(&self) -> Result<Arc<Vec<RecordBatch>>> {
         self.write().snapshot()
     }
+
+    /// The log partitions one transaction's changes go to: an append-only table's inserts to
+    /// the next partition in turn; other tables' rows by a hash of the primary key (or of the
+    /// whole row without one), so that every change of a key stays in order in one partition.
+    fn route(&self, changes: ChangeBatch) -> Result<Vec<(u32, ChangeBatch)>> {
+        let n = self.def.partitions.max(1);
+        if self.def.append_only || n == 1 {
+            let partition = self.next_partition.fetch_add(1, Ordering::Relaxed) % u64::from(n);
+            return Ok(vec![(partition as u32, changes)]);
+        }
+        let key: Vec<usize> =
+            if self.def.primary_key.is_empty() { (0..self.schema.fields().len()).collect() } else { self.def.primary_key.clone() };
+        let parts = eddy_dataflow::partition_by_key(&changes, &key, n)?;
+        Ok(parts.into_iter().enumerate().filter(|(_, p)| !p.is_empty()).map(|(i, p)| (i as u32, p)).collect())
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -164,6 +179,15 @@ impl Engine {
 
     pub fn table(&self, name: &str) -> Option<Arc<Table>> {
         self.tables.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    pub(crate) fn tables(&self) -> Vec<Arc<Table>> {
+        self.tables.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    /// The offset the next record of a table partition gets.
+    pub(crate) fn log_end(&self, table: ObjectId, partition: u32) -> Result<u64> {
+        Ok(self.log.end_offset(table, PartitionId(partition))?.0)
     }
 
     pub fn table_names(&self) -> Vec<String> {
@@ -435,32 +459,24 @@ impl Engine {
         }
         let writes = writes.into_iter().map(|(t, c)| Ok((Arc::clone(&t), fill_proctime(&t, c)?))).collect::<Result<Vec<_>>>()?;
         let mut log_writes = Vec::with_capacity(writes.len());
-        let mut partitions = Vec::with_capacity(writes.len());
+        let mut routed: Vec<Vec<(u32, ChangeBatch)>> = Vec::with_capacity(writes.len());
         for (table, changes) in &writes {
             if self.table(&table.def.name).is_none_or(|t| t.def.id != table.def.id) {
                 return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name)));
             }
             table.read().check(changes)?;
-            let merged = concat_changes(&table.schema, changes)?;
-            // Inserts into an append-only table may land in any partition; a mutable table's
-            // retractions must replay after the inserts they cancel, so it writes partition 0
-            // until key-hash routing (with per-key order) arrives.
-            let partition = if table.def.append_only {
-                table.next_partition.fetch_add(1, Ordering::Relaxed) % u64::from(table.def.partitions)
-            } else {
-                0
-            };
-            partitions.push(partition as u32);
-            log_writes.push(Write {
-                object: table.def.id,
-                partition: PartitionId(partition as u32),
-                payload: encode_changes(&merged)?,
-            });
+            let parts = table.route(concat_changes(&table.schema, changes)?)?;
+            for (partition, part) in &parts {
+                log_writes.push(Write { object: table.def.id, partition: PartitionId(*partition), payload: encode_changes(part)? });
+            }
+            routed.push(parts);
         }
         let ticket = self.log.commit(log_writes);
-        for ((table, changes), partition) in writes.iter().zip(partitions) {
+        for ((table, changes), parts) in writes.iter().zip(routed) {
             table.write().apply(changes)?;
-            self.runtime.changes(table.def.id, partition, table.clock, changes.clone())?;
+            for (partition, part) in parts {
+                self.runtime.changes(table.def.id, partition, table.clock, vec![part])?;
+            }
         }
         drop(guard);
         ticket

@@ -1,6 +1,6 @@
 //! Eddy's own system tables, computed when a query reads them: `eddy_operators`,
-//! `eddy_watermarks` and `eddy_late_events` (SQL.md, "System catalogs"). A user table or view
-//! of the same name hides them.
+//! `eddy_watermarks`, `eddy_late_events` and `eddy_source_offsets` (SQL.md, "System
+//! catalogs"). A user table or view of the same name hides them.
 
 use std::sync::Arc;
 
@@ -19,6 +19,7 @@ pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<Recor
         "eddy_operators" => operators(engine),
         "eddy_watermarks" => watermarks(engine),
         "eddy_late_events" => late_events(engine),
+        "eddy_source_offsets" => source_offsets(engine),
         _ => return None,
     };
     Some(match built {
@@ -34,6 +35,7 @@ fn empty_schema(name: &str) -> SchemaRef {
     match name {
         "eddy_operators" => operators_schema(),
         "eddy_watermarks" => watermarks_schema(),
+        "eddy_source_offsets" => source_offsets_schema(),
         _ => late_events_schema(),
     }
 }
@@ -127,4 +129,46 @@ fn late_events(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         Arc::new(StringArray::from(rows.iter().map(|r| r.event.action).collect::<Vec<_>>())),
     ];
     batch("eddy_late_events", late_events_schema(), columns)
+}
+
+fn source_offsets_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("object", DataType::Utf8, false),
+        Field::new("partition", DataType::UInt32, false),
+        Field::new("consumer", DataType::Utf8, true),
+        Field::new("committed_offset", DataType::UInt64, true),
+        Field::new("high_watermark", DataType::UInt64, false),
+        Field::new("lag", DataType::UInt64, true),
+    ]))
+}
+
+/// Per table partition: its log end (`high_watermark`) and, for each materialized view that
+/// reads the table, the offset up to which the view has committed and its lag. A partition
+/// nobody reads has one row with a NULL consumer.
+fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
+    let consumers = engine.runtime().offsets()?;
+    let mut rows: Vec<(String, u32, Option<String>, Option<u64>, u64)> = Vec::new();
+    for table in engine.tables() {
+        for p in 0..table.def.partitions {
+            let end = engine.log_end(table.def.id, p)?;
+            let readers: Vec<_> = consumers.iter().filter(|c| c.sources.contains(&table.def.id)).collect();
+            if readers.is_empty() {
+                rows.push((table.def.name.clone(), p, None, None, end));
+            }
+            for reader in readers {
+                let committed = reader.committed.get(&(table.def.id, p)).copied().unwrap_or(0);
+                rows.push((table.def.name.clone(), p, Some(reader.view.clone()), Some(committed), end));
+            }
+        }
+    }
+    rows.sort();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>())),
+        Arc::new(UInt32Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(rows.iter().map(|r| r.2.clone()).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.3).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.4).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.3.map(|c| r.4.saturating_sub(c))).collect::<Vec<_>>())),
+    ];
+    batch("eddy_source_offsets", source_offsets_schema(), columns)
 }

@@ -192,6 +192,16 @@ enum Message {
     DropView { id: ObjectId },
     Flush { reply: oneshot::Sender<Result<u64>> },
     Operators { reply: mpsc::Sender<Vec<(String, eddy_dataflow::OperatorStats)>> },
+    Offsets { reply: mpsc::Sender<Vec<ConsumerOffsets>> },
+}
+
+/// How far a materialized view has read the tables it reads: per (table, partition), the
+/// offset after the last record whose changes the view has committed (`eddy_source_offsets`).
+#[derive(Debug, Clone)]
+pub struct ConsumerOffsets {
+    pub view: String,
+    pub sources: Vec<ObjectId>,
+    pub committed: HashMap<(ObjectId, u32), u64>,
 }
 
 pub struct ViewRuntime {
@@ -286,6 +296,11 @@ impl ViewRuntime {
         Ok(done)
     }
 
+    /// How far every materialized view has read its tables' logs.
+    pub fn offsets(&self) -> Result<Vec<ConsumerOffsets>> {
+        self.ask(|reply| Message::Offsets { reply })
+    }
+
     /// Every operator of every materialized view (temporary subscription views excluded).
     pub fn operators(&self) -> Result<Vec<(String, eddy_dataflow::OperatorStats)>> {
         self.ask(|reply| Message::Operators { reply })
@@ -312,6 +327,10 @@ struct Entry {
     /// Output produced this epoch, not yet applied.
     pending: Vec<ChangeBatch>,
     contents: TableData,
+    /// Log records read per (table, partition): each message of changes is one record.
+    read: HashMap<(ObjectId, u32), u64>,
+    /// `read` as of the last epoch the view committed.
+    committed: HashMap<(ObjectId, u32), u64>,
 }
 
 struct RuntimeState {
@@ -352,7 +371,12 @@ impl RuntimeState {
 
     fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
         match message {
-            Message::Changes { object, partition, clock, batches } => self.push(object, partition, clock, &batches),
+            Message::Changes { object, partition, clock, batches } => {
+                for entry in self.views.iter_mut().filter(|e| e.sources.contains(&object)) {
+                    *entry.read.entry((object, partition)).or_default() += 1;
+                }
+                self.push(object, partition, clock, &batches);
+            }
             Message::AddView { view, dataflow, event_time, sources, tables, progress, reply } => {
                 let result = self.add_view(view, dataflow, event_time, sources, tables, progress.as_ref());
                 *last_epoch = Instant::now();
@@ -379,6 +403,15 @@ impl RuntimeState {
             }
             Message::Watermarks { reply } => {
                 let _ = reply.send(self.watermark_rows());
+            }
+            Message::Offsets { reply } => {
+                let rows = self
+                    .views
+                    .iter()
+                    .filter(|v| !v.view.def.sql.is_empty())
+                    .map(|v| ConsumerOffsets { view: v.view.def.name.clone(), sources: v.sources.clone(), committed: v.committed.clone() })
+                    .collect();
+                let _ = reply.send(rows);
             }
             Message::Operators { reply } => {
                 let rows = self
@@ -530,6 +563,12 @@ impl RuntimeState {
         // Close the epoch in flight so that upstream views' contents are complete.
         self.end_epoch()?;
         let mut pending = Vec::new();
+        let mut read: HashMap<(ObjectId, u32), u64> = HashMap::new();
+        for table in &tables {
+            for (_, partition, _) in &table.batches {
+                *read.entry((table.object, *partition)).or_default() += 1;
+            }
+        }
         let mut inputs = tables;
         let published = self.published.read().unwrap_or_else(|p| p.into_inner()).clone();
         for source in &sources {
@@ -587,7 +626,7 @@ impl RuntimeState {
         }
         self.collect_late(&view.def.name, &event_time);
         let contents = TableData::for_view(Arc::clone(&view.schema))?;
-        self.views.push(Entry { view, dataflow, event_time, sources, pending, contents });
+        self.views.push(Entry { view, dataflow, event_time, sources, pending, contents, committed: HashMap::new(), read });
         self.dirty = true;
         self.end_epoch()
     }
@@ -673,6 +712,7 @@ impl RuntimeState {
             match result {
                 Ok(out) => {
                     outputs.insert(entry.view.def.id, out);
+                    entry.committed.clone_from(&entry.read);
                 }
                 Err(e) => {
                     let id = entry.view.def.id;

@@ -24,7 +24,7 @@ use eddy_common::{Error, ObjectId, Offset, PartitionId, Result, SqlState, TxnId,
 use tokio::sync::oneshot;
 
 pub use codec::{decode_changes, encode_changes};
-pub use frame::Record;
+pub use frame::{Participant, Record};
 use segment::PartitionLog;
 
 /// One record to append in a commit.
@@ -153,6 +153,13 @@ impl LogStore {
         ticket
     }
 
+    /// The offset the next record appended to a partition gets (its log end).
+    pub fn end_offset(&self, object: ObjectId, partition: PartitionId) -> Result<Offset> {
+        let log = lock(&self.shared.partitions).get(&(object, partition)).cloned();
+        let log = log.ok_or_else(|| Error::internal(format!("no log for object {object}")))?;
+        Ok(lock(&log).end_offset())
+    }
+
     /// Calls `f` for each record of a partition from `from` to the current end.
     pub fn scan(
         &self,
@@ -199,31 +206,36 @@ fn remove_unknown_objects(root: &Path, objects: &[(ObjectId, u32)]) -> Result<()
     Ok(())
 }
 
-/// Drops every record from the first torn multi-object transaction on.
+/// Drops every record from the first torn multi-partition transaction on.
 ///
-/// A multi-object commit is torn when some partition it names lacks its record. Only the last
-/// group commit before a crash can be torn, and nothing from it was acknowledged, so cutting
-/// every partition at the first torn transaction id leaves exactly a prefix of acknowledged
-/// commits plus possibly some unacknowledged complete ones.
+/// A multi-partition commit is torn when some partition it names lacks its record. Only the
+/// last group commit before a crash can be torn, and nothing from it was acknowledged, so
+/// cutting every partition at the first torn transaction id leaves exactly a prefix of
+/// acknowledged commits plus possibly some unacknowledged complete ones.
 fn repair_torn_transactions(partitions: &mut HashMap<PartitionKey, PartitionLog>) -> Result<()> {
-    let mut present: HashMap<TxnId, HashSet<ObjectId>> = HashMap::new();
-    let mut expected: BTreeMap<TxnId, HashSet<ObjectId>> = BTreeMap::new();
+    let mut present: HashMap<TxnId, HashSet<PartitionKey>> = HashMap::new();
+    let mut expected: BTreeMap<TxnId, HashSet<Participant>> = BTreeMap::new();
     let objects: HashSet<ObjectId> = partitions.keys().map(|k| k.0).collect();
-    for ((object, _), log) in partitions.iter() {
-        for r in &log.multi_object_records {
-            present.entry(r.txn_id).or_default().insert(*object);
+    for (key, log) in partitions.iter() {
+        for r in &log.multi_partition_records {
+            present.entry(r.txn_id).or_default().insert(*key);
             let names = expected.entry(r.txn_id).or_default();
-            names.extend(r.participants.iter().filter(|p| objects.contains(p)));
+            names.extend(r.participants.iter().filter(|p| objects.contains(&p.object)));
         }
     }
+    let reached = |have: &HashSet<PartitionKey>, p: &Participant| match p.partition {
+        Some(partition) => have.contains(&(p.object, partition)),
+        // Version 1 records named objects only.
+        None => have.iter().any(|k| k.0 == p.object),
+    };
     let torn = expected
         .iter()
-        .find(|(txn, names)| present.get(txn).is_none_or(|have| !names.is_subset(have)))
+        .find(|(txn, names)| present.get(txn).is_none_or(|have| !names.iter().all(|p| reached(have, p))))
         .map(|(txn, _)| *txn);
     let Some(torn) = torn else { return Ok(()) };
-    tracing::warn!(txn = torn.0, "dropping a transaction that reached only some of its tables before a crash");
+    tracing::warn!(txn = torn.0, "dropping a transaction that reached only some of its partitions before a crash");
     for log in partitions.values_mut() {
-        let cut = log.multi_object_records.iter().find(|r| r.txn_id >= torn).map(|r| r.offset);
+        let cut = log.multi_partition_records.iter().find(|r| r.txn_id >= torn).map(|r| r.offset);
         if let Some(cut) = cut {
             log.truncate_from(cut)?;
         }
@@ -284,10 +296,13 @@ fn append_commit(
     touched: &mut HashMap<PartitionKey, Arc<Mutex<PartitionLog>>>,
     scratch: &mut Vec<u8>,
 ) -> Result<Committed> {
-    let mut objects: Vec<ObjectId> = writes.iter().map(|w| w.object).collect();
-    objects.sort();
-    objects.dedup();
-    let participants = if objects.len() > 1 { objects } else { Vec::new() };
+    let mut participants: Vec<Participant> =
+        writes.iter().map(|w| Participant { object: w.object, partition: Some(w.partition) }).collect();
+    participants.sort();
+    participants.dedup();
+    if participants.len() < 2 {
+        participants.clear();
+    }
     let mut offsets = Vec::with_capacity(writes.len());
     for write in writes {
         let key = (write.object, write.partition);
@@ -361,6 +376,23 @@ mod tests {
         let store = LogStore::open(dir.path(), &objects).unwrap();
         assert_eq!(payloads(&store, 1), vec![b"ok".to_vec()]);
         assert!(payloads(&store, 2).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_transaction_torn_across_partitions_of_one_table_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = [(ObjectId(1), 2)];
+        let to = |p: u32, payload: &[u8]| Write { object: ObjectId(1), partition: PartitionId(p), payload: payload.to_vec() };
+        {
+            let store = LogStore::open(dir.path(), &objects).unwrap();
+            store.commit(vec![to(0, b"ok")]).await.unwrap().unwrap();
+            store.commit(vec![to(0, b"t0"), to(1, b"t1")]).await.unwrap().unwrap();
+        }
+        let seg = partition_dir(dir.path(), (ObjectId(1), PartitionId(1))).join(format!("{:020}.seg", 0));
+        fs::write(&seg, b"").unwrap();
+        let store = LogStore::open(dir.path(), &objects).unwrap();
+        assert_eq!(payloads(&store, 1), vec![b"ok".to_vec()]);
+        assert_eq!(store.end_offset(ObjectId(1), PartitionId(1)).unwrap(), Offset(0));
     }
 
     #[tokio::test]
