@@ -29,6 +29,9 @@ struct ServeArgs {
     /// Address for PostgreSQL clients. Loopback by default; bind 0.0.0.0 deliberately.
     #[arg(long, env = "EDDY_LISTEN", default_value = "127.0.0.1:6877")]
     listen: SocketAddr,
+    /// Address for HTTP ingest (`POST /ingest/<table>`). Loopback by default.
+    #[arg(long, env = "EDDY_HTTP_LISTEN", default_value = "127.0.0.1:6878")]
+    http_listen: SocketAddr,
     /// Directory for the catalog and the log.
     #[arg(long, env = "EDDY_DATA_DIR", default_value = "./eddy-data")]
     data_dir: PathBuf,
@@ -54,6 +57,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await?
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", args.data_dir.display()))?;
     engine.restore_views().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    engine.start_connectors().await.map_err(|e| anyhow::anyhow!("starting connectors: {e}"))?;
+    let http = tokio::net::TcpListener::bind(args.http_listen)
+        .await
+        .with_context(|| format!("listening for HTTP on {}", args.http_listen))?;
+    let http_local = http.local_addr()?;
+    let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let http_task = tokio::spawn(eddy_server::serve_http(engine.clone(), http, async move {
+        let _ = http_stopped.await;
+    }));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -62,6 +74,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Printed (not logged) so that people and test harnesses see it whatever the log level.
     println!("Eddy {} is listening on {local} (data in {})", eddy_engine::EDDY_VERSION, args.data_dir.display());
     println!("Connect with: psql -h {} -p {} -U eddy", local.ip(), local.port());
+    println!("HTTP ingest on http://{http_local}/ingest/<table>");
     let shutdown = async {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(s) => s,
@@ -78,6 +91,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
     };
     eddy_server::serve(engine.clone(), listener, shutdown).await?;
+    let _ = http_stop.send(());
+    let _ = http_task.await;
     // Answer every queued commit, then stop; acknowledged writes are already durable.
     tokio::task::spawn_blocking(move || engine.shutdown()).await?;
     tracing::info!("stopped cleanly");

@@ -64,6 +64,11 @@ impl SqlState {
     pub fn code(self) -> &'static str {
         self.0
     }
+
+    /// Class 22: a bad value in the data (division by zero, a failed cast), not a bug.
+    pub fn is_data_exception(self) -> bool {
+        self.0.starts_with("22")
+    }
 }
 
 impl fmt::Display for SqlState {

@@ -38,6 +38,8 @@ pub struct LateEvent {
 pub struct EventTime {
     watermarks: Vec<(ObjectId, AtomicI64)>,
     late: Mutex<Vec<LateEvent>>,
+    /// Rows whose evaluation failed (row as JSON, error): dead letters of the view.
+    failed: Mutex<Vec<(String, String)>>,
     /// The dataflow's output changes with the wall clock (a temporal filter): it must see an
     /// epoch end regularly even when no data arrives.
     ticks: std::sync::atomic::AtomicBool,
@@ -48,6 +50,7 @@ impl EventTime {
         EventTime {
             watermarks: sources.iter().map(|s| (*s, AtomicI64::new(NONE))).collect(),
             late: Mutex::new(Vec::new()),
+            failed: Mutex::new(Vec::new()),
             ticks: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -82,6 +85,15 @@ impl EventTime {
     /// The late events recorded since the last call.
     pub fn take_late_events(&self) -> Vec<LateEvent> {
         std::mem::take(&mut *self.late.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Rows set aside because evaluating them failed, since the last call: (row JSON, error).
+    pub fn take_failed_rows(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.failed.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub(crate) fn record_failed(&self, rows: Vec<(String, String)>) {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).extend(rows);
     }
 
     pub(crate) fn record(&self, events: Vec<LateEvent>) {
@@ -289,7 +301,7 @@ pub fn row_json(batch: &RecordBatch, i: usize) -> String {
         if c > 0 {
             out.push_str(", ");
         }
-        let _ = write!(out, "{}: ", json_string(field.name()));
+        let _ = write!(out, "{}: ", eddy_common::json_string(field.name()));
         let column = batch.column(c);
         if column.is_null(i) {
             out.push_str("null");
@@ -302,27 +314,10 @@ pub fn row_json(batch: &RecordBatch, i: usize) -> String {
         if bare && (text.parse::<f64>().is_ok() || matches!(text.as_str(), "true" | "false")) {
             out.push_str(&text);
         } else {
-            out.push_str(&json_string(&text));
+            out.push_str(&eddy_common::json_string(&text));
         }
     }
     out.push('}');
     out
 }
 
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}

@@ -149,9 +149,11 @@ pub fn build(node: &Node, event_time: &Arc<EventTime>) -> Result<Box<dyn Operato
 fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
     Ok(match node {
         Node::Source { object, .. } => Box::new(stateless::Source { object: *object }),
-        Node::Filter { input, predicate } => Box::new(stateless::Filter { input: build(input, et)?, predicate: predicate.clone() }),
+        Node::Filter { input, predicate } => {
+            Box::new(stateless::Filter { input: build(input, et)?, predicate: predicate.clone(), context: Arc::clone(et) })
+        }
         Node::Project { input, exprs, schema } => {
-            Box::new(stateless::Project { input: build(input, et)?, exprs: exprs.clone(), schema: schema.clone() })
+            Box::new(stateless::Project { input: build(input, et)?, exprs: exprs.clone(), schema: schema.clone(), context: Arc::clone(et) })
         }
         Node::TopN { input, partition, order, offset, limit, rank, window, schema } => Box::new(topn::TopN::new(
             build(input, et)?,

@@ -64,6 +64,36 @@ pub fn partition_by_key(changes: &ChangeBatch, key: &[usize], partitions: u32) -
         .collect()
 }
 
+/// Evaluates `exprs` over every row of `changes`. When a row's values make an expression fail
+/// (division by zero, a failed cast: a data exception), that row is set aside — recorded in
+/// `failures` with its error, as a dead letter of the view — and the others are evaluated
+/// again; other errors are bugs and fail the batch. Returns the rows kept and the values.
+pub fn evaluate_or_set_aside(exprs: &[&Expr], changes: ChangeBatch, failures: &crate::EventTime) -> Result<(ChangeBatch, Vec<ArrayRef>)> {
+    let all = exprs.iter().map(|e| evaluate(e, changes.rows())).collect::<Result<Vec<_>>>();
+    match all {
+        Ok(values) => return Ok((changes, values)),
+        Err(e) if !e.state.is_data_exception() => return Err(e),
+        Err(_) => {}
+    }
+    let mut keep = Vec::with_capacity(changes.len());
+    let mut failed = Vec::new();
+    for i in 0..changes.len() {
+        let row = changes.rows().slice(i, 1);
+        match exprs.iter().try_for_each(|e| evaluate(e, &row).map(|_| ())) {
+            Ok(()) => keep.push(true),
+            Err(e) if e.state.is_data_exception() => {
+                keep.push(false);
+                failed.push((crate::event_time::row_json(changes.rows(), i), e.message));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    failures.record_failed(failed);
+    let kept = filter_changes(&changes, &BooleanArray::from(keep))?;
+    let values = exprs.iter().map(|e| evaluate(e, kept.rows())).collect::<Result<Vec<_>>>()?;
+    Ok((kept, values))
+}
+
 /// Keeps the rows (and their weights) where `mask` is true.
 pub fn filter_changes(changes: &ChangeBatch, mask: &BooleanArray) -> Result<ChangeBatch> {
     let rows = filter_record_batch(changes.rows(), mask).map_err(arrow_error)?;

@@ -7,7 +7,10 @@ use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::{Operator, OperatorState};
 use crate::plan::Expr;
-use crate::rows::{batch_of, evaluate, filter_changes};
+use std::sync::Arc;
+
+use crate::EventTime;
+use crate::rows::{batch_of, evaluate_or_set_aside, filter_changes};
 
 pub struct Source {
     pub object: ObjectId,
@@ -34,13 +37,16 @@ impl Operator for Source {
 pub struct Filter {
     pub input: Box<dyn Operator>,
     pub predicate: Expr,
+    /// Where rows whose predicate fails to evaluate are set aside.
+    pub context: Arc<EventTime>,
 }
 
 impl Filter {
     fn apply(&self, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::with_capacity(batches.len());
         for changes in batches {
-            let mask = evaluate(&self.predicate, changes.rows())?;
+            let (changes, mut values) = evaluate_or_set_aside(&[&self.predicate], changes, &self.context)?;
+            let mask = values.pop().ok_or_else(|| Error::internal("filter predicate"))?;
             let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("filter predicate is not boolean"))?;
             // NULL is not true: those rows are dropped, as WHERE does.
             let mask = match mask.nulls() {
@@ -80,14 +86,17 @@ pub struct Project {
     pub input: Box<dyn Operator>,
     pub exprs: Vec<Expr>,
     pub schema: SchemaRef,
+    /// Where rows whose expressions fail to evaluate are set aside.
+    pub context: Arc<EventTime>,
 }
 
 impl Project {
     fn apply(&self, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+        let exprs: Vec<&Expr> = self.exprs.iter().collect();
         batches
             .into_iter()
             .map(|changes| {
-                let columns = self.exprs.iter().map(|e| evaluate(e, changes.rows())).collect::<Result<Vec<_>>>()?;
+                let (changes, columns) = evaluate_or_set_aside(&exprs, changes, &self.context)?;
                 let n = changes.len();
                 let (_, diffs) = changes.into_parts();
                 Ok(ChangeBatch::new(batch_of(&self.schema, columns, n)?, diffs))

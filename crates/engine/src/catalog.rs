@@ -45,6 +45,13 @@ pub struct TableDef {
     pub watermark: Option<WatermarkDef>,
     pub options: Vec<(String, String)>,
     pub partitions: u32,
+    /// `FORMAT envelope ENCODE encoding` (as `PLAIN`, `JSON`): how a connector's records and
+    /// HTTP ingest bodies are decoded. `None`: plain JSON (or CSV by content type).
+    #[serde(default)]
+    pub format: Option<(String, String)>,
+    /// `INCLUDE` metadata, in order: the last `includes.len()` columns carry them.
+    #[serde(default)]
+    pub includes: Vec<String>,
 }
 
 /// A materialized view: its query text is planned again on start-up.
@@ -96,8 +103,8 @@ impl TableDef {
 
     /// `CREATE TABLE` text equivalent to this definition (SHOW CREATE TABLE).
     pub fn create_sql(&self) -> String {
-        let mut parts: Vec<String> = self
-            .columns
+        let declared = self.columns.len() - self.includes.len();
+        let mut parts: Vec<String> = self.columns[..declared]
             .iter()
             .map(|c| {
                 let not_null = if c.nullable || self.primary_key.iter().any(|&i| self.columns[i].name == c.name) {
@@ -120,12 +127,54 @@ impl TableDef {
         if self.append_only {
             sql.push_str(" APPEND ONLY");
         }
+        for (what, column) in self.includes.iter().zip(&self.columns[declared..]) {
+            sql.push_str(&format!(" INCLUDE {what} AS {}", quote_ident(&column.name)));
+        }
         if !self.options.is_empty() {
             let options: Vec<String> = self.options.iter().map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''"))).collect();
             sql.push_str(&format!(" WITH ({})", options.join(", ")));
         }
+        if let Some((envelope, encoding)) = &self.format {
+            sql.push_str(&format!(" FORMAT {envelope} ENCODE {encoding}"));
+        }
         sql
     }
+
+    /// The option `key`, as given.
+    pub fn option(&self, key: &str) -> Option<&str> {
+        self.options.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// How decoding failures are handled (`on_error`).
+    pub fn on_error(&self) -> OnError {
+        match self.option("on_error") {
+            Some("skip") => OnError::Skip,
+            Some("fail") => OnError::Fail,
+            _ => OnError::DeadLetter,
+        }
+    }
+
+    /// The record format and the decoder of this table's records.
+    pub fn decoder(&self, schema: &SchemaRef, csv: bool) -> Result<eddy_connectors::RecordDecoder> {
+        let format = match &self.format {
+            Some((envelope, encoding)) => eddy_connectors::Format::parse(envelope, encoding)?,
+            None if csv => eddy_connectors::Format::PLAIN_CSV,
+            None => eddy_connectors::Format::PLAIN_JSON,
+        };
+        let includes = self.includes.iter().map(|i| eddy_connectors::Include::parse(i)).collect::<Result<Vec<_>>>()?;
+        eddy_connectors::RecordDecoder::new(Arc::clone(schema), &includes, &self.primary_key, format)
+    }
+}
+
+/// What happens to a record that cannot be decoded (`on_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// Recorded in `eddy_dead_letters`; the others flow on.
+    DeadLetter,
+    /// Counted and dropped.
+    Skip,
+    /// The whole write (or the connector) stops with the error.
+    Fail,
 }
 
 /// Quotes an identifier when PostgreSQL would need it to read it back unchanged.
@@ -225,7 +274,41 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef>
         Some((column, expr)) => Some(bind_watermark(&columns, column, expr)?),
     };
     let (options, partitions) = bind_table_options(&create.options)?;
-    Ok(TableDef { id, name, columns, primary_key, append_only: create.append_only, watermark, options, partitions })
+    let mut includes = Vec::new();
+    for (what, alias) in &create.includes {
+        let include = eddy_connectors::Include::parse(what)?;
+        let column_name = alias.as_ref().map_or_else(|| include.default_column(), normalize_ident);
+        if columns.iter().any(|c| c.name == column_name) {
+            return Err(Error::new(SqlState::DUPLICATE_COLUMN, format!("column \"{column_name}\" specified more than once")));
+        }
+        let column_type = types::column_type_named(include.pg_type())?;
+        columns.push(ColumnDef { name: column_name, pg_type: column_type.pg_name, arrow_type: column_type.arrow.to_string(), nullable: true, proctime: false });
+        includes.push(include.name().to_owned());
+    }
+    let connector = options.iter().find(|(k, _)| k == "connector").map(|(_, v)| v.clone());
+    if !includes.is_empty() && connector.is_none() {
+        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "INCLUDE needs a connector (WITH (connector = ...))"));
+    }
+    let format = match &create.format {
+        Some((envelope, encoding)) => {
+            let format = eddy_connectors::Format::parse(envelope, encoding)?;
+            Some((format.envelope_name().to_owned(), format.encoding_name().to_owned()))
+        }
+        None if connector.is_some() => {
+            return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "a table with a connector needs FORMAT ... ENCODE ..."));
+        }
+        None => None,
+    };
+    if create.append_only && format.as_ref().is_some_and(|(e, _)| e != "PLAIN") {
+        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "an APPEND ONLY table takes FORMAT PLAIN only (UPSERT and DEBEZIUM update and delete rows)"));
+    }
+    let def = TableDef { id, name, columns, primary_key, append_only: create.append_only, watermark, options, partitions, format, includes };
+    // A declared format must be able to decode every column type (plain tables find out at
+    // their first HTTP ingest).
+    if def.format.is_some() {
+        def.decoder(&def.schema()?, false)?;
+    }
+    Ok(def)
 }
 
 fn set_primary_key(slot: &mut Option<Vec<usize>>, columns: Vec<usize>) -> Result<()> {
@@ -284,12 +367,35 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
                 eddy_sql::windows::duration_micros(value)?;
             }
             "retention" | "retention.bytes" => {}
-            "connector" => {
-                return Err(Error::unsupported(format!("connector '{value}' is not supported yet")));
+            "connector" => match value.as_str() {
+                "file" => {}
+                other => return Err(Error::unsupported(format!("connector '{other}' is not supported yet (file is)"))),
+            },
+            "on_error" => {
+                if !["dead_letter", "skip", "fail"].contains(&value.as_str()) {
+                    return Err(Error::invalid_parameter(format!("on_error must be 'dead_letter', 'skip' or 'fail', not '{value}'")));
+                }
+            }
+            "path" | "topic" | "properties.bootstrap.server" | "scan.startup.timestamp.millis" => {}
+            "scan.startup.mode" => {
+                if !["earliest", "latest", "timestamp"].contains(&value.as_str()) {
+                    return Err(Error::invalid_parameter(format!("scan.startup.mode must be 'earliest', 'latest' or 'timestamp', not '{value}'")));
+                }
             }
             other => return Err(Error::invalid_parameter(format!("unrecognized table option \"{other}\""))),
         }
         kept.push((key.clone(), value.clone()));
+    }
+    let has = |key: &str| kept.iter().any(|(k, _)| k == key);
+    match kept.iter().find(|(k, _)| k == "connector").map(|(_, v)| v.as_str()) {
+        Some("file") if !has("path") => return Err(Error::invalid_parameter("connector 'file' needs path = '...'")),
+        Some("kafka") if !has("topic") || !has("properties.bootstrap.server") => {
+            return Err(Error::invalid_parameter("connector 'kafka' needs topic = '...' and properties.bootstrap.server = '...'"));
+        }
+        _ => {}
+    }
+    if kept.iter().any(|(k, v)| k == "scan.startup.mode" && v == "timestamp") && !has("scan.startup.timestamp.millis") {
+        return Err(Error::invalid_parameter("scan.startup.mode = 'timestamp' needs scan.startup.timestamp.millis"));
     }
     Ok((kept, partitions))
 }

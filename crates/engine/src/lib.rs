@@ -10,6 +10,7 @@
 
 mod catalog;
 mod copy;
+mod ingest;
 mod session;
 mod system;
 mod table;
@@ -24,12 +25,13 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Offset, PartitionId, Result, SqlState};
-use eddy_storage::log::{LogStore, Write, decode_changes, encode_changes};
+use eddy_storage::log::{LogStore, Write, decode_changes, decode_positions, encode_changes_at};
 use eddy_storage::meta::MetaStore;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use catalog::{TableDef, quote_ident};
 pub use copy::{CopyFormat, CopyIn, text_to_array};
+pub use ingest::IngestReport;
 pub use eddy_sql::types::{PG_TYPE_KEY, pg_type_name};
 pub use eddy_sql::{Parsed, SessionInfo, Statement, Subscribe, parse_statements};
 pub use session::{Outcome, Session, StatementDescription, SubscriptionStream};
@@ -61,6 +63,8 @@ pub struct Table {
     next_partition: AtomicU64,
     /// How the view runtime tracks this stream's watermark (tables with `WATERMARK FOR`).
     clock: Option<views::ClockSpec>,
+    /// How far its connector has read, per source partition (from the log's records).
+    positions: std::sync::Mutex<BTreeMap<u32, u64>>,
 }
 
 /// The watermark clock of a table definition.
@@ -336,12 +340,13 @@ impl Engine {
         Arc::clone(&self.write_lock).lock_owned().await
     }
 
-    pub(crate) async fn create_table(&self, create: &eddy_sql::CreateTable) -> Result<bool> {
+    /// Creates a table; `None` when it exists and `IF NOT EXISTS` was given.
+    pub(crate) async fn create_table(&self, create: &eddy_sql::CreateTable) -> Result<Option<Arc<Table>>> {
         let _guard = self.lock_writes().await;
         let name = catalog::object_name(&create.name)?;
         if self.name_taken(&name) {
             if create.if_not_exists {
-                return Ok(false);
+                return Ok(None);
             }
             return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
         }
@@ -353,9 +358,43 @@ impl Engine {
         self.meta.put_object(id, &ObjectDef::Table(def.clone()).encode()?)?;
         let data = TableData::new(&def, Arc::clone(&schema))?;
         let clock = clock_of(&def)?;
-        let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock });
-        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name, table);
-        Ok(true)
+        let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, positions: Default::default() });
+        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name, Arc::clone(&table));
+        Ok(Some(table))
+    }
+
+    /// `ALTER TABLE name ALTER COLUMN column DROP NOT NULL`: the table takes NULLs in `column`
+    /// from now on (the usual fix before replaying dead letters that lacked it).
+    pub(crate) async fn drop_not_null(&self, name: &str, column: &str) -> Result<()> {
+        let _guard = self.lock_writes().await;
+        let old = self.table(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{name}\" does not exist")))?;
+        let mut def = old.def.clone();
+        let index = def.columns.iter().position(|c| c.name == column).ok_or_else(|| {
+            Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column}\" of relation \"{name}\" does not exist"))
+        })?;
+        if def.primary_key.contains(&index) {
+            return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, format!("column \"{column}\" is in a primary key")));
+        }
+        def.columns[index].nullable = true;
+        let schema = def.schema()?;
+        self.meta.put_object(def.id, &ObjectDef::Table(def.clone()).encode()?)?;
+        let data = std::mem::replace(&mut *old.write(), TableData::new(&def, Arc::clone(&schema))?).relabel(Arc::clone(&schema));
+        let positions = old.positions.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let table = Table {
+            def,
+            schema,
+            data: RwLock::new(data),
+            next_partition: AtomicU64::new(old.next_partition.load(Ordering::Relaxed)),
+            clock: old.clock,
+            positions: std::sync::Mutex::new(positions),
+        };
+        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), Arc::new(table));
+        Ok(())
+    }
+
+    /// The current table with this id (a table is replaced when its definition changes).
+    pub(crate) fn table_by_id(&self, id: ObjectId) -> Option<Arc<Table>> {
+        self.tables.read().unwrap_or_else(|p| p.into_inner()).values().find(|t| t.def.id == id).cloned()
     }
 
     /// Drops tables or views. A view that reads a dropped object is dropped with CASCADE and
@@ -452,8 +491,12 @@ impl Engine {
     /// Checks, logs and applies one transaction's changes. Takes the write guard and releases
     /// it as soon as the commit is queued, so that other writers join the same group commit;
     /// returns once the commit is durable.
-    pub(crate) async fn commit(&self, guard: WriteGuard, writes: Vec<(Arc<Table>, Vec<ChangeBatch>)>) -> Result<()> {
-        let writes: Vec<_> = writes.into_iter().filter(|(_, c)| c.iter().any(|b| !b.is_empty())).collect();
+    ///
+    /// `positions` (a connector's write to one table) are recorded with the changes: how far
+    /// the connector has read each source partition, so a restart resumes exactly there. They
+    /// are written even when no row changed.
+    pub(crate) async fn commit(&self, guard: WriteGuard, writes: Vec<(Arc<Table>, Vec<ChangeBatch>)>, positions: &[(u32, u64)]) -> Result<()> {
+        let writes: Vec<_> = writes.into_iter().filter(|(_, c)| !positions.is_empty() || c.iter().any(|b| !b.is_empty())).collect();
         if writes.is_empty() {
             return Ok(());
         }
@@ -465,15 +508,21 @@ impl Engine {
                 return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name)));
             }
             table.read().check(changes)?;
-            let parts = table.route(concat_changes(&table.schema, changes)?)?;
+            let mut parts = table.route(concat_changes(&table.schema, changes)?)?;
+            if parts.is_empty() {
+                parts.push((0, ChangeBatch::inserts(RecordBatch::new_empty(Arc::clone(&table.schema)))));
+            }
             for (partition, part) in &parts {
-                log_writes.push(Write { object: table.def.id, partition: PartitionId(*partition), payload: encode_changes(part)? });
+                log_writes.push(Write { object: table.def.id, partition: PartitionId(*partition), payload: encode_changes_at(part, positions)? });
             }
             routed.push(parts);
         }
         let ticket = self.log.commit(log_writes);
         for ((table, changes), parts) in writes.iter().zip(routed) {
             table.write().apply(changes)?;
+            if !positions.is_empty() {
+                table.positions.lock().unwrap_or_else(|p| p.into_inner()).extend(positions.iter().copied());
+            }
             for (partition, part) in parts {
                 self.runtime.changes(table.def.id, partition, table.clock, vec![part])?;
             }
@@ -527,15 +576,26 @@ fn load_table(log: &LogStore, def: TableDef) -> Result<Arc<Table>> {
     let schema = def.schema()?;
     let mut data = TableData::new(&def, Arc::clone(&schema))?;
     let mut records = 0u64;
+    // Per source partition: the position written by the latest transaction.
+    let mut positions: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let fed = def.option("connector").is_some();
     for p in 0..def.partitions {
         log.scan(def.id, PartitionId(p), Offset(0), |_, record| {
             let changes = decode_changes(&record.payload, &schema)?;
             data.apply(&changes)?;
+            if fed {
+                for (p, offset) in decode_positions(&record.payload)? {
+                    let slot = positions.entry(p).or_insert((record.txn_id.0, offset));
+                    if record.txn_id.0 >= slot.0 {
+                        *slot = (record.txn_id.0, offset);
+                    }
+                }
+            }
             records += 1;
             Ok(())
         })?;
     }
     tracing::info!(table = %def.name, records, rows = data.row_count(), "table restored from its log");
     let clock = clock_of(&def)?;
-    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock }))
+    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, positions: std::sync::Mutex::new(positions.into_iter().map(|(p, (_, o))| (p, o)).collect()) }))
 }

@@ -177,7 +177,8 @@ impl Session {
             Statement::CreateTable(create) => {
                 let created = self.engine.create_table(create).await?;
                 let done = Outcome::Command { tag: "CREATE TABLE", rows: None };
-                if created {
+                if let Some(table) = created {
+                    self.engine.start_connector(&table).await?;
                     Ok(done)
                 } else {
                     let name = object_name(&create.name)?;
@@ -185,6 +186,13 @@ impl Session {
                 }
             }
             Statement::CreateMaterializedView { create, emit_on_close } => self.create_materialized_view(create, *emit_on_close).await,
+            Statement::ReplayDeadLetters(name) => {
+                let name = object_name(name)?;
+                let table = self.engine.table(&name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{name}\" does not exist")))?;
+                let (replayed, left) = self.engine.replay_dead_letters(&table).await?;
+                let done = Outcome::Command { tag: "ALTER TABLE", rows: None };
+                Ok(Outcome::Notice { message: format!("replayed {replayed} dead letters of \"{name}\"; {left} still fail and stay"), then: Box::new(done) })
+            }
             Statement::Sql(sql) => self.execute_sql(sql, params).await,
         }
     }
@@ -226,6 +234,18 @@ impl Session {
                 let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
                 self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::MaterializedView).await?;
                 Ok(Outcome::Command { tag: "DROP MATERIALIZED VIEW", rows: None })
+            }
+            S::AlterTable(alter) => {
+                let name = object_name(&alter.name)?;
+                for operation in &alter.operations {
+                    match operation {
+                        ast::AlterTableOperation::AlterColumn { column_name, op: ast::AlterColumnOperation::DropNotNull } => {
+                            self.engine.drop_not_null(&name, &crate::catalog::normalize_ident(column_name)).await?;
+                        }
+                        other => return Err(Error::unsupported(format!("ALTER TABLE ... {other} is not supported (ALTER COLUMN c DROP NOT NULL and REPLAY DEAD LETTERS are)"))),
+                    }
+                }
+                Ok(Outcome::Command { tag: "ALTER TABLE", rows: None })
             }
             S::CreateView(create) if create.materialized => self.create_materialized_view(create, false).await,
             S::CreateView(_) => Err(Error::unsupported("CREATE VIEW (not materialized) is not supported yet: use CREATE MATERIALIZED VIEW")),
@@ -288,7 +308,8 @@ impl Session {
             Statement::ShowMaterializedViews => return Ok(rows(text_schema(&["name"]))),
             Statement::ShowCreateMaterializedView(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
             Statement::CreateMaterializedView { .. }
-            | Statement::Flush | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. } => {
+            | Statement::Flush | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }
+            | Statement::ReplayDeadLetters(_) => {
                 return Ok(no_rows);
             }
         };
@@ -391,7 +412,7 @@ impl Session {
                     Some(g) => g,
                     None => self.engine.lock_writes().await,
                 };
-                self.engine.commit(guard, vec![(table, changes)]).await
+                self.engine.commit(guard, vec![(table, changes)], &[]).await
             }
             Some(txn) => {
                 let mut forks = self.view.forks.lock().unwrap_or_else(|p| p.into_inner());
@@ -598,7 +619,7 @@ impl Session {
         }
         let writes: Vec<_> = txn.writes.into_values().collect();
         let guard = self.engine.lock_writes().await;
-        self.engine.commit(guard, writes).await?;
+        self.engine.commit(guard, writes, &[]).await?;
         Ok(Outcome::TransactionEnd { tag: "COMMIT" })
     }
 

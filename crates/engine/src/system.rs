@@ -1,6 +1,6 @@
 //! Eddy's own system tables, computed when a query reads them: `eddy_operators`,
-//! `eddy_watermarks`, `eddy_late_events` and `eddy_source_offsets` (SQL.md, "System
-//! catalogs"). A user table or view of the same name hides them.
+//! `eddy_watermarks`, `eddy_late_events`, `eddy_source_offsets` and `eddy_dead_letters`
+//! (SQL.md, "System catalogs"). A user table or view of the same name hides them.
 
 use std::sync::Arc;
 
@@ -20,6 +20,7 @@ pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<Recor
         "eddy_watermarks" => watermarks(engine),
         "eddy_late_events" => late_events(engine),
         "eddy_source_offsets" => source_offsets(engine),
+        "eddy_dead_letters" => dead_letters(engine),
         _ => return None,
     };
     Some(match built {
@@ -36,6 +37,7 @@ fn empty_schema(name: &str) -> SchemaRef {
         "eddy_operators" => operators_schema(),
         "eddy_watermarks" => watermarks_schema(),
         "eddy_source_offsets" => source_offsets_schema(),
+        "eddy_dead_letters" => dead_letters_schema(),
         _ => late_events_schema(),
     }
 }
@@ -147,7 +149,9 @@ fn source_offsets_schema() -> SchemaRef {
 /// nobody reads has one row with a NULL consumer.
 fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let consumers = engine.runtime().offsets()?;
-    let mut rows: Vec<(String, u32, Option<String>, Option<u64>, u64)> = Vec::new();
+    // (object, partition, consumer, committed offset, log end)
+    type Row = (String, u32, Option<String>, Option<u64>, u64);
+    let mut rows: Vec<Row> = Vec::new();
     for table in engine.tables() {
         for p in 0..table.def.partitions {
             let end = engine.log_end(table.def.id, p)?;
@@ -160,6 +164,13 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
                 rows.push((table.def.name.clone(), p, Some(reader.view.clone()), Some(committed), end));
             }
         }
+        // The connector feeding the table: how far it has read its source, and the source's end.
+        if let Some(end) = engine.connector_end(&table) {
+            let connector = table.def.option("connector").unwrap_or_default().to_owned();
+            let positions = engine.connector_positions(&table);
+            let read = positions.iter().find(|(p, _)| *p == 0).map_or(0, |(_, o)| *o);
+            rows.push((table.def.name.clone(), 0, Some(format!("connector {connector}")), Some(read), end));
+        }
     }
     rows.sort();
     let columns: Vec<ArrayRef> = vec![
@@ -171,4 +182,40 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         Arc::new(UInt64Array::from(rows.iter().map(|r| r.3.map(|c| r.4.saturating_sub(c))).collect::<Vec<_>>())),
     ];
     batch("eddy_source_offsets", source_offsets_schema(), columns)
+}
+
+fn dead_letters_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("object", DataType::Utf8, false),
+        Field::new("partition", DataType::UInt32, true),
+        Field::new("offset", DataType::UInt64, true),
+        Field::new("raw", DataType::Binary, false),
+        Field::new("error", DataType::Utf8, false),
+        Field::new("received_at", DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())), false),
+    ]))
+}
+
+/// Records a table could not take (stored, until replayed) and rows a view could not
+/// evaluate (kept by the view runtime, rebuilt when the view replays).
+fn dead_letters(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
+    // (object, partition, offset, raw, error, received at)
+    type Row = (String, Option<u32>, Option<u64>, Vec<u8>, String, i64);
+    let mut rows: Vec<Row> = engine
+        .dead_letters()?
+        .into_iter()
+        .map(|l| (engine.object_name(l.object).unwrap_or_else(|| format!("object {}", l.object)), l.partition, l.offset, l.raw, l.error, l.received_at_micros))
+        .collect();
+    for l in engine.runtime().dead_letters()? {
+        let at = l.received_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        rows.push((l.view, None, None, l.row.into_bytes(), l.error, at));
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>())),
+        Arc::new(UInt32Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
+        Arc::new(arrow::array::BinaryArray::from(rows.iter().map(|r| r.3.as_slice()).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(rows.iter().map(|r| r.4.clone()).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.5).collect::<Vec<_>>()).with_timezone(eddy_sql::types::UTC)),
+    ];
+    batch("eddy_dead_letters", dead_letters_schema(), columns)
 }

@@ -12,6 +12,7 @@ use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, Result, SqlState, limits};
+use eddy_connectors::RowKind;
 
 use crate::catalog::TableDef;
 
@@ -142,6 +143,113 @@ impl TableData {
             }
             Rows::Multiset(m) => m.apply(changes),
         }
+    }
+
+    /// Turns decoded connector rows into changes against the current contents: inserts add
+    /// rows; on a keyed table an upsert replaces the row holding its key and a delete removes
+    /// it (the last record of a key within the chunk wins); a retraction removes one copy of
+    /// its exact row. Rows that cannot apply (a duplicate key, a retraction of a row the table
+    /// does not hold) are returned as (row, why) and left out.
+    pub fn resolve(&self, rows: &RecordBatch, kinds: &[RowKind]) -> Result<(ChangeBatch, Vec<(usize, String)>)> {
+        let labelled = |columns: Vec<ArrayRef>, diffs: Vec<i64>| -> Result<ChangeBatch> {
+            let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(diffs.len()));
+            let rows = RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options).map_err(|e| arrow_error("connector rows", e))?;
+            Ok(ChangeBatch::new(rows, arrow::array::Int64Array::from(diffs)))
+        };
+        let m = match &self.rows {
+            Rows::AppendOnly(_) => {
+                if kinds.iter().any(|k| *k != RowKind::Insert) {
+                    return Err(Error::internal("an append-only table got a change that is not an insert"));
+                }
+                return Ok((labelled(rows.columns().to_vec(), vec![1; rows.num_rows()])?, Vec::new()));
+            }
+            Rows::Multiset(m) => m,
+        };
+        let encoded = m.converter.convert_columns(rows.columns()).map_err(|e| arrow_error("encode rows", e))?;
+        let mut rejected = Vec::new();
+        let mut inserts: Vec<u32> = Vec::new();
+        let mut retracts: Vec<Box<[u8]>> = Vec::new();
+        match &m.primary_key {
+            None => {
+                // Copies of a row available to retract: held, plus inserted earlier in the chunk.
+                let mut available: HashMap<&[u8], i64> = HashMap::new();
+                for (i, kind) in kinds.iter().enumerate() {
+                    let row = encoded.row(i).data();
+                    let count = available.entry(row).or_insert_with(|| m.counts.get(row).copied().unwrap_or(0));
+                    match kind {
+                        RowKind::Retract if *count > 0 => {
+                            *count -= 1;
+                            retracts.push(row.into());
+                        }
+                        RowKind::Retract | RowKind::Delete => rejected.push((i, "a delete of a row the table does not hold".to_owned())),
+                        RowKind::Insert | RowKind::Upsert => {
+                            *count += 1;
+                            inserts.push(i as u32);
+                        }
+                    }
+                }
+            }
+            Some(pk) => {
+                let keys: Vec<ArrayRef> = pk.columns.iter().map(|&c| Arc::clone(rows.column(c))).collect();
+                let keys = pk.converter.convert_columns(&keys).map_err(|e| arrow_error("encode keys", e))?;
+                // Final value per key (None: deleted), in order of first appearance.
+                let mut state: HashMap<&[u8], Option<usize>> = HashMap::new();
+                let mut order: Vec<&[u8]> = Vec::new();
+                for (i, kind) in kinds.iter().enumerate() {
+                    let key = keys.row(i).data();
+                    let held = state.get(key).map_or_else(|| pk.index.contains_key(key), |s| s.is_some());
+                    let value = match kind {
+                        RowKind::Insert if held => {
+                            rejected.push((i, duplicate_key(pk, rows, i).message));
+                            continue;
+                        }
+                        RowKind::Insert | RowKind::Upsert => Some(i),
+                        RowKind::Delete | RowKind::Retract => None,
+                    };
+                    if state.insert(key, value).is_none() {
+                        order.push(key);
+                    }
+                }
+                for key in order {
+                    let current = pk.index.get(key);
+                    let new = state.get(key).copied().flatten();
+                    if let (Some(current), Some(new)) = (current, new)
+                        && current.as_ref() == encoded.row(new).data()
+                    {
+                        continue;
+                    }
+                    if let Some(current) = current {
+                        retracts.push(current.clone());
+                    }
+                    if let Some(new) = new {
+                        inserts.push(new as u32);
+                    }
+                }
+            }
+        }
+        let parser = m.converter.parser();
+        let old = m.converter.convert_rows(retracts.iter().map(|r| parser.parse(r))).map_err(|e| arrow_error("decode rows", e))?;
+        let new = arrow::compute::take_record_batch(rows, &arrow::array::UInt32Array::from(inserts)).map_err(|e| arrow_error("take rows", e))?;
+        let columns = old
+            .iter()
+            .zip(new.columns())
+            .map(|(a, b)| arrow::compute::concat(&[a.as_ref(), b.as_ref()]).map_err(|e| arrow_error("concat rows", e)))
+            .collect::<Result<Vec<_>>>()?;
+        let mut diffs = vec![-1; retracts.len()];
+        diffs.resize(retracts.len() + new.num_rows(), 1);
+        Ok((labelled(columns, diffs)?, rejected))
+    }
+
+    /// The same contents under a changed schema (a column's nullability changed).
+    pub fn relabel(mut self, schema: SchemaRef) -> TableData {
+        if let Rows::AppendOnly(batches) = &mut self.rows {
+            for b in batches.iter_mut() {
+                if let Ok(relabelled) = RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec()) {
+                    *b = relabelled;
+                }
+            }
+        }
+        TableData { schema, rows: self.rows, snapshot: None }
     }
 
     /// A private copy for an open transaction.

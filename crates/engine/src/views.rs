@@ -148,6 +148,16 @@ pub struct LateRecord {
     pub received_at: std::time::SystemTime,
 }
 
+/// A row a view could not evaluate (a dead letter of the view, `eddy_dead_letters`).
+#[derive(Debug, Clone)]
+pub struct FailedRow {
+    pub view: String,
+    /// The input row, as JSON.
+    pub row: String,
+    pub error: String,
+    pub received_at: std::time::SystemTime,
+}
+
 /// One row of `eddy_watermarks`: a table partition (or `None` for the merged value) or a view.
 #[derive(Debug, Clone)]
 pub struct WatermarkRow {
@@ -188,6 +198,7 @@ enum Message {
         reply: oneshot::Sender<Result<()>>,
     },
     LateEvents { reply: mpsc::Sender<Vec<LateRecord>> },
+    DeadLetters { reply: mpsc::Sender<Vec<FailedRow>> },
     Watermarks { reply: mpsc::Sender<Vec<WatermarkRow>> },
     DropView { id: ObjectId },
     Flush { reply: oneshot::Sender<Result<u64>> },
@@ -214,7 +225,7 @@ impl ViewRuntime {
     pub fn start() -> Result<ViewRuntime> {
         let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
         let published: Arc<RwLock<Snapshots>> = Arc::new(RwLock::new(Arc::new(HashMap::new())));
-        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failures: BTreeMap::new(), subscribers: Vec::new(), clocks: HashMap::new(), late: Vec::new() };
+        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failures: BTreeMap::new(), subscribers: Vec::new(), clocks: HashMap::new(), late: Vec::new(), failed: Vec::new() };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
             .spawn(move || state.run(&rx))
@@ -238,6 +249,11 @@ impl ViewRuntime {
     /// Every late row the views dropped (`eddy_late_events`).
     pub fn late_events(&self) -> Result<Vec<LateRecord>> {
         self.ask(|reply| Message::LateEvents { reply })
+    }
+
+    /// Every row a view could not evaluate (`eddy_dead_letters`).
+    pub fn dead_letters(&self) -> Result<Vec<FailedRow>> {
+        self.ask(|reply| Message::DeadLetters { reply })
     }
 
     /// The watermark of every stream partition and view (`eddy_watermarks`).
@@ -344,6 +360,7 @@ struct RuntimeState {
     /// Watermark of every stream that sent changes.
     clocks: HashMap<ObjectId, StreamClock>,
     late: Vec<LateRecord>,
+    failed: Vec<FailedRow>,
 }
 
 impl RuntimeState {
@@ -391,6 +408,7 @@ impl RuntimeState {
                 // subscriptions' temporary views, whose streams end with it.
                 let gone: Vec<String> = self.views.iter().filter(|v| v.view.def.id == id || v.sources.contains(&id)).map(|v| v.view.def.name.clone()).collect();
                 self.late.retain(|r| !gone.contains(&r.view));
+                self.failed.retain(|r| !gone.contains(&r.view));
                 self.views.retain(|v| v.view.def.id != id && !v.sources.contains(&id));
                 self.clocks.remove(&id);
                 let views = &self.views;
@@ -400,6 +418,9 @@ impl RuntimeState {
             }
             Message::LateEvents { reply } => {
                 let _ = reply.send(self.late.clone());
+            }
+            Message::DeadLetters { reply } => {
+                let _ = reply.send(self.failed.clone());
             }
             Message::Watermarks { reply } => {
                 let _ = reply.send(self.watermark_rows());
@@ -504,7 +525,19 @@ impl RuntimeState {
         }
     }
 
+    /// Collects what a view's operators set aside: late rows and rows that failed to evaluate.
     fn collect_late(&mut self, view: &str, event_time: &EventTime) {
+        let failed = event_time.take_failed_rows();
+        if !failed.is_empty() {
+            let now = std::time::SystemTime::now();
+            tracing::warn!(view, rows = failed.len(), "rows a view could not evaluate went to eddy_dead_letters");
+            self.failed.extend(failed.into_iter().map(|(row, error)| FailedRow { view: view.to_owned(), row, error, received_at: now }));
+            let max = eddy_common::limits::LATE_EVENTS_KEPT_MAX;
+            if self.failed.len() > max {
+                let excess = self.failed.len() - max;
+                self.failed.drain(..excess);
+            }
+        }
         let events = event_time.take_late_events();
         if events.is_empty() {
             return;

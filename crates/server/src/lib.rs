@@ -8,6 +8,7 @@
 
 mod encode;
 mod handler;
+mod http;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use eddy_engine::Engine;
 use tokio::net::TcpListener;
 
 pub use handler::Handlers;
+pub use http::serve_http;
 
 /// Accepts connections until `shutdown` resolves.
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {

@@ -32,6 +32,8 @@ pub enum Statement {
     ShowMaterializedViews,
     /// `SHOW CREATE MATERIALIZED VIEW name`.
     ShowCreateMaterializedView(ObjectName),
+    /// `ALTER TABLE name REPLAY DEAD LETTERS`: decode the table's dead letters again.
+    ReplayDeadLetters(ObjectName),
     /// `CREATE MATERIALIZED VIEW ... AS query [EMIT ON WINDOW CLOSE]`.
     CreateMaterializedView { create: Box<ast::CreateView>, emit_on_close: bool },
 }
@@ -66,6 +68,10 @@ pub struct CreateTable {
     pub append_only: bool,
     /// `WITH (key = value, ...)`; keys may be dotted (`properties.bootstrap.server`).
     pub options: Vec<(String, String)>,
+    /// `INCLUDE key | offset | partition | timestamp [AS name]`, in order.
+    pub includes: Vec<(String, Option<Ident>)>,
+    /// `FORMAT envelope ENCODE encoding`.
+    pub format: Option<(String, String)>,
 }
 
 /// A parsed statement and where it starts in the query string (byte offset).
@@ -217,6 +223,22 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                 return Ok(Statement::ShowCreateMaterializedView(parser.parse_object_name(false)?));
             }
         }
+        if w.keyword == Keyword::ALTER && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.keyword == Keyword::TABLE) {
+            let end = clause_end(parser, false);
+            let replay = ["REPLAY", "DEAD", "LETTERS"].map(Token::make_keyword);
+            if ends_with(parser, end, &replay) {
+                let mut inner = sub_parser(parser, end - 3);
+                inner.expect_keywords(&[Keyword::ALTER, Keyword::TABLE])?;
+                let name = inner.parse_object_name(false)?;
+                if inner.peek_token().token != Token::EOF {
+                    return Err(ParserError::ParserError(format!("Expected: REPLAY DEAD LETTERS, found: {}", inner.peek_token().token)));
+                }
+                for _ in 0..end {
+                    parser.next_token();
+                }
+                return Ok(Statement::ReplayDeadLetters(name));
+            }
+        }
         if w.keyword == Keyword::CREATE && is_create_table(parser) {
             return parse_create_table(parser).map(|c| Statement::CreateTable(Box::new(c)));
         }
@@ -366,16 +388,28 @@ fn parse_create_table(parser: &mut Parser<'_>) -> Result<CreateTable, ParserErro
     }
     let mut append_only = false;
     let mut options = Vec::new();
+    let mut includes = Vec::new();
+    let mut format = None;
     loop {
         if parse_words(parser, &["APPEND", "ONLY"]) {
             append_only = true;
         } else if parser.parse_keyword(Keyword::WITH) {
             options = parse_with_options(parser)?;
+        } else if parse_words(parser, &["INCLUDE"]) {
+            let what = parser.parse_identifier()?.value;
+            let name = if parser.parse_keyword(Keyword::AS) { Some(parser.parse_identifier()?) } else { None };
+            includes.push((what, name));
+        } else if parse_words(parser, &["FORMAT"]) {
+            let envelope = parser.parse_identifier()?.value;
+            if !parse_words(parser, &["ENCODE"]) {
+                return Err(ParserError::ParserError(format!("Expected: ENCODE after FORMAT {envelope}, found: {}", parser.peek_token().token)));
+            }
+            format = Some((envelope, parser.parse_identifier()?.value));
         } else {
             break;
         }
     }
-    Ok(CreateTable { name, if_not_exists, columns, constraints, watermark, proctime, append_only, options })
+    Ok(CreateTable { name, if_not_exists, columns, constraints, watermark, proctime, append_only, options, includes, format })
 }
 
 /// Consumes `words` (matched case-insensitively, keywords or not) if they come next.

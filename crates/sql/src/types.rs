@@ -39,6 +39,16 @@ impl ColumnType {
     }
 }
 
+/// Resolves a type written as text (`bytea`, `timestamptz`, ...).
+pub fn column_type_named(name: &str) -> Result<ColumnType> {
+    use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
+    let data_type = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(name)
+        .and_then(|mut p| p.parse_data_type())
+        .map_err(|e| eddy_common::Error::internal(format!("type {name}: {e}")))?;
+    column_type(&data_type)
+}
+
 /// Resolves a declared SQL type. Unsupported types are refused with 0A000 naming them.
 pub fn column_type(sql: &ast::DataType) -> Result<ColumnType> {
     use ast::DataType as T;

@@ -29,6 +29,8 @@ pub struct ProcessStats {
 pub struct EddyProcess {
     child: Child,
     pub port: u16,
+    /// The HTTP ingest port.
+    pub http_port: u16,
     binary: PathBuf,
     pub data_dir: PathBuf,
     /// A data directory this process owns, removed after the process is killed.
@@ -39,7 +41,7 @@ impl EddyProcess {
     /// Starts `binary serve` on 127.0.0.1 with a port the OS picks, and waits until it listens.
     pub fn start(binary: &Path, data_dir: &Path) -> Result<Self> {
         let mut child = Command::new(binary)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .env("EDDY_LOG", std::env::var("EDDY_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
@@ -51,26 +53,29 @@ impl EddyProcess {
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
             let mut line = String::new();
-            let mut sent = false;
+            let mut pg = None;
             while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
-                if !sent && let Some(rest) = line.split("listening on ").nth(1) {
-                    let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
-                    let _ = tx.send(addr);
-                    sent = true;
+                if pg.is_none() && let Some(rest) = line.split("listening on ").nth(1) {
+                    pg = Some(rest.split_whitespace().next().unwrap_or("").to_owned());
+                }
+                if let (Some(pg), Some(rest)) = (&pg, line.split("HTTP ingest on http://").nth(1)) {
+                    let http = rest.split('/').next().unwrap_or("").to_owned();
+                    let _ = tx.send((pg.clone(), http));
                 }
                 line.clear();
             }
         });
-        let addr = match rx.recv_timeout(STARTUP_TIMEOUT) {
-            Ok(addr) => addr,
+        let (addr, http) = match rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
                 let status = child.wait()?;
                 bail!("eddy did not start listening within {STARTUP_TIMEOUT:?} (exit status {status})");
             }
         };
-        let port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad address {addr}"))?;
-        Ok(EddyProcess { child, port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), _owned_dir: None })
+        let port_of = |addr: &str| addr.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad address {addr}"));
+        let (port, http_port) = (port_of(&addr)?, port_of(&http)?);
+        Ok(EddyProcess { child, port, http_port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), _owned_dir: None })
     }
 
     /// Starts a server on a fresh temporary data directory that lives as long as it does.
@@ -110,6 +115,24 @@ impl EddyProcess {
             let _ = connection.await;
         });
         Ok(client)
+    }
+
+    /// `POST path` to the server's HTTP port; returns (status, body).
+    pub fn post(&self, path: &str, content_type: &str, body: &[u8]) -> Result<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.http_port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes())?;
+        stream.write_all(body)?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| anyhow!("bad HTTP response: {response}"))?;
+        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        Ok((status, body))
     }
 
     /// SIGKILL: the crash case. Nothing acknowledged may be lost.

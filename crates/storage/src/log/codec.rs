@@ -11,6 +11,10 @@ use arrow::ipc::writer::StreamWriter;
 use eddy_common::{ChangeBatch, Error, Result, SqlState};
 
 const DIFF_COLUMN: &str = "eddy_diff";
+/// Schema metadata naming where in its source a connector-fed record ends: `p:o,p:o,...`
+/// (source partition, next offset). Written in the same record as the rows, so the log says
+/// exactly how far a connector got.
+const POSITIONS_KEY: &str = "eddy.source_positions";
 
 fn codec_error(context: &str, err: impl std::fmt::Display) -> Error {
     Error::new(SqlState::DATA_CORRUPTED, format!("log payload {context}: {err}"))
@@ -18,10 +22,20 @@ fn codec_error(context: &str, err: impl std::fmt::Display) -> Error {
 
 /// Serializes changes into a payload.
 pub fn encode_changes(changes: &ChangeBatch) -> Result<Vec<u8>> {
+    encode_changes_at(changes, &[])
+}
+
+/// Serializes changes read by a connector, with the source positions they reach.
+pub fn encode_changes_at(changes: &ChangeBatch, positions: &[(u32, u64)]) -> Result<Vec<u8>> {
     let rows = changes.rows();
     let mut fields: Vec<Arc<Field>> = rows.schema().fields().iter().cloned().collect();
     fields.push(Arc::new(Field::new(DIFF_COLUMN, DataType::Int64, false)));
-    let schema = Arc::new(Schema::new(fields));
+    let mut schema = Schema::new(fields);
+    if !positions.is_empty() {
+        let text: Vec<String> = positions.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+        schema = schema.with_metadata(std::collections::HashMap::from([(POSITIONS_KEY.to_owned(), text.join(","))]));
+    }
+    let schema = Arc::new(schema);
     let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
     columns.push(Arc::new(changes.diffs().clone()));
     let batch = RecordBatch::try_new(Arc::clone(&schema), columns)
@@ -33,6 +47,18 @@ pub fn encode_changes(changes: &ChangeBatch) -> Result<Vec<u8>> {
     writer.finish().map_err(|e| Error::internal(format!("IPC finish: {e}")))?;
     drop(writer);
     Ok(out)
+}
+
+/// The source positions a record reaches (empty for records not written by a connector).
+pub fn decode_positions(payload: &[u8]) -> Result<Vec<(u32, u64)>> {
+    let reader = StreamReader::try_new(payload, None).map_err(|e| codec_error("header", e))?;
+    let Some(text) = reader.schema().metadata().get(POSITIONS_KEY).cloned() else { return Ok(Vec::new()) };
+    text.split(',')
+        .map(|pair| {
+            let (p, o) = pair.split_once(':').ok_or_else(|| codec_error("positions", pair))?;
+            Ok((p.parse().map_err(|e| codec_error("positions", e))?, o.parse().map_err(|e| codec_error("positions", e))?))
+        })
+        .collect()
 }
 
 /// Deserializes a payload, labelling the rows with `schema` (the table's current schema,
@@ -87,5 +113,9 @@ mod tests {
         assert_eq!(back.len(), 1);
         assert_eq!(back[0].rows(), &rows);
         assert_eq!(back[0].diffs(), &Int64Array::from(vec![1, -1]));
+        assert!(decode_positions(&payload).unwrap().is_empty());
+        let payload = encode_changes_at(&changes, &[(0, 42), (3, 7)]).unwrap();
+        assert_eq!(decode_positions(&payload).unwrap(), vec![(0, 42), (3, 7)]);
+        assert_eq!(decode_changes(&payload, &schema).unwrap()[0].rows(), &rows);
     }
 }
