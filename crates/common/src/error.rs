@@ -14,6 +14,8 @@ impl SqlState {
     pub const SUCCESSFUL_COMPLETION: SqlState = SqlState("00000");
     pub const WARNING: SqlState = SqlState("01000");
     pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");
+    /// An external system (a Kafka broker) could not be reached or refused a request.
+    pub const CONNECTION_EXCEPTION: SqlState = SqlState("08000");
     pub const DATA_EXCEPTION: SqlState = SqlState("22000");
     pub const STRING_DATA_RIGHT_TRUNCATION: SqlState = SqlState("22001");
     pub const NUMERIC_VALUE_OUT_OF_RANGE: SqlState = SqlState("22003");

@@ -353,7 +353,7 @@ impl RecordDecoder {
         }
         let batch = match self.format.encoding {
             Encoding::Json => {
-                let mut decoder = arrow::json::ReaderBuilder::new(Arc::clone(schema))
+                let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(schema))
                     .with_batch_size(n + 1)
                     .with_coerce_primitive(true)
                     .build_decoder()
@@ -365,7 +365,7 @@ impl RecordDecoder {
                 decoder.flush().map_err(|e| data_error(json_message(&e)))?
             }
             Encoding::Csv => {
-                let mut decoder = arrow::csv::ReaderBuilder::new(Arc::clone(schema)).with_header(false).with_batch_size(n + 1).build_decoder();
+                let mut decoder = arrow_csv::ReaderBuilder::new(Arc::clone(schema)).with_header(false).with_batch_size(n + 1).build_decoder();
                 let used = decoder.decode(&joined).map_err(|e| data_error(e.to_string()))?;
                 if used != joined.len() {
                     return Err(data_error("a CSV record spans more than one line"));

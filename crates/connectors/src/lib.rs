@@ -8,5 +8,6 @@
 
 pub mod file;
 pub mod format;
+pub mod kafka;
 
 pub use format::{Decoded, Encoding, Envelope, Format, Include, RawRecord, RecordDecoder, RowKind};

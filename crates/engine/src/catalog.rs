@@ -368,8 +368,8 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
             }
             "retention" | "retention.bytes" => {}
             "connector" => match value.as_str() {
-                "file" => {}
-                other => return Err(Error::unsupported(format!("connector '{other}' is not supported yet (file is)"))),
+                "file" | "kafka" => {}
+                other => return Err(Error::unsupported(format!("connector '{other}' is not supported (file or kafka)"))),
             },
             "on_error" => {
                 if !["dead_letter", "skip", "fail"].contains(&value.as_str()) {

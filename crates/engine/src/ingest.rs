@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_common::{Error, Result, SqlState};
+use eddy_connectors::kafka::{KafkaTopic, Startup};
 use eddy_connectors::{RawRecord, RecordDecoder};
 use eddy_storage::meta::DeadLetter;
 
@@ -44,6 +45,20 @@ impl Engine {
         records: &[RawRecord<'_>],
         positions: &[(u32, u64)],
         on_error: OnError,
+    ) -> Result<IngestReport> {
+        self.ingest_at(table, decoder, records, positions, on_error, None).await
+    }
+
+    /// [`Engine::ingest_records`] into the log partition `partition` (modulo the table's
+    /// partitions) of an append-only table, so that a source partition's order is kept.
+    pub(crate) async fn ingest_at(
+        &self,
+        table: &Arc<Table>,
+        decoder: &RecordDecoder,
+        records: &[RawRecord<'_>],
+        positions: &[(u32, u64)],
+        on_error: OnError,
+        partition: Option<u32>,
     ) -> Result<IngestReport> {
         let decoded = decoder.decode(records)?;
         let guard = self.lock_writes().await;
@@ -80,7 +95,7 @@ impl Engine {
             }
         }
         let accepted = records.len() - rejected.len();
-        self.commit(guard, vec![(Arc::clone(table), vec![changes])], positions).await?;
+        self.commit(guard, vec![(Arc::clone(table), vec![changes])], positions, partition).await?;
         Ok(IngestReport { accepted, rejected })
     }
 
@@ -131,16 +146,18 @@ impl Engine {
         Ok(self.meta.dead_letters(None)?.into_iter().map(|(_, l)| l).collect())
     }
 
-    /// Starts the connector of every table that has one (start-up).
+    /// Starts the connector of every table that has one (start-up). A broker that cannot be
+    /// reached does not stop the server: its connector retries.
     pub async fn start_connectors(self: &Arc<Self>) -> Result<()> {
         for table in self.tables() {
-            self.start_connector(&table).await?;
+            self.start_connector(&table, false).await?;
         }
         Ok(())
     }
 
-    /// Starts `table`'s connector, if it has one, resuming where the log says it got to.
-    pub(crate) async fn start_connector(self: &Arc<Self>, table: &Arc<Table>) -> Result<()> {
+    /// Starts `table`'s connector, if it has one, resuming where the log says it got to. With
+    /// `validate` (CREATE TABLE) the source must be reachable now.
+    pub(crate) async fn start_connector(self: &Arc<Self>, table: &Arc<Table>, validate: bool) -> Result<()> {
         match table.def.option("connector") {
             Some("file") => {
                 let path = table.def.option("path").unwrap_or_default().to_owned();
@@ -151,8 +168,7 @@ impl Engine {
                         // Where "latest" was when the table was created is recorded at once, so a
                         // restart does not move it.
                         let end = std::fs::metadata(&path).map_or(0, |m| m.len());
-                        let guard = self.lock_writes().await;
-                        self.commit(guard, vec![(Arc::clone(table), Vec::new())], &[(0, end)]).await?;
+                        self.record_positions(table, &[(0, end)]).await?;
                         end
                     }
                     None => 0,
@@ -166,9 +182,42 @@ impl Engine {
                 });
                 Ok(())
             }
-            Some(other) => Err(Error::unsupported(format!("connector '{other}' is not supported yet"))),
+            Some("kafka") => {
+                let spec = KafkaSpec::of(&table.def)?;
+                if validate {
+                    let topic = KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?;
+                    let partitions = topic.partitions().await?;
+                    self.kafka_start_offsets(table, &topic, &partitions, spec.startup).await?;
+                }
+                let engine = Arc::clone(self);
+                let table = Arc::clone(table);
+                tokio::spawn(async move { engine.follow_kafka(&table, &spec).await });
+                Ok(())
+            }
+            Some(other) => Err(Error::unsupported(format!("connector '{other}' is not supported"))),
             None => Ok(()),
         }
+    }
+
+    /// Commits source positions alone (where a connector starts, before any record).
+    async fn record_positions(&self, table: &Arc<Table>, positions: &[(u32, u64)]) -> Result<()> {
+        if positions.is_empty() {
+            return Ok(());
+        }
+        let guard = self.lock_writes().await;
+        self.commit(guard, vec![(Arc::clone(table), Vec::new())], positions, None).await
+    }
+
+    /// Resolves and records the start offset of every partition that has none yet, so that
+    /// `latest` or a timestamp means the moment the table was created, also after a restart.
+    async fn kafka_start_offsets(&self, table: &Arc<Table>, topic: &KafkaTopic, partitions: &[u32], startup: Startup) -> Result<()> {
+        let known = table.positions.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut new = Vec::new();
+        for &p in partitions.iter().filter(|p| !known.contains_key(p)) {
+            let offset = topic.reader(p).await?.offset_at(startup).await?;
+            new.push((p, offset));
+        }
+        self.record_positions(table, &new).await
     }
 
     /// The file connector's loop: reads complete lines from `start` and ingests them, until
@@ -193,12 +242,15 @@ impl Engine {
                 let mut t = std::mem::replace(&mut tail, eddy_connectors::file::FileTail::new(&path, 0));
                 let (t, lines) = tokio::task::spawn_blocking(move || {
                     let lines = t.next_lines(CHUNK_BYTES);
-                    (t, lines)
+                    let size = t.size();
+                    (t, lines.map(|l| (l, size)))
                 })
                 .await
                 .map_err(|e| Error::internal(format!("file reader: {e}")))?;
                 tail = t;
-                lines?
+                let (lines, size) = lines?;
+                table.source_ends.lock().unwrap_or_else(|p| p.into_inner()).insert(0, size);
+                lines
             };
             if lines.lines.is_empty() {
                 tokio::time::sleep(POLL_INTERVAL).await;
@@ -217,16 +269,110 @@ impl Engine {
         }
     }
 
-    /// The size of the file a table follows (its source's "log end").
-    pub(crate) fn connector_end(&self, table: &Table) -> Option<u64> {
-        match table.def.option("connector") {
-            Some("file") => Some(eddy_connectors::file::FileTail::new(table.def.option("path")?, 0).size()),
-            _ => None,
+    /// The Kafka connector: one reader per partition, reconnecting after a broker failure,
+    /// until the table is dropped or a record fails under `on_error = 'fail'`.
+    async fn follow_kafka(self: Arc<Self>, table: &Arc<Table>, spec: &KafkaSpec) {
+        loop {
+            let result = async {
+                let topic = Arc::new(KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?);
+                let partitions = topic.partitions().await?;
+                self.kafka_start_offsets(table, &topic, &partitions, spec.startup).await?;
+                tracing::info!(table = %table.def.name, topic = spec.topic, partitions = partitions.len(), "reading a Kafka topic");
+                let mut readers = tokio::task::JoinSet::new();
+                for p in partitions {
+                    let (engine, table, topic) = (Arc::clone(&self), Arc::clone(table), Arc::clone(&topic));
+                    readers.spawn(async move { engine.follow_kafka_partition(table, &topic, p).await });
+                }
+                while let Some(done) = readers.join_next().await {
+                    done.map_err(|e| Error::internal(format!("kafka reader: {e}")))??;
+                }
+                Ok::<(), Error>(())
+            }
+            .await;
+            match result {
+                Ok(()) => return,
+                Err(e) if e.state == SqlState::UNDEFINED_TABLE => return,
+                Err(e) if e.state.is_data_exception() => {
+                    tracing::error!(table = %table.def.name, error = %e, "the Kafka connector stopped (on_error = 'fail')");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(table = %table.def.name, error = %e, "the Kafka connector failed; retrying in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if self.table_by_id(table.def.id).is_none() {
+                        return;
+                    }
+                }
+            }
         }
     }
 
-    /// How far a table's connector has read, per source partition.
-    pub(crate) fn connector_positions(&self, table: &Table) -> Vec<(u32, u64)> {
-        table.positions.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(p, o)| (*p, *o)).collect()
+    async fn follow_kafka_partition(&self, table: Arc<Table>, topic: &KafkaTopic, partition: u32) -> Result<()> {
+        let reader = topic.reader(partition).await?;
+        let mut offset = table.positions.lock().unwrap_or_else(|p| p.into_inner()).get(&partition).copied().unwrap_or(0);
+        let mut table = table;
+        let mut decoder = table.def.decoder(&table.schema, false)?;
+        loop {
+            match self.table_by_id(table.def.id) {
+                None => return Ok(()),
+                Some(now) if !Arc::ptr_eq(&now, &table) => {
+                    decoder = now.def.decoder(&now.schema, false)?;
+                    table = now;
+                }
+                Some(_) => {}
+            }
+            let (records, high) = reader.fetch(offset, CHUNK_BYTES as i32, KAFKA_WAIT).await?;
+            table.source_ends.lock().unwrap_or_else(|p| p.into_inner()).insert(partition, high);
+            let Some(last) = records.last() else { continue };
+            let next = last.offset + 1;
+            let raw: Vec<RawRecord<'_>> = records
+                .iter()
+                .map(|r| RawRecord {
+                    key: r.key.as_deref(),
+                    value: r.value.as_deref(),
+                    partition: Some(partition),
+                    offset: Some(r.offset),
+                    timestamp_micros: Some(r.timestamp_micros),
+                })
+                .collect();
+            self.ingest_at(&table, &decoder, &raw, &[(partition, next)], table.def.on_error(), Some(partition)).await?;
+            offset = next;
+        }
+    }
+
+    /// How far a table's connector has read and where its source ends, per source partition:
+    /// (partition, read up to, end).
+    pub(crate) fn connector_progress(&self, table: &Table) -> Vec<(u32, Option<u64>, u64)> {
+        let positions = table.positions.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let ends = table.source_ends.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        ends.into_iter().map(|(p, end)| (p, positions.get(&p).copied(), end)).collect()
+    }
+}
+
+/// How long a Kafka fetch waits for the first record.
+const KAFKA_WAIT: Duration = Duration::from_millis(500);
+
+/// A Kafka table's options.
+struct KafkaSpec {
+    bootstrap: String,
+    topic: String,
+    startup: Startup,
+}
+
+impl KafkaSpec {
+    fn of(def: &crate::catalog::TableDef) -> Result<KafkaSpec> {
+        let startup = match def.option("scan.startup.mode") {
+            None | Some("earliest") => Startup::Earliest,
+            Some("latest") => Startup::Latest,
+            Some(_) => {
+                let ms = def.option("scan.startup.timestamp.millis").unwrap_or_default();
+                Startup::Timestamp(ms.parse().map_err(|_| Error::invalid_parameter(format!("scan.startup.timestamp.millis must be a number, not '{ms}'")))?)
+            }
+        };
+        Ok(KafkaSpec {
+            bootstrap: def.option("properties.bootstrap.server").unwrap_or_default().to_owned(),
+            topic: def.option("topic").unwrap_or_default().to_owned(),
+            startup,
+        })
     }
 }

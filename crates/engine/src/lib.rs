@@ -65,6 +65,8 @@ pub struct Table {
     clock: Option<views::ClockSpec>,
     /// How far its connector has read, per source partition (from the log's records).
     positions: std::sync::Mutex<BTreeMap<u32, u64>>,
+    /// Where each source partition ends, as its connector last saw it.
+    source_ends: std::sync::Mutex<BTreeMap<u32, u64>>,
 }
 
 /// The watermark clock of a table definition.
@@ -94,11 +96,14 @@ impl Table {
     /// The log partitions one transaction's changes go to: an append-only table's inserts to
     /// the next partition in turn; other tables' rows by a hash of the primary key (or of the
     /// whole row without one), so that every change of a key stays in order in one partition.
-    fn route(&self, changes: ChangeBatch) -> Result<Vec<(u32, ChangeBatch)>> {
+    fn route(&self, changes: ChangeBatch, pinned: Option<u32>) -> Result<Vec<(u32, ChangeBatch)>> {
         let n = self.def.partitions.max(1);
         if self.def.append_only || n == 1 {
-            let partition = self.next_partition.fetch_add(1, Ordering::Relaxed) % u64::from(n);
-            return Ok(vec![(partition as u32, changes)]);
+            let partition = match pinned {
+                Some(p) => p % n,
+                None => (self.next_partition.fetch_add(1, Ordering::Relaxed) % u64::from(n)) as u32,
+            };
+            return Ok(vec![(partition, changes)]);
         }
         let key: Vec<usize> =
             if self.def.primary_key.is_empty() { (0..self.schema.fields().len()).collect() } else { self.def.primary_key.clone() };
@@ -358,7 +363,7 @@ impl Engine {
         self.meta.put_object(id, &ObjectDef::Table(def.clone()).encode()?)?;
         let data = TableData::new(&def, Arc::clone(&schema))?;
         let clock = clock_of(&def)?;
-        let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, positions: Default::default() });
+        let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, positions: Default::default(), source_ends: Default::default() });
         self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name, Arc::clone(&table));
         Ok(Some(table))
     }
@@ -387,6 +392,7 @@ impl Engine {
             next_partition: AtomicU64::new(old.next_partition.load(Ordering::Relaxed)),
             clock: old.clock,
             positions: std::sync::Mutex::new(positions),
+            source_ends: std::sync::Mutex::new(old.source_ends.lock().unwrap_or_else(|p| p.into_inner()).clone()),
         };
         self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), Arc::new(table));
         Ok(())
@@ -495,7 +501,9 @@ impl Engine {
     /// `positions` (a connector's write to one table) are recorded with the changes: how far
     /// the connector has read each source partition, so a restart resumes exactly there. They
     /// are written even when no row changed.
-    pub(crate) async fn commit(&self, guard: WriteGuard, writes: Vec<(Arc<Table>, Vec<ChangeBatch>)>, positions: &[(u32, u64)]) -> Result<()> {
+    /// `partition` pins an append-only table's write to one partition (a connector keeps a
+    /// source partition's records in one log partition).
+    pub(crate) async fn commit(&self, guard: WriteGuard, writes: Vec<(Arc<Table>, Vec<ChangeBatch>)>, positions: &[(u32, u64)], partition: Option<u32>) -> Result<()> {
         let writes: Vec<_> = writes.into_iter().filter(|(_, c)| !positions.is_empty() || c.iter().any(|b| !b.is_empty())).collect();
         if writes.is_empty() {
             return Ok(());
@@ -508,7 +516,7 @@ impl Engine {
                 return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name)));
             }
             table.read().check(changes)?;
-            let mut parts = table.route(concat_changes(&table.schema, changes)?)?;
+            let mut parts = table.route(concat_changes(&table.schema, changes)?, partition)?;
             if parts.is_empty() {
                 parts.push((0, ChangeBatch::inserts(RecordBatch::new_empty(Arc::clone(&table.schema)))));
             }
@@ -517,6 +525,9 @@ impl Engine {
             }
             routed.push(parts);
         }
+        // Room in the view runtime's queue first: while views are behind, writers wait here.
+        let bytes: usize = routed.iter().flatten().map(|(_, p)| p.rows().get_array_memory_size()).sum();
+        let mut budget = Some(self.runtime.reserve(bytes).await?);
         let ticket = self.log.commit(log_writes);
         for ((table, changes), parts) in writes.iter().zip(routed) {
             table.write().apply(changes)?;
@@ -524,7 +535,7 @@ impl Engine {
                 table.positions.lock().unwrap_or_else(|p| p.into_inner()).extend(positions.iter().copied());
             }
             for (partition, part) in parts {
-                self.runtime.changes(table.def.id, partition, table.clock, vec![part])?;
+                self.runtime.changes(table.def.id, partition, table.clock, vec![part], budget.take())?;
             }
         }
         drop(guard);
@@ -597,5 +608,5 @@ fn load_table(log: &LogStore, def: TableDef) -> Result<Arc<Table>> {
     }
     tracing::info!(table = %def.name, records, rows = data.row_count(), "table restored from its log");
     let clock = clock_of(&def)?;
-    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, positions: std::sync::Mutex::new(positions.into_iter().map(|(p, (_, o))| (p, o)).collect()) }))
+    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, positions: std::sync::Mutex::new(positions.into_iter().map(|(p, (_, o))| (p, o)).collect()), source_ends: Default::default() }))
 }

@@ -178,7 +178,11 @@ impl Session {
                 let created = self.engine.create_table(create).await?;
                 let done = Outcome::Command { tag: "CREATE TABLE", rows: None };
                 if let Some(table) = created {
-                    self.engine.start_connector(&table).await?;
+                    if let Err(e) = self.engine.start_connector(&table, true).await {
+                        // A table whose source cannot be read is not kept.
+                        let _ = self.engine.drop_objects(std::slice::from_ref(&table.def.name), true, false, ObjectKind::Table).await;
+                        return Err(e);
+                    }
                     Ok(done)
                 } else {
                     let name = object_name(&create.name)?;
@@ -412,7 +416,7 @@ impl Session {
                     Some(g) => g,
                     None => self.engine.lock_writes().await,
                 };
-                self.engine.commit(guard, vec![(table, changes)], &[]).await
+                self.engine.commit(guard, vec![(table, changes)], &[], None).await
             }
             Some(txn) => {
                 let mut forks = self.view.forks.lock().unwrap_or_else(|p| p.into_inner());
@@ -619,7 +623,7 @@ impl Session {
         }
         let writes: Vec<_> = txn.writes.into_values().collect();
         let guard = self.engine.lock_writes().await;
-        self.engine.commit(guard, writes, &[]).await?;
+        self.engine.commit(guard, writes, &[], None).await?;
         Ok(Outcome::TransactionEnd { tag: "COMMIT" })
     }
 

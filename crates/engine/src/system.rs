@@ -164,12 +164,12 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
                 rows.push((table.def.name.clone(), p, Some(reader.view.clone()), Some(committed), end));
             }
         }
-        // The connector feeding the table: how far it has read its source, and the source's end.
-        if let Some(end) = engine.connector_end(&table) {
-            let connector = table.def.option("connector").unwrap_or_default().to_owned();
-            let positions = engine.connector_positions(&table);
-            let read = positions.iter().find(|(p, _)| *p == 0).map_or(0, |(_, o)| *o);
-            rows.push((table.def.name.clone(), 0, Some(format!("connector {connector}")), Some(read), end));
+        // The connector feeding the table: per source partition, how far it has read (kept in
+        // the table's log) and where the source ends.
+        if let Some(connector) = table.def.option("connector") {
+            for (p, read, end) in engine.connector_progress(&table) {
+                rows.push((table.def.name.clone(), p, Some(format!("connector {connector}")), read, end));
+            }
         }
     }
     rows.sort();

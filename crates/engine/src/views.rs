@@ -28,6 +28,12 @@ pub const BARRIER_INTERVAL: Duration = Duration::from_millis(100);
 const BACKFILL_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// Messages waiting for the runtime before writers wait (back-pressure).
 const RUNTIME_QUEUE_CAPACITY: usize = 1024;
+/// KiB of changes waiting for the runtime before writers (and connectors) wait: a slow view
+/// makes sources pause instead of the server buffering without bound.
+const RUNTIME_QUEUE_KIB: u32 = 256 * 1024;
+
+/// A reservation of the runtime's queue, released once the runtime has processed the changes.
+pub struct QueueBudget(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
 /// Published contents of every view: replaced wholesale at the end of each epoch.
 pub type Snapshots = Arc<HashMap<ObjectId, Arc<Vec<RecordBatch>>>>;
@@ -187,7 +193,7 @@ struct Subscriber {
 
 enum Message {
     Subscribe { view: ObjectId, snapshot: bool, subscriber_events: tokio::sync::mpsc::Sender<EpochChanges>, lagged: Arc<std::sync::atomic::AtomicBool>, reply: oneshot::Sender<Result<()>> },
-    Changes { object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch> },
+    Changes { object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>, budget: Option<QueueBudget> },
     AddView {
         view: Arc<View>,
         dataflow: Box<dyn Operator>,
@@ -219,6 +225,7 @@ pub struct ViewRuntime {
     queue: Mutex<Option<SyncSender<Message>>>,
     published: Arc<RwLock<Snapshots>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    budget: Arc<tokio::sync::Semaphore>,
 }
 
 impl ViewRuntime {
@@ -230,7 +237,8 @@ impl ViewRuntime {
             .name("eddy-views".into())
             .spawn(move || state.run(&rx))
             .map_err(|e| Error::io("start the view runtime", e))?;
-        Ok(ViewRuntime { queue: Mutex::new(Some(tx)), published, thread: Mutex::new(Some(thread)) })
+        let budget = Arc::new(tokio::sync::Semaphore::new(RUNTIME_QUEUE_KIB as usize));
+        Ok(ViewRuntime { queue: Mutex::new(Some(tx)), published, thread: Mutex::new(Some(thread)), budget })
     }
 
     fn send(&self, message: Message) -> Result<()> {
@@ -241,9 +249,18 @@ impl ViewRuntime {
         }
     }
 
-    /// Committed changes of a table, in commit order (call under the engine's write lock).
-    pub fn changes(&self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>) -> Result<()> {
-        self.send(Message::Changes { object, partition, clock, batches })
+    /// Reserves room for `bytes` of changes in the runtime's queue, waiting while views are
+    /// behind (a reservation larger than the whole queue waits for all of it).
+    pub async fn reserve(&self, bytes: usize) -> Result<QueueBudget> {
+        let kib = (bytes / 1024).clamp(1, RUNTIME_QUEUE_KIB as usize) as u32;
+        let permit = Arc::clone(&self.budget).acquire_many_owned(kib).await.map_err(|_| Error::internal("the view runtime stopped"))?;
+        Ok(QueueBudget(permit))
+    }
+
+    /// Committed changes of a table, in commit order (call under the engine's write lock);
+    /// `budget` is released once the runtime has processed them.
+    pub fn changes(&self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>, budget: Option<QueueBudget>) -> Result<()> {
+        self.send(Message::Changes { object, partition, clock, batches, budget })
     }
 
     /// Every late row the views dropped (`eddy_late_events`).
@@ -388,11 +405,12 @@ impl RuntimeState {
 
     fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
         match message {
-            Message::Changes { object, partition, clock, batches } => {
+            Message::Changes { object, partition, clock, batches, budget } => {
                 for entry in self.views.iter_mut().filter(|e| e.sources.contains(&object)) {
                     *entry.read.entry((object, partition)).or_default() += 1;
                 }
                 self.push(object, partition, clock, &batches);
+                drop(budget);
             }
             Message::AddView { view, dataflow, event_time, sources, tables, progress, reply } => {
                 let result = self.add_view(view, dataflow, event_time, sources, tables, progress.as_ref());
@@ -788,5 +806,24 @@ impl RuntimeState {
             }
         }
         *self.published.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    #[tokio::test]
+    async fn writers_wait_while_the_runtime_queue_is_full() {
+        let runtime = ViewRuntime::start().unwrap();
+        // Everything the queue holds is in flight: the next writer waits...
+        let all = runtime.reserve(usize::MAX).await.unwrap();
+        assert!(runtime.reserve(4096).now_or_never().is_none());
+        // ...until the runtime has processed those changes.
+        runtime.changes(ObjectId(1), 0, None, Vec::new(), Some(all)).unwrap();
+        runtime.flush().unwrap().await.unwrap().unwrap();
+        assert!(runtime.reserve(4096).now_or_never().is_some());
+        runtime.shutdown();
     }
 }

@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+pub mod kafka;
+
 use anyhow::{Context, Result, anyhow, bail};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
