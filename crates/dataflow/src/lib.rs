@@ -148,7 +148,7 @@ pub fn build(node: &Node, event_time: &Arc<EventTime>) -> Result<Box<dyn Operato
 
 fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
     Ok(match node {
-        Node::Source { object, .. } => Box::new(stateless::Source { object: *object }),
+        Node::Source { object, schema, .. } => Box::new(stateless::Source { object: *object, schema: Arc::clone(schema) }),
         Node::Filter { input, predicate } => {
             Box::new(stateless::Filter { input: build(input, et)?, predicate: predicate.clone(), context: Arc::clone(et) })
         }

@@ -14,11 +14,21 @@ use crate::rows::{batch_of, evaluate_or_set_aside, filter_changes};
 
 pub struct Source {
     pub object: ObjectId,
+    /// The columns the view was planned with; a table's rows may carry columns added later.
+    pub schema: SchemaRef,
 }
 
 impl Operator for Source {
     fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        Ok(if source == self.object && !changes.is_empty() { vec![changes.clone()] } else { Vec::new() })
+        if source != self.object || changes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let width = self.schema.fields().len();
+        if changes.rows().num_columns() <= width {
+            return Ok(vec![changes.clone()]);
+        }
+        let columns = changes.rows().columns()[..width].to_vec();
+        Ok(vec![ChangeBatch::new(batch_of(&self.schema, columns, changes.len())?, changes.diffs().clone())])
     }
 
     fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {

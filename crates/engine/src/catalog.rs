@@ -311,6 +311,29 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef>
     Ok(def)
 }
 
+/// `ALTER TABLE ... ADD COLUMN`: a nullable column after the declared ones (existing rows and
+/// log records read it as NULL).
+pub fn bind_added_column(def: &TableDef, column: &ast::ColumnDef) -> Result<ColumnDef> {
+    let name = normalize_ident(&column.name);
+    if def.columns.iter().any(|c| c.name == name) {
+        return Err(Error::new(SqlState::DUPLICATE_COLUMN, format!("column \"{name}\" of relation \"{}\" already exists", def.name)));
+    }
+    if !def.includes.is_empty() {
+        return Err(Error::unsupported("ADD COLUMN on a table with INCLUDE columns is not supported"));
+    }
+    if def.columns.len() >= eddy_common::limits::TABLE_COLUMNS_MAX {
+        return Err(Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "tables can have at most 1600 columns"));
+    }
+    for option in &column.options {
+        match &option.option {
+            ColumnOption::Null => {}
+            other => return Err(Error::unsupported(format!("ADD COLUMN ... {other} is not supported (an added column is nullable, NULL in existing rows)"))),
+        }
+    }
+    let column_type = types::column_type(&column.data_type)?;
+    Ok(ColumnDef { name, pg_type: column_type.pg_name, arrow_type: column_type.arrow.to_string(), nullable: true, proctime: false })
+}
+
 fn set_primary_key(slot: &mut Option<Vec<usize>>, columns: Vec<usize>) -> Result<()> {
     if slot.is_some() {
         return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "multiple primary keys for table are not allowed"));

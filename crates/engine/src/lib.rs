@@ -398,6 +398,27 @@ impl Engine {
         Ok(())
     }
 
+    /// `ALTER TABLE name ADD COLUMN`: the table is rebuilt from its log under the new
+    /// definition (older records read the column as NULL). Views keep the columns they were
+    /// planned with.
+    pub(crate) async fn add_column(&self, name: &str, column: &eddy_sql::ast::ColumnDef, if_not_exists: bool) -> Result<()> {
+        let _guard = self.lock_writes().await;
+        let old = self.table(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{name}\" does not exist")))?;
+        if if_not_exists && old.def.columns.iter().any(|c| c.name == catalog::normalize_ident(&column.name)) {
+            return Ok(());
+        }
+        let mut def = old.def.clone();
+        def.columns.push(catalog::bind_added_column(&def, column)?);
+        // Commits queued before the lock may not be in the log files yet.
+        self.log.commit(Vec::new()).await.map_err(|_| Error::internal("the log committer stopped without answering"))??;
+        let table = load_table(&self.log, def.clone())?;
+        self.meta.put_object(def.id, &ObjectDef::Table(def).encode()?)?;
+        table.next_partition.store(old.next_partition.load(Ordering::Relaxed), Ordering::Relaxed);
+        *table.source_ends.lock().unwrap_or_else(|p| p.into_inner()) = old.source_ends.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), table);
+        Ok(())
+    }
+
     /// The current table with this id (a table is replaced when its definition changes).
     pub(crate) fn table_by_id(&self, id: ObjectId) -> Option<Arc<Table>> {
         self.tables.read().unwrap_or_else(|p| p.into_inner()).values().find(|t| t.def.id == id).cloned()

@@ -246,7 +246,10 @@ impl Session {
                         ast::AlterTableOperation::AlterColumn { column_name, op: ast::AlterColumnOperation::DropNotNull } => {
                             self.engine.drop_not_null(&name, &crate::catalog::normalize_ident(column_name)).await?;
                         }
-                        other => return Err(Error::unsupported(format!("ALTER TABLE ... {other} is not supported (ALTER COLUMN c DROP NOT NULL and REPLAY DEAD LETTERS are)"))),
+                        ast::AlterTableOperation::AddColumn { if_not_exists, column_def, column_position: None, .. } => {
+                            self.engine.add_column(&name, column_def, *if_not_exists).await?;
+                        }
+                        other => return Err(Error::unsupported(format!("ALTER TABLE ... {other} is not supported (ADD COLUMN, ALTER COLUMN c DROP NOT NULL and REPLAY DEAD LETTERS are)"))),
                     }
                 }
                 Ok(Outcome::Command { tag: "ALTER TABLE", rows: None })

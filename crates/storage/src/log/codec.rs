@@ -62,7 +62,7 @@ pub fn decode_positions(payload: &[u8]) -> Result<Vec<(u32, u64)>> {
 }
 
 /// Deserializes a payload, labelling the rows with `schema` (the table's current schema,
-/// whose column names and types must match what was written).
+/// whose column names and types must match what was written; columns added since read as NULL).
 pub fn decode_changes(payload: &[u8], schema: &SchemaRef) -> Result<Vec<ChangeBatch>> {
     let reader = StreamReader::try_new(payload, None).map_err(|e| codec_error("header", e))?;
     let mut out = Vec::new();
@@ -81,8 +81,12 @@ pub fn decode_changes(payload: &[u8], schema: &SchemaRef) -> Result<Vec<ChangeBa
         if diffs.null_count() > 0 || diffs.values().contains(&0) {
             return Err(codec_error("batch", "diff column holds a null or a zero"));
         }
-        let rows = RecordBatch::try_new(Arc::clone(schema), batch.columns()[..n - 1].to_vec())
-            .map_err(|e| codec_error("rows do not match the table's schema", e))?;
+        let mut columns = batch.columns()[..n - 1].to_vec();
+        // Columns added to the table after this record was written read as NULL.
+        for field in schema.fields().iter().skip(columns.len()) {
+            columns.push(arrow::array::new_null_array(field.data_type(), batch.num_rows()));
+        }
+        let rows = RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| codec_error("rows do not match the table's schema", e))?;
         out.push(ChangeBatch::new(rows, diffs));
     }
     Ok(out)
