@@ -64,6 +64,11 @@ impl Engine {
         let guard = self.lock_writes().await;
         // The table as it is now (ALTER TABLE replaces its definition).
         let table = &self.table_by_id(table.def.id).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name)))?;
+        if decoded.rows.num_columns() != table.schema.fields().len() {
+            // ALTER TABLE changed the columns after this chunk was decoded: the caller reads
+            // it again with the new definition.
+            return Err(Error::new(SqlState::SERIALIZATION_FAILURE, format!("table \"{}\" was altered while records were decoded", table.def.name)));
+        }
         let (changes, conflicts) = table.read().resolve(&decoded.rows, &decoded.kinds)?;
         let mut rejected = decoded.rejected;
         rejected.extend(conflicts.into_iter().map(|(row, why)| (decoded.origins[row], why)));
@@ -264,6 +269,11 @@ impl Engine {
             match self.ingest_records(&table, &decoder, &records, &[(0, lines.end)], on_error).await {
                 Ok(_) => {}
                 Err(e) if e.state == SqlState::UNDEFINED_TABLE => return Ok(()),
+                Err(e) if e.state == SqlState::SERIALIZATION_FAILURE => {
+                    // Read the chunk again (with the table's new definition).
+                    let recorded = table.positions.lock().unwrap_or_else(|p| p.into_inner()).get(&0).copied().unwrap_or(start);
+                    tail = eddy_connectors::file::FileTail::new(&path, recorded);
+                }
                 Err(e) => return Err(e),
             }
         }

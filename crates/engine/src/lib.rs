@@ -533,8 +533,13 @@ impl Engine {
         let mut log_writes = Vec::with_capacity(writes.len());
         let mut routed: Vec<Vec<(u32, ChangeBatch)>> = Vec::with_capacity(writes.len());
         for (table, changes) in &writes {
-            if self.table(&table.def.name).is_none_or(|t| t.def.id != table.def.id) {
-                return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name)));
+            match self.table_by_id(table.def.id) {
+                None => return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name))),
+                // ALTER TABLE replaced the table since this statement read it.
+                Some(now) if !Arc::ptr_eq(&now, table) => {
+                    return Err(Error::new(SqlState::SERIALIZATION_FAILURE, format!("table \"{}\" was altered while the statement ran; run it again", table.def.name)));
+                }
+                Some(_) => {}
             }
             table.read().check(changes)?;
             let mut parts = table.route(concat_changes(&table.schema, changes)?, partition)?;
