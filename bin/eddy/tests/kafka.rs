@@ -3,34 +3,11 @@
 //! with poison pills; views, dead letters and offsets; a SIGKILL of Eddy mid-stream loses
 //! nothing and counts nothing twice (offsets live in Eddy's log, not in a consumer group).
 
-use std::time::{Duration, Instant};
-
-use eddy_testkit::EddyProcess;
+use eddy_testkit::{EddyProcess, eventually, rows};
 use eddy_testkit::kafka::KafkaBroker;
 
 fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
-}
-
-async fn rows(server: &EddyProcess, sql: &str) -> Vec<Vec<Option<String>>> {
-    let client = server.connect().await.unwrap();
-    eddy_testkit::query_text(&client, sql).await.unwrap_or_else(|e| panic!("{sql}: {e:#}"))
-}
-
-/// Waits (FLUSH after FLUSH, bounded) until `sql` returns `want`.
-async fn eventually(server: &EddyProcess, sql: &str, want: &str) {
-    let client = server.connect().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        client.batch_execute("FLUSH").await.unwrap();
-        let got = eddy_testkit::query_text(&client, sql).await.unwrap();
-        let text = got.iter().map(|r| r.iter().map(|c| c.clone().unwrap_or_else(|| "NULL".into())).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join("\n");
-        if text == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{sql}: still {text:?}, waiting for {want:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn order(i: usize) -> String {

@@ -38,20 +38,9 @@ fn now_micros() -> i64 {
 
 impl Engine {
     /// Decodes `records` into `table` and commits them with `positions`; see the module doc.
+    /// `partition` pins an append-only table's write to that log partition (modulo the
+    /// table's partitions), so that a source partition's order is kept.
     pub(crate) async fn ingest_records(
-        &self,
-        table: &Arc<Table>,
-        decoder: &RecordDecoder,
-        records: &[RawRecord<'_>],
-        positions: &[(u32, u64)],
-        on_error: OnError,
-    ) -> Result<IngestReport> {
-        self.ingest_at(table, decoder, records, positions, on_error, None).await
-    }
-
-    /// [`Engine::ingest_records`] into the log partition `partition` (modulo the table's
-    /// partitions) of an append-only table, so that a source partition's order is kept.
-    pub(crate) async fn ingest_at(
         &self,
         table: &Arc<Table>,
         decoder: &RecordDecoder,
@@ -115,7 +104,7 @@ impl Engine {
             .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
             .map(|line| RawRecord { value: Some(line), ..RawRecord::default() })
             .collect();
-        self.ingest_records(&table, &decoder, &records, &[], table.def.on_error()).await
+        self.ingest_records(&table, &decoder, &records, &[], table.def.on_error(), None).await
     }
 
     /// `ALTER TABLE t REPLAY DEAD LETTERS`: decodes the table's dead letters again with its
@@ -132,7 +121,7 @@ impl Engine {
             .map(|(_, l)| RawRecord { value: Some(l.raw.as_slice()), partition: l.partition, offset: l.offset, ..RawRecord::default() })
             .collect();
         // Failures are kept as they are (their letters stay), not stored again.
-        let report = self.ingest_records(table, &decoder, &records, &[], OnError::Skip).await?;
+        let report = self.ingest_records(table, &decoder, &records, &[], OnError::Skip, None).await?;
         let failed: std::collections::HashMap<usize, &String> = report.rejected.iter().map(|(i, why)| (*i, why)).collect();
         let done: Vec<_> = letters.iter().enumerate().filter(|(i, _)| !failed.contains_key(i)).map(|(_, (key, _))| key.clone()).collect();
         let updated: Vec<DeadLetter> = letters
@@ -235,13 +224,8 @@ impl Engine {
         let mut table = Arc::clone(table);
         let mut decoder = decoder;
         loop {
-            match self.table_by_id(table.def.id) {
-                None => return Ok(()),
-                Some(now) if !Arc::ptr_eq(&now, &table) => {
-                    decoder = now.def.decoder(&now.schema, false)?;
-                    table = now;
-                }
-                Some(_) => {}
+            if !self.follow_changes(&mut table, &mut decoder)? {
+                return Ok(());
             }
             let lines = {
                 let mut t = std::mem::replace(&mut tail, eddy_connectors::file::FileTail::new(&path, 0));
@@ -266,7 +250,7 @@ impl Engine {
                 .iter()
                 .map(|(offset, line)| RawRecord { value: Some(line), partition: Some(0), offset: Some(*offset), ..RawRecord::default() })
                 .collect();
-            match self.ingest_records(&table, &decoder, &records, &[(0, lines.end)], on_error).await {
+            match self.ingest_records(&table, &decoder, &records, &[(0, lines.end)], on_error, None).await {
                 Ok(_) => {}
                 Err(e) if e.state == SqlState::UNDEFINED_TABLE => return Ok(()),
                 Err(e) if e.state == SqlState::SERIALIZATION_FAILURE => {
@@ -323,13 +307,8 @@ impl Engine {
         let mut table = table;
         let mut decoder = table.def.decoder(&table.schema, false)?;
         loop {
-            match self.table_by_id(table.def.id) {
-                None => return Ok(()),
-                Some(now) if !Arc::ptr_eq(&now, &table) => {
-                    decoder = now.def.decoder(&now.schema, false)?;
-                    table = now;
-                }
-                Some(_) => {}
+            if !self.follow_changes(&mut table, &mut decoder)? {
+                return Ok(());
             }
             let (records, high) = reader.fetch(offset, CHUNK_BYTES as i32, KAFKA_WAIT).await?;
             table.source_ends.lock().unwrap_or_else(|p| p.into_inner()).insert(partition, high);
@@ -345,8 +324,22 @@ impl Engine {
                     timestamp_micros: Some(r.timestamp_micros),
                 })
                 .collect();
-            self.ingest_at(&table, &decoder, &raw, &[(partition, next)], table.def.on_error(), Some(partition)).await?;
+            self.ingest_records(&table, &decoder, &raw, &[(partition, next)], table.def.on_error(), Some(partition)).await?;
             offset = next;
+        }
+    }
+
+    /// Keeps a connector on the table as it is now: after an ALTER TABLE, its new definition
+    /// and decoder. False once the table was dropped.
+    fn follow_changes(&self, table: &mut Arc<Table>, decoder: &mut RecordDecoder) -> Result<bool> {
+        match self.table_by_id(table.def.id) {
+            None => Ok(false),
+            Some(now) if !Arc::ptr_eq(&now, table) => {
+                *decoder = now.def.decoder(&now.schema, false)?;
+                *table = now;
+                Ok(true)
+            }
+            Some(_) => Ok(true),
         }
     }
 

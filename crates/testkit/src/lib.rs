@@ -271,3 +271,27 @@ pub async fn query_sorted(client: &Client, sql: &str) -> Result<Vec<Vec<Option<S
     rows.sort();
     Ok(rows)
 }
+
+/// Waits (FLUSH after FLUSH, for at most a minute) until `sql` returns `want` — rows joined by
+/// newlines, cells by spaces, NULL as `NULL`. For state reached on a source's own schedule
+/// (connectors), where a test waits for the state rather than for a time.
+pub async fn eventually(server: &EddyProcess, sql: &str, want: &str) {
+    let client = server.connect().await.unwrap_or_else(|e| panic!("connecting: {e:#}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        client.batch_execute("FLUSH").await.unwrap_or_else(|e| panic!("FLUSH: {e:#}"));
+        let got = query_text(&client, sql).await.unwrap_or_else(|e| panic!("{sql}: {e:#}"));
+        let text = got.iter().map(|r| r.iter().map(|c| c.clone().unwrap_or_else(|| "NULL".into())).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join("\n");
+        if text == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{sql}: still {text:?}, waiting for {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The rows of `sql` as text, on a new connection; panics (a test helper) on failure.
+pub async fn rows(server: &EddyProcess, sql: &str) -> Vec<Vec<Option<String>>> {
+    let client = server.connect().await.unwrap_or_else(|e| panic!("connecting: {e:#}"));
+    query_text(&client, sql).await.unwrap_or_else(|e| panic!("{sql}: {e:#}"))
+}
