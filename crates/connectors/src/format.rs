@@ -274,8 +274,13 @@ impl RecordDecoder {
         }
         picks.sort_by_key(|p| p.0);
         let indices: Vec<(usize, usize)> = picks.iter().map(|p| (p.1, p.2)).collect();
+        // PLAIN picks every parsed row in order: the batch is used as it is, not copied.
+        let identity = sources.len() == 1 && indices.iter().enumerate().all(|(i, &(b, r))| b == 0 && r == i) && indices.len() == sources[0].num_rows();
         let columns = (0..self.value.fields().len())
             .map(|c| {
+                if identity {
+                    return Ok(Arc::clone(sources[0].column(c)));
+                }
                 let arrays: Vec<&dyn Array> = sources.iter().map(|b| b.column(c).as_ref()).collect();
                 interleave(&arrays, &indices).map_err(|e| arrow_error("interleaving rows", e))
             })
