@@ -2,6 +2,7 @@
 //! 127.0.0.1 and a free port): JSON, upsert and Debezium records across several partitions
 //! with poison pills; views, dead letters and offsets; a SIGKILL of Eddy mid-stream loses
 //! nothing and counts nothing twice (offsets live in Eddy's log, not in a consumer group).
+//! Sources: each view reads the topic itself, at its own offsets, from the source's start.
 
 use eddy_testkit::{EddyProcess, eventually, rows};
 use eddy_testkit::kafka::KafkaBroker;
@@ -135,6 +136,14 @@ async fn upsert_and_debezium_topics_keep_a_keyed_table_current() {
     eventually(&server, "SELECT total, n FROM money", "20 2").await;
     eventually(&server, "SELECT id, owner, balance FROM mirror ORDER BY id", "1 ann 2").await;
     eventually(&server, "SELECT count(*) FROM eddy_dead_letters WHERE object = 'accounts'", "2").await;
+    // A tombstone whose key is bad keeps its key apart from its (absent) value, and a replay
+    // reads it as the tombstone it is.
+    let tombstone = "SELECT encode(key, 'hex'), raw IS NULL, error FROM eddy_dead_letters WHERE object = 'accounts' AND partition = 0";
+    let before = rows(&server, tombstone).await;
+    assert_eq!(before[0][0].as_deref(), Some(hex(b"garbage").as_str()));
+    assert_eq!(before[0][1].as_deref(), Some("t"));
+    server.connect().await.unwrap().batch_execute("ALTER TABLE accounts REPLAY DEAD LETTERS").await.unwrap();
+    assert_eq!(rows(&server, tombstone).await, before);
 
     // An unreachable broker or a missing topic refuses CREATE TABLE and leaves nothing behind.
     let client = server.connect().await.unwrap();
@@ -144,4 +153,93 @@ async fn upsert_and_debezium_topics_keep_a_keyed_table_current() {
         .unwrap_err();
     assert!(err.to_string().contains("does not exist") || format!("{err:?}").contains("does not exist"), "{err:?}");
     assert!(rows(&server, "SHOW TABLES").await.iter().all(|r| r[0].as_deref() != Some("t")));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn click(i: usize) -> String {
+    format!("{{\"id\": {i}, \"page\": \"p{}\", \"ms\": {}}}", i % 3, i % 7)
+}
+
+async fn produce_clicks(broker: &KafkaBroker, ids: std::ops::Range<usize>) {
+    for p in 0..2 {
+        let batch: Vec<String> = ids.clone().filter(|i| i % 2 == p).map(click).collect();
+        broker.produce("clicks", p as i32, batch.iter().map(|v| (None, Some(v.as_bytes()))).collect()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_source_is_read_by_each_view_at_its_own_offsets() {
+    let broker = KafkaBroker::start().await.unwrap();
+    broker.create_topic("clicks", 2).await.unwrap();
+    produce_clicks(&broker, 0..100).await;
+    broker.produce("clicks", 1, vec![(None, Some(b"{\"id\": \"x\"}"))]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = EddyProcess::start(&binary(), dir.path()).unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE clicks (id BIGINT NOT NULL, page TEXT, ms BIGINT)
+               WITH (connector = 'kafka', topic = 'clicks', properties.bootstrap.server = '{0}') FORMAT PLAIN ENCODE JSON;
+             CREATE SOURCE recent (id BIGINT NOT NULL, page TEXT, ms BIGINT)
+               WITH (connector = 'kafka', topic = 'clicks', properties.bootstrap.server = '{0}', scan.startup.mode = 'latest') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW per_page AS SELECT page, count(*) AS n, sum(ms) AS ms FROM clicks GROUP BY page;
+             CREATE MATERIALIZED VIEW since_created AS SELECT count(*) AS n FROM recent;",
+            broker.bootstrap()
+        ))
+        .await
+        .unwrap();
+    // CREATE MATERIALIZED VIEW answers once the view has read what the topic held.
+    let expected = |n: usize| -> String {
+        (0..3)
+            .map(|p| {
+                let ids: Vec<usize> = (0..n).filter(|i| i % 3 == p).collect();
+                format!("p{p} {} {}", ids.len(), ids.iter().map(|i| i % 7).sum::<usize>())
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let per_page = "SELECT page, n, ms FROM per_page ORDER BY page";
+    let text = |rows: Vec<Vec<Option<String>>>| rows.iter().map(|r| r.iter().map(|c| c.clone().unwrap_or_default()).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join("\n");
+    assert_eq!(text(rows(&server, per_page).await), expected(100));
+    assert_eq!(text(rows(&server, "SELECT n FROM since_created").await), "0");
+    let err = client.simple_query("SELECT * FROM clicks").await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    let err = client.simple_query("INSERT INTO clicks VALUES (1, 'p', 1)").await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42809"), "{err:?}");
+
+    // A view created later reads the source from its start too; each view has its offsets.
+    produce_clicks(&broker, 100..200).await;
+    client.batch_execute("CREATE MATERIALIZED VIEW everything AS SELECT count(*) AS n, count(DISTINCT id) AS ids FROM clicks").await.unwrap();
+    assert_eq!(text(rows(&server, "SELECT n, ids FROM everything").await), "200 200");
+    eventually(&server, per_page, &expected(200)).await;
+    eventually(&server, "SELECT n FROM since_created", "100").await;
+    eventually(
+        &server,
+        "SELECT consumer, partition, committed_offset, high_watermark, lag FROM eddy_source_offsets WHERE object = 'clicks' ORDER BY consumer, partition",
+        "everything 0 100 100 0\neverything 1 101 101 0\nper_page 0 100 100 0\nper_page 1 101 101 0",
+    )
+    .await;
+    // The poison pill is one dead letter, however many views read it.
+    assert_eq!(text(rows(&server, "SELECT object, partition, \"offset\" FROM eddy_dead_letters").await), "clicks 1 50");
+
+    // A crash: every view reads its sources again from their start, the same records.
+    produce_clicks(&broker, 200..300).await;
+    server.kill().unwrap();
+    produce_clicks(&broker, 300..400).await;
+    let server = server.restart().unwrap();
+    eventually(&server, "SELECT n, ids FROM everything", "400 400").await;
+    eventually(&server, per_page, &expected(400)).await;
+    eventually(&server, "SELECT n FROM since_created", "300").await;
+    assert_eq!(text(rows(&server, "SELECT count(*) FROM eddy_dead_letters").await), "1");
+
+    // Dropping a source needs its views gone (or CASCADE).
+    let client = server.connect().await.unwrap();
+    let err = client.simple_query("DROP SOURCE clicks").await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("2BP01"), "{err:?}");
+    client.batch_execute("DROP SOURCE clicks CASCADE").await.unwrap();
+    assert_eq!(text(rows(&server, "SHOW SOURCES").await), "recent");
+    assert_eq!(text(rows(&server, "SHOW MATERIALIZED VIEWS").await), "since_created");
 }

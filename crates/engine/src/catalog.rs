@@ -65,12 +65,23 @@ pub struct ViewDef {
     pub dependencies: Vec<ObjectId>,
 }
 
+/// A source: a table definition whose records stay in the external system (no log).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SourceDef {
+    pub table: TableDef,
+    /// Where each source partition starts, resolved at `CREATE SOURCE` for
+    /// `scan.startup.mode = 'latest' | 'timestamp'` (partitions not named start at the earliest
+    /// record), so that a view reads the same records whenever it is built.
+    pub start: Vec<(u32, u64)>,
+}
+
 /// What the metadata store holds for one object.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ObjectDef {
     Table(TableDef),
     MaterializedView(ViewDef),
+    Source(SourceDef),
 }
 
 impl ObjectDef {
@@ -103,6 +114,11 @@ impl TableDef {
 
     /// `CREATE TABLE` text equivalent to this definition (SHOW CREATE TABLE).
     pub fn create_sql(&self) -> String {
+        self.create_sql_as("TABLE")
+    }
+
+    /// `CREATE <kind>` text equivalent to this definition (`TABLE` or `SOURCE`).
+    pub fn create_sql_as(&self, kind: &str) -> String {
         let declared = self.columns.len() - self.includes.len();
         let mut parts: Vec<String> = self.columns[..declared]
             .iter()
@@ -123,8 +139,8 @@ impl TableDef {
         if let Some(w) = &self.watermark {
             parts.push(format!("WATERMARK FOR {} AS {}", quote_ident(&w.column), w.expr));
         }
-        let mut sql = format!("CREATE TABLE {} ({})", quote_ident(&self.name), parts.join(", "));
-        if self.append_only {
+        let mut sql = format!("CREATE {kind} {} ({})", quote_ident(&self.name), parts.join(", "));
+        if self.append_only && kind == "TABLE" {
             sql.push_str(" APPEND ONLY");
         }
         for (what, column) in self.includes.iter().zip(&self.columns[declared..]) {
@@ -265,6 +281,10 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef>
     for &i in &primary_key {
         columns[i].nullable = false;
     }
+    if create.source && create.options.iter().any(|(k, _)| k == "partitions" || k.starts_with("retention")) {
+        return Err(Error::invalid_parameter("a source is not stored by Eddy: partitions and retention are the external system's")
+            .with_hint("use CREATE TABLE to keep the records in Eddy's log"));
+    }
     if create.append_only && !primary_key.is_empty() {
         return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "an APPEND ONLY table cannot have a PRIMARY KEY")
             .with_hint("drop APPEND ONLY for a table whose rows are updated by key"));
@@ -302,7 +322,13 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef>
     if create.append_only && format.as_ref().is_some_and(|(e, _)| e != "PLAIN") {
         return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "an APPEND ONLY table takes FORMAT PLAIN only (UPSERT and DEBEZIUM update and delete rows)"));
     }
-    let def = TableDef { id, name, columns, primary_key, append_only: create.append_only, watermark, options, partitions, format, includes };
+    if create.source && connector.is_none() {
+        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "a source needs a connector (WITH (connector = 'kafka' | 'file', ...))")
+            .with_hint("a relation written with INSERT, COPY or HTTP ingest is a table: CREATE TABLE"));
+    }
+    // A source of plain records without a key only ever inserts: a stream.
+    let append_only = create.append_only || (create.source && primary_key.is_empty() && format.as_ref().is_some_and(|(e, _)| e == "PLAIN"));
+    let def = TableDef { id, name, columns, primary_key, append_only, watermark, options, partitions, format, includes };
     // A declared format must be able to decode every column type (plain tables find out at
     // their first HTTP ingest).
     if def.format.is_some() {

@@ -1,22 +1,167 @@
-//! Records from outside into a table: HTTP ingest bodies, connector chunks and replayed dead
-//! letters all pass through [`Engine::ingest_records`].
+//! Records from outside: HTTP ingest bodies, connector chunks and replayed dead letters into
+//! a table all pass through [`Engine::ingest_records`]; the connectors (a followed file, a
+//! Kafka topic) feed a table or, for a source, each view's reader ([`Feed`]).
 //!
-//! The path: decode the chunk (bad records are set aside with their reason), resolve what each
-//! row does to the table's contents under the write lock (a duplicate key or a delete of a row
-//! the table does not hold is set aside too), deal with the set-aside records as the table's
-//! `on_error` says — dead letters are stored durably *before* the rows around them are
-//! acknowledged — and commit the rows together with the connector's source positions.
+//! The path into a table: decode the chunk (bad records are set aside with their reason),
+//! resolve what each row does to the table's contents under the write lock (a duplicate key or
+//! a delete of a row the table does not hold is set aside too), deal with the set-aside
+//! records as the table's `on_error` says — dead letters are stored durably *before* the rows
+//! around them are acknowledged — and commit the rows together with the connector's source
+//! positions. Into a source's reader: the same, against the reader's own copy of a keyed
+//! source's rows, and handed to the one view (see `source.rs`).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use arrow::datatypes::SchemaRef;
 use eddy_common::{Error, Result, SqlState};
 use eddy_connectors::kafka::{KafkaTopic, Startup};
 use eddy_connectors::{RawRecord, RecordDecoder};
 use eddy_storage::meta::DeadLetter;
 
-use crate::catalog::OnError;
+use crate::catalog::{OnError, TableDef};
+use crate::source::{Source, SourceReader};
 use crate::{Engine, Table};
+
+/// How far a connector has read, per source partition.
+#[derive(Debug, Default)]
+pub(crate) struct ConnectorProgress {
+    partitions: std::sync::Mutex<BTreeMap<u32, PartitionProgress>>,
+}
+
+/// One source partition of a connector (a row of `eddy_source_offsets`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PartitionProgress {
+    /// The offset of the next record to read (`None`: none read or recorded yet).
+    pub next: Option<u64>,
+    /// Where the partition ends, as last seen (`None`: not looked at yet).
+    pub end: Option<u64>,
+    /// Records dropped under `on_error = 'skip'` since the server started.
+    pub skipped: u64,
+}
+
+impl ConnectorProgress {
+    /// Progress starting at `positions` (partition, next offset).
+    pub(crate) fn at(positions: impl IntoIterator<Item = (u32, u64)>) -> Self {
+        let progress = ConnectorProgress::default();
+        progress.advance(&positions.into_iter().collect::<Vec<_>>());
+        progress
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, PartitionProgress>> {
+        self.partitions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn next(&self, partition: u32) -> Option<u64> {
+        self.lock().get(&partition).and_then(|p| p.next)
+    }
+
+    pub(crate) fn advance(&self, positions: &[(u32, u64)]) {
+        let mut partitions = self.lock();
+        for &(p, next) in positions {
+            partitions.entry(p).or_default().next = Some(next);
+        }
+    }
+
+    fn set_end(&self, partition: u32, end: u64) {
+        self.lock().entry(partition).or_default().end = Some(end);
+    }
+
+    fn skip(&self, partition: u32, records: usize) {
+        self.lock().entry(partition).or_default().skipped += records as u64;
+    }
+
+    /// Every partition the connector has looked at.
+    pub(crate) fn partitions(&self) -> Vec<(u32, PartitionProgress)> {
+        self.lock().iter().filter(|(_, p)| p.end.is_some()).map(|(n, p)| (*n, *p)).collect()
+    }
+
+    fn known(&self) -> BTreeSet<u32> {
+        self.lock().iter().filter(|(_, p)| p.next.is_some()).map(|(n, _)| *n).collect()
+    }
+}
+
+/// Where a connector delivers the records it reads.
+#[derive(Clone)]
+pub(crate) enum Feed {
+    /// Into a table: appended to its log together with the source positions.
+    Table(Arc<Table>),
+    /// To the one view a source's reader reads for (nothing is stored).
+    Reader(Arc<Source>, Arc<SourceReader>),
+}
+
+impl Feed {
+    fn def(&self) -> &TableDef {
+        match self {
+            Feed::Table(t) => &t.def,
+            Feed::Reader(s, _) => &s.def,
+        }
+    }
+
+    fn schema(&self) -> &SchemaRef {
+        match self {
+            Feed::Table(t) => &t.schema,
+            Feed::Reader(s, _) => &s.schema,
+        }
+    }
+
+    fn progress(&self) -> &ConnectorProgress {
+        match self {
+            Feed::Table(t) => &t.progress,
+            Feed::Reader(_, r) => &r.progress,
+        }
+    }
+
+    fn decoder(&self) -> Result<RecordDecoder> {
+        self.def().decoder(self.schema(), false)
+    }
+
+    fn name(&self) -> &str {
+        &self.def().name
+    }
+
+    /// A view's reader has read everything `partition` held when it started (`None`: it
+    /// cannot read the source now; the view is not waited for).
+    fn reached_end(&self, partition: Option<u32>) {
+        if let Feed::Reader(_, reader) = self {
+            reader.reached_end(partition);
+        }
+    }
+
+    /// Keeps the feed on the object as it is now: after an ALTER, its new definition and
+    /// decoder. False once the object was dropped (or the view stopped reading).
+    fn refresh(&mut self, engine: &Engine, decoder: &mut RecordDecoder) -> Result<bool> {
+        match self {
+            Feed::Table(table) => match engine.table_by_id(table.def.id) {
+                None => Ok(false),
+                Some(now) if !Arc::ptr_eq(&now, table) => {
+                    *decoder = now.def.decoder(&now.schema, false)?;
+                    *table = now;
+                    Ok(true)
+                }
+                Some(_) => Ok(true),
+            },
+            Feed::Reader(source, reader) => match engine.source_by_id(source.def.id) {
+                _ if reader.stopped() => Ok(false),
+                None => Ok(false),
+                Some(now) if !Arc::ptr_eq(&now, source) => {
+                    *decoder = now.def.decoder(&now.schema, false)?;
+                    *source = now;
+                    Ok(true)
+                }
+                Some(_) => Ok(true),
+            },
+        }
+    }
+
+    fn alive(&self, engine: &Engine) -> bool {
+        match self {
+            Feed::Table(t) => engine.table_by_id(t.def.id).is_some(),
+            Feed::Reader(s, r) => !r.stopped() && engine.source_by_id(s.def.id).is_some(),
+        }
+    }
+}
 
 /// How a chunk of records went.
 #[derive(Debug, Default)]
@@ -63,34 +208,42 @@ impl Engine {
         rejected.extend(conflicts.into_iter().map(|(row, why)| (decoded.origins[row], why)));
         rejected.sort_by_key(|r| r.0);
         rejected.dedup_by_key(|r| r.0);
-        if !rejected.is_empty() {
-            match on_error {
-                OnError::Fail => {
-                    let (i, why) = &rejected[0];
-                    return Err(Error::new(SqlState::DATA_EXCEPTION, format!("record {} of table \"{}\": {why}", i + 1, table.def.name))
-                        .with_hint("the table has on_error = 'fail'; with 'dead_letter' bad records go to eddy_dead_letters and the others are kept"));
-                }
-                OnError::Skip => tracing::debug!(table = %table.def.name, skipped = rejected.len(), "skipping undecodable records"),
-                OnError::DeadLetter => {
-                    let received_at_micros = now_micros();
-                    let letters: Vec<DeadLetter> = rejected
-                        .iter()
-                        .map(|(i, why)| DeadLetter {
-                            object: table.def.id,
-                            partition: records[*i].partition,
-                            offset: records[*i].offset,
-                            raw: records[*i].value.or(records[*i].key).unwrap_or_default().to_vec(),
-                            error: why.clone(),
-                            received_at_micros,
-                        })
-                        .collect();
-                    self.meta.put_dead_letters(&letters)?;
-                }
-            }
-        }
+        self.set_aside(&table.def, records, &rejected, on_error)?;
         let accepted = records.len() - rejected.len();
         self.commit(guard, vec![(Arc::clone(table), vec![changes])], positions, partition).await?;
         Ok(IngestReport { accepted, rejected })
+    }
+
+    /// Deals with the records of a chunk that were set aside (index in `records`, why) as
+    /// `on_error` says: an error for the whole chunk, nothing, or dead letters stored durably.
+    pub(crate) fn set_aside(&self, def: &TableDef, records: &[RawRecord<'_>], rejected: &[(usize, String)], on_error: OnError) -> Result<()> {
+        if rejected.is_empty() {
+            return Ok(());
+        }
+        match on_error {
+            OnError::Fail => {
+                let (i, why) = &rejected[0];
+                Err(Error::new(SqlState::DATA_EXCEPTION, format!("record {} of \"{}\": {why}", i + 1, def.name))
+                    .with_hint("on_error = 'fail' is set; with 'dead_letter' bad records go to eddy_dead_letters and the others are kept"))
+            }
+            OnError::Skip => Ok(()),
+            OnError::DeadLetter => {
+                let received_at_micros = now_micros();
+                let letters: Vec<DeadLetter> = rejected
+                    .iter()
+                    .map(|(i, why)| DeadLetter {
+                        object: def.id,
+                        partition: records[*i].partition,
+                        offset: records[*i].offset,
+                        key: records[*i].key.map(<[u8]>::to_vec),
+                        raw: records[*i].value.map(<[u8]>::to_vec),
+                        error: why.clone(),
+                        received_at_micros,
+                    })
+                    .collect();
+                self.meta.put_dead_letters(&letters)
+            }
+        }
     }
 
     /// `POST /ingest/<table>`: one record per line (JSON, or CSV when `csv` and the table
@@ -116,13 +269,16 @@ impl Engine {
             return Ok((0, 0));
         }
         let decoder = table.def.decoder(&table.schema, false)?;
-        let records: Vec<RawRecord<'_>> = letters
-            .iter()
-            .map(|(_, l)| RawRecord { value: Some(l.raw.as_slice()), partition: l.partition, offset: l.offset, ..RawRecord::default() })
-            .collect();
+        let records = letter_records(&letters);
         // Failures are kept as they are (their letters stay), not stored again.
         let report = self.ingest_records(table, &decoder, &records, &[], OnError::Skip, None).await?;
-        let failed: std::collections::HashMap<usize, &String> = report.rejected.iter().map(|(i, why)| (*i, why)).collect();
+        self.settle_replayed(&letters, &report.rejected)
+    }
+
+    /// Removes the letters that a replay applied and records the new error of the others.
+    /// Returns (replayed, left).
+    pub(crate) fn settle_replayed(&self, letters: &[(eddy_storage::meta::DeadLetterKey, DeadLetter)], rejected: &[(usize, String)]) -> Result<(usize, usize)> {
+        let failed: std::collections::HashMap<usize, &String> = rejected.iter().map(|(i, why)| (*i, why)).collect();
         let done: Vec<_> = letters.iter().enumerate().filter(|(i, _)| !failed.contains_key(i)).map(|(_, (key, _))| key.clone()).collect();
         let updated: Vec<DeadLetter> = letters
             .iter()
@@ -152,44 +308,50 @@ impl Engine {
     /// Starts `table`'s connector, if it has one, resuming where the log says it got to. With
     /// `validate` (CREATE TABLE) the source must be reachable now.
     pub(crate) async fn start_connector(self: &Arc<Self>, table: &Arc<Table>, validate: bool) -> Result<()> {
-        match table.def.option("connector") {
+        if table.def.option("connector").is_none() {
+            return Ok(());
+        }
+        if table.progress.known().is_empty() {
+            // Where "latest" (or a timestamp) was when the table was created is recorded at
+            // once, so a restart does not move it.
+            match self.start_positions(&table.def, validate).await {
+                Ok(positions) => self.record_positions(table, &positions).await?,
+                Err(e) if validate => return Err(e),
+                Err(e) => tracing::warn!(table = %table.def.name, error = %e, "the connector's source cannot be reached; retrying"),
+            }
+        }
+        self.follow(Feed::Table(Arc::clone(table)));
+        Ok(())
+    }
+
+    /// Where each source partition of a connector starts, unless it is the earliest record:
+    /// the end of the file or topic for `latest`, the first record at the time for
+    /// `timestamp`. With `validate` a Kafka topic must be reachable (CREATE).
+    pub(crate) async fn start_positions(&self, def: &TableDef, validate: bool) -> Result<Vec<(u32, u64)>> {
+        match def.option("connector") {
             Some("file") => {
-                let path = table.def.option("path").unwrap_or_default().to_owned();
-                let recorded = table.positions.lock().unwrap_or_else(|p| p.into_inner()).get(&0).copied();
-                let start = match recorded {
-                    Some(p) => p,
-                    None if table.def.option("scan.startup.mode") == Some("latest") => {
-                        // Where "latest" was when the table was created is recorded at once, so a
-                        // restart does not move it.
-                        let end = std::fs::metadata(&path).map_or(0, |m| m.len());
-                        self.record_positions(table, &[(0, end)]).await?;
-                        end
-                    }
-                    None => 0,
-                };
-                let engine = Arc::clone(self);
-                let table = Arc::clone(table);
-                tokio::spawn(async move {
-                    if let Err(e) = engine.follow_file(&table, path, start).await {
-                        tracing::error!(table = %table.def.name, error = %e, "the file connector stopped");
-                    }
-                });
-                Ok(())
+                let path = def.option("path").unwrap_or_default();
+                Ok(match def.option("scan.startup.mode") {
+                    Some("latest") => vec![(0, std::fs::metadata(path).map_or(0, |m| m.len()))],
+                    _ => Vec::new(),
+                })
             }
             Some("kafka") => {
-                let spec = KafkaSpec::of(&table.def)?;
-                if validate {
-                    let topic = KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?;
-                    let partitions = topic.partitions().await?;
-                    self.kafka_start_offsets(table, &topic, &partitions, spec.startup).await?;
+                let spec = KafkaSpec::of(def)?;
+                if !validate && spec.startup == Startup::Earliest {
+                    return Ok(Vec::new());
                 }
-                let engine = Arc::clone(self);
-                let table = Arc::clone(table);
-                tokio::spawn(async move { engine.follow_kafka(&table, &spec).await });
-                Ok(())
+                let topic = KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?;
+                let mut positions = Vec::new();
+                for p in topic.partitions().await? {
+                    if spec.startup != Startup::Earliest {
+                        positions.push((p, topic.reader(p).await?.offset_at(spec.startup).await?));
+                    }
+                }
+                Ok(positions)
             }
             Some(other) => Err(Error::unsupported(format!("connector '{other}' is not supported"))),
-            None => Ok(()),
+            None => Ok(Vec::new()),
         }
     }
 
@@ -202,34 +364,57 @@ impl Engine {
         self.commit(guard, vec![(Arc::clone(table), Vec::new())], positions, None).await
     }
 
-    /// Resolves and records the start offset of every partition that has none yet, so that
-    /// `latest` or a timestamp means the moment the table was created, also after a restart.
-    async fn kafka_start_offsets(&self, table: &Arc<Table>, topic: &KafkaTopic, partitions: &[u32], startup: Startup) -> Result<()> {
-        let known = table.positions.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut new = Vec::new();
-        for &p in partitions.iter().filter(|p| !known.contains_key(p)) {
-            let offset = topic.reader(p).await?.offset_at(startup).await?;
-            new.push((p, offset));
-        }
-        self.record_positions(table, &new).await
+    /// Runs the connector of `feed` in the background until its object is dropped.
+    pub(crate) fn follow(self: &Arc<Self>, feed: Feed) {
+        let engine = Arc::clone(self);
+        tokio::spawn(async move {
+            let name = feed.name().to_owned();
+            let result = match feed.def().option("connector") {
+                Some("file") => engine.follow_file(feed.clone()).await,
+                Some("kafka") => {
+                    engine.follow_kafka(feed.clone()).await;
+                    Ok(())
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = result {
+                tracing::error!(object = %name, error = %e, "the file connector stopped");
+                feed.reached_end(None);
+            }
+        });
     }
 
-    /// The file connector's loop: reads complete lines from `start` and ingests them, until
-    /// the table is dropped.
-    async fn follow_file(&self, table: &Arc<Table>, path: String, start: u64) -> Result<()> {
-        let decoder = table.def.decoder(&table.schema, false)?;
-        let on_error = table.def.on_error();
+    /// Hands a chunk of records to the feed's destination; counts what `on_error = 'skip'`
+    /// dropped. `pin` keeps a source partition's records in one log partition.
+    async fn deliver(&self, feed: &Feed, decoder: &RecordDecoder, records: &[RawRecord<'_>], positions: &[(u32, u64)], partition: u32, pin: Option<u32>) -> Result<()> {
+        let on_error = feed.def().on_error();
+        let report = match feed {
+            Feed::Table(table) => self.ingest_records(table, decoder, records, positions, on_error, pin).await?,
+            Feed::Reader(source, reader) => self.read_into_view(source, reader, decoder, records, positions, on_error).await?,
+        };
+        if on_error == OnError::Skip && !report.rejected.is_empty() {
+            tracing::debug!(object = %feed.name(), skipped = report.rejected.len(), "skipping undecodable records");
+            feed.progress().skip(partition, report.rejected.len());
+        }
+        Ok(())
+    }
+
+    /// The file connector's loop: reads complete lines from where the feed got to and
+    /// delivers them, until its object is dropped.
+    async fn follow_file(&self, mut feed: Feed) -> Result<()> {
+        let path = feed.def().option("path").unwrap_or_default().to_owned();
+        let start = feed.progress().next(0).unwrap_or(0);
+        let mut decoder = feed.decoder()?;
         let mut tail = eddy_connectors::file::FileTail::new(&path, start);
-        tracing::info!(table = %table.def.name, path, start, "following a file");
-        let mut table = Arc::clone(table);
-        let mut decoder = decoder;
+        tracing::info!(object = %feed.name(), path, start, "following a file");
         loop {
-            if !self.follow_changes(&mut table, &mut decoder)? {
+            if !feed.refresh(self, &mut decoder)? {
                 return Ok(());
             }
             let lines = {
-                let mut t = std::mem::replace(&mut tail, eddy_connectors::file::FileTail::new(&path, 0));
+                let t = std::mem::replace(&mut tail, eddy_connectors::file::FileTail::new(&path, 0));
                 let (t, lines) = tokio::task::spawn_blocking(move || {
+                    let mut t = t;
                     let lines = t.next_lines(CHUNK_BYTES);
                     let size = t.size();
                     (t, lines.map(|l| (l, size)))
@@ -238,10 +423,11 @@ impl Engine {
                 .map_err(|e| Error::internal(format!("file reader: {e}")))?;
                 tail = t;
                 let (lines, size) = lines?;
-                table.source_ends.lock().unwrap_or_else(|p| p.into_inner()).insert(0, size);
+                feed.progress().set_end(0, size);
                 lines
             };
             if lines.lines.is_empty() {
+                feed.reached_end(Some(0));
                 tokio::time::sleep(POLL_INTERVAL).await;
                 continue;
             }
@@ -250,13 +436,12 @@ impl Engine {
                 .iter()
                 .map(|(offset, line)| RawRecord { value: Some(line), partition: Some(0), offset: Some(*offset), ..RawRecord::default() })
                 .collect();
-            match self.ingest_records(&table, &decoder, &records, &[(0, lines.end)], on_error, None).await {
-                Ok(_) => {}
+            match self.deliver(&feed, &decoder, &records, &[(0, lines.end)], 0, None).await {
+                Ok(()) => {}
                 Err(e) if e.state == SqlState::UNDEFINED_TABLE => return Ok(()),
                 Err(e) if e.state == SqlState::SERIALIZATION_FAILURE => {
                     // Read the chunk again (with the table's new definition).
-                    let recorded = table.positions.lock().unwrap_or_else(|p| p.into_inner()).get(&0).copied().unwrap_or(start);
-                    tail = eddy_connectors::file::FileTail::new(&path, recorded);
+                    tail = eddy_connectors::file::FileTail::new(&path, feed.progress().next(0).unwrap_or(start));
                 }
                 Err(e) => return Err(e),
             }
@@ -264,18 +449,22 @@ impl Engine {
     }
 
     /// The Kafka connector: one reader per partition, reconnecting after a broker failure,
-    /// until the table is dropped or a record fails under `on_error = 'fail'`.
-    async fn follow_kafka(self: Arc<Self>, table: &Arc<Table>, spec: &KafkaSpec) {
+    /// until the feed's object is dropped or a record fails under `on_error = 'fail'`.
+    async fn follow_kafka(self: Arc<Self>, feed: Feed) {
+        let name = feed.name().to_owned();
         loop {
             let result = async {
+                let spec = KafkaSpec::of(feed.def())?;
                 let topic = Arc::new(KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?);
                 let partitions = topic.partitions().await?;
-                self.kafka_start_offsets(table, &topic, &partitions, spec.startup).await?;
-                tracing::info!(table = %table.def.name, topic = spec.topic, partitions = partitions.len(), "reading a Kafka topic");
+                if let Feed::Reader(_, reader) = &feed {
+                    reader.set_partitions(partitions.len());
+                }
+                tracing::info!(object = %name, topic = spec.topic, partitions = partitions.len(), "reading a Kafka topic");
                 let mut readers = tokio::task::JoinSet::new();
                 for p in partitions {
-                    let (engine, table, topic) = (Arc::clone(&self), Arc::clone(table), Arc::clone(&topic));
-                    readers.spawn(async move { engine.follow_kafka_partition(table, &topic, p).await });
+                    let (engine, feed, topic) = (Arc::clone(&self), feed.clone(), Arc::clone(&topic));
+                    readers.spawn(async move { engine.follow_kafka_partition(feed, &topic, p).await });
                 }
                 while let Some(done) = readers.join_next().await {
                     done.map_err(|e| Error::internal(format!("kafka reader: {e}")))??;
@@ -287,13 +476,15 @@ impl Engine {
                 Ok(()) => return,
                 Err(e) if e.state == SqlState::UNDEFINED_TABLE => return,
                 Err(e) if e.state.is_data_exception() => {
-                    tracing::error!(table = %table.def.name, error = %e, "the Kafka connector stopped (on_error = 'fail')");
+                    tracing::error!(object = %name, error = %e, "the Kafka connector stopped (on_error = 'fail')");
+                    feed.reached_end(None);
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(table = %table.def.name, error = %e, "the Kafka connector failed; retrying in 1 s");
+                    tracing::warn!(object = %name, error = %e, "the Kafka connector failed; retrying in 1 s");
+                    feed.reached_end(None);
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    if self.table_by_id(table.def.id).is_none() {
+                    if !feed.alive(&self) {
                         return;
                     }
                 }
@@ -301,18 +492,25 @@ impl Engine {
         }
     }
 
-    async fn follow_kafka_partition(&self, table: Arc<Table>, topic: &KafkaTopic, partition: u32) -> Result<()> {
+    async fn follow_kafka_partition(&self, mut feed: Feed, topic: &KafkaTopic, partition: u32) -> Result<()> {
         let reader = topic.reader(partition).await?;
-        let mut offset = table.positions.lock().unwrap_or_else(|p| p.into_inner()).get(&partition).copied().unwrap_or(0);
-        let mut table = table;
-        let mut decoder = table.def.decoder(&table.schema, false)?;
+        let mut offset = match feed.progress().next(partition) {
+            Some(offset) => offset,
+            // A partition without a recorded start begins at its earliest retained record.
+            None => reader.offset_at(Startup::Earliest).await?,
+        };
+        let mut decoder = feed.decoder()?;
+        let pin = matches!(feed, Feed::Table(_)).then_some(partition);
         loop {
-            if !self.follow_changes(&mut table, &mut decoder)? {
+            if !feed.refresh(self, &mut decoder)? {
                 return Ok(());
             }
             let (records, high) = reader.fetch(offset, CHUNK_BYTES as i32, KAFKA_WAIT).await?;
-            table.source_ends.lock().unwrap_or_else(|p| p.into_inner()).insert(partition, high);
-            let Some(last) = records.last() else { continue };
+            feed.progress().set_end(partition, high);
+            let Some(last) = records.last() else {
+                feed.reached_end(Some(partition));
+                continue;
+            };
             let next = last.offset + 1;
             let raw: Vec<RawRecord<'_>> = records
                 .iter()
@@ -324,38 +522,27 @@ impl Engine {
                     timestamp_micros: Some(r.timestamp_micros),
                 })
                 .collect();
-            self.ingest_records(&table, &decoder, &raw, &[(partition, next)], table.def.on_error(), Some(partition)).await?;
+            self.deliver(&feed, &decoder, &raw, &[(partition, next)], partition, pin).await?;
             offset = next;
-        }
-    }
-
-    /// Keeps a connector on the table as it is now: after an ALTER TABLE, its new definition
-    /// and decoder. False once the table was dropped.
-    fn follow_changes(&self, table: &mut Arc<Table>, decoder: &mut RecordDecoder) -> Result<bool> {
-        match self.table_by_id(table.def.id) {
-            None => Ok(false),
-            Some(now) if !Arc::ptr_eq(&now, table) => {
-                *decoder = now.def.decoder(&now.schema, false)?;
-                *table = now;
-                Ok(true)
+            if next >= high {
+                feed.reached_end(Some(partition));
             }
-            Some(_) => Ok(true),
         }
     }
+}
 
-    /// How far a table's connector has read and where its source ends, per source partition:
-    /// (partition, read up to, end).
-    pub(crate) fn connector_progress(&self, table: &Table) -> Vec<(u32, Option<u64>, u64)> {
-        let positions = table.positions.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let ends = table.source_ends.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        ends.into_iter().map(|(p, end)| (p, positions.get(&p).copied(), end)).collect()
-    }
+/// Dead letters as records to decode again.
+pub(crate) fn letter_records(letters: &[(eddy_storage::meta::DeadLetterKey, DeadLetter)]) -> Vec<RawRecord<'_>> {
+    letters
+        .iter()
+        .map(|(_, l)| RawRecord { key: l.key.as_deref(), value: l.raw.as_deref(), partition: l.partition, offset: l.offset, ..RawRecord::default() })
+        .collect()
 }
 
 /// How long a Kafka fetch waits for the first record.
 const KAFKA_WAIT: Duration = Duration::from_millis(500);
 
-/// A Kafka table's options.
+/// A Kafka connector's options.
 struct KafkaSpec {
     bootstrap: String,
     topic: String,

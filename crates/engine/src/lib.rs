@@ -12,6 +12,7 @@ mod catalog;
 mod copy;
 mod ingest;
 mod session;
+mod source;
 mod system;
 mod table;
 mod variables;
@@ -38,6 +39,7 @@ pub use session::{Outcome, Session, StatementDescription, SubscriptionStream};
 pub use variables::{TimeZone, Variables};
 
 use catalog::{ObjectDef, ViewDef};
+use ingest::ConnectorProgress;
 use views::{View, ViewRuntime};
 use table::TableData;
 
@@ -63,10 +65,9 @@ pub struct Table {
     next_partition: AtomicU64,
     /// How the view runtime tracks this stream's watermark (tables with `WATERMARK FOR`).
     clock: Option<views::ClockSpec>,
-    /// How far its connector has read, per source partition (from the log's records).
-    positions: std::sync::Mutex<BTreeMap<u32, u64>>,
-    /// Where each source partition ends, as its connector last saw it.
-    source_ends: std::sync::Mutex<BTreeMap<u32, u64>>,
+    /// How far its connector has read (restored from the log's records); shared by the
+    /// definitions an ALTER TABLE replaces.
+    progress: Arc<ConnectorProgress>,
 }
 
 /// The watermark clock of a table definition.
@@ -123,6 +124,7 @@ pub struct Engine {
     log: Arc<LogStore>,
     tables: RwLock<BTreeMap<String, Arc<Table>>>,
     views: RwLock<BTreeMap<String, Arc<View>>>,
+    sources: RwLock<BTreeMap<String, Arc<source::Source>>>,
     runtime: ViewRuntime,
     /// Views read from the catalog at start-up, planned again by [`Engine::restore_views`].
     stored_views: std::sync::Mutex<Vec<ViewDef>>,
@@ -138,6 +140,7 @@ pub(crate) type WriteGuard = OwnedMutexGuard<()>;
 pub(crate) enum ObjectKind {
     Table,
     MaterializedView,
+    Source,
 }
 
 impl Engine {
@@ -148,11 +151,13 @@ impl Engine {
         let meta = MetaStore::open(&dir.join("meta"))?;
         let mut defs = Vec::new();
         let mut view_defs = Vec::new();
+        let mut sources = BTreeMap::new();
         for (id, bytes) in meta.objects()? {
             let object = ObjectDef::decode(&bytes)?;
             let named = match &object {
                 ObjectDef::Table(d) => d.id,
                 ObjectDef::MaterializedView(d) => d.id,
+                ObjectDef::Source(d) => d.table.id,
             };
             if named != id {
                 return Err(Error::new(SqlState::DATA_CORRUPTED, format!("catalog entry {id} names object id {named}")));
@@ -160,6 +165,9 @@ impl Engine {
             match object {
                 ObjectDef::Table(def) => defs.push(def),
                 ObjectDef::MaterializedView(def) => view_defs.push(def),
+                ObjectDef::Source(def) => {
+                    sources.insert(def.table.name.clone(), Arc::new(source::Source::new(def)?));
+                }
             }
         }
         let log_objects: Vec<(ObjectId, u32)> = defs.iter().map(|d| (d.id, d.partitions)).collect();
@@ -174,6 +182,7 @@ impl Engine {
             log,
             tables: RwLock::new(tables),
             views: RwLock::new(BTreeMap::new()),
+            sources: RwLock::new(sources),
             runtime: ViewRuntime::start()?,
             stored_views: std::sync::Mutex::new(view_defs),
             write_lock: Arc::new(Mutex::new(())),
@@ -212,7 +221,7 @@ impl Engine {
     }
 
     fn name_taken(&self, name: &str) -> bool {
-        self.table(name).is_some() || self.view(name).is_some()
+        self.table(name).is_some() || self.view(name).is_some() || self.source(name).is_some()
     }
 
     /// Waits until every view reflects everything committed before the call.
@@ -234,15 +243,16 @@ impl Engine {
     }
 
     /// Registers a materialized view and backfills it; `id` is given when restoring one.
-    /// Returns how many table rows the backfill read.
+    /// Returns how many table rows the backfill read and how many sources it read to their
+    /// end (a new view over sources answers once it has).
     pub(crate) async fn create_view(
-        &self,
+        self: &Arc<Self>,
         name: String,
         sql: String,
         plan: eddy_sql::ViewPlan,
         id: Option<ObjectId>,
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    ) -> Result<usize> {
+    ) -> Result<(usize, usize)> {
         let guard = self.lock_writes().await;
         if self.name_taken(&name) {
             return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
@@ -257,6 +267,7 @@ impl Engine {
             Some(id) => id,
             None => self.meta.allocate_object_id()?,
         };
+        let readers = self.new_readers(id, &sources)?;
         let def = ViewDef { id, name: name.clone(), sql, dependencies: sources.clone() };
         if is_new {
             self.meta.put_object(id, &ObjectDef::MaterializedView(def.clone()).encode()?)?;
@@ -264,6 +275,7 @@ impl Engine {
         let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
         self.views.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::clone(&view));
         let done = self.runtime.add_view(view, dataflow, event_time, sources, tables, progress)?;
+        let caught_up = self.start_readers(readers);
         drop(guard);
         let result = done.await.map_err(|_| Error::internal("the view runtime stopped"))?;
         if let Err(e) = result {
@@ -271,12 +283,20 @@ impl Engine {
             let _ = self.drop_objects(&[name], true, true, ObjectKind::MaterializedView).await;
             return Err(e);
         }
-        Ok(backfill_rows)
+        let sources_read = caught_up.len();
+        if is_new && sources_read > 0 {
+            // A new view over sources answers once it has read what they hold now.
+            for wait in caught_up {
+                let _ = wait.await;
+            }
+            self.flush().await?;
+        }
+        Ok((backfill_rows, sources_read))
     }
 
     /// A view that lives only as long as a subscription: not in the catalog, not visible by
     /// name. Returns its id; drop it with [`Engine::drop_temporary_view`].
-    pub(crate) async fn create_temporary_view(&self, plan: eddy_sql::ViewPlan) -> Result<ObjectId> {
+    pub(crate) async fn create_temporary_view(self: &Arc<Self>, plan: eddy_sql::ViewPlan) -> Result<ObjectId> {
         let guard = self.lock_writes().await;
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
@@ -285,13 +305,19 @@ impl Engine {
         let id = self.meta.allocate_object_id()?;
         let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
         let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
+        let readers = self.new_readers(id, &sources)?;
         let done = self.runtime.add_view(view, dataflow, event_time, sources, tables, None)?;
+        self.start_readers(readers);
         drop(guard);
-        done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
+        if let Err(e) = done.await.map_err(|_| Error::internal("the view runtime stopped"))? {
+            self.drop_temporary_view(id);
+            return Err(e);
+        }
         Ok(id)
     }
 
     pub(crate) fn drop_temporary_view(&self, id: ObjectId) {
+        self.stop_readers(id);
         let _ = self.runtime.drop_view(id);
     }
 
@@ -345,9 +371,9 @@ impl Engine {
         Arc::clone(&self.write_lock).lock_owned().await
     }
 
-    /// Creates a table; `None` when it exists and `IF NOT EXISTS` was given.
-    pub(crate) async fn create_table(&self, create: &eddy_sql::CreateTable) -> Result<Option<Arc<Table>>> {
-        let _guard = self.lock_writes().await;
+    /// Binds `CREATE TABLE | SOURCE` to a definition with a new id (call under the write
+    /// lock); `None` when the name exists and `IF NOT EXISTS` was given.
+    fn bind_new_relation(&self, create: &eddy_sql::CreateTable) -> Result<Option<TableDef>> {
         let name = catalog::object_name(&create.name)?;
         if self.name_taken(&name) {
             if create.if_not_exists {
@@ -356,14 +382,21 @@ impl Engine {
             return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
         }
         let id = self.meta.allocate_object_id()?;
-        let def = catalog::bind_create_table(create, id)?;
+        catalog::bind_create_table(create, id).map(Some)
+    }
+
+    /// Creates a table; `None` when it exists and `IF NOT EXISTS` was given.
+    pub(crate) async fn create_table(&self, create: &eddy_sql::CreateTable) -> Result<Option<Arc<Table>>> {
+        let _guard = self.lock_writes().await;
+        let Some(def) = self.bind_new_relation(create)? else { return Ok(None) };
+        let (id, name) = (def.id, def.name.clone());
         let schema = def.schema()?;
         // The log first: a crash before the catalog entry leaves an orphan the next start removes.
         self.log.create_object(id, def.partitions)?;
         self.meta.put_object(id, &ObjectDef::Table(def.clone()).encode()?)?;
         let data = TableData::new(&def, Arc::clone(&schema))?;
         let clock = clock_of(&def)?;
-        let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, positions: Default::default(), source_ends: Default::default() });
+        let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, progress: Default::default() });
         self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name, Arc::clone(&table));
         Ok(Some(table))
     }
@@ -384,15 +417,13 @@ impl Engine {
         let schema = def.schema()?;
         self.meta.put_object(def.id, &ObjectDef::Table(def.clone()).encode()?)?;
         let data = std::mem::replace(&mut *old.write(), TableData::new(&def, Arc::clone(&schema))?).relabel(Arc::clone(&schema));
-        let positions = old.positions.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let table = Table {
             def,
             schema,
             data: RwLock::new(data),
             next_partition: AtomicU64::new(old.next_partition.load(Ordering::Relaxed)),
             clock: old.clock,
-            positions: std::sync::Mutex::new(positions),
-            source_ends: std::sync::Mutex::new(old.source_ends.lock().unwrap_or_else(|p| p.into_inner()).clone()),
+            progress: Arc::clone(&old.progress),
         };
         self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), Arc::new(table));
         Ok(())
@@ -411,10 +442,12 @@ impl Engine {
         def.columns.push(catalog::bind_added_column(&def, column)?);
         // Commits queued before the lock may not be in the log files yet.
         self.log.commit(Vec::new()).await.map_err(|_| Error::internal("the log committer stopped without answering"))??;
-        let table = load_table(&self.log, def.clone())?;
+        let mut table = load_table(&self.log, def.clone())?;
         self.meta.put_object(def.id, &ObjectDef::Table(def).encode()?)?;
+        if let Some(table) = Arc::get_mut(&mut table) {
+            table.progress = Arc::clone(&old.progress);
+        }
         table.next_partition.store(old.next_partition.load(Ordering::Relaxed), Ordering::Relaxed);
-        *table.source_ends.lock().unwrap_or_else(|p| p.into_inner()) = old.source_ends.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), table);
         Ok(())
     }
@@ -433,6 +466,7 @@ impl Engine {
             let id = match kind {
                 ObjectKind::Table => self.table(name).map(|t| t.def.id),
                 ObjectKind::MaterializedView => self.view(name).map(|v| v.def.id),
+                ObjectKind::Source => self.source(name).map(|s| s.def.id),
             };
             match id {
                 Some(id) => ids.push(id),
@@ -441,6 +475,7 @@ impl Engine {
                     let what = match kind {
                         ObjectKind::Table => "table",
                         ObjectKind::MaterializedView => "materialized view",
+                        ObjectKind::Source => "source",
                     };
                     let state = if self.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_TABLE };
                     return Err(Error::new(state, format!("{what} \"{name}\" does not exist")));
@@ -487,11 +522,21 @@ impl Engine {
             if let Some(view) = view {
                 self.drop_view_now(&view)?;
             }
+            if let Some(source) = self.source_by_id(id) {
+                self.meta.delete_object(id)?;
+                self.sources.write().unwrap_or_else(|p| p.into_inner()).remove(&source.def.name);
+                // Subscriptions reading the source end (their readers stop with them).
+                for reader in source.readers() {
+                    self.drop_temporary_view(reader.view);
+                }
+                self.runtime.drop_view(id)?;
+            }
         }
         Ok(())
     }
 
     fn drop_view_now(&self, view: &View) -> Result<()> {
+        self.stop_readers(view.def.id);
         self.meta.delete_object(view.def.id)?;
         self.views.write().unwrap_or_else(|p| p.into_inner()).remove(&view.def.name);
         self.runtime.drop_view(view.def.id)
@@ -503,6 +548,9 @@ impl Engine {
         if let Some(t) = tables.values().find(|t| t.def.id == id) {
             return Some(t.def.name.clone());
         }
+        if let Some(s) = self.source_by_id(id) {
+            return Some(s.def.name.clone());
+        }
         self.views.read().unwrap_or_else(|p| p.into_inner()).values().find(|v| v.def.id == id).map(|v| v.def.name.clone())
     }
 
@@ -510,6 +558,9 @@ impl Engine {
         let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = tables.values().find(|t| t.def.id == id) {
             return format!("table {}", t.def.name);
+        }
+        if let Some(s) = self.source_by_id(id) {
+            return format!("source {}", s.def.name);
         }
         let views = self.views.read().unwrap_or_else(|p| p.into_inner());
         views.values().find(|v| v.def.id == id).map_or_else(|| format!("object {id}"), |v| format!("materialized view {}", v.def.name))
@@ -529,7 +580,7 @@ impl Engine {
         if writes.is_empty() {
             return Ok(());
         }
-        let writes = writes.into_iter().map(|(t, c)| Ok((Arc::clone(&t), fill_proctime(&t, c)?))).collect::<Result<Vec<_>>>()?;
+        let writes = writes.into_iter().map(|(t, c)| Ok((Arc::clone(&t), fill_proctime(&t.def, &t.schema, c)?))).collect::<Result<Vec<_>>>()?;
         let mut log_writes = Vec::with_capacity(writes.len());
         let mut routed: Vec<Vec<(u32, ChangeBatch)>> = Vec::with_capacity(writes.len());
         for (table, changes) in &writes {
@@ -557,9 +608,7 @@ impl Engine {
         let ticket = self.log.commit(log_writes);
         for ((table, changes), parts) in writes.iter().zip(routed) {
             table.write().apply(changes)?;
-            if !positions.is_empty() {
-                table.positions.lock().unwrap_or_else(|p| p.into_inner()).extend(positions.iter().copied());
-            }
+            table.progress.advance(positions);
             for (partition, part) in parts {
                 self.runtime.changes(table.def.id, partition, table.clock, vec![part], budget.take())?;
             }
@@ -573,8 +622,8 @@ impl Engine {
 }
 
 /// Sets the `AS PROCTIME()` columns of inserted rows (where they are NULL) to now.
-fn fill_proctime(table: &Table, changes: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
-    let columns: Vec<usize> = table.def.columns.iter().enumerate().filter(|(_, c)| c.proctime).map(|(i, _)| i).collect();
+fn fill_proctime(def: &TableDef, schema: &SchemaRef, changes: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+    let columns: Vec<usize> = def.columns.iter().enumerate().filter(|(_, c)| c.proctime).map(|(i, _)| i).collect();
     if columns.is_empty() {
         return Ok(changes);
     }
@@ -585,7 +634,7 @@ fn fill_proctime(table: &Table, changes: Vec<ChangeBatch>) -> Result<Vec<ChangeB
             let (rows, diffs) = c.into_parts();
             let mut arrays = rows.columns().to_vec();
             for &i in &columns {
-                let arrow::datatypes::DataType::Timestamp(_, tz) = table.schema.field(i).data_type().clone() else { continue };
+                let arrow::datatypes::DataType::Timestamp(_, tz) = schema.field(i).data_type().clone() else { continue };
                 let old = arrow::compute::cast(&arrays[i], &arrow::datatypes::DataType::Int64).map_err(|e| Error::internal(format!("proctime: {e}")))?;
                 let old = old.as_any().downcast_ref::<Int64Array>().ok_or_else(|| Error::internal("proctime column"))?;
                 let filled: arrow::array::TimestampMicrosecondArray =
@@ -634,5 +683,5 @@ fn load_table(log: &LogStore, def: TableDef) -> Result<Arc<Table>> {
     }
     tracing::info!(table = %def.name, records, rows = data.row_count(), "table restored from its log");
     let clock = clock_of(&def)?;
-    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, positions: std::sync::Mutex::new(positions.into_iter().map(|(p, (_, o))| (p, o)).collect()), source_ends: Default::default() }))
+    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, progress: Arc::new(ConnectorProgress::at(positions.into_iter().map(|(p, (_, o))| (p, o)))) }))
 }

@@ -174,6 +174,15 @@ impl Session {
                 })?;
                 rows_of_text(&["name", "create_sql"], vec![vec![name, eddy_sql::display_temporal(&view.def.sql)]])
             }
+            Statement::CreateTable(create) if create.source => {
+                let done = Outcome::Command { tag: "CREATE SOURCE", rows: None };
+                if self.engine.create_source(create).await?.is_some() {
+                    Ok(done)
+                } else {
+                    let name = object_name(&create.name)?;
+                    Ok(Outcome::Warning { message: format!("relation \"{name}\" already exists, skipping"), then: Box::new(done) })
+                }
+            }
             Statement::CreateTable(create) => {
                 let created = self.engine.create_table(create).await?;
                 let done = Outcome::Command { tag: "CREATE TABLE", rows: None };
@@ -190,12 +199,39 @@ impl Session {
                 }
             }
             Statement::CreateMaterializedView { create, emit_on_close } => self.create_materialized_view(create, *emit_on_close).await,
-            Statement::ReplayDeadLetters(name) => {
+            Statement::ReplayDeadLetters { name, source: false } => {
                 let name = object_name(name)?;
-                let table = self.engine.table(&name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{name}\" does not exist")))?;
+                let table = self.writable_table(&name)?;
                 let (replayed, left) = self.engine.replay_dead_letters(&table).await?;
                 let done = Outcome::Command { tag: "ALTER TABLE", rows: None };
                 Ok(Outcome::Notice { message: format!("replayed {replayed} dead letters of \"{name}\"; {left} still fail and stay"), then: Box::new(done) })
+            }
+            Statement::ReplayDeadLetters { name, source: true } => {
+                let name = object_name(name)?;
+                let source = self.named_source(&name)?;
+                let (replayed, left) = self.engine.replay_source_dead_letters(&source).await?;
+                let done = Outcome::Command { tag: "ALTER SOURCE", rows: None };
+                Ok(Outcome::Notice {
+                    message: format!("replayed {replayed} dead letters of \"{name}\" into the views reading it; {left} still fail and stay"),
+                    then: Box::new(done),
+                })
+            }
+            Statement::AlterSourceDropNotNull { name, column } => {
+                let name = object_name(name)?;
+                self.named_source(&name)?;
+                self.engine.drop_source_not_null(&name, &normalize_ident(column)).await?;
+                Ok(Outcome::Command { tag: "ALTER SOURCE", rows: None })
+            }
+            Statement::DropSource { names, if_exists, cascade } => {
+                let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
+                self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::Source).await?;
+                Ok(Outcome::Command { tag: "DROP SOURCE", rows: None })
+            }
+            Statement::ShowSources => rows_of_text(&["name"], self.engine.source_names().into_iter().map(|n| vec![n]).collect()),
+            Statement::ShowCreateSource(name) => {
+                let name = object_name(name)?;
+                let source = self.named_source(&name)?;
+                rows_of_text(&["name", "create_sql"], vec![vec![name, source.def.create_sql_as("SOURCE")]])
             }
             Statement::Sql(sql) => self.execute_sql(sql, params).await,
         }
@@ -312,11 +348,11 @@ impl Session {
                     .ok_or_else(|| Error::new(SqlState::INVALID_CURSOR_NAME, format!("cursor \"{cursor}\" does not exist")))?;
                 return Ok(rows(Arc::clone(&cursor.schema)));
             }
-            Statement::ShowMaterializedViews => return Ok(rows(text_schema(&["name"]))),
-            Statement::ShowCreateMaterializedView(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
+            Statement::ShowMaterializedViews | Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
+            Statement::ShowCreateMaterializedView(_) | Statement::ShowCreateSource(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
             Statement::CreateMaterializedView { .. }
             | Statement::Flush | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }
-            | Statement::ReplayDeadLetters(_) => {
+            | Statement::ReplayDeadLetters { .. } | Statement::AlterSourceDropNotNull { .. } | Statement::DropSource { .. } => {
                 return Ok(no_rows);
             }
         };
@@ -393,9 +429,21 @@ impl Session {
     }
 
     fn writable_table(&self, name: &str) -> Result<Arc<Table>> {
-        self.engine
-            .table(name)
-            .ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist")))
+        if let Some(table) = self.engine.table(name) {
+            return Ok(table);
+        }
+        if self.engine.source(name).is_some() {
+            return Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{name}\" is a source, not a table"))
+                .with_hint("a source's records come from its connector; ALTER SOURCE and SHOW CREATE SOURCE apply to it"));
+        }
+        Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist")))
+    }
+
+    fn named_source(&self, name: &str) -> Result<Arc<crate::source::Source>> {
+        self.engine.source(name).ok_or_else(|| {
+            let state = if self.engine.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_TABLE };
+            Error::new(state, format!("source \"{name}\" does not exist"))
+        })
     }
 
     /// Runs a plan whose rows have the table's columns and labels them with its schema,
@@ -453,9 +501,14 @@ impl Session {
         let plan = self.planner.plan_view(&create.query, &options).await?;
         let started = std::time::Instant::now();
         let sql = if emit_on_close { format!("{create} EMIT ON WINDOW CLOSE") } else { create.to_string() };
-        let rows = self.engine.create_view(name.clone(), sql, plan, None, self.notices.clone()).await?;
+        let (rows, sources) = self.engine.create_view(name.clone(), sql, plan, None, self.notices.clone()).await?;
+        let sources = match sources {
+            0 => String::new(),
+            1 => " and read its source to the end".to_owned(),
+            n => format!(" and read its {n} sources to the end"),
+        };
         Ok(Outcome::Notice {
-            message: format!("materialized view \"{name}\" backfilled from {rows} rows in {} ms", started.elapsed().as_millis()),
+            message: format!("materialized view \"{name}\" backfilled from {rows} rows{sources} in {} ms", started.elapsed().as_millis()),
             then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
         })
     }
@@ -502,7 +555,7 @@ impl Session {
                 if let Some(view) = self.engine.view(&name) {
                     return Ok((Arc::clone(&view.schema), Some(SubscriptionTarget::View(view.def.id))));
                 }
-                if self.engine.table(&name).is_none() {
+                if self.engine.table(&name).is_none() && self.engine.source(&name).is_none() {
                     return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist")));
                 }
                 let parsed = eddy_sql::parse_statements(&format!("SELECT * FROM {}", crate::quote_ident(&name)))?;
@@ -985,7 +1038,7 @@ impl SessionCatalog {
         let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.engine.view_snapshots());
         let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
         let watermark = view.watermark.as_ref().map(|(column, _)| column.clone());
-        Some(Arc::new(SnapshotTable { id: view.def.id, schema: Arc::clone(&view.schema), snapshot, watermark, append_only: false }))
+        Some(Arc::new(SnapshotTable { id: view.def.id, kind: "VIEW", schema: Arc::clone(&view.schema), snapshot: Some(snapshot), watermark, append_only: false }))
     }
 }
 
@@ -999,7 +1052,11 @@ impl CatalogSource for SessionCatalog {
     fn table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
         if let Some(system) = crate::system::table(&self.engine, name) {
             let (schema, batch) = system;
-            return Some(Arc::new(SnapshotTable { id: ObjectId(0), schema, snapshot: Arc::new(batch), watermark: None, append_only: false }));
+            return Some(Arc::new(SnapshotTable { id: ObjectId(0), kind: "BASE TABLE", schema, snapshot: Some(Arc::new(batch)), watermark: None, append_only: false }));
+        }
+        if let Some(source) = self.engine.source(name) {
+            let watermark = source.def.watermark.as_ref().map(|w| w.column.clone());
+            return Some(Arc::new(SnapshotTable { id: source.def.id, kind: "FOREIGN", schema: Arc::clone(&source.schema), snapshot: None, watermark, append_only: source.def.append_only }));
         }
         let Some(table) = self.engine.table(name) else { return self.view_table(name) };
         let snapshot = {
@@ -1016,27 +1073,34 @@ impl CatalogSource for SessionCatalog {
             Arc::new(Vec::new())
         });
         let watermark = table.def.watermark.as_ref().map(|w| w.column.clone());
-        Some(Arc::new(SnapshotTable { id: table.def.id, schema: Arc::clone(&table.schema), snapshot, watermark, append_only: table.def.append_only }))
+        Some(Arc::new(SnapshotTable { id: table.def.id, kind: "BASE TABLE", schema: Arc::clone(&table.schema), snapshot: Some(snapshot), watermark, append_only: table.def.append_only }))
     }
 
     fn table_names(&self) -> Vec<String> {
         let mut names = self.engine.table_names();
         names.extend(self.engine.view_names());
+        names.extend(self.engine.source_names());
         names
     }
 }
 
-/// A table frozen at the moment a statement resolved it.
+/// A table frozen at the moment a statement resolved it (a source has no contents to read).
 #[derive(Debug)]
 struct SnapshotTable {
     id: ObjectId,
+    /// `information_schema.tables.table_type`.
+    kind: &'static str,
     schema: SchemaRef,
-    snapshot: Arc<Vec<RecordBatch>>,
+    snapshot: Option<Arc<Vec<RecordBatch>>>,
     watermark: Option<String>,
     append_only: bool,
 }
 
 impl TableSource for SnapshotTable {
+    fn table_type(&self) -> &'static str {
+        self.kind
+    }
+
     fn watermark_column(&self) -> Option<String> {
         self.watermark.clone()
     }
@@ -1053,7 +1117,10 @@ impl TableSource for SnapshotTable {
         Arc::clone(&self.schema)
     }
 
-    fn scan(&self) -> Arc<Vec<RecordBatch>> {
-        Arc::clone(&self.snapshot)
+    fn scan(&self) -> Result<Arc<Vec<RecordBatch>>> {
+        self.snapshot.clone().ok_or_else(|| {
+            Error::unsupported("a source is not stored by Eddy, so it cannot be queried directly")
+                .with_hint("read it through a materialized view (CREATE MATERIALIZED VIEW v AS SELECT ... FROM the source), or SUBSCRIBE to a query over it")
+        })
     }
 }

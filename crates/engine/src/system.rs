@@ -12,7 +12,7 @@ use crate::Engine;
 
 /// The system table `name` as (schema, rows), unless a user object has that name.
 pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<RecordBatch>)> {
-    if engine.table(name).is_some() || engine.view(name).is_some() {
+    if engine.name_taken(name) {
         return None;
     }
     let built = match name {
@@ -91,8 +91,11 @@ fn watermarks_schema() -> SchemaRef {
 fn watermarks(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let mut rows = engine.runtime().watermarks()?;
     for row in &mut rows {
-        if let Ok(id) = row.object.parse::<u64>() {
-            row.object = engine.object_name(eddy_common::ObjectId(id)).unwrap_or_else(|| format!("object {id}"));
+        // A stream's id, with the view reading it for a source: "7 (v)".
+        let (id, reader) = row.object.split_once(' ').map_or((row.object.as_str(), None), |(id, r)| (id, Some(r)));
+        if let Ok(id) = id.parse::<u64>() {
+            let name = engine.object_name(eddy_common::ObjectId(id)).unwrap_or_else(|| format!("object {id}"));
+            row.object = reader.map_or_else(|| name.clone(), |r| format!("{name} {r}"));
         }
     }
     rows.sort_by(|a, b| (&a.object, a.partition).cmp(&(&b.object, b.partition)));
@@ -139,37 +142,48 @@ fn source_offsets_schema() -> SchemaRef {
         Field::new("partition", DataType::UInt32, false),
         Field::new("consumer", DataType::Utf8, true),
         Field::new("committed_offset", DataType::UInt64, true),
-        Field::new("high_watermark", DataType::UInt64, false),
+        Field::new("high_watermark", DataType::UInt64, true),
         Field::new("lag", DataType::UInt64, true),
+        Field::new("skipped", DataType::UInt64, true),
     ]))
 }
 
 /// Per table partition: its log end (`high_watermark`) and, for each materialized view that
 /// reads the table, the offset up to which the view has committed and its lag. A partition
-/// nobody reads has one row with a NULL consumer.
+/// nobody reads has one row with a NULL consumer. Per source partition read by a connector
+/// (into a table, or for a view reading a source): how far it has read, where the source
+/// ends, and how many records `on_error = 'skip'` dropped since the server started.
 fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let consumers = engine.runtime().offsets()?;
-    // (object, partition, consumer, committed offset, log end)
-    type Row = (String, u32, Option<String>, Option<u64>, u64);
+    // (object, partition, consumer, committed offset, end, skipped)
+    type Row = (String, u32, Option<String>, Option<u64>, Option<u64>, Option<u64>);
     let mut rows: Vec<Row> = Vec::new();
     for table in engine.tables() {
         for p in 0..table.def.partitions {
             let end = engine.log_end(table.def.id, p)?;
             let readers: Vec<_> = consumers.iter().filter(|c| c.sources.contains(&table.def.id)).collect();
             if readers.is_empty() {
-                rows.push((table.def.name.clone(), p, None, None, end));
+                rows.push((table.def.name.clone(), p, None, None, Some(end), None));
             }
             for reader in readers {
                 let committed = reader.committed.get(&(table.def.id, p)).copied().unwrap_or(0);
-                rows.push((table.def.name.clone(), p, Some(reader.view.clone()), Some(committed), end));
+                rows.push((table.def.name.clone(), p, Some(reader.view.clone()), Some(committed), Some(end), None));
             }
         }
         // The connector feeding the table: per source partition, how far it has read (kept in
         // the table's log) and where the source ends.
         if let Some(connector) = table.def.option("connector") {
-            for (p, read, end) in engine.connector_progress(&table) {
-                rows.push((table.def.name.clone(), p, Some(format!("connector {connector}")), read, end));
+            for (p, progress) in table.progress.partitions() {
+                rows.push((table.def.name.clone(), p, Some(format!("connector {connector}")), progress.next, progress.end, Some(progress.skipped)));
             }
+        }
+    }
+    // Each view reading a source: the source offset its committed state reflects.
+    for (source, view, partitions) in engine.reader_progress() {
+        let Some(consumer) = consumers.iter().find(|c| c.id == view) else { continue };
+        for (p, progress) in partitions {
+            let committed = consumer.committed.get(&(source.def.id, p)).copied();
+            rows.push((source.def.name.clone(), p, Some(consumer.view.clone()), committed, progress.end, Some(progress.skipped)));
         }
     }
     rows.sort();
@@ -179,7 +193,8 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         Arc::new(StringArray::from(rows.iter().map(|r| r.2.clone()).collect::<Vec<_>>())),
         Arc::new(UInt64Array::from(rows.iter().map(|r| r.3).collect::<Vec<_>>())),
         Arc::new(UInt64Array::from(rows.iter().map(|r| r.4).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|r| r.3.map(|c| r.4.saturating_sub(c))).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| Some(r.4?.saturating_sub(r.3?))).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.5).collect::<Vec<_>>())),
     ];
     batch("eddy_source_offsets", source_offsets_schema(), columns)
 }
@@ -189,33 +204,36 @@ fn dead_letters_schema() -> SchemaRef {
         Field::new("object", DataType::Utf8, false),
         Field::new("partition", DataType::UInt32, true),
         Field::new("offset", DataType::UInt64, true),
-        Field::new("raw", DataType::Binary, false),
+        Field::new("raw", DataType::Binary, true),
         Field::new("error", DataType::Utf8, false),
         Field::new("received_at", DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())), false),
+        Field::new("key", DataType::Binary, true),
     ]))
 }
 
-/// Records a table could not take (stored, until replayed) and rows a view could not
-/// evaluate (kept by the view runtime, rebuilt when the view replays).
+/// Records a table or source could not take (stored, until replayed) and rows a view could
+/// not evaluate (kept by the view runtime, rebuilt when the view replays). `raw` is the
+/// record's value (NULL for a Kafka tombstone), `key` its key.
 fn dead_letters(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
-    // (object, partition, offset, raw, error, received at)
-    type Row = (String, Option<u32>, Option<u64>, Vec<u8>, String, i64);
+    // (object, partition, offset, raw, error, received at, key)
+    type Row = (String, Option<u32>, Option<u64>, Option<Vec<u8>>, String, i64, Option<Vec<u8>>);
     let mut rows: Vec<Row> = engine
         .dead_letters()?
         .into_iter()
-        .map(|l| (engine.object_name(l.object).unwrap_or_else(|| format!("object {}", l.object)), l.partition, l.offset, l.raw, l.error, l.received_at_micros))
+        .map(|l| (engine.object_name(l.object).unwrap_or_else(|| format!("object {}", l.object)), l.partition, l.offset, l.raw, l.error, l.received_at_micros, l.key))
         .collect();
     for l in engine.runtime().dead_letters()? {
         let at = l.received_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
-        rows.push((l.view, None, None, l.row.into_bytes(), l.error, at));
+        rows.push((l.view, None, None, Some(l.row.into_bytes()), l.error, at, None));
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>())),
         Arc::new(UInt32Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
         Arc::new(UInt64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
-        Arc::new(arrow::array::BinaryArray::from(rows.iter().map(|r| r.3.as_slice()).collect::<Vec<_>>())),
+        Arc::new(arrow::array::BinaryArray::from(rows.iter().map(|r| r.3.as_deref()).collect::<Vec<_>>())),
         Arc::new(StringArray::from(rows.iter().map(|r| r.4.clone()).collect::<Vec<_>>())),
         Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.5).collect::<Vec<_>>()).with_timezone(eddy_sql::types::UTC)),
+        Arc::new(arrow::array::BinaryArray::from(rows.iter().map(|r| r.6.as_deref()).collect::<Vec<_>>())),
     ];
     batch("eddy_dead_letters", dead_letters_schema(), columns)
 }

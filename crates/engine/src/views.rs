@@ -76,6 +76,14 @@ pub struct Backfill {
 /// this many rows, so state stays bounded as it does live.
 const BACKFILL_EPOCH_ROWS: usize = 100_000;
 
+/// A table, or a source as read by one view (its reader's own pace).
+type ClockKey = (ObjectId, Option<ObjectId>);
+
+/// Whether `entry` receives changes of `object` sent for `reader` (`None`: every reader).
+fn receives(entry: &Entry, object: ObjectId, reader: Option<ObjectId>) -> bool {
+    entry.sources.contains(&object) && reader.is_none_or(|view| entry.view.def.id == view)
+}
+
 /// A stream's watermark, tracked per partition from the data.
 #[derive(Debug, Clone)]
 struct StreamClock {
@@ -193,7 +201,7 @@ struct Subscriber {
 
 enum Message {
     Subscribe { view: ObjectId, snapshot: bool, subscriber_events: tokio::sync::mpsc::Sender<EpochChanges>, lagged: Arc<std::sync::atomic::AtomicBool>, reply: oneshot::Sender<Result<()>> },
-    Changes { object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>, budget: Option<QueueBudget> },
+    Changes { object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>, budget: Option<QueueBudget>, reader: Option<ReaderPosition> },
     AddView {
         view: Arc<View>,
         dataflow: Box<dyn Operator>,
@@ -212,10 +220,20 @@ enum Message {
     Offsets { reply: mpsc::Sender<Vec<ConsumerOffsets>> },
 }
 
-/// How far a materialized view has read the tables it reads: per (table, partition), the
-/// offset after the last record whose changes the view has committed (`eddy_source_offsets`).
+/// Changes that one view's reader of a source read: only that view receives them, and they
+/// take it to these source positions (partition, next offset).
+#[derive(Debug, Clone)]
+pub struct ReaderPosition {
+    pub view: ObjectId,
+    pub positions: Vec<(u32, u64)>,
+}
+
+/// How far a materialized view has read what it reads: per (table, partition), the offset
+/// after the last log record whose changes the view has committed; per (source, partition),
+/// the source offset (`eddy_source_offsets`).
 #[derive(Debug, Clone)]
 pub struct ConsumerOffsets {
+    pub id: ObjectId,
     pub view: String,
     pub sources: Vec<ObjectId>,
     pub committed: HashMap<(ObjectId, u32), u64>,
@@ -260,7 +278,12 @@ impl ViewRuntime {
     /// Committed changes of a table, in commit order (call under the engine's write lock);
     /// `budget` is released once the runtime has processed them.
     pub fn changes(&self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>, budget: Option<QueueBudget>) -> Result<()> {
-        self.send(Message::Changes { object, partition, clock, batches, budget })
+        self.send(Message::Changes { object, partition, clock, batches, budget, reader: None })
+    }
+
+    /// Changes of a source for the one view whose reader read them (source `partition`).
+    pub fn reader_changes(&self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>, budget: QueueBudget, reader: ReaderPosition) -> Result<()> {
+        self.send(Message::Changes { object, partition, clock, batches, budget: Some(budget), reader: Some(reader) })
     }
 
     /// Every late row the views dropped (`eddy_late_events`).
@@ -360,7 +383,8 @@ struct Entry {
     /// Output produced this epoch, not yet applied.
     pending: Vec<ChangeBatch>,
     contents: TableData,
-    /// Log records read per (table, partition): each message of changes is one record.
+    /// Log records read per (table, partition): each message of changes is one record; for a
+    /// source, the source offset its reader got to.
     read: HashMap<(ObjectId, u32), u64>,
     /// `read` as of the last epoch the view committed.
     committed: HashMap<(ObjectId, u32), u64>,
@@ -374,8 +398,8 @@ struct RuntimeState {
     /// Views whose dataflow failed (they stop updating); reported by every FLUSH until dropped.
     failures: BTreeMap<ObjectId, Error>,
     subscribers: Vec<Subscriber>,
-    /// Watermark of every stream that sent changes.
-    clocks: HashMap<ObjectId, StreamClock>,
+    /// Watermark of every stream that sent changes; a source's per view reading it.
+    clocks: HashMap<ClockKey, StreamClock>,
     late: Vec<LateRecord>,
     failed: Vec<FailedRow>,
 }
@@ -405,11 +429,15 @@ impl RuntimeState {
 
     fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
         match message {
-            Message::Changes { object, partition, clock, batches, budget } => {
-                for entry in self.views.iter_mut().filter(|e| e.sources.contains(&object)) {
-                    *entry.read.entry((object, partition)).or_default() += 1;
+            Message::Changes { object, partition, clock, batches, budget, reader } => {
+                let view = reader.as_ref().map(|r| r.view);
+                for entry in self.views.iter_mut().filter(|e| receives(e, object, view)) {
+                    match &reader {
+                        Some(r) => entry.read.extend(r.positions.iter().map(|(p, offset)| ((object, *p), *offset))),
+                        None => *entry.read.entry((object, partition)).or_default() += 1,
+                    }
                 }
-                self.push(object, partition, clock, &batches);
+                self.push(object, partition, clock, &batches, view);
                 drop(budget);
             }
             Message::AddView { view, dataflow, event_time, sources, tables, progress, reply } => {
@@ -428,7 +456,7 @@ impl RuntimeState {
                 self.late.retain(|r| !gone.contains(&r.view));
                 self.failed.retain(|r| !gone.contains(&r.view));
                 self.views.retain(|v| v.view.def.id != id && !v.sources.contains(&id));
-                self.clocks.remove(&id);
+                self.clocks.retain(|(object, reader), _| *object != id && *reader != Some(id));
                 let views = &self.views;
                 self.subscribers.retain(|s| views.iter().any(|v| v.view.def.id == s.view));
                 self.failures.remove(&id);
@@ -448,7 +476,7 @@ impl RuntimeState {
                     .views
                     .iter()
                     .filter(|v| !v.view.def.sql.is_empty())
-                    .map(|v| ConsumerOffsets { view: v.view.def.name.clone(), sources: v.sources.clone(), committed: v.committed.clone() })
+                    .map(|v| ConsumerOffsets { id: v.view.def.id, view: v.view.def.name.clone(), sources: v.sources.clone(), committed: v.committed.clone() })
                     .collect();
                 let _ = reply.send(rows);
             }
@@ -483,12 +511,13 @@ impl RuntimeState {
         self.failures.entry(view).or_insert(error);
     }
 
-    /// Feeds a table's or view's changes to every view reading it; a view whose dataflow fails
-    /// stops, the others go on. Then advances the stream's watermark: rows are judged against
-    /// the watermark as it stood before their batch.
-    fn push(&mut self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: &[ChangeBatch]) {
+    /// Feeds a table's or view's changes to every view reading it (a source's to the one view
+    /// whose reader read them); a view whose dataflow fails stops, the others go on. Then
+    /// advances the stream's watermark: rows are judged against the watermark as it stood
+    /// before their batch.
+    fn push(&mut self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: &[ChangeBatch], reader: Option<ObjectId>) {
         let mut failed = Vec::new();
-        for entry in self.views.iter_mut().filter(|e| e.sources.contains(&object)) {
+        for entry in self.views.iter_mut().filter(|e| receives(e, object, reader)) {
             if self.failures.contains_key(&entry.view.def.id) {
                 continue;
             }
@@ -511,10 +540,10 @@ impl RuntimeState {
             self.collect_late(&name, &event_time);
         }
         let Some(spec) = clock else { return };
-        let clock = self.clocks.entry(object).or_insert_with(|| StreamClock::new(spec));
+        let clock = self.clocks.entry((object, reader)).or_insert_with(|| StreamClock::new(spec));
         match clock.observe(partition, batches) {
             Ok(Some(watermark)) => {
-                for entry in self.views.iter().filter(|e| e.sources.contains(&object)) {
+                for entry in self.views.iter().filter(|e| receives(e, object, reader)) {
                     entry.event_time.advance(object, watermark);
                 }
                 self.dirty = true;
@@ -528,15 +557,15 @@ impl RuntimeState {
     fn expire_idle_partitions(&mut self) {
         let now = Instant::now();
         let mut raised = Vec::new();
-        for (object, clock) in &mut self.clocks {
+        for (key, clock) in &mut self.clocks {
             if clock.spec.idle_timeout.is_some()
                 && let Some(w) = clock.raise(now)
             {
-                raised.push((*object, w));
+                raised.push((*key, w));
             }
         }
-        for (object, watermark) in raised {
-            for entry in self.views.iter().filter(|e| e.sources.contains(&object)) {
+        for ((object, reader), watermark) in raised {
+            for entry in self.views.iter().filter(|e| receives(e, object, reader)) {
                 entry.event_time.advance(object, watermark);
             }
             self.dirty = true;
@@ -572,8 +601,12 @@ impl RuntimeState {
 
     fn watermark_rows(&self) -> Vec<WatermarkRow> {
         let mut rows = Vec::new();
-        for (id, clock) in &self.clocks {
-            let object = id.to_string();
+        for ((id, reader), clock) in &self.clocks {
+            // A source's watermark is its reader's: named after the view reading it.
+            let object = match reader {
+                Some(view) => format!("{id} ({})", self.name_of(*view)),
+                None => id.to_string(),
+            };
             rows.push(WatermarkRow { object: object.clone(), partition: None, watermark: clock.watermark });
             for (p, w) in clock.partitions.iter().enumerate() {
                 rows.push(WatermarkRow { object: object.clone(), partition: Some(p as u32), watermark: *w });
@@ -589,7 +622,11 @@ impl RuntimeState {
                         .sources
                         .iter()
                         .copied()
-                        .filter(|s| self.clocks.contains_key(s) || self.views.iter().any(|v| v.view.def.id == *s && v.view.watermark.is_some()))
+                        .filter(|s| {
+                            self.clocks.contains_key(&(*s, None))
+                                || self.clocks.contains_key(&(*s, Some(entry.view.def.id)))
+                                || self.views.iter().any(|v| v.view.def.id == *s && v.view.watermark.is_some())
+                        })
                         .collect();
                     if timed.is_empty() {
                         continue;
@@ -667,7 +704,7 @@ impl RuntimeState {
             }
         }
         for input in &inputs {
-            let live = match self.clocks.get(&input.object) {
+            let live = match self.clocks.get(&(input.object, None)) {
                 Some(clock) => clock.watermark,
                 None => self.views.iter().find(|e| e.view.def.id == input.object).and_then(Entry::watermark),
             };

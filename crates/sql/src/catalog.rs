@@ -22,7 +22,7 @@ pub trait TableSource: Send + Sync + fmt::Debug {
     fn schema(&self) -> SchemaRef;
     /// The table's current contents. Repeated calls within one statement must return the same
     /// snapshot (the engine hands out an immutable `Arc`ed copy).
-    fn scan(&self) -> Arc<Vec<RecordBatch>>;
+    fn scan(&self) -> eddy_common::Result<Arc<Vec<RecordBatch>>>;
     /// The column `WATERMARK FOR` names, for streams that declare one.
     fn watermark_column(&self) -> Option<String> {
         None
@@ -30,6 +30,11 @@ pub trait TableSource: Send + Sync + fmt::Debug {
     /// An `APPEND ONLY` table (a stream).
     fn append_only(&self) -> bool {
         false
+    }
+    /// What `information_schema.tables` calls it: `BASE TABLE`, `VIEW` (a materialized view)
+    /// or `FOREIGN` (a source, whose records live elsewhere).
+    fn table_type(&self) -> &'static str {
+        "BASE TABLE"
     }
 }
 
@@ -100,6 +105,7 @@ impl TableProvider for TableBridge {
         let batches: Vec<RecordBatch> = self
             .source
             .scan()
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
             .iter()
             .map(|b| b.clone().with_schema(Arc::clone(&self.schema)))
             .collect::<Result<_, _>>()?;

@@ -10,6 +10,7 @@
 mod catalog;
 mod error;
 mod functions;
+mod information_schema;
 mod lower;
 mod parser;
 mod planner;

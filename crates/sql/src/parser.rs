@@ -32,8 +32,16 @@ pub enum Statement {
     ShowMaterializedViews,
     /// `SHOW CREATE MATERIALIZED VIEW name`.
     ShowCreateMaterializedView(ObjectName),
-    /// `ALTER TABLE name REPLAY DEAD LETTERS`: decode the table's dead letters again.
-    ReplayDeadLetters(ObjectName),
+    /// `ALTER TABLE | SOURCE name REPLAY DEAD LETTERS`: decode the dead letters again.
+    ReplayDeadLetters { name: ObjectName, source: bool },
+    /// `ALTER SOURCE name ALTER COLUMN column DROP NOT NULL`.
+    AlterSourceDropNotNull { name: ObjectName, column: Ident },
+    /// `DROP SOURCE [IF EXISTS] name, ... [CASCADE | RESTRICT]`.
+    DropSource { names: Vec<ObjectName>, if_exists: bool, cascade: bool },
+    /// `SHOW SOURCES`.
+    ShowSources,
+    /// `SHOW CREATE SOURCE name`.
+    ShowCreateSource(ObjectName),
     /// `CREATE MATERIALIZED VIEW ... AS query [EMIT ON WINDOW CLOSE]`.
     CreateMaterializedView { create: Box<ast::CreateView>, emit_on_close: bool },
 }
@@ -54,9 +62,11 @@ pub enum SubscribeTarget {
     Query(Box<ast::Query>),
 }
 
-/// `CREATE TABLE` as Eddy extends it.
+/// `CREATE TABLE` as Eddy extends it, and `CREATE SOURCE` (the same clauses).
 #[derive(Debug, Clone)]
 pub struct CreateTable {
+    /// `CREATE SOURCE`: read from its connector by each view, not stored by Eddy.
+    pub source: bool,
     pub name: ObjectName,
     pub if_not_exists: bool,
     pub columns: Vec<ColumnDef>,
@@ -236,7 +246,45 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                 for _ in 0..end {
                     parser.next_token();
                 }
-                return Ok(Statement::ReplayDeadLetters(name));
+                return Ok(Statement::ReplayDeadLetters { name, source: false });
+            }
+        }
+        if w.keyword == Keyword::ALTER && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SOURCE")) {
+            parser.next_token();
+            parser.next_token();
+            let name = parser.parse_object_name(false)?;
+            if parse_words(parser, &["REPLAY", "DEAD", "LETTERS"]) {
+                return Ok(Statement::ReplayDeadLetters { name, source: true });
+            }
+            if parse_words(parser, &["ALTER"]) {
+                let _optional = parser.parse_keyword(Keyword::COLUMN);
+                let column = parser.parse_identifier()?;
+                if parse_words(parser, &["DROP", "NOT", "NULL"]) {
+                    return Ok(Statement::AlterSourceDropNotNull { name, column });
+                }
+            }
+            return Err(ParserError::ParserError(format!(
+                "Expected: REPLAY DEAD LETTERS or ALTER COLUMN ... DROP NOT NULL after ALTER SOURCE {name}, found: {}",
+                parser.peek_token().token
+            )));
+        }
+        if w.keyword == Keyword::DROP && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SOURCE")) {
+            parser.next_token();
+            parser.next_token();
+            let if_exists = parser.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+            let names = parser.parse_comma_separated(|p| p.parse_object_name(false))?;
+            let cascade = parser.parse_keyword(Keyword::CASCADE);
+            if !cascade {
+                let _ = parser.parse_keyword(Keyword::RESTRICT);
+            }
+            return Ok(Statement::DropSource { names, if_exists, cascade });
+        }
+        if w.keyword == Keyword::SHOW {
+            if parse_words(parser, &["SHOW", "SOURCES"]) {
+                return Ok(Statement::ShowSources);
+            }
+            if parse_words(parser, &["SHOW", "CREATE", "SOURCE"]) {
+                return Ok(Statement::ShowCreateSource(parser.parse_object_name(false)?));
             }
         }
         if w.keyword == Keyword::CREATE && is_create_table(parser) {
@@ -339,11 +387,15 @@ fn parse_duration_ms(value: &str) -> Option<u64> {
 }
 
 fn is_create_table(parser: &Parser<'_>) -> bool {
-    matches!(&parser.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE)
+    matches!(&parser.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE || w.value.eq_ignore_ascii_case("SOURCE"))
 }
 
 fn parse_create_table(parser: &mut Parser<'_>) -> Result<CreateTable, ParserError> {
-    parser.expect_keywords(&[Keyword::CREATE, Keyword::TABLE])?;
+    parser.expect_keyword(Keyword::CREATE)?;
+    let source = parse_words(parser, &["SOURCE"]);
+    if !source {
+        parser.expect_keyword(Keyword::TABLE)?;
+    }
     let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = parser.parse_object_name(false)?;
     let mut columns = Vec::new();
@@ -409,7 +461,7 @@ fn parse_create_table(parser: &mut Parser<'_>) -> Result<CreateTable, ParserErro
             break;
         }
     }
-    Ok(CreateTable { name, if_not_exists, columns, constraints, watermark, proctime, append_only, options, includes, format })
+    Ok(CreateTable { source, name, if_not_exists, columns, constraints, watermark, proctime, append_only, options, includes, format })
 }
 
 /// Consumes `words` (matched case-insensitively, keywords or not) if they come next.

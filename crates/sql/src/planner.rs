@@ -117,12 +117,14 @@ impl SessionPlanner {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, SCHEMA_NAME)
             .with_create_default_catalog_and_schema(false)
-            .with_information_schema(true)
+            .with_information_schema(false)
             .with_target_partitions(2)
             .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
             .set_str("datafusion.execution.time_zone", "UTC");
         let ctx = SessionContext::new_with_config(config);
         let eddy = MemoryCatalogProvider::new();
+        eddy.register_schema(crate::information_schema::SCHEMA, Arc::new(crate::information_schema::InformationSchema { source: Arc::clone(&catalog) }))
+            .map_err(from_datafusion)?;
         eddy.register_schema(SCHEMA_NAME, Arc::new(SchemaBridge { source: catalog }))
             .map_err(from_datafusion)?;
         ctx.register_catalog(CATALOG_NAME, Arc::new(eddy));

@@ -27,20 +27,34 @@ pub struct DeadLetter {
     /// again after a crash replaces its letter instead of adding a second one.
     pub partition: Option<u32>,
     pub offset: Option<u64>,
-    pub raw: Vec<u8>,
+    /// The record's key, for sources that have keys (Kafka).
+    pub key: Option<Vec<u8>>,
+    /// The record's value (`None`: a Kafka tombstone).
+    pub raw: Option<Vec<u8>>,
     pub error: String,
     pub received_at_micros: i64,
 }
 
+/// Flags of a stored dead letter (the byte after its offset).
+const LETTER_HAS_OFFSET: u8 = 1;
+/// Key and value are stored as length-prefixed sections (older letters hold the value only).
+const LETTER_KEY_VALUE: u8 = 2;
+/// The length written for an absent key or value.
+const ABSENT: u32 = u32::MAX;
+
 impl DeadLetter {
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(30 + self.error.len() + self.raw.len());
+        let (key, raw) = (self.key.as_deref(), self.raw.as_deref());
+        let mut out = Vec::with_capacity(29 + self.error.len() + key.map_or(0, <[u8]>::len) + raw.map_or(0, <[u8]>::len));
         out.extend_from_slice(&self.received_at_micros.to_le_bytes());
         out.extend_from_slice(&self.offset.map_or(u64::MAX, |o| o).to_le_bytes());
-        out.push(u8::from(self.offset.is_some()));
+        out.push(LETTER_KEY_VALUE | if self.offset.is_some() { LETTER_HAS_OFFSET } else { 0 });
         out.extend_from_slice(&(self.error.len() as u32).to_le_bytes());
         out.extend_from_slice(self.error.as_bytes());
-        out.extend_from_slice(&self.raw);
+        for section in [key, raw] {
+            out.extend_from_slice(&section.map_or(ABSENT, |s| s.len() as u32).to_le_bytes());
+            out.extend_from_slice(section.unwrap_or_default());
+        }
         out
     }
 
@@ -53,15 +67,34 @@ impl DeadLetter {
         let object = ObjectId(u64_at(key, 0).ok_or_else(corrupt)?);
         let partition = u32::from_be_bytes(key[8..12].try_into().map_err(|_| corrupt())?);
         let le64 = |at: usize| value.get(at..at + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes).ok_or_else(corrupt);
+        let le32 = |at: usize| value.get(at..at + 4).and_then(|s| s.try_into().ok()).map(u32::from_le_bytes).ok_or_else(corrupt);
         let received_at_micros = le64(0)? as i64;
-        let offset = (value[16] == 1).then_some(le64(8)?);
-        let error_len = u32::from_le_bytes(value[17..21].try_into().map_err(|_| corrupt())?) as usize;
+        let flags = value[16];
+        let offset = (flags & LETTER_HAS_OFFSET != 0).then_some(le64(8)?);
+        let error_len = le32(17)? as usize;
         let error = value.get(21..21 + error_len).ok_or_else(corrupt)?;
+        let mut at = 21 + error_len;
+        let (record_key, raw) = if flags & LETTER_KEY_VALUE == 0 {
+            (None, Some(value[at..].to_vec()))
+        } else {
+            let mut section = || -> Result<Option<Vec<u8>>> {
+                let len = le32(at)?;
+                at += 4;
+                if len == ABSENT {
+                    return Ok(None);
+                }
+                let bytes = value.get(at..at + len as usize).ok_or_else(corrupt)?.to_vec();
+                at += len as usize;
+                Ok(Some(bytes))
+            };
+            (section()?, section()?)
+        };
         Ok(DeadLetter {
             object,
             partition: (partition != u32::MAX).then_some(partition),
             offset,
-            raw: value[21 + error_len..].to_vec(),
+            key: record_key,
+            raw,
             error: String::from_utf8_lossy(error).into_owned(),
             received_at_micros,
         })
@@ -196,7 +229,8 @@ mod tests {
             object: ObjectId(object),
             partition,
             offset,
-            raw: raw.to_vec(),
+            key: None,
+            raw: Some(raw.to_vec()),
             error: "bad".into(),
             received_at_micros: 7,
         };
@@ -213,5 +247,31 @@ mod tests {
         assert_eq!(mine.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>(), vec![letter(1, Some(0), Some(5), b"x"), letter(1, None, None, b"y")]);
         meta.delete_dead_letters(&[mine[0].0.clone()]).unwrap();
         assert_eq!(meta.dead_letters(None).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn dead_letters_keep_key_and_value_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = MetaStore::open(dir.path()).unwrap();
+        let tombstone = DeadLetter { object: ObjectId(3), partition: Some(2), offset: Some(9), key: Some(b"{bad".to_vec()), raw: None, error: "bad key".into(), received_at_micros: 1 };
+        let empty = DeadLetter { offset: Some(10), key: None, raw: Some(Vec::new()), ..tombstone.clone() };
+        meta.put_dead_letters(&[tombstone.clone(), empty.clone()]).unwrap();
+        let stored: Vec<DeadLetter> = meta.dead_letters(Some(ObjectId(3))).unwrap().into_iter().map(|(_, l)| l).collect();
+        assert_eq!(stored, vec![tombstone, empty]);
+    }
+
+    #[test]
+    fn letters_stored_before_keys_were_kept_read_as_values() {
+        // The layout of a letter written before key and value were stored apart.
+        let mut value = 5i64.to_le_bytes().to_vec();
+        value.extend_from_slice(&3u64.to_le_bytes());
+        value.push(1);
+        value.extend_from_slice(&2u32.to_le_bytes());
+        value.extend_from_slice(b"no{\"a\":1}");
+        let mut key = 1u64.to_be_bytes().to_vec();
+        key.extend_from_slice(&0u32.to_be_bytes());
+        key.extend_from_slice(&3u64.to_be_bytes());
+        let letter = DeadLetter::decode(&key, &value).unwrap();
+        assert_eq!((letter.offset, letter.key, letter.raw, letter.error.as_str()), (Some(3), None, Some(b"{\"a\":1}".to_vec()), "no"));
     }
 }
