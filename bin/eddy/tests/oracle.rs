@@ -112,8 +112,8 @@ async fn check_case(server: &EddyProcess, ops: &[Op], late_from: usize) -> Resul
             return Err(format!("{}: {e}", op.sql(&a, &b)));
         }
         if step == ops.len() / 2 {
-            for i in 0..VIEWS.len() {
-                if !created.contains(&i) && (VIEWS[i].0 != "onview" || created.contains(&0)) {
+            for (i, view) in VIEWS.iter().enumerate() {
+                if !created.contains(&i) && (view.0 != "onview" || created.contains(&0)) {
                     client.batch_execute(&create(i)).await.map_err(|e| format!("{}: {e}", create(i)))?;
                     created.push(i);
                 }

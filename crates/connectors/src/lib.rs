@@ -9,5 +9,6 @@
 pub mod file;
 pub mod format;
 pub mod kafka;
+pub mod nexmark;
 
 pub use format::{Decoded, Encoding, Envelope, Format, Include, RawRecord, RecordDecoder, RowKind};

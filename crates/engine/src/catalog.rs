@@ -161,6 +161,37 @@ impl TableDef {
         self.options.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
+    /// The Nexmark generator's settings, for a table or source with `connector = 'nexmark'`.
+    /// It splits its events over `nexmark.split.num` partitions (default: the table's).
+    pub fn nexmark(&self) -> Result<Option<eddy_connectors::nexmark::NexmarkConfig>> {
+        use eddy_connectors::nexmark::{DEFAULT_BASE_TIME_MS, DEFAULT_EVENT_RATE, EventKind, NexmarkConfig};
+        if self.option("connector") != Some("nexmark") {
+            return Ok(None);
+        }
+        let number = |key: &str| -> Result<Option<u64>> {
+            self.option(key).map(|v| v.parse::<u64>().map_err(|_| Error::invalid_parameter(format!("{key} must be a whole number, not '{v}'")))).transpose()
+        };
+        let rate = number("nexmark.events.per.second")?.unwrap_or(0);
+        Ok(Some(NexmarkConfig {
+            kind: EventKind::parse(self.option("nexmark.table.type").unwrap_or_default())?,
+            seed: number("nexmark.seed")?.unwrap_or(0),
+            event_rate: if rate == 0 { DEFAULT_EVENT_RATE } else { rate },
+            event_num: number("nexmark.event.num")?.filter(|n| *n > 0),
+            base_time_ms: number("nexmark.base.time.millis")?.map_or(DEFAULT_BASE_TIME_MS, |b| b as i64),
+            splits: number("nexmark.split.num")?.map_or(self.partitions, |n| n as u32),
+        }))
+    }
+
+    /// Events per second of wall-clock time the generator may produce (0: as fast as it can):
+    /// `nexmark.events.per.second`, unless `nexmark.rate.limited = 'false'` (then that rate
+    /// only spaces the events' times).
+    pub fn nexmark_rate_limit(&self) -> u64 {
+        if self.option("nexmark.rate.limited") == Some("false") {
+            return 0;
+        }
+        self.option("nexmark.events.per.second").and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+
     /// How decoding failures are handled (`on_error`).
     pub fn on_error(&self) -> OnError {
         match self.option("on_error") {
@@ -309,7 +340,12 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef>
     if !includes.is_empty() && connector.is_none() {
         return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "INCLUDE needs a connector (WITH (connector = ...))"));
     }
+    let generated = connector.as_deref() == Some("nexmark");
+    if generated && (create.format.is_some() || !includes.is_empty()) {
+        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "the nexmark connector generates rows: it takes no FORMAT and no INCLUDE"));
+    }
     let format = match &create.format {
+        None if generated => None,
         Some((envelope, encoding)) => {
             let format = eddy_connectors::Format::parse(envelope, encoding)?;
             Some((format.envelope_name().to_owned(), format.encoding_name().to_owned()))
@@ -326,13 +362,16 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef>
         return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "a source needs a connector (WITH (connector = 'kafka' | 'file', ...))")
             .with_hint("a relation written with INSERT, COPY or HTTP ingest is a table: CREATE TABLE"));
     }
-    // A source of plain records without a key only ever inserts: a stream.
-    let append_only = create.append_only || (create.source && primary_key.is_empty() && format.as_ref().is_some_and(|(e, _)| e == "PLAIN"));
+    // A source of plain (or generated) records without a key only ever inserts: a stream.
+    let append_only = create.append_only || (create.source && primary_key.is_empty() && (generated || format.as_ref().is_some_and(|(e, _)| e == "PLAIN")));
     let def = TableDef { id, name, columns, primary_key, append_only, watermark, options, partitions, format, includes };
     // A declared format must be able to decode every column type (plain tables find out at
-    // their first HTTP ingest).
+    // their first HTTP ingest); a generator must know every column.
     if def.format.is_some() {
         def.decoder(&def.schema()?, false)?;
+    }
+    if let Some(config) = def.nexmark()? {
+        eddy_connectors::nexmark::NexmarkGenerator::new(config, def.schema()?, 0)?;
     }
     Ok(def)
 }
@@ -417,9 +456,25 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
             }
             "retention" | "retention.bytes" => {}
             "connector" => match value.as_str() {
-                "file" | "kafka" => {}
-                other => return Err(Error::unsupported(format!("connector '{other}' is not supported (file or kafka)"))),
+                "file" | "kafka" | "nexmark" => {}
+                other => return Err(Error::unsupported(format!("connector '{other}' is not supported (file, kafka or nexmark)"))),
             },
+            "nexmark.table.type" => {
+                eddy_connectors::nexmark::EventKind::parse(value)?;
+            }
+            "nexmark.event.num" | "nexmark.events.per.second" | "nexmark.seed" | "nexmark.base.time.millis" => {
+                value.parse::<u64>().map_err(|_| Error::invalid_parameter(format!("{key} must be a whole number, not '{value}'")))?;
+            }
+            "nexmark.rate.limited" => {
+                if !["true", "false"].contains(&value.as_str()) {
+                    return Err(Error::invalid_parameter(format!("nexmark.rate.limited must be 'true' or 'false', not '{value}'")));
+                }
+            }
+            "nexmark.split.num" => {
+                value.parse::<u32>().ok().filter(|n| (1..=PARTITIONS_MAX).contains(n)).ok_or_else(|| {
+                    Error::invalid_parameter(format!("nexmark.split.num must be an integer from 1 to {PARTITIONS_MAX}, not '{value}'"))
+                })?;
+            }
             "on_error" => {
                 if !["dead_letter", "skip", "fail"].contains(&value.as_str()) {
                     return Err(Error::invalid_parameter(format!("on_error must be 'dead_letter', 'skip' or 'fail', not '{value}'")));
@@ -438,6 +493,7 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
     let has = |key: &str| kept.iter().any(|(k, _)| k == key);
     match kept.iter().find(|(k, _)| k == "connector").map(|(_, v)| v.as_str()) {
         Some("file") if !has("path") => return Err(Error::invalid_parameter("connector 'file' needs path = '...'")),
+        Some("nexmark") if !has("nexmark.table.type") => return Err(Error::invalid_parameter("connector 'nexmark' needs nexmark.table.type = 'person' | 'auction' | 'bid'")),
         Some("kafka") if !has("topic") || !has("properties.bootstrap.server") => {
             return Err(Error::invalid_parameter("connector 'kafka' needs topic = '...' and properties.bootstrap.server = '...'"));
         }

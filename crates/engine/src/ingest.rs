@@ -17,7 +17,8 @@ use std::time::Duration;
 use arrow::datatypes::SchemaRef;
 use eddy_common::{Error, Result, SqlState};
 use eddy_connectors::kafka::{KafkaTopic, Startup};
-use eddy_connectors::{RawRecord, RecordDecoder};
+use eddy_connectors::nexmark::NexmarkGenerator;
+use eddy_connectors::{Decoded, RawRecord, RecordDecoder};
 use eddy_storage::meta::DeadLetter;
 
 use crate::catalog::{OnError, TableDef};
@@ -82,6 +83,15 @@ impl ConnectorProgress {
     }
 }
 
+/// What became of a feed's object since the connector last looked.
+enum Refresh {
+    Same,
+    /// Altered: a new definition.
+    Changed,
+    /// Dropped (or, for a source, the view stopped reading).
+    Gone,
+}
+
 /// Where a connector delivers the records it reads.
 #[derive(Clone)]
 pub(crate) enum Feed {
@@ -129,29 +139,39 @@ impl Feed {
         }
     }
 
-    /// Keeps the feed on the object as it is now: after an ALTER, its new definition and
-    /// decoder. False once the object was dropped (or the view stopped reading).
-    fn refresh(&mut self, engine: &Engine, decoder: &mut RecordDecoder) -> Result<bool> {
+    /// Keeps the feed on the object as it is now (an ALTER replaces its definition).
+    fn refresh(&mut self, engine: &Engine) -> Refresh {
         match self {
             Feed::Table(table) => match engine.table_by_id(table.def.id) {
-                None => Ok(false),
+                None => Refresh::Gone,
                 Some(now) if !Arc::ptr_eq(&now, table) => {
-                    *decoder = now.def.decoder(&now.schema, false)?;
                     *table = now;
-                    Ok(true)
+                    Refresh::Changed
                 }
-                Some(_) => Ok(true),
+                Some(_) => Refresh::Same,
             },
             Feed::Reader(source, reader) => match engine.source_by_id(source.def.id) {
-                _ if reader.stopped() => Ok(false),
-                None => Ok(false),
+                _ if reader.stopped() => Refresh::Gone,
+                None => Refresh::Gone,
                 Some(now) if !Arc::ptr_eq(&now, source) => {
-                    *decoder = now.def.decoder(&now.schema, false)?;
                     *source = now;
-                    Ok(true)
+                    Refresh::Changed
                 }
-                Some(_) => Ok(true),
+                Some(_) => Refresh::Same,
             },
+        }
+    }
+
+    /// [`Feed::refresh`] for a connector that decodes: false once the object is gone (or the
+    /// view stopped reading); a new definition brings a new decoder.
+    fn follow_changes(&mut self, engine: &Engine, decoder: &mut RecordDecoder) -> Result<bool> {
+        match self.refresh(engine) {
+            Refresh::Gone => Ok(false),
+            Refresh::Changed => {
+                *decoder = self.decoder()?;
+                Ok(true)
+            }
+            Refresh::Same => Ok(true),
         }
     }
 
@@ -182,19 +202,18 @@ fn now_micros() -> i64 {
 }
 
 impl Engine {
-    /// Decodes `records` into `table` and commits them with `positions`; see the module doc.
-    /// `partition` pins an append-only table's write to that log partition (modulo the
+    /// Commits the rows decoded from `records` into `table` with `positions`; see the module
+    /// doc. `partition` pins an append-only table's write to that log partition (modulo the
     /// table's partitions), so that a source partition's order is kept.
     pub(crate) async fn ingest_records(
         &self,
         table: &Arc<Table>,
-        decoder: &RecordDecoder,
+        decoded: Decoded,
         records: &[RawRecord<'_>],
         positions: &[(u32, u64)],
         on_error: OnError,
         partition: Option<u32>,
     ) -> Result<IngestReport> {
-        let decoded = decoder.decode(records)?;
         let guard = self.lock_writes().await;
         // The table as it is now (ALTER TABLE replaces its definition).
         let table = &self.table_by_id(table.def.id).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name)))?;
@@ -257,7 +276,7 @@ impl Engine {
             .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
             .map(|line| RawRecord { value: Some(line), ..RawRecord::default() })
             .collect();
-        self.ingest_records(&table, &decoder, &records, &[], table.def.on_error(), None).await
+        self.ingest_records(&table, decoder.decode(&records)?, &records, &[], table.def.on_error(), None).await
     }
 
     /// `ALTER TABLE t REPLAY DEAD LETTERS`: decodes the table's dead letters again with its
@@ -271,7 +290,7 @@ impl Engine {
         let decoder = table.def.decoder(&table.schema, false)?;
         let records = letter_records(&letters);
         // Failures are kept as they are (their letters stay), not stored again.
-        let report = self.ingest_records(table, &decoder, &records, &[], OnError::Skip, None).await?;
+        let report = self.ingest_records(table, decoder.decode(&records)?, &records, &[], OnError::Skip, None).await?;
         self.settle_replayed(&letters, &report.rejected)
     }
 
@@ -350,6 +369,7 @@ impl Engine {
                 }
                 Ok(positions)
             }
+            Some("nexmark") => Ok(Vec::new()),
             Some(other) => Err(Error::unsupported(format!("connector '{other}' is not supported"))),
             None => Ok(Vec::new()),
         }
@@ -375,22 +395,24 @@ impl Engine {
                     engine.follow_kafka(feed.clone()).await;
                     Ok(())
                 }
+                Some("nexmark") => engine.follow_nexmark(feed.clone()).await,
                 _ => Ok(()),
             };
             if let Err(e) = result {
-                tracing::error!(object = %name, error = %e, "the file connector stopped");
+                tracing::error!(object = %name, error = %e, "the connector stopped");
                 feed.reached_end(None);
             }
         });
     }
 
-    /// Hands a chunk of records to the feed's destination; counts what `on_error = 'skip'`
-    /// dropped. `pin` keeps a source partition's records in one log partition.
-    async fn deliver(&self, feed: &Feed, decoder: &RecordDecoder, records: &[RawRecord<'_>], positions: &[(u32, u64)], partition: u32, pin: Option<u32>) -> Result<()> {
+    /// Hands a chunk's rows (decoded from `records`) to the feed's destination; counts what
+    /// `on_error = 'skip'` dropped. `pin` keeps a source partition's records in one log
+    /// partition.
+    async fn deliver(&self, feed: &Feed, decoded: Decoded, records: &[RawRecord<'_>], positions: &[(u32, u64)], partition: u32, pin: Option<u32>) -> Result<()> {
         let on_error = feed.def().on_error();
         let report = match feed {
-            Feed::Table(table) => self.ingest_records(table, decoder, records, positions, on_error, pin).await?,
-            Feed::Reader(source, reader) => self.read_into_view(source, reader, decoder, records, positions, on_error).await?,
+            Feed::Table(table) => self.ingest_records(table, decoded, records, positions, on_error, pin).await?,
+            Feed::Reader(source, reader) => self.read_into_view(source, reader, decoded, records, positions, on_error).await?,
         };
         if on_error == OnError::Skip && !report.rejected.is_empty() {
             tracing::debug!(object = %feed.name(), skipped = report.rejected.len(), "skipping undecodable records");
@@ -408,7 +430,7 @@ impl Engine {
         let mut tail = eddy_connectors::file::FileTail::new(&path, start);
         tracing::info!(object = %feed.name(), path, start, "following a file");
         loop {
-            if !feed.refresh(self, &mut decoder)? {
+            if !feed.follow_changes(self, &mut decoder)? {
                 return Ok(());
             }
             let lines = {
@@ -436,7 +458,8 @@ impl Engine {
                 .iter()
                 .map(|(offset, line)| RawRecord { value: Some(line), partition: Some(0), offset: Some(*offset), ..RawRecord::default() })
                 .collect();
-            match self.deliver(&feed, &decoder, &records, &[(0, lines.end)], 0, None).await {
+            let decoded = decoder.decode(&records)?;
+            match self.deliver(&feed, decoded, &records, &[(0, lines.end)], 0, None).await {
                 Ok(()) => {}
                 Err(e) if e.state == SqlState::UNDEFINED_TABLE => return Ok(()),
                 Err(e) if e.state == SqlState::SERIALIZATION_FAILURE => {
@@ -502,7 +525,7 @@ impl Engine {
         let mut decoder = feed.decoder()?;
         let pin = matches!(feed, Feed::Table(_)).then_some(partition);
         loop {
-            if !feed.refresh(self, &mut decoder)? {
+            if !feed.follow_changes(self, &mut decoder)? {
                 return Ok(());
             }
             let (records, high) = reader.fetch(offset, CHUNK_BYTES as i32, KAFKA_WAIT).await?;
@@ -522,7 +545,7 @@ impl Engine {
                     timestamp_micros: Some(r.timestamp_micros),
                 })
                 .collect();
-            self.deliver(&feed, &decoder, &raw, &[(partition, next)], partition, pin).await?;
+            self.deliver(&feed, decoder.decode(&raw)?, &raw, &[(partition, next)], partition, pin).await?;
             offset = next;
             if next >= high {
                 feed.reached_end(Some(partition));
@@ -530,6 +553,66 @@ impl Engine {
         }
     }
 }
+
+impl Engine {
+    /// The Nexmark generator: one task per split, each generating its share of the event ids
+    /// from where the feed got to, until a finite run ends or the object is dropped.
+    async fn follow_nexmark(self: &Arc<Self>, feed: Feed) -> Result<()> {
+        let Some(config) = feed.def().nexmark()? else { return Ok(()) };
+        // A generator has no backlog that a new view would wait for.
+        feed.reached_end(None);
+        let mut splits = tokio::task::JoinSet::new();
+        for split in 0..config.splits {
+            let (engine, feed) = (Arc::clone(self), feed.clone());
+            splits.spawn(async move { engine.follow_nexmark_split(feed, split).await });
+        }
+        while let Some(done) = splits.join_next().await {
+            done.map_err(|e| Error::internal(format!("nexmark generator: {e}")))??;
+        }
+        Ok(())
+    }
+
+    /// One split of the generator: chunks of [`NEXMARK_CHUNK`] event ids, paced by
+    /// `nexmark.events.per.second` (shared by the splits) when it is set.
+    async fn follow_nexmark_split(&self, mut feed: Feed, split: u32) -> Result<()> {
+        let generator = |feed: &Feed| -> Result<NexmarkGenerator> {
+            let config = feed.def().nexmark()?.ok_or_else(|| Error::internal("not a nexmark connector"))?;
+            NexmarkGenerator::new(config, Arc::clone(feed.schema()), split)
+        };
+        let mut nexmark = generator(&feed)?;
+        let splits = feed.def().nexmark()?.map_or(1, |c| c.splits);
+        let per_split_rate = feed.def().nexmark_rate_limit() as f64 / f64::from(splits);
+        let mut position = feed.progress().next(split).unwrap_or(0);
+        let (started, first) = (tokio::time::Instant::now(), position);
+        let chunk = if per_split_rate > 0.0 { ((per_split_rate / 20.0) as u64).clamp(1, NEXMARK_CHUNK) } else { NEXMARK_CHUNK };
+        let pin = matches!(feed, Feed::Table(_)).then_some(split);
+        tracing::info!(object = %feed.name(), split, position, "generating Nexmark events");
+        loop {
+            match feed.refresh(self) {
+                Refresh::Gone => return Ok(()),
+                Refresh::Changed => nexmark = generator(&feed)?,
+                Refresh::Same => {}
+            }
+            if nexmark.end().is_some_and(|end| position >= end) {
+                feed.progress().set_end(split, position);
+                return Ok(());
+            }
+            if per_split_rate > 0.0 {
+                let due = started + Duration::from_secs_f64((position - first) as f64 / per_split_rate);
+                tokio::time::sleep_until(due).await;
+            }
+            let (rows, next) = nexmark.generate(position, chunk)?;
+            let n = rows.num_rows();
+            let decoded = Decoded { rows, kinds: vec![eddy_connectors::RowKind::Insert; n], origins: (0..n).collect(), rejected: Vec::new() };
+            self.deliver(&feed, decoded, &[], &[(split, next)], split, pin).await?;
+            position = next;
+            feed.progress().set_end(split, nexmark.end().unwrap_or(position));
+        }
+    }
+}
+
+/// Event ids a Nexmark split generates per chunk (one commit).
+const NEXMARK_CHUNK: u64 = 16_384;
 
 /// Dead letters as records to decode again.
 pub(crate) fn letter_records(letters: &[(eddy_storage::meta::DeadLetterKey, DeadLetter)]) -> Vec<RawRecord<'_>> {

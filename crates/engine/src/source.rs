@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
-use eddy_connectors::{RawRecord, RecordDecoder};
+use eddy_connectors::{Decoded, RawRecord};
 use tokio::sync::oneshot;
 
 use crate::catalog::{ObjectDef, OnError, SourceDef, TableDef};
@@ -229,19 +229,18 @@ impl Engine {
         }
     }
 
-    /// Decodes a chunk a reader read and hands the changes to its view, with the positions
+    /// Hands the rows decoded from a chunk a reader read to its view, with the positions
     /// they take the view to (a connector's chunk comes from one source partition).
     pub(crate) async fn read_into_view(
         &self,
         source: &Source,
         reader: &SourceReader,
-        decoder: &RecordDecoder,
+        decoded: Decoded,
         records: &[RawRecord<'_>],
         positions: &[(u32, u64)],
         on_error: OnError,
     ) -> Result<IngestReport> {
         let partition = positions.first().map_or(0, |(p, _)| *p);
-        let decoded = decoder.decode(records)?;
         let mut rejected = decoded.rejected;
         let changes = match &reader.state {
             None => ChangeBatch::inserts(decoded.rows),
@@ -278,7 +277,7 @@ impl Engine {
         // duplicate key) is that view's and does not keep the letter.
         let rejected = decoder.decode(&records)?.rejected;
         for reader in source.readers() {
-            self.read_into_view(source, &reader, &decoder, &records, &[], OnError::Skip).await?;
+            self.read_into_view(source, &reader, decoder.decode(&records)?, &records, &[], OnError::Skip).await?;
         }
         self.settle_replayed(&letters, &rejected)
     }

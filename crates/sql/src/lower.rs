@@ -364,12 +364,15 @@ pub struct Lowering<'a> {
     pub sessions: std::cell::Cell<bool>,
 }
 
-/// A view's event-time options: `WITH (late_events, allowed_lateness)` and `EMIT ON WINDOW
-/// CLOSE`.
+/// A view's options: `WITH (late_events, allowed_lateness, unbounded_joins)` and `EMIT ON
+/// WINDOW CLOSE`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ViewOptions {
     pub lateness: Lateness,
     pub emit_on_close: bool,
+    /// `unbounded_joins = 'allow'`: a join of two streams without a time bound keeps every
+    /// row of both (its state grows with the streams), as asked.
+    pub unbounded_joins: bool,
 }
 
 /// The first output column of `plan` that is a stream's watermark column, as an expression over
@@ -709,10 +712,10 @@ impl Lowering<'_> {
                     return Err(Error::unsupported("a join with a table FOR SYSTEM_TIME AS OF PROCTIME() must be an inner or left join"));
                 }
                 let bounds = if lookup { None } else { self.join_bounds(join)? };
-                if !lookup && is_stream(&join.left) && is_stream(&join.right) {
+                if !lookup && is_stream(&join.left) && is_stream(&join.right) && !(bounds.is_none() && self.options.unbounded_joins) {
                     if bounds.is_none() {
                         return Err(Error::unsupported(
-                            "a join of two append-only streams must be bounded in time, or its state grows forever: join TUMBLE(a, ts, ...) with TUMBLE(b, ts, ...) on window_start or window_end (and keys), or add a condition such as a.ts BETWEEN b.ts - INTERVAL '10 minutes' AND b.ts + INTERVAL '10 minutes' over the streams' watermark columns",
+                            "a join of two append-only streams must be bounded in time, or its state grows forever: join TUMBLE(a, ts, ...) with TUMBLE(b, ts, ...) on window_start or window_end (and keys), or add a condition such as a.ts BETWEEN b.ts - INTERVAL '10 minutes' AND b.ts + INTERVAL '10 minutes' over the streams' watermark columns (or accept the growing state: CREATE MATERIALIZED VIEW ... WITH (unbounded_joins = 'allow'))",
                         ));
                     }
                     let window_join = bounds.as_ref().is_some_and(|[l, _]| !l.drop_late);

@@ -389,10 +389,17 @@ pub fn view_options(options: &ast::CreateTableOptions, emit_on_close: bool) -> R
             "allowed_lateness" => {
                 out.lateness.allowed_micros = duration_micros(&text).map_err(|_| invalid("expected an interval such as '1 hour'"))?;
             }
+            "unbounded_joins" => {
+                out.unbounded_joins = match text.to_lowercase().as_str() {
+                    "allow" => true,
+                    "refuse" => false,
+                    _ => return Err(invalid("expected 'allow' or 'refuse'")),
+                }
+            }
             other => {
                 return Err(Error::new(
                     SqlState::INVALID_PARAMETER_VALUE,
-                    format!("unknown materialized view option \"{other}\" (expected late_events, allowed_lateness)"),
+                    format!("unknown materialized view option \"{other}\" (expected late_events, allowed_lateness, unbounded_joins)"),
                 ));
             }
         }
