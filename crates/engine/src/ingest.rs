@@ -584,7 +584,9 @@ impl Engine {
         let per_split_rate = feed.def().nexmark_rate_limit() as f64 / f64::from(splits);
         let mut position = feed.progress().next(split).unwrap_or(0);
         let (started, first) = (tokio::time::Instant::now(), position);
-        let chunk = if per_split_rate > 0.0 { ((per_split_rate / 20.0) as u64).clamp(1, NEXMARK_CHUNK) } else { NEXMARK_CHUNK };
+        // Paced: a millisecond's worth of events at a time, so that no event is generated
+        // much before its time.
+        let chunk = if per_split_rate > 0.0 { ((per_split_rate / 1000.0) as u64).clamp(1, NEXMARK_CHUNK) } else { NEXMARK_CHUNK };
         let pin = matches!(feed, Feed::Table(_)).then_some(split);
         tracing::info!(object = %feed.name(), split, position, "generating Nexmark events");
         loop {

@@ -9,6 +9,10 @@
 //! `eddy-bench ingest` — records/s and MB/s into a table with a GROUP BY view on top, from a
 //! followed file, HTTP ingest and a Kafka topic (JSON lines), against the speed at which
 //! serde_json merely parses the same bytes.
+//! `eddy-bench nexmark` — each Nexmark query of `examples/nexmark` over the built-in generator:
+//! events/s, events/s per core (CPU seconds of the server), peak RSS, state, time to drain;
+//! DataFusion running the same queries in batch over the same events; generation -> SUBSCRIBE
+//! latency with the generator rate-limited.
 //! Numbers, not assertions: this is never run by `bin/test`.
 
 use std::path::PathBuf;
@@ -80,6 +84,31 @@ enum Bench {
         #[arg(long)]
         no_kafka: bool,
     },
+    /// Nexmark: each query as a view over the built-in generator (sources, nothing stored),
+    /// events/s and per core, peak RSS, state, time to drain; the same queries in batch by
+    /// DataFusion over the same events; the latency from generation to a SUBSCRIBE.
+    Nexmark {
+        /// Events of all kinds (1 person : 3 auctions : 46 bids).
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Queries to run, by file name in examples/nexmark (default: all of them).
+        #[arg(long, value_delimiter = ',')]
+        queries: Vec<String>,
+        /// Dataflow workers; one until operators are sharded across threads.
+        #[arg(long, default_value_t = 1)]
+        workers: u32,
+        /// Generator splits (partitions) of each stream.
+        #[arg(long, default_value_t = 2)]
+        splits: u32,
+        /// Skip the batch comparison (it stores every event in tables first).
+        #[arg(long)]
+        no_batch: bool,
+        /// Generator rate for the latency run (events/s), and its length in seconds (0: skip).
+        #[arg(long, default_value_t = 100_000)]
+        latency_rate: u64,
+        #[arg(long, default_value_t = 10)]
+        latency_seconds: u64,
+    },
 }
 
 /// One measured line of the report.
@@ -108,6 +137,12 @@ fn main() -> Result<()> {
             runtime.block_on(windows(&eddy, events, join_events, chunk, latency_rate, latency_seconds))?
         }
         Bench::Ingest { records, http_batch, no_kafka } => runtime.block_on(ingest(&eddy, records, http_batch, !no_kafka))?,
+        Bench::Nexmark { events, queries, workers, splits, no_batch, latency_rate, latency_seconds } => {
+            if workers != 1 {
+                bail!("--workers {workers}: the dataflow runs on one worker thread until operators are sharded (issue 6)");
+            }
+            runtime.block_on(nexmark(&eddy, events, queries, splits, !no_batch, latency_rate, latency_seconds))?
+        }
     };
     println!("\n{:<72} {:>14}  {:<10} note", "measure", "value", "unit");
     for m in &measures {
@@ -480,4 +515,145 @@ async fn ingest(eddy: &std::path::Path, records: u64, http_batch: u64, kafka: bo
     }
     out.push(Measure { name: "peak RSS of the server".into(), value: server.stats()?.peak_rss_bytes as f64 / 1e6, unit: "MB", note: String::new() });
     Ok(out)
+}
+
+/// Every query file of examples/nexmark, in numeric order.
+fn nexmark_queries(dir: &std::path::Path) -> Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".sql").filter(|q| q.starts_with('q')).map(str::to_owned))
+        .collect();
+    names.sort_by_key(|n| n[1..].parse::<u32>().unwrap_or(u32::MAX));
+    Ok(names)
+}
+
+/// A SQL file without its `--` comments.
+fn sql_file(path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    Ok(text.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n"))
+}
+
+/// examples/nexmark/schema.sql for `events` events split `splits` ways, as sources (read by
+/// each view, nothing stored) or as tables (stored, for batch queries).
+fn nexmark_schema(dir: &std::path::Path, events: u64, splits: u32, sources: bool) -> Result<String> {
+    let schema = sql_file(&dir.join("schema.sql"))?.replace("nexmark.event.num = '10000000'", &format!("nexmark.event.num = '{events}'"));
+    Ok(if sources {
+        schema.replace("CREATE TABLE", "CREATE SOURCE").replace(") APPEND ONLY WITH", ") WITH").replace("partitions = 2", &format!("nexmark.split.num = '{splits}'"))
+    } else {
+        schema.replace("partitions = 2", &format!("partitions = {splits}"))
+    })
+}
+
+const SIDE_INPUT: &str = "CREATE TABLE side_input (key BIGINT PRIMARY KEY, value VARCHAR); INSERT INTO side_input SELECT v, CAST(v AS VARCHAR) AS value FROM generate_series(0, 9999) AS t(v)";
+
+/// Waits until view `view` has committed `events` positions of every source it reads.
+async fn nexmark_drained(client: &Client, view: &str, events: u64) -> Result<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(3 * 3600);
+    loop {
+        let rows = query_text(client, &format!("SELECT count(DISTINCT object) AS sources, sum(committed_offset) AS done FROM eddy_source_offsets WHERE consumer = '{view}'")).await?;
+        let cell = |i: usize| rows.first().and_then(|r| r[i].as_deref()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        if cell(0) > 0 && cell(1) >= cell(0) * events {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            bail!("{view} did not drain");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn nexmark(eddy: &std::path::Path, events: u64, queries: Vec<String>, splits: u32, batch: bool, latency_rate: u64, latency_seconds: u64) -> Result<Vec<Measure>> {
+    let dir = PathBuf::from("examples/nexmark");
+    let queries = if queries.is_empty() { nexmark_queries(&dir)? } else { queries };
+    let mut out = Vec::new();
+    for q in &queries {
+        eprintln!("nexmark {q} over {events} events ...");
+        // A fresh server per query, as nexmark-flink runs them.
+        let server = EddyProcess::start_fresh(eddy)?;
+        let client = server.connect().await?;
+        exec(&client, SIDE_INPUT).await?;
+        exec(&client, &nexmark_schema(&dir, events, splits, true)?).await?;
+        let before = server.stats()?;
+        let started = Instant::now();
+        exec(&client, &sql_file(&dir.join(format!("{q}.sql")))?).await?;
+        let drained = nexmark_drained(&client, &format!("nexmark_{q}"), events).await?.duration_since(started).as_secs_f64();
+        let after = server.stats()?;
+        let cpu = after.cpu_seconds - before.cpu_seconds;
+        let (state_rows, state_bytes) = state_of(&client, &format!("nexmark_{q}")).await?;
+        let rows = query_text(&client, &format!("SELECT count(*) AS n FROM nexmark_{q}")).await?;
+        let view_rows = rows.first().and_then(|r| r[0].clone()).unwrap_or_default();
+        out.push(Measure { name: format!("{q}: events/s"), value: events as f64 / drained, unit: "events/s", note: format!("drained in {drained:.1} s; {view_rows} rows in the view") });
+        out.push(Measure { name: format!("{q}: events/s per core"), value: events as f64 / cpu.max(0.01), unit: "events/s", note: format!("{cpu:.1} CPU s ({:.2} cores)", cpu / drained) });
+        out.push(Measure { name: format!("{q}: peak RSS"), value: after.peak_rss_bytes as f64 / 1e6, unit: "MB", note: String::new() });
+        out.push(Measure { name: format!("{q}: state"), value: state_bytes as f64 / 1e6, unit: "MB", note: format!("{state_rows} state rows") });
+    }
+    if batch {
+        eprintln!("storing {events} events in tables for the batch queries ...");
+        let server = EddyProcess::start_fresh(eddy)?;
+        let client = server.connect().await?;
+        exec(&client, SIDE_INPUT).await?;
+        let started = Instant::now();
+        exec(&client, &nexmark_schema(&dir, events, splits, false)?).await?;
+        loop {
+            let rows = query_text(&client, "SELECT sum(committed_offset) AS done FROM eddy_source_offsets WHERE consumer = 'connector nexmark'").await?;
+            if rows.first().and_then(|r| r[0].as_deref()).and_then(|v| v.parse::<u64>().ok()) >= Some(3 * events) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let stored = started.elapsed().as_secs_f64();
+        out.push(Measure { name: "generate + store all events in tables (for batch)".into(), value: 3.0 * events as f64 / stored, unit: "event ids/s", note: format!("{stored:.1} s, the three streams each walk all event ids") });
+        for q in &queries {
+            let create = sql_file(&dir.join(format!("{q}.sql")))?;
+            let Some(at) = create.find(" AS\n") else { continue };
+            let query = create[at + 4..].trim().trim_end_matches(';').replace("FOR SYSTEM_TIME AS OF PROCTIME() ", "");
+            if query.contains("SESSION(") {
+                out.push(Measure { name: format!("{q}: DataFusion batch"), value: 0.0, unit: "events/s", note: "SESSION windows have no batch form in DataFusion".into() });
+                continue;
+            }
+            let started = Instant::now();
+            let rows = query_text(&client, &format!("SELECT count(*) AS n FROM ({query}) AS q")).await.with_context(|| format!("{q} in batch"))?;
+            let secs = started.elapsed().as_secs_f64();
+            let n = rows.first().and_then(|r| r[0].clone()).unwrap_or_default();
+            out.push(Measure { name: format!("{q}: DataFusion batch"), value: events as f64 / secs, unit: "events/s", note: format!("{secs:.2} s over the stored events, {n} rows") });
+        }
+    }
+    if latency_seconds > 0 {
+        out.extend(nexmark_latency(eddy, &dir, latency_rate, latency_seconds).await?);
+    }
+    Ok(out)
+}
+
+/// The generator paced at `rate` events/s with event time advancing at the same pace: event
+/// `e` is generated at `start + e / rate`, which is also its event time minus the base time.
+/// A view of the bids is subscribed to; the delay of each row is its arrival minus that.
+async fn nexmark_latency(eddy: &std::path::Path, dir: &std::path::Path, rate: u64, seconds: u64) -> Result<Vec<Measure>> {
+    use futures::StreamExt;
+    let events = rate * seconds;
+    let server = EddyProcess::start_fresh(eddy)?;
+    let client = server.connect().await?;
+    let schema = nexmark_schema(dir, events, 1, true)?.replace("'10000'", &format!("'{rate}'")).replace("nexmark.rate.limited = 'false'", "nexmark.rate.limited = 'true'");
+    exec(&client, &schema).await?;
+    let subscriber = server.connect().await?;
+    let statement = subscriber.prepare("SUBSCRIBE (SELECT auction, CAST(extract(epoch FROM date_time) * 1000 AS BIGINT) AS ms FROM bid) WITH (SNAPSHOT = false)").await?;
+    let started = Instant::now();
+    let stream = subscriber.query_raw(&statement, std::iter::empty::<i32>()).await?;
+    let mut stream = Box::pin(stream);
+    let base_ms = 1_436_918_400_000i64;
+    let bids = events * 46 / 50;
+    let mut delays = Vec::with_capacity(bids as usize);
+    let deadline = started + Duration::from_secs(seconds * 3 + 30);
+    while (delays.len() as u64) < bids && Instant::now() < deadline {
+        let Ok(Some(row)) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await else { break };
+        let row = row?;
+        let ms: i64 = row.get(3);
+        let due = Duration::from_millis((ms - base_ms).max(0) as u64);
+        delays.push(started.elapsed().saturating_sub(due));
+    }
+    delays.sort();
+    let pick = |q: f64| delays.get(((delays.len() as f64 * q) as usize).min(delays.len().saturating_sub(1))).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    Ok(vec![
+        Measure { name: format!("latency generation -> SUBSCRIBE p50 ({rate} events/s)"), value: pick(0.5), unit: "ms", note: format!("{} bids received", delays.len()) },
+        Measure { name: "latency generation -> SUBSCRIBE p99".into(), value: pick(0.99), unit: "ms", note: "event time is generation time at this rate (ms granularity); includes the 100 ms epoch barrier".into() },
+    ])
 }
