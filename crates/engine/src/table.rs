@@ -85,18 +85,34 @@ impl TableData {
         Ok(TableData { schema, rows, snapshot: None })
     }
 
-    /// The contents of a materialized view: a multiset of rows.
-    pub fn for_view(schema: SchemaRef) -> Result<Self> {
-        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-        let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
-        Ok(TableData { schema, rows: Rows::Multiset(Multiset { converter, counts: HashMap::new(), primary_key: None }), snapshot: None })
+    /// The contents of a materialized view: its output batches as they come while it only
+    /// inserts (no row encoding, no hashing: a pass-through or filter view costs a copy of
+    /// pointers), a multiset of rows from its first retraction on.
+    pub fn for_view(schema: SchemaRef) -> Self {
+        TableData { schema, rows: Rows::AppendOnly(Vec::new()), snapshot: None }
     }
 
     /// Checks a view's epoch output against its contents: a retraction of a row the view does
     /// not hold is a bug in the dataflow, never a user error.
-    pub fn check_view_output(&self, changes: &[ChangeBatch]) -> Result<()> {
+    pub fn check_view_output(&mut self, changes: &[ChangeBatch]) -> Result<()> {
+        if matches!(self.rows, Rows::AppendOnly(_)) && changes.iter().any(|c| c.diffs().values().iter().any(|d| *d != 1)) {
+            self.into_multiset()?;
+        }
         self.check(changes)
             .map_err(|e| Error::internal(format!("a view's dataflow retracted a row the view does not hold ({})", e.message)))
+    }
+
+    /// Turns batches of inserted rows into a multiset (a view's first retraction or repeat).
+    fn into_multiset(&mut self) -> Result<()> {
+        let Rows::AppendOnly(batches) = &self.rows else { return Ok(()) };
+        let fields = self.schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
+        let mut multiset = Multiset { converter, counts: HashMap::new(), primary_key: None };
+        let inserts: Vec<ChangeBatch> = batches.iter().cloned().map(ChangeBatch::inserts).collect();
+        multiset.apply(&inserts)?;
+        self.rows = Rows::Multiset(multiset);
+        self.snapshot = None;
+        Ok(())
     }
 
     pub fn row_count(&self) -> usize {
@@ -138,7 +154,11 @@ impl TableData {
         self.snapshot = None;
         match &mut self.rows {
             Rows::AppendOnly(batches) => {
-                batches.extend(changes.iter().filter(|c| !c.is_empty()).map(|c| c.rows().clone()));
+                for rows in changes.iter().filter(|c| !c.is_empty()).map(ChangeBatch::rows) {
+                    // Under this table's (or view's) column names.
+                    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
+                    batches.push(RecordBatch::try_new_with_options(Arc::clone(&self.schema), rows.columns().to_vec(), &options).map_err(|e| arrow_error("appended rows", e))?);
+                }
                 Ok(())
             }
             Rows::Multiset(m) => m.apply(changes),

@@ -713,7 +713,7 @@ impl RuntimeState {
             }
         }
         self.collect_late(&view.def.name, &event_time);
-        let contents = TableData::for_view(Arc::clone(&view.schema))?;
+        let contents = TableData::for_view(Arc::clone(&view.schema));
         self.views.push(Entry { view, dataflow, event_time, sources, pending, contents, committed: HashMap::new(), read });
         self.dirty = true;
         self.end_epoch()
