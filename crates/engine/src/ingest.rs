@@ -559,6 +559,10 @@ impl Engine {
     /// from where the feed got to, until a finite run ends or the object is dropped.
     async fn follow_nexmark(self: &Arc<Self>, feed: Feed) -> Result<()> {
         let Some(config) = feed.def().nexmark()? else { return Ok(()) };
+        if let Feed::Reader(_, reader) = &feed {
+            // The stream's watermark is the least over the splits.
+            reader.set_partitions(config.splits as usize);
+        }
         // A generator has no backlog that a new view would wait for.
         feed.reached_end(None);
         let mut splits = tokio::task::JoinSet::new();
