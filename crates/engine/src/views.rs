@@ -142,14 +142,17 @@ impl StreamClock {
             }
         }
         let now = Instant::now();
-        if let Some(seen) = self.last_data.get_mut(partition as usize) {
-            *seen = now;
+        let p = partition as usize;
+        if p >= self.partitions.len() {
+            // A partition the spec did not announce holds the watermark back like the others
+            // rather than being ignored.
+            self.partitions.resize(p + 1, None);
+            self.last_data.resize(p + 1, now);
         }
+        self.last_data[p] = now;
         let Some(top) = top else { return Ok(None) };
-        if let Some(slot) = self.partitions.get_mut(partition as usize) {
-            let candidate = top.saturating_sub(self.spec.delay_micros);
-            *slot = Some(slot.map_or(candidate, |s| s.max(candidate)));
-        }
+        let candidate = top.saturating_sub(self.spec.delay_micros);
+        self.partitions[p] = Some(self.partitions[p].map_or(candidate, |s| s.max(candidate)));
         Ok(self.raise(now))
     }
 }
