@@ -13,7 +13,7 @@
 //! retracting its row — once the watermark passes its end plus the allowed lateness (the
 //! late-row filter in front of it guarantees no row for such a window arrives).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
@@ -77,7 +77,7 @@ pub struct Aggregate {
     calls: Vec<Call>,
     schema: SchemaRef,
     key_converter: Option<RowConverter>,
-    groups: HashMap<OwnedRow, Group>,
+    groups: crate::StateMap<OwnedRow, Group>,
     global: Option<Group>,
     dirty: HashSet<OwnedRow>,
     global_dirty: bool,
@@ -120,7 +120,7 @@ impl Aggregate {
             calls,
             schema,
             key_converter: None,
-            groups: HashMap::new(),
+            groups: crate::StateMap::default(),
             global: None,
             dirty: HashSet::new(),
             global_dirty: global,
@@ -180,7 +180,7 @@ impl Aggregate {
             }
             let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
             let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
-            let mut index: HashMap<OwnedRow, usize> = HashMap::new();
+            let mut index: crate::StateMap<OwnedRow, usize> = crate::StateMap::default();
             for (i, d) in diffs.iter().enumerate() {
                 let key = encoded.row(i).owned();
                 let slot = *index.entry(key.clone()).or_insert_with(|| {

@@ -9,7 +9,7 @@
 //! row once the other side's watermark shows no matching row can still arrive, and drops (and
 //! records) rows too late to be matched completely.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
@@ -30,7 +30,7 @@ struct Side {
     /// NULL keys match each other (IS NOT DISTINCT FROM).
     nulls_equal: bool,
     /// Join key -> row -> multiplicity.
-    arrangement: HashMap<OwnedRow, HashMap<OwnedRow, i64>>,
+    arrangement: crate::StateMap<OwnedRow, crate::StateMap<OwnedRow, i64>>,
     key_converter: Option<RowConverter>,
     /// Time-bounded joins: when rows may be forgotten, and the rows by the watermark (of the
     /// other side) that frees them.
@@ -38,7 +38,7 @@ struct Side {
     expiry: BTreeMap<i64, Vec<(OwnedRow, OwnedRow, i64)>>,
     /// Interval joins: per key, this side's rows by time, so a probe reads only the matching
     /// time range (multiplicities stay in `arrangement`).
-    by_time: HashMap<OwnedRow, BTreeMap<i64, Vec<OwnedRow>>>,
+    by_time: crate::StateMap<OwnedRow, BTreeMap<i64, Vec<OwnedRow>>>,
 }
 
 pub struct InnerJoin {
@@ -60,11 +60,11 @@ impl Side {
             keys,
             rows: RowConverter::new(fields).map_err(arrow_error)?,
             nulls_equal,
-            arrangement: HashMap::new(),
+            arrangement: crate::StateMap::default(),
             key_converter: None,
             bound: None,
             expiry: BTreeMap::new(),
-            by_time: HashMap::new(),
+            by_time: crate::StateMap::default(),
         })
     }
 

@@ -153,7 +153,7 @@ pub fn consolidate(schema: &SchemaRef, batches: &[ChangeBatch]) -> Result<Option
 }
 
 /// Rows and approximate bytes of a join arrangement (key -> row -> multiplicity).
-pub fn arrangement_size(arrangement: &HashMap<OwnedRow, HashMap<OwnedRow, i64>>) -> (usize, usize) {
+pub fn arrangement_size<S, T>(arrangement: &HashMap<OwnedRow, HashMap<OwnedRow, i64, T>, S>) -> (usize, usize) {
     let (mut rows, mut bytes) = (0, 0);
     for (key, bucket) in arrangement {
         rows += bucket.len();
