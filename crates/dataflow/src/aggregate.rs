@@ -1,74 +1,469 @@
-//! Hash aggregation with retractions.
+//! Hash aggregation with retractions, vectorized.
 //!
-//! State per group: the number of input rows, and per aggregate either a DataFusion
-//! accumulator that supports retraction (count, sum, avg, variance, ...) fed with `+` rows via
-//! `update_batch` and `-` rows via `retract_batch`, or — for aggregates whose retraction needs
-//! the whole multiset (min, max, DISTINCT, string_agg, bool_and, ...) — a multiset of argument
-//! rows from which the value is recomputed when the group changes. On `end_epoch` every changed
-//! group emits `-old, +new`; a group whose count drops to zero is retracted. A global aggregate
-//! (no GROUP BY) always has its one row, as in PostgreSQL (count 0, sum NULL).
+//! Groups are numbered: a hash table maps each group key (in Arrow's row format) to a group id,
+//! and every piece of per-group state is a vector indexed by that id. A batch of changes is
+//! absorbed column by column: its keys are encoded once, each row finds its group id, and then
+//! each aggregate folds its argument column into its vectors — no per-row allocation. The
+//! aggregates Eddy computes natively: `count`, `sum` and `avg` over integers (exactly, in
+//! 128 bits) and floats, and `min` / `max` over integers, floats, dates and timestamps (one
+//! value per group over an append-only input, a counted multiset of values otherwise). Any
+//! other aggregate keeps, per group, either a DataFusion accumulator that supports retraction
+//! (variance, ...) or a multiset of argument rows from which its value is recomputed when the
+//! group changes (DISTINCT, string_agg, bool_and, ...).
+//!
+//! On `end_epoch` every changed group emits `-old, +new` (what it emitted last is kept in row
+//! format); a group whose row count drops to zero is retracted and its id reused. A global
+//! aggregate (no GROUP BY) always has its one row, as in PostgreSQL (count 0, sum NULL).
 //!
 //! A windowed aggregate (one group key is a window bound over a watermarked stream) holds back
 //! open windows under `EMIT ON WINDOW CLOSE`, and forgets a window's state — without
 //! retracting its row — once the watermark passes its end plus the allowed lateness (the
 //! late-row filter in front of it guarantees no row for such a window arrives).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
-use arrow::datatypes::SchemaRef;
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, UInt32Array};
+use arrow::compute::{can_cast_types, cast, concat};
+use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
+use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+use hashbrown::HashTable;
 
 use crate::{Operator, OperatorState};
 use crate::event_time::EventTime;
 use crate::plan::{AggregateCall, Expr, WindowClose};
-use crate::rows::{arrow_error, batch, evaluate, take_columns};
+use crate::rows::{arrow_error, batch_of, eval_error, evaluate, take_columns};
+
+/// Index of a group's slot in every per-group vector; ids of dropped groups are reused.
+type GroupId = u32;
 
 /// Aggregates whose DataFusion accumulators retract exactly (not FIFO-only like min/max).
 const RETRACTABLE: [&str; 9] = ["count", "sum", "avg", "mean", "var", "var_samp", "var_pop", "stddev", "stddev_pop"];
 
+/// How a native `min` / `max` maps its argument to an `i64` with the same order.
+#[derive(Clone, Copy)]
+enum Ordered {
+    /// Integers, dates and timestamps: their value.
+    Int,
+    /// Floats: their bits, arranged so that integer order is `f64::total_cmp` order.
+    Float,
+}
+
+impl Ordered {
+    fn of(t: &DataType) -> Option<Ordered> {
+        use DataType::*;
+        match t {
+            Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | Date32 | Date64 | Timestamp(_, _) => Some(Ordered::Int),
+            Float32 | Float64 => Some(Ordered::Float),
+            _ => None,
+        }
+    }
+
+    /// Flips the bits below the sign of negative floats: an involution.
+    fn flip(bits: i64) -> i64 {
+        bits ^ ((((bits >> 63) as u64) >> 1) as i64)
+    }
+
+    fn encode(self, array: &ArrayRef) -> Result<Int64Array> {
+        Ok(match self {
+            Ordered::Int => cast(array, &DataType::Int64).map_err(arrow_error)?.as_primitive::<Int64Type>().clone(),
+            Ordered::Float => {
+                let floats = cast(array, &DataType::Float64).map_err(arrow_error)?;
+                floats.as_primitive::<Float64Type>().unary(|f| Self::flip(f.to_bits() as i64))
+            }
+        })
+    }
+
+    fn decode(self, values: Int64Array, output: &DataType) -> Result<ArrayRef> {
+        let array: ArrayRef = match self {
+            Ordered::Int => Arc::new(values),
+            Ordered::Float => Arc::new(values.unary::<_, Float64Type>(|v| f64::from_bits(Self::flip(v) as u64))),
+        };
+        cast(&array, output).map_err(arrow_error)
+    }
+}
+
+/// What Eddy computes natively, and the rest.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// `count(*)`, `count(x)`: rows (with a non-NULL argument).
+    Count,
+    /// `sum` / `avg` of integers, exact in 128 bits.
+    IntSum { avg: bool },
+    /// `sum` / `avg` of floats.
+    FloatSum { avg: bool },
+    /// `min` / `max`.
+    Extreme { max: bool, ordered: Ordered },
+    /// DataFusion's accumulator per group, or a multiset of argument rows.
+    Generic,
+}
+
+impl Kind {
+    fn of(spec: &AggregateCall, input: &SchemaRef) -> Kind {
+        let f = &spec.function;
+        if f.is_distinct() || !f.order_bys().is_empty() {
+            return Kind::Generic;
+        }
+        let output = f.field().data_type().clone();
+        let args = f.expressions();
+        let arg = match args.as_slice() {
+            [] => None,
+            [a] => match a.data_type(input) {
+                Ok(t) => Some(t),
+                Err(_) => return Kind::Generic,
+            },
+            _ => return Kind::Generic,
+        };
+        let signed = |t: &DataType| matches!(t, DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64);
+        let integer = |t: &DataType| signed(t) || matches!(t, DataType::UInt8 | DataType::UInt16 | DataType::UInt32);
+        let float = |t: &DataType| matches!(t, DataType::Float32 | DataType::Float64);
+        match (f.fun().name().to_lowercase().as_str(), arg) {
+            ("count", _) if output == DataType::Int64 => Kind::Count,
+            ("sum", Some(t)) if signed(&t) && output == DataType::Int64 => Kind::IntSum { avg: false },
+            ("sum", Some(t)) if float(&t) && output == DataType::Float64 => Kind::FloatSum { avg: false },
+            ("avg" | "mean", Some(t)) if integer(&t) && output == DataType::Float64 => Kind::IntSum { avg: true },
+            ("avg" | "mean", Some(t)) if float(&t) && output == DataType::Float64 => Kind::FloatSum { avg: true },
+            (name @ ("min" | "max"), Some(t)) if t == output => match Ordered::of(&t) {
+                Some(ordered) if can_cast_types(&t, &DataType::Int64) && can_cast_types(&DataType::Int64, &t) => {
+                    Kind::Extreme { max: name == "max", ordered }
+                }
+                _ => Kind::Generic,
+            },
+            _ => Kind::Generic,
+        }
+    }
+}
+
+/// Per-group state of an aggregate the native kinds do not cover.
 enum AggState {
     Retractable(Box<dyn Accumulator>),
     /// Argument rows (in the call's row format) with their multiplicity.
     Multiset(BTreeMap<OwnedRow, i64>),
-    /// Over an append-only input nothing is ever retracted: DataFusion's plain accumulator
-    /// (min/max keep one value, not a multiset).
+    /// Over an append-only input nothing is ever retracted: DataFusion's plain accumulator.
     InsertOnly(Box<dyn Accumulator>),
 }
 
-struct Group {
-    key: Vec<ScalarValue>,
-    count: i64,
-    states: Vec<AggState>,
-    /// What this group last emitted, to retract it when it changes.
-    emitted: Option<Vec<ScalarValue>>,
+/// One aggregate's state for every group, indexed by group id.
+enum CallState {
+    Count(Vec<i64>),
+    /// Sum and number of non-NULL values.
+    IntSum(Vec<i128>, Vec<i64>),
+    FloatSum(Vec<f64>, Vec<i64>),
+    /// The extreme so far, over an append-only input.
+    Extreme(Vec<Option<i64>>),
+    /// Every value with its multiplicity, when values can be retracted.
+    ExtremeSet(Vec<BTreeMap<i64, i64>>),
+    Generic(Vec<Option<AggState>>),
 }
 
-impl Group {
-    /// Approximate bytes held by this group beyond its struct.
-    fn size(&self) -> usize {
-        let scalars = |v: &[ScalarValue]| v.iter().map(ScalarValue::size).sum::<usize>();
-        let states = self
-            .states
-            .iter()
-            .map(|s| match s {
-                AggState::Retractable(a) | AggState::InsertOnly(a) => a.size(),
-                AggState::Multiset(m) => m.keys().map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum(),
-            })
-            .sum::<usize>();
-        scalars(&self.key) + states + self.emitted.as_deref().map_or(0, scalars)
+/// The rows of a batch ordered by group id, and each group's run in that order.
+struct Runs {
+    order: Vec<u32>,
+    runs: Vec<(GroupId, Range<usize>)>,
+}
+
+impl Runs {
+    fn of(ids: &[GroupId]) -> Runs {
+        let mut order: Vec<u32> = (0..ids.len() as u32).collect();
+        order.sort_by_key(|&i| ids[i as usize]);
+        let mut runs: Vec<(GroupId, Range<usize>)> = Vec::new();
+        for (at, &i) in order.iter().enumerate() {
+            let g = ids[i as usize];
+            match runs.last_mut() {
+                Some((last, range)) if *last == g => range.end = at + 1,
+                _ => runs.push((g, at..at + 1)),
+            }
+        }
+        Runs { order, runs }
     }
 }
 
 struct Call {
     spec: AggregateCall,
+    kind: Kind,
+    /// Generic only: DataFusion's accumulator retracts exactly.
     retractable: bool,
-    /// Row format of the arguments, for the multiset state.
+    /// Row format of the arguments, for the generic multiset state.
     converter: RowConverter,
+    output: DataType,
+    state: CallState,
+}
+
+impl Call {
+    fn new(spec: AggregateCall, input: &SchemaRef, append_only: bool) -> Result<Call> {
+        let name = spec.function.fun().name().to_lowercase();
+        let retractable = RETRACTABLE.contains(&name.as_str()) && !spec.function.is_distinct() && spec.function.order_bys().is_empty();
+        let arg_fields = spec
+            .function
+            .expressions()
+            .iter()
+            .map(|e| e.return_field(input).map(|f| SortField::new(f.data_type().clone())))
+            .collect::<std::result::Result<Vec<_>, _>>();
+        let converter = RowConverter::new(arg_fields.map_err(eval_error)?).map_err(arrow_error)?;
+        let kind = Kind::of(&spec, input);
+        let state = match kind {
+            Kind::Count => CallState::Count(Vec::new()),
+            Kind::IntSum { .. } => CallState::IntSum(Vec::new(), Vec::new()),
+            Kind::FloatSum { .. } => CallState::FloatSum(Vec::new(), Vec::new()),
+            Kind::Extreme { .. } if append_only => CallState::Extreme(Vec::new()),
+            Kind::Extreme { .. } => CallState::ExtremeSet(Vec::new()),
+            Kind::Generic => CallState::Generic(Vec::new()),
+        };
+        let output = spec.function.field().data_type().clone();
+        Ok(Call { spec, kind, retractable, converter, output, state })
+    }
+
+    /// Empties the slot of group `g` (growing the vectors to hold it); `fresh` gives a generic
+    /// aggregate a new accumulator, otherwise its slot only frees its memory.
+    fn reset(&mut self, g: GroupId, fresh: bool, append_only: bool) -> Result<()> {
+        let g = g as usize;
+        fn slot<T: Default>(v: &mut Vec<T>, g: usize) -> &mut T {
+            if v.len() <= g {
+                v.resize_with(g + 1, T::default);
+            }
+            &mut v[g]
+        }
+        match &mut self.state {
+            CallState::Count(counts) => *slot(counts, g) = 0,
+            CallState::IntSum(sums, counts) => {
+                *slot(sums, g) = 0;
+                *slot(counts, g) = 0;
+            }
+            CallState::FloatSum(sums, counts) => {
+                *slot(sums, g) = 0.0;
+                *slot(counts, g) = 0;
+            }
+            CallState::Extreme(values) => *slot(values, g) = None,
+            CallState::ExtremeSet(sets) => *slot(sets, g) = BTreeMap::new(),
+            CallState::Generic(states) => {
+                let f = &self.spec.function;
+                *slot(states, g) = match fresh {
+                    false => None,
+                    true if self.retractable => Some(AggState::Retractable(f.create_sliding_accumulator().map_err(eval_error)?)),
+                    true if append_only => Some(AggState::InsertOnly(f.create_accumulator().map_err(eval_error)?)),
+                    true => Some(AggState::Multiset(BTreeMap::new())),
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds a batch into the groups: row `i` belongs to group `ids[i]` with weight `diffs[i]`.
+    fn absorb(&mut self, rows: &arrow::array::RecordBatch, ids: &[GroupId], diffs: &[i64], runs: Option<&Runs>) -> Result<()> {
+        let args: Vec<ArrayRef> = self.spec.function.expressions().iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
+        let mask: Option<BooleanArray> = match &self.spec.filter {
+            Some(f) => Some(evaluate(f, rows)?.as_boolean_opt().cloned().ok_or_else(|| Error::internal("FILTER is not boolean"))?),
+            None => None,
+        };
+        // A row counts when FILTER passes and (for the native kinds) its argument is not NULL.
+        let passes = |i: usize| mask.as_ref().is_none_or(|m| m.is_valid(i) && m.value(i)) && args.first().is_none_or(|a| a.is_valid(i));
+        let rows_of = ids.iter().zip(diffs).enumerate();
+        match (&mut self.state, self.kind) {
+            (CallState::Count(counts), _) => {
+                for (i, (&g, &d)) in rows_of {
+                    if passes(i) {
+                        counts[g as usize] += d;
+                    }
+                }
+            }
+            (CallState::IntSum(sums, counts), _) => {
+                let values = cast(&args[0], &DataType::Int64).map_err(arrow_error)?;
+                let values = values.as_primitive::<Int64Type>().values();
+                for (i, (&g, &d)) in rows_of {
+                    if passes(i) {
+                        sums[g as usize] += i128::from(values[i]) * i128::from(d);
+                        counts[g as usize] += d;
+                    }
+                }
+            }
+            (CallState::FloatSum(sums, counts), _) => {
+                let values = cast(&args[0], &DataType::Float64).map_err(arrow_error)?;
+                let values = values.as_primitive::<Float64Type>().values();
+                for (i, (&g, &d)) in rows_of {
+                    if passes(i) {
+                        sums[g as usize] += values[i] * d as f64;
+                        counts[g as usize] += d;
+                    }
+                }
+            }
+            (CallState::Extreme(extremes), Kind::Extreme { max, ordered }) => {
+                let values = ordered.encode(&args[0])?;
+                let values = values.values();
+                for (i, (&g, &d)) in rows_of {
+                    if !passes(i) {
+                        continue;
+                    }
+                    if d < 0 {
+                        return Err(Error::internal("a retraction reached an aggregate over an append-only input"));
+                    }
+                    let v = values[i];
+                    let slot = &mut extremes[g as usize];
+                    *slot = Some(match *slot {
+                        None => v,
+                        Some(x) if max => x.max(v),
+                        Some(x) => x.min(v),
+                    });
+                }
+            }
+            (CallState::ExtremeSet(sets), Kind::Extreme { ordered, .. }) => {
+                let values = ordered.encode(&args[0])?;
+                let values = values.values();
+                for (i, (&g, &d)) in rows_of {
+                    if !passes(i) {
+                        continue;
+                    }
+                    let set = &mut sets[g as usize];
+                    let n = set.entry(values[i]).or_insert(0);
+                    *n += d;
+                    if *n == 0 {
+                        set.remove(&values[i]);
+                    }
+                }
+            }
+            (CallState::Generic(states), _) => {
+                let runs = runs.ok_or_else(|| Error::internal("generic aggregate without group runs"))?;
+                Self::absorb_generic(states, &self.converter, &args, mask.as_ref(), diffs, runs)?;
+            }
+            _ => return Err(Error::internal("aggregate state does not match its kind")),
+        }
+        Ok(())
+    }
+
+    fn absorb_generic(states: &mut [Option<AggState>], converter: &RowConverter, args: &[ArrayRef], mask: Option<&BooleanArray>, diffs: &[i64], runs: &Runs) -> Result<()> {
+        // Multiset state keys argument rows: encode the batch once, not once per group.
+        let mut encoded: Option<Rows> = None;
+        for (g, range) in &runs.runs {
+            let selected: Vec<(u32, i64)> = runs.order[range.clone()]
+                .iter()
+                .filter(|&&i| mask.is_none_or(|m| m.is_valid(i as usize) && m.value(i as usize)))
+                .map(|&i| (i, diffs[i as usize]))
+                .collect();
+            if selected.is_empty() {
+                continue;
+            }
+            let state = states.get_mut(*g as usize).and_then(Option::as_mut).ok_or_else(|| Error::internal("a group without its aggregate state"))?;
+            match state {
+                AggState::Retractable(acc) => {
+                    let (plus, minus) = expand(&selected);
+                    if !plus.is_empty() {
+                        acc.update_batch(&take_columns(args, &plus)?).map_err(eval_error)?;
+                    }
+                    if !minus.is_empty() {
+                        acc.retract_batch(&take_columns(args, &minus)?).map_err(eval_error)?;
+                    }
+                }
+                AggState::InsertOnly(acc) => {
+                    let (plus, minus) = expand(&selected);
+                    if !minus.is_empty() {
+                        return Err(Error::internal("a retraction reached an aggregate over an append-only input"));
+                    }
+                    acc.update_batch(&take_columns(args, &plus)?).map_err(eval_error)?;
+                }
+                AggState::Multiset(values) => {
+                    if encoded.is_none() {
+                        encoded = Some(converter.convert_columns(args).map_err(arrow_error)?);
+                    }
+                    let encoded = encoded.as_ref().ok_or_else(|| Error::internal("multiset arguments not encoded"))?;
+                    for (i, d) in selected {
+                        let row = encoded.row(i as usize).owned();
+                        let entry = values.entry(row.clone()).or_insert(0);
+                        *entry += d;
+                        if *entry == 0 {
+                            values.remove(&row);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The aggregate's current value for each of `groups`, as the output type.
+    fn evaluate(&mut self, groups: &[GroupId]) -> Result<ArrayRef> {
+        let at = |g: &GroupId| *g as usize;
+        let array: ArrayRef = match (&mut self.state, self.kind) {
+            (CallState::Count(counts), _) => Arc::new(Int64Array::from_iter_values(groups.iter().map(|g| counts[at(g)]))),
+            (CallState::IntSum(sums, counts), Kind::IntSum { avg }) => {
+                if avg {
+                    let values = groups.iter().map(|g| (counts[at(g)] > 0).then(|| sums[at(g)] as f64 / counts[at(g)] as f64));
+                    Arc::new(Float64Array::from_iter(values))
+                } else {
+                    // Wraps like DataFusion's sum of Int64.
+                    Arc::new(Int64Array::from_iter(groups.iter().map(|g| (counts[at(g)] > 0).then(|| sums[at(g)] as i64))))
+                }
+            }
+            (CallState::FloatSum(sums, counts), Kind::FloatSum { avg }) => {
+                let values = groups.iter().map(|g| (counts[at(g)] > 0).then(|| if avg { sums[at(g)] / counts[at(g)] as f64 } else { sums[at(g)] }));
+                Arc::new(Float64Array::from_iter(values))
+            }
+            (CallState::Extreme(extremes), Kind::Extreme { ordered, .. }) => {
+                ordered.decode(Int64Array::from_iter(groups.iter().map(|g| extremes[at(g)])), &self.output)?
+            }
+            (CallState::ExtremeSet(sets), Kind::Extreme { ordered, max }) => {
+                let value = |set: &BTreeMap<i64, i64>| if max { set.last_key_value() } else { set.first_key_value() }.map(|(v, _)| *v);
+                ordered.decode(Int64Array::from_iter(groups.iter().map(|g| value(&sets[at(g)]))), &self.output)?
+            }
+            (CallState::Generic(states), _) => {
+                let mut values = Vec::with_capacity(groups.len());
+                for g in groups {
+                    let state = states.get_mut(at(g)).and_then(Option::as_mut).ok_or_else(|| Error::internal("a group without its aggregate state"))?;
+                    values.push(match state {
+                        AggState::Retractable(acc) | AggState::InsertOnly(acc) => acc.evaluate().map_err(eval_error)?,
+                        AggState::Multiset(rows) => {
+                            let mut acc = self.spec.function.create_accumulator().map_err(eval_error)?;
+                            if !rows.is_empty() {
+                                let rows: Vec<_> = rows.iter().flat_map(|(r, n)| std::iter::repeat_n(r.row(), (*n).max(0) as usize)).collect();
+                                let columns = self.converter.convert_rows(rows).map_err(arrow_error)?;
+                                acc.update_batch(&columns).map_err(eval_error)?;
+                            }
+                            acc.evaluate().map_err(eval_error)?
+                        }
+                    });
+                }
+                if values.is_empty() {
+                    arrow::array::new_empty_array(&self.output)
+                } else {
+                    ScalarValue::iter_to_array(values).map_err(eval_error)?
+                }
+            }
+            _ => return Err(Error::internal("aggregate state does not match its kind")),
+        };
+        Ok(array)
+    }
+
+    /// Approximate bytes of group `g`'s state.
+    fn size(&self, g: GroupId) -> usize {
+        let g = g as usize;
+        let entry = std::mem::size_of::<(i64, i64)>() + 2 * std::mem::size_of::<usize>();
+        match &self.state {
+            CallState::Count(_) => 8,
+            CallState::IntSum(..) => 24,
+            CallState::FloatSum(..) => 16,
+            CallState::Extreme(_) => 16,
+            CallState::ExtremeSet(sets) => sets.get(g).map_or(0, |s| std::mem::size_of::<BTreeMap<i64, i64>>() + s.len() * entry),
+            CallState::Generic(states) => match states.get(g).and_then(Option::as_ref) {
+                Some(AggState::Retractable(a) | AggState::InsertOnly(a)) => a.size(),
+                Some(AggState::Multiset(m)) => m.keys().map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum(),
+                None => 0,
+            },
+        }
+    }
+}
+
+/// Indices repeated by their weights: inserts and retractions separately.
+fn expand(members: &[(u32, i64)]) -> (UInt32Array, UInt32Array) {
+    let mut plus = Vec::new();
+    let mut minus = Vec::new();
+    for &(i, d) in members {
+        let target = if d > 0 { &mut plus } else { &mut minus };
+        target.extend(std::iter::repeat_n(i, d.unsigned_abs() as usize));
+    }
+    (UInt32Array::from(plus), UInt32Array::from(minus))
 }
 
 pub struct Aggregate {
@@ -76,12 +471,30 @@ pub struct Aggregate {
     group_exprs: Vec<Expr>,
     calls: Vec<Call>,
     schema: SchemaRef,
+    /// No GROUP BY: one group (id 0) that always exists.
+    global: bool,
     key_converter: Option<RowConverter>,
-    groups: crate::StateMap<OwnedRow, Group>,
-    global: Option<Group>,
-    dirty: HashSet<OwnedRow>,
-    global_dirty: bool,
+    /// The output's aggregate values in row format: what each group emitted is kept encoded,
+    /// to see whether it changed and to retract it. `None` without aggregates.
+    value_converter: Option<RowConverter>,
+    hasher: foldhash::fast::RandomState,
+    /// Group key -> group id (the key bytes live in `keys`).
+    table: HashTable<GroupId>,
+    keys: Vec<Box<[u8]>>,
+    alive: Vec<bool>,
+    /// Input rows per group (net of retractions).
+    counts: Vec<i64>,
+    emitted: Vec<Option<Box<[u8]>>>,
+    /// Windowed aggregates: each group's window end (µs), `i64::MAX` otherwise.
+    window_end: Vec<i64>,
+    free: Vec<GroupId>,
+    live: usize,
+    dirty: Vec<GroupId>,
+    is_dirty: Vec<bool>,
     window: Option<(WindowClose, Arc<EventTime>)>,
+    /// Groups by the watermark at which their window's state may be dropped (ids may be stale:
+    /// checked when popped).
+    expiry: BTreeMap<i64, Vec<GroupId>>,
     /// The watermark up to which windows were last evicted.
     evicted_to: Option<i64>,
     /// The input only ever inserts (a stream through filters and projections).
@@ -98,193 +511,164 @@ impl Aggregate {
         append_only: bool,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let mut calls = Vec::with_capacity(aggregates.len());
-        for spec in aggregates {
-            let name = spec.function.fun().name().to_lowercase();
-            let retractable = RETRACTABLE.contains(&name.as_str())
-                && !spec.function.is_distinct()
-                && spec.function.order_bys().is_empty();
-            let arg_fields = spec
-                .function
-                .expressions()
-                .iter()
-                .map(|e| e.return_field(input_schema).map(|f| SortField::new(f.data_type().clone())))
-                .collect::<std::result::Result<Vec<_>, _>>();
-            let converter = RowConverter::new(arg_fields.map_err(crate::rows::eval_error)?).map_err(arrow_error)?;
-            calls.push(Call { spec, retractable, converter });
-        }
+        let calls = aggregates.into_iter().map(|spec| Call::new(spec, input_schema, append_only)).collect::<Result<Vec<_>>>()?;
+        let value_fields: Vec<SortField> = schema.fields().iter().skip(group_exprs.len()).map(|f| SortField::new(f.data_type().clone())).collect();
+        let value_converter = if value_fields.is_empty() { None } else { Some(RowConverter::new(value_fields).map_err(arrow_error)?) };
         let global = group_exprs.is_empty();
         let mut op = Aggregate {
             input,
             group_exprs,
             calls,
             schema,
+            global,
             key_converter: None,
-            groups: crate::StateMap::default(),
-            global: None,
-            dirty: HashSet::new(),
-            global_dirty: global,
+            value_converter,
+            hasher: foldhash::fast::RandomState::default(),
+            table: HashTable::new(),
+            keys: Vec::new(),
+            alive: Vec::new(),
+            counts: Vec::new(),
+            emitted: Vec::new(),
+            window_end: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            dirty: Vec::new(),
+            is_dirty: Vec::new(),
             window,
+            expiry: BTreeMap::new(),
             evicted_to: None,
             append_only,
         };
         if global {
-            op.global = Some(op.new_group(Vec::new())?);
+            // The global group's row exists before any input: emitted at the first epoch.
+            let g = op.new_group(Box::default(), i64::MAX)?;
+            op.mark_dirty(g);
         }
         Ok(op)
     }
 
-    fn new_group(&self, key: Vec<ScalarValue>) -> Result<Group> {
-        let states = self
-            .calls
-            .iter()
-            .map(|c| {
-                Ok(if c.retractable {
-                    AggState::Retractable(c.spec.function.create_sliding_accumulator().map_err(crate::rows::eval_error)?)
-                } else {
-                    if self.append_only {
-                        AggState::InsertOnly(c.spec.function.create_accumulator().map_err(crate::rows::eval_error)?)
-                    } else {
-                        AggState::Multiset(BTreeMap::new())
-                    }
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Group { key, count: 0, states, emitted: None })
+    fn new_group(&mut self, key: Box<[u8]>, window_end: i64) -> Result<GroupId> {
+        let g = match self.free.pop() {
+            Some(g) => g,
+            None => {
+                let g = GroupId::try_from(self.keys.len()).map_err(|_| Error::internal("more than 2^32 groups"))?;
+                self.keys.push(Box::default());
+                self.alive.push(false);
+                self.counts.push(0);
+                self.emitted.push(None);
+                self.window_end.push(i64::MAX);
+                self.is_dirty.push(false);
+                g
+            }
+        };
+        let at = g as usize;
+        self.keys[at] = key;
+        self.alive[at] = true;
+        self.counts[at] = 0;
+        self.emitted[at] = None;
+        self.window_end[at] = window_end;
+        for call in &mut self.calls {
+            call.reset(g, true, self.append_only)?;
+        }
+        if let Some((w, _)) = &self.window
+            && window_end != i64::MAX
+        {
+            self.expiry.entry(window_end.saturating_add(w.lateness.allowed_micros)).or_default().push(g);
+        }
+        self.live += 1;
+        Ok(g)
     }
 
-    fn absorb(&mut self, changes: &ChangeBatch) -> Result<()> {
-        let rows = changes.rows();
-        let diffs = changes.diffs().values();
-        let keys: Vec<ArrayRef> = self.group_exprs.iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
-        // Per call: argument arrays (with FILTER applied as a mask), and argument rows.
-        let mut call_args: Vec<(Vec<ArrayRef>, Option<BooleanArray>, Option<arrow::row::Rows>)> = Vec::with_capacity(self.calls.len());
-        for call in &self.calls {
-            let args: Vec<ArrayRef> = call.spec.function.expressions().iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
-            let mask = match &call.spec.filter {
-                Some(f) => Some(evaluate(f, rows)?.as_boolean_opt().cloned().ok_or_else(|| Error::internal("FILTER is not boolean"))?),
-                None => None,
-            };
-            // Multiset state keys argument rows: encode the batch once, not once per group.
-            let encoded = if call.retractable || self.append_only { None } else { Some(call.converter.convert_columns(&args).map_err(arrow_error)?) };
-            call_args.push((args, mask, encoded));
+    fn free_group(&mut self, g: GroupId) -> Result<()> {
+        let at = g as usize;
+        if !self.alive[at] {
+            return Ok(());
         }
-        // Group the rows: key -> (row indices with their diffs).
-        let mut by_group: Vec<(Option<OwnedRow>, Vec<(u32, i64)>)> = Vec::new();
-        if self.group_exprs.is_empty() {
-            by_group.push((None, diffs.iter().enumerate().map(|(i, d)| (i as u32, *d)).collect()));
-        } else {
-            if self.key_converter.is_none() {
-                let fields = keys.iter().map(|k| SortField::new(k.data_type().clone())).collect();
-                self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
-            }
-            let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
-            let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
-            let mut index: crate::StateMap<OwnedRow, usize> = crate::StateMap::default();
-            for (i, d) in diffs.iter().enumerate() {
-                let key = encoded.row(i).owned();
-                let slot = *index.entry(key.clone()).or_insert_with(|| {
-                    by_group.push((Some(key), Vec::new()));
-                    by_group.len() - 1
-                });
-                by_group[slot].1.push((i as u32, *d));
-            }
+        let hash = self.hasher.hash_one(&*self.keys[at]);
+        if let Ok(entry) = self.table.find_entry(hash, |&x| x == g) {
+            entry.remove();
         }
-        for (key, members) in by_group {
-            let first = members.first().map_or(0, |m| m.0 as usize);
-            let group = match &key {
-                None => self.global.as_mut().ok_or_else(|| Error::internal("no global group"))?,
-                Some(key) => {
-                    if !self.groups.contains_key(key) {
-                        let values = keys.iter().map(|k| ScalarValue::try_from_array(k, first)).collect::<std::result::Result<Vec<_>, _>>().map_err(crate::rows::eval_error)?;
-                        let group = self.new_group(values)?;
-                        self.groups.insert(key.clone(), group);
-                    }
-                    self.groups.get_mut(key).ok_or_else(|| Error::internal("group vanished"))?
-                }
-            };
-            match &key {
-                None => self.global_dirty = true,
-                Some(key) => {
-                    self.dirty.insert(key.clone());
-                }
-            }
-            group.count += members.iter().map(|m| m.1).sum::<i64>();
-            for (c, (args, mask, encoded)) in call_args.iter().enumerate() {
-                let selected: Vec<(u32, i64)> = members
-                    .iter()
-                    .copied()
-                    .filter(|(i, _)| mask.as_ref().is_none_or(|m| m.is_valid(*i as usize) && m.value(*i as usize)))
-                    .collect();
-                if selected.is_empty() {
-                    continue;
-                }
-                match &mut group.states[c] {
-                    AggState::Retractable(acc) => {
-                        let (plus, minus) = expand(&selected);
-                        if !plus.is_empty() {
-                            acc.update_batch(&take_columns(args, &plus)?).map_err(crate::rows::eval_error)?;
-                        }
-                        if !minus.is_empty() {
-                            acc.retract_batch(&take_columns(args, &minus)?).map_err(crate::rows::eval_error)?;
-                        }
-                    }
-                    AggState::InsertOnly(acc) => {
-                        let (plus, minus) = expand(&selected);
-                        if !minus.is_empty() {
-                            return Err(Error::internal("a retraction reached an aggregate over an append-only input"));
-                        }
-                        acc.update_batch(&take_columns(args, &plus)?).map_err(crate::rows::eval_error)?;
-                    }
-                    AggState::Multiset(values) => {
-                        let encoded = encoded.as_ref().ok_or_else(|| Error::internal("multiset arguments not encoded"))?;
-                        for (i, d) in selected {
-                            let row = encoded.row(i as usize).owned();
-                            let entry = values.entry(row.clone()).or_insert(0);
-                            *entry += d;
-                            if *entry == 0 {
-                                values.remove(&row);
-                            }
-                        }
-                    }
-                }
-            }
+        self.keys[at] = Box::default();
+        self.alive[at] = false;
+        self.emitted[at] = None;
+        for call in &mut self.calls {
+            call.reset(g, false, self.append_only)?;
         }
+        self.free.push(g);
+        self.live -= 1;
         Ok(())
     }
 
-    /// The aggregate values of a group as it is now.
-    fn evaluate_group(calls: &[Call], group: &mut Group) -> Result<Vec<ScalarValue>> {
-        let mut out = group.key.clone();
-        for (c, call) in calls.iter().enumerate() {
-            let value = match &mut group.states[c] {
-                AggState::Retractable(acc) | AggState::InsertOnly(acc) => acc.evaluate().map_err(crate::rows::eval_error)?,
-                AggState::Multiset(values) => {
-                    let mut acc = call.spec.function.create_accumulator().map_err(crate::rows::eval_error)?;
-                    if !values.is_empty() {
-                        let rows: Vec<_> = values.iter().flat_map(|(r, n)| std::iter::repeat_n(r.row(), (*n).max(0) as usize)).collect();
-                        let columns = call.converter.convert_rows(rows).map_err(arrow_error)?;
-                        acc.update_batch(&columns).map_err(crate::rows::eval_error)?;
-                    }
-                    acc.evaluate().map_err(crate::rows::eval_error)?
-                }
-            };
-            out.push(value);
+    fn mark_dirty(&mut self, g: GroupId) {
+        let flag = &mut self.is_dirty[g as usize];
+        if !*flag {
+            *flag = true;
+            self.dirty.push(g);
         }
-        Ok(out)
     }
 
-    /// The end of a group's window, µs (windowed aggregates only).
-    fn window_end(&self, key: &[ScalarValue]) -> Option<i64> {
-        let (w, _) = self.window.as_ref()?;
-        let micros = match key.get(w.key)? {
-            ScalarValue::TimestampMicrosecond(Some(v), _) => *v,
+    /// The window end (µs) of the group key at row `i` of `keys`.
+    fn window_end_of(&self, keys: &[ArrayRef], i: usize) -> Result<i64> {
+        let Some((w, _)) = &self.window else { return Ok(i64::MAX) };
+        let Some(column) = keys.get(w.key) else { return Ok(i64::MAX) };
+        let micros = match ScalarValue::try_from_array(column, i).map_err(eval_error)? {
+            ScalarValue::TimestampMicrosecond(Some(v), _) => v,
             ScalarValue::TimestampNanosecond(Some(v), _) => v.div_euclid(1000),
             ScalarValue::TimestampMillisecond(Some(v), _) => v * 1000,
             ScalarValue::TimestampSecond(Some(v), _) => v * 1_000_000,
-            _ => return None,
+            _ => return Ok(i64::MAX),
         };
-        Some(micros.saturating_add(w.to_end_micros))
+        Ok(micros.saturating_add(w.to_end_micros))
+    }
+
+    /// Each row's group id, creating the groups not seen before.
+    fn assign_groups(&mut self, rows: &arrow::array::RecordBatch) -> Result<Vec<GroupId>> {
+        if self.global {
+            return Ok(vec![0; rows.num_rows()]);
+        }
+        let keys: Vec<ArrayRef> = self.group_exprs.iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
+        if self.key_converter.is_none() {
+            let fields = keys.iter().map(|k| SortField::new(k.data_type().clone())).collect();
+            self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
+        }
+        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
+        let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
+        let mut ids = Vec::with_capacity(rows.num_rows());
+        for (i, row) in encoded.iter().enumerate() {
+            let bytes: &[u8] = row.as_ref();
+            let hash = self.hasher.hash_one(bytes);
+            let found = self.table.find(hash, |&g| &*self.keys[g as usize] == bytes).copied();
+            let g = match found {
+                Some(g) => g,
+                None => {
+                    let end = self.window_end_of(&keys, i)?;
+                    let g = self.new_group(bytes.into(), end)?;
+                    let (keys, hasher) = (&self.keys, &self.hasher);
+                    self.table.insert_unique(hash, g, |&x| hasher.hash_one(&*keys[x as usize]));
+                    g
+                }
+            };
+            ids.push(g);
+        }
+        Ok(ids)
+    }
+
+    fn absorb(&mut self, changes: &ChangeBatch) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let rows = changes.rows();
+        let diffs = changes.diffs().values();
+        let ids = self.assign_groups(rows)?;
+        for (&g, &d) in ids.iter().zip(diffs.iter()) {
+            self.counts[g as usize] += d;
+            self.mark_dirty(g);
+        }
+        let runs = self.calls.iter().any(|c| matches!(c.kind, Kind::Generic)).then(|| Runs::of(&ids));
+        for call in &mut self.calls {
+            call.absorb(rows, &ids, diffs, runs.as_ref())?;
+        }
+        Ok(())
     }
 
     fn watermark(&self) -> Option<i64> {
@@ -294,117 +678,127 @@ impl Aggregate {
 
     /// Frees the state of windows the watermark has passed by more than the allowed lateness;
     /// their rows stay in the view.
-    fn evict(&mut self) {
-        let (Some(watermark), Some((w, _))) = (self.watermark(), self.window.as_ref()) else { return };
+    fn evict(&mut self) -> Result<()> {
+        let (Some(watermark), Some((w, _))) = (self.watermark(), self.window.as_ref()) else { return Ok(()) };
         if self.evicted_to == Some(watermark) {
-            return;
+            return Ok(());
         }
         let allowed = w.lateness.allowed_micros;
-        let expired: Vec<OwnedRow> = self
-            .groups
-            .iter()
-            .filter(|(_, g)| self.window_end(&g.key).is_some_and(|end| end.saturating_add(allowed) <= watermark))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in expired {
-            if !self.dirty.contains(&key) {
-                self.groups.remove(&key);
+        let mut held = Vec::new();
+        while let Some(entry) = self.expiry.first_entry() {
+            if *entry.key() > watermark {
+                break;
+            }
+            for g in entry.remove() {
+                let at = g as usize;
+                if !self.alive[at] || self.window_end[at].saturating_add(allowed) > watermark {
+                    continue; // a stale id, reused by a later window
+                }
+                if self.is_dirty[at] {
+                    held.push(g);
+                } else {
+                    self.free_group(g)?;
+                }
             }
         }
+        if !held.is_empty() {
+            self.expiry.insert(watermark, held);
+        }
         self.evicted_to = Some(watermark);
+        Ok(())
+    }
+
+    /// The group key columns of `groups`, as the output's types.
+    fn key_columns(&self, groups: &[GroupId]) -> Result<Vec<ArrayRef>> {
+        if self.global {
+            return Ok(Vec::new());
+        }
+        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
+        let parser = converter.parser();
+        let columns = converter.convert_rows(groups.iter().map(|&g| parser.parse(&self.keys[g as usize]))).map_err(arrow_error)?;
+        columns.iter().zip(self.schema.fields().iter()).map(|(c, f)| cast_to(c, f.data_type())).collect()
     }
 
     fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
-        let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
-        let mut diffs: Vec<i64> = Vec::new();
-        let mut changed: Vec<&mut Group> = Vec::new();
         let mut dirty = std::mem::take(&mut self.dirty);
+        for &g in &dirty {
+            self.is_dirty[g as usize] = false;
+        }
         // EMIT ON WINDOW CLOSE: open windows stay dirty until the watermark closes them.
         if self.window.as_ref().is_some_and(|(w, _)| w.emit_on_close) {
             let watermark = self.watermark();
-            let open: Vec<OwnedRow> = dirty
-                .iter()
-                .filter(|k| {
-                    let Some(group) = self.groups.get(*k) else { return false };
-                    match (self.window_end(&group.key), watermark) {
-                        (Some(end), Some(w)) => end > w,
-                        _ => true,
-                    }
-                })
-                .cloned()
-                .collect();
-            for key in open {
-                dirty.remove(&key);
-                self.dirty.insert(key);
+            let (open, closed): (Vec<GroupId>, Vec<GroupId>) = dirty.into_iter().partition(|&g| {
+                let end = self.window_end[g as usize];
+                end == i64::MAX || watermark.is_none_or(|w| end > w)
+            });
+            for g in open {
+                self.mark_dirty(g);
             }
+            dirty = closed;
         }
-        let mut dead = Vec::new();
-        for key in &dirty {
-            if self.groups.get(key).is_some_and(|g| g.count == 0) {
-                dead.push(key.clone());
-            }
-        }
-        let mut removed: Vec<Group> = dead.iter().filter_map(|k| self.groups.remove(k)).collect();
-        for group in &mut removed {
-            if let Some(old) = group.emitted.take() {
-                rows.push(old);
-                diffs.push(-1);
-            }
-        }
-        for (key, group) in self.groups.iter_mut() {
-            if dirty.contains(key) {
-                changed.push(group);
-            }
-        }
-        if std::mem::take(&mut self.global_dirty)
-            && let Some(g) = self.global.as_mut()
-        {
-            changed.push(g);
-        }
-        for group in changed {
-            if group.count < 0 {
-                return Err(Error::internal("a group's row count went negative"));
-            }
-            let new = Self::evaluate_group(&self.calls, group)?;
-            if group.emitted.as_ref() == Some(&new) {
+        let (mut dead, mut live) = (Vec::new(), Vec::new());
+        for g in dirty {
+            let at = g as usize;
+            if !self.alive[at] {
                 continue;
             }
-            if let Some(old) = group.emitted.take() {
-                rows.push(old);
-                diffs.push(-1);
+            match self.counts[at] {
+                n if n < 0 => return Err(Error::internal("a group's row count went negative")),
+                0 if !self.global => dead.push(g),
+                _ => live.push(g),
             }
-            rows.push(new.clone());
-            diffs.push(1);
-            group.emitted = Some(new);
         }
-        if rows.is_empty() {
-            return Ok(Vec::new());
+        let values = self
+            .calls
+            .iter_mut()
+            .zip(self.schema.fields().iter().skip(self.group_exprs.len()))
+            .map(|(call, field)| cast_to(&call.evaluate(&live)?, field.data_type()))
+            .collect::<Result<Vec<_>>>()?;
+        let encoded = match &self.value_converter {
+            Some(converter) => Some(converter.convert_columns(&values).map_err(arrow_error)?),
+            None => None,
+        };
+        let mut retract: Vec<GroupId> = dead.iter().copied().filter(|&g| self.emitted[g as usize].is_some()).collect();
+        let mut insert: Vec<GroupId> = Vec::new();
+        let mut insert_at: Vec<u32> = Vec::new();
+        for (j, &g) in live.iter().enumerate() {
+            let new: &[u8] = encoded.as_ref().map_or(&[], |e| e.row(j).data());
+            match self.emitted[g as usize].as_deref() {
+                Some(old) if old == new => continue,
+                Some(_) => retract.push(g),
+                None => {}
+            }
+            insert.push(g);
+            insert_at.push(j as u32);
         }
-        let mut columns = Vec::with_capacity(self.schema.fields().len());
-        for (c, field) in self.schema.fields().iter().enumerate() {
-            let values = rows.iter().map(|r| r[c].clone());
-            let array = ScalarValue::iter_to_array(values).map_err(crate::rows::eval_error)?;
-            let array = if array.data_type() == field.data_type() {
-                array
-            } else {
-                arrow::compute::cast(&array, field.data_type()).map_err(arrow_error)?
-            };
-            columns.push(array);
+        let changed = retract.len() + insert.len();
+        let out = if changed == 0 {
+            Vec::new()
+        } else {
+            let mut old = self.key_columns(&retract)?;
+            let mut new = self.key_columns(&insert)?;
+            if let Some(converter) = &self.value_converter {
+                let parser = converter.parser();
+                let rows = retract.iter().map(|&g| parser.parse(self.emitted[g as usize].as_deref().unwrap_or_default()));
+                old.extend(converter.convert_rows(rows).map_err(arrow_error)?);
+                new.extend(take_columns(&values, &UInt32Array::from(insert_at.clone()))?);
+            }
+            let columns = old.iter().zip(&new).map(|(a, b)| concat(&[a.as_ref(), b.as_ref()]).map_err(arrow_error)).collect::<Result<Vec<_>>>()?;
+            let diffs: Int64Array = std::iter::repeat_n(-1, retract.len()).chain(std::iter::repeat_n(1, insert.len())).collect();
+            vec![ChangeBatch::new(batch_of(&self.schema, columns, changed)?, diffs)]
+        };
+        for (&g, &j) in insert.iter().zip(&insert_at) {
+            self.emitted[g as usize] = Some(encoded.as_ref().map_or(&[][..], |e| e.row(j as usize).data()).into());
         }
-        let out: RecordBatch = batch(&self.schema, columns)?;
-        Ok(vec![ChangeBatch::new(out, Int64Array::from(diffs))])
+        for g in dead {
+            self.free_group(g)?;
+        }
+        Ok(out)
     }
 }
 
-/// Indices repeated by their weights: inserts and retractions separately.
-fn expand(members: &[(u32, i64)]) -> (UInt32Array, UInt32Array) {
-    let mut plus = Vec::new();
-    let mut minus = Vec::new();
-    for &(i, d) in members {
-        let target = if d > 0 { &mut plus } else { &mut minus };
-        target.extend(std::iter::repeat_n(i, d.unsigned_abs() as usize));
-    }
-    (UInt32Array::from(plus), UInt32Array::from(minus))
+fn cast_to(array: &ArrayRef, t: &DataType) -> Result<ArrayRef> {
+    if array.data_type() == t { Ok(Arc::clone(array)) } else { cast(array, t).map_err(arrow_error) }
 }
 
 impl Operator for Aggregate {
@@ -420,15 +814,21 @@ impl Operator for Aggregate {
             self.absorb(&batch)?;
         }
         let out = self.emit()?;
-        self.evict();
+        self.evict()?;
         Ok(out)
     }
 
     fn state(&self) -> OperatorState {
-        let rows = self.groups.len() + usize::from(self.global.is_some());
-        let keyed = self.groups.iter().map(|(k, g)| k.as_ref().len() + std::mem::size_of::<(OwnedRow, Group)>() + g.size()).sum::<usize>();
-        let bytes = keyed + self.global.as_ref().map_or(0, Group::size);
-        OperatorState { name: "Aggregate".to_owned(), rows, bytes }
+        let mut bytes = 0;
+        for (g, key) in self.keys.iter().enumerate() {
+            if !self.alive[g] {
+                continue;
+            }
+            let g = g as GroupId;
+            bytes += key.len() + self.emitted[g as usize].as_ref().map_or(0, |e| e.len()) + 48;
+            bytes += self.calls.iter().map(|c| c.size(g)).sum::<usize>();
+        }
+        OperatorState { name: "Aggregate".to_owned(), rows: self.live, bytes }
     }
 
     fn children(&self) -> Vec<&dyn Operator> {

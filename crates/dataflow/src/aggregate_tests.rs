@@ -1,7 +1,8 @@
 //! Oracle test for the aggregate: random inserts and deletions (NULL keys and values,
 //! duplicates), accumulated output compared after each epoch with GROUP BY recomputed from
 //! scratch — count, sum, min and max (retracting the current extreme), count(DISTINCT), and a
-//! global aggregate that keeps its row at count 0.
+//! global aggregate that keeps its row at count 0; rows pushed one by one or an epoch per
+//! batch, and insert-only inputs (min / max keep one value then).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -22,7 +23,7 @@ fn input() -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new("k", DataType::Int32, true), Field::new("v", DataType::Int64, true)]))
 }
 
-fn plan(grouped: bool) -> Node {
+fn plan(grouped: bool, append_only: bool) -> Node {
     let s = input();
     let v: Expr = Arc::new(Column::new("v", 1));
     let call = |udf, distinct: bool, name: &str| {
@@ -45,7 +46,7 @@ fn plan(grouped: bool) -> Node {
         group: if grouped { vec![Arc::new(Column::new("k", 0)) as Expr] } else { Vec::new() },
         aggregates,
         window: None,
-        append_only: false,
+        append_only,
         schema: Arc::new(Schema::new(fields)),
     }
 }
@@ -98,6 +99,18 @@ fn accumulate(out: &mut BTreeMap<Row, i64>, batches: Vec<ChangeBatch>) {
     }
 }
 
+/// Pushes rows (key, value, weight) as one batch.
+fn push(op: &mut Box<dyn crate::Operator>, out: &mut BTreeMap<Row, i64>, rows: Vec<(Option<i32>, Option<i64>, i64)>) {
+    if rows.is_empty() {
+        return;
+    }
+    let keys = Int32Array::from_iter(rows.iter().map(|r| r.0));
+    let values = Int64Array::from_iter(rows.iter().map(|r| r.1));
+    let diffs = Int64Array::from_iter_values(rows.iter().map(|r| r.2));
+    let batch = RecordBatch::try_new(input(), vec![Arc::new(keys), Arc::new(values)]).unwrap();
+    accumulate(out, op.push(ObjectId(1), &ChangeBatch::new(batch, diffs)).unwrap());
+}
+
 fn value() -> impl Strategy<Value = Option<i32>> {
     prop_oneof![1 => Just(None), 5 => (0..4i32).prop_map(Some)]
 }
@@ -109,19 +122,25 @@ proptest! {
     fn aggregate_matches_group_by_from_scratch(
         epochs in prop::collection::vec(prop::collection::vec((value(), value(), prop::bool::weighted(0.65)), 1..8), 1..8),
         grouped in any::<bool>(),
+        append_only in any::<bool>(),
+        batched in any::<bool>(),
     ) {
-        let mut op = crate::build(&plan(grouped), &std::sync::Arc::new(crate::EventTime::new(&[]))).unwrap();
+        let mut op = crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[]))).unwrap();
         let mut rows: HashMap<(Option<i32>, Option<i32>), i64> = HashMap::new();
         let mut out = BTreeMap::new();
         for epoch in epochs {
+            let mut pending: Vec<(Option<i32>, Option<i64>, i64)> = Vec::new();
             for (k, v, insert) in epoch {
                 let present = rows.get(&(k, v)).copied().unwrap_or(0);
-                let diff = if insert { 1 } else if present > 0 { -1 } else { continue };
+                let diff = if insert || append_only { 1 } else if present > 0 { -1 } else { continue };
                 *rows.entry((k, v)).or_default() += diff;
                 rows.retain(|_, n| *n != 0);
-                let batch = RecordBatch::try_new(input(), vec![Arc::new(Int32Array::from(vec![k])), Arc::new(Int64Array::from(vec![v.map(i64::from)]))]).unwrap();
-                accumulate(&mut out, op.push(ObjectId(1), &ChangeBatch::new(batch, Int64Array::from(vec![diff]))).unwrap());
+                pending.push((k, v.map(i64::from), diff));
+                if !batched {
+                    push(&mut op, &mut out, std::mem::take(&mut pending));
+                }
             }
+            push(&mut op, &mut out, pending);
             accumulate(&mut out, op.end_epoch().unwrap());
             prop_assert_eq!(&out, &oracle(grouped, &rows));
         }
