@@ -14,6 +14,7 @@ mod aggregate;
 /// A hash map for operator state: foldhash instead of std's SipHash (keys are Eddy's own
 /// row encodings, and the state maps are on every row's path).
 pub(crate) type StateMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type StateSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 pub mod event_time;
 #[cfg(test)]
 mod aggregate_tests;

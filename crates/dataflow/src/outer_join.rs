@@ -12,7 +12,9 @@
 //! both sides at once, without changing its output — once both sides' watermarks show the
 //! key's window can no longer change.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array, new_null_array};
@@ -52,7 +54,7 @@ pub struct OuterJoin {
 impl Side {
     fn new(input: Box<dyn Operator>, schema: SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
         let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-        Ok(Side { input, schema, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, nulls_equal, key_converter: None, arrangement: HashMap::new() })
+        Ok(Side { input, schema, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, nulls_equal, key_converter: None, arrangement: HashMap::default() })
     }
 
     /// (key or None for NULL keys, row) per changed row.
@@ -246,7 +248,7 @@ impl OuterJoin {
     fn process(&mut self, left: Vec<ChangeBatch>, right: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
         let mut out = Output { chunks: Vec::new() };
         let mut encoded = Vec::new();
-        let mut touched: HashSet<OwnedRow> = HashSet::new();
+        let mut touched: HashSet<OwnedRow> = HashSet::default();
         for (is_left, batches) in [(true, left), (false, right)] {
             for changes in batches {
                 let side = if is_left { &mut self.left } else { &mut self.right };

@@ -129,7 +129,7 @@ pub fn consolidate(schema: &SchemaRef, batches: &[ChangeBatch]) -> Result<Option
     let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
     let converter = RowConverter::new(fields).map_err(arrow_error)?;
     let mut order: Vec<arrow::row::OwnedRow> = Vec::new();
-    let mut sums: std::collections::HashMap<arrow::row::OwnedRow, i64> = std::collections::HashMap::new();
+    let mut sums: crate::StateMap<arrow::row::OwnedRow, i64> = crate::StateMap::default();
     for b in batches {
         let rows = converter.convert_columns(b.rows().columns()).map_err(arrow_error)?;
         for (i, d) in b.diffs().values().iter().enumerate() {

@@ -14,7 +14,9 @@
 //! while the sessions it touches are kept (before the end of any forgotten session, and within
 //! the allowed lateness); otherwise it is dropped and recorded.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch};
@@ -89,8 +91,8 @@ impl SessionAggregate {
             window,
             rows: RowConverter::new(fields).map_err(arrow_error)?,
             key_converter: None,
-            keys: HashMap::new(),
-            dirty: HashSet::new(),
+            keys: HashMap::default(),
+            dirty: HashSet::default(),
             bound_type,
             last_watermark: None,
         })
@@ -259,7 +261,7 @@ impl SessionAggregate {
         let mut diffs: Vec<i64> = Vec::new();
         for key in todo {
             let Some(state) = self.keys.get(&key) else { continue };
-            let mut now: HashMap<Vec<ScalarValue>, i64> = HashMap::new();
+            let mut now: HashMap<Vec<ScalarValue>, i64> = HashMap::default();
             let mut expired: Vec<(i64, i64)> = Vec::new();
             let mut closed_end = state.closed_end;
             for (start, end, members) in Self::sessions(&state.events, self.spec.gap_micros) {

@@ -8,7 +8,9 @@
 //! difference with what it emitted before. Ties in the sort key are broken by the row's bytes,
 //! deterministically; identical rows get consecutive row numbers.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, UInt64Array};
@@ -68,9 +70,9 @@ impl TopN {
             partition_keys: None,
             sort_keys: None,
             rows,
-            state: HashMap::new(),
-            emitted: HashMap::new(),
-            dirty: HashSet::new(),
+            state: HashMap::default(),
+            emitted: HashMap::default(),
+            dirty: HashSet::default(),
             window,
             expiry: BTreeMap::new(),
         })
@@ -129,7 +131,7 @@ impl TopN {
 
     /// The rows a partition shows now, with their ranks (0 when not ranking).
     fn top(&self, partition: &Option<OwnedRow>) -> Ranked {
-        let mut now = Ranked::new();
+        let mut now = Ranked::default();
         let Some(ordered) = self.state.get(partition) else { return now };
         let end = self.offset.saturating_add(self.limit);
         // `position` counts rows (with multiplicity); ties share the sort key.
@@ -165,7 +167,7 @@ impl TopN {
     }
 
     fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
-        let mut diffs: Ranked = Ranked::new();
+        let mut diffs: Ranked = Ranked::default();
         for partition in std::mem::take(&mut self.dirty) {
             let now = self.top(&partition);
             for (key, n) in &now {

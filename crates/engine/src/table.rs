@@ -5,7 +5,10 @@
 //! their rows. Invariant: applying a change batch is all-or-nothing — [`TableData::check`]
 //! validates it against the current contents before [`TableData::apply`] changes anything.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+/// Rows and keys hash with foldhash: they are Eddy's own encodings, hashed on every change.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, RecordBatch};
@@ -75,12 +78,12 @@ impl TableData {
                 Some(PrimaryKey {
                     columns: def.primary_key.clone(),
                     converter: RowConverter::new(fields).map_err(|e| arrow_error("key converter", e))?,
-                    index: HashMap::new(),
+                    index: HashMap::default(),
                     constraint_name: format!("{}_pkey", def.name),
                     column_names: def.primary_key.iter().map(|&i| schema.field(i).name().clone()).collect(),
                 })
             };
-            Rows::Multiset(Multiset { converter, counts: HashMap::new(), primary_key })
+            Rows::Multiset(Multiset { converter, counts: HashMap::default(), primary_key })
         };
         Ok(TableData { schema, rows, snapshot: None })
     }
@@ -107,7 +110,7 @@ impl TableData {
         let Rows::AppendOnly(batches) = &self.rows else { return Ok(()) };
         let fields = self.schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
         let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
-        let mut multiset = Multiset { converter, counts: HashMap::new(), primary_key: None };
+        let mut multiset = Multiset { converter, counts: HashMap::default(), primary_key: None };
         let inserts: Vec<ChangeBatch> = batches.iter().cloned().map(ChangeBatch::inserts).collect();
         multiset.apply(&inserts)?;
         self.rows = Rows::Multiset(multiset);
@@ -192,7 +195,7 @@ impl TableData {
         match &m.primary_key {
             None => {
                 // Copies of a row available to retract: held, plus inserted earlier in the chunk.
-                let mut available: HashMap<&[u8], i64> = HashMap::new();
+                let mut available: HashMap<&[u8], i64> = HashMap::default();
                 for (i, kind) in kinds.iter().enumerate() {
                     let row = encoded.row(i).data();
                     let count = available.entry(row).or_insert_with(|| m.counts.get(row).copied().unwrap_or(0));
@@ -213,7 +216,7 @@ impl TableData {
                 let keys: Vec<ArrayRef> = pk.columns.iter().map(|&c| Arc::clone(rows.column(c))).collect();
                 let keys = pk.converter.convert_columns(&keys).map_err(|e| arrow_error("encode keys", e))?;
                 // Final value per key (None: deleted), in order of first appearance.
-                let mut state: HashMap<&[u8], Option<usize>> = HashMap::new();
+                let mut state: HashMap<&[u8], Option<usize>> = HashMap::default();
                 let mut order: Vec<&[u8]> = Vec::new();
                 for (i, kind) in kinds.iter().enumerate() {
                     let key = keys.row(i).data();
@@ -317,7 +320,7 @@ impl Multiset {
     /// Sums the weights per distinct row, so that a transaction's insert-then-delete of one row
     /// nets to nothing whatever the order of its statements.
     fn net(&self, changes: &[ChangeBatch]) -> Result<Vec<NetChange>> {
-        let mut by_row: HashMap<Box<[u8]>, usize> = HashMap::new();
+        let mut by_row: HashMap<Box<[u8]>, usize> = HashMap::default();
         let mut out: Vec<NetChange> = Vec::new();
         for (b, batch) in changes.iter().enumerate() {
             let (rows, keys) = self.encode(batch)?;
