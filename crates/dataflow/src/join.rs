@@ -109,9 +109,29 @@ impl Side {
                 if bucket.is_empty() {
                     self.arrangement.remove(key);
                 }
+                // A retracted row (an aggregate's window row that changed) leaves the time
+                // index too, so that inserting it again does not list it twice.
+                if indexed && let Some((times, _)) = &expires && let Some(t) = times[i] {
+                    unindex(&mut self.by_time, key, t, &row);
+                }
             }
         }
         Ok(())
+    }
+}
+
+/// Removes `row` at time `t` from a side's time index.
+fn unindex(by_time: &mut crate::StateMap<OwnedRow, BTreeMap<i64, Vec<OwnedRow>>>, key: &OwnedRow, t: i64, row: &OwnedRow) {
+    if let Some(times) = by_time.get_mut(key) {
+        if let Some(rows) = times.get_mut(&t) {
+            rows.retain(|r| r != row);
+            if rows.is_empty() {
+                times.remove(&t);
+            }
+        }
+        if times.is_empty() {
+            by_time.remove(key);
+        }
     }
 }
 
@@ -295,17 +315,7 @@ impl InnerJoin {
                             side.arrangement.remove(&key);
                         }
                     }
-                    if let Some(times) = side.by_time.get_mut(&key) {
-                        if let Some(rows) = times.get_mut(&t) {
-                            rows.retain(|r| r != &row);
-                            if rows.is_empty() {
-                                times.remove(&t);
-                            }
-                        }
-                        if times.is_empty() {
-                            side.by_time.remove(&key);
-                        }
-                    }
+                    unindex(&mut side.by_time, &key, t, &row);
                 }
             }
         }

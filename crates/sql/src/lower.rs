@@ -117,7 +117,11 @@ impl Lowering<'_> {
             let sources = watermark_sources(&args[0], plan);
             return Some((bound, args.to_vec(), sources));
         }
-        let Expr::Column(column) = expr else { return None };
+        let column = match expr {
+            Expr::Alias(a) => return self.trace_bound_any(&a.expr, plan),
+            Expr::Column(column) => column,
+            _ => return None,
+        };
         let index = plan.schema().index_of_column(column).ok()?;
         let input_column = |input: &LogicalPlan, i: usize| Expr::Column(datafusion::common::Column::from(input.schema().qualified_field(i)));
         match plan {
@@ -146,7 +150,12 @@ impl Lowering<'_> {
         if let Some((bound, args, _)) = window_bound(expr) {
             return Some((bound, args.to_vec(), watermark_sources(&args[0], plan)?));
         }
-        let Expr::Column(column) = expr else { return None };
+        // `window_start AS starttime` in a subquery is still the window.
+        let column = match expr {
+            Expr::Alias(a) => return self.trace_bound(&a.expr, plan),
+            Expr::Column(column) => column,
+            _ => return None,
+        };
         let index = plan.schema().index_of_column(column).ok()?;
         let input_column = |input: &LogicalPlan, i: usize| Expr::Column(datafusion::common::Column::from(input.schema().qualified_field(i)));
         match plan {
@@ -205,18 +214,30 @@ impl Lowering<'_> {
         let mut conjuncts = Vec::new();
         split_conjunction(filter, &mut conjuncts);
         let (mut lo, mut hi): (Option<i64>, Option<i64>) = (None, None);
-        let mut columns: Option<(Expr, Expr, Vec<eddy_common::ObjectId>, Vec<eddy_common::ObjectId>)> = None;
+        let mut columns: Option<(Expr, Expr, TimeSide, TimeSide)> = None;
+        // A side's time: a watermark column of a stream (rows behind the watermark are late),
+        // or the window_end of a windowed aggregate below (`window_end AS date_time`): its rows
+        // change only until the watermark of the window's streams passes the end, like events
+        // with the same allowed lateness, but reach the join when the aggregate emits — maybe
+        // behind that watermark already — so they are never dropped as late.
+        let time_side = |column: &Expr, plan: &LogicalPlan| -> Option<TimeSide> {
+            if let Some(sources) = watermark_sources(column, plan) {
+                return Some(TimeSide { sources, window_end: false });
+            }
+            let (bound, _, sources) = self.trace_bound(column, plan)?;
+            (bound.is_end() && !bound.is_session()).then_some(TimeSide { sources, window_end: true })
+        };
         for (a, op, b) in conjuncts {
-            let side = |e: &Expr| -> Option<(bool, Expr, i64, Vec<eddy_common::ObjectId>)> {
+            let side = |e: &Expr| -> Option<(bool, Expr, i64, TimeSide)> {
                 let (column, offset) = time_offset(e)?;
                 let name = column_of(&column)?;
                 if join.left.schema().has_column(name) {
-                    return Some((true, column.clone(), offset, watermark_sources(&column, &join.left)?));
+                    return Some((true, column.clone(), offset, time_side(&column, &join.left)?));
                 }
-                Some((false, column.clone(), offset, watermark_sources(&column, &join.right)?))
+                Some((false, column.clone(), offset, time_side(&column, &join.right)?))
             };
             let (Some((a_left, ca, oa, sa)), Some((b_left, cb, ob, sb))) = (side(&a), side(&b)) else { continue };
-            if a_left == b_left {
+            if a_left == b_left || (sa.window_end && sb.window_end) {
                 continue;
             }
             // ca + oa op cb + ob  =>  ca - cb op ob - oa; written as t_left - t_right.
@@ -235,19 +256,19 @@ impl Lowering<'_> {
             time: self.expr(&lcol, join.left.schema())?,
             horizon_micros: allowed - lo,
             range: Some((-hi, -lo)),
-            own: lsrc.clone(),
-            other: rsrc.clone(),
+            own: lsrc.sources.clone(),
+            other: rsrc.sources.clone(),
             allowed_micros: allowed,
-            drop_late: true,
+            drop_late: !lsrc.window_end,
         };
         let right = TimeBound {
             time: self.expr(&rcol, join.right.schema())?,
             horizon_micros: hi + allowed,
             range: Some((lo, hi)),
-            own: rsrc,
-            other: lsrc,
+            own: rsrc.sources,
+            other: lsrc.sources,
             allowed_micros: allowed,
-            drop_late: true,
+            drop_late: !rsrc.window_end,
         };
         Ok(Some([left, right]))
     }
@@ -488,6 +509,15 @@ fn time_offset(expr: &Expr) -> Option<(Expr, i64)> {
     }
 }
 
+/// The time column of one side of an interval join.
+#[derive(Clone)]
+struct TimeSide {
+    /// The streams whose watermark bounds it.
+    sources: Vec<eddy_common::ObjectId>,
+    /// A windowed aggregate's window_end rather than a stream's watermark column.
+    window_end: bool,
+}
+
 /// The window-bound call in `expr` (through aliases), if any: the bound and its arguments.
 fn window_bound(expr: &Expr) -> Option<(WindowBound, &[Expr], &Expr)> {
     match expr {
@@ -718,7 +748,7 @@ impl Lowering<'_> {
                             "a join of two append-only streams must be bounded in time, or its state grows forever: join TUMBLE(a, ts, ...) with TUMBLE(b, ts, ...) on window_start or window_end (and keys), or add a condition such as a.ts BETWEEN b.ts - INTERVAL '10 minutes' AND b.ts + INTERVAL '10 minutes' over the streams' watermark columns (or accept the growing state: CREATE MATERIALIZED VIEW ... WITH (unbounded_joins = 'allow'))",
                         ));
                     }
-                    let window_join = bounds.as_ref().is_some_and(|[l, _]| !l.drop_late);
+                    let window_join = bounds.as_ref().is_some_and(|[l, _]| l.range.is_none());
                     if kind != JoinKind::Inner && !window_join {
                         return Err(Error::unsupported(format!(
                             "{kind:?} interval joins of two streams are not supported yet: use an inner join, or a window join (TUMBLE/HOP on both sides, joined on the window bounds)"
@@ -727,7 +757,7 @@ impl Lowering<'_> {
                 }
                 // Window bounds make keys expire; interval bounds apply to inner joins only.
                 let bounds = match bounds {
-                    Some(b) if kind == JoinKind::Inner || !b[0].drop_late => Some(Box::new(b)),
+                    Some(b) if kind == JoinKind::Inner || b[0].range.is_none() => Some(Box::new(b)),
                     _ => None,
                 };
                 let left = self.lower(&join.left)?;

@@ -204,6 +204,21 @@ impl MetaStore {
 mod tests {
     use super::*;
 
+    /// Opens the store again in the same process: sled's I/O threads may still hold the file
+    /// lock of the store just dropped for a moment, so a failed open is retried for up to 10 s.
+    fn reopen(dir: &Path) -> MetaStore {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match MetaStore::open(dir) {
+                Ok(meta) => return meta,
+                Err(e) if std::time::Instant::now() < deadline && e.message.contains("lock") => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("reopening the metadata store: {e:?}"),
+            }
+        }
+    }
+
     #[test]
     fn objects_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
@@ -216,7 +231,7 @@ mod tests {
             meta.delete_object(a).unwrap();
             (a, b)
         };
-        let meta = MetaStore::open(dir.path()).unwrap();
+        let meta = reopen(dir.path());
         assert_eq!(meta.objects().unwrap(), vec![(b, b"second".to_vec())]);
         assert!(meta.allocate_object_id().unwrap() > b);
         assert!(a < b);
@@ -240,7 +255,7 @@ mod tests {
             // The same record read again after a crash replaces its letter.
             meta.put_dead_letters(&[letter(1, Some(0), Some(5), b"x")]).unwrap();
         }
-        let meta = MetaStore::open(dir.path()).unwrap();
+        let meta = reopen(dir.path());
         let all = meta.dead_letters(None).unwrap();
         assert_eq!(all.len(), 3);
         let mine = meta.dead_letters(Some(ObjectId(1))).unwrap();
