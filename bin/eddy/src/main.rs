@@ -40,6 +40,10 @@ struct ServeArgs {
     /// Directory for the catalog and the log.
     #[arg(long, env = "EDDY_DATA_DIR", default_value = "./eddy-data")]
     data_dir: PathBuf,
+    /// Threads the views' stateful operators (grouped aggregates, joins, top-N per partition)
+    /// are sharded across by key. Default: every core.
+    #[arg(long, env = "EDDY_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: Option<u16>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,7 +61,11 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let config = EngineConfig { data_dir: args.data_dir.clone() };
+    let workers = match args.workers {
+        Some(n) => usize::from(n),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let config = EngineConfig { data_dir: args.data_dir.clone(), workers };
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", args.data_dir.display()))?;
@@ -75,7 +83,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let local = listener.local_addr()?;
-    tracing::info!(listen = %local, data_dir = %args.data_dir.display(), "eddy is ready");
+    tracing::info!(listen = %local, data_dir = %args.data_dir.display(), workers, "eddy is ready");
     // Printed (not logged) so that people and test harnesses see it whatever the log level.
     println!("Eddy {} is listening on {local} (data in {})", eddy_engine::EDDY_VERSION, args.data_dir.display());
     println!("Connect with: psql -h {} -p {} -U eddy", local.ip(), local.port());

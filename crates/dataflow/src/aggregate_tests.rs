@@ -124,8 +124,10 @@ proptest! {
         grouped in any::<bool>(),
         append_only in any::<bool>(),
         batched in any::<bool>(),
+        sharded in any::<bool>(),
     ) {
-        let mut op = crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[]))).unwrap();
+        let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
+        let mut op = crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[])), &workers).unwrap();
         let mut rows: HashMap<(Option<i32>, Option<i32>), i64> = HashMap::new();
         let mut out = BTreeMap::new();
         for epoch in epochs {

@@ -117,8 +117,8 @@ fn steps() -> impl Strategy<Value = Vec<Vec<(bool, Row, bool)>>> {
     prop::collection::vec(prop::collection::vec(step, 1..6), 1..8)
 }
 
-fn run(kind: JoinKind, filtered: bool, nulls_equal: bool, epochs: Vec<Vec<(bool, Row, bool)>>) -> Result<(), TestCaseError> {
-    let mut op = crate::build(&plan(kind, filtered, nulls_equal), &std::sync::Arc::new(crate::EventTime::new(&[]))).unwrap();
+fn run(kind: JoinKind, filtered: bool, nulls_equal: bool, workers: &crate::Workers, epochs: Vec<Vec<(bool, Row, bool)>>) -> Result<(), TestCaseError> {
+    let mut op = crate::build(&plan(kind, filtered, nulls_equal), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
     let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
     for epoch in epochs {
         for (is_left, row, insert) in epoch {
@@ -139,9 +139,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>()) {
+    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), sharded in any::<bool>()) {
+        // Sharded: each side routed by its key to one of 3 copies of the join.
+        let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
         for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti, JoinKind::RightSemi, JoinKind::RightAnti] {
-            run(kind, filtered, nulls_equal, epochs.clone())?;
+            run(kind, filtered, nulls_equal, &workers, epochs.clone())?;
         }
     }
 }

@@ -26,11 +26,14 @@ pub mod plan;
 mod rows;
 pub use rows::{consolidate, partition_by_key};
 mod session;
+mod shard;
+pub use shard::Workers;
 mod stateless;
 mod temporal;
 mod topn;
 
-use eddy_common::{ChangeBatch, ObjectId, Result};
+use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+use plan::Expr;
 
 pub use event_time::{EventTime, LateEvent};
 pub use plan::Node;
@@ -59,6 +62,11 @@ pub trait Operator: Send {
     /// Rows this operator has emitted so far (counted by [`build`]'s instrumentation).
     fn rows_out(&self) -> u64 {
         0
+    }
+
+    /// How many shards (copies, each with the state of some keys) the operator runs as.
+    fn shards(&self) -> usize {
+        1
     }
 }
 
@@ -98,6 +106,10 @@ impl Operator for Instrumented {
     fn rows_out(&self) -> u64 {
         self.rows_out
     }
+
+    fn shards(&self) -> usize {
+        self.inner.shards()
+    }
 }
 
 /// What an operator holds: its name, rows of state and their approximate size in memory
@@ -125,6 +137,8 @@ pub struct OperatorStats {
     pub rows_out: u64,
     pub state_rows: usize,
     pub state_bytes: usize,
+    /// Shards the operator runs as (1: not sharded).
+    pub shards: usize,
 }
 
 /// Every operator of a dataflow, parents before children. A source's input is its output.
@@ -134,7 +148,7 @@ pub fn stats(root: &dyn Operator) -> Vec<OperatorStats> {
         let children = op.children();
         let rows_in = if children.is_empty() { op.rows_out() } else { children.iter().map(|c| c.rows_out()).sum() };
         let name = plan::readable_intervals(&state.name);
-        out.push(OperatorStats { path: path.clone(), name, rows_in, rows_out: op.rows_out(), state_rows: state.rows, state_bytes: state.bytes });
+        out.push(OperatorStats { path: path.clone(), name, rows_in, rows_out: op.rows_out(), state_rows: state.rows, state_bytes: state.bytes, shards: op.shards() });
         for (i, child) in children.into_iter().enumerate() {
             walk(child, format!("{path}.{i}"), out);
         }
@@ -144,24 +158,99 @@ pub fn stats(root: &dyn Operator) -> Vec<OperatorStats> {
     out
 }
 
-/// Builds the operator tree of a plan.
 /// Builds the operator tree of a plan; its window operators read watermarks from `event_time`
-/// and record late rows there.
-pub fn build(node: &Node, event_time: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
-    Ok(Box::new(Instrumented { inner: build_bare(node, event_time)?, rows_out: 0 }))
+/// and record late rows there. With several `workers`, stateful operators with a key (grouped
+/// aggregates, equi-joins, partitioned top-N) are sharded by it across them.
+pub fn build(node: &Node, event_time: &Arc<EventTime>, workers: &Workers) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(Instrumented { inner: build_bare(node, event_time, workers)?, rows_out: 0 }))
 }
 
-fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
+fn build_bare(node: &Node, et: &Arc<EventTime>, workers: &Workers) -> Result<Box<dyn Operator>> {
+    if let Some(inputs) = stateful_inputs(node) {
+        let built = inputs.iter().map(|i| build(i, et, workers)).collect::<Result<Vec<_>>>()?;
+        if let (Some(pool), Some(keys)) = (workers.pool(), shard_keys(node)) {
+            let shards = (0..workers.count())
+                .map(|_| {
+                    let stubs = inputs
+                        .iter()
+                        .zip(shard::SHARD_INPUTS)
+                        .map(|(input, object)| Box::new(stateless::Source { object, schema: input.schema() }) as Box<dyn Operator>)
+                        .collect();
+                    build_stateful(node, stubs, et)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Box::new(shard::Sharded::new(built, keys, shards, Arc::clone(pool))?));
+        }
+        return build_stateful(node, built, et);
+    }
     Ok(match node {
         Node::Source { object, schema, .. } => Box::new(stateless::Source { object: *object, schema: Arc::clone(schema) }),
         Node::Filter { input, predicate } => {
-            Box::new(stateless::Filter { input: build(input, et)?, predicate: predicate.clone(), context: Arc::clone(et) })
+            Box::new(stateless::Filter { input: build(input, et, workers)?, predicate: predicate.clone(), context: Arc::clone(et) })
         }
-        Node::Project { input, exprs, schema } => {
-            Box::new(stateless::Project { input: build(input, et)?, exprs: exprs.clone(), schema: schema.clone(), context: Arc::clone(et) })
+        Node::Project { input, exprs, schema } => Box::new(stateless::Project {
+            input: build(input, et, workers)?,
+            exprs: exprs.clone(),
+            schema: schema.clone(),
+            context: Arc::clone(et),
+        }),
+        Node::Union { inputs, schema } => Box::new(stateless::Union {
+            inputs: inputs.iter().map(|i| build(i, et, workers)).collect::<Result<_>>()?,
+            schema: schema.clone(),
+        }),
+        Node::TemporalFilter { input, from, until } => {
+            et.needs_ticks();
+            Box::new(temporal::TemporalFilter::new(build(input, et, workers)?, &input.schema(), from.clone(), until.clone())?)
         }
+        Node::Release { input, time, sources, lateness } => {
+            Box::new(event_time::Release::new(build(input, et, workers)?, time.clone(), sources.clone(), *lateness, Arc::clone(et)))
+        }
+        Node::LateFilter { input, end, time, sources, lateness } => Box::new(event_time::LateFilter {
+            input: build(input, et, workers)?,
+            end: end.clone(),
+            time: time.clone(),
+            sources: sources.clone(),
+            lateness: *lateness,
+            event_time: Arc::clone(et),
+            dropped: 0,
+        }),
+        Node::Aggregate { .. } | Node::SessionAggregate { .. } | Node::TopN { .. } | Node::Join { .. } => {
+            return Err(Error::internal("a stateful operator without inputs"));
+        }
+    })
+}
+
+/// The inputs of the operators that keep state by key (and may be sharded).
+fn stateful_inputs(node: &Node) -> Option<Vec<&Node>> {
+    match node {
+        Node::Aggregate { input, .. } | Node::SessionAggregate { input, .. } | Node::TopN { input, .. } => Some(vec![input.as_ref()]),
+        Node::Join { left, right, .. } => Some(vec![left.as_ref(), right.as_ref()]),
+        _ => None,
+    }
+}
+
+/// Per input, the expressions whose values decide a row's shard; `None` when the operator
+/// has no key to shard by (a global aggregate or top-N, a join without equalities).
+fn shard_keys(node: &Node) -> Option<Vec<Vec<Expr>>> {
+    let keys = match node {
+        Node::Aggregate { group, .. } => vec![group.clone()],
+        Node::SessionAggregate { group, starts, ends, .. } => {
+            vec![group.iter().enumerate().filter(|(i, _)| !starts.contains(i) && !ends.contains(i)).map(|(_, e)| e.clone()).collect()]
+        }
+        Node::TopN { partition, .. } => vec![partition.clone()],
+        Node::Join { left_keys, right_keys, .. } => vec![left_keys.clone(), right_keys.clone()],
+        _ => return None,
+    };
+    keys.iter().all(|k| !k.is_empty()).then_some(keys)
+}
+
+/// Builds a stateful operator over already built `inputs` (see [`stateful_inputs`]).
+fn build_stateful(node: &Node, inputs: Vec<Box<dyn Operator>>, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
+    let mut inputs = inputs.into_iter();
+    let mut next = || inputs.next().ok_or_else(|| Error::internal("an operator's input is missing"));
+    Ok(match node {
         Node::TopN { input, partition, order, offset, limit, rank, window, schema } => Box::new(topn::TopN::new(
-            build(input, et)?,
+            next()?,
             input.schema(),
             partition.clone(),
             order.clone(),
@@ -170,12 +259,8 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             window.clone().map(|w| (w, Arc::clone(et))),
             schema.clone(),
         )?),
-        Node::Union { inputs, schema } => Box::new(stateless::Union {
-            inputs: inputs.iter().map(|i| build(i, et)).collect::<Result<_>>()?,
-            schema: schema.clone(),
-        }),
         Node::Aggregate { input, group, aggregates, window, append_only, schema } => Box::new(aggregate::Aggregate::new(
-            build(input, et)?,
+            next()?,
             &input.schema(),
             group.clone(),
             aggregates.clone(),
@@ -184,33 +269,19 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             schema.clone(),
         )?),
         Node::SessionAggregate { input, group, starts, ends, time, gap_micros, aggregates, window, schema } => Box::new(session::SessionAggregate::new(
-            build(input, et)?,
+            next()?,
             &input.schema(),
             session::Spec { group: group.clone(), starts: starts.clone(), ends: ends.clone(), time: time.clone(), gap_micros: *gap_micros },
             aggregates.clone(),
             window.clone().map(|w| (w, Arc::clone(et))),
             schema.clone(),
         )?),
-        Node::TemporalFilter { input, from, until } => {
-            et.needs_ticks();
-            Box::new(temporal::TemporalFilter::new(build(input, et)?, &input.schema(), from.clone(), until.clone())?)
-        }
-        Node::Release { input, time, sources, lateness } => Box::new(event_time::Release::new(build(input, et)?, time.clone(), sources.clone(), *lateness, Arc::clone(et))),
-        Node::LateFilter { input, end, time, sources, lateness } => Box::new(event_time::LateFilter {
-            input: build(input, et)?,
-            end: end.clone(),
-            time: time.clone(),
-            sources: sources.clone(),
-            lateness: *lateness,
-            event_time: Arc::clone(et),
-            dropped: 0,
-        }),
         Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema, bounds, lookup: false } if *kind != plan::JoinKind::Inner => {
             let mut join = outer_join::OuterJoin::new(
                 *kind,
                 *nulls_equal,
-                build(left, et)?,
-                build(right, et)?,
+                next()?,
+                next()?,
                 left.schema(),
                 right.schema(),
                 left_keys.clone(),
@@ -226,8 +297,8 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
         Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, bounds, lookup, schema } => {
             let mut join = join::InnerJoin::new(
                 *nulls_equal,
-                build(left, et)?,
-                build(right, et)?,
+                next()?,
+                next()?,
                 left.schema(),
                 right.schema(),
                 left_keys.clone(),
@@ -244,5 +315,6 @@ fn build_bare(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
             }
             Box::new(join)
         }
+        _ => return Err(Error::internal("not a stateful operator")),
     })
 }

@@ -40,17 +40,29 @@ pub fn evaluate(expr: &Expr, batch: &RecordBatch) -> Result<ArrayRef> {
 /// same part, so a row's retraction follows its insert; the hash is fixed (not seeded per
 /// process), so routing is the same after a restart.
 pub fn partition_by_key(changes: &ChangeBatch, key: &[usize], partitions: u32) -> Result<Vec<ChangeBatch>> {
-    use datafusion::common::hash_utils::{RandomState, create_hashes};
     let n = partitions.max(1);
     if n == 1 {
         return Ok(vec![changes.clone()]);
     }
-    let columns: Vec<&ArrayRef> = key.iter().map(|&i| changes.rows().column(i)).collect();
-    let mut hashes = vec![0u64; changes.len()];
-    create_hashes(columns, &RandomState::with_seed(0), &mut hashes).map_err(|e| Error::internal(format!("hashing keys: {e}")))?;
-    let mut indices: Vec<Vec<u32>> = vec![Vec::new(); n as usize];
-    for (i, h) in hashes.iter().enumerate() {
-        indices[(h % u64::from(n)) as usize].push(i as u32);
+    let columns: Vec<ArrayRef> = key.iter().map(|&i| Arc::clone(changes.rows().column(i))).collect();
+    let hashes = hash_keys(&columns, changes.len())?;
+    let part: Vec<u32> = hashes.iter().map(|h| (h % u64::from(n)) as u32).collect();
+    split_by(changes, &part, n as usize)
+}
+
+/// The fixed hash of each row's `keys` values (equal values, equal hashes, in every process).
+pub fn hash_keys(keys: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
+    use datafusion::common::hash_utils::{RandomState, create_hashes};
+    let mut hashes = vec![0u64; rows];
+    create_hashes(keys, &RandomState::with_seed(0), &mut hashes).map_err(|e| Error::internal(format!("hashing keys: {e}")))?;
+    Ok(hashes)
+}
+
+/// Splits changes into `parts` batches: row i goes to part `part[i]`.
+pub fn split_by(changes: &ChangeBatch, part: &[u32], parts: usize) -> Result<Vec<ChangeBatch>> {
+    let mut indices: Vec<Vec<u32>> = vec![Vec::with_capacity(changes.len() / parts.max(1) + 1); parts];
+    for (i, p) in part.iter().enumerate() {
+        indices[*p as usize].push(i as u32);
     }
     indices
         .into_iter()

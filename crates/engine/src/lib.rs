@@ -54,6 +54,8 @@ pub fn version_string() -> String {
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub data_dir: PathBuf,
+    /// Threads that views' stateful operators are sharded across (by key); 1: no sharding.
+    pub workers: usize,
 }
 
 /// A table: its definition, schema and current contents.
@@ -126,6 +128,8 @@ pub struct Engine {
     views: RwLock<BTreeMap<String, Arc<View>>>,
     sources: RwLock<BTreeMap<String, Arc<source::Source>>>,
     runtime: ViewRuntime,
+    /// The threads views' sharded operators run on.
+    workers: eddy_dataflow::Workers,
     /// Views read from the catalog at start-up, planned again by [`Engine::restore_views`].
     stored_views: std::sync::Mutex<Vec<ViewDef>>,
     /// Serializes catalog changes and commits: the order writers pass through here is the order
@@ -184,6 +188,7 @@ impl Engine {
             views: RwLock::new(BTreeMap::new()),
             sources: RwLock::new(sources),
             runtime: ViewRuntime::start()?,
+            workers: eddy_dataflow::Workers::new(config.workers)?,
             stored_views: std::sync::Mutex::new(view_defs),
             write_lock: Arc::new(Mutex::new(())),
         }))
@@ -259,7 +264,7 @@ impl Engine {
         }
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
-        let dataflow = eddy_dataflow::build(&plan.node, &event_time)?;
+        let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
         let tables = self.backfill_inputs(&sources).await?;
         let backfill_rows: usize = tables.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, _, b)| b.iter()).map(|b| b.len()).sum();
         let is_new = id.is_none();
@@ -300,7 +305,7 @@ impl Engine {
         let guard = self.lock_writes().await;
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
-        let dataflow = eddy_dataflow::build(&plan.node, &event_time)?;
+        let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
         let tables = self.backfill_inputs(&sources).await?;
         let id = self.meta.allocate_object_id()?;
         let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };

@@ -60,10 +60,11 @@ fn operators_schema() -> SchemaRef {
         Field::new("rows_out", DataType::UInt64, false),
         Field::new("state_rows", DataType::UInt64, false),
         Field::new("state_bytes", DataType::UInt64, false),
+        Field::new("shards", DataType::UInt32, false),
     ]))
 }
 
-/// Per view and operator: rows in and out and the state held (rows, bytes).
+/// Per view and operator: rows in and out, the state held (rows, bytes) and its shards.
 fn operators(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let rows = engine.runtime().operators()?;
     let columns: Vec<ArrayRef> = vec![
@@ -74,6 +75,7 @@ fn operators(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_out).collect::<Vec<_>>())),
         Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_rows as u64).collect::<Vec<_>>())),
         Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_bytes as u64).collect::<Vec<_>>())),
+        Arc::new(UInt32Array::from(rows.iter().map(|(_, s)| s.shards as u32).collect::<Vec<_>>())),
     ];
     batch("eddy_operators", operators_schema(), columns)
 }

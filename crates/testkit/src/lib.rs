@@ -35,6 +35,8 @@ pub struct EddyProcess {
     pub http_port: u16,
     binary: PathBuf,
     pub data_dir: PathBuf,
+    /// `--workers` (None: the server's default, every core).
+    workers: Option<u32>,
     /// A data directory this process owns, removed after the process is killed.
     _owned_dir: Option<tempfile::TempDir>,
 }
@@ -42,9 +44,17 @@ pub struct EddyProcess {
 impl EddyProcess {
     /// Starts `binary serve` on 127.0.0.1 with a port the OS picks, and waits until it listens.
     pub fn start(binary: &Path, data_dir: &Path) -> Result<Self> {
-        let mut child = Command::new(binary)
-            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
+        EddyProcess::start_with(binary, data_dir, None)
+    }
+
+    /// [`EddyProcess::start`] with `--workers`.
+    pub fn start_with(binary: &Path, data_dir: &Path, workers: Option<u32>) -> Result<Self> {
+        let mut command = Command::new(binary);
+        command.args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
+        if let Some(n) = workers {
+            command.arg("--workers").arg(n.to_string());
+        }
+        let mut child = command
             .env("EDDY_LOG", std::env::var("EDDY_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -77,13 +87,18 @@ impl EddyProcess {
         };
         let port_of = |addr: &str| addr.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad address {addr}"));
         let (port, http_port) = (port_of(&addr)?, port_of(&http)?);
-        Ok(EddyProcess { child, port, http_port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), _owned_dir: None })
+        Ok(EddyProcess { child, port, http_port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), workers, _owned_dir: None })
     }
 
     /// Starts a server on a fresh temporary data directory that lives as long as it does.
     pub fn start_fresh(binary: &Path) -> Result<Self> {
+        EddyProcess::start_fresh_with(binary, None)
+    }
+
+    /// [`EddyProcess::start_fresh`] with `--workers`.
+    pub fn start_fresh_with(binary: &Path, workers: Option<u32>) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let mut server = EddyProcess::start(binary, dir.path())?;
+        let mut server = EddyProcess::start_with(binary, dir.path(), workers)?;
         server._owned_dir = Some(dir);
         Ok(server)
     }
@@ -159,7 +174,7 @@ impl EddyProcess {
 
     /// Starts a new process on the same data directory.
     pub fn restart(&self) -> Result<Self> {
-        EddyProcess::start(&self.binary, &self.data_dir)
+        EddyProcess::start_with(&self.binary, &self.data_dir, self.workers)
     }
 }
 
@@ -235,9 +250,13 @@ impl AsyncDB for Connection {
     }
 }
 
+/// `--workers` of the servers that `.slt` files run against.
+pub const SLT_WORKERS: u32 = 2;
+
 /// Runs one `.slt` file against a fresh server with its own data directory.
 pub async fn run_slt_file(binary: &Path, file: &Path) -> Result<()> {
-    let server = EddyProcess::start_fresh(binary)?;
+    // Two workers whatever the machine: sharded operators are what the files check.
+    let server = EddyProcess::start_fresh_with(binary, Some(SLT_WORKERS))?;
     let connection_string = server.connection_string();
     let mut runner = sqllogictest::Runner::new(move || {
         let connection_string = connection_string.clone();

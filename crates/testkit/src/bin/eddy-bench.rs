@@ -94,7 +94,7 @@ enum Bench {
         /// Queries to run, by file name in examples/nexmark (default: all of them).
         #[arg(long, value_delimiter = ',')]
         queries: Vec<String>,
-        /// Dataflow workers; one until operators are sharded across threads.
+        /// Dataflow workers (`eddy --workers`): stateful operators sharded by key across them.
         #[arg(long, default_value_t = 1)]
         workers: u32,
         /// Generator splits (partitions) of each stream.
@@ -138,10 +138,7 @@ fn main() -> Result<()> {
         }
         Bench::Ingest { records, http_batch, no_kafka } => runtime.block_on(ingest(&eddy, records, http_batch, !no_kafka))?,
         Bench::Nexmark { events, queries, workers, splits, no_batch, latency_rate, latency_seconds } => {
-            if workers != 1 {
-                bail!("--workers {workers}: the dataflow runs on one worker thread until operators are sharded (issue 6)");
-            }
-            runtime.block_on(nexmark(&eddy, events, queries, splits, !no_batch, latency_rate, latency_seconds))?
+            runtime.block_on(nexmark(&eddy, events, queries, workers, splits, !no_batch, latency_rate, latency_seconds))?
         }
     };
     println!("\n{:<72} {:>14}  {:<10} note", "measure", "value", "unit");
@@ -563,14 +560,15 @@ async fn nexmark_drained(client: &Client, view: &str, events: u64) -> Result<Ins
     }
 }
 
-async fn nexmark(eddy: &std::path::Path, events: u64, queries: Vec<String>, splits: u32, batch: bool, latency_rate: u64, latency_seconds: u64) -> Result<Vec<Measure>> {
+#[allow(clippy::too_many_arguments)]
+async fn nexmark(eddy: &std::path::Path, events: u64, queries: Vec<String>, workers: u32, splits: u32, batch: bool, latency_rate: u64, latency_seconds: u64) -> Result<Vec<Measure>> {
     let dir = PathBuf::from("examples/nexmark");
     let queries = if queries.is_empty() { nexmark_queries(&dir)? } else { queries };
     let mut out = Vec::new();
     for q in &queries {
-        eprintln!("nexmark {q} over {events} events ...");
+        eprintln!("nexmark {q} over {events} events, {workers} worker(s) ...");
         // A fresh server per query, as nexmark-flink runs them.
-        let server = EddyProcess::start_fresh(eddy)?;
+        let server = EddyProcess::start_fresh_with(eddy, Some(workers))?;
         let client = server.connect().await?;
         exec(&client, SIDE_INPUT).await?;
         exec(&client, &nexmark_schema(&dir, events, splits, true)?).await?;
@@ -590,7 +588,7 @@ async fn nexmark(eddy: &std::path::Path, events: u64, queries: Vec<String>, spli
     }
     if batch {
         eprintln!("storing {events} events in tables for the batch queries ...");
-        let server = EddyProcess::start_fresh(eddy)?;
+        let server = EddyProcess::start_fresh_with(eddy, Some(workers))?;
         let client = server.connect().await?;
         exec(&client, SIDE_INPUT).await?;
         let started = Instant::now();
@@ -620,7 +618,7 @@ async fn nexmark(eddy: &std::path::Path, events: u64, queries: Vec<String>, spli
         }
     }
     if latency_seconds > 0 {
-        out.extend(nexmark_latency(eddy, &dir, latency_rate, latency_seconds).await?);
+        out.extend(nexmark_latency(eddy, &dir, workers, latency_rate, latency_seconds).await?);
     }
     Ok(out)
 }
@@ -628,10 +626,10 @@ async fn nexmark(eddy: &std::path::Path, events: u64, queries: Vec<String>, spli
 /// The generator paced at `rate` events/s with event time advancing at the same pace: event
 /// `e` is generated at `start + e / rate`, which is also its event time minus the base time.
 /// A view of the bids is subscribed to; the delay of each row is its arrival minus that.
-async fn nexmark_latency(eddy: &std::path::Path, dir: &std::path::Path, rate: u64, seconds: u64) -> Result<Vec<Measure>> {
+async fn nexmark_latency(eddy: &std::path::Path, dir: &std::path::Path, workers: u32, rate: u64, seconds: u64) -> Result<Vec<Measure>> {
     use futures::StreamExt;
     let events = rate * seconds;
-    let server = EddyProcess::start_fresh(eddy)?;
+    let server = EddyProcess::start_fresh_with(eddy, Some(workers))?;
     let client = server.connect().await?;
     let schema = nexmark_schema(dir, events, 1, true)?.replace("'10000'", &format!("'{rate}'")).replace("nexmark.rate.limited = 'false'", "nexmark.rate.limited = 'true'");
     exec(&client, &schema).await?;
