@@ -1020,13 +1020,15 @@ fn rows_of_text(names: &[&str], rows: Vec<Vec<String>>) -> Result<Outcome> {
 struct SessionCatalog {
     engine: Arc<Engine>,
     forks: Mutex<HashMap<ObjectId, TableData>>,
-    /// The views' contents as of the start of the running statement.
+    /// The views' contents as the running statement reads them: taken when it first reads a
+    /// view, so that all the views it reads are of one epoch (and statements that read no
+    /// view never have snapshots built).
     views: Mutex<Option<crate::views::Snapshots>>,
 }
 
 impl SessionCatalog {
     fn begin_statement(&self) {
-        *self.views.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.engine.view_snapshots());
+        self.views.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     fn end_statement(&self) {
@@ -1035,7 +1037,7 @@ impl SessionCatalog {
 
     fn view_table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
         let view = self.engine.view(name)?;
-        let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.engine.view_snapshots());
+        let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| self.engine.view_snapshots()).clone();
         let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
         let watermark = view.watermark.as_ref().map(|(column, _)| column.clone());
         Some(Arc::new(SnapshotTable { id: view.def.id, kind: "VIEW", schema: Arc::clone(&view.schema), snapshot: Some(snapshot), watermark, append_only: false }))

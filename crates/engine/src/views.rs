@@ -5,8 +5,10 @@
 //! Committed changes arrive in commit order (they are sent under the engine's write lock);
 //! an epoch ends every [`BARRIER_INTERVAL`] when something changed, and on `FLUSH`. At the end
 //! of an epoch views are processed in creation order, so a view's output reaches the views that
-//! read it in the same epoch; then every view's contents are published together as one
-//! snapshot map, so one query over several views sees one moment.
+//! read it in the same epoch; then the views' contents are published together as one
+//! snapshot map, so one query over several views sees one moment. Snapshots are built when a
+//! reader first asks for them after an epoch changed something (a view of millions of rows
+//! that changes every epoch costs nothing until it is read).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
@@ -35,8 +37,22 @@ const RUNTIME_QUEUE_KIB: u32 = 256 * 1024;
 /// A reservation of the runtime's queue, released once the runtime has processed the changes.
 pub struct QueueBudget(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
-/// Published contents of every view: replaced wholesale at the end of each epoch.
+/// Published contents of every view, all as of one epoch.
 pub type Snapshots = Arc<HashMap<ObjectId, Arc<Vec<RecordBatch>>>>;
+
+/// What readers see: the last snapshots built, and whether an epoch has changed some view
+/// since (then a reader asks the runtime to build them again).
+struct Published {
+    snapshots: Snapshots,
+    stale: bool,
+}
+
+/// Readers waiting for the runtime to publish fresh snapshots.
+#[derive(Default)]
+struct SnapshotRequests {
+    waiting: Mutex<Vec<mpsc::Sender<Snapshots>>>,
+    pending: std::sync::atomic::AtomicBool,
+}
 
 pub struct View {
     pub def: ViewDef,
@@ -221,6 +237,8 @@ enum Message {
     Flush { reply: oneshot::Sender<Result<u64>> },
     Operators { reply: mpsc::Sender<Vec<(String, eddy_dataflow::OperatorStats)>> },
     Offsets { reply: mpsc::Sender<Vec<ConsumerOffsets>> },
+    /// Wakes an idle runtime to answer [`SnapshotRequests`].
+    Wake,
 }
 
 /// Changes that one view's reader of a source read: only that view receives them, and they
@@ -244,7 +262,8 @@ pub struct ConsumerOffsets {
 
 pub struct ViewRuntime {
     queue: Mutex<Option<SyncSender<Message>>>,
-    published: Arc<RwLock<Snapshots>>,
+    published: Arc<RwLock<Published>>,
+    requests: Arc<SnapshotRequests>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     budget: Arc<tokio::sync::Semaphore>,
 }
@@ -252,14 +271,20 @@ pub struct ViewRuntime {
 impl ViewRuntime {
     pub fn start() -> Result<ViewRuntime> {
         let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
-        let published: Arc<RwLock<Snapshots>> = Arc::new(RwLock::new(Arc::new(HashMap::new())));
-        let state = RuntimeState { views: Vec::new(), epoch: 0, published: Arc::clone(&published), dirty: false, failures: BTreeMap::new(), subscribers: Vec::new(), clocks: HashMap::new(), late: Vec::new(), failed: Vec::new() };
+        let published = Arc::new(RwLock::new(Published { snapshots: Arc::new(HashMap::new()), stale: false }));
+        let requests = Arc::new(SnapshotRequests::default());
+        let state = RuntimeState {
+            views: Vec::new(),
+            epoch: 0,
+            published: Arc::clone(&published),
+            requests: Arc::clone(&requests),
+            dirty: false, failures: BTreeMap::new(), subscribers: Vec::new(), clocks: HashMap::new(), late: Vec::new(), failed: Vec::new() };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
             .spawn(move || state.run(&rx))
             .map_err(|e| Error::io("start the view runtime", e))?;
         let budget = Arc::new(tokio::sync::Semaphore::new(RUNTIME_QUEUE_KIB as usize));
-        Ok(ViewRuntime { queue: Mutex::new(Some(tx)), published, thread: Mutex::new(Some(thread)), budget })
+        Ok(ViewRuntime { queue: Mutex::new(Some(tx)), published, requests, thread: Mutex::new(Some(thread)), budget })
     }
 
     fn send(&self, message: Message) -> Result<()> {
@@ -365,9 +390,28 @@ impl ViewRuntime {
         self.ask(|reply| Message::Operators { reply })
     }
 
-    /// The contents of every view as of the last epoch.
+    /// The contents of every view as of the last epoch. When an epoch changed some view since
+    /// they were last built, the runtime builds them between two messages (before the queued
+    /// changes behind them); a runtime busy for 10 s (a long backfill) leaves the reader with
+    /// the last snapshots built, an earlier but consistent moment.
     pub fn snapshots(&self) -> Snapshots {
-        Arc::clone(&self.published.read().unwrap_or_else(|p| p.into_inner()))
+        {
+            let published = self.published.read().unwrap_or_else(|p| p.into_inner());
+            if !published.stale {
+                return Arc::clone(&published.snapshots);
+            }
+        }
+        let (reply, answer) = mpsc::channel();
+        self.requests.waiting.lock().unwrap_or_else(|p| p.into_inner()).push(reply);
+        self.requests.pending.store(true, std::sync::atomic::Ordering::Release);
+        // An idle runtime waits on its queue; a full queue means it is busy and looks soon.
+        if let Some(queue) = self.queue.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = queue.try_send(Message::Wake);
+        }
+        answer.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
+            tracing::warn!("the view runtime did not publish within 10 s; reading earlier snapshots");
+            Arc::clone(&self.published.read().unwrap_or_else(|p| p.into_inner()).snapshots)
+        })
     }
 
     pub fn shutdown(&self) {
@@ -396,7 +440,8 @@ struct Entry {
 struct RuntimeState {
     views: Vec<Entry>,
     epoch: u64,
-    published: Arc<RwLock<Snapshots>>,
+    published: Arc<RwLock<Published>>,
+    requests: Arc<SnapshotRequests>,
     dirty: bool,
     /// Views whose dataflow failed (they stop updating); reported by every FLUSH until dropped.
     failures: BTreeMap<ObjectId, Error>,
@@ -416,7 +461,13 @@ impl RuntimeState {
             match queue.recv_timeout(wait) {
                 Ok(message) => self.handle(message, &mut last_epoch),
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.requests.waiting.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                    return;
+                }
+            }
+            if self.requests.pending.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                self.answer_snapshot_requests();
             }
             self.expire_idle_partitions();
             // Views whose output moves with the wall clock (temporal filters) see every epoch.
@@ -463,7 +514,7 @@ impl RuntimeState {
                 let views = &self.views;
                 self.subscribers.retain(|s| views.iter().any(|v| v.view.def.id == s.view));
                 self.failures.remove(&id);
-                self.publish();
+                self.mark_stale();
             }
             Message::LateEvents { reply } => {
                 let _ = reply.send(self.late.clone());
@@ -492,6 +543,7 @@ impl RuntimeState {
                     .collect();
                 let _ = reply.send(rows);
             }
+            Message::Wake => {}
             Message::Flush { reply } => {
                 let result = self.end_epoch();
                 *last_epoch = Instant::now();
@@ -661,10 +713,9 @@ impl RuntimeState {
             }
         }
         let mut inputs = tables;
-        let published = self.published.read().unwrap_or_else(|p| p.into_inner()).clone();
         for source in &sources {
-            if let Some(contents) = published.get(source) {
-                let batches = contents.iter().cloned().map(|b| (0, 0, vec![ChangeBatch::inserts(b)])).collect();
+            if let Some(upstream) = self.views.iter_mut().find(|e| e.view.def.id == *source) {
+                let batches = upstream.contents.snapshot()?.iter().cloned().map(|b| (0, 0, vec![ChangeBatch::inserts(b)])).collect();
                 inputs.push(Backfill { object: *source, clock: None, batches });
             }
         }
@@ -829,10 +880,27 @@ impl RuntimeState {
         if !self.subscribers.is_empty() {
             self.notify(&outputs);
         }
-        if changed || self.published.read().unwrap_or_else(|p| p.into_inner()).len() != self.views.len() {
-            self.publish();
+        if changed || self.published.read().unwrap_or_else(|p| p.into_inner()).snapshots.len() != self.views.len() {
+            self.mark_stale();
         }
         Ok(())
+    }
+
+    /// Some view's contents changed: the next reader has snapshots built.
+    fn mark_stale(&self) {
+        self.published.write().unwrap_or_else(|p| p.into_inner()).stale = true;
+    }
+
+    /// Publishes fresh snapshots (if an epoch changed something) and hands them to every
+    /// reader waiting for them.
+    fn answer_snapshot_requests(&mut self) {
+        if self.published.read().unwrap_or_else(|p| p.into_inner()).stale {
+            self.publish();
+        }
+        let snapshots = Arc::clone(&self.published.read().unwrap_or_else(|p| p.into_inner()).snapshots);
+        for reader in self.requests.waiting.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            let _ = reader.send(Arc::clone(&snapshots));
+        }
     }
 
     fn publish(&mut self) {
@@ -845,7 +913,7 @@ impl RuntimeState {
                 Err(e) => tracing::error!(view = %entry.view.def.name, error = %e, "building a view snapshot failed"),
             }
         }
-        *self.published.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);
+        *self.published.write().unwrap_or_else(|p| p.into_inner()) = Published { snapshots: Arc::new(map), stale: false };
     }
 }
 
