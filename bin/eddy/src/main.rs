@@ -41,7 +41,8 @@ struct ServeArgs {
     #[arg(long, env = "EDDY_DATA_DIR", default_value = "./eddy-data")]
     data_dir: PathBuf,
     /// Threads the views' stateful operators (grouped aggregates, joins, top-N per partition)
-    /// are sharded across by key. Default: every core.
+    /// are sharded across by key. Default: half the cores (at least one); the other half
+    /// serve ingest, connectors and clients (docs/operations.md).
     #[arg(long, env = "EDDY_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: Option<u16>,
 }
@@ -63,7 +64,7 @@ fn main() -> anyhow::Result<()> {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let workers = match args.workers {
         Some(n) => usize::from(n),
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        None => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
     };
     let config = EngineConfig { data_dir: args.data_dir.clone(), workers };
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))

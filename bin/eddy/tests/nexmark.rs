@@ -68,7 +68,7 @@ fn canonical(rows: Vec<Vec<Option<String>>>) -> Vec<Vec<String>> {
 
 #[tokio::test]
 async fn every_query_equals_its_batch_answer() {
-    let server = EddyProcess::start_fresh(&binary()).unwrap();
+    let server = EddyProcess::start_fresh_with(&binary(), Some(eddy_testkit::TEST_WORKERS)).unwrap();
     let client = server.connect().await.unwrap();
     // 100 000 events, 1 000 per second of event time: 100 s of bids, auctions and people.
     // Q13's side table first: bids join it as it is when they are processed.

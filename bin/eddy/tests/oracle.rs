@@ -135,7 +135,7 @@ async fn check_case(server: &EddyProcess, ops: &[Op], late_from: usize) -> Resul
 fn views_equal_their_queries_in_batch() {
     // One server for every case (each case uses its own tables and views); dropped, and so
     // killed, when the test ends.
-    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let server = EddyProcess::start_fresh_with(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), Some(eddy_testkit::TEST_WORKERS)).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let config = ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() };
     let mut runner = proptest::test_runner::TestRunner::new(config);

@@ -35,7 +35,7 @@ pub struct EddyProcess {
     pub http_port: u16,
     binary: PathBuf,
     pub data_dir: PathBuf,
-    /// `--workers` (None: the server's default, every core).
+    /// `--workers` (None: the server's default).
     workers: Option<u32>,
     /// A data directory this process owns, removed after the process is killed.
     _owned_dir: Option<tempfile::TempDir>,
@@ -250,13 +250,13 @@ impl AsyncDB for Connection {
     }
 }
 
-/// `--workers` of the servers that `.slt` files run against.
-pub const SLT_WORKERS: u32 = 2;
+/// `--workers` of the servers that `.slt` files and the oracle tests run against: two
+/// whatever the machine, so that what they check is the sharded operators.
+pub const TEST_WORKERS: u32 = 2;
 
 /// Runs one `.slt` file against a fresh server with its own data directory.
 pub async fn run_slt_file(binary: &Path, file: &Path) -> Result<()> {
-    // Two workers whatever the machine: sharded operators are what the files check.
-    let server = EddyProcess::start_fresh_with(binary, Some(SLT_WORKERS))?;
+    let server = EddyProcess::start_fresh_with(binary, Some(TEST_WORKERS))?;
     let connection_string = server.connection_string();
     let mut runner = sqllogictest::Runner::new(move || {
         let connection_string = connection_string.clone();
