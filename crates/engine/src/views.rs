@@ -746,6 +746,11 @@ impl RuntimeState {
                 since_epoch = 0;
                 pending.extend(dataflow.end_epoch()?);
             }
+            // Readers of the other views need not wait for a long backfill: their contents
+            // stay as of the epoch ended above until it is done.
+            if self.requests.pending.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                self.answer_snapshot_requests();
+            }
             if let Some(progress) = progress
                 && reported.elapsed() >= BACKFILL_PROGRESS_INTERVAL
             {
