@@ -35,10 +35,14 @@ struct Side {
     /// Time-bounded joins: when rows may be forgotten, and the rows by the watermark (of the
     /// other side) that frees them.
     bound: Option<TimeBound>,
-    expiry: BTreeMap<i64, Vec<(OwnedRow, OwnedRow, i64)>>,
-    /// Interval joins: per key, this side's rows by time, so a probe reads only the matching
-    /// time range (multiplicities stay in `arrangement`).
-    by_time: crate::StateMap<OwnedRow, BTreeMap<i64, Vec<OwnedRow>>>,
+    expiry: BTreeMap<i64, Vec<(OwnedRow, OwnedRow)>>,
+    /// Interval joins keep their rows here instead of in `arrangement`: per key, by event
+    /// time, each row with its multiplicity (rarely more than one per key and microsecond), so
+    /// a probe reads only the matching time range and a (key, time) slot expires whole. Rows
+    /// without a time never match and are not kept.
+    timed: crate::StateMap<OwnedRow, BTreeMap<i64, Vec<(OwnedRow, i64)>>>,
+    /// When each (key, time) slot of `timed` may be forgotten.
+    timed_expiry: BTreeMap<i64, Vec<(OwnedRow, i64)>>,
 }
 
 pub struct InnerJoin {
@@ -64,8 +68,14 @@ impl Side {
             key_converter: None,
             bound: None,
             expiry: BTreeMap::new(),
-            by_time: crate::StateMap::default(),
+            timed: crate::StateMap::default(),
+            timed_expiry: BTreeMap::new(),
         })
+    }
+
+    /// Whether rows are kept by time (`timed`) rather than in `arrangement`.
+    fn indexed(&self) -> bool {
+        self.bound.as_ref().is_some_and(|b| b.range.is_some())
     }
 
     /// Join keys of each row; `None` where a key column is NULL.
@@ -88,7 +98,9 @@ impl Side {
             Some(b) => Some((micros(&evaluate(&b.time, changes.rows())?)?, b.horizon_micros)),
             None => None,
         };
-        let indexed = self.bound.as_ref().is_some_and(|b| b.range.is_some());
+        if let (true, Some((times, horizon))) = (self.indexed(), &expires) {
+            return self.insert_timed(changes, keys, &rows, times, *horizon);
+        }
         for (i, key) in keys.iter().enumerate() {
             let Some(key) = key else { continue };
             let bucket = self.arrangement.entry(key.clone()).or_default();
@@ -97,10 +109,7 @@ impl Side {
                 && let Some(t) = times[i]
                 && changes.diffs().value(i) > 0
             {
-                self.expiry.entry(t.saturating_add(*horizon)).or_default().push((key.clone(), row.clone(), t));
-                if indexed && !bucket.contains_key(&row) {
-                    self.by_time.entry(key.clone()).or_default().entry(t).or_default().push(row.clone());
-                }
+                self.expiry.entry(t.saturating_add(*horizon)).or_default().push((key.clone(), row.clone()));
             }
             let count = bucket.entry(row.clone()).or_insert(0);
             *count += changes.diffs().value(i);
@@ -109,29 +118,55 @@ impl Side {
                 if bucket.is_empty() {
                     self.arrangement.remove(key);
                 }
-                // A retracted row (an aggregate's window row that changed) leaves the time
-                // index too, so that inserting it again does not list it twice.
-                if indexed && let Some((times, _)) = &expires && let Some(t) = times[i] {
-                    unindex(&mut self.by_time, key, t, &row);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Side::insert`] for an interval join: rows go to their (key, time) slot.
+    fn insert_timed(&mut self, changes: &ChangeBatch, keys: &[Option<OwnedRow>], rows: &arrow::row::Rows, times: &[Option<i64>], horizon: i64) -> Result<()> {
+        for (i, key) in keys.iter().enumerate() {
+            let (Some(key), Some(t)) = (key, times[i]) else { continue };
+            let diff = changes.diffs().value(i);
+            let row = rows.row(i);
+            if !self.timed.contains_key(key) {
+                self.timed.insert(key.clone(), BTreeMap::new());
+            }
+            let slots = self.timed.get_mut(key).ok_or_else(|| Error::internal("join time slots vanished"))?;
+            let slot = slots.entry(t).or_default();
+            if slot.is_empty() {
+                self.timed_expiry.entry(t.saturating_add(horizon)).or_default().push((key.clone(), t));
+            }
+            match slot.iter().position(|(r, _)| r.row() == row) {
+                Some(at) => {
+                    slot[at].1 += diff;
+                    if slot[at].1 == 0 {
+                        slot.swap_remove(at);
+                    }
+                }
+                None => slot.push((row.owned(), diff)),
+            }
+            if slot.is_empty() {
+                slots.remove(&t);
+                if slots.is_empty() {
+                    self.timed.remove(key);
                 }
             }
         }
         Ok(())
     }
-}
 
-/// Removes `row` at time `t` from a side's time index.
-fn unindex(by_time: &mut crate::StateMap<OwnedRow, BTreeMap<i64, Vec<OwnedRow>>>, key: &OwnedRow, t: i64, row: &OwnedRow) {
-    if let Some(times) = by_time.get_mut(key) {
-        if let Some(rows) = times.get_mut(&t) {
-            rows.retain(|r| r != row);
-            if rows.is_empty() {
-                times.remove(&t);
+    /// Rows and approximate bytes held, like [`crate::rows::arrangement_size`].
+    fn size(&self) -> (usize, usize) {
+        let (mut rows, mut bytes) = crate::rows::arrangement_size(&self.arrangement);
+        for (key, slots) in &self.timed {
+            bytes += key.as_ref().len() + std::mem::size_of::<(OwnedRow, BTreeMap<i64, Vec<(OwnedRow, i64)>>)>();
+            for slot in slots.values() {
+                rows += slot.len();
+                bytes += std::mem::size_of::<(i64, Vec<(OwnedRow, i64)>)>() + slot.iter().map(|(r, _)| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum::<usize>();
             }
         }
-        if times.is_empty() {
-            by_time.remove(key);
-        }
+        (rows, bytes)
     }
 }
 
@@ -230,24 +265,23 @@ impl InnerJoin {
         };
         for (i, key) in keys.iter().enumerate() {
             let Some(key) = key.as_ref() else { continue };
-            let Some(bucket) = other.arrangement.get(key) else { continue };
             match &ranged {
-                None => {
-                    for (row, count) in bucket {
-                        mine.push(i as u32);
-                        theirs.push(row.row());
-                        diffs.push(changes.diffs().value(i) * count);
-                    }
-                }
-                Some(((from, to), times)) => {
-                    let (Some(t), Some(by_time)) = (times[i], other.by_time.get(key)) else { continue };
-                    for rows in by_time.range(t.saturating_add(*from)..=t.saturating_add(*to)).map(|(_, rows)| rows) {
-                        for row in rows {
-                            let Some(count) = bucket.get(row) else { continue };
+                Some(((from, to), times)) if other.indexed() => {
+                    let (Some(t), Some(slots)) = (times[i], other.timed.get(key)) else { continue };
+                    for (_, slot) in slots.range(t.saturating_add(*from)..=t.saturating_add(*to)) {
+                        for (row, count) in slot {
                             mine.push(i as u32);
                             theirs.push(row.row());
                             diffs.push(changes.diffs().value(i) * count);
                         }
+                    }
+                }
+                _ => {
+                    let Some(bucket) = other.arrangement.get(key) else { continue };
+                    for (row, count) in bucket {
+                        mine.push(i as u32);
+                        theirs.push(row.row());
+                        diffs.push(changes.diffs().value(i) * count);
                     }
                 }
             }
@@ -308,14 +342,26 @@ impl InnerJoin {
                 if *entry.key() > watermark {
                     break;
                 }
-                for (key, row, t) in entry.remove() {
+                for (key, row) in entry.remove() {
                     if let Some(bucket) = side.arrangement.get_mut(&key) {
                         bucket.remove(&row);
                         if bucket.is_empty() {
                             side.arrangement.remove(&key);
                         }
                     }
-                    unindex(&mut side.by_time, &key, t, &row);
+                }
+            }
+            while let Some(entry) = side.timed_expiry.first_entry() {
+                if *entry.key() > watermark {
+                    break;
+                }
+                for (key, t) in entry.remove() {
+                    if let Some(slots) = side.timed.get_mut(&key) {
+                        slots.remove(&t);
+                        if slots.is_empty() {
+                            side.timed.remove(&key);
+                        }
+                    }
                 }
             }
         }
@@ -366,7 +412,7 @@ impl Operator for InnerJoin {
     }
 
     fn state(&self) -> OperatorState {
-        let (left, right) = (crate::rows::arrangement_size(&self.left.arrangement), crate::rows::arrangement_size(&self.right.arrangement));
+        let (left, right) = (self.left.size(), self.right.size());
         OperatorState { name: "InnerJoin".to_owned(), rows: left.0 + right.0, bytes: left.1 + right.1 }
     }
 

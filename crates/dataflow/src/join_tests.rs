@@ -147,3 +147,77 @@ proptest! {
         }
     }
 }
+
+/// An interval join: `k = k2 AND b BETWEEN a - 1 AND a + 2`, with `a` and `b` as event times
+/// (µs), so each side keeps its rows by time and probes only the matching range.
+fn interval_plan() -> Node {
+    use arrow::datatypes::TimeUnit;
+    use datafusion::physical_expr::expressions::{CastExpr, lit};
+    let (ls, rs) = (schema("k", "a"), schema("k2", "b"));
+    let both: Vec<Field> = ls.fields().iter().chain(rs.fields().iter()).map(|f| f.as_ref().clone()).collect();
+    let time = |name: &str, index: usize| Arc::new(CastExpr::new(column(name, index), DataType::Timestamp(TimeUnit::Microsecond, None), None)) as Expr;
+    let offset = |name: &str, index: usize, op: BinaryOp, n: i32| Arc::new(BinaryExpr::new(column(name, index), op, lit(n))) as Expr;
+    let above = Arc::new(BinaryExpr::new(column("b", 3), BinaryOp::GtEq, offset("a", 1, BinaryOp::Minus, 1))) as Expr;
+    let below = Arc::new(BinaryExpr::new(column("b", 3), BinaryOp::LtEq, offset("a", 1, BinaryOp::Plus, 2))) as Expr;
+    // No watermark ever arrives: nothing is forgotten or dropped.
+    let bound = |time: Expr, range: (i64, i64), own: ObjectId, other: ObjectId| crate::plan::TimeBound {
+        time,
+        horizon_micros: 0,
+        range: Some(range),
+        own: vec![own],
+        other: vec![other],
+        allowed_micros: 0,
+        drop_late: false,
+    };
+    Node::Join {
+        kind: JoinKind::Inner,
+        left: Box::new(Node::Source { object: LEFT, name: "l".into(), schema: ls }),
+        right: Box::new(Node::Source { object: RIGHT, name: "r".into(), schema: rs }),
+        left_keys: vec![column("k", 0)],
+        right_keys: vec![column("k2", 0)],
+        filter: Some(Arc::new(BinaryExpr::new(above, BinaryOp::And, below))),
+        nulls_equal: false,
+        bounds: Some(Box::new([bound(time("a", 1), (-1, 2), LEFT, RIGHT), bound(time("b", 1), (-2, 1), RIGHT, LEFT)])),
+        lookup: false,
+        schema: Arc::new(Schema::new(both)),
+    }
+}
+
+fn interval_oracle(left: &Bag, right: &Bag) -> Bag {
+    let mut out = Bag::new();
+    for (l, cl) in left {
+        for (r, cr) in right {
+            if let (Some(k), Some(a), Some(b)) = (l[0], l[1], r[1])
+                && r[0] == Some(k)
+                && b >= a - 1
+                && b <= a + 2
+            {
+                *out.entry([l.clone(), r.clone()].concat()).or_default() += cl * cr;
+            }
+        }
+    }
+    out.retain(|_, n| *n != 0);
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn interval_join_matches_its_oracle(epochs in steps(), sharded in any::<bool>()) {
+        let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
+        let mut op = crate::build(&interval_plan(), &std::sync::Arc::new(crate::EventTime::new(&[LEFT, RIGHT])), &workers).unwrap();
+        let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
+        for epoch in epochs {
+            for (is_left, row, insert) in epoch {
+                let side = if is_left { &mut left } else { &mut right };
+                let diff = if insert { 1 } else if side.get(&row).copied().unwrap_or(0) > 0 { -1 } else { continue };
+                *side.entry(row.clone()).or_default() += diff;
+                side.retain(|_, n| *n != 0);
+                accumulate(&mut out, op.push(if is_left { LEFT } else { RIGHT }, &batch(&[(row, diff)])).unwrap());
+            }
+            accumulate(&mut out, op.end_epoch().unwrap());
+            prop_assert_eq!(&out, &interval_oracle(&left, &right));
+        }
+    }
+}
