@@ -249,7 +249,7 @@ fn build_stateful(node: &Node, inputs: Vec<Box<dyn Operator>>, et: &Arc<EventTim
     let mut inputs = inputs.into_iter();
     let mut next = || inputs.next().ok_or_else(|| Error::internal("an operator's input is missing"));
     Ok(match node {
-        Node::TopN { input, partition, order, offset, limit, rank, window, schema } => Box::new(topn::TopN::new(
+        Node::TopN { input, partition, order, offset, limit, rank, window, append_only, schema } => Box::new(topn::TopN::new(
             next()?,
             input.schema(),
             partition.clone(),
@@ -257,6 +257,7 @@ fn build_stateful(node: &Node, inputs: Vec<Box<dyn Operator>>, et: &Arc<EventTim
             (*offset, *limit),
             *rank,
             window.clone().map(|w| (w, Arc::clone(et))),
+            *append_only,
             schema.clone(),
         )?),
         Node::Aggregate { input, group, aggregates, window, append_only, schema } => Box::new(aggregate::Aggregate::new(

@@ -77,7 +77,9 @@ pub enum Node {
     /// limit bounds the rank (`ROW_NUMBER() | RANK() | DENSE_RANK() OVER (PARTITION BY .. ORDER
     /// BY ..) <= n`); `schema` is the output.
     /// With `window` (a partition expression at `key` is a window bound), a window's partition
-    /// is forgotten once the watermark passes its end plus the allowed lateness.
+    /// is forgotten once the watermark passes its end plus the allowed lateness. With
+    /// `append_only` (the input only inserts), a row that falls out of its partition's top can
+    /// never come back, so only the top rows are kept.
     TopN {
         input: Box<Node>,
         partition: Vec<Expr>,
@@ -86,6 +88,7 @@ pub enum Node {
         limit: usize,
         rank: Option<Ranking>,
         window: Option<WindowClose>,
+        append_only: bool,
         schema: SchemaRef,
     },
     /// Equi-join; `filter` is over the concatenated left and right columns; `nulls_equal` makes
@@ -227,7 +230,7 @@ impl Node {
                 writeln!(f, "{pad}Project: {}", list(exprs))?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::TopN { input, partition, order, offset, limit, rank, window, .. } => {
+            Node::TopN { input, partition, order, offset, limit, rank, window, append_only, .. } => {
                 let keys = order
                     .iter()
                     .map(|(e, o)| format!("{e}{}", if o.descending { " DESC" } else { "" }))
@@ -238,9 +241,11 @@ impl Node {
                     None => format!("offset={offset} limit={limit}"),
                     Some(r) => format!("{}<={limit}", r.sql_name()),
                 };
+                let kept = if *append_only { "input=append-only state=the top rows" } else { "state=input rows" };
                 let state = match window {
+                    None if *append_only => format!("{kept} per partition"),
                     None => "state=all input rows".to_owned(),
-                    Some(w) => format!("state=input rows per window until the watermark passes its end + {}us", w.lateness.allowed_micros),
+                    Some(w) => format!("{kept} per window until the watermark passes its end + {}us", w.lateness.allowed_micros),
                 };
                 writeln!(f, "{pad}TopN:{groups} order=[{keys}] {bound} {state}")?;
                 input.fmt_indent(f, depth + 1)

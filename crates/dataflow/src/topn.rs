@@ -6,7 +6,9 @@
 //! arrow's row format (which encodes ASC/DESC and NULLS FIRST/LAST). At the end of an epoch the
 //! operator walks the first `offset + limit` rows of each changed partition and emits the
 //! difference with what it emitted before. Ties in the sort key are broken by the row's bytes,
-//! deterministically; identical rows get consecutive row numbers.
+//! deterministically; identical rows get consecutive row numbers. Over an append-only input a
+//! row past the top of its partition can never return (rows only arrive), so each partition
+//! keeps only its top rows.
 
 use std::collections::BTreeMap;
 
@@ -43,6 +45,8 @@ pub struct TopN {
     /// Top-N per window: partitions by the watermark that frees them.
     window: Option<(WindowClose, Arc<EventTime>)>,
     expiry: BTreeMap<i64, Vec<Option<OwnedRow>>>,
+    /// The input only inserts: partitions are trimmed to their top rows.
+    append_only: bool,
 }
 
 impl TopN {
@@ -55,6 +59,7 @@ impl TopN {
         (offset, limit): (usize, usize),
         rank: Option<Ranking>,
         window: Option<(WindowClose, Arc<EventTime>)>,
+        append_only: bool,
         schema: SchemaRef,
     ) -> Result<Self> {
         let fields = input_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
@@ -75,6 +80,7 @@ impl TopN {
             dirty: HashSet::default(),
             window,
             expiry: BTreeMap::new(),
+            append_only,
         })
     }
 
@@ -129,21 +135,28 @@ impl TopN {
         Ok(())
     }
 
-    /// The rows a partition shows now, with their ranks (0 when not ranking).
-    fn top(&self, partition: &Option<OwnedRow>) -> Ranked {
+    /// The rows a partition shows now, with their ranks (0 when not ranking). With `trim`, the
+    /// partition forgets its rows past the top (rows with a copy in the top stay whole).
+    fn top(&mut self, partition: &Option<OwnedRow>, trim: bool) -> Ranked {
         let mut now = Ranked::default();
-        let Some(ordered) = self.state.get(partition) else { return now };
+        let Some(ordered) = self.state.get_mut(partition) else { return now };
         let end = self.offset.saturating_add(self.limit);
         // `position` counts rows (with multiplicity); ties share the sort key.
         let (mut position, mut tie_start, mut distinct) = (0usize, 0usize, 0u64);
         let mut previous: Option<&OwnedRow> = None;
-        'rows: for ((sort, row), count) in ordered {
+        // The first row with no copy in the top, and whether the walk got past the top.
+        let (mut cut, mut full) = (None, false);
+        'rows: for ((sort, row), count) in ordered.iter() {
+            if full {
+                cut = Some((sort.clone(), row.clone()));
+                break;
+            }
             if previous != Some(sort) {
                 tie_start = position;
                 distinct += 1;
             }
             previous = Some(sort);
-            for _ in 0..(*count).max(0) {
+            for copy in 0..(*count).max(0) {
                 let rank = match self.rank {
                     None => 0,
                     Some(Ranking::RowNumber) => (position + 1) as u64,
@@ -155,7 +168,12 @@ impl TopN {
                     Some(_) => rank > self.limit as u64,
                 };
                 if past_end {
-                    break 'rows;
+                    if copy == 0 {
+                        cut = Some((sort.clone(), row.clone()));
+                        break 'rows;
+                    }
+                    full = true;
+                    continue 'rows;
                 }
                 if position >= self.offset {
                     *now.entry((row.clone(), rank)).or_default() += 1;
@@ -163,13 +181,16 @@ impl TopN {
                 position += 1;
             }
         }
+        if trim && let Some(cut) = cut {
+            drop(ordered.split_off(&cut));
+        }
         now
     }
 
     fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
         let mut diffs: Ranked = Ranked::default();
         for partition in std::mem::take(&mut self.dirty) {
-            let now = self.top(&partition);
+            let now = self.top(&partition, self.append_only);
             for (key, n) in &now {
                 *diffs.entry(key.clone()).or_default() += n;
             }

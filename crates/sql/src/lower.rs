@@ -295,7 +295,8 @@ impl Lowering<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         let schema = input.schema();
-        Ok(Node::TopN { input: Box::new(input), partition: Vec::new(), order, offset, limit, rank: None, window: None, schema })
+        let append_only = is_stream(&sort.input);
+        Ok(Node::TopN { input: Box::new(input), partition: Vec::new(), order, offset, limit, rank: None, window: None, append_only, schema })
     }
 
     /// `Filter(rn <= n)` over `Window(row_number() | rank() | dense_rank() OVER (PARTITION BY .. ORDER BY ..))`: top-N
@@ -363,7 +364,8 @@ impl Lowering<'_> {
                 break;
             }
         }
-        let top = Node::TopN { input: Box::new(input), partition, order, offset: 0, limit, rank: Some(ranking), window: closes, schema: nullable(window.schema.as_arrow()) };
+        let append_only = is_stream(&window.input);
+        let top = Node::TopN { input: Box::new(input), partition, order, offset: 0, limit, rank: Some(ranking), window: closes, append_only, schema: nullable(window.schema.as_arrow()) };
         Ok(Some(match projection {
             None => top,
             Some(p) => {
