@@ -170,6 +170,15 @@ impl Side {
     }
 }
 
+/// Takes the entries of an expiry list due at `watermark` (their time at or below it).
+fn expired<T>(expiry: &mut BTreeMap<i64, Vec<T>>, watermark: i64) -> Vec<T> {
+    let later = match watermark.checked_add(1) {
+        Some(after) => expiry.split_off(&after),
+        None => BTreeMap::new(),
+    };
+    std::mem::replace(expiry, later).into_values().flatten().collect()
+}
+
 impl InnerJoin {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -338,29 +347,19 @@ impl InnerJoin {
         for side in [&mut self.left, &mut self.right] {
             let Some(bound) = &side.bound else { continue };
             let Some(watermark) = event_time.min_of(&bound.other) else { continue };
-            while let Some(entry) = side.expiry.first_entry() {
-                if *entry.key() > watermark {
-                    break;
-                }
-                for (key, row) in entry.remove() {
-                    if let Some(bucket) = side.arrangement.get_mut(&key) {
-                        bucket.remove(&row);
-                        if bucket.is_empty() {
-                            side.arrangement.remove(&key);
-                        }
+            for (key, row) in expired(&mut side.expiry, watermark) {
+                if let Some(bucket) = side.arrangement.get_mut(&key) {
+                    bucket.remove(&row);
+                    if bucket.is_empty() {
+                        side.arrangement.remove(&key);
                     }
                 }
             }
-            while let Some(entry) = side.timed_expiry.first_entry() {
-                if *entry.key() > watermark {
-                    break;
-                }
-                for (key, t) in entry.remove() {
-                    if let Some(slots) = side.timed.get_mut(&key) {
-                        slots.remove(&t);
-                        if slots.is_empty() {
-                            side.timed.remove(&key);
-                        }
+            for (key, t) in expired(&mut side.timed_expiry, watermark) {
+                if let Some(slots) = side.timed.get_mut(&key) {
+                    slots.remove(&t);
+                    if slots.is_empty() {
+                        side.timed.remove(&key);
                     }
                 }
             }
