@@ -25,6 +25,7 @@ async fn dataflow_plans() {
         ("session", "SELECT user_id, window_start, window_end, count(*) AS n FROM SESSION(clicks, ts, INTERVAL '30 seconds') GROUP BY 1, 2, 3"),
         ("interval_join_enrich", "SELECT c.user_id, u.name FROM clicks c JOIN views v ON c.user_id = v.user_id AND v.ts BETWEEN c.ts AND c.ts + INTERVAL '1 minute' JOIN users FOR SYSTEM_TIME AS OF PROCTIME() u ON c.user_id = u.id"),
         ("temporal_filter", "SELECT user_id FROM clicks WHERE ts > now() - INTERVAL '1 hour'"),
+        ("append_only_join_aggregate", "SELECT c.user_id, max(v.ts) AS last_view, count(*) AS n FROM clicks c JOIN views v ON c.user_id = v.user_id AND v.ts BETWEEN c.ts AND c.ts + INTERVAL '1 minute' GROUP BY c.user_id"),
         ("append_only_top_n", "SELECT * FROM (SELECT user_id, ts, row_number() OVER (PARTITION BY user_id ORDER BY ts DESC) AS r FROM clicks) t WHERE r <= 1"),
     ];
     for (name, query) in plans {

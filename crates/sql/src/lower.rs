@@ -295,7 +295,7 @@ impl Lowering<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         let schema = input.schema();
-        let append_only = is_stream(&sort.input);
+        let append_only = is_append_only(&sort.input);
         Ok(Node::TopN { input: Box::new(input), partition: Vec::new(), order, offset, limit, rank: None, window: None, append_only, schema })
     }
 
@@ -364,7 +364,7 @@ impl Lowering<'_> {
                 break;
             }
         }
-        let append_only = is_stream(&window.input);
+        let append_only = is_append_only(&window.input);
         let top = Node::TopN { input: Box::new(input), partition, order, offset: 0, limit, rank: Some(ranking), window: closes, append_only, schema: nullable(window.schema.as_arrow()) };
         Ok(Some(match projection {
             None => top,
@@ -429,6 +429,20 @@ fn now_offset(expr: &Expr) -> Option<i64> {
             Some(if b.op == Operator::Plus { base + delta } else { base - delta })
         }
         _ => None,
+    }
+}
+
+/// True when `plan` only ever inserts rows: a stream ([`is_stream`]), or an inner join of two
+/// such inputs (ΔL⋈R + L'⋈ΔR of inserts is inserts; bounded joins forget rows without
+/// retracting output). Aggregates and top-N over it keep the cheaper insert-only state.
+fn is_append_only(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Projection(p) => is_append_only(&p.input),
+        LogicalPlan::Filter(f) => is_append_only(&f.input),
+        LogicalPlan::SubqueryAlias(a) => is_append_only(&a.input),
+        LogicalPlan::Union(u) => u.inputs.iter().all(|i| is_append_only(i)),
+        LogicalPlan::Join(j) if j.join_type == JoinType::Inner => is_append_only(&j.left) && is_append_only(&j.right),
+        _ => is_stream(plan),
     }
 }
 
@@ -703,7 +717,7 @@ impl Lowering<'_> {
                     return Ok(session);
                 }
                 let window = self.window_close(agg)?;
-                let append_only = is_stream(&agg.input);
+                let append_only = is_append_only(&agg.input);
                 Ok(Node::Aggregate { input: Box::new(input), group, aggregates, window, append_only, schema: nullable(agg.schema.as_arrow()) })
             }
             LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => {
