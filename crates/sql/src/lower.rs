@@ -436,24 +436,22 @@ fn now_offset(expr: &Expr) -> Option<i64> {
 /// such inputs (ΔL⋈R + L'⋈ΔR of inserts is inserts; bounded joins forget rows without
 /// retracting output). Aggregates and top-N over it keep the cheaper insert-only state.
 fn is_append_only(plan: &LogicalPlan) -> bool {
-    match plan {
-        LogicalPlan::Projection(p) => is_append_only(&p.input),
-        LogicalPlan::Filter(f) => is_append_only(&f.input),
-        LogicalPlan::SubqueryAlias(a) => is_append_only(&a.input),
-        LogicalPlan::Union(u) => u.inputs.iter().all(|i| is_append_only(i)),
-        LogicalPlan::Join(j) if j.join_type == JoinType::Inner => is_append_only(&j.left) && is_append_only(&j.right),
-        _ => is_stream(plan),
-    }
+    inserts_only(plan, true)
 }
 
 /// True when every table `plan` reads is an append-only table and nothing between turns it
 /// into an updating relation (a stream, as far as joins are concerned).
 fn is_stream(plan: &LogicalPlan) -> bool {
+    inserts_only(plan, false)
+}
+
+fn inserts_only(plan: &LogicalPlan, through_joins: bool) -> bool {
     match plan {
-        LogicalPlan::Projection(p) => is_stream(&p.input),
-        LogicalPlan::Filter(f) => is_stream(&f.input),
-        LogicalPlan::SubqueryAlias(a) => is_stream(&a.input),
-        LogicalPlan::Union(u) => u.inputs.iter().all(|i| is_stream(i)),
+        LogicalPlan::Projection(p) => inserts_only(&p.input, through_joins),
+        LogicalPlan::Filter(f) => inserts_only(&f.input, through_joins),
+        LogicalPlan::SubqueryAlias(a) => inserts_only(&a.input, through_joins),
+        LogicalPlan::Union(u) => u.inputs.iter().all(|i| inserts_only(i, through_joins)),
+        LogicalPlan::Join(j) if through_joins && j.join_type == JoinType::Inner => inserts_only(&j.left, true) && inserts_only(&j.right, true),
         LogicalPlan::TableScan(scan) => source_as_provider(&scan.source)
             .ok()
             .and_then(|p| {
