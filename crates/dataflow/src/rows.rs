@@ -60,7 +60,7 @@ pub fn hash_keys(keys: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
 
 /// Splits changes into `parts` batches: row i goes to part `part[i]`.
 pub fn split_by(changes: &ChangeBatch, part: &[u32], parts: usize) -> Result<Vec<ChangeBatch>> {
-    let mut indices: Vec<Vec<u32>> = vec![Vec::with_capacity(changes.len() / parts.max(1) + 1); parts];
+    let mut indices: Vec<Vec<u32>> = (0..parts).map(|_| Vec::with_capacity(changes.len() / parts.max(1) + 1)).collect();
     for (i, p) in part.iter().enumerate() {
         indices[*p as usize].push(i as u32);
     }

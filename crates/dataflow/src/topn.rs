@@ -148,7 +148,7 @@ impl TopN {
         let (mut cut, mut full) = (None, false);
         'rows: for ((sort, row), count) in ordered.iter() {
             if full {
-                cut = Some((sort.clone(), row.clone()));
+                cut = trim.then(|| (sort.clone(), row.clone()));
                 break;
             }
             if previous != Some(sort) {
@@ -169,7 +169,7 @@ impl TopN {
                 };
                 if past_end {
                     if copy == 0 {
-                        cut = Some((sort.clone(), row.clone()));
+                        cut = trim.then(|| (sort.clone(), row.clone()));
                         break 'rows;
                     }
                     full = true;
@@ -181,7 +181,7 @@ impl TopN {
                 position += 1;
             }
         }
-        if trim && let Some(cut) = cut {
+        if let Some(cut) = cut {
             drop(ordered.split_off(&cut));
         }
         now

@@ -278,7 +278,13 @@ impl ViewRuntime {
             epoch: 0,
             published: Arc::clone(&published),
             requests: Arc::clone(&requests),
-            dirty: false, failures: BTreeMap::new(), subscribers: Vec::new(), clocks: HashMap::new(), late: Vec::new(), failed: Vec::new() };
+            dirty: false,
+            failures: BTreeMap::new(),
+            subscribers: Vec::new(),
+            clocks: HashMap::new(),
+            late: Vec::new(),
+            failed: Vec::new(),
+        };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
             .spawn(move || state.run(&rx))
@@ -466,9 +472,7 @@ impl RuntimeState {
                     return;
                 }
             }
-            if self.requests.pending.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                self.answer_snapshot_requests();
-            }
+            self.answer_snapshot_requests();
             self.expire_idle_partitions();
             // Views whose output moves with the wall clock (temporal filters) see every epoch.
             if !self.dirty && self.views.iter().any(|e| e.event_time.wants_ticks()) {
@@ -748,9 +752,7 @@ impl RuntimeState {
             }
             // Readers of the other views need not wait for a long backfill: their contents
             // stay as of the epoch ended above until it is done.
-            if self.requests.pending.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                self.answer_snapshot_requests();
-            }
+            self.answer_snapshot_requests();
             if let Some(progress) = progress
                 && reported.elapsed() >= BACKFILL_PROGRESS_INTERVAL
             {
@@ -896,9 +898,12 @@ impl RuntimeState {
         self.published.write().unwrap_or_else(|p| p.into_inner()).stale = true;
     }
 
-    /// Publishes fresh snapshots (if an epoch changed something) and hands them to every
-    /// reader waiting for them.
+    /// When readers wait for snapshots: publishes fresh ones (if an epoch changed something)
+    /// and hands them to every waiting reader.
     fn answer_snapshot_requests(&mut self) {
+        if !self.requests.pending.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
         if self.published.read().unwrap_or_else(|p| p.into_inner()).stale {
             self.publish();
         }
