@@ -25,16 +25,16 @@ use std::hash::BuildHasher;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array, new_empty_array};
 use arrow::compute::{can_cast_types, cast, concat};
-use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
+use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, SchemaRef};
 use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 use hashbrown::HashTable;
 
-use crate::{Operator, OperatorState};
+use crate::{Operator, OperatorState, checkpoint};
 use crate::event_time::EventTime;
 use crate::plan::{AggregateCall, Expr, WindowClose};
 use crate::rows::{arrow_error, batch_of, eval_error, evaluate, take_columns};
@@ -191,6 +191,8 @@ struct Call {
     /// Row format of the arguments, for the generic multiset state.
     converter: RowConverter,
     output: DataType,
+    /// Over an append-only input: generic aggregates keep DataFusion's plain accumulator.
+    append_only: bool,
     state: CallState,
 }
 
@@ -215,7 +217,7 @@ impl Call {
             Kind::Generic => CallState::Generic(Vec::new()),
         };
         let output = spec.function.field().data_type().clone();
-        Ok(Call { spec, kind, retractable, converter, output, state })
+        Ok(Call { spec, kind, retractable, converter, output, append_only, state })
     }
 
     /// Empties the slot of group `g` (growing the vectors to hold it); `fresh` gives a generic
@@ -455,6 +457,152 @@ impl Call {
     }
 }
 
+impl Call {
+    /// Columns `c<i>…` holding this call's state of `groups` (a checkpoint).
+    fn save(&mut self, i: usize, groups: &[GroupId], out: &mut Vec<(String, ArrayRef)>) -> Result<()> {
+        let at = |g: &GroupId| *g as usize;
+        let accumulates = self.accumulates();
+        match &mut self.state {
+            CallState::Count(counts) => out.push((format!("c{i}"), checkpoint::int64s(groups.iter().map(|g| counts[at(g)])))),
+            CallState::IntSum(sums, counts) => {
+                let sums = Decimal128Array::from_iter_values(groups.iter().map(|g| sums[at(g)]));
+                out.push((format!("c{i}_sum"), Arc::new(sums.with_precision_and_scale(38, 0).map_err(arrow_error)?)));
+                out.push((format!("c{i}_n"), checkpoint::int64s(groups.iter().map(|g| counts[at(g)]))));
+            }
+            CallState::FloatSum(sums, counts) => {
+                out.push((format!("c{i}_sum"), Arc::new(Float64Array::from_iter_values(groups.iter().map(|g| sums[at(g)])))));
+                out.push((format!("c{i}_n"), checkpoint::int64s(groups.iter().map(|g| counts[at(g)]))));
+            }
+            CallState::Extreme(values) => out.push((format!("c{i}"), Arc::new(Int64Array::from_iter(groups.iter().map(|g| values[at(g)]))))),
+            CallState::ExtremeSet(sets) => {
+                // Per group: (value, multiplicity) pairs, little-endian.
+                let encoded: Vec<Vec<u8>> = groups.iter().map(|g| sets[at(g)].iter().flat_map(|(v, n)| v.to_le_bytes().into_iter().chain(n.to_le_bytes())).collect()).collect();
+                out.push((format!("c{i}"), checkpoint::binary(encoded.iter().map(Vec::as_slice))));
+            }
+            CallState::Generic(states) => {
+                let fields = self.spec.function.state_fields().map_err(eval_error)?;
+                let mut multisets: Vec<Vec<u8>> = Vec::new();
+                let mut scalars: Vec<Vec<ScalarValue>> = vec![Vec::with_capacity(groups.len()); fields.len()];
+                for g in groups {
+                    match states.get_mut(at(g)).and_then(Option::as_mut).ok_or_else(|| Error::internal("a group without its aggregate state"))? {
+                        AggState::Retractable(acc) | AggState::InsertOnly(acc) => {
+                            for (column, value) in scalars.iter_mut().zip(acc.state().map_err(eval_error)?) {
+                                column.push(value);
+                            }
+                        }
+                        // Per group: (row length u32, row, multiplicity i64), little-endian.
+                        AggState::Multiset(rows) => multisets.push(
+                            rows.iter()
+                                .flat_map(|(r, n)| (r.as_ref().len() as u32).to_le_bytes().into_iter().chain(r.as_ref().iter().copied()).chain(n.to_le_bytes()))
+                                .collect(),
+                        ),
+                    }
+                }
+                if !accumulates {
+                    out.push((format!("c{i}"), checkpoint::binary(multisets.iter().map(Vec::as_slice))));
+                } else {
+                    for (j, (column, field)) in scalars.into_iter().zip(&fields).enumerate() {
+                        let array = if column.is_empty() { new_empty_array(field.data_type()) } else { ScalarValue::iter_to_array(column).map_err(eval_error)? };
+                        out.push((format!("c{i}_s{j}"), array));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether each group of this generic aggregate keeps a DataFusion accumulator (not a
+    /// multiset of argument rows).
+    fn accumulates(&self) -> bool {
+        self.retractable || self.append_only
+    }
+
+    /// Sets the state of `groups` (fresh ones) from the columns [`Call::save`] wrote.
+    fn load(&mut self, i: usize, batch: &RecordBatch, groups: &[GroupId]) -> Result<()> {
+        let at = |g: &GroupId| *g as usize;
+        let accumulates = self.accumulates();
+        match &mut self.state {
+            CallState::Count(counts) => {
+                let values = checkpoint::int64_column(batch, &format!("c{i}"))?;
+                for (g, v) in groups.iter().zip(values.values()) {
+                    counts[at(g)] = *v;
+                }
+            }
+            CallState::IntSum(sums, counts) => {
+                let saved = checkpoint::column(batch, &format!("c{i}_sum"))?.as_primitive_opt::<Decimal128Type>().ok_or_else(|| Error::internal("a checkpointed sum is not a decimal"))?;
+                let n = checkpoint::int64_column(batch, &format!("c{i}_n"))?;
+                for (k, g) in groups.iter().enumerate() {
+                    sums[at(g)] = saved.value(k);
+                    counts[at(g)] = n.value(k);
+                }
+            }
+            CallState::FloatSum(sums, counts) => {
+                let saved = checkpoint::column(batch, &format!("c{i}_sum"))?.as_primitive_opt::<Float64Type>().ok_or_else(|| Error::internal("a checkpointed sum is not a double"))?;
+                let n = checkpoint::int64_column(batch, &format!("c{i}_n"))?;
+                for (k, g) in groups.iter().enumerate() {
+                    sums[at(g)] = saved.value(k);
+                    counts[at(g)] = n.value(k);
+                }
+            }
+            CallState::Extreme(values) => {
+                let saved = checkpoint::int64_column(batch, &format!("c{i}"))?;
+                for (k, g) in groups.iter().enumerate() {
+                    values[at(g)] = checkpoint::value_at(saved, k);
+                }
+            }
+            CallState::ExtremeSet(sets) => {
+                let saved = checkpoint::binary_column(batch, &format!("c{i}"))?;
+                for (k, g) in groups.iter().enumerate() {
+                    let set = &mut sets[at(g)];
+                    for pair in saved.value(k).chunks_exact(16) {
+                        let (v, n) = pair.split_at(8);
+                        set.insert(i64::from_le_bytes(le8(v)?), i64::from_le_bytes(le8(n)?));
+                    }
+                }
+            }
+            CallState::Generic(states) if accumulates => {
+                let fields = self.spec.function.state_fields().map_err(eval_error)?;
+                let columns = (0..fields.len()).map(|j| checkpoint::column(batch, &format!("c{i}_s{j}")).cloned()).collect::<Result<Vec<_>>>()?;
+                for (k, g) in groups.iter().enumerate() {
+                    let acc = match states.get_mut(at(g)).and_then(Option::as_mut) {
+                        Some(AggState::Retractable(acc) | AggState::InsertOnly(acc)) => acc,
+                        _ => return Err(Error::internal("a group without its accumulator")),
+                    };
+                    let row: Vec<ArrayRef> = columns.iter().map(|c| c.slice(k, 1)).collect();
+                    acc.merge_batch(&row).map_err(eval_error)?;
+                }
+            }
+            CallState::Generic(states) => {
+                let saved = checkpoint::binary_column(batch, &format!("c{i}"))?;
+                let parser = self.converter.parser();
+                for (k, g) in groups.iter().enumerate() {
+                    let Some(AggState::Multiset(rows)) = states.get_mut(at(g)).and_then(Option::as_mut) else {
+                        return Err(Error::internal("a group without its multiset"));
+                    };
+                    let mut bytes = saved.value(k);
+                    while !bytes.is_empty() {
+                        let (len, rest) = bytes.split_at_checked(4).ok_or_else(truncated)?;
+                        let len = u32::from_le_bytes(len.try_into().map_err(|_| truncated())?) as usize;
+                        let (row, rest) = rest.split_at_checked(len).ok_or_else(truncated)?;
+                        let (n, rest) = rest.split_at_checked(8).ok_or_else(truncated)?;
+                        rows.insert(parser.parse(row).owned(), i64::from_le_bytes(le8(n)?));
+                        bytes = rest;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn le8(bytes: &[u8]) -> Result<[u8; 8]> {
+    bytes.try_into().map_err(|_| truncated())
+}
+
+fn truncated() -> Error {
+    Error::internal("checkpointed aggregate state is truncated")
+}
+
 /// Indices repeated by their weights: inserts and retractions separately.
 fn expand(members: &[(u32, i64)]) -> (UInt32Array, UInt32Array) {
     let mut plus = Vec::new();
@@ -474,6 +622,8 @@ pub struct Aggregate {
     /// No GROUP BY: one group (id 0) that always exists.
     global: bool,
     key_converter: Option<RowConverter>,
+    /// The group keys' types (the key converter's fields).
+    key_types: Vec<DataType>,
     /// The output's aggregate values in row format: what each group emitted is kept encoded,
     /// to see whether it changed and to retract it. `None` without aggregates.
     value_converter: Option<RowConverter>,
@@ -515,6 +665,7 @@ impl Aggregate {
         let value_fields: Vec<SortField> = schema.fields().iter().skip(group_exprs.len()).map(|f| SortField::new(f.data_type().clone())).collect();
         let value_converter = if value_fields.is_empty() { None } else { Some(RowConverter::new(value_fields).map_err(arrow_error)?) };
         let global = group_exprs.is_empty();
+        let key_types = group_exprs.iter().map(|e| e.data_type(input_schema)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
         let mut op = Aggregate {
             input,
             group_exprs,
@@ -522,6 +673,7 @@ impl Aggregate {
             schema,
             global,
             key_converter: None,
+            key_types,
             value_converter,
             hasher: foldhash::fast::RandomState::default(),
             table: HashTable::new(),
@@ -627,11 +779,7 @@ impl Aggregate {
             return Ok(vec![0; rows.num_rows()]);
         }
         let keys: Vec<ArrayRef> = self.group_exprs.iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
-        if self.key_converter.is_none() {
-            let fields = keys.iter().map(|k| SortField::new(k.data_type().clone())).collect();
-            self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
-        }
-        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
+        let converter = self.key_converter()?;
         let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
         let mut ids = Vec::with_capacity(rows.num_rows());
         for (i, row) in encoded.iter().enumerate() {
@@ -651,6 +799,15 @@ impl Aggregate {
             ids.push(g);
         }
         Ok(ids)
+    }
+
+    /// The group keys' row format (made on first use: most aggregates are never restored).
+    fn key_converter(&mut self) -> Result<&RowConverter> {
+        if self.key_converter.is_none() {
+            let fields = self.key_types.iter().map(|t| SortField::new(t.clone())).collect();
+            self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
+        }
+        self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))
     }
 
     fn absorb(&mut self, changes: &ChangeBatch) -> Result<()> {
@@ -831,7 +988,68 @@ impl Operator for Aggregate {
         OperatorState { name: "Aggregate".to_owned(), rows: self.live, bytes }
     }
 
+    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+        let groups: Vec<GroupId> = (0..self.keys.len() as GroupId).filter(|&g| self.alive[g as usize]).collect();
+        let at = |g: &GroupId| *g as usize;
+        let mut columns: Vec<(String, ArrayRef)> = vec![
+            ("key".into(), checkpoint::binary(groups.iter().map(|g| &*self.keys[at(g)]))),
+            ("count".into(), checkpoint::int64s(groups.iter().map(|g| self.counts[at(g)]))),
+            ("emitted".into(), checkpoint::optional_binary(groups.iter().map(|g| self.emitted[at(g)].as_deref()))),
+            ("window_end".into(), checkpoint::int64s(groups.iter().map(|g| self.window_end[at(g)]))),
+            ("dirty".into(), Arc::new(BooleanArray::from_iter(groups.iter().map(|g| Some(self.is_dirty[at(g)]))))),
+        ];
+        for (i, call) in self.calls.iter_mut().enumerate() {
+            call.save(i, &groups, &mut columns)?;
+        }
+        Ok(vec![("groups", checkpoint::part(columns, &[("evicted_to", self.evicted_to)])?)])
+    }
+
+    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+        if name != "groups" {
+            return Err(checkpoint::unknown_part("Aggregate", name));
+        }
+        // Start empty (a global aggregate made its group already), then add the saved groups.
+        let alive: Vec<GroupId> = (0..self.keys.len() as GroupId).filter(|&g| self.alive[g as usize]).collect();
+        for g in alive {
+            self.free_group(g)?;
+        }
+        self.dirty.clear();
+        self.is_dirty.iter_mut().for_each(|d| *d = false);
+        self.expiry.clear();
+        let keys = checkpoint::binary_column(batch, "key")?;
+        let counts = checkpoint::int64_column(batch, "count")?;
+        let emitted = checkpoint::binary_column(batch, "emitted")?;
+        let ends = checkpoint::int64_column(batch, "window_end")?;
+        let dirty = checkpoint::column(batch, "dirty")?.as_boolean_opt().ok_or_else(|| Error::internal("checkpointed dirty flags are not boolean"))?.clone();
+        self.key_converter()?;
+        let mut groups = Vec::with_capacity(batch.num_rows());
+        for i in 0..batch.num_rows() {
+            let key: Box<[u8]> = keys.value(i).into();
+            let hash = self.hasher.hash_one(&*key);
+            let g = self.new_group(key, ends.value(i))?;
+            if !self.global {
+                let (keys, hasher) = (&self.keys, &self.hasher);
+                self.table.insert_unique(hash, g, |&x| hasher.hash_one(&*keys[x as usize]));
+            }
+            self.counts[g as usize] = counts.value(i);
+            self.emitted[g as usize] = emitted.is_valid(i).then(|| emitted.value(i).into());
+            if dirty.value(i) {
+                self.mark_dirty(g);
+            }
+            groups.push(g);
+        }
+        for (i, call) in self.calls.iter_mut().enumerate() {
+            call.load(i, batch, &groups)?;
+        }
+        self.evicted_to = checkpoint::scalar(batch, "evicted_to")?;
+        Ok(())
+    }
+
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.input.as_ref()]
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.input.as_mut()]
     }
 }

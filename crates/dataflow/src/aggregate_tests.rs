@@ -2,7 +2,8 @@
 //! duplicates), accumulated output compared after each epoch with GROUP BY recomputed from
 //! scratch — count, sum, min and max (retracting the current extreme), count(DISTINCT), and a
 //! global aggregate that keeps its row at count 0; rows pushed one by one or an epoch per
-//! batch, and insert-only inputs (min / max keep one value then).
+//! batch, and insert-only inputs (min / max keep one value then); restarted from a
+//! checkpoint of its state after some epoch.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -125,12 +126,14 @@ proptest! {
         append_only in any::<bool>(),
         batched in any::<bool>(),
         sharded in any::<bool>(),
+        restart_after in 0..8usize,
     ) {
         let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
-        let mut op = crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[])), &workers).unwrap();
+        let build = || crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[])), &workers).unwrap();
+        let mut op = build();
         let mut rows: HashMap<(Option<i32>, Option<i32>), i64> = HashMap::new();
         let mut out = BTreeMap::new();
-        for epoch in epochs {
+        for (epoch_index, epoch) in epochs.into_iter().enumerate() {
             let mut pending: Vec<(Option<i32>, Option<i64>, i64)> = Vec::new();
             for (k, v, insert) in epoch {
                 let present = rows.get(&(k, v)).copied().unwrap_or(0);
@@ -145,6 +148,9 @@ proptest! {
             push(&mut op, &mut out, pending);
             accumulate(&mut out, op.end_epoch().unwrap());
             prop_assert_eq!(&out, &oracle(grouped, &rows));
+            if epoch_index == restart_after {
+                crate::checkpoint::restart(&mut op, &build);
+            }
         }
     }
 }

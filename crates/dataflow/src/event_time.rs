@@ -184,6 +184,10 @@ impl Operator for LateFilter {
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.input.as_ref()]
     }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.input.as_mut()]
+    }
 }
 
 /// Holds rows back until the watermark passes their event time, then releases them in
@@ -287,8 +291,23 @@ impl Operator for Release {
         OperatorState { name: format!("Release by {}", self.time), rows, bytes }
     }
 
+    fn save_state(&mut self) -> Result<crate::checkpoint::Parts> {
+        Ok(crate::checkpoint::changes_part(&self.held)?.map(|b| ("held", b)).into_iter().collect())
+    }
+
+    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+        match name {
+            "held" => Ok(self.held.push(crate::checkpoint::changes_of(batch)?)),
+            _ => Err(crate::checkpoint::unknown_part("Release", name)),
+        }
+    }
+
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.input.as_ref()]
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.input.as_mut()]
     }
 }
 

@@ -17,10 +17,14 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::{Operator, OperatorState};
+use crate::{Operator, OperatorState, checkpoint};
 use crate::event_time::{EventTime, LateEvent, micros, row_json};
 use crate::plan::{Expr, TimeBound};
-use crate::rows::{arrow_error, batch, evaluate, filter_changes, take_columns};
+use crate::rows::{arrow_error, batch, eval_error, evaluate, filter_changes, take_columns};
+
+/// The names of each side's checkpointed parts: rows, expiry, rows by time, their expiry.
+const LEFT_PARTS: [&str; 4] = ["left", "left_expiry", "left_timed", "left_timed_expiry"];
+const RIGHT_PARTS: [&str; 4] = ["right", "right_expiry", "right_timed", "right_timed_expiry"];
 
 struct Side {
     input: Box<dyn Operator>,
@@ -31,7 +35,7 @@ struct Side {
     nulls_equal: bool,
     /// Join key -> row -> multiplicity.
     arrangement: crate::StateMap<OwnedRow, crate::StateMap<OwnedRow, i64>>,
-    key_converter: Option<RowConverter>,
+    key_converter: RowConverter,
     /// Time-bounded joins: when rows may be forgotten, and the rows by the watermark (of the
     /// other side) that frees them.
     bound: Option<TimeBound>,
@@ -59,13 +63,14 @@ pub struct InnerJoin {
 impl Side {
     fn new(input: Box<dyn Operator>, schema: &SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
         let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let key_fields = keys.iter().map(|k| k.data_type(schema).map(SortField::new)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
         Ok(Side {
             input,
             keys,
             rows: RowConverter::new(fields).map_err(arrow_error)?,
             nulls_equal,
             arrangement: crate::StateMap::default(),
-            key_converter: None,
+            key_converter: RowConverter::new(key_fields).map_err(arrow_error)?,
             bound: None,
             expiry: BTreeMap::new(),
             timed: crate::StateMap::default(),
@@ -81,12 +86,7 @@ impl Side {
     /// Join keys of each row; `None` where a key column is NULL.
     fn keys_of(&mut self, rows: &RecordBatch) -> Result<Vec<Option<OwnedRow>>> {
         let keys: Vec<ArrayRef> = self.keys.iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
-        if self.key_converter.is_none() {
-            let fields = keys.iter().map(|k| SortField::new(k.data_type().clone())).collect();
-            self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
-        }
-        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
-        let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
+        let encoded = self.key_converter.convert_columns(&keys).map_err(arrow_error)?;
         Ok((0..rows.num_rows())
             .map(|i| if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded.row(i).owned()) })
             .collect())
@@ -150,6 +150,82 @@ impl Side {
                 slots.remove(&t);
                 if slots.is_empty() {
                     self.timed.remove(key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// This side's state as parts named `<side>…` (only those that hold something).
+    fn save(&self, side: &'static [&'static str; 4], out: &mut checkpoint::Parts) -> Result<()> {
+        if !self.arrangement.is_empty() {
+            let entries: Vec<(&OwnedRow, &OwnedRow, i64)> = self.arrangement.iter().flat_map(|(k, rows)| rows.iter().map(move |(r, n)| (k, r, *n))).collect();
+            let columns = vec![
+                ("key", checkpoint::binary(entries.iter().map(|e| e.0.as_ref()))),
+                ("row", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
+                ("count", checkpoint::int64s(entries.iter().map(|e| e.2))),
+            ];
+            out.push((side[0], checkpoint::part(columns, &[])?));
+        }
+        if !self.expiry.is_empty() {
+            let entries: Vec<(i64, &OwnedRow, &OwnedRow)> = self.expiry.iter().flat_map(|(t, v)| v.iter().map(move |(k, r)| (*t, k, r))).collect();
+            let columns = vec![
+                ("time", checkpoint::int64s(entries.iter().map(|e| e.0))),
+                ("key", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
+                ("row", checkpoint::binary(entries.iter().map(|e| e.2.as_ref()))),
+            ];
+            out.push((side[1], checkpoint::part(columns, &[])?));
+        }
+        if !self.timed.is_empty() {
+            let entries: Vec<(&OwnedRow, i64, &OwnedRow, i64)> =
+                self.timed.iter().flat_map(|(k, slots)| slots.iter().flat_map(move |(t, slot)| slot.iter().map(move |(r, n)| (k, *t, r, *n)))).collect();
+            let columns = vec![
+                ("key", checkpoint::binary(entries.iter().map(|e| e.0.as_ref()))),
+                ("time", checkpoint::int64s(entries.iter().map(|e| e.1))),
+                ("row", checkpoint::binary(entries.iter().map(|e| e.2.as_ref()))),
+                ("count", checkpoint::int64s(entries.iter().map(|e| e.3))),
+            ];
+            out.push((side[2], checkpoint::part(columns, &[])?));
+        }
+        if !self.timed_expiry.is_empty() {
+            let entries: Vec<(i64, &OwnedRow, i64)> = self.timed_expiry.iter().flat_map(|(e, v)| v.iter().map(move |(k, t)| (*e, k, *t))).collect();
+            let columns = vec![
+                ("expires", checkpoint::int64s(entries.iter().map(|e| e.0))),
+                ("key", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
+                ("time", checkpoint::int64s(entries.iter().map(|e| e.2))),
+            ];
+            out.push((side[3], checkpoint::part(columns, &[])?));
+        }
+        Ok(())
+    }
+
+    /// Takes back part `which` (0–3, as in [`Side::save`]).
+    fn load(&mut self, which: usize, batch: &RecordBatch) -> Result<()> {
+        let keys = || -> Result<Vec<OwnedRow>> { checkpoint::required_rows(&self.key_converter, checkpoint::binary_column(batch, "key")?) };
+        let rows = || -> Result<Vec<OwnedRow>> { checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?) };
+        match which {
+            0 => {
+                let counts = checkpoint::int64_column(batch, "count")?;
+                for ((key, row), n) in keys()?.into_iter().zip(rows()?).zip(counts.values()) {
+                    self.arrangement.entry(key).or_default().insert(row, *n);
+                }
+            }
+            1 => {
+                let times = checkpoint::int64_column(batch, "time")?;
+                for ((key, row), t) in keys()?.into_iter().zip(rows()?).zip(times.values()) {
+                    self.expiry.entry(*t).or_default().push((key, row));
+                }
+            }
+            2 => {
+                let (times, counts) = (checkpoint::int64_column(batch, "time")?, checkpoint::int64_column(batch, "count")?);
+                for (i, (key, row)) in keys()?.into_iter().zip(rows()?).enumerate() {
+                    self.timed.entry(key).or_default().entry(times.value(i)).or_default().push((row, counts.value(i)));
+                }
+            }
+            _ => {
+                let (expires, times) = (checkpoint::int64_column(batch, "expires")?, checkpoint::int64_column(batch, "time")?);
+                for (i, key) in keys()?.into_iter().enumerate() {
+                    self.timed_expiry.entry(expires.value(i)).or_default().push((key, times.value(i)));
                 }
             }
         }
@@ -415,7 +491,28 @@ impl Operator for InnerJoin {
         OperatorState { name: "InnerJoin".to_owned(), rows: left.0 + right.0, bytes: left.1 + right.1 }
     }
 
+    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+        let mut out = Vec::new();
+        self.left.save(&LEFT_PARTS, &mut out)?;
+        self.right.save(&RIGHT_PARTS, &mut out)?;
+        Ok(out)
+    }
+
+    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+        if let Some(i) = LEFT_PARTS.iter().position(|p| *p == name) {
+            self.left.load(i, batch)
+        } else if let Some(i) = RIGHT_PARTS.iter().position(|p| *p == name) {
+            self.right.load(i, batch)
+        } else {
+            Err(checkpoint::unknown_part("InnerJoin", name))
+        }
+    }
+
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.left.input.as_ref(), self.right.input.as_ref()]
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.left.input.as_mut(), self.right.input.as_mut()]
     }
 }

@@ -117,16 +117,18 @@ fn steps() -> impl Strategy<Value = Vec<Vec<(bool, Row, bool)>>> {
     prop::collection::vec(prop::collection::vec(step, 1..6), 1..8)
 }
 
-fn run(kind: JoinKind, filtered: bool, nulls_equal: bool, workers: &crate::Workers, epochs: Vec<Vec<(bool, Row, bool)>>) -> Result<(), TestCaseError> {
-    let op = crate::build(&plan(kind, filtered, nulls_equal), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
-    drive(op, epochs, |left, right| oracle(kind, filtered, nulls_equal, left, right)).map_err(|e| TestCaseError::fail(format!("{kind:?} filtered={filtered}: {e}")))
+fn run(kind: JoinKind, filtered: bool, nulls_equal: bool, workers: &crate::Workers, epochs: Vec<Vec<(bool, Row, bool)>>, restart_after: usize) -> Result<(), TestCaseError> {
+    let build = || crate::build(&plan(kind, filtered, nulls_equal), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
+    drive(&build, restart_after, epochs, |left, right| oracle(kind, filtered, nulls_equal, left, right)).map_err(|e| TestCaseError::fail(format!("{kind:?} filtered={filtered}: {e}")))
 }
 
-/// Applies the epochs' steps to the join (deletions remove a present copy), comparing its
-/// accumulated output with `oracle` over both sides after every epoch.
-fn drive(mut op: Box<dyn crate::Operator>, epochs: Vec<Vec<(bool, Row, bool)>>, oracle: impl Fn(&Bag, &Bag) -> Bag) -> Result<(), TestCaseError> {
+/// Applies the epochs' steps to the join `build` makes (deletions remove a present copy),
+/// comparing its accumulated output with `oracle` over both sides after every epoch; after
+/// epoch `restart_after` the join restarts from a checkpoint of its state.
+fn drive(build: &dyn Fn() -> Box<dyn crate::Operator>, restart_after: usize, epochs: Vec<Vec<(bool, Row, bool)>>, oracle: impl Fn(&Bag, &Bag) -> Bag) -> Result<(), TestCaseError> {
+    let mut op = build();
     let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
-    for epoch in epochs {
+    for (epoch_index, epoch) in epochs.into_iter().enumerate() {
         for (is_left, row, insert) in epoch {
             let side = if is_left { &mut left } else { &mut right };
             let diff = if insert { 1 } else if side.get(&row).copied().unwrap_or(0) > 0 { -1 } else { continue };
@@ -136,6 +138,9 @@ fn drive(mut op: Box<dyn crate::Operator>, epochs: Vec<Vec<(bool, Row, bool)>>, 
         }
         accumulate(&mut out, op.end_epoch().unwrap());
         prop_assert_eq!(&out, &oracle(&left, &right));
+        if epoch_index == restart_after {
+            crate::checkpoint::restart(&mut op, build);
+        }
     }
     Ok(())
 }
@@ -144,11 +149,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), sharded in any::<bool>()) {
+    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), sharded in any::<bool>(), restart_after in 0..8usize) {
         // Sharded: each side routed by its key to one of 3 copies of the join.
         let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
         for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti, JoinKind::RightSemi, JoinKind::RightAnti] {
-            run(kind, filtered, nulls_equal, &workers, epochs.clone())?;
+            run(kind, filtered, nulls_equal, &workers, epochs.clone(), restart_after)?;
         }
     }
 }
@@ -209,9 +214,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn interval_join_matches_its_oracle(epochs in steps(), sharded in any::<bool>()) {
+    fn interval_join_matches_its_oracle(epochs in steps(), sharded in any::<bool>(), restart_after in 0..8usize) {
         let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
-        let op = crate::build(&interval_plan(), &std::sync::Arc::new(crate::EventTime::new(&[LEFT, RIGHT])), &workers).unwrap();
-        drive(op, epochs, interval_oracle)?;
+        let build = || crate::build(&interval_plan(), &std::sync::Arc::new(crate::EventTime::new(&[LEFT, RIGHT])), &workers).unwrap();
+        drive(&build, restart_after, epochs, interval_oracle)?;
     }
 }

@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod aggregate;
+pub mod checkpoint;
 
 /// A hash map for operator state: foldhash instead of std's SipHash (keys are Eddy's own
 /// row encodings, and the state maps are on every row's path).
@@ -68,6 +69,31 @@ pub trait Operator: Send {
     fn shards(&self) -> usize {
         1
     }
+
+    /// The operators feeding this one, to walk into them (saving and loading state).
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator>;
+
+    /// The operator's own state as named Arrow batches, at the end of an epoch (stateless
+    /// operators have none).
+    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+        Ok(Vec::new())
+    }
+
+    /// Takes back one part of what [`Operator::save_state`] returned, into a freshly built
+    /// operator.
+    fn load_state(&mut self, name: &str, _batch: &arrow::array::RecordBatch) -> Result<()> {
+        Err(checkpoint::unknown_part(&self.state().name, name))
+    }
+
+    /// Saves this operator's state and its inputs' under `path` (see [`checkpoint::save`]).
+    fn save_tree(&mut self, path: &str, out: &mut Vec<(String, arrow::array::RecordBatch)>) -> Result<()> {
+        checkpoint::save_walk(self, path, out)
+    }
+
+    /// Loads what [`Operator::save_tree`] saved under `path`.
+    fn load_tree(&mut self, path: &str, parts: &mut std::collections::HashMap<String, arrow::array::RecordBatch>) -> Result<()> {
+        checkpoint::load_walk(self, path, parts)
+    }
 }
 
 /// Counts the rows an operator emits; [`build`] wraps every operator in one.
@@ -109,6 +135,18 @@ impl Operator for Instrumented {
 
     fn shards(&self) -> usize {
         self.inner.shards()
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        self.inner.children_mut()
+    }
+
+    fn save_tree(&mut self, path: &str, out: &mut Vec<(String, arrow::array::RecordBatch)>) -> Result<()> {
+        self.inner.save_tree(path, out)
+    }
+
+    fn load_tree(&mut self, path: &str, parts: &mut std::collections::HashMap<String, arrow::array::RecordBatch>) -> Result<()> {
+        self.inner.load_tree(path, parts)
     }
 }
 

@@ -17,15 +17,15 @@ use std::collections::BTreeMap;
 use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array, new_null_array};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array, new_null_array};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::{Operator, OperatorState};
+use crate::{Operator, OperatorState, checkpoint};
 use crate::event_time::{EventTime, micros};
 use crate::plan::{Expr, JoinKind, TimeBound};
-use crate::rows::{arrow_error, batch, evaluate, take_columns};
+use crate::rows::{arrow_error, batch, eval_error, evaluate, take_columns};
 
 type Bucket = HashMap<OwnedRow, i64>;
 
@@ -36,7 +36,7 @@ struct Side {
     rows: RowConverter,
     /// NULL keys match each other (IS NOT DISTINCT FROM).
     nulls_equal: bool,
-    key_converter: Option<RowConverter>,
+    key_converter: RowConverter,
     arrangement: HashMap<OwnedRow, Bucket>,
 }
 
@@ -54,18 +54,15 @@ pub struct OuterJoin {
 impl Side {
     fn new(input: Box<dyn Operator>, schema: SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
         let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-        Ok(Side { input, schema, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, nulls_equal, key_converter: None, arrangement: HashMap::default() })
+        let key_fields = keys.iter().map(|k| k.data_type(&schema).map(SortField::new)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
+        let key_converter = RowConverter::new(key_fields).map_err(arrow_error)?;
+        Ok(Side { input, schema, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, nulls_equal, key_converter, arrangement: HashMap::default() })
     }
 
     /// (key or None for NULL keys, row) per changed row.
     fn encode(&mut self, changes: &ChangeBatch) -> Result<Vec<(Option<OwnedRow>, OwnedRow)>> {
         let keys: Vec<ArrayRef> = self.keys.iter().map(|e| evaluate(e, changes.rows())).collect::<Result<_>>()?;
-        if self.key_converter.is_none() {
-            let fields = keys.iter().map(|k| SortField::new(k.data_type().clone())).collect();
-            self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
-        }
-        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
-        let encoded_keys = converter.convert_columns(&keys).map_err(arrow_error)?;
+        let encoded_keys = self.key_converter.convert_columns(&keys).map_err(arrow_error)?;
         let rows = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
         Ok((0..changes.len())
             .map(|i| {
@@ -85,6 +82,26 @@ impl Side {
                 self.arrangement.remove(key);
             }
         }
+    }
+
+    /// The arrangement as (key, row, count) columns.
+    fn save(&self) -> Result<RecordBatch> {
+        let entries: Vec<(&OwnedRow, &OwnedRow, i64)> = self.arrangement.iter().flat_map(|(k, rows)| rows.iter().map(move |(r, n)| (k, r, *n))).collect();
+        let columns = vec![
+            ("key", checkpoint::binary(entries.iter().map(|e| e.0.as_ref()))),
+            ("row", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
+            ("count", checkpoint::int64s(entries.iter().map(|e| e.2))),
+        ];
+        checkpoint::part(columns, &[])
+    }
+
+    fn load(&mut self, batch: &RecordBatch) -> Result<()> {
+        let keys = checkpoint::required_rows(&self.key_converter, checkpoint::binary_column(batch, "key")?)?;
+        let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
+        for ((key, row), n) in keys.into_iter().zip(rows).zip(checkpoint::int64_column(batch, "count")?.values()) {
+            self.arrangement.entry(key).or_default().insert(row, *n);
+        }
+        Ok(())
     }
 
     fn bucket(&self, key: &OwnedRow) -> Vec<(OwnedRow, i64)> {
@@ -342,7 +359,32 @@ impl Operator for OuterJoin {
         OperatorState { name: format!("{:?}Join", self.kind), rows: left.0 + right.0, bytes: left.1 + right.1 }
     }
 
+    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+        let entries: Vec<(i64, &OwnedRow)> = self.expiry.iter().flat_map(|(t, keys)| keys.iter().map(move |k| (*t, k))).collect();
+        let expiry = vec![("time", checkpoint::int64s(entries.iter().map(|e| e.0))), ("key", checkpoint::binary(entries.iter().map(|e| e.1.as_ref())))];
+        Ok(vec![("left", self.left.save()?), ("right", self.right.save()?), ("expiry", checkpoint::part(expiry, &[])?)])
+    }
+
+    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+        match name {
+            "left" => self.left.load(batch),
+            "right" => self.right.load(batch),
+            "expiry" => {
+                let keys = checkpoint::required_rows(&self.left.key_converter, checkpoint::binary_column(batch, "key")?)?;
+                for (key, t) in keys.into_iter().zip(checkpoint::int64_column(batch, "time")?.values()) {
+                    self.expiry.entry(*t).or_default().push(key);
+                }
+                Ok(())
+            }
+            _ => Err(checkpoint::unknown_part("OuterJoin", name)),
+        }
+    }
+
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.left.input.as_ref(), self.right.input.as_ref()]
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.left.input.as_mut(), self.right.input.as_mut()]
     }
 }

@@ -28,7 +28,7 @@ use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 use crate::event_time::{EventTime, LateEvent, micros, row_json};
 use crate::plan::{AggregateCall, Expr, WindowClose};
 use crate::rows::{arrow_error, batch, eval_error, evaluate};
-use crate::{Operator, OperatorState};
+use crate::{Operator, OperatorState, checkpoint};
 
 /// Which group positions are the window bounds, and the session's time and gap.
 pub struct Spec {
@@ -63,7 +63,7 @@ pub struct SessionAggregate {
     schema: SchemaRef,
     window: Option<(WindowClose, Arc<EventTime>)>,
     rows: RowConverter,
-    key_converter: Option<RowConverter>,
+    key_converter: RowConverter,
     keys: HashMap<OwnedRow, Key>,
     dirty: HashSet<OwnedRow>,
     /// The type of the window bound columns (the time column's).
@@ -82,6 +82,11 @@ impl SessionAggregate {
     ) -> Result<Self> {
         let fields = input_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
         let bound_type = spec.time.data_type(input_schema).map_err(eval_error)?;
+        let key_fields = (spec.group.iter().enumerate())
+            .filter(|(i, _)| !spec.starts.contains(i) && !spec.ends.contains(i))
+            .map(|(_, e)| e.data_type(input_schema).map(SortField::new))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(eval_error)?;
         Ok(SessionAggregate {
             input,
             input_schema: input_schema.clone(),
@@ -90,7 +95,7 @@ impl SessionAggregate {
             schema,
             window,
             rows: RowConverter::new(fields).map_err(arrow_error)?,
-            key_converter: None,
+            key_converter: RowConverter::new(key_fields).map_err(arrow_error)?,
             keys: HashMap::default(),
             dirty: HashSet::default(),
             bound_type,
@@ -112,6 +117,21 @@ impl SessionAggregate {
             .collect();
         let keep: Vec<usize> = (0..rows.num_columns()).filter(|c| !placeholders.contains(c)).collect();
         rows.project(&keep).map_err(arrow_error)
+    }
+
+    /// A key's group values from row `i` of its key columns (window bound positions: NULL).
+    fn group_values(&self, key_columns: &[ArrayRef], i: usize) -> Result<Vec<ScalarValue>> {
+        let mut values = Vec::with_capacity(self.spec.group.len());
+        let mut k = 0;
+        for g in 0..self.spec.group.len() {
+            if self.is_bound(g) {
+                values.push(ScalarValue::Null);
+            } else {
+                values.push(ScalarValue::try_from_array(&key_columns[k], i).map_err(eval_error)?);
+                k += 1;
+            }
+        }
+        Ok(values)
     }
 
     fn is_bound(&self, i: usize) -> bool {
@@ -142,12 +162,7 @@ impl SessionAggregate {
             .filter(|(i, _)| !self.is_bound(*i))
             .map(|(_, e)| evaluate(e, rows))
             .collect::<Result<_>>()?;
-        if self.key_converter.is_none() {
-            let fields = key_columns.iter().map(|k| SortField::new(k.data_type().clone())).collect();
-            self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
-        }
-        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
-        let keys = converter.convert_columns(&key_columns).map_err(arrow_error)?;
+        let keys = self.key_converter.convert_columns(&key_columns).map_err(arrow_error)?;
         let encoded = self.rows.convert_columns(rows.columns()).map_err(arrow_error)?;
         let times = micros(&evaluate(&self.spec.time, rows)?)?;
         for (i, d) in changes.diffs().values().iter().enumerate() {
@@ -172,16 +187,7 @@ impl SessionAggregate {
             let state = match self.keys.get_mut(&key) {
                 Some(s) => s,
                 None => {
-                    let mut values = Vec::with_capacity(self.spec.group.len());
-                    let mut k = 0;
-                    for g in 0..self.spec.group.len() {
-                        if self.is_bound(g) {
-                            values.push(ScalarValue::Null);
-                        } else {
-                            values.push(ScalarValue::try_from_array(&key_columns[k], i).map_err(eval_error)?);
-                            k += 1;
-                        }
-                    }
+                    let values = self.group_values(&key_columns, i)?;
                     self.keys.entry(key.clone()).or_insert(Key { values, ..Key::default() })
                 }
             };
@@ -362,7 +368,77 @@ impl Operator for SessionAggregate {
         OperatorState { name: "SessionAggregate".to_owned(), rows, bytes }
     }
 
+    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+        let keys: Vec<(&OwnedRow, &Key)> = self.keys.iter().collect();
+        let columns = vec![
+            ("key", checkpoint::binary(keys.iter().map(|(k, _)| k.as_ref()))),
+            ("closed_end", Arc::new(Int64Array::from_iter(keys.iter().map(|(_, s)| s.closed_end))) as ArrayRef),
+            ("forgotten_end", Arc::new(Int64Array::from_iter(keys.iter().map(|(_, s)| s.forgotten_end)))),
+        ];
+        let key_part = checkpoint::part(columns, &[("last_watermark", self.last_watermark)])?;
+        let events: Vec<(&OwnedRow, i64, &OwnedRow, i64)> = keys.iter().flat_map(|(k, s)| s.events.iter().map(move |((t, r), n)| (*k, *t, r, *n))).collect();
+        let columns = vec![
+            ("key", checkpoint::binary(events.iter().map(|e| e.0.as_ref()))),
+            ("time", checkpoint::int64s(events.iter().map(|e| e.1))),
+            ("row", checkpoint::binary(events.iter().map(|e| e.2.as_ref()))),
+            ("count", checkpoint::int64s(events.iter().map(|e| e.3))),
+        ];
+        let events_part = checkpoint::part(columns, &[])?;
+        // Emitted rows as computed (not cast to the output types), so they compare equal again.
+        let emitted: Vec<(&OwnedRow, &Vec<ScalarValue>, i64)> = keys.iter().flat_map(|(k, s)| s.emitted.iter().map(move |(row, n)| (*k, row, *n))).collect();
+        let mut columns: Vec<(String, ArrayRef)> =
+            vec![("key".into(), checkpoint::binary(emitted.iter().map(|e| e.0.as_ref()))), ("count".into(), checkpoint::int64s(emitted.iter().map(|e| e.2)))];
+        for (c, field) in self.schema.fields().iter().enumerate() {
+            let array = if emitted.is_empty() {
+                arrow::array::new_empty_array(field.data_type())
+            } else {
+                ScalarValue::iter_to_array(emitted.iter().map(|e| e.1[c].clone())).map_err(eval_error)?
+            };
+            columns.push((format!("o{c}"), array));
+        }
+        Ok(vec![("keys", key_part), ("events", events_part), ("emitted", checkpoint::part(columns, &[])?)])
+    }
+
+    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+        let keys = checkpoint::required_rows(&self.key_converter, checkpoint::binary_column(batch, "key")?)?;
+        match name {
+            "keys" => {
+                let columns = self.key_converter.convert_rows(keys.iter().map(|k| k.row())).map_err(arrow_error)?;
+                let (closed, forgotten) = (checkpoint::int64_column(batch, "closed_end")?, checkpoint::int64_column(batch, "forgotten_end")?);
+                for (i, key) in keys.into_iter().enumerate() {
+                    let values = self.group_values(&columns, i)?;
+                    let state = self.keys.entry(key).or_default();
+                    state.values = values;
+                    state.closed_end = checkpoint::value_at(closed, i);
+                    state.forgotten_end = checkpoint::value_at(forgotten, i);
+                }
+                self.last_watermark = checkpoint::scalar(batch, "last_watermark")?;
+            }
+            "events" => {
+                let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
+                let (times, counts) = (checkpoint::int64_column(batch, "time")?, checkpoint::int64_column(batch, "count")?);
+                for (i, (key, row)) in keys.into_iter().zip(rows).enumerate() {
+                    self.keys.entry(key).or_default().events.insert((times.value(i), row), counts.value(i));
+                }
+            }
+            "emitted" => {
+                let counts = checkpoint::int64_column(batch, "count")?;
+                let columns = (0..self.schema.fields().len()).map(|c| checkpoint::column(batch, &format!("o{c}")).cloned()).collect::<Result<Vec<_>>>()?;
+                for (i, key) in keys.into_iter().enumerate() {
+                    let row = columns.iter().map(|c| ScalarValue::try_from_array(c, i)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
+                    self.keys.entry(key).or_default().emitted.insert(row, counts.value(i));
+                }
+            }
+            _ => return Err(checkpoint::unknown_part("SessionAggregate", name)),
+        }
+        Ok(())
+    }
+
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.input.as_ref()]
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.input.as_mut()]
     }
 }

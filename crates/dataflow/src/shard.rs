@@ -8,9 +8,10 @@
 //! operator's output for its keys: the shards' outputs together are the operator's output.
 //! Shards read the same [`crate::EventTime`], so they close windows at the same watermark.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::ArrayRef;
+use arrow::array::{ArrayRef, RecordBatch};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::plan::Expr;
@@ -194,7 +195,33 @@ impl Operator for Sharded {
         self.inputs.iter().map(|i| i.as_ref()).collect()
     }
 
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        self.inputs.iter_mut().map(|i| i.as_mut() as &mut dyn Operator).collect()
+    }
+
     fn shards(&self) -> usize {
         self.shards.len()
+    }
+
+    /// The inputs' state, then each shard's under `<path>#<shard>` (a checkpoint restores
+    /// into as many shards as it was taken with).
+    fn save_tree(&mut self, path: &str, out: &mut Vec<(String, RecordBatch)>) -> Result<()> {
+        crate::checkpoint::save_walk(self, path, out)?;
+        for (i, shard) in self.shards.iter_mut().enumerate() {
+            shard.save_tree(&format!("{path}#{i}"), out)?;
+        }
+        Ok(())
+    }
+
+    fn load_tree(&mut self, path: &str, parts: &mut HashMap<String, RecordBatch>) -> Result<()> {
+        crate::checkpoint::load_walk(self, path, parts)?;
+        for (i, shard) in self.shards.iter_mut().enumerate() {
+            shard.load_tree(&format!("{path}#{i}"), parts)?;
+        }
+        let shards = self.shards.len();
+        if parts.keys().any(|k| k.strip_prefix(path).and_then(|rest| rest.strip_prefix('#')).and_then(|rest| rest.split([':', '.', '#']).next()?.parse::<usize>().ok()).is_some_and(|i| i >= shards)) {
+            return Err(Error::internal(format!("the checkpoint was taken with more than {shards} shards")));
+        }
+        Ok(())
     }
 }

@@ -42,6 +42,10 @@ impl Operator for Source {
     fn children(&self) -> Vec<&dyn Operator> {
         Vec::new()
     }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        Vec::new()
+    }
 }
 
 pub struct Filter {
@@ -90,6 +94,10 @@ impl Operator for Filter {
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.input.as_ref()]
     }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.input.as_mut()]
+    }
 }
 
 pub struct Project {
@@ -132,6 +140,10 @@ impl Operator for Project {
 
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.input.as_ref()]
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.input.as_mut()]
     }
 }
 
@@ -176,5 +188,9 @@ impl Operator for Union {
 
     fn children(&self) -> Vec<&dyn Operator> {
         self.inputs.iter().map(|i| i.as_ref()).collect()
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        self.inputs.iter_mut().map(|i| i.as_mut() as &mut dyn Operator).collect()
     }
 }

@@ -16,7 +16,7 @@ use eddy_common::{ChangeBatch, ObjectId, Result};
 use crate::event_time::micros;
 use crate::plan::Expr;
 use crate::rows::{arrow_error, batch, evaluate};
-use crate::{Operator, OperatorState};
+use crate::{Operator, OperatorState, checkpoint};
 
 pub struct TemporalFilter {
     input: Box<dyn Operator>,
@@ -135,7 +135,33 @@ impl Operator for TemporalFilter {
         OperatorState { name: "TemporalFilter".to_owned(), rows: entries, bytes }
     }
 
+    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+        let entries: Vec<(i64, &OwnedRow, i64)> = self.scheduled.iter().flat_map(|(t, rows)| rows.iter().map(move |(r, d)| (*t, r, *d))).collect();
+        let columns = vec![
+            ("time", checkpoint::int64s(entries.iter().map(|e| e.0))),
+            ("row", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
+            ("diff", checkpoint::int64s(entries.iter().map(|e| e.2))),
+        ];
+        Ok(vec![("scheduled", checkpoint::part(columns, &[])?)])
+    }
+
+    fn load_state(&mut self, name: &str, batch: &arrow::array::RecordBatch) -> Result<()> {
+        if name != "scheduled" {
+            return Err(checkpoint::unknown_part("TemporalFilter", name));
+        }
+        let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
+        let (times, diffs) = (checkpoint::int64_column(batch, "time")?, checkpoint::int64_column(batch, "diff")?);
+        for (i, row) in rows.into_iter().enumerate() {
+            self.scheduled.entry(times.value(i)).or_default().push((row, diffs.value(i)));
+        }
+        Ok(())
+    }
+
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.input.as_ref()]
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.input.as_mut()]
     }
 }

@@ -15,16 +15,16 @@ use std::collections::BTreeMap;
 use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, UInt64Array};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt64Array};
 use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, ObjectId, Result};
 
-use crate::{Operator, OperatorState};
+use crate::{Operator, OperatorState, checkpoint};
 use crate::event_time::{EventTime, micros};
 use crate::plan::{Expr, Ranking, WindowClose};
-use crate::rows::{arrow_error, batch_of, evaluate};
+use crate::rows::{arrow_error, batch_of, eval_error, evaluate};
 
 type Ranked = HashMap<(OwnedRow, u64), i64>;
 
@@ -37,7 +37,7 @@ pub struct TopN {
     rank: Option<Ranking>,
     schema: SchemaRef,
     partition_keys: Option<RowConverter>,
-    sort_keys: Option<RowConverter>,
+    sort_keys: RowConverter,
     rows: RowConverter,
     state: HashMap<Option<OwnedRow>, BTreeMap<(OwnedRow, OwnedRow), i64>>,
     emitted: HashMap<Option<OwnedRow>, Ranked>,
@@ -64,6 +64,9 @@ impl TopN {
     ) -> Result<Self> {
         let fields = input_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
         let rows = RowConverter::new(fields).map_err(arrow_error)?;
+        let sort_fields = order.iter().map(|(e, o)| e.data_type(&input_schema).map(|t| SortField::new_with_options(t, *o))).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
+        let partition_fields = partition.iter().map(|e| e.data_type(&input_schema).map(SortField::new)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
+        let partition_keys = if partition_fields.is_empty() { None } else { Some(RowConverter::new(partition_fields).map_err(arrow_error)?) };
         Ok(TopN {
             input,
             partition,
@@ -72,8 +75,8 @@ impl TopN {
             limit,
             rank,
             schema,
-            partition_keys: None,
-            sort_keys: None,
+            partition_keys,
+            sort_keys: RowConverter::new(sort_fields).map_err(arrow_error)?,
             rows,
             state: HashMap::default(),
             emitted: HashMap::default(),
@@ -90,19 +93,8 @@ impl TopN {
         }
         let rows_in = changes.rows();
         let sort: Vec<ArrayRef> = self.order.iter().map(|(e, _)| evaluate(e, rows_in)).collect::<Result<_>>()?;
-        if self.sort_keys.is_none() {
-            let fields = sort.iter().zip(&self.order).map(|(k, (_, o))| SortField::new_with_options(k.data_type().clone(), *o)).collect();
-            self.sort_keys = Some(RowConverter::new(fields).map_err(arrow_error)?);
-        }
         let parts: Vec<ArrayRef> = self.partition.iter().map(|e| evaluate(e, rows_in)).collect::<Result<_>>()?;
-        if self.partition_keys.is_none() && !parts.is_empty() {
-            let fields = parts.iter().map(|k| SortField::new(k.data_type().clone())).collect();
-            self.partition_keys = Some(RowConverter::new(fields).map_err(arrow_error)?);
-        }
-        let sort = match &self.sort_keys {
-            Some(c) => c.convert_columns(&sort).map_err(arrow_error)?,
-            None => return Ok(()),
-        };
+        let sort = self.sort_keys.convert_columns(&sort).map_err(arrow_error)?;
         let parts = match &self.partition_keys {
             Some(c) => Some(c.convert_columns(&parts).map_err(arrow_error)?),
             None => None,
@@ -212,6 +204,11 @@ impl TopN {
     }
 }
 
+/// A partition key's bytes (`None`: no PARTITION BY).
+fn bytes(partition: &Option<OwnedRow>) -> Option<&[u8]> {
+    partition.as_ref().map(|r| r.as_ref())
+}
+
 impl TopN {
     /// Forgets windows' partitions the watermark has passed (their rows stay in the view).
     fn evict(&mut self) {
@@ -259,7 +256,64 @@ impl Operator for TopN {
         OperatorState { name: format!("TopN limit {}", self.limit), rows, bytes }
     }
 
+    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+        let rows: Vec<(&Option<OwnedRow>, &OwnedRow, &OwnedRow, i64)> =
+            self.state.iter().flat_map(|(p, ordered)| ordered.iter().map(move |((s, r), n)| (p, s, r, *n))).collect();
+        let rows = vec![
+            ("partition", checkpoint::optional_binary(rows.iter().map(|e| bytes(e.0)))),
+            ("sort", checkpoint::binary(rows.iter().map(|e| e.1.as_ref()))),
+            ("row", checkpoint::binary(rows.iter().map(|e| e.2.as_ref()))),
+            ("count", checkpoint::int64s(rows.iter().map(|e| e.3))),
+        ];
+        let emitted: Vec<(&Option<OwnedRow>, &OwnedRow, u64, i64)> =
+            self.emitted.iter().flat_map(|(p, ranked)| ranked.iter().map(move |((r, rank), n)| (p, r, *rank, *n))).collect();
+        let emitted = vec![
+            ("partition", checkpoint::optional_binary(emitted.iter().map(|e| bytes(e.0)))),
+            ("row", checkpoint::binary(emitted.iter().map(|e| e.1.as_ref()))),
+            ("rank", checkpoint::int64s(emitted.iter().map(|e| e.2 as i64))),
+            ("count", checkpoint::int64s(emitted.iter().map(|e| e.3))),
+        ];
+        let expiry: Vec<(i64, &Option<OwnedRow>)> = self.expiry.iter().flat_map(|(t, parts)| parts.iter().map(move |p| (*t, p))).collect();
+        let expiry = vec![("time", checkpoint::int64s(expiry.iter().map(|e| e.0))), ("partition", checkpoint::optional_binary(expiry.iter().map(|e| bytes(e.1))))];
+        Ok(vec![("rows", checkpoint::part(rows, &[])?), ("emitted", checkpoint::part(emitted, &[])?), ("expiry", checkpoint::part(expiry, &[])?)])
+    }
+
+    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+        let partitions = match &self.partition_keys {
+            Some(c) => checkpoint::rows_of(c, checkpoint::binary_column(batch, "partition")?),
+            None => vec![None; batch.num_rows()],
+        };
+        match name {
+            "rows" => {
+                let sort = checkpoint::required_rows(&self.sort_keys, checkpoint::binary_column(batch, "sort")?)?;
+                let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
+                let counts = checkpoint::int64_column(batch, "count")?;
+                for (((p, s), r), n) in partitions.into_iter().zip(sort).zip(rows).zip(counts.values()) {
+                    self.state.entry(p).or_default().insert((s, r), *n);
+                }
+            }
+            "emitted" => {
+                let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
+                let (ranks, counts) = (checkpoint::int64_column(batch, "rank")?, checkpoint::int64_column(batch, "count")?);
+                for (i, (p, r)) in partitions.into_iter().zip(rows).enumerate() {
+                    self.emitted.entry(p).or_default().insert((r, ranks.value(i) as u64), counts.value(i));
+                }
+            }
+            "expiry" => {
+                for (p, t) in partitions.into_iter().zip(checkpoint::int64_column(batch, "time")?.values()) {
+                    self.expiry.entry(*t).or_default().push(p);
+                }
+            }
+            _ => return Err(checkpoint::unknown_part("TopN", name)),
+        }
+        Ok(())
+    }
+
     fn children(&self) -> Vec<&dyn Operator> {
         vec![self.input.as_ref()]
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
+        vec![self.input.as_mut()]
     }
 }

@@ -1,0 +1,178 @@
+//! Operator state as Arrow batches, for checkpoints: [`save`] walks a dataflow and returns
+//! every operator's state as named batches; [`load`] puts them back into a freshly built copy
+//! of the same dataflow. The engine writes and reads the batches; this crate never touches
+//! disk.
+//!
+//! A part is named `<path>:<part>`, where the path is the operator's place in the tree (`0`,
+//! `0.1`, as in `eddy_operators`) and, inside a sharded operator, `#<shard>`. Keys and rows are
+//! stored in the operator's own row format (binary columns) next to plain columns for counts,
+//! times and sums; scalars of an operator sit in the batch's schema metadata. Saving happens at
+//! the end of an epoch, when nothing is held back in flight.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, Int64Array, RecordBatch};
+use arrow::datatypes::{Field, Int64Type, Schema};
+use arrow::row::{OwnedRow, RowConverter};
+use eddy_common::{ChangeBatch, Error, Result};
+
+use crate::Operator;
+use crate::rows::arrow_error;
+
+/// One operator's state: named parts.
+pub type Parts = Vec<(&'static str, RecordBatch)>;
+
+/// The column of a saved change batch that holds each row's weight.
+const DIFF: &str = "eddy_diff";
+
+/// Every operator's state in the dataflow under `root`, as (name, batch).
+pub fn save(root: &mut dyn Operator) -> Result<Vec<(String, RecordBatch)>> {
+    let mut out = Vec::new();
+    root.save_tree("0", &mut out)?;
+    Ok(out)
+}
+
+/// Restores `parts` (from [`save`] of the same plan) into a freshly built dataflow. Fails when
+/// a part has no operator to take it.
+pub fn load(root: &mut dyn Operator, parts: Vec<(String, RecordBatch)>) -> Result<()> {
+    let mut parts: HashMap<String, RecordBatch> = parts.into_iter().collect();
+    root.load_tree("0", &mut parts)?;
+    match parts.keys().next() {
+        Some(name) => Err(Error::internal(format!("checkpointed state {name} has no operator in the dataflow"))),
+        None => Ok(()),
+    }
+}
+
+/// Saves an operator's own state, then its inputs' (the default walk of [`Operator::save_tree`]).
+pub(crate) fn save_walk<O: Operator + ?Sized>(op: &mut O, path: &str, out: &mut Vec<(String, RecordBatch)>) -> Result<()> {
+    for (name, batch) in op.save_state()? {
+        out.push((format!("{path}:{name}"), batch));
+    }
+    for (i, child) in op.children_mut().into_iter().enumerate() {
+        child.save_tree(&format!("{path}.{i}"), out)?;
+    }
+    Ok(())
+}
+
+/// Loads an operator's own parts, then its inputs' (the default walk of [`Operator::load_tree`]).
+pub(crate) fn load_walk<O: Operator + ?Sized>(op: &mut O, path: &str, parts: &mut HashMap<String, RecordBatch>) -> Result<()> {
+    let prefix = format!("{path}:");
+    let mine: Vec<String> = parts.keys().filter(|k| k.strip_prefix(&prefix).is_some_and(|rest| !rest.contains(['.', '#', ':']))).cloned().collect();
+    for name in mine {
+        if let Some(batch) = parts.remove(&name) {
+            op.load_state(&name[prefix.len()..], &batch)?;
+        }
+    }
+    for (i, child) in op.children_mut().into_iter().enumerate() {
+        child.load_tree(&format!("{path}.{i}"), parts)?;
+    }
+    Ok(())
+}
+
+/// The error of an operator handed a part it does not have.
+pub(crate) fn unknown_part(operator: &str, name: &str) -> Error {
+    Error::internal(format!("{operator} has no checkpointed state named {name}"))
+}
+
+/// A batch of nullable columns, with scalars in its schema metadata.
+pub(crate) fn part<S: AsRef<str>>(columns: Vec<(S, ArrayRef)>, scalars: &[(&str, Option<i64>)]) -> Result<RecordBatch> {
+    let fields: Vec<Field> = columns.iter().map(|(name, a)| Field::new(name.as_ref(), a.data_type().clone(), true)).collect();
+    let metadata = scalars.iter().filter_map(|(k, v)| Some(((*k).to_owned(), (*v)?.to_string()))).collect();
+    let schema = Arc::new(Schema::new(fields).with_metadata(metadata));
+    let arrays = columns.into_iter().map(|(_, a)| a).collect();
+    RecordBatch::try_new(schema, arrays).map_err(arrow_error)
+}
+
+/// A scalar saved by [`part`].
+pub(crate) fn scalar(batch: &RecordBatch, name: &str) -> Result<Option<i64>> {
+    match batch.schema().metadata().get(name) {
+        None => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|_| Error::internal(format!("checkpointed scalar {name} is not a number: {v}"))),
+    }
+}
+
+pub(crate) fn binary<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> ArrayRef {
+    Arc::new(BinaryArray::from_iter_values(values))
+}
+
+pub(crate) fn optional_binary<'a>(values: impl IntoIterator<Item = Option<&'a [u8]>>) -> ArrayRef {
+    Arc::new(BinaryArray::from_iter(values))
+}
+
+pub(crate) fn int64s(values: impl IntoIterator<Item = i64>) -> ArrayRef {
+    Arc::new(Int64Array::from_iter_values(values))
+}
+
+pub(crate) fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef> {
+    batch.column_by_name(name).ok_or_else(|| Error::internal(format!("checkpointed state lacks column {name}")))
+}
+
+pub(crate) fn binary_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a BinaryArray> {
+    column(batch, name)?.as_binary_opt::<i32>().ok_or_else(|| Error::internal(format!("checkpointed column {name} is not binary")))
+}
+
+pub(crate) fn int64_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Int64Array> {
+    column(batch, name)?.as_primitive_opt::<Int64Type>().ok_or_else(|| Error::internal(format!("checkpointed column {name} is not BIGINT")))
+}
+
+/// The rows of a binary column in `converter`'s row format (NULL: `None`).
+pub(crate) fn rows_of(converter: &RowConverter, values: &BinaryArray) -> Vec<Option<OwnedRow>> {
+    let parser = converter.parser();
+    values.iter().map(|v| v.map(|bytes| parser.parse(bytes).owned())).collect()
+}
+
+/// The rows of a binary column that has no NULLs.
+pub(crate) fn required_rows(converter: &RowConverter, values: &BinaryArray) -> Result<Vec<OwnedRow>> {
+    rows_of(converter, values).into_iter().map(|r| r.ok_or_else(|| Error::internal("a checkpointed row is NULL"))).collect()
+}
+
+/// Change batches (non-empty, of one schema) as one batch: their columns and `eddy_diff`.
+pub(crate) fn changes_part(changes: &[ChangeBatch]) -> Result<Option<RecordBatch>> {
+    let Some(first) = changes.first() else { return Ok(None) };
+    let schema = first.rows().schema();
+    let rows = arrow::compute::concat_batches(&schema, changes.iter().map(|c| c.rows())).map_err(arrow_error)?;
+    let diffs: Vec<i64> = changes.iter().flat_map(|c| c.diffs().values().iter().copied()).collect();
+    let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(DIFF, arrow::datatypes::DataType::Int64, false)));
+    let mut columns = rows.columns().to_vec();
+    columns.push(int64s(diffs));
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map(Some).map_err(arrow_error)
+}
+
+/// The change batch saved by [`changes_part`].
+pub(crate) fn changes_of(batch: &RecordBatch) -> Result<ChangeBatch> {
+    let diffs = int64_column(batch, DIFF)?.clone();
+    let n = batch.num_columns().saturating_sub(1);
+    let schema = Arc::new(Schema::new(batch.schema().fields()[..n].to_vec()));
+    let rows = RecordBatch::try_new_with_options(schema, batch.columns()[..n].to_vec(), &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())))
+        .map_err(arrow_error)?;
+    Ok(ChangeBatch::new(rows, diffs))
+}
+
+/// Whether a column holds a value at `i` (the column may be absent from older parts).
+pub(crate) fn value_at(values: &Int64Array, i: usize) -> Option<i64> {
+    values.is_valid(i).then(|| values.value(i))
+}
+
+/// Tests' restart: saves `op`'s state, sends every part through an Arrow IPC file (as the
+/// engine's checkpoints do), and loads it into the operator `rebuild` makes.
+#[cfg(test)]
+pub(crate) fn restart(op: &mut Box<dyn Operator>, rebuild: impl FnOnce() -> Box<dyn Operator>) {
+    let parts = save(op.as_mut()).unwrap();
+    let parts = parts
+        .into_iter()
+        .map(|(name, batch)| {
+            let mut file = Vec::new();
+            let mut writer = arrow::ipc::writer::FileWriter::try_new(&mut file, &batch.schema()).unwrap();
+            writer.write(&batch).unwrap();
+            writer.finish().unwrap();
+            drop(writer);
+            let mut reader = arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(file), None).unwrap();
+            (name, reader.next().unwrap().unwrap())
+        })
+        .collect();
+    let mut fresh = rebuild();
+    load(fresh.as_mut(), parts).unwrap();
+    *op = fresh;
+}
