@@ -45,6 +45,11 @@ struct ServeArgs {
     /// serve ingest, connectors and clients (docs/operations.md).
     #[arg(long, env = "EDDY_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: Option<u16>,
+    /// Seconds between checkpoints of the views' state while they change (0: only on the
+    /// `CHECKPOINT` statement). A restart loads the newest checkpoint and replays the log from
+    /// there (docs/operations.md).
+    #[arg(long, env = "EDDY_CHECKPOINT_INTERVAL", default_value_t = 10.0)]
+    checkpoint_interval: f64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -66,7 +71,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(n) => usize::from(n),
         None => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
     };
-    let config = EngineConfig { data_dir: args.data_dir.clone(), workers };
+    if !args.checkpoint_interval.is_finite() || args.checkpoint_interval < 0.0 {
+        anyhow::bail!("--checkpoint-interval must be a number of seconds, 0 or more");
+    }
+    let checkpoint_interval = (args.checkpoint_interval > 0.0).then(|| std::time::Duration::from_secs_f64(args.checkpoint_interval));
+    let config = EngineConfig { data_dir: args.data_dir.clone(), workers, checkpoint_interval };
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", args.data_dir.display()))?;

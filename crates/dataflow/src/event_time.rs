@@ -55,6 +55,15 @@ impl EventTime {
         }
     }
 
+    /// The watermark of every source that has one (for checkpoints; [`EventTime::advance`]
+    /// puts them back).
+    pub fn watermarks(&self) -> Vec<(ObjectId, i64)> {
+        self.watermarks.iter().filter_map(|(s, w)| {
+            let w = w.load(Ordering::Acquire);
+            (w != NONE).then_some((*s, w))
+        }).collect()
+    }
+
     pub fn needs_ticks(&self) {
         self.ticks.store(true, Ordering::Relaxed);
     }

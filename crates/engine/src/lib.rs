@@ -9,6 +9,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod catalog;
+mod checkpoint;
 mod copy;
 mod ingest;
 mod session;
@@ -18,7 +19,7 @@ mod table;
 mod variables;
 mod views;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -56,7 +57,10 @@ pub struct EngineConfig {
     pub data_dir: PathBuf,
     /// Threads that views' stateful operators are sharded across (by key); 1: no sharding.
     pub workers: usize,
+    /// How often views are checkpointed while they change (`None`: only on `CHECKPOINT`).
+    pub checkpoint_interval: Option<std::time::Duration>,
 }
+
 
 /// A table: its definition, schema and current contents.
 pub struct Table {
@@ -122,12 +126,14 @@ impl std::fmt::Debug for Engine {
 }
 
 pub struct Engine {
-    meta: MetaStore,
+    meta: Arc<MetaStore>,
+    data_dir: PathBuf,
     log: Arc<LogStore>,
     tables: RwLock<BTreeMap<String, Arc<Table>>>,
     views: RwLock<BTreeMap<String, Arc<View>>>,
     sources: RwLock<BTreeMap<String, Arc<source::Source>>>,
     runtime: ViewRuntime,
+    checkpoints: Arc<checkpoint::Checkpointer>,
     /// The threads views' sharded operators run on.
     workers: eddy_dataflow::Workers,
     /// Views read from the catalog at start-up, planned again by [`Engine::restore_views`].
@@ -152,7 +158,7 @@ impl Engine {
     pub fn open(config: &EngineConfig) -> Result<Arc<Engine>> {
         let dir = &config.data_dir;
         std::fs::create_dir_all(dir).map_err(|e| Error::io("create the data directory", e))?;
-        let meta = MetaStore::open(&dir.join("meta"))?;
+        let meta = Arc::new(MetaStore::open(&dir.join("meta"))?);
         let mut defs = Vec::new();
         let mut view_defs = Vec::new();
         let mut sources = BTreeMap::new();
@@ -181,13 +187,21 @@ impl Engine {
             let table = load_table(&log, def)?;
             tables.insert(table.def.name.clone(), table);
         }
+        let checkpoints = Arc::new(checkpoint::Checkpointer::start(dir, Arc::clone(&meta))?);
+        let runtime = ViewRuntime::start(Some(views::Checkpoints {
+            writer: Arc::clone(&checkpoints),
+            interval: config.checkpoint_interval,
+            workers: config.workers.max(1),
+        }))?;
         Ok(Arc::new(Engine {
             meta,
+            data_dir: dir.clone(),
             log,
             tables: RwLock::new(tables),
             views: RwLock::new(BTreeMap::new()),
             sources: RwLock::new(sources),
-            runtime: ViewRuntime::start()?,
+            runtime,
+            checkpoints,
             workers: eddy_dataflow::Workers::new(config.workers)?,
             stored_views: std::sync::Mutex::new(view_defs),
             write_lock: Arc::new(Mutex::new(())),
@@ -198,6 +212,18 @@ impl Engine {
     pub fn shutdown(&self) {
         self.log.shutdown();
         self.runtime.shutdown();
+        self.checkpoints.shutdown();
+    }
+
+    /// Ends the epoch and checkpoints every view (`CHECKPOINT`); returns the checkpoint's epoch
+    /// once it is committed.
+    pub async fn checkpoint(&self) -> Result<u64> {
+        self.runtime.checkpoint()?.await.map_err(|_| Error::internal("the view runtime stopped"))?
+    }
+
+    /// The committed checkpoints (`eddy_checkpoints`).
+    pub(crate) fn checkpoint_list(&self) -> Result<Vec<checkpoint::CheckpointInfo>> {
+        checkpoint::list(&self.meta)
     }
 
     pub fn table(&self, name: &str) -> Option<Arc<Table>> {
@@ -272,7 +298,7 @@ impl Engine {
             Some(id) => id,
             None => self.meta.allocate_object_id()?,
         };
-        let readers = self.new_readers(id, &sources)?;
+        let readers = self.new_readers(id, &sources, None)?;
         let def = ViewDef { id, name: name.clone(), sql, dependencies: sources.clone() };
         if is_new {
             self.meta.put_object(id, &ObjectDef::MaterializedView(def.clone()).encode()?)?;
@@ -310,7 +336,7 @@ impl Engine {
         let id = self.meta.allocate_object_id()?;
         let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
         let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
-        let readers = self.new_readers(id, &sources)?;
+        let readers = self.new_readers(id, &sources, None)?;
         let done = self.runtime.add_view(view, dataflow, event_time, sources, tables, None)?;
         self.start_readers(readers);
         drop(guard);
@@ -355,7 +381,10 @@ impl Engine {
         Ok(out)
     }
 
-    /// Plans every view stored in the catalog again and backfills it (start-up).
+    /// Start-up: restores the views stored in the catalog. Views in the newest checkpoint get
+    /// their state from it and read the logs on from the offsets it recorded; the others (and
+    /// every view after the first that cannot be restored so, which may read it) are planned
+    /// again and backfilled from the start of the logs.
     pub async fn restore_views(self: &Arc<Self>) -> Result<()> {
         let defs = std::mem::take(&mut *self.stored_views.lock().unwrap_or_else(|p| p.into_inner()));
         if defs.is_empty() {
@@ -363,13 +392,109 @@ impl Engine {
         }
         let info = eddy_sql::SessionInfo { database: "eddy".into(), user: "eddy".into(), version: version_string(), backend_pid: 0 };
         let mut session = Session::new(Arc::clone(self), &info)?;
-        for def in defs {
-            session.restore_view(&def).await.map_err(|e| {
+        let started = std::time::Instant::now();
+        let restored = match checkpoint::load_latest(&self.data_dir, &self.meta) {
+            Ok(Some(r)) if r.workers == self.workers.count() => Some(r),
+            Ok(Some(r)) => {
+                tracing::warn!(checkpoint_workers = r.workers, workers = self.workers.count(), "the checkpoint was taken with another number of workers: views are rebuilt from the log");
+                None
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::error!(error = %e, "the checkpoint cannot be read: views are rebuilt from the log");
+                None
+            }
+        };
+        let mut rest = defs.as_slice();
+        if let Some(mut restored) = restored {
+            // The prefix of views (in creation order) that the checkpoint holds and that read
+            // no source keeping per-reader state (an upsert source's reader is not saved).
+            let restorable = defs
+                .iter()
+                .take_while(|d| {
+                    restored.views.contains_key(&d.id) && d.dependencies.iter().all(|s| self.source_by_id(*s).is_none_or(|src| src.def.append_only))
+                })
+                .count();
+            let (from_checkpoint, later) = defs.split_at(restorable);
+            rest = later;
+            // Every view that reads a table has read every partition of it to the same place:
+            // the checkpoint's (a partition it has read nothing of: offset 0).
+            let mut replay: BTreeMap<(ObjectId, u32), u64> = BTreeMap::new();
+            for def in from_checkpoint {
+                let committed = &restored.views[&def.id].committed;
+                for table in def.dependencies.iter().filter_map(|d| self.table_by_id(*d)) {
+                    for partition in 0..table.def.partitions {
+                        let offset = committed.iter().find(|(o, p, _)| *o == table.def.id && *p == partition).map_or(0, |(_, _, n)| *n);
+                        if *replay.entry((table.def.id, partition)).or_insert(offset) != offset {
+                            return Err(Error::new(SqlState::DATA_CORRUPTED, format!("checkpoint {}: views read table {} to different offsets", restored.epoch, table.def.name)));
+                        }
+                    }
+                }
+            }
+            tracing::info!(epoch = restored.epoch, views = from_checkpoint.len(), "restoring views from the checkpoint");
+            self.runtime.restore_clocks(restored.epoch, std::mem::take(&mut restored.clocks))?;
+            for def in from_checkpoint {
+                let state = restored.views.remove(&def.id).ok_or_else(|| Error::internal("a restored view vanished"))?;
+                let plan = session.plan_stored_view(def).await.map_err(|e| Error::new(e.state, format!("restoring materialized view \"{}\": {}", def.name, e.message)))?;
+                self.restore_view(def, plan, state).await?;
+            }
+            self.replay_tables(&replay).await?;
+            self.flush().await?;
+            tracing::info!(epoch = restored.epoch, seconds = started.elapsed().as_secs_f64(), "views restored from the checkpoint");
+        }
+        for def in rest {
+            session.restore_view(def).await.map_err(|e| {
                 Error::new(e.state, format!("restoring materialized view \"{}\": {}", def.name, e.message))
             })?;
             tracing::info!(view = %def.name, "materialized view restored");
         }
         Ok(())
+    }
+
+    /// Registers a view with the state a checkpoint saved; its source readers start where the
+    /// view had read to.
+    async fn restore_view(self: &Arc<Self>, def: &ViewDef, plan: eddy_sql::ViewPlan, state: checkpoint::ViewState) -> Result<()> {
+        let sources = plan.node.sources();
+        let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
+        for (source, watermark) in &state.watermarks {
+            event_time.advance(*source, *watermark);
+        }
+        let mut dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
+        eddy_dataflow::checkpoint::load(dataflow.as_mut(), state.parts)
+            .map_err(|e| Error::new(e.state, format!("restoring materialized view \"{}\" from the checkpoint: {}", def.name, e.message)))?;
+        let committed: HashMap<(ObjectId, u32), u64> = state.committed.iter().map(|(o, p, n)| ((*o, *p), *n)).collect();
+        let readers = self.new_readers(def.id, &sources, Some(&committed))?;
+        let view = Arc::new(View { def: def.clone(), schema: plan.schema, watermark: plan.watermark });
+        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), Arc::clone(&view));
+        let done = self.runtime.restore_view(view, dataflow, event_time, sources, state.contents, committed)?;
+        done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
+        self.start_readers(readers);
+        Ok(())
+    }
+
+    /// Recovery: sends the views what the tables' logs hold past the checkpoint's offsets, in
+    /// commit order, as if it arrived now.
+    async fn replay_tables(self: &Arc<Self>, from: &BTreeMap<(ObjectId, u32), u64>) -> Result<()> {
+        let mut records: Vec<(u64, Arc<Table>, u32, Vec<ChangeBatch>)> = Vec::new();
+        for ((object, partition), offset) in from {
+            let Some(table) = self.table_by_id(*object) else { continue };
+            self.log.scan(*object, PartitionId(*partition), Offset(*offset), |_, record| {
+                records.push((record.txn_id.0, Arc::clone(&table), *partition, decode_changes(&record.payload, &table.schema)?));
+                Ok(())
+            })?;
+        }
+        records.sort_by_key(|(txn, table, p, _)| (*txn, table.def.id, *p));
+        let rows: usize = records.iter().flat_map(|r| r.3.iter()).map(ChangeBatch::len).sum();
+        tracing::info!(records = records.len(), rows, "replaying the logs past the checkpoint");
+        let engine = Arc::clone(self);
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            for (_, table, partition, batches) in records {
+                engine.runtime.changes(table.def.id, partition, table.clock, batches, None)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| Error::internal(format!("replaying the logs: {e}")))?
     }
 
     pub(crate) async fn lock_writes(&self) -> WriteGuard {

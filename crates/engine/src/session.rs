@@ -158,6 +158,10 @@ impl Session {
                 self.engine.flush().await?;
                 Ok(Outcome::Command { tag: "FLUSH", rows: None })
             }
+            Statement::Checkpoint => {
+                self.engine.checkpoint().await?;
+                Ok(Outcome::Command { tag: "CHECKPOINT", rows: None })
+            }
             Statement::Subscribe(_) | Statement::CopySubscribe(_) => Err(Error::unsupported(
                 "SUBSCRIBE streams to a client connection; inside a function or a script use DECLARE c CURSOR FOR SUBSCRIBE ...; FETCH n c",
             )),
@@ -351,7 +355,7 @@ impl Session {
             Statement::ShowMaterializedViews | Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
             Statement::ShowCreateMaterializedView(_) | Statement::ShowCreateSource(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
             Statement::CreateMaterializedView { .. }
-            | Statement::Flush | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }
+            | Statement::Flush | Statement::Checkpoint | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }
             | Statement::ReplayDeadLetters { .. } | Statement::AlterSourceDropNotNull { .. } | Statement::DropSource { .. } => {
                 return Ok(no_rows);
             }
@@ -515,14 +519,19 @@ impl Session {
 
     /// Plans a stored view again at start-up, under its original id.
     pub(crate) async fn restore_view(&mut self, def: &crate::catalog::ViewDef) -> Result<()> {
+        let plan = self.plan_stored_view(def).await?;
+        self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id), None).await.map(|_| ())
+    }
+
+    /// Plans a view stored in the catalog from its SQL.
+    pub(crate) async fn plan_stored_view(&mut self, def: &crate::catalog::ViewDef) -> Result<eddy_sql::ViewPlan> {
         let parsed = eddy_sql::parse_statements(&def.sql)?;
         let (create, emit_on_close) = match parsed.first().map(|p| &p.statement) {
             Some(Statement::CreateMaterializedView { create, emit_on_close }) => (create.clone(), *emit_on_close),
             _ => return Err(Error::internal("stored view does not parse to one CREATE MATERIALIZED VIEW")),
         };
         let options = eddy_sql::windows::view_options(&create.options, emit_on_close)?;
-        let plan = self.planner.plan_view(&create.query, &options).await?;
-        self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id), None).await.map(|_| ())
+        self.planner.plan_view(&create.query, &options).await
     }
 
     /// Resolves a SUBSCRIBE target to a view (a temporary one for queries and tables) and

@@ -7,7 +7,7 @@
 //! A reader of a keyed source (a PRIMARY KEY, UPSERT or DEBEZIUM) keeps its own copy of the
 //! source's rows, to turn an upsert or a delete by key into the changes it makes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -189,15 +189,21 @@ impl Engine {
 
     /// A reader for `view` of every source among `inputs`, to [`Engine::start_readers`] once
     /// the view is registered with the runtime (so that none of their changes is missed).
-    pub(crate) fn new_readers(&self, view: ObjectId, inputs: &[ObjectId]) -> Result<Vec<NewReader>> {
+    /// Readers of `inputs`' sources for `view`, from each source's start, or from `resume`
+    /// (per (source, partition), the offset to read next: a view restored from a checkpoint).
+    pub(crate) fn new_readers(&self, view: ObjectId, inputs: &[ObjectId], resume: Option<&HashMap<(ObjectId, u32), u64>>) -> Result<Vec<NewReader>> {
         let mut readers = Vec::new();
         for source in inputs.iter().filter_map(|id| self.source_by_id(*id)) {
+            let mut start: BTreeMap<u32, u64> = source.start.iter().copied().collect();
+            if let Some(positions) = resume {
+                start.extend(positions.iter().filter(|((o, _), _)| *o == source.def.id).map(|((_, p), n)| (*p, *n)));
+            }
             let (done, caught_up) = oneshot::channel();
             let partitions = (source.def.option("connector") == Some("file")).then_some(1);
             let state = if source.def.append_only { None } else { Some(Mutex::new(TableData::new(&source.def, Arc::clone(&source.schema))?)) };
             let reader = Arc::new(SourceReader {
                 view,
-                progress: ConnectorProgress::at(source.start.iter().copied()),
+                progress: ConnectorProgress::at(start),
                 state,
                 stopped: AtomicBool::new(false),
                 catch_up: Mutex::new(CatchUp { partitions, reached: BTreeSet::new(), done: Some(done) }),

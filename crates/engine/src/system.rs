@@ -1,11 +1,12 @@
 //! Eddy's own system tables, computed when a query reads them: `eddy_operators`,
-//! `eddy_watermarks`, `eddy_late_events`, `eddy_source_offsets` and `eddy_dead_letters`
+//! `eddy_watermarks`, `eddy_late_events`, `eddy_source_offsets`, `eddy_dead_letters` and
+//! `eddy_checkpoints`
 //! (SQL.md, "System catalogs"). A user table or view of the same name hides them.
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::array::{ArrayRef, IntervalMonthDayNanoArray, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array};
+use arrow::datatypes::{DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit};
 use eddy_common::{Error, Result};
 
 use crate::Engine;
@@ -21,6 +22,7 @@ pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<Recor
         "eddy_late_events" => late_events(engine),
         "eddy_source_offsets" => source_offsets(engine),
         "eddy_dead_letters" => dead_letters(engine),
+        "eddy_checkpoints" => checkpoints(engine),
         _ => return None,
     };
     Some(match built {
@@ -38,6 +40,7 @@ fn empty_schema(name: &str) -> SchemaRef {
         "eddy_watermarks" => watermarks_schema(),
         "eddy_source_offsets" => source_offsets_schema(),
         "eddy_dead_letters" => dead_letters_schema(),
+        "eddy_checkpoints" => checkpoints_schema(),
         _ => late_events_schema(),
     }
 }
@@ -107,6 +110,31 @@ fn watermarks(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.watermark).collect::<Vec<_>>())),
     ];
     batch("eddy_watermarks", watermarks_schema(), columns)
+}
+
+fn checkpoints_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("epoch", DataType::UInt64, false),
+        Field::new("started_at", DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())), false),
+        Field::new("duration", DataType::Interval(IntervalUnit::MonthDayNano), false),
+        Field::new("pause", DataType::Interval(IntervalUnit::MonthDayNano), false),
+        Field::new("bytes", DataType::UInt64, false),
+    ]))
+}
+
+/// The committed checkpoints: when each started, how long writing it took, how long it
+/// paused the views (copying their state), and its size on disk.
+fn checkpoints(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
+    let rows = engine.checkpoint_list()?;
+    let interval = |d: std::time::Duration| IntervalMonthDayNano::new(0, 0, d.as_nanos() as i64);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.epoch).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.started_at_micros).collect::<Vec<_>>()).with_timezone(eddy_sql::types::UTC)),
+        Arc::new(IntervalMonthDayNanoArray::from(rows.iter().map(|r| interval(r.duration)).collect::<Vec<_>>())),
+        Arc::new(IntervalMonthDayNanoArray::from(rows.iter().map(|r| interval(r.pause)).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.bytes).collect::<Vec<_>>())),
+    ];
+    batch("eddy_checkpoints", checkpoints_schema(), columns)
 }
 
 fn late_events_schema() -> SchemaRef {

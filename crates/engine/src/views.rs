@@ -22,6 +22,7 @@ use eddy_dataflow::{EventTime, Operator};
 use tokio::sync::oneshot;
 
 use crate::catalog::ViewDef;
+use crate::checkpoint::{Checkpoint, Checkpointer, ClockState, ViewState};
 use crate::table::TableData;
 
 /// How often an epoch ends while changes are flowing (`barrier_interval`).
@@ -239,6 +240,12 @@ enum Message {
     Offsets { reply: mpsc::Sender<Vec<ConsumerOffsets>> },
     /// Wakes an idle runtime to answer [`SnapshotRequests`].
     Wake,
+    /// Ends the epoch and checkpoints (`CHECKPOINT`); answered once the checkpoint is committed.
+    Checkpoint { reply: oneshot::Sender<Result<u64>> },
+    /// Recovery: the epoch to go on from and the streams' watermarks.
+    RestoreClocks { epoch: u64, clocks: Vec<ClockState> },
+    /// Recovery: a view whose dataflow holds its checkpointed state; it has read `committed`.
+    RestoreView { view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, contents: Vec<RecordBatch>, committed: HashMap<(ObjectId, u32), u64>, reply: oneshot::Sender<Result<()>> },
 }
 
 /// Changes that one view's reader of a source read: only that view receives them, and they
@@ -269,7 +276,9 @@ pub struct ViewRuntime {
 }
 
 impl ViewRuntime {
-    pub fn start() -> Result<ViewRuntime> {
+    /// Starts the runtime thread; with `checkpoints`, it hands a checkpoint to the writer
+    /// every `interval` while views change (`None`: only on `CHECKPOINT`).
+    pub fn start(checkpoints: Option<Checkpoints>) -> Result<ViewRuntime> {
         let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
         let published = Arc::new(RwLock::new(Published { snapshots: Arc::new(HashMap::new()), stale: false }));
         let requests = Arc::new(SnapshotRequests::default());
@@ -284,6 +293,10 @@ impl ViewRuntime {
             clocks: HashMap::new(),
             late: Vec::new(),
             failed: Vec::new(),
+            checkpoints,
+            last_checkpoint: Instant::now(),
+            changed_since_checkpoint: false,
+            restored_clocks: HashMap::new(),
         };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
@@ -379,6 +392,36 @@ impl ViewRuntime {
         self.send(Message::DropView { id })
     }
 
+    /// Ends the current epoch and checkpoints every view; resolves with the checkpoint's epoch
+    /// once it is committed.
+    pub fn checkpoint(&self) -> Result<oneshot::Receiver<Result<u64>>> {
+        let (reply, done) = oneshot::channel();
+        self.send(Message::Checkpoint { reply })?;
+        Ok(done)
+    }
+
+    /// Recovery, before any view: the epoch to continue from and the streams' watermarks.
+    pub fn restore_clocks(&self, epoch: u64, clocks: Vec<ClockState>) -> Result<()> {
+        self.send(Message::RestoreClocks { epoch, clocks })
+    }
+
+    /// Recovery: registers a view whose dataflow was loaded from a checkpoint, with its
+    /// contents and the offsets it had committed then (it reads on from there).
+    #[allow(clippy::too_many_arguments)]
+    pub fn restore_view(
+        &self,
+        view: Arc<View>,
+        dataflow: Box<dyn Operator>,
+        event_time: Arc<EventTime>,
+        sources: Vec<ObjectId>,
+        contents: Vec<RecordBatch>,
+        committed: HashMap<(ObjectId, u32), u64>,
+    ) -> Result<oneshot::Receiver<Result<()>>> {
+        let (reply, done) = oneshot::channel();
+        self.send(Message::RestoreView { view, dataflow, event_time, sources, contents, committed, reply })?;
+        Ok(done)
+    }
+
     /// Ends the current epoch; resolves once every view reflects everything sent before.
     pub fn flush(&self) -> Result<oneshot::Receiver<Result<u64>>> {
         let (reply, done) = oneshot::channel();
@@ -443,6 +486,15 @@ struct Entry {
     committed: HashMap<(ObjectId, u32), u64>,
 }
 
+/// Where and how often the runtime checkpoints.
+pub struct Checkpoints {
+    pub writer: Arc<Checkpointer>,
+    /// `None`: only when asked (`CHECKPOINT`).
+    pub interval: Option<Duration>,
+    /// Shards per sharded operator (recorded: state is restored into as many).
+    pub workers: usize,
+}
+
 struct RuntimeState {
     views: Vec<Entry>,
     epoch: u64,
@@ -456,6 +508,12 @@ struct RuntimeState {
     clocks: HashMap<ClockKey, StreamClock>,
     late: Vec<LateRecord>,
     failed: Vec<FailedRow>,
+    checkpoints: Option<Checkpoints>,
+    last_checkpoint: Instant,
+    /// Some epoch changed a view since the last checkpoint.
+    changed_since_checkpoint: bool,
+    /// Streams' watermarks from a checkpoint, taken up by their clocks when they start.
+    restored_clocks: HashMap<ClockKey, ClockState>,
 }
 
 impl RuntimeState {
@@ -482,7 +540,82 @@ impl RuntimeState {
                 self.end_epoch_logged();
                 last_epoch = Instant::now();
             }
+            let due = self.checkpoints.as_ref().and_then(|c| c.interval).is_some_and(|i| self.last_checkpoint.elapsed() >= i);
+            if due && self.changed_since_checkpoint && !self.dirty {
+                self.checkpoint(None);
+            }
         }
+    }
+
+    /// Copies every materialized view's state (at an epoch end, when nothing is in flight) and
+    /// hands it to the checkpoint writer. A periodic checkpoint is skipped while the last one
+    /// is still being written; `CHECKPOINT` waits for the writer.
+    fn checkpoint(&mut self, reply: Option<oneshot::Sender<Result<u64>>>) {
+        let Some(checkpoints) = &self.checkpoints else {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(Error::unsupported("this server does not write checkpoints")));
+            }
+            return;
+        };
+        let started = Instant::now();
+        let started_at_micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        let mut views = Vec::new();
+        for entry in self.views.iter_mut().filter(|e| !e.view.def.sql.is_empty()) {
+            let id = entry.view.def.id;
+            if self.failures.contains_key(&id) {
+                continue;
+            }
+            let state = (|| -> Result<ViewState> {
+                Ok(ViewState {
+                    id,
+                    parts: eddy_dataflow::checkpoint::save(entry.dataflow.as_mut())?,
+                    contents: entry.contents.snapshot()?.as_ref().clone(),
+                    committed: entry.committed.iter().map(|((o, p), n)| (*o, *p, *n)).collect(),
+                    watermarks: entry.event_time.watermarks(),
+                })
+            })();
+            match state {
+                Ok(state) => views.push(state),
+                Err(e) => {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(e));
+                    } else {
+                        tracing::error!(view = %entry.view.def.name, error = %e, "copying a view's state for a checkpoint failed");
+                    }
+                    return;
+                }
+            }
+        }
+        let clocks = self
+            .clocks
+            .iter()
+            .map(|((object, reader), c)| ClockState { object: *object, reader: *reader, partitions: c.partitions.clone(), watermark: c.watermark })
+            .collect();
+        let wait = reply.is_some();
+        let checkpoint = Checkpoint { epoch: self.epoch, started_at_micros, pause: started.elapsed(), started, workers: checkpoints.workers, views, clocks, reply };
+        match checkpoints.writer.submit(checkpoint, wait) {
+            Ok(()) => {
+                self.last_checkpoint = Instant::now();
+                self.changed_since_checkpoint = false;
+            }
+            Err(c) => {
+                if let Some(reply) = c.reply {
+                    let _ = reply.send(Err(Error::new(SqlState::ADMIN_SHUTDOWN, "the checkpoint writer stopped")));
+                }
+            }
+        }
+    }
+
+    /// Recovery: registers a view restored from a checkpoint.
+    fn restore_view(&mut self, view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, contents: Vec<RecordBatch>, committed: HashMap<(ObjectId, u32), u64>) -> Result<()> {
+        let mut data = TableData::for_view(Arc::clone(&view.schema));
+        let inserts: Vec<ChangeBatch> = contents.into_iter().filter(|b| b.num_rows() > 0).map(ChangeBatch::inserts).collect();
+        if !inserts.is_empty() {
+            data.apply(&inserts)?;
+        }
+        self.views.push(Entry { view, dataflow, event_time, sources, pending: Vec::new(), contents: data, read: committed.clone(), committed });
+        self.mark_stale();
+        Ok(())
     }
 
     fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
@@ -548,6 +681,23 @@ impl RuntimeState {
                 let _ = reply.send(rows);
             }
             Message::Wake => {}
+            Message::Checkpoint { reply } => {
+                let ended = self.end_epoch();
+                *last_epoch = Instant::now();
+                match ended {
+                    Ok(()) => self.checkpoint(Some(reply)),
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            Message::RestoreClocks { epoch, clocks } => {
+                self.epoch = epoch;
+                self.restored_clocks = clocks.into_iter().map(|c| ((c.object, c.reader), c)).collect();
+            }
+            Message::RestoreView { view, dataflow, event_time, sources, contents, committed, reply } => {
+                let _ = reply.send(self.restore_view(view, dataflow, event_time, sources, contents, committed));
+            }
             Message::Flush { reply } => {
                 let result = self.end_epoch();
                 *last_epoch = Instant::now();
@@ -599,7 +749,17 @@ impl RuntimeState {
             self.collect_late(&name, &event_time);
         }
         let Some(spec) = clock else { return };
-        let clock = self.clocks.entry((object, reader)).or_insert_with(|| StreamClock::new(spec));
+        let restored = &mut self.restored_clocks;
+        let clock = self.clocks.entry((object, reader)).or_insert_with(|| {
+            let mut clock = StreamClock::new(spec);
+            if let Some(saved) = restored.remove(&(object, reader))
+                && saved.partitions.len() == clock.partitions.len()
+            {
+                clock.partitions = saved.partitions;
+                clock.watermark = saved.watermark;
+            }
+            clock
+        });
         match clock.observe(partition, batches) {
             Ok(Some(watermark)) => {
                 for entry in self.views.iter().filter(|e| receives(e, object, reader)) {
@@ -883,6 +1043,7 @@ impl RuntimeState {
             self.collect_late(&name, &event_time);
         }
         self.dirty = false;
+        self.changed_since_checkpoint |= changed;
         self.epoch += 1;
         if !self.subscribers.is_empty() {
             self.notify(&outputs);
@@ -934,7 +1095,7 @@ mod tests {
 
     #[tokio::test]
     async fn writers_wait_while_the_runtime_queue_is_full() {
-        let runtime = ViewRuntime::start().unwrap();
+        let runtime = ViewRuntime::start(None).unwrap();
         // Everything the queue holds is in flight: the next writer waits...
         let all = runtime.reserve(usize::MAX).await.unwrap();
         assert!(runtime.reserve(4096).now_or_never().is_none());

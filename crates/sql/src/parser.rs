@@ -20,6 +20,8 @@ pub enum Statement {
     CreateTable(Box<CreateTable>),
     /// `FLUSH`: wait until every view reflects everything written before it.
     Flush,
+    /// `CHECKPOINT`: checkpoint every view now.
+    Checkpoint,
     /// `SUBSCRIBE [TO] name | (query) [WITH (SNAPSHOT = bool, PROGRESS)]`.
     Subscribe(Subscribe),
     /// `COPY (SUBSCRIBE ...) TO STDOUT`: the change stream as COPY data, until cancelled.
@@ -190,6 +192,10 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
         if w.keyword == Keyword::FLUSH {
             parser.next_token();
             return Ok(Statement::Flush);
+        }
+        if w.value.eq_ignore_ascii_case("CHECKPOINT") && matches!(parser.peek_nth_token(1).token, Token::EOF | Token::SemiColon) {
+            parser.next_token();
+            return Ok(Statement::Checkpoint);
         }
         if w.value.eq_ignore_ascii_case("SUBSCRIBE") {
             parser.next_token();

@@ -1,6 +1,6 @@
 //! The metadata store: the catalog of objects, kept in sled under `<data-dir>/meta`.
 //!
-//! sled holds small, transactional data only (catalog entries, later checkpoint manifests and
+//! sled holds small, transactional data only (catalog entries, checkpoint manifests and
 //! source offsets); bulk data lives in the log's own files. Entries are opaque bytes here: the
 //! engine owns their encoding. Every mutation is flushed before it returns.
 
@@ -10,12 +10,15 @@ use eddy_common::{Error, ObjectId, Result, SqlState};
 
 const CATALOG_TREE: &str = "catalog";
 const DEAD_LETTERS_TREE: &str = "dead_letters";
+const CHECKPOINTS_TREE: &str = "checkpoints";
 
 /// The catalog (object id -> encoded definition) and the dead letters of ingestion.
 pub struct MetaStore {
     db: sled::Db,
     catalog: sled::Tree,
     dead_letters: sled::Tree,
+    /// Checkpoint manifests by epoch (big-endian): a checkpoint exists once its manifest does.
+    checkpoints: sled::Tree,
 }
 
 /// A record that could not be decoded or converted (`eddy_dead_letters`).
@@ -118,7 +121,8 @@ impl MetaStore {
             .map_err(|e| meta_error("open", e))?;
         let catalog = db.open_tree(CATALOG_TREE).map_err(|e| meta_error("open catalog", e))?;
         let dead_letters = db.open_tree(DEAD_LETTERS_TREE).map_err(|e| meta_error("open dead letters", e))?;
-        Ok(MetaStore { db, catalog, dead_letters })
+        let checkpoints = db.open_tree(CHECKPOINTS_TREE).map_err(|e| meta_error("open checkpoints", e))?;
+        Ok(MetaStore { db, catalog, dead_letters, checkpoints })
     }
 
     /// Stores dead letters durably (before the records around them are acknowledged).
@@ -190,6 +194,29 @@ impl MetaStore {
                 .try_into()
                 .map_err(|_| Error::new(SqlState::DATA_CORRUPTED, "catalog key is not 8 bytes"))?;
             out.push((ObjectId(u64::from_be_bytes(key)), value.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Commits a checkpoint's manifest and removes the manifests of `older` checkpoints, in
+    /// one atomic write.
+    pub fn commit_checkpoint(&self, epoch: u64, manifest: &[u8], older: &[u64]) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        batch.insert(&epoch.to_be_bytes(), manifest);
+        for e in older {
+            batch.remove(&e.to_be_bytes());
+        }
+        self.checkpoints.apply_batch(batch).map_err(|e| meta_error("commit a checkpoint", e))?;
+        self.flush()
+    }
+
+    /// Committed checkpoint manifests, oldest first.
+    pub fn checkpoints(&self) -> Result<Vec<(u64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for entry in self.checkpoints.iter() {
+            let (key, value) = entry.map_err(|e| meta_error("scan checkpoints", e))?;
+            let key: [u8; 8] = key.as_ref().try_into().map_err(|_| Error::new(SqlState::DATA_CORRUPTED, "checkpoint key is not 8 bytes"))?;
+            out.push((u64::from_be_bytes(key), value.to_vec()));
         }
         Ok(out)
     }

@@ -35,8 +35,8 @@ pub struct EddyProcess {
     pub http_port: u16,
     binary: PathBuf,
     pub data_dir: PathBuf,
-    /// `--workers` (None: the server's default).
-    workers: Option<u32>,
+    /// Arguments after the listen addresses and data directory (`--workers`, ...).
+    args: Vec<String>,
     /// A data directory this process owns, removed after the process is killed.
     _owned_dir: Option<tempfile::TempDir>,
 }
@@ -49,17 +49,24 @@ impl EddyProcess {
 
     /// [`EddyProcess::start`] with `--workers`.
     pub fn start_with(binary: &Path, data_dir: &Path, workers: Option<u32>) -> Result<Self> {
+        let args: Vec<String> = workers.map(|n| vec!["--workers".to_owned(), n.to_string()]).unwrap_or_default();
+        EddyProcess::start_args(binary, data_dir, &args)
+    }
+
+    fn spawn(binary: &Path, data_dir: &Path, args: &[String]) -> Result<Child> {
         let mut command = Command::new(binary);
-        command.args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
-        if let Some(n) = workers {
-            command.arg("--workers").arg(n.to_string());
-        }
-        let mut child = command
+        command.args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir).args(args);
+        command
             .env("EDDY_LOG", std::env::var("EDDY_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .with_context(|| format!("starting {}", binary.display()))
+    }
+
+    /// [`EddyProcess::start`] with more server arguments (`--workers 2`, ...).
+    pub fn start_args(binary: &Path, data_dir: &Path, args: &[String]) -> Result<Self> {
+        let mut child = EddyProcess::spawn(binary, data_dir, args)?;
         let stdout = child.stdout.take().context("no stdout")?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -87,7 +94,7 @@ impl EddyProcess {
         };
         let port_of = |addr: &str| addr.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad address {addr}"));
         let (port, http_port) = (port_of(&addr)?, port_of(&http)?);
-        Ok(EddyProcess { child, port, http_port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), workers, _owned_dir: None })
+        Ok(EddyProcess { child, port, http_port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), args: args.to_vec(), _owned_dir: None })
     }
 
     /// Starts a server on a fresh temporary data directory that lives as long as it does.
@@ -174,7 +181,17 @@ impl EddyProcess {
 
     /// Starts a new process on the same data directory.
     pub fn restart(&self) -> Result<Self> {
-        EddyProcess::start_with(&self.binary, &self.data_dir, self.workers)
+        EddyProcess::start_args(&self.binary, &self.data_dir, &self.args)
+    }
+
+    /// Starts a new process on the same data directory (after this one was killed) and
+    /// SIGKILLs it after `after`, ready or not: a crash during recovery.
+    pub fn crash_while_starting(&self, after: Duration) -> Result<()> {
+        let mut child = EddyProcess::spawn(&self.binary, &self.data_dir, &self.args)?;
+        std::thread::sleep(after);
+        child.kill()?;
+        child.wait()?;
+        Ok(())
     }
 }
 
