@@ -4,10 +4,12 @@
 //! (aggregates, windows, an interval join, a top-N, a join with a keyed table that is
 //! updated) and over a Nexmark source read at its own pace. After the last recovery every view
 //! equals its query computed in batch over what the tables hold (the source's view: over a
-//! table fed by the same generator), so nothing is counted twice and nothing is missing.
+//! table fed by the same generator), so nothing is counted twice and nothing is missing; and a
+//! PostgreSQL sink of the aggregate holds exactly the view.
 
 use std::time::Duration;
 
+use eddy_testkit::postgres::PostgresServer;
 use eddy_testkit::{EddyProcess, eventually, query_text};
 use tokio_postgres::Client;
 
@@ -62,6 +64,7 @@ async fn next_row(client: &Client) -> i64 {
 
 #[tokio::test]
 async fn views_survive_sigkill_at_random_moments() {
+    let pg = PostgresServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let args: Vec<String> = ["--workers", "2", "--checkpoint-interval", "0.3"].iter().map(|s| (*s).to_owned()).collect();
     let mut server = EddyProcess::start_args(&binary(), dir.path(), &args).unwrap();
@@ -79,6 +82,7 @@ async fn views_survive_sigkill_at_random_moments() {
     for (view, query) in VIEWS {
         client.batch_execute(&format!("CREATE MATERIALIZED VIEW {view} AS {query}")).await.unwrap();
     }
+    client.batch_execute(&format!("CREATE SINK per_key_pg FROM per_key WITH ({})", pg.sink_options("per_key"))).await.unwrap();
     // A deterministic schedule of random-looking moments (xorshift).
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut random = move |n: u64| {
@@ -126,6 +130,18 @@ async fn views_survive_sigkill_at_random_moments() {
         if let Some((g, w)) = got.iter().zip(&want).find(|(g, w)| g != w) {
             panic!("{view}: the view has {g:?} where the batch answer has {w:?}");
         }
+    }
+    // The sink's table equals the view once the sink has written the last epoch.
+    let target = pg.connect().await.unwrap();
+    let want = canonical(query_text(&client, "SELECT k, n, s, lo, hi FROM per_key").await.unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = canonical(query_text(&target, "SELECT k::text, n::text, s::text, lo::text, hi::text FROM per_key").await.unwrap());
+        if got == want {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the sink's table has {got:?}, the view {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let late = query_text(&client, "SELECT count(*) AS n FROM eddy_late_events").await.unwrap();
     assert_eq!(late, vec![vec![Some("0".to_owned())]], "no row was late");

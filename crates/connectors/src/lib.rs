@@ -10,5 +10,6 @@ pub mod file;
 pub mod format;
 pub mod kafka;
 pub mod nexmark;
+pub mod postgres_sink;
 
 pub use format::{Decoded, Encoding, Envelope, Format, Include, RawRecord, RecordDecoder, RowKind};

@@ -190,6 +190,23 @@ impl Node {
     }
 
     /// Every table or view the plan reads.
+    /// Output columns whose values identify a row (a grouped aggregate's group columns, also
+    /// through a projection that keeps them as they are); `None` when there is no such key.
+    pub fn unique_key(&self) -> Option<Vec<usize>> {
+        match self {
+            Node::Aggregate { group, .. } if !group.is_empty() => Some((0..group.len()).collect()),
+            Node::Project { input, exprs, .. } => {
+                let inner = input.unique_key()?;
+                let column = |e: &Expr| {
+                    let any: &dyn std::any::Any = e.as_ref();
+                    any.downcast_ref::<datafusion::physical_expr::expressions::Column>().map(|c| c.index())
+                };
+                inner.iter().map(|k| exprs.iter().position(|e| column(e) == Some(*k))).collect()
+            }
+            _ => None,
+        }
+    }
+
     pub fn sources(&self) -> Vec<ObjectId> {
         let mut out = Vec::new();
         self.collect_sources(&mut out);

@@ -82,6 +82,7 @@ pub enum ObjectDef {
     Table(TableDef),
     MaterializedView(ViewDef),
     Source(SourceDef),
+    Sink(crate::sink::SinkDef),
 }
 
 impl ObjectDef {

@@ -13,6 +13,7 @@ mod checkpoint;
 mod copy;
 mod ingest;
 mod session;
+mod sink;
 mod source;
 mod system;
 mod table;
@@ -138,6 +139,9 @@ pub struct Engine {
     workers: eddy_dataflow::Workers,
     /// Views read from the catalog at start-up, planned again by [`Engine::restore_views`].
     stored_views: std::sync::Mutex<Vec<ViewDef>>,
+    /// Sinks read from the catalog at start-up, started by [`Engine::restore_views`].
+    stored_sinks: std::sync::Mutex<Vec<sink::SinkDef>>,
+    sinks: RwLock<BTreeMap<String, sink::Sink>>,
     /// Serializes catalog changes and commits: the order writers pass through here is the order
     /// of the log and of the in-memory contents.
     write_lock: Arc<Mutex<()>>,
@@ -161,6 +165,7 @@ impl Engine {
         let meta = Arc::new(MetaStore::open(&dir.join("meta"))?);
         let mut defs = Vec::new();
         let mut view_defs = Vec::new();
+        let mut sink_defs = Vec::new();
         let mut sources = BTreeMap::new();
         for (id, bytes) in meta.objects()? {
             let object = ObjectDef::decode(&bytes)?;
@@ -168,6 +173,7 @@ impl Engine {
                 ObjectDef::Table(d) => d.id,
                 ObjectDef::MaterializedView(d) => d.id,
                 ObjectDef::Source(d) => d.table.id,
+                ObjectDef::Sink(d) => d.id,
             };
             if named != id {
                 return Err(Error::new(SqlState::DATA_CORRUPTED, format!("catalog entry {id} names object id {named}")));
@@ -175,6 +181,7 @@ impl Engine {
             match object {
                 ObjectDef::Table(def) => defs.push(def),
                 ObjectDef::MaterializedView(def) => view_defs.push(def),
+                ObjectDef::Sink(def) => sink_defs.push(def),
                 ObjectDef::Source(def) => {
                     sources.insert(def.table.name.clone(), Arc::new(source::Source::new(def)?));
                 }
@@ -204,6 +211,8 @@ impl Engine {
             checkpoints,
             workers: eddy_dataflow::Workers::new(config.workers)?,
             stored_views: std::sync::Mutex::new(view_defs),
+            stored_sinks: std::sync::Mutex::new(sink_defs),
+            sinks: RwLock::new(BTreeMap::new()),
             write_lock: Arc::new(Mutex::new(())),
         }))
     }
@@ -252,7 +261,101 @@ impl Engine {
     }
 
     fn name_taken(&self, name: &str) -> bool {
-        self.table(name).is_some() || self.view(name).is_some() || self.source(name).is_some()
+        self.table(name).is_some() || self.view(name).is_some() || self.source(name).is_some() || self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(name)
+    }
+
+    /// Creates a sink writing out materialized view `view` (its columns and key given), and
+    /// starts it from the view's contents.
+    pub(crate) async fn create_sink(self: &Arc<Self>, name: String, view: &str, options: Vec<(String, String)>, sql: String, key: Vec<usize>, if_not_exists: bool) -> Result<()> {
+        let guard = self.lock_writes().await;
+        if self.name_taken(&name) {
+            if if_not_exists && self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(&name) {
+                return Ok(());
+            }
+            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
+        }
+        let view = self.view(view).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{view}\" does not exist")))?;
+        sink::SinkDef::validate(&options)?;
+        let columns = view.schema.fields().iter().map(|f| (f.name().clone(), eddy_sql::types::pg_type_name(f))).collect();
+        let def = sink::SinkDef { id: self.meta.allocate_object_id()?, name: name.clone(), view: view.def.id, options, sql, key, columns };
+        let (sink, _, epochs) = sink::Sink::start(def.clone(), true).await?;
+        self.meta.put_object(def.id, &ObjectDef::Sink(def.clone()).encode()?)?;
+        self.runtime.add_sink(def.id, def.view, None, epochs).await?;
+        self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
+        drop(guard);
+        Ok(())
+    }
+
+    /// Start-up: starts the stored sinks of the views `ready` (their progress decides what
+    /// they write first; see `sink.rs`). A sink whose PostgreSQL cannot be reached is logged and
+    /// left stopped until the next start.
+    async fn start_stored_sinks(&self, ready: impl Fn(ObjectId) -> bool) -> Result<()> {
+        let defs: Vec<sink::SinkDef> = {
+            let mut stored = self.stored_sinks.lock().unwrap_or_else(|p| p.into_inner());
+            let (now, later): (Vec<_>, Vec<_>) = stored.drain(..).partition(|d| ready(d.view));
+            *stored = later;
+            now
+        };
+        for def in defs {
+            let name = def.name.clone();
+            match sink::Sink::start(def.clone(), false).await {
+                Ok((sink, progress, epochs)) => {
+                    let resume = match progress {
+                        Some(p) => Some(sink::decode_offsets(&p.offsets)?),
+                        None => None,
+                    };
+                    self.runtime.add_sink(def.id, def.view, resume, epochs).await?;
+                    self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
+                }
+                Err(e) => tracing::error!(sink = %name, error = %e, "starting a sink failed; it stays stopped until the next start"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops sinks by name.
+    pub(crate) async fn drop_sinks(&self, names: &[String], if_exists: bool) -> Result<()> {
+        let _guard = self.lock_writes().await;
+        for name in names {
+            if !self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(name) {
+                if if_exists {
+                    continue;
+                }
+                let state = if self.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_OBJECT };
+                return Err(Error::new(state, format!("sink \"{name}\" does not exist")));
+            }
+            self.drop_sink_now(name)?;
+        }
+        Ok(())
+    }
+
+    fn drop_sink_now(&self, name: &str) -> Result<()> {
+        let sink = self.sinks.write().unwrap_or_else(|p| p.into_inner()).remove(name);
+        if let Some(sink) = sink {
+            self.meta.delete_object(sink.def.id)?;
+            self.runtime.drop_sink(sink.def.id)?;
+        }
+        Ok(())
+    }
+
+    /// `SHOW SINKS`: name, view, connector, target, last committed epoch, last error.
+    pub(crate) fn sink_rows(&self) -> Vec<Vec<String>> {
+        let sinks = self.sinks.read().unwrap_or_else(|p| p.into_inner());
+        sinks
+            .values()
+            .map(|s| {
+                let status = s.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let target = format!("{}.{}", s.def.option("schema.name").unwrap_or_else(|| "public".into()), s.def.option("table.name").unwrap_or_default());
+                vec![
+                    s.def.name.clone(),
+                    self.object_name(s.def.view).unwrap_or_default(),
+                    s.def.option("connector").unwrap_or_default(),
+                    target,
+                    status.committed_epoch.map(|e| e.to_string()).unwrap_or_default(),
+                    status.error.unwrap_or_default(),
+                ]
+            })
+            .collect()
     }
 
     /// Waits until every view reflects everything committed before the call.
@@ -438,6 +541,9 @@ impl Engine {
                 let plan = session.plan_stored_view(def).await.map_err(|e| Error::new(e.state, format!("restoring materialized view \"{}\": {}", def.name, e.message)))?;
                 self.restore_view(def, plan, state).await?;
             }
+            // Sinks of the restored views wait through the replay (or replace their tables).
+            let restored_ids: Vec<ObjectId> = from_checkpoint.iter().map(|d| d.id).collect();
+            self.start_stored_sinks(|view| restored_ids.contains(&view)).await?;
             self.replay_tables(&replay).await?;
             self.flush().await?;
             tracing::info!(epoch = restored.epoch, seconds = started.elapsed().as_secs_f64(), "views restored from the checkpoint");
@@ -448,7 +554,7 @@ impl Engine {
             })?;
             tracing::info!(view = %def.name, "materialized view restored");
         }
-        Ok(())
+        self.start_stored_sinks(|_| true).await
     }
 
     /// Registers a view with the state a checkpoint saved; its source readers start where the
@@ -631,6 +737,20 @@ impl Engine {
                     doomed_views.push(view);
                 }
             }
+        }
+        // Sinks of the views that go.
+        let doomed_ids: Vec<ObjectId> = ids.iter().copied().chain(doomed_views.iter().map(|v| v.def.id)).collect();
+        let doomed_sinks: Vec<(String, ObjectId)> = self.sinks.read().unwrap_or_else(|p| p.into_inner()).values().filter(|s| doomed_ids.contains(&s.def.view)).map(|s| (s.def.name.clone(), s.def.view)).collect();
+        if let Some((sink, view)) = doomed_sinks.first()
+            && !cascade
+        {
+            let name = self.name_of(*view);
+            return Err(Error::new(SqlState::DEPENDENT_OBJECTS_STILL_EXIST, format!("cannot drop {name} because other objects depend on it"))
+                .with_detail(format!("sink {sink} depends on {name}"))
+                .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+        }
+        for (sink, _) in &doomed_sinks {
+            self.drop_sink_now(sink)?;
         }
         // Dependents first (newest first), then the named objects.
         doomed_views.sort_by_key(|v| std::cmp::Reverse(v.def.id));

@@ -231,6 +231,32 @@ impl Session {
                 self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::Source).await?;
                 Ok(Outcome::Command { tag: "DROP SOURCE", rows: None })
             }
+            Statement::CreateSink { name, from, options, if_not_exists } => {
+                let name = object_name(name)?;
+                let from = object_name(from)?;
+                let view = self.engine.view(&from).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{from}\" does not exist")))?;
+                let key = match options.iter().find(|(k, _)| k == "primary_key") {
+                    Some((_, columns)) => columns
+                        .split(',')
+                        .map(|c| {
+                            let c = c.trim();
+                            view.schema.index_of(c).map_err(|_| Error::new(SqlState::UNDEFINED_COLUMN, format!("primary_key: materialized view \"{from}\" has no column \"{c}\"")))
+                        })
+                        .collect::<Result<Vec<_>>>()?,
+                    None => self.plan_stored_view(&view.def).await?.node.unique_key().unwrap_or_default(),
+                };
+                // As SHOW CREATE would give it, without the password.
+                let shown: Vec<String> = options.iter().filter(|(k, _)| k != "password").map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''"))).collect();
+                let sql = format!("CREATE SINK {} FROM {} WITH ({})", crate::quote_ident(&name), crate::quote_ident(&from), shown.join(", "));
+                self.engine.create_sink(name, &from, options.clone(), sql, key, *if_not_exists).await?;
+                Ok(Outcome::Command { tag: "CREATE SINK", rows: None })
+            }
+            Statement::DropSink { names, if_exists } => {
+                let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
+                self.engine.drop_sinks(&names, *if_exists).await?;
+                Ok(Outcome::Command { tag: "DROP SINK", rows: None })
+            }
+            Statement::ShowSinks => rows_of_text(&["name", "from", "connector", "target", "committed_epoch", "error"], self.engine.sink_rows()),
             Statement::ShowSources => rows_of_text(&["name"], self.engine.source_names().into_iter().map(|n| vec![n]).collect()),
             Statement::ShowCreateSource(name) => {
                 let name = object_name(name)?;
@@ -353,10 +379,12 @@ impl Session {
                 return Ok(rows(Arc::clone(&cursor.schema)));
             }
             Statement::ShowMaterializedViews | Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
+            Statement::ShowSinks => return Ok(rows(text_schema(&["name", "from", "connector", "target", "committed_epoch", "error"]))),
             Statement::ShowCreateMaterializedView(_) | Statement::ShowCreateSource(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
             Statement::CreateMaterializedView { .. }
             | Statement::Flush | Statement::Checkpoint | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }
-            | Statement::ReplayDeadLetters { .. } | Statement::AlterSourceDropNotNull { .. } | Statement::DropSource { .. } => {
+            | Statement::ReplayDeadLetters { .. } | Statement::AlterSourceDropNotNull { .. } | Statement::DropSource { .. }
+            | Statement::CreateSink { .. } | Statement::DropSink { .. } => {
                 return Ok(no_rows);
             }
         };

@@ -23,6 +23,8 @@ use tokio::sync::oneshot;
 
 use crate::catalog::ViewDef;
 use crate::checkpoint::{Checkpoint, Checkpointer, ClockState, ViewState};
+use crate::sink::{Offsets, RuntimeSink, SinkEpoch};
+use eddy_connectors::postgres_sink::SinkWrite;
 use crate::table::TableData;
 
 /// How often an epoch ends while changes are flowing (`barrier_interval`).
@@ -244,6 +246,10 @@ enum Message {
     Checkpoint { reply: oneshot::Sender<Result<u64>> },
     /// Recovery: the epoch to go on from and the streams' watermarks.
     RestoreClocks { epoch: u64, clocks: Vec<ClockState> },
+    /// Starts handing a view's epochs to a sink; `resume` is what the sink last committed
+    /// (`None`: a new sink, which starts from the view's contents).
+    AddSink { id: ObjectId, view: ObjectId, resume: Option<Offsets>, epochs: tokio::sync::mpsc::UnboundedSender<SinkEpoch>, reply: oneshot::Sender<Result<()>> },
+    DropSink { id: ObjectId },
     /// Recovery: a view whose dataflow holds its checkpointed state; it has read `committed`.
     RestoreView { view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, contents: Vec<RecordBatch>, committed: HashMap<(ObjectId, u32), u64>, reply: oneshot::Sender<Result<()>> },
 }
@@ -297,6 +303,7 @@ impl ViewRuntime {
             last_checkpoint: Instant::now(),
             changed_since_checkpoint: false,
             restored_clocks: HashMap::new(),
+            sinks: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
@@ -398,6 +405,17 @@ impl ViewRuntime {
         let (reply, done) = oneshot::channel();
         self.send(Message::Checkpoint { reply })?;
         Ok(done)
+    }
+
+    /// Hands the view's epochs to a sink from now on (see `sink.rs` for `resume`).
+    pub async fn add_sink(&self, id: ObjectId, view: ObjectId, resume: Option<Offsets>, epochs: tokio::sync::mpsc::UnboundedSender<SinkEpoch>) -> Result<()> {
+        let (reply, done) = oneshot::channel();
+        self.send(Message::AddSink { id, view, resume, epochs, reply })?;
+        done.await.map_err(|_| Error::internal("the view runtime stopped"))?
+    }
+
+    pub fn drop_sink(&self, id: ObjectId) -> Result<()> {
+        self.send(Message::DropSink { id })
     }
 
     /// Recovery, before any view: the epoch to continue from and the streams' watermarks.
@@ -514,6 +532,7 @@ struct RuntimeState {
     changed_since_checkpoint: bool,
     /// Streams' watermarks from a checkpoint, taken up by their clocks when they start.
     restored_clocks: HashMap<ClockKey, ClockState>,
+    sinks: Vec<RuntimeSink>,
 }
 
 impl RuntimeState {
@@ -551,6 +570,7 @@ impl RuntimeState {
     /// hands it to the checkpoint writer. A periodic checkpoint is skipped while the last one
     /// is still being written; `CHECKPOINT` waits for the writer.
     fn checkpoint(&mut self, reply: Option<oneshot::Sender<Result<u64>>>) {
+        self.sink_progress();
         let Some(checkpoints) = &self.checkpoints else {
             if let Some(reply) = reply {
                 let _ = reply.send(Err(Error::unsupported("this server does not write checkpoints")));
@@ -606,6 +626,65 @@ impl RuntimeState {
         }
     }
 
+    /// Hands each sink its view's changes of the epoch that just ended (`outputs`); a sink
+    /// waiting for its view to catch up gets the view's whole contents once it has.
+    fn feed_sinks(&mut self, outputs: &HashMap<ObjectId, Vec<ChangeBatch>>) {
+        let epoch = self.epoch;
+        for sink in &mut self.sinks {
+            let Some(entry) = self.views.iter_mut().find(|e| e.view.def.id == sink.view) else { continue };
+            if self.failures.contains_key(&sink.view) {
+                continue;
+            }
+            let read: Offsets = entry.committed.iter().map(|(k, n)| (*k, *n)).collect();
+            let write = match &sink.waiting {
+                Some(until) if until.as_ref().is_none_or(|s| crate::sink::at_least(&read, s)) => {
+                    let contents = entry.contents.snapshot().and_then(|rows| {
+                        let inserts: Vec<ChangeBatch> = rows.iter().cloned().map(ChangeBatch::inserts).collect();
+                        eddy_dataflow::consolidate(&entry.view.schema, &inserts)
+                    });
+                    match contents {
+                        Ok(rows) => {
+                            sink.waiting = None;
+                            tracing::info!(view = %entry.view.def.name, sink = %sink.id, epoch, "the sink replaces its table's contents with the view's");
+                            SinkWrite::Replace(rows)
+                        }
+                        Err(e) => {
+                            tracing::error!(view = %entry.view.def.name, error = %e, "reading a view's contents for its sink failed");
+                            continue;
+                        }
+                    }
+                }
+                Some(_) => continue,
+                None => match outputs.get(&sink.view) {
+                    Some(out) if !out.is_empty() => match eddy_dataflow::consolidate(&entry.view.schema, out) {
+                        Ok(changes) => SinkWrite::Changes(changes),
+                        Err(e) => {
+                            tracing::error!(view = %entry.view.def.name, error = %e, "consolidating a sink's changes failed");
+                            continue;
+                        }
+                    },
+                    _ => continue,
+                },
+            };
+            let _ = sink.epochs.send(SinkEpoch { epoch, offsets: read.clone(), write });
+            sink.sent = Some(read);
+        }
+    }
+
+    /// With a checkpoint: sinks whose view read on without changing record how far it read,
+    /// so that after a restart they need not replace their table.
+    fn sink_progress(&mut self) {
+        let epoch = self.epoch;
+        for sink in self.sinks.iter_mut().filter(|s| s.waiting.is_none()) {
+            let Some(entry) = self.views.iter().find(|e| e.view.def.id == sink.view) else { continue };
+            let read: Offsets = entry.committed.iter().map(|(k, n)| (*k, *n)).collect();
+            if sink.sent.as_ref() != Some(&read) {
+                let _ = sink.epochs.send(SinkEpoch { epoch, offsets: read.clone(), write: SinkWrite::Changes(None) });
+                sink.sent = Some(read);
+            }
+        }
+    }
+
     /// Recovery: registers a view restored from a checkpoint.
     fn restore_view(&mut self, view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, contents: Vec<RecordBatch>, committed: HashMap<(ObjectId, u32), u64>) -> Result<()> {
         let mut data = TableData::for_view(Arc::clone(&view.schema));
@@ -647,6 +726,8 @@ impl RuntimeState {
                 self.late.retain(|r| !gone.contains(&r.view));
                 self.failed.retain(|r| !gone.contains(&r.view));
                 self.views.retain(|v| v.view.def.id != id && !v.sources.contains(&id));
+                let views = &self.views;
+                self.sinks.retain(|s| views.iter().any(|v| v.view.def.id == s.view));
                 self.clocks.retain(|(object, reader), _| *object != id && *reader != Some(id));
                 let views = &self.views;
                 self.subscribers.retain(|s| views.iter().any(|v| v.view.def.id == s.view));
@@ -691,6 +772,26 @@ impl RuntimeState {
                     }
                 }
             }
+            Message::AddSink { id, view, resume, epochs, reply } => {
+                let result = match self.views.iter().find(|e| e.view.def.id == view) {
+                    Some(entry) => {
+                        let read: Offsets = entry.committed.iter().map(|(k, n)| (*k, *n)).collect();
+                        let waiting = match resume {
+                            None => Some(None),
+                            Some(s) if s == read => None,
+                            Some(s) if crate::sink::at_least(&read, &s) => Some(None),
+                            Some(s) => Some(Some(s)),
+                        };
+                        tracing::info!(view = %entry.view.def.name, sink = %id, live = waiting.is_none(), waits = matches!(waiting, Some(Some(_))), "a sink starts");
+                        self.sinks.push(RuntimeSink { id, view, waiting, epochs, sent: None });
+                        self.feed_sinks(&HashMap::new());
+                        Ok(())
+                    }
+                    None => Err(Error::internal("a sink of an unknown view")),
+                };
+                let _ = reply.send(result);
+            }
+            Message::DropSink { id } => self.sinks.retain(|s| s.id != id),
             Message::RestoreClocks { epoch, clocks } => {
                 self.epoch = epoch;
                 self.restored_clocks = clocks.into_iter().map(|c| ((c.object, c.reader), c)).collect();
@@ -1047,6 +1148,9 @@ impl RuntimeState {
         self.epoch += 1;
         if !self.subscribers.is_empty() {
             self.notify(&outputs);
+        }
+        if !self.sinks.is_empty() {
+            self.feed_sinks(&outputs);
         }
         if changed || self.published.read().unwrap_or_else(|p| p.into_inner()).snapshots.len() != self.views.len() {
             self.mark_stale();

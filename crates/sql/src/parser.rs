@@ -46,6 +46,12 @@ pub enum Statement {
     ShowCreateSource(ObjectName),
     /// `CREATE MATERIALIZED VIEW ... AS query [EMIT ON WINDOW CLOSE]`.
     CreateMaterializedView { create: Box<ast::CreateView>, emit_on_close: bool },
+    /// `CREATE SINK [IF NOT EXISTS] name FROM view WITH (...)`.
+    CreateSink { name: ObjectName, from: ObjectName, options: Vec<(String, String)>, if_not_exists: bool },
+    /// `DROP SINK [IF EXISTS] name, ...`.
+    DropSink { names: Vec<ObjectName>, if_exists: bool },
+    /// `SHOW SINKS`.
+    ShowSinks,
 }
 
 /// What a SUBSCRIBE reads and how.
@@ -284,6 +290,30 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                 let _ = parser.parse_keyword(Keyword::RESTRICT);
             }
             return Ok(Statement::DropSource { names, if_exists, cascade });
+        }
+        if w.keyword == Keyword::CREATE && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SINK")) {
+            parser.next_token();
+            parser.next_token();
+            let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+            let name = parser.parse_object_name(false)?;
+            parser.expect_keyword(Keyword::FROM)?;
+            let from = parser.parse_object_name(false)?;
+            parser.expect_keyword(Keyword::WITH)?;
+            let options = parse_with_options(parser)?;
+            if parser.peek_keyword(Keyword::FORMAT) {
+                return Err(ParserError::ParserError("FORMAT ... ENCODE ... is for Kafka sinks, which are not available yet; a postgres sink takes none".into()));
+            }
+            return Ok(Statement::CreateSink { name, from, options, if_not_exists });
+        }
+        if w.keyword == Keyword::DROP && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SINK")) {
+            parser.next_token();
+            parser.next_token();
+            let if_exists = parser.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+            let names = parser.parse_comma_separated(|p| p.parse_object_name(false))?;
+            return Ok(Statement::DropSink { names, if_exists });
+        }
+        if w.keyword == Keyword::SHOW && parse_words(parser, &["SHOW", "SINKS"]) {
+            return Ok(Statement::ShowSinks);
         }
         if w.keyword == Keyword::SHOW {
             if parse_words(parser, &["SHOW", "SOURCES"]) {

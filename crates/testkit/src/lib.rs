@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 pub mod kafka;
+pub mod postgres;
 
 use anyhow::{Context, Result, anyhow, bail};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
@@ -104,8 +105,14 @@ impl EddyProcess {
 
     /// [`EddyProcess::start_fresh`] with `--workers`.
     pub fn start_fresh_with(binary: &Path, workers: Option<u32>) -> Result<Self> {
+        let args: Vec<String> = workers.map(|n| vec!["--workers".to_owned(), n.to_string()]).unwrap_or_default();
+        EddyProcess::start_fresh_args(binary, &args)
+    }
+
+    /// [`EddyProcess::start_fresh`] with more server arguments.
+    pub fn start_fresh_args(binary: &Path, args: &[String]) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let mut server = EddyProcess::start_with(binary, dir.path(), workers)?;
+        let mut server = EddyProcess::start_args(binary, dir.path(), args)?;
         server._owned_dir = Some(dir);
         Ok(server)
     }

@@ -108,6 +108,14 @@ enum Bench {
         latency_rate: u64,
         #[arg(long, default_value_t = 10)]
         latency_seconds: u64,
+        /// Seconds between the server's checkpoints (0: never, except the one taken after each
+        /// query to measure its duration and size).
+        #[arg(long, default_value_t = 10.0)]
+        checkpoint_interval: f64,
+        /// After each query: SIGKILL the server and measure the restart, from the checkpoint and
+        /// (with the checkpoint deleted) by replaying from the start.
+        #[arg(long)]
+        recovery: bool,
     },
 }
 
@@ -137,8 +145,9 @@ fn main() -> Result<()> {
             runtime.block_on(windows(&eddy, events, join_events, chunk, latency_rate, latency_seconds))?
         }
         Bench::Ingest { records, http_batch, no_kafka } => runtime.block_on(ingest(&eddy, records, http_batch, !no_kafka))?,
-        Bench::Nexmark { events, queries, workers, splits, no_batch, latency_rate, latency_seconds } => {
-            runtime.block_on(nexmark(&eddy, events, queries, workers, splits, !no_batch, latency_rate, latency_seconds))?
+        Bench::Nexmark { events, queries, workers, splits, no_batch, latency_rate, latency_seconds, checkpoint_interval, recovery } => {
+            let run = NexmarkRun { events, workers, splits, checkpoint_interval, recovery };
+            runtime.block_on(nexmark(&eddy, &run, queries, !no_batch, latency_rate, latency_seconds))?
         }
     };
     println!("\n{:<72} {:>14}  {:<10} note", "measure", "value", "unit");
@@ -560,15 +569,34 @@ async fn nexmark_drained(client: &Client, view: &str, events: u64) -> Result<Ins
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn nexmark(eddy: &std::path::Path, events: u64, queries: Vec<String>, workers: u32, splits: u32, batch: bool, latency_rate: u64, latency_seconds: u64) -> Result<Vec<Measure>> {
+/// How the Nexmark queries run.
+struct NexmarkRun {
+    events: u64,
+    workers: u32,
+    splits: u32,
+    checkpoint_interval: f64,
+    recovery: bool,
+}
+
+/// Takes a checkpoint and reads what `eddy_checkpoints` says of it: (duration, pause) in ms and
+/// MB on disk.
+async fn checkpoint(client: &Client) -> Result<(f64, f64, f64)> {
+    exec(client, "CHECKPOINT").await?;
+    let rows = query_text(client, "SELECT extract(epoch FROM duration) * 1000 AS ms, extract(epoch FROM pause) * 1000 AS pause, bytes FROM eddy_checkpoints").await?;
+    let cell = |i: usize| rows.first().and_then(|r| r[i].as_deref()).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    Ok((cell(0), cell(1), cell(2) / 1e6))
+}
+
+async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>, batch: bool, latency_rate: u64, latency_seconds: u64) -> Result<Vec<Measure>> {
+    let NexmarkRun { events, workers, splits, .. } = *run;
+    let server_args: Vec<String> = vec!["--workers".into(), workers.to_string(), "--checkpoint-interval".into(), run.checkpoint_interval.to_string()];
     let dir = PathBuf::from("examples/nexmark");
     let queries = if queries.is_empty() { nexmark_queries(&dir)? } else { queries };
     let mut out = Vec::new();
     for q in &queries {
         eprintln!("nexmark {q} over {events} events, {workers} worker(s) ...");
         // A fresh server per query, as nexmark-flink runs them.
-        let server = EddyProcess::start_fresh_with(eddy, Some(workers))?;
+        let mut server = EddyProcess::start_fresh_args(eddy, &server_args)?;
         let client = server.connect().await?;
         exec(&client, SIDE_INPUT).await?;
         exec(&client, &nexmark_schema(&dir, events, splits, true)?).await?;
@@ -585,10 +613,28 @@ async fn nexmark(eddy: &std::path::Path, events: u64, queries: Vec<String>, work
         out.push(Measure { name: format!("{q}: events/s per core"), value: events as f64 / cpu.max(0.01), unit: "events/s", note: format!("{cpu:.1} CPU s ({:.2} cores)", cpu / drained) });
         out.push(Measure { name: format!("{q}: peak RSS"), value: after.peak_rss_bytes as f64 / 1e6, unit: "MB", note: String::new() });
         out.push(Measure { name: format!("{q}: state"), value: state_bytes as f64 / 1e6, unit: "MB", note: format!("{state_rows} state rows") });
+        let (took, pause, size) = checkpoint(&client).await?;
+        out.push(Measure { name: format!("{q}: checkpoint"), value: took, unit: "ms", note: format!("{size:.1} MB on disk; the views paused {pause:.0} ms to copy their state") });
+        if run.recovery {
+            let view = format!("nexmark_{q}");
+            server.kill()?;
+            let started = Instant::now();
+            let mut restarted = server.restart()?;
+            let client = restarted.connect().await?;
+            nexmark_drained(&client, &view, events).await?;
+            out.push(Measure { name: format!("{q}: restart from the checkpoint"), value: started.elapsed().as_secs_f64(), unit: "s", note: format!("after {events} events, until the view is current again") });
+            restarted.kill()?;
+            std::fs::remove_dir_all(server.data_dir.join("checkpoints"))?;
+            let started = Instant::now();
+            let restarted = server.restart()?;
+            let client = restarted.connect().await?;
+            nexmark_drained(&client, &view, events).await?;
+            out.push(Measure { name: format!("{q}: restart without a checkpoint"), value: started.elapsed().as_secs_f64(), unit: "s", note: "the view read again from the sources' start".into() });
+        }
     }
     if batch {
         eprintln!("storing {events} events in tables for the batch queries ...");
-        let server = EddyProcess::start_fresh_with(eddy, Some(workers))?;
+        let server = EddyProcess::start_fresh_args(eddy, &server_args)?;
         let client = server.connect().await?;
         exec(&client, SIDE_INPUT).await?;
         let started = Instant::now();
