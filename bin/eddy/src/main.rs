@@ -50,6 +50,10 @@ struct ServeArgs {
     /// there (docs/operations.md).
     #[arg(long, env = "EDDY_CHECKPOINT_INTERVAL", default_value_t = 10.0)]
     checkpoint_interval: f64,
+    /// Bytes after which a table partition's log starts a new segment file (retention deletes
+    /// whole segments). Default 64 MiB.
+    #[arg(long, env = "EDDY_LOG_SEGMENT_BYTES", value_parser = clap::value_parser!(u64).range(4096..))]
+    log_segment_bytes: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,11 +79,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--checkpoint-interval must be a number of seconds, 0 or more");
     }
     let checkpoint_interval = (args.checkpoint_interval > 0.0).then(|| std::time::Duration::from_secs_f64(args.checkpoint_interval));
-    let config = EngineConfig { data_dir: args.data_dir.clone(), workers, checkpoint_interval };
+    let config = EngineConfig { data_dir: args.data_dir.clone(), workers, checkpoint_interval, log_segment_bytes: args.log_segment_bytes };
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", args.data_dir.display()))?;
     engine.restore_views().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    engine.start_background();
     engine.start_connectors().await.map_err(|e| anyhow::anyhow!("starting connectors: {e}"))?;
     let http = tokio::net::TcpListener::bind(args.http_listen)
         .await

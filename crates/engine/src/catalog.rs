@@ -158,6 +158,13 @@ impl TableDef {
     }
 
     /// The option `key`, as given.
+    /// `retention` (µs) and `retention.bytes` (per partition), when set.
+    pub fn retention(&self) -> Result<(Option<i64>, Option<u64>)> {
+        let time = self.option("retention").map(eddy_sql::windows::duration_micros).transpose()?;
+        let bytes = self.option("retention.bytes").map(|b| b.parse::<u64>().map_err(|_| Error::invalid_parameter(format!("retention.bytes is not a number: {b}")))).transpose()?;
+        Ok((time, bytes))
+    }
+
     pub fn option(&self, key: &str) -> Option<&str> {
         self.options.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
@@ -326,6 +333,10 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef>
         Some((column, expr)) => Some(bind_watermark(&columns, column, expr)?),
     };
     let (options, partitions) = bind_table_options(&create.options)?;
+    if !create.append_only && options.iter().any(|(k, _)| k.starts_with("retention")) {
+        return Err(Error::invalid_parameter("retention applies to APPEND ONLY tables: a table whose rows change keeps its current rows")
+            .with_hint("declare the table APPEND ONLY, or drop the retention option"));
+    }
     let mut includes = Vec::new();
     for (what, alias) in &create.includes {
         let include = eddy_connectors::Include::parse(what)?;
@@ -455,7 +466,12 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
             "idle_timeout" => {
                 eddy_sql::windows::duration_micros(value)?;
             }
-            "retention" | "retention.bytes" => {}
+            "retention" => {
+                eddy_sql::windows::duration_micros(value)?;
+            }
+            "retention.bytes" => {
+                value.parse::<u64>().map_err(|_| Error::invalid_parameter(format!("retention.bytes must be a whole number of bytes, not '{value}'")))?;
+            }
             "connector" => match value.as_str() {
                 "file" | "kafka" | "nexmark" => {}
                 other => return Err(Error::unsupported(format!("connector '{other}' is not supported (file, kafka or nexmark)"))),

@@ -274,6 +274,14 @@ pub fn list(meta: &MetaStore) -> Result<Vec<CheckpointInfo>> {
     Ok(out)
 }
 
+/// What each view in the newest checkpoint had read: view -> (table or source, partition,
+/// offset). Empty when there is no checkpoint.
+pub fn latest_reads(meta: &MetaStore) -> Result<HashMap<ObjectId, Vec<(ObjectId, u32, u64)>>> {
+    let Some((epoch, bytes)) = meta.checkpoints()?.pop() else { return Ok(HashMap::new()) };
+    let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| corrupted(format!("checkpoint {epoch}: the manifest does not decode: {e}")))?;
+    Ok(manifest.views.into_iter().map(|v| (v.id, v.committed)).collect())
+}
+
 /// Reads the newest complete checkpoint (`None` when there is none) and deletes checkpoint
 /// directories no manifest names.
 pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>> {

@@ -12,6 +12,7 @@ mod catalog;
 mod checkpoint;
 mod copy;
 mod ingest;
+mod retention;
 mod session;
 mod sink;
 mod source;
@@ -60,6 +61,8 @@ pub struct EngineConfig {
     pub workers: usize,
     /// How often views are checkpointed while they change (`None`: only on `CHECKPOINT`).
     pub checkpoint_interval: Option<std::time::Duration>,
+    /// Size at which a table partition's log starts a new segment (`None`: the default).
+    pub log_segment_bytes: Option<u64>,
 }
 
 
@@ -142,6 +145,9 @@ pub struct Engine {
     /// Sinks read from the catalog at start-up, started by [`Engine::restore_views`].
     stored_sinks: std::sync::Mutex<Vec<sink::SinkDef>>,
     sinks: RwLock<BTreeMap<String, sink::Sink>>,
+    /// Per keyed table partition, the offset its log is compacted to (this run of the server).
+    /// Held by a retention/compaction run.
+    compacted: tokio::sync::Mutex<HashMap<(ObjectId, u32), u64>>,
     /// Serializes catalog changes and commits: the order writers pass through here is the order
     /// of the log and of the in-memory contents.
     write_lock: Arc<Mutex<()>>,
@@ -188,7 +194,7 @@ impl Engine {
             }
         }
         let log_objects: Vec<(ObjectId, u32)> = defs.iter().map(|d| (d.id, d.partitions)).collect();
-        let log = LogStore::open(&dir.join("log"), &log_objects)?;
+        let log = LogStore::open_with(&dir.join("log"), &log_objects, config.log_segment_bytes.unwrap_or(eddy_common::limits::LOG_SEGMENT_BYTES_TARGET))?;
         let mut tables = BTreeMap::new();
         for def in defs {
             let table = load_table(&log, def)?;
@@ -213,6 +219,7 @@ impl Engine {
             stored_views: std::sync::Mutex::new(view_defs),
             stored_sinks: std::sync::Mutex::new(sink_defs),
             sinks: RwLock::new(BTreeMap::new()),
+            compacted: tokio::sync::Mutex::new(HashMap::new()),
             write_lock: Arc::new(Mutex::new(())),
         }))
     }
@@ -227,7 +234,9 @@ impl Engine {
     /// Ends the epoch and checkpoints every view (`CHECKPOINT`); returns the checkpoint's epoch
     /// once it is committed.
     pub async fn checkpoint(&self) -> Result<u64> {
-        self.runtime.checkpoint()?.await.map_err(|_| Error::internal("the view runtime stopped"))?
+        let epoch = self.runtime.checkpoint()?.await.map_err(|_| Error::internal("the view runtime stopped"))??;
+        self.enforce_retention().await?;
+        Ok(epoch)
     }
 
     /// The committed checkpoints (`eddy_checkpoints`).
@@ -471,6 +480,7 @@ impl Engine {
         let mut out = Vec::with_capacity(tables.len());
         for table in tables {
             let mut records: Vec<(u64, u32, Vec<ChangeBatch>)> = Vec::new();
+            let start = (0..table.def.partitions).map(|p| Ok((p, self.log.start_offset(table.def.id, PartitionId(p))?.0))).collect::<Result<Vec<_>>>()?;
             for p in 0..table.def.partitions {
                 self.log.scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
                     records.push((record.txn_id.0, p, decode_changes(&record.payload, &table.schema)?));
@@ -479,7 +489,7 @@ impl Engine {
             }
             records.sort_by_key(|(txn, p, _)| (*txn, *p));
             let batches = records;
-            out.push(views::Backfill { object: table.def.id, clock: table.clock, batches });
+            out.push(views::Backfill { object: table.def.id, name: table.def.name.clone(), clock: table.clock, start, batches });
         }
         Ok(out)
     }
@@ -555,6 +565,22 @@ impl Engine {
             tracing::info!(view = %def.name, "materialized view restored");
         }
         self.start_stored_sinks(|_| true).await
+    }
+
+    /// Applies tables' retention every [`retention::RETENTION_INTERVAL`] from now on.
+    pub fn start_background(self: &Arc<Self>) {
+        let engine = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(retention::RETENTION_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(engine) = engine.upgrade() else { return };
+                if let Err(e) = engine.enforce_retention().await {
+                    tracing::error!(error = %e, "applying retention failed");
+                }
+            }
+        });
     }
 
     /// Registers a view with the state a checkpoint saved; its source readers start where the
@@ -910,14 +936,22 @@ fn concat_changes(schema: &SchemaRef, changes: &[ChangeBatch]) -> Result<ChangeB
 
 fn load_table(log: &LogStore, def: TableDef) -> Result<Arc<Table>> {
     let schema = def.schema()?;
-    let mut data = TableData::new(&def, Arc::clone(&schema))?;
+    let (data, positions) = load_contents(log, &def, &schema)?;
+    let clock = clock_of(&def)?;
+    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, progress: Arc::new(ConnectorProgress::at(positions)) }))
+}
+
+/// A table's contents as its log holds them, and (for a table fed by a connector) the source
+/// position each source partition was read to.
+fn load_contents(log: &LogStore, def: &TableDef, schema: &SchemaRef) -> Result<(TableData, Vec<(u32, u64)>)> {
+    let mut data = TableData::new(def, Arc::clone(schema))?;
     let mut records = 0u64;
     // Per source partition: the position written by the latest transaction.
     let mut positions: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     let fed = def.option("connector").is_some();
     for p in 0..def.partitions {
         log.scan(def.id, PartitionId(p), Offset(0), |_, record| {
-            let changes = decode_changes(&record.payload, &schema)?;
+            let changes = decode_changes(&record.payload, schema)?;
             data.apply(&changes)?;
             if fed {
                 for (p, offset) in decode_positions(&record.payload)? {
@@ -932,6 +966,5 @@ fn load_table(log: &LogStore, def: TableDef) -> Result<Arc<Table>> {
         })?;
     }
     tracing::info!(table = %def.name, records, rows = data.row_count(), "table restored from its log");
-    let clock = clock_of(&def)?;
-    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, progress: Arc::new(ConnectorProgress::at(positions.into_iter().map(|(p, (_, o))| (p, o)))) }))
+    Ok((data, positions.into_iter().map(|(p, (_, o))| (p, o)).collect()))
 }

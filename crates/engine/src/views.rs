@@ -87,7 +87,10 @@ pub struct ClockSpec {
 /// changes) in commit order.
 pub struct Backfill {
     pub object: ObjectId,
+    pub name: String,
     pub clock: Option<ClockSpec>,
+    /// Per partition, the offset of the first record in `batches` (after retention, not 0).
+    pub start: Vec<(u32, u64)>,
     pub batches: Vec<(u64, u32, Vec<ChangeBatch>)>,
 }
 
@@ -973,6 +976,17 @@ impl RuntimeState {
         let mut pending = Vec::new();
         let mut read: HashMap<(ObjectId, u32), u64> = HashMap::new();
         for table in &tables {
+            for (partition, start) in &table.start {
+                read.insert((table.object, *partition), *start);
+                if *start > 0
+                    && let Some(progress) = progress
+                {
+                    let _ = progress.send(format!(
+                        "table \"{}\" keeps its log from offset {start} of partition {partition} on (retention deleted what came before): the view is built from what it keeps",
+                        table.name
+                    ));
+                }
+            }
             for (_, partition, _) in &table.batches {
                 *read.entry((table.object, *partition)).or_default() += 1;
             }
@@ -981,7 +995,7 @@ impl RuntimeState {
         for source in &sources {
             if let Some(upstream) = self.views.iter_mut().find(|e| e.view.def.id == *source) {
                 let batches = upstream.contents.snapshot()?.iter().cloned().map(|b| (0, 0, vec![ChangeBatch::inserts(b)])).collect();
-                inputs.push(Backfill { object: *source, clock: None, batches });
+                inputs.push(Backfill { object: *source, name: upstream.view.def.name.clone(), clock: None, start: Vec::new(), batches });
             }
         }
         let rows: usize = inputs.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, _, b)| b.iter()).map(|b| b.len()).sum();

@@ -25,6 +25,7 @@ use tokio::sync::oneshot;
 
 pub use codec::{decode_changes, decode_positions, encode_changes, encode_changes_at};
 pub use frame::{Participant, Record};
+pub use segment::SealedSegment;
 use segment::PartitionLog;
 
 /// One record to append in a commit.
@@ -57,6 +58,7 @@ struct Shared {
     /// Set once an fsync failed: the log can no longer promise durability (as PostgreSQL, we
     /// refuse further writes rather than guess what reached the disk).
     failed: Mutex<Option<String>>,
+    segment_bytes: u64,
 }
 
 pub struct LogStore {
@@ -81,13 +83,19 @@ impl LogStore {
     /// only some of their partitions. Directories of objects not listed are removed (they
     /// belong to objects dropped, or created but never committed to the catalog).
     pub fn open(root: &Path, objects: &[(ObjectId, u32)]) -> Result<Arc<Self>> {
+        LogStore::open_with(root, objects, limits::LOG_SEGMENT_BYTES_TARGET)
+    }
+
+    /// [`LogStore::open`] with segments of `segment_bytes` (retention deletes whole segments:
+    /// small ones trim finely; tests use them).
+    pub fn open_with(root: &Path, objects: &[(ObjectId, u32)], segment_bytes: u64) -> Result<Arc<Self>> {
         fs::create_dir_all(root).map_err(|e| Error::io("create the log directory", e))?;
         remove_unknown_objects(root, objects)?;
         let mut partitions = HashMap::new();
         for &(object, count) in objects {
             for p in 0..count {
                 let key = (object, PartitionId(p));
-                let log = PartitionLog::open(&partition_dir(root, key))?;
+                let log = PartitionLog::open_with(&partition_dir(root, key), segment_bytes)?;
                 partitions.insert(key, log);
             }
         }
@@ -99,6 +107,7 @@ impl LogStore {
                 partitions.into_iter().map(|(k, v)| (k, Arc::new(Mutex::new(v)))).collect(),
             ),
             failed: Mutex::new(None),
+            segment_bytes,
         });
         let (tx, rx) = mpsc::sync_channel(limits::COMMIT_QUEUE_CAPACITY);
         let thread_shared = Arc::clone(&shared);
@@ -118,7 +127,7 @@ impl LogStore {
         let mut map = lock(&self.shared.partitions);
         for p in 0..partitions {
             let key = (object, PartitionId(p));
-            let log = PartitionLog::open(&partition_dir(&self.shared.root, key))?;
+            let log = PartitionLog::open_with(&partition_dir(&self.shared.root, key), self.shared.segment_bytes)?;
             map.insert(key, Arc::new(Mutex::new(log)));
         }
         segment::sync_dir(&self.shared.root)
@@ -158,6 +167,34 @@ impl LogStore {
         let log = lock(&self.shared.partitions).get(&(object, partition)).cloned();
         let log = log.ok_or_else(|| Error::internal(format!("no log for object {object}")))?;
         Ok(lock(&log).end_offset())
+    }
+
+    fn partition(&self, object: ObjectId, partition: PartitionId) -> Result<Arc<Mutex<PartitionLog>>> {
+        lock(&self.shared.partitions).get(&(object, partition)).cloned().ok_or_else(|| Error::internal(format!("no log for object {object}")))
+    }
+
+    /// The offset of the oldest record a partition keeps (0 until retention deleted some).
+    pub fn start_offset(&self, object: ObjectId, partition: PartitionId) -> Result<Offset> {
+        let log = self.partition(object, partition)?;
+        Ok(lock(&log).start_offset())
+    }
+
+    /// A partition's segments that retention may delete, oldest first.
+    pub fn sealed_segments(&self, object: ObjectId, partition: PartitionId) -> Result<Vec<SealedSegment>> {
+        let log = self.partition(object, partition)?;
+        Ok(lock(&log).sealed_segments())
+    }
+
+    /// Deletes a partition's oldest segments whose records all lie before `before`.
+    pub fn delete_segments_before(&self, object: ObjectId, partition: PartitionId, before: Offset) -> Result<usize> {
+        let log = self.partition(object, partition)?;
+        lock(&log).delete_segments_before(before)
+    }
+
+    /// Replaces the records of a sealed segment (compaction; see `PartitionLog::rewrite_segment`).
+    pub fn rewrite_segment(&self, object: ObjectId, partition: PartitionId, base: Offset, records: &[Record]) -> Result<()> {
+        let log = self.partition(object, partition)?;
+        lock(&log).rewrite_segment(base, records)
     }
 
     /// Calls `f` for each record of a partition from `from` to the current end.

@@ -56,6 +56,16 @@ impl Segment {
     }
 }
 
+/// A segment retention may delete (see [`PartitionLog::sealed_segments`]).
+#[derive(Debug, Clone)]
+pub struct SealedSegment {
+    pub start: Offset,
+    /// The offset after its last record.
+    pub end: Offset,
+    pub bytes: u64,
+    pub modified: Option<std::time::SystemTime>,
+}
+
 /// A record header seen while opening: kept only for records of multi-partition transactions,
 /// which recovery must cross-check.
 #[derive(Debug, Clone)]
@@ -92,6 +102,7 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 
 impl PartitionLog {
     /// Opens (creating if needed) the partition in `dir`, validating every frame.
+    #[cfg(test)]
     pub fn open(dir: &Path) -> Result<Self> {
         Self::open_with(dir, limits::LOG_SEGMENT_BYTES_TARGET)
     }
@@ -102,6 +113,11 @@ impl PartitionLog {
         let mut bases = Vec::new();
         for entry in fs::read_dir(dir).map_err(|e| io("list", dir, e))? {
             let path = entry.map_err(|e| io("list", dir, e))?.path();
+            if path.extension().and_then(|e| e.to_str()) == Some("new") {
+                // A compaction cut off before its rename: the old segment is still whole.
+                fs::remove_file(&path).map_err(|e| io("remove", &path, e))?;
+                continue;
+            }
             if path.extension().and_then(|e| e.to_str()) != Some(SEGMENT_SUFFIX) {
                 continue;
             }
@@ -269,6 +285,73 @@ impl PartitionLog {
         sync_dir(&self.dir)
     }
 
+    /// The offset of the oldest record kept (the log end when there is none).
+    pub fn start_offset(&self) -> Offset {
+        self.segments.first().map_or(Offset(0), |s| s.base)
+    }
+
+    /// Every segment but the one being appended to: (first offset, end offset, bytes, when it
+    /// was last written), oldest first. These are what retention may delete.
+    pub fn sealed_segments(&self) -> Vec<SealedSegment> {
+        let sealed = self.segments.len().saturating_sub(1);
+        self.segments[..sealed]
+            .iter()
+            .map(|s| SealedSegment {
+                start: s.base,
+                end: Offset(s.base.0 + s.records),
+                bytes: s.len,
+                modified: fs::metadata(&s.path).and_then(|m| m.modified()).ok(),
+            })
+            .collect()
+    }
+
+    /// Deletes the oldest segments whose records all lie before `before` (never the one being
+    /// appended to). Offsets do not change; a scan from an offset that was deleted starts at
+    /// the oldest record kept. Returns how many segments went.
+    pub fn delete_segments_before(&mut self, before: Offset) -> Result<usize> {
+        let sealed = self.segments.len().saturating_sub(1);
+        let n = self.segments[..sealed].iter().take_while(|s| s.base.0 + s.records <= before.0).count();
+        for segment in &self.segments[..n] {
+            fs::remove_file(&segment.path).map_err(|e| io("remove", &segment.path, e))?;
+        }
+        if n > 0 {
+            self.segments.drain(..n);
+            let start = self.start_offset();
+            self.multi_partition_records.retain(|r| r.offset >= start);
+            sync_dir(&self.dir)?;
+        }
+        Ok(n)
+    }
+
+    /// Replaces the records of the sealed segment that starts at `base` with `records` (as many
+    /// as it holds, so offsets do not change): written to a new file, fsync'd, renamed over the
+    /// old one. Compaction uses it; a reader holding this log's lock sees either version whole.
+    pub fn rewrite_segment(&mut self, base: Offset, records: &[Record]) -> Result<()> {
+        let sealed = self.segments.len().saturating_sub(1);
+        let at = self.segments[..sealed].iter().position(|s| s.base == base).ok_or_else(|| Error::internal(format!("no sealed log segment starts at offset {}", base.0)))?;
+        let old = &self.segments[at];
+        if records.len() as u64 != old.records {
+            return Err(Error::internal(format!("rewriting segment {} with {} records instead of {}", old.path.display(), records.len(), old.records)));
+        }
+        let mut segment = Segment::new(base, old.path.clone());
+        let mut bytes = Vec::new();
+        let mut frame = Vec::new();
+        for record in records {
+            frame.clear();
+            frame::encode(record, &mut frame)?;
+            bytes.extend_from_slice(&frame);
+            segment.push_frame(frame.len() as u64);
+        }
+        let temp = old.path.with_extension("seg.new");
+        let mut file = File::create(&temp).map_err(|e| io("create", &temp, e))?;
+        file.write_all(&bytes).map_err(|e| io("write", &temp, e))?;
+        file.sync_all().map_err(|e| io("sync", &temp, e))?;
+        fs::rename(&temp, &old.path).map_err(|e| io("rename", &temp, e))?;
+        sync_dir(&self.dir)?;
+        self.segments[at] = segment;
+        Ok(())
+    }
+
     /// Calls `f` for every record from `from` up to the end as it is now.
     pub fn scan(&self, from: Offset, mut f: impl FnMut(Offset, Record) -> Result<()>) -> Result<()> {
         // The first segment that holds `from` (or any later record).
@@ -421,6 +504,17 @@ mod tests {
             prop::collection::vec(prop::collection::vec(any::<u8>(), 0..3000), 1..40)
         }
 
+        /// A partition in `dir` holding `records` (transaction ids 1, 2, ...), synced.
+        fn filled(dir: &Path, segment_bytes: u64, records: &[Vec<u8>]) -> PartitionLog {
+            let mut scratch = Vec::new();
+            let mut log = PartitionLog::open_with(dir, segment_bytes).unwrap();
+            for (i, p) in records.iter().enumerate() {
+                log.append(&record(i as u64 + 1, p), &mut scratch).unwrap();
+            }
+            log.sync().unwrap();
+            log
+        }
+
         proptest! {
             #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -458,17 +552,13 @@ mod tests {
                 prop_assert_eq!(log.append(&record(999, b"after"), &mut scratch).unwrap(), Offset(whole as u64));
             }
 
+
             /// Reading from any offset through the sparse index, across rolled segments and
             /// after a reopen, yields exactly the suffix of the log from that offset.
             #[test]
             fn the_offset_index_finds_every_suffix(records in payloads(), segment_bytes in 1u64..20_000, from in 0u64..45) {
                 let dir = tempfile::tempdir().unwrap();
-                let mut scratch = Vec::new();
-                let mut log = PartitionLog::open_with(dir.path(), segment_bytes).unwrap();
-                for (i, p) in records.iter().enumerate() {
-                    log.append(&record(i as u64 + 1, p), &mut scratch).unwrap();
-                }
-                log.sync().unwrap();
+                let mut log = filled(dir.path(), segment_bytes, &records);
                 let expected: Vec<(u64, Vec<u8>)> =
                     records.iter().cloned().enumerate().map(|(i, p)| (i as u64, p)).skip(from as usize).collect();
                 prop_assert_eq!(&collect(&log, from), &expected);
@@ -476,6 +566,36 @@ mod tests {
                 let log = PartitionLog::open_with(dir.path(), segment_bytes).unwrap();
                 prop_assert_eq!(log.end_offset(), Offset(records.len() as u64));
                 prop_assert_eq!(&collect(&log, from), &expected);
+            }
+
+            /// Retention deletes only whole segments, only before the offset still needed (a
+            /// checkpoint's), never the one being appended to; offsets stay as they were, a
+            /// reader from any kept offset sees exactly what it saw before, and a reopen agrees.
+            #[test]
+            fn retention_deletes_only_whole_segments_nothing_needs(records in payloads(), segment_bytes in 1u64..20_000, needed in 0u64..45, reader in 0u64..45) {
+                let dir = tempfile::tempdir().unwrap();
+                let mut log = filled(dir.path(), segment_bytes, &records);
+                let bases: Vec<u64> = log.segments.iter().map(|s| s.base.0).collect();
+                let last_base = log.segments.last().map(|s| s.base.0);
+                let reader = reader.max(needed);
+                let before = collect(&log, reader);
+                log.delete_segments_before(Offset(needed)).unwrap();
+                let start = log.start_offset().0;
+                prop_assert!(start <= needed, "nothing needed was deleted");
+                prop_assert!(records.is_empty() || bases.contains(&start), "the log starts at a segment boundary");
+                prop_assert!(log.segments.last().map(|s| s.base.0) == last_base, "the active segment stays");
+                // The kept segments are exactly the old ones from the first one that reaches `needed`.
+                let kept: Vec<u64> = log.segments.iter().map(|s| s.base.0).collect();
+                prop_assert_eq!(&kept[..], &bases[bases.len() - kept.len()..]);
+                prop_assert_eq!(log.end_offset(), Offset(records.len() as u64));
+                prop_assert_eq!(&collect(&log, reader), &before);
+                let all: Vec<(u64, Vec<u8>)> = records.iter().cloned().enumerate().map(|(i, p)| (i as u64, p)).skip(start as usize).collect();
+                prop_assert_eq!(&collect(&log, 0), &all);
+                drop(log);
+                let log = PartitionLog::open_with(dir.path(), segment_bytes).unwrap();
+                prop_assert_eq!(log.start_offset().0, start);
+                prop_assert_eq!(log.end_offset(), Offset(records.len() as u64));
+                prop_assert_eq!(&collect(&log, reader), &before);
             }
         }
     }
