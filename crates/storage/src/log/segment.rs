@@ -558,7 +558,7 @@ mod tests {
             #[test]
             fn the_offset_index_finds_every_suffix(records in payloads(), segment_bytes in 1u64..20_000, from in 0u64..45) {
                 let dir = tempfile::tempdir().unwrap();
-                let mut log = filled(dir.path(), segment_bytes, &records);
+                let log = filled(dir.path(), segment_bytes, &records);
                 let expected: Vec<(u64, Vec<u8>)> =
                     records.iter().cloned().enumerate().map(|(i, p)| (i as u64, p)).skip(from as usize).collect();
                 prop_assert_eq!(&collect(&log, from), &expected);
