@@ -111,8 +111,7 @@ async fn views_survive_sigkill_at_random_moments() {
         let first = next_row(&client).await;
         writer = tokio::spawn(write(client, first));
     }
-    // Let the last writer add a little more, then stop it and let everything settle.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Stop the last writer and let everything settle.
     writer.abort();
     let _ = writer.await;
     eventually(&server, "SELECT sum(committed_offset) AS done FROM eddy_source_offsets WHERE consumer = 'bids'", "60000").await;

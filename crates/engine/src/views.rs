@@ -65,6 +65,11 @@ pub struct View {
 }
 
 impl Entry {
+    /// What the view has committed, in the order sinks record it.
+    fn committed_offsets(&self) -> Offsets {
+        self.committed.iter().map(|(k, n)| (*k, *n)).collect()
+    }
+
     /// The watermark of the view's watermark column, as of the rows it has processed.
     fn watermark(&self) -> Option<i64> {
         let (_, sources) = self.view.watermark.as_ref()?;
@@ -638,7 +643,7 @@ impl RuntimeState {
             if self.failures.contains_key(&sink.view) {
                 continue;
             }
-            let read: Offsets = entry.committed.iter().map(|(k, n)| (*k, *n)).collect();
+            let read = entry.committed_offsets();
             let write = match &sink.waiting {
                 Some(until) if until.as_ref().is_none_or(|s| crate::sink::at_least(&read, s)) => {
                     let contents = entry.contents.snapshot().and_then(|rows| {
@@ -680,7 +685,7 @@ impl RuntimeState {
         let epoch = self.epoch;
         for sink in self.sinks.iter_mut().filter(|s| s.waiting.is_none()) {
             let Some(entry) = self.views.iter().find(|e| e.view.def.id == sink.view) else { continue };
-            let read: Offsets = entry.committed.iter().map(|(k, n)| (*k, *n)).collect();
+            let read = entry.committed_offsets();
             if sink.sent.as_ref() != Some(&read) {
                 let _ = sink.epochs.send(SinkEpoch { epoch, offsets: read.clone(), write: SinkWrite::Changes(None) });
                 sink.sent = Some(read);
@@ -778,7 +783,7 @@ impl RuntimeState {
             Message::AddSink { id, view, resume, epochs, reply } => {
                 let result = match self.views.iter().find(|e| e.view.def.id == view) {
                     Some(entry) => {
-                        let read: Offsets = entry.committed.iter().map(|(k, n)| (*k, *n)).collect();
+                        let read = entry.committed_offsets();
                         let waiting = match resume {
                             None => Some(None),
                             Some(s) if s == read => None,
