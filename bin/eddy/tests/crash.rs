@@ -4,8 +4,9 @@
 //! (aggregates, windows, an interval join, a top-N, a join with a keyed table that is
 //! updated) and over a Nexmark source read at its own pace. After the last recovery every view
 //! equals its query computed in batch over what the tables hold (the source's view: over a
-//! table fed by the same generator), so nothing is counted twice and nothing is missing; and a
-//! PostgreSQL sink of the aggregate holds exactly the view.
+//! table fed by the same generator), so nothing is counted twice and nothing is missing; a
+//! PostgreSQL sink of the aggregate holds exactly the view, and a file sink of the top-N view
+//! holds it too (its lines' weights summed per row).
 
 use std::time::Duration;
 
@@ -83,6 +84,8 @@ async fn views_survive_sigkill_at_random_moments() {
         client.batch_execute(&format!("CREATE MATERIALIZED VIEW {view} AS {query}")).await.unwrap();
     }
     client.batch_execute(&format!("CREATE SINK per_key_pg FROM per_key WITH ({})", pg.sink_options("per_key"))).await.unwrap();
+    let files = tempfile::tempdir().unwrap();
+    client.batch_execute(&format!("CREATE SINK top_files FROM top WITH (connector = 'file', path = '{}', rollover_seconds = '0.2')", files.path().display())).await.unwrap();
     // A deterministic schedule of random-looking moments (xorshift).
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut random = move |n: u64| {
@@ -140,6 +143,27 @@ async fn views_survive_sigkill_at_random_moments() {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "the sink's table has {got:?}, the view {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The file sink's lines, weights summed per row, equal the top-N view.
+    let want = canonical(query_text(&client, "SELECT k, v FROM top").await.unwrap());
+    loop {
+        let mut weights: std::collections::BTreeMap<Vec<Option<String>>, i64> = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir(files.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "jsonl") {
+                for line in std::fs::read_to_string(&path).unwrap().lines() {
+                    let row: serde_json::Value = serde_json::from_str(line).unwrap();
+                    *weights.entry(vec![Some(row["k"].to_string()), Some(row["v"].to_string())]).or_default() += row["eddy_weight"].as_i64().unwrap();
+                }
+            }
+        }
+        assert!(weights.values().all(|w| *w >= 0), "a row's weight in the files is below zero");
+        let got = canonical(weights.into_iter().flat_map(|(row, w)| std::iter::repeat_n(row, w as usize)).collect());
+        if got == want {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the sink's files hold {got:?}, the view {want:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let late = query_text(&client, "SELECT count(*) AS n FROM eddy_late_events").await.unwrap();

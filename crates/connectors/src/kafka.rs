@@ -29,7 +29,7 @@ pub struct KafkaRecord {
     pub timestamp_micros: i64,
 }
 
-fn kafka_error(context: &str, err: impl std::fmt::Display) -> Error {
+pub(crate) fn kafka_error(context: &str, err: impl std::fmt::Display) -> Error {
     Error::new(SqlState::CONNECTION_EXCEPTION, format!("kafka: {context}: {err}"))
 }
 
@@ -61,12 +61,19 @@ impl KafkaTopic {
     }
 
     pub async fn reader(&self, partition: u32) -> Result<PartitionReader> {
-        let client = self
-            .client
+        Ok(PartitionReader { client: self.partition_client(partition).await?, partition })
+    }
+
+    /// A client for one partition (to produce to it; the sink's part).
+    pub(crate) async fn partition_client(&self, partition: u32) -> Result<PartitionClient> {
+        self.client
             .partition_client(self.topic.clone(), partition as i32, UnknownTopicHandling::Error)
             .await
-            .map_err(|e| kafka_error(&format!("partition {partition} of {}", self.topic), e))?;
-        Ok(PartitionReader { client, partition })
+            .map_err(|e| kafka_error(&format!("partition {partition} of {}", self.topic), e))
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
     }
 }
 

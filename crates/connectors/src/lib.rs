@@ -1,5 +1,7 @@
-//! Where events come from: record formats (JSON, CSV, upsert, Debezium) decoded into Arrow
-//! batches, and the connectors that read them (a file followed like `tail -f`; Kafka).
+//! Where events come from and where views go: record formats (JSON, CSV, upsert, Debezium)
+//! decoded into Arrow batches, the connectors that read them (a file followed like `tail -f`;
+//! Kafka; the Nexmark generator), and the sinks that write views out ([`sink`]: PostgreSQL,
+//! Kafka, files).
 //!
 //! This crate decodes and reads; it never writes Eddy's log or catalog. A connector hands
 //! the engine chunks of [`format::RawRecord`]s with their source positions, and the engine
@@ -10,6 +12,6 @@ pub mod file;
 pub mod format;
 pub mod kafka;
 pub mod nexmark;
-pub mod postgres_sink;
+pub mod sink;
 
 pub use format::{Decoded, Encoding, Envelope, Format, Include, RawRecord, RecordDecoder, RowKind};

@@ -275,7 +275,8 @@ impl Engine {
 
     /// Creates a sink writing out materialized view `view` (its columns and key given), and
     /// starts it from the view's contents.
-    pub(crate) async fn create_sink(self: &Arc<Self>, name: String, view: &str, options: Vec<(String, String)>, sql: String, key: Vec<usize>, if_not_exists: bool) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn create_sink(self: &Arc<Self>, name: String, view: &str, options: Vec<(String, String)>, format: Option<(String, String)>, sql: String, key: Vec<usize>, if_not_exists: bool) -> Result<()> {
         let guard = self.lock_writes().await;
         if self.name_taken(&name) {
             if if_not_exists && self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(&name) {
@@ -284,10 +285,10 @@ impl Engine {
             return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
         }
         let view = self.view(view).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{view}\" does not exist")))?;
-        sink::SinkDef::validate(&options)?;
+        sink::SinkDef::validate(&options, format.as_ref())?;
         let columns = view.schema.fields().iter().map(|f| (f.name().clone(), eddy_sql::types::pg_type_name(f))).collect();
-        let def = sink::SinkDef { id: self.meta.allocate_object_id()?, name: name.clone(), view: view.def.id, options, sql, key, columns };
-        let (sink, _, epochs) = sink::Sink::start(def.clone(), true).await?;
+        let def = sink::SinkDef { id: self.meta.allocate_object_id()?, name: name.clone(), view: view.def.id, options, format, sql, key, columns };
+        let (sink, _, epochs) = sink::Sink::start(def.clone(), true, Arc::clone(&self.meta)).await?;
         self.meta.put_object(def.id, &ObjectDef::Sink(def.clone()).encode()?)?;
         self.runtime.add_sink(def.id, def.view, None, epochs).await?;
         self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
@@ -296,9 +297,9 @@ impl Engine {
     }
 
     /// Start-up: starts the stored sinks of the views `ready` (their progress decides what
-    /// they write first; see `sink.rs`). A sink whose PostgreSQL cannot be reached is logged and
-    /// left stopped until the next start.
-    async fn start_stored_sinks(&self, ready: impl Fn(ObjectId) -> bool) -> Result<()> {
+    /// they write first; see `sink.rs`). A sink whose target cannot be reached is listed with
+    /// its error and started in the background once it can be.
+    async fn start_stored_sinks(self: &Arc<Self>, ready: impl Fn(ObjectId) -> bool) -> Result<()> {
         let defs: Vec<sink::SinkDef> = {
             let mut stored = self.stored_sinks.lock().unwrap_or_else(|p| p.into_inner());
             let (now, later): (Vec<_>, Vec<_>) = stored.drain(..).partition(|d| ready(d.view));
@@ -307,19 +308,53 @@ impl Engine {
         };
         for def in defs {
             let name = def.name.clone();
-            match sink::Sink::start(def.clone(), false).await {
-                Ok((sink, progress, epochs)) => {
-                    let resume = match progress {
-                        Some(p) => Some(sink::decode_offsets(&p.offsets)?),
-                        None => None,
-                    };
+            match sink::Sink::start(def.clone(), false, Arc::clone(&self.meta)).await {
+                Ok((sink, resume, epochs)) => {
                     self.runtime.add_sink(def.id, def.view, resume, epochs).await?;
                     self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
                 }
-                Err(e) => tracing::error!(sink = %name, error = %e, "starting a sink failed; it stays stopped until the next start"),
+                Err(e) => {
+                    tracing::error!(sink = %name, error = %e, "starting a sink failed; retrying in the background");
+                    let retry = tokio::spawn(Self::start_sink_later(Arc::downgrade(self), def.clone()));
+                    self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink::Sink::waiting(def, e.message, retry));
+                }
             }
         }
         Ok(())
+    }
+
+    /// Tries to start a stored sink every few seconds until it starts or is dropped.
+    async fn start_sink_later(engine: std::sync::Weak<Engine>, def: sink::SinkDef) {
+        loop {
+            tokio::time::sleep(sink::START_RETRY).await;
+            let Some(engine) = engine.upgrade() else { return };
+            let _guard = engine.lock_writes().await;
+            let still_waiting = engine.sinks.read().unwrap_or_else(|p| p.into_inner()).get(&def.name).is_some_and(|s| s.def.id == def.id);
+            if !still_waiting {
+                return;
+            }
+            let started = match sink::Sink::start(def.clone(), false, Arc::clone(&engine.meta)).await {
+                Ok((sink, resume, epochs)) => engine.runtime.add_sink(def.id, def.view, resume, epochs).await.map(|()| sink),
+                Err(e) => Err(e),
+            };
+            match started {
+                Ok(sink) => {
+                    tracing::info!(sink = %def.name, "the sink started");
+                    let waiting = engine.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), sink);
+                    // This task is the waiting sink's: let it end by itself rather than abort it.
+                    if let Some(waiting) = waiting {
+                        waiting.detach();
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(sink = %def.name, error = %e, "starting a sink failed; retrying");
+                    if let Some(s) = engine.sinks.read().unwrap_or_else(|p| p.into_inner()).get(&def.name) {
+                        s.status.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.message);
+                    }
+                }
+            }
+        }
     }
 
     /// Drops sinks by name.
@@ -342,9 +377,20 @@ impl Engine {
         let sink = self.sinks.write().unwrap_or_else(|p| p.into_inner()).remove(name);
         if let Some(sink) = sink {
             self.meta.delete_object(sink.def.id)?;
+            self.meta.delete_sink_progress(sink.def.id)?;
             self.runtime.drop_sink(sink.def.id)?;
         }
         Ok(())
+    }
+
+    /// `SHOW CREATE SINK`: the statement as written (without the password).
+    pub(crate) fn sink_sql(&self, name: &str) -> Result<String> {
+        let sql = self.sinks.read().unwrap_or_else(|p| p.into_inner()).get(name).map(|s| s.def.sql.clone());
+        match sql {
+            Some(sql) => Ok(sql),
+            None if self.name_taken(name) => Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{name}\" is not a sink"))),
+            None => Err(Error::new(SqlState::UNDEFINED_OBJECT, format!("sink \"{name}\" does not exist"))),
+        }
     }
 
     /// `SHOW SINKS`: name, view, connector, target, last committed epoch, last error.
@@ -354,7 +400,7 @@ impl Engine {
             .values()
             .map(|s| {
                 let status = s.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                let target = format!("{}.{}", s.def.option("schema.name").unwrap_or_else(|| "public".into()), s.def.option("table.name").unwrap_or_default());
+                let target = s.def.target_text();
                 vec![
                     s.def.name.clone(),
                     self.object_name(s.def.view).unwrap_or_default(),

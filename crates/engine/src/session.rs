@@ -231,7 +231,7 @@ impl Session {
                 self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::Source).await?;
                 Ok(Outcome::Command { tag: "DROP SOURCE", rows: None })
             }
-            Statement::CreateSink { name, from, options, if_not_exists } => {
+            Statement::CreateSink { name, from, options, format, if_not_exists } => {
                 let name = object_name(name)?;
                 let from = object_name(from)?;
                 let view = self.engine.view(&from).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{from}\" does not exist")))?;
@@ -247,8 +247,11 @@ impl Session {
                 };
                 // As SHOW CREATE would give it, without the password.
                 let shown: Vec<String> = options.iter().filter(|(k, _)| k != "password").map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''"))).collect();
-                let sql = format!("CREATE SINK {} FROM {} WITH ({})", crate::quote_ident(&name), crate::quote_ident(&from), shown.join(", "));
-                self.engine.create_sink(name, &from, options.clone(), sql, key, *if_not_exists).await?;
+                let mut sql = format!("CREATE SINK {} FROM {} WITH ({})", crate::quote_ident(&name), crate::quote_ident(&from), shown.join(", "));
+                if let Some((envelope, encode)) = format {
+                    sql.push_str(&format!(" FORMAT {} ENCODE {}", envelope.to_uppercase(), encode.to_uppercase()));
+                }
+                self.engine.create_sink(name, &from, options.clone(), format.clone(), sql, key, *if_not_exists).await?;
                 Ok(Outcome::Command { tag: "CREATE SINK", rows: None })
             }
             Statement::DropSink { names, if_exists } => {
@@ -262,6 +265,11 @@ impl Session {
                 let name = object_name(name)?;
                 let source = self.named_source(&name)?;
                 rows_of_text(&["name", "create_sql"], vec![vec![name, source.def.create_sql_as("SOURCE")]])
+            }
+            Statement::ShowCreateSink(name) => {
+                let name = object_name(name)?;
+                let sql = self.engine.sink_sql(&name)?;
+                rows_of_text(&["name", "create_sql"], vec![vec![name, sql]])
             }
             Statement::Sql(sql) => self.execute_sql(sql, params).await,
         }
@@ -380,7 +388,7 @@ impl Session {
             }
             Statement::ShowMaterializedViews | Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
             Statement::ShowSinks => return Ok(rows(text_schema(&["name", "from", "connector", "target", "committed_epoch", "error"]))),
-            Statement::ShowCreateMaterializedView(_) | Statement::ShowCreateSource(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
+            Statement::ShowCreateMaterializedView(_) | Statement::ShowCreateSource(_) | Statement::ShowCreateSink(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
             Statement::CreateMaterializedView { .. }
             | Statement::Flush | Statement::Checkpoint | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }
             | Statement::ReplayDeadLetters { .. } | Statement::AlterSourceDropNotNull { .. } | Statement::DropSource { .. }

@@ -1,21 +1,29 @@
-//! Sinks: `CREATE SINK s FROM mv WITH (connector = 'postgres', ...)` keeps a PostgreSQL table
-//! equal to a materialized view (ADR 0008).
+//! Sinks: `CREATE SINK s FROM mv WITH (connector = 'postgres' | 'kafka' | 'file', ...)` keeps
+//! a PostgreSQL table, a Kafka topic or a directory of JSON-lines files equal to a materialized
+//! view (ADR 0008). The connectors write (`eddy_connectors::sink`); this module decides what.
 //!
 //! The view runtime hands every epoch's consolidated changes of the view to the sink's task
-//! ([`SinkEpoch`]), which writes them and the view's read offsets in one PostgreSQL transaction
-//! (`eddy_sink_progress`). After a restart the runtime compares the offsets the sink last
-//! committed (S) with the offsets the restored view has read (C): equal, the sink goes on; C
-//! behind S (the view replays what the sink already has), the sink waits until the view has
-//! read at least S and then replaces the table's contents with the view's in one transaction;
-//! C ahead of S (the sink had not written everything the checkpoint holds), it replaces them at
-//! once. So nothing is written twice as a change and nothing is missed.
+//! ([`SinkEpoch`]) together with the view's read offsets. Each sink records how far it has
+//! written (S, as offsets): the PostgreSQL sink in the same transaction as the epoch
+//! (`eddy_sink_progress`), the Kafka and file sinks in Eddy's metadata store around the write
+//! (marked in flight before, done after). After a restart the runtime compares S with the
+//! offsets the restored view has read (C): equal and not in flight, the sink goes on; C behind
+//! S (the view replays what the sink already has), the sink waits until the view has read at
+//! least S and is then handed the view's whole contents; C ahead of S, or a write was in
+//! flight, it is handed them at once. Whole contents replace the PostgreSQL table's in one
+//! transaction; the Kafka and file sinks read back what they hold and write only the
+//! difference. So nothing is written twice as a change and nothing is missed.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use eddy_common::{Error, ObjectId, Result, SqlState};
-use eddy_connectors::postgres_sink::{PostgresSink, PostgresTarget, SinkColumn, SinkProgress, SinkWrite};
+use eddy_connectors::sink::file::{FileSink, FileTarget};
+use eddy_connectors::sink::kafka::{KafkaSink, KafkaTarget};
+use eddy_connectors::sink::postgres::{PostgresSink, PostgresTarget, SinkColumn};
+use eddy_connectors::sink::{SinkProgress, SinkWrite};
+use eddy_storage::meta::MetaStore;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -27,6 +35,9 @@ pub struct SinkDef {
     /// The materialized view it writes out.
     pub view: ObjectId,
     pub options: Vec<(String, String)>,
+    /// `FORMAT envelope ENCODE encoding` (Kafka sinks).
+    #[serde(default)]
+    pub format: Option<(String, String)>,
     /// The `CREATE SINK` statement as written.
     pub sql: String,
     /// Key column positions in the view (empty: the whole row).
@@ -34,33 +45,68 @@ pub struct SinkDef {
     pub columns: Vec<(String, String)>,
 }
 
-/// The options a postgres sink knows.
-const OPTIONS: [&str; 9] = ["connector", "hostname", "port", "username", "password", "database.name", "schema.name", "table.name", "primary_key"];
+/// The options each connector knows.
+const POSTGRES_OPTIONS: [&str; 9] = ["connector", "hostname", "port", "username", "password", "database.name", "schema.name", "table.name", "primary_key"];
+const KAFKA_OPTIONS: [&str; 4] = ["connector", "topic", "properties.bootstrap.server", "primary_key"];
+const FILE_OPTIONS: [&str; 3] = ["connector", "path", "rollover_seconds"];
+
+/// Where a sink writes, by connector.
+pub enum Target {
+    Postgres(PostgresTarget),
+    Kafka(KafkaTarget),
+    File(FileTarget),
+}
 
 impl SinkDef {
     pub fn option(&self, name: &str) -> Option<String> {
         self.options.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
     }
 
-    /// Checks the options (connector, required and unknown ones).
-    pub fn validate(options: &[(String, String)]) -> Result<PostgresTarget> {
+    /// Checks the options (connector, required and unknown ones) and the format.
+    pub fn validate(options: &[(String, String)], format: Option<&(String, String)>) -> Result<Target> {
         let option = |name: &str| options.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        match option("connector").as_deref() {
-            Some("postgres") => {}
-            Some(c @ ("kafka" | "file")) => return Err(Error::unsupported(format!("sink connector '{c}' is not available yet; 'postgres' is"))),
-            Some(c) => return Err(Error::invalid_parameter(format!("unknown sink connector '{c}' (available: 'postgres')"))),
-            None => return Err(Error::invalid_parameter("a sink needs the option connector = 'postgres'")),
+        let connector = option("connector").ok_or_else(|| Error::invalid_parameter("a sink needs the option connector = 'postgres' | 'kafka' | 'file'"))?;
+        let known: &[&str] = match connector.as_str() {
+            "postgres" => &POSTGRES_OPTIONS,
+            "kafka" => &KAFKA_OPTIONS,
+            "file" => &FILE_OPTIONS,
+            c => return Err(Error::invalid_parameter(format!("unknown sink connector '{c}' (available: 'postgres', 'kafka', 'file')"))),
+        };
+        if let Some((k, _)) = options.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+            return Err(Error::invalid_parameter(format!("unknown option {k} for a {connector} sink (known: {})", known.join(", "))));
         }
-        if let Some((k, _)) = options.iter().find(|(k, _)| !OPTIONS.contains(&k.as_str())) {
-            return Err(Error::invalid_parameter(format!("unknown option {k} for a postgres sink (known: {})", OPTIONS.join(", "))));
+        if connector != "kafka"
+            && let Some((envelope, encode)) = format
+        {
+            return Err(Error::new(SqlState::SYNTAX_ERROR, format!("a {connector} sink takes no FORMAT {envelope} ENCODE {encode} (only kafka sinks do)")));
         }
-        PostgresTarget::from_options(option)
+        match connector.as_str() {
+            "postgres" => PostgresTarget::from_options(option).map(Target::Postgres),
+            "kafka" => KafkaTarget::from_options(option, format.map(|(e, c)| (e.as_str(), c.as_str()))).map(Target::Kafka),
+            _ => FileTarget::from_options(option).map(Target::File),
+        }
     }
 
-    fn writer(&self) -> Result<PostgresSink> {
-        let target = SinkDef::validate(&self.options)?;
-        let columns = self.columns.iter().map(|(name, pg_type)| SinkColumn { name: name.clone(), pg_type: pg_type.clone() }).collect();
-        Ok(PostgresSink::new(self.name.clone(), target, columns, self.key.clone()))
+    /// What `SHOW SINKS` shows as the target: the table, the topic or the directory.
+    pub fn target_text(&self) -> String {
+        match SinkDef::validate(&self.options, self.format.as_ref()) {
+            Ok(Target::Postgres(t)) => format!("{}.{}", t.schema, t.table),
+            Ok(Target::Kafka(t)) => t.topic,
+            Ok(Target::File(t)) => t.dir.display().to_string(),
+            Err(_) => String::new(),
+        }
+    }
+
+    fn writer(&self, meta: Arc<MetaStore>) -> Result<Writer> {
+        let progress = Progress { meta, sink: self.id };
+        Ok(match SinkDef::validate(&self.options, self.format.as_ref())? {
+            Target::Postgres(target) => {
+                let columns = self.columns.iter().map(|(name, pg_type)| SinkColumn { name: name.clone(), pg_type: pg_type.clone() }).collect();
+                Writer::Postgres(PostgresSink::new(self.name.clone(), target, columns, self.key.clone()))
+            }
+            Target::Kafka(target) => Writer::Kafka(KafkaSink::new(self.name.clone(), target, self.key.clone())?, progress),
+            Target::File(target) => Writer::File { sink: Arc::new(Mutex::new(FileSink::new(self.name.clone(), target))), progress, unrolled: None },
+        })
     }
 }
 
@@ -102,11 +148,20 @@ pub struct SinkEpoch {
 pub struct RuntimeSink {
     pub id: ObjectId,
     pub view: ObjectId,
-    /// `Some(S)`: waiting until the view has read S, then the table is replaced. `None`: live.
+    /// `Some(S)`: waiting until the view has read S, then the sink gets the view's contents
+    /// (`Some(None)`: at once). `None`: live.
     pub waiting: Option<Option<Offsets>>,
     pub epochs: mpsc::UnboundedSender<SinkEpoch>,
     /// The offsets of the last epoch handed over (a checkpoint sends progress when they moved).
     pub sent: Option<Offsets>,
+}
+
+/// What a sink had written when it started: the view's offsets then, and whether that write
+/// is known to be complete (`false`: one was in flight, the target holds an unknown part).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    pub offsets: Offsets,
+    pub clean: bool,
 }
 
 /// What a sink's task reports (`SHOW SINKS`).
@@ -116,65 +171,244 @@ pub struct SinkStatus {
     pub error: Option<String>,
 }
 
-/// A running sink: its definition, the status its task keeps, and the task.
+/// A sink: its definition, the status its task keeps, and the task (writing epochs, or, for
+/// a stored sink whose target could not be reached at start-up, trying to start it).
 pub struct Sink {
     pub def: SinkDef,
     pub status: Arc<Mutex<SinkStatus>>,
-    task: tokio::task::JoinHandle<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
-/// How long to wait before writing again after PostgreSQL failed, at most.
+/// How long to wait before writing again after the target failed, at most.
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// How often a stored sink that could not start is tried again.
+pub const START_RETRY: Duration = Duration::from_secs(5);
+
 impl Sink {
-    /// Connects, creates the target table when missing and reads the sink's progress (`fresh`:
+    /// Connects, creates the target when missing and reads the sink's progress (`fresh`:
     /// forgets it: a new sink starts over). Then starts the task that writes epochs; returns the
-    /// sink, its progress and the sender the runtime hands epochs to.
-    pub async fn start(def: SinkDef, fresh: bool) -> Result<(Sink, Option<SinkProgress>, mpsc::UnboundedSender<SinkEpoch>)> {
-        let mut writer = def.writer()?;
-        let progress = tokio::time::timeout(Duration::from_secs(15), async {
-            if fresh {
-                writer.prepare().await?;
-                writer.reset_progress().await?;
-                return Ok(None);
-            }
-            writer.prepare().await
-        })
-        .await
-        .map_err(|_| Error::new(SqlState::CONNECTION_EXCEPTION, format!("postgres sink \"{}\": PostgreSQL did not answer within 15 s", def.name)))??;
+    /// sink, what it had written and the sender the runtime hands epochs to.
+    pub async fn start(def: SinkDef, fresh: bool, meta: Arc<MetaStore>) -> Result<(Sink, Option<Resume>, mpsc::UnboundedSender<SinkEpoch>)> {
+        let mut writer = def.writer(meta)?;
+        let (resume, committed_epoch) = tokio::time::timeout(Duration::from_secs(15), writer.prepare(fresh))
+            .await
+            .map_err(|_| Error::new(SqlState::CONNECTION_EXCEPTION, format!("sink \"{}\": its target did not answer within 15 s", def.name)))??;
         let (tx, rx) = mpsc::unbounded_channel();
-        let status = Arc::new(Mutex::new(SinkStatus { committed_epoch: progress.as_ref().map(|p| p.epoch), error: None }));
+        let status = Arc::new(Mutex::new(SinkStatus { committed_epoch, error: None }));
         let task = tokio::spawn(run(def.name.clone(), writer, rx, Arc::clone(&status)));
-        Ok((Sink { def, status, task }, progress, tx))
+        Ok((Sink { def, status, task: Some(task) }, resume, tx))
+    }
+
+    /// A stored sink not started yet: `error` is why, `retry` the task trying again.
+    pub fn waiting(def: SinkDef, error: String, retry: tokio::task::JoinHandle<()>) -> Sink {
+        Sink { def, status: Arc::new(Mutex::new(SinkStatus { committed_epoch: None, error: Some(error) })), task: Some(retry) }
+    }
+
+    /// Lets the task run on after the sink is dropped.
+    pub fn detach(mut self) {
+        self.task = None;
     }
 }
 
-/// Writes epochs in order; a failed write is retried (with growing pauses) until it succeeds.
-async fn run(name: String, mut writer: PostgresSink, mut epochs: mpsc::UnboundedReceiver<SinkEpoch>, status: Arc<Mutex<SinkStatus>>) {
-    while let Some(epoch) = epochs.recv().await {
-        let progress = SinkProgress { epoch: epoch.epoch, offsets: encode_offsets(&epoch.offsets) };
+/// Writes epochs in order (and rolls files when due); a failed write is retried, with growing
+/// pauses, until it succeeds.
+async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiver<SinkEpoch>, status: Arc<Mutex<SinkStatus>>) {
+    loop {
+        let due = writer.roll_due();
+        let next = tokio::select! {
+            epoch = epochs.recv() => match epoch {
+                Some(epoch) => Some(epoch),
+                None => break,
+            },
+            () = tokio::time::sleep_until(due.unwrap_or_else(|| tokio::time::Instant::now() + RETRY_MAX)), if due.is_some() => None,
+        };
         let mut pause = Duration::from_millis(100);
         loop {
-            match writer.write(&epoch.write, &progress).await {
-                Ok(()) => {
+            let result = match &next {
+                Some(epoch) => writer.write(epoch).await,
+                None => writer.roll().await,
+            };
+            match result {
+                Ok(committed) => {
                     let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
-                    s.committed_epoch = Some(epoch.epoch);
+                    if committed.is_some() {
+                        s.committed_epoch = committed;
+                    }
                     s.error = None;
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(sink = %name, epoch = epoch.epoch, error = %e, "writing to the sink failed; retrying");
+                    tracing::warn!(sink = %name, epoch = next.as_ref().map(|e| e.epoch), error = %e, "writing to the sink failed; retrying");
                     status.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.message.clone());
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RETRY_MAX);
                 }
             }
         }
+    }
+}
+
+/// A Kafka or file sink's progress in Eddy's metadata store.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Stored {
+    epoch: u64,
+    offsets: String,
+    /// `false` while the write is in flight.
+    done: bool,
+    /// The file sink's file being committed.
+    file: Option<String>,
+}
+
+struct Progress {
+    meta: Arc<MetaStore>,
+    sink: ObjectId,
+}
+
+impl Progress {
+    fn get(&self) -> Result<Option<Stored>> {
+        match self.meta.sink_progress(self.sink)? {
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::new(SqlState::DATA_CORRUPTED, format!("sink progress does not parse: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn put(&self, stored: &Stored, durable: bool) -> Result<()> {
+        let bytes = serde_json::to_vec(stored).map_err(|e| Error::internal(format!("encoding sink progress: {e}")))?;
+        self.meta.put_sink_progress(self.sink, &bytes, durable)
+    }
+
+    /// Stored progress as the runtime weighs it, and the epoch last committed; `committed`:
+    /// whether the write it marks in flight is known to have completed after all; `fresh`:
+    /// forgets it instead.
+    fn resume(&self, fresh: bool, committed: impl Fn(&Stored) -> bool) -> Result<(Option<Resume>, Option<u64>)> {
+        if fresh {
+            self.meta.delete_sink_progress(self.sink)?;
+            return Ok((None, None));
+        }
+        Ok(match self.get()? {
+            Some(s) => {
+                let clean = s.done || committed(&s);
+                (Some(Resume { offsets: decode_offsets(&s.offsets)?, clean }), clean.then_some(s.epoch))
+            }
+            None => (None, None),
+        })
+    }
+}
+
+/// A sink's connector with what it needs to record progress.
+enum Writer {
+    /// Progress goes in the same PostgreSQL transaction as each epoch.
+    Postgres(PostgresSink),
+    /// Each epoch is marked in flight (durably) before it is produced and done after.
+    Kafka(KafkaSink, Progress),
+    /// Epochs go to the open file; rolling it marks the file in flight (durably), renames it,
+    /// and marks it done. `unrolled`: the last epoch and offsets not yet rolled.
+    File { sink: Arc<Mutex<FileSink>>, progress: Progress, unrolled: Option<(u64, Offsets)> },
+}
+
+/// Runs file-system work off the async threads.
+async fn blocking<T: Send + 'static>(sink: &Arc<Mutex<FileSink>>, work: impl FnOnce(&mut FileSink) -> Result<T> + Send + 'static) -> Result<T> {
+    let sink = Arc::clone(sink);
+    tokio::task::spawn_blocking(move || work(&mut sink.lock().unwrap_or_else(|p| p.into_inner())))
+        .await
+        .map_err(|e| Error::internal(format!("file sink task: {e}")))?
+}
+
+impl Writer {
+    /// Connects and prepares the target; returns what was written before (`None`: nothing,
+    /// or `fresh`: forgotten) and the epoch last committed.
+    async fn prepare(&mut self, fresh: bool) -> Result<(Option<Resume>, Option<u64>)> {
+        match self {
+            Writer::Postgres(sink) => {
+                let progress = sink.prepare().await?;
+                if fresh {
+                    sink.reset_progress().await?;
+                    return Ok((None, None));
+                }
+                Ok(match progress {
+                    Some(p) => (Some(Resume { offsets: decode_offsets(&p.offsets)?, clean: true }), Some(p.epoch)),
+                    None => (None, None),
+                })
+            }
+            Writer::Kafka(sink, progress) => {
+                sink.prepare().await?;
+                progress.resume(fresh, |_| false)
+            }
+            Writer::File { sink, progress, .. } => {
+                blocking(sink, FileSink::prepare).await?;
+                let files = Arc::clone(sink);
+                progress.resume(fresh, move |s| s.file.as_deref().is_some_and(|f| files.lock().unwrap_or_else(|p| p.into_inner()).committed(f)))
+            }
+        }
+    }
+
+    /// Writes one epoch (the same epoch again after an error is safe); returns the epoch now
+    /// committed, if this made one so.
+    async fn write(&mut self, epoch: &SinkEpoch) -> Result<Option<u64>> {
+        let offsets = encode_offsets(&epoch.offsets);
+        match self {
+            Writer::Postgres(sink) => {
+                sink.write(&epoch.write, &SinkProgress { epoch: epoch.epoch, offsets }).await?;
+                Ok(Some(epoch.epoch))
+            }
+            Writer::Kafka(sink, progress) => {
+                let mut stored = Stored { epoch: epoch.epoch, offsets, done: false, file: None };
+                if !matches!(epoch.write, SinkWrite::Changes(None)) {
+                    progress.put(&stored, true)?;
+                    sink.write(epoch.epoch, &epoch.write).await?;
+                }
+                stored.done = true;
+                progress.put(&stored, false)?;
+                Ok(Some(epoch.epoch))
+            }
+            Writer::File { sink, unrolled, .. } => {
+                let (number, write) = (epoch.epoch, epoch.write.clone());
+                blocking(sink, move |s| match &write {
+                    SinkWrite::Changes(Some(changes)) => s.append(number, changes),
+                    SinkWrite::Changes(None) => Ok(()),
+                    SinkWrite::Replace(contents) => s.reconcile(number, contents.as_ref()),
+                })
+                .await?;
+                *unrolled = Some((epoch.epoch, epoch.offsets.clone()));
+                Ok(None)
+            }
+        }
+    }
+
+    /// When the open file is due to be rolled (file sinks).
+    fn roll_due(&self) -> Option<tokio::time::Instant> {
+        match self {
+            Writer::File { sink, unrolled: Some(_), .. } => {
+                let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+                let due = sink.opened_at().map_or_else(std::time::Instant::now, |at| at + sink.target().rollover);
+                Some(tokio::time::Instant::from_std(due))
+            }
+            _ => None,
+        }
+    }
+
+    /// Commits the open file (file sinks) and records the progress it carries.
+    async fn roll(&mut self) -> Result<Option<u64>> {
+        let Writer::File { sink, progress, unrolled } = self else { return Ok(None) };
+        let Some((epoch, offsets)) = unrolled.clone() else { return Ok(None) };
+        let file = sink.lock().unwrap_or_else(|p| p.into_inner()).pending_name();
+        let mut stored = Stored { epoch, offsets: encode_offsets(&offsets), done: false, file };
+        if stored.file.is_some() {
+            progress.put(&stored, true)?;
+            blocking(sink, FileSink::commit).await?;
+        }
+        stored.done = true;
+        progress.put(&stored, false)?;
+        *unrolled = None;
+        Ok(Some(epoch))
     }
 }

@@ -23,8 +23,8 @@ use tokio::sync::oneshot;
 
 use crate::catalog::ViewDef;
 use crate::checkpoint::{Checkpoint, Checkpointer, ClockState, ViewState};
-use crate::sink::{Offsets, RuntimeSink, SinkEpoch};
-use eddy_connectors::postgres_sink::SinkWrite;
+use crate::sink::{Offsets, Resume, RuntimeSink, SinkEpoch};
+use eddy_connectors::sink::SinkWrite;
 use crate::table::TableData;
 
 /// How often an epoch ends while changes are flowing (`barrier_interval`).
@@ -256,7 +256,7 @@ enum Message {
     RestoreClocks { epoch: u64, clocks: Vec<ClockState> },
     /// Starts handing a view's epochs to a sink; `resume` is what the sink last committed
     /// (`None`: a new sink, which starts from the view's contents).
-    AddSink { id: ObjectId, view: ObjectId, resume: Option<Offsets>, epochs: tokio::sync::mpsc::UnboundedSender<SinkEpoch>, reply: oneshot::Sender<Result<()>> },
+    AddSink { id: ObjectId, view: ObjectId, resume: Option<Resume>, epochs: tokio::sync::mpsc::UnboundedSender<SinkEpoch>, reply: oneshot::Sender<Result<()>> },
     DropSink { id: ObjectId },
     /// Recovery: a view whose dataflow holds its checkpointed state; it has read `committed`.
     RestoreView { view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, contents: Vec<RecordBatch>, committed: HashMap<(ObjectId, u32), u64>, reply: oneshot::Sender<Result<()>> },
@@ -416,7 +416,7 @@ impl ViewRuntime {
     }
 
     /// Hands the view's epochs to a sink from now on (see `sink.rs` for `resume`).
-    pub async fn add_sink(&self, id: ObjectId, view: ObjectId, resume: Option<Offsets>, epochs: tokio::sync::mpsc::UnboundedSender<SinkEpoch>) -> Result<()> {
+    pub async fn add_sink(&self, id: ObjectId, view: ObjectId, resume: Option<Resume>, epochs: tokio::sync::mpsc::UnboundedSender<SinkEpoch>) -> Result<()> {
         let (reply, done) = oneshot::channel();
         self.send(Message::AddSink { id, view, resume, epochs, reply })?;
         done.await.map_err(|_| Error::internal("the view runtime stopped"))?
@@ -786,9 +786,9 @@ impl RuntimeState {
                         let read = entry.committed_offsets();
                         let waiting = match resume {
                             None => Some(None),
-                            Some(s) if s == read => None,
-                            Some(s) if crate::sink::at_least(&read, &s) => Some(None),
-                            Some(s) => Some(Some(s)),
+                            Some(r) if r.clean && r.offsets == read => None,
+                            Some(r) if crate::sink::at_least(&read, &r.offsets) => Some(None),
+                            Some(r) => Some(Some(r.offsets)),
                         };
                         tracing::info!(view = %entry.view.def.name, sink = %id, live = waiting.is_none(), waits = matches!(waiting, Some(Some(_))), "a sink starts");
                         self.sinks.push(RuntimeSink { id, view, waiting, epochs, sent: None });

@@ -44,10 +44,11 @@ pub enum Statement {
     ShowSources,
     /// `SHOW CREATE SOURCE name`.
     ShowCreateSource(ObjectName),
+    ShowCreateSink(ObjectName),
     /// `CREATE MATERIALIZED VIEW ... AS query [EMIT ON WINDOW CLOSE]`.
     CreateMaterializedView { create: Box<ast::CreateView>, emit_on_close: bool },
     /// `CREATE SINK [IF NOT EXISTS] name FROM view WITH (...)`.
-    CreateSink { name: ObjectName, from: ObjectName, options: Vec<(String, String)>, if_not_exists: bool },
+    CreateSink { name: ObjectName, from: ObjectName, options: Vec<(String, String)>, format: Option<(String, String)>, if_not_exists: bool },
     /// `DROP SINK [IF EXISTS] name, ...`.
     DropSink { names: Vec<ObjectName>, if_exists: bool },
     /// `SHOW SINKS`.
@@ -300,10 +301,16 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             let from = parser.parse_object_name(false)?;
             parser.expect_keyword(Keyword::WITH)?;
             let options = parse_with_options(parser)?;
-            if parser.peek_keyword(Keyword::FORMAT) {
-                return Err(ParserError::ParserError("FORMAT ... ENCODE ... is for Kafka sinks, which are not available yet; a postgres sink takes none".into()));
-            }
-            return Ok(Statement::CreateSink { name, from, options, if_not_exists });
+            let format = if parse_words(parser, &["FORMAT"]) {
+                let envelope = parser.parse_identifier()?.value;
+                if !parse_words(parser, &["ENCODE"]) {
+                    return Err(ParserError::ParserError(format!("Expected: ENCODE after FORMAT {envelope}, found: {}", parser.peek_token().token)));
+                }
+                Some((envelope, parser.parse_identifier()?.value))
+            } else {
+                None
+            };
+            return Ok(Statement::CreateSink { name, from, options, format, if_not_exists });
         }
         if w.keyword == Keyword::DROP && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SINK")) {
             parser.next_token();
@@ -321,6 +328,9 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             }
             if parse_words(parser, &["SHOW", "CREATE", "SOURCE"]) {
                 return Ok(Statement::ShowCreateSource(parser.parse_object_name(false)?));
+            }
+            if parse_words(parser, &["SHOW", "CREATE", "SINK"]) {
+                return Ok(Statement::ShowCreateSink(parser.parse_object_name(false)?));
             }
         }
         if w.keyword == Keyword::CREATE && is_create_table(parser) {

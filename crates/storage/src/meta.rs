@@ -1,8 +1,9 @@
 //! The metadata store: the catalog of objects, kept in sled under `<data-dir>/meta`.
 //!
-//! sled holds small, transactional data only (catalog entries, checkpoint manifests and
-//! source offsets); bulk data lives in the log's own files. Entries are opaque bytes here: the
-//! engine owns their encoding. Every mutation is flushed before it returns.
+//! sled holds small, transactional data only (catalog entries, checkpoint manifests, dead
+//! letters and sink progress); bulk data lives in the log's own files. Entries are opaque
+//! bytes here: the engine owns their encoding. Every mutation is flushed before it returns,
+//! except sink progress written with `durable = false`.
 
 use std::path::Path;
 
@@ -11,6 +12,7 @@ use eddy_common::{Error, ObjectId, Result, SqlState};
 const CATALOG_TREE: &str = "catalog";
 const DEAD_LETTERS_TREE: &str = "dead_letters";
 const CHECKPOINTS_TREE: &str = "checkpoints";
+const SINK_PROGRESS_TREE: &str = "sink_progress";
 
 /// The catalog (object id -> encoded definition) and the dead letters of ingestion.
 pub struct MetaStore {
@@ -19,6 +21,8 @@ pub struct MetaStore {
     dead_letters: sled::Tree,
     /// Checkpoint manifests by epoch (big-endian): a checkpoint exists once its manifest does.
     checkpoints: sled::Tree,
+    /// What each Kafka or file sink has written (sink id -> the engine's encoding).
+    sink_progress: sled::Tree,
 }
 
 /// A record that could not be decoded or converted (`eddy_dead_letters`).
@@ -122,7 +126,8 @@ impl MetaStore {
         let catalog = db.open_tree(CATALOG_TREE).map_err(|e| meta_error("open catalog", e))?;
         let dead_letters = db.open_tree(DEAD_LETTERS_TREE).map_err(|e| meta_error("open dead letters", e))?;
         let checkpoints = db.open_tree(CHECKPOINTS_TREE).map_err(|e| meta_error("open checkpoints", e))?;
-        Ok(MetaStore { db, catalog, dead_letters, checkpoints })
+        let sink_progress = db.open_tree(SINK_PROGRESS_TREE).map_err(|e| meta_error("open sink progress", e))?;
+        Ok(MetaStore { db, catalog, dead_letters, checkpoints, sink_progress })
     }
 
     /// Stores dead letters durably (before the records around them are acknowledged).
@@ -219,6 +224,21 @@ impl MetaStore {
             out.push((u64::from_be_bytes(key), value.to_vec()));
         }
         Ok(out)
+    }
+
+    /// Records a sink's progress; `durable`: flushed before returning (else with the next flush).
+    pub fn put_sink_progress(&self, sink: ObjectId, progress: &[u8], durable: bool) -> Result<()> {
+        self.sink_progress.insert(sink.0.to_be_bytes(), progress).map_err(|e| meta_error("write sink progress", e))?;
+        if durable { self.flush() } else { Ok(()) }
+    }
+
+    pub fn sink_progress(&self, sink: ObjectId) -> Result<Option<Vec<u8>>> {
+        Ok(self.sink_progress.get(sink.0.to_be_bytes()).map_err(|e| meta_error("read sink progress", e))?.map(|v| v.to_vec()))
+    }
+
+    pub fn delete_sink_progress(&self, sink: ObjectId) -> Result<()> {
+        self.sink_progress.remove(sink.0.to_be_bytes()).map_err(|e| meta_error("delete sink progress", e))?;
+        self.flush()
     }
 
     fn flush(&self) -> Result<()> {

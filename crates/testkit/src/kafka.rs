@@ -1,6 +1,6 @@
 //! A real Kafka-compatible broker for tests: Tansu (an Apache Kafka compatible broker from
 //! crates.io, installed by `bin/test`), started on 127.0.0.1 and a free port with in-memory
-//! storage, and a small producer over rskafka.
+//! storage, and a small producer and reader over rskafka.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -89,6 +89,33 @@ impl KafkaBroker {
             .collect();
         client.produce(records, Compression::NoCompression).await?;
         Ok(())
+    }
+}
+
+/// A record read back: partition, offset, key, value.
+pub type ReadRecord = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+impl KafkaBroker {
+    /// Every record of a topic's partitions `0..partitions`, per partition in offset order.
+    pub async fn records(&self, topic: &str, partitions: i32) -> Result<Vec<ReadRecord>> {
+        let mut out = Vec::new();
+        for partition in 0..partitions {
+            let client = self.client.partition_client(topic, partition, UnknownTopicHandling::Retry).await?;
+            let high = client.get_offset(rskafka::client::partition::OffsetAt::Latest).await?;
+            let mut offset = client.get_offset(rskafka::client::partition::OffsetAt::Earliest).await?;
+            while offset < high {
+                let (records, _) = client.fetch_records(offset, 1..4 * 1024 * 1024, 100).await?;
+                if records.is_empty() {
+                    bail!("partition {partition} of {topic} returned nothing at offset {offset} below {high}");
+                }
+                let from = offset;
+                for r in records.into_iter().filter(|r| r.offset >= from) {
+                    offset = r.offset + 1;
+                    out.push((partition, r.offset, r.record.key, r.record.value));
+                }
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -12,7 +12,9 @@ use anyhow::{Context, Result, bail};
 pub struct PostgresServer {
     child: Child,
     pub port: u16,
-    _dir: tempfile::TempDir,
+    bin: PathBuf,
+    root: bool,
+    dir: tempfile::TempDir,
 }
 
 /// The directory holding `initdb` and `postgres`: on the PATH, or Debian's
@@ -67,43 +69,28 @@ impl PostgresServer {
             bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = command(&bin.join("postgres"), root)
-            .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-k"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting postgres")?;
-        let mut server = PostgresServer { child, port, _dir: dir };
+        let child = launch(&bin, root, dir.path(), port)?;
+        let mut server = PostgresServer { child, port, bin, root, dir };
+        server.wait_listening()?;
+        Ok(server)
+    }
+
+    fn wait_listening(&mut self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             if Instant::now() > deadline {
-                bail!("postgres did not listen on 127.0.0.1:{port} within 30 s");
+                bail!("postgres did not listen on 127.0.0.1:{} within 30 s", self.port);
             }
-            if let Some(status) = server.child.try_wait()? {
+            if let Some(status) = self.child.try_wait()? {
                 bail!("postgres exited at start: {status}");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(server)
+        Ok(())
     }
 
-    /// The options of a postgres sink writing `table` here.
-    pub fn sink_options(&self, table: &str) -> String {
-        format!("connector = 'postgres', hostname = '127.0.0.1', port = '{}', username = 'eddy', database.name = 'postgres', table.name = '{table}'", self.port)
-    }
-
-    pub async fn connect(&self) -> Result<tokio_postgres::Client> {
-        let (client, connection) = tokio_postgres::connect(&format!("host=127.0.0.1 port={} user=eddy dbname=postgres", self.port), tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        Ok(client)
-    }
-}
-
-impl Drop for PostgresServer {
-    fn drop(&mut self) {
+    /// Stops the server (fast shutdown); [`PostgresServer::restart`] starts it again.
+    pub fn stop(&mut self) {
         // SIGINT: PostgreSQL's fast shutdown. The server process runs as another user when we
         // are root, so signal it with kill(1) through runuser's child too.
         let _ = Command::new("pkill").args(["-INT", "-P", &self.child.id().to_string()]).status();
@@ -118,4 +105,51 @@ impl Drop for PostgresServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Starts a stopped server again, same data and port.
+    pub fn restart(&mut self) -> Result<()> {
+        self.child = launch(&self.bin, self.root, self.dir.path(), self.port)?;
+        self.wait_listening()
+    }
+
+    /// The options of a postgres sink writing `table` here.
+    pub fn sink_options(&self, table: &str) -> String {
+        format!("connector = 'postgres', hostname = '127.0.0.1', port = '{}', username = 'eddy', database.name = 'postgres', table.name = '{table}'", self.port)
+    }
+
+    /// Connects, waiting (up to 30 s) while the server is still starting up (57P03).
+    pub async fn connect(&self) -> Result<tokio_postgres::Client> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match tokio_postgres::connect(&format!("host=127.0.0.1 port={} user=eddy dbname=postgres", self.port), tokio_postgres::NoTls).await {
+                Ok((client, connection)) => {
+                    tokio::spawn(connection);
+                    return Ok(client);
+                }
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::CANNOT_CONNECT_NOW) && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs `postgres` on the data directory under `dir`.
+fn launch(bin: &Path, root: bool, dir: &Path, port: u16) -> Result<Child> {
+    command(&bin.join("postgres"), root)
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-k"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting postgres")
 }

@@ -602,7 +602,8 @@ async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>,
         exec(&client, &nexmark_schema(&dir, events, splits, true)?).await?;
         let before = server.stats()?;
         let started = Instant::now();
-        exec(&client, &sql_file(&dir.join(format!("{q}.sql")))?).await?;
+        // Q10's file sink writes into this run's data directory.
+        exec(&client, &sql_file(&dir.join(format!("{q}.sql")))?.replace("/tmp/eddy-nexmark-q10", &server.data_dir.join("nexmark-q10").display().to_string())).await?;
         let drained = nexmark_drained(&client, &format!("nexmark_{q}"), events).await?.duration_since(started).as_secs_f64();
         let after = server.stats()?;
         let cpu = after.cpu_seconds - before.cpu_seconds;
@@ -651,7 +652,7 @@ async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>,
         for q in &queries {
             let create = sql_file(&dir.join(format!("{q}.sql")))?;
             let Some(at) = create.find(" AS\n") else { continue };
-            let query = create[at + 4..].trim().trim_end_matches(';').replace("FOR SYSTEM_TIME AS OF PROCTIME() ", "");
+            let query = create[at + 4..].split(';').next().unwrap_or_default().trim().replace("FOR SYSTEM_TIME AS OF PROCTIME() ", "");
             if query.contains("SESSION(") {
                 out.push(Measure { name: format!("{q}: DataFusion batch"), value: 0.0, unit: "events/s", note: "SESSION windows have no batch form in DataFusion".into() });
                 continue;

@@ -12,8 +12,10 @@ use std::fmt::Write as _;
 
 use arrow::array::{Array, RecordBatch};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
-use eddy_common::{ChangeBatch, Error, Result, SqlState};
+use eddy_common::{Error, Result, SqlState};
 use tokio_postgres::{Client, NoTls};
+
+use super::{SinkProgress, SinkWrite};
 
 /// Where the sink writes: the options of `CREATE SINK ... WITH (connector = 'postgres', ...)`.
 #[derive(Debug, Clone)]
@@ -56,23 +58,6 @@ impl PostgresTarget {
 pub struct SinkColumn {
     pub name: String,
     pub pg_type: String,
-}
-
-/// What to write for one epoch.
-#[derive(Debug, Clone)]
-pub enum SinkWrite {
-    /// The epoch's consolidated changes (`None`: nothing changed, only progress).
-    Changes(Option<ChangeBatch>),
-    /// Replace the table's contents with the view's (rows with their multiplicity as weights).
-    Replace(Option<ChangeBatch>),
-}
-
-/// The progress a sink recorded with its last committed epoch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SinkProgress {
-    pub epoch: u64,
-    /// The view's read offsets then, as the engine encoded them.
-    pub offsets: String,
 }
 
 pub struct PostgresSink {
