@@ -83,9 +83,30 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", args.data_dir.display()))?;
-    engine.restore_views().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    engine.start_background();
-    engine.start_connectors().await.map_err(|e| anyhow::anyhow!("starting connectors: {e}"))?;
+    // Clients may connect while views are restored: their statements wait, with NOTICEs of
+    // each recovery step. A failed recovery stops the server.
+    engine.recovering("starting");
+    let (recovery_failed, recovery_failure) = tokio::sync::oneshot::channel::<String>();
+    let recovering = engine.clone();
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let result = async {
+            recovering.restore_views().await?;
+            recovering.start_background();
+            recovering.recovering("starting connectors");
+            recovering.start_connectors().await
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                recovering.recovered();
+                tracing::info!(seconds = started.elapsed().as_secs_f64(), "recovered; statements run");
+            }
+            Err(e) => {
+                let _ = recovery_failed.send(e.to_string());
+            }
+        }
+    });
     let http = tokio::net::TcpListener::bind(args.http_listen)
         .await
         .with_context(|| format!("listening for HTTP on {}", args.http_listen))?;
@@ -98,12 +119,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let local = listener.local_addr()?;
-    tracing::info!(listen = %local, data_dir = %args.data_dir.display(), workers, "eddy is ready");
+    tracing::info!(listen = %local, data_dir = %args.data_dir.display(), workers, "eddy is listening");
     // Printed (not logged) so that people and test harnesses see it whatever the log level.
     println!("Eddy {} is listening on {local} (data in {})", eddy_engine::EDDY_VERSION, args.data_dir.display());
     println!("Connect with: psql -h {} -p {} -U eddy", local.ip(), local.port());
     println!("HTTP ingest on http://{http_local}/ingest/<table>");
-    let shutdown = async {
+    let failure = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let failed = failure.clone();
+    let shutdown = async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(s) => s,
             Err(e) => {
@@ -115,12 +138,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {},
             _ = term.recv() => {},
+            Ok(e) = recovery_failure => {
+                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                return;
+            }
         }
         tracing::info!("shutting down");
     };
     eddy_server::serve(engine.clone(), listener, shutdown).await?;
     let _ = http_stop.send(());
     let _ = http_task.await;
+    if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        anyhow::bail!("recovery failed: {e}");
+    }
     // Answer every queued commit, then stop; acknowledged writes are already durable.
     tokio::task::spawn_blocking(move || engine.shutdown()).await?;
     tracing::info!("stopped cleanly");

@@ -128,3 +128,44 @@ async fn sigkill_mid_stream_loses_nothing_acknowledged() {
     let n: i64 = client.query_one("SELECT n FROM per_writer WHERE writer = 9", &[]).await.unwrap().get(0);
     assert_eq!(n, 1);
 }
+
+#[tokio::test]
+async fn statements_during_recovery_wait_with_notices() {
+    let dir = tempfile::tempdir().unwrap();
+    let args: Vec<String> = ["--checkpoint-interval", "0"].iter().map(|s| (*s).to_owned()).collect();
+    let mut server = EddyProcess::start_args(&binary(), dir.path(), &args).unwrap();
+    {
+        let client = server.connect().await.unwrap();
+        client
+            .batch_execute(
+                "CREATE TABLE events (k BIGINT, v BIGINT) APPEND ONLY;
+                 INSERT INTO events SELECT value % 1000, value FROM generate_series(1, 400000);
+                 CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n, sum(v) AS s FROM events GROUP BY k;
+                 FLUSH",
+            )
+            .await
+            .unwrap();
+    }
+    server.kill().unwrap();
+    // Without a checkpoint the view is rebuilt from the log at start-up: the server listens
+    // at once, and a statement sent meanwhile waits, told why, then sees the rebuilt view.
+    let server = server.restart().unwrap();
+    let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (client, connection) = tokio_postgres::connect(&server.connection_string(), tokio_postgres::NoTls).await.unwrap();
+    let seen = std::sync::Arc::clone(&notices);
+    tokio::spawn(async move {
+        let mut connection = connection;
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        use futures::StreamExt;
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notice(n) = message {
+                seen.lock().unwrap().push(n.message().to_owned());
+            }
+        }
+    });
+    let row = client.query_one("SELECT count(*), sum(n) FROM per_k", &[]).await.unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (1000, 400_000));
+    let notices = notices.lock().unwrap().clone();
+    assert!(notices.iter().any(|n| n.starts_with("waiting for recovery: rebuilding materialized view \"per_k\"")), "{notices:?}");
+    assert!(notices.last().is_some_and(|n| n.starts_with("recovery finished after")), "{notices:?}");
+}

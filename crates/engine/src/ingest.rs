@@ -268,6 +268,7 @@ impl Engine {
     /// `POST /ingest/<table>`: one record per line (JSON, or CSV when `csv` and the table
     /// declares no format). Answers once the accepted records are durable.
     pub async fn ingest_body(&self, table: &str, body: &[u8], csv: bool) -> Result<IngestReport> {
+        self.wait_recovered(None).await;
         let table = self.table(table).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{table}\" does not exist")))?;
         let decoder = table.def.decoder(&table.schema, csv)?;
         let records: Vec<RawRecord<'_>> = body

@@ -151,6 +151,9 @@ pub struct Engine {
     /// Serializes catalog changes and commits: the order writers pass through here is the order
     /// of the log and of the in-memory contents.
     write_lock: Arc<Mutex<()>>,
+    /// `Some(what is happening)` while the server recovers (statements wait for it); `None`
+    /// once it may run them.
+    recovery: tokio::sync::watch::Sender<Option<String>>,
 }
 
 pub(crate) type WriteGuard = OwnedMutexGuard<()>;
@@ -220,6 +223,7 @@ impl Engine {
             stored_sinks: std::sync::Mutex::new(sink_defs),
             sinks: RwLock::new(BTreeMap::new()),
             compacted: tokio::sync::Mutex::new(HashMap::new()),
+            recovery: tokio::sync::watch::Sender::new(None),
             write_lock: Arc::new(Mutex::new(())),
         }))
     }
@@ -591,6 +595,7 @@ impl Engine {
                 }
             }
             tracing::info!(epoch = restored.epoch, views = from_checkpoint.len(), "restoring views from the checkpoint");
+            self.recovering(format!("restoring {} materialized views from checkpoint {}", from_checkpoint.len(), restored.epoch));
             self.runtime.restore_clocks(restored.epoch, std::mem::take(&mut restored.clocks))?;
             for def in from_checkpoint {
                 let state = restored.views.remove(&def.id).ok_or_else(|| Error::internal("a restored view vanished"))?;
@@ -604,13 +609,51 @@ impl Engine {
             self.flush().await?;
             tracing::info!(epoch = restored.epoch, seconds = started.elapsed().as_secs_f64(), "views restored from the checkpoint");
         }
-        for def in rest {
+        for (i, def) in rest.iter().enumerate() {
+            self.recovering(format!("rebuilding materialized view \"{}\" from the log ({} of {})", def.name, i + 1, rest.len()));
             session.restore_view(def).await.map_err(|e| {
                 Error::new(e.state, format!("restoring materialized view \"{}\": {}", def.name, e.message))
             })?;
             tracing::info!(view = %def.name, "materialized view restored");
         }
         self.start_stored_sinks(|_| true).await
+    }
+
+    /// Marks the server as recovering (`what`: the step it is at): statements wait until
+    /// [`Engine::recovered`], with NOTICEs of each step.
+    pub fn recovering(&self, what: impl Into<String>) {
+        self.recovery.send_replace(Some(what.into()));
+    }
+
+    /// Lets statements run.
+    pub fn recovered(&self) {
+        self.recovery.send_replace(None);
+    }
+
+    /// Waits until the server has recovered, telling `notices` each step it waits through.
+    pub(crate) async fn wait_recovered(&self, notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>) {
+        let mut state = self.recovery.subscribe();
+        let mut waited: Option<std::time::Instant> = None;
+        loop {
+            let step = state.borrow_and_update().clone();
+            match step {
+                None => {
+                    if let (Some(started), Some(notices)) = (waited, notices) {
+                        let _ = notices.send(format!("recovery finished after {:.1} s", started.elapsed().as_secs_f64()));
+                    }
+                    return;
+                }
+                Some(step) => {
+                    waited.get_or_insert_with(std::time::Instant::now);
+                    if let Some(notices) = notices {
+                        let _ = notices.send(format!("waiting for recovery: {step}"));
+                    }
+                }
+            }
+            if state.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Applies tables' retention every [`retention::RETENTION_INTERVAL`] from now on.
@@ -664,6 +707,7 @@ impl Engine {
         records.sort_by_key(|(txn, table, p, _)| (*txn, table.def.id, *p));
         let rows: usize = records.iter().flat_map(|r| r.3.iter()).map(ChangeBatch::len).sum();
         tracing::info!(records = records.len(), rows, "replaying the logs past the checkpoint");
+        self.recovering(format!("replaying {} records ({rows} rows) of the logs past the checkpoint", records.len()));
         let engine = Arc::clone(self);
         tokio::task::spawn_blocking(move || -> Result<()> {
             for (_, table, partition, batches) in records {

@@ -118,6 +118,7 @@ impl Session {
 
     /// Runs one statement with its parameter values (one-row arrays, `$1` first).
     pub async fn execute(&mut self, statement: &Statement, params: &[ArrayRef]) -> Result<Outcome> {
+        self.engine.wait_recovered(self.notices.as_ref()).await;
         let ends_transaction = is_transaction_end(statement);
         if self.transaction_failed() && !ends_transaction {
             return Err(Error::new(
@@ -371,6 +372,7 @@ impl Session {
 
     /// Describes a statement without running it (extended protocol).
     pub async fn describe(&mut self, statement: &Statement) -> Result<StatementDescription> {
+        self.engine.wait_recovered(self.notices.as_ref()).await;
         let no_rows = StatementDescription { parameters: Vec::new(), columns: None };
         let rows = |schema: SchemaRef| StatementDescription { parameters: Vec::new(), columns: Some(schema) };
         let sql = match statement {
@@ -633,6 +635,7 @@ impl Session {
 
     /// A never-ending change stream (streaming SUBSCRIBE and COPY (SUBSCRIBE) TO STDOUT).
     pub async fn open_subscription(&mut self, subscribe: &eddy_sql::Subscribe) -> Result<SubscriptionStream> {
+        self.engine.wait_recovered(self.notices.as_ref()).await;
         let (subscription, schema, temporary_view) = self.start_subscription(subscribe).await?;
         Ok(SubscriptionStream { subscription, schema, progress: subscribe.progress, temporary_view, engine: Arc::clone(&self.engine) })
     }
