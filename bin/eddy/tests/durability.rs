@@ -150,19 +150,7 @@ async fn statements_during_recovery_wait_with_notices() {
     // Without a checkpoint the view is rebuilt from the log at start-up: the server listens
     // at once, and a statement sent meanwhile waits, told why, then sees the rebuilt view.
     let server = server.restart().unwrap();
-    let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (client, connection) = tokio_postgres::connect(&server.connection_string(), tokio_postgres::NoTls).await.unwrap();
-    let seen = std::sync::Arc::clone(&notices);
-    tokio::spawn(async move {
-        let mut connection = connection;
-        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-        use futures::StreamExt;
-        while let Some(Ok(message)) = messages.next().await {
-            if let tokio_postgres::AsyncMessage::Notice(n) = message {
-                seen.lock().unwrap().push(n.message().to_owned());
-            }
-        }
-    });
+    let (client, notices) = server.connect_with_notices().await.unwrap();
     let row = client.query_one("SELECT count(*), sum(n) FROM per_k", &[]).await.unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (1000, 400_000));
     let notices = notices.lock().unwrap().clone();

@@ -56,19 +56,7 @@ async fn retention_deletes_only_what_no_checkpoint_needs() {
     // Views keep what they counted.
     assert_eq!(one(&client, "SELECT sum(n) FROM totals").await, "4000");
     // A view created now is built from what the log keeps, and says so.
-    let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (listener, connection) = tokio_postgres::connect(&server.connection_string(), tokio_postgres::NoTls).await.unwrap();
-    let seen = std::sync::Arc::clone(&notices);
-    tokio::spawn(async move {
-        let mut connection = connection;
-        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-        use futures::StreamExt;
-        while let Some(Ok(message)) = messages.next().await {
-            if let tokio_postgres::AsyncMessage::Notice(n) = message {
-                seen.lock().unwrap().push(n.message().to_owned());
-            }
-        }
-    });
+    let (listener, notices) = server.connect_with_notices().await.unwrap();
     listener.batch_execute("CREATE MATERIALIZED VIEW late_totals AS SELECT count(*) AS n FROM events").await.unwrap();
     assert_eq!(one(&client, "SELECT n FROM late_totals").await, kept.to_string());
     assert!(notices.lock().unwrap().iter().any(|n| n.contains("retention deleted what came before")), "{:?}", notices.lock().unwrap());

@@ -148,6 +148,23 @@ impl EddyProcess {
         Ok(client)
     }
 
+    /// A connection that collects the NOTICEs the server sends it (in order).
+    pub async fn connect_with_notices(&self) -> Result<(Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>)> {
+        use futures::StreamExt;
+        let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (client, mut connection) = tokio_postgres::connect(&self.connection_string(), NoTls).await?;
+        let seen = std::sync::Arc::clone(&notices);
+        tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let tokio_postgres::AsyncMessage::Notice(n) = message {
+                    seen.lock().unwrap_or_else(|p| p.into_inner()).push(n.message().to_owned());
+                }
+            }
+        });
+        Ok((client, notices))
+    }
+
     /// `POST path` to the server's HTTP port; returns (status, body).
     pub fn post(&self, path: &str, content_type: &str, body: &[u8]) -> Result<(u16, String)> {
         use std::io::{Read, Write};
