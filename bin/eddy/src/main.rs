@@ -54,6 +54,11 @@ struct ServeArgs {
     /// whole segments). Default 64 MiB.
     #[arg(long, env = "EDDY_LOG_SEGMENT_BYTES", value_parser = clap::value_parser!(u64).range(4096..))]
     log_segment_bytes: Option<u64>,
+    /// Bytes of a view's changes a sink may have waiting while its target is slow or down;
+    /// past that the sink drops them and, once it catches up, writes the view's whole contents
+    /// (exactly once all the same). Default 64 MiB.
+    #[arg(long, env = "EDDY_SINK_BUFFER_BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    sink_buffer_bytes: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,7 +84,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--checkpoint-interval must be a number of seconds, 0 or more");
     }
     let checkpoint_interval = (args.checkpoint_interval > 0.0).then(|| std::time::Duration::from_secs_f64(args.checkpoint_interval));
-    let config = EngineConfig { data_dir: args.data_dir.clone(), workers, checkpoint_interval, log_segment_bytes: args.log_segment_bytes };
+    let config = EngineConfig { data_dir: args.data_dir.clone(), workers, checkpoint_interval, log_segment_bytes: args.log_segment_bytes, sink_buffer_bytes: args.sink_buffer_bytes.map(|b| b as usize) };
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", args.data_dir.display()))?;

@@ -336,3 +336,35 @@ async fn a_sink_whose_target_is_down_at_start_up_starts_once_it_is_back() {
     assert_eq!(shown.len(), 1);
     assert_eq!(shown[0][5].as_deref(), Some(""), "the sink runs: {shown:?}");
 }
+
+#[tokio::test]
+async fn a_sink_that_falls_behind_its_buffer_catches_up_with_the_view() {
+    let mut pg = PostgresServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A 4 KiB buffer: a few epochs of changes while PostgreSQL is down overflow it.
+    let args: Vec<String> = ["--sink-buffer-bytes", "4096"].iter().map(|s| (*s).to_owned()).collect();
+    let server = EddyProcess::start_args(&binary(), dir.path(), &args).unwrap();
+    let eddy = server.connect().await.unwrap();
+    eddy.batch_execute(&format!(
+        "CREATE TABLE accounts (id INT PRIMARY KEY, balance BIGINT);
+         CREATE MATERIALIZED VIEW buckets AS SELECT id % 13 AS bucket, count(*) AS n, sum(balance) AS total FROM accounts GROUP BY id % 13;
+         CREATE SINK buckets_pg FROM buckets WITH ({});
+         INSERT INTO accounts SELECT g, g FROM generate_series(1, 100) AS t(g);
+         FLUSH;",
+        pg.sink_options("buckets")
+    ))
+    .await
+    .unwrap();
+    let target = pg.connect().await.unwrap();
+    converges(&eddy, &target, "SELECT bucket, n, total FROM buckets", "SELECT bucket::text, n::text, total::text FROM buckets").await;
+    drop(target);
+    pg.stop();
+    for i in 0..40 {
+        eddy.batch_execute(&format!("UPDATE accounts SET balance = balance + {i} WHERE id % 3 = {}; FLUSH", i % 3)).await.unwrap();
+    }
+    pg.restart().unwrap();
+    let target = pg.connect().await.unwrap();
+    converges(&eddy, &target, "SELECT bucket, n, total FROM buckets", "SELECT bucket::text, n::text, total::text FROM buckets").await;
+    let shown = query_text(&eddy, "SHOW SINKS").await.unwrap();
+    assert_eq!(shown[0][5].as_deref(), Some(""), "the sink runs: {shown:?}");
+}

@@ -7,6 +7,10 @@ pub const STATEMENT_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Largest single log record (one transaction's changes to one table), in bytes.
 pub const LOG_RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
 
+/// Bytes of changes a sink may have waiting to be written before it is handed the view's
+/// whole contents instead, once it catches up (`--sink-buffer-bytes`).
+pub const SINK_BUFFER_BYTES: usize = 64 * 1024 * 1024;
+
 /// A log segment is closed and a new one started once it passes this size.
 pub const LOG_SEGMENT_BYTES_TARGET: u64 = 64 * 1024 * 1024;
 

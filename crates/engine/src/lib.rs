@@ -63,6 +63,8 @@ pub struct EngineConfig {
     pub checkpoint_interval: Option<std::time::Duration>,
     /// Size at which a table partition's log starts a new segment (`None`: the default).
     pub log_segment_bytes: Option<u64>,
+    /// Bytes of changes a sink may have waiting (`None`: the default).
+    pub sink_buffer_bytes: Option<usize>,
 }
 
 
@@ -154,6 +156,8 @@ pub struct Engine {
     /// `Some(what is happening)` while the server recovers (statements wait for it); `None`
     /// once it may run them.
     recovery: tokio::sync::watch::Sender<Option<String>>,
+    /// Bytes of changes each sink may have waiting ([`sink::SinkFeed`]).
+    sink_buffer_bytes: usize,
 }
 
 pub(crate) type WriteGuard = OwnedMutexGuard<()>;
@@ -224,6 +228,7 @@ impl Engine {
             sinks: RwLock::new(BTreeMap::new()),
             compacted: tokio::sync::Mutex::new(HashMap::new()),
             recovery: tokio::sync::watch::Sender::new(None),
+            sink_buffer_bytes: config.sink_buffer_bytes.unwrap_or(eddy_common::limits::SINK_BUFFER_BYTES),
             write_lock: Arc::new(Mutex::new(())),
         }))
     }
@@ -292,9 +297,9 @@ impl Engine {
         sink::SinkDef::validate(&options, format.as_ref())?;
         let columns = view.schema.fields().iter().map(|f| (f.name().clone(), eddy_sql::types::pg_type_name(f))).collect();
         let def = sink::SinkDef { id: self.meta.allocate_object_id()?, name: name.clone(), view: view.def.id, options, format, sql, key, columns };
-        let (sink, _, epochs) = sink::Sink::start(def.clone(), true, Arc::clone(&self.meta)).await?;
+        let (sink, _, feed) = sink::Sink::start(def.clone(), true, Arc::clone(&self.meta), self.sink_buffer_bytes).await?;
         self.meta.put_object(def.id, &ObjectDef::Sink(def.clone()).encode()?)?;
-        self.runtime.add_sink(def.id, def.view, None, epochs).await?;
+        self.runtime.add_sink(def.id, def.view, None, feed).await?;
         self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
         drop(guard);
         Ok(())
@@ -312,9 +317,9 @@ impl Engine {
         };
         for def in defs {
             let name = def.name.clone();
-            match sink::Sink::start(def.clone(), false, Arc::clone(&self.meta)).await {
-                Ok((sink, resume, epochs)) => {
-                    self.runtime.add_sink(def.id, def.view, resume, epochs).await?;
+            match sink::Sink::start(def.clone(), false, Arc::clone(&self.meta), self.sink_buffer_bytes).await {
+                Ok((sink, resume, feed)) => {
+                    self.runtime.add_sink(def.id, def.view, resume, feed).await?;
                     self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
                 }
                 Err(e) => {
@@ -337,8 +342,8 @@ impl Engine {
             if !still_waiting {
                 return;
             }
-            let started = match sink::Sink::start(def.clone(), false, Arc::clone(&engine.meta)).await {
-                Ok((sink, resume, epochs)) => engine.runtime.add_sink(def.id, def.view, resume, epochs).await.map(|()| sink),
+            let started = match sink::Sink::start(def.clone(), false, Arc::clone(&engine.meta), engine.sink_buffer_bytes).await {
+                Ok((sink, resume, feed)) => engine.runtime.add_sink(def.id, def.view, resume, feed).await.map(|()| sink),
                 Err(e) => Err(e),
             };
             match started {

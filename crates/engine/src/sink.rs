@@ -15,6 +15,7 @@
 //! difference. So nothing is written twice as a change and nothing is missed.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -142,6 +143,52 @@ pub struct SinkEpoch {
     pub epoch: u64,
     pub offsets: Offsets,
     pub write: SinkWrite,
+    /// Memory the changes hold (counted in the sink's backlog until written; 0 for whole
+    /// contents, which are not limited).
+    pub bytes: usize,
+}
+
+/// How the runtime hands a sink its epochs.
+pub struct SinkFeed {
+    pub epochs: mpsc::UnboundedSender<SinkEpoch>,
+    /// Epochs and bytes of changes handed over and not written yet.
+    pub backlog: Arc<Backlog>,
+    /// Past this backlog the runtime stops handing changes; once the sink has written what it
+    /// has, it gets the view's whole contents instead.
+    pub limit: usize,
+}
+
+/// What a sink has been handed and has not written yet.
+#[derive(Default)]
+pub struct Backlog {
+    epochs: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl Backlog {
+    fn written(&self, epoch: &SinkEpoch) {
+        self.epochs.fetch_sub(1, Ordering::Relaxed);
+        self.bytes.fetch_sub(epoch.bytes, Ordering::Relaxed);
+    }
+}
+
+impl SinkFeed {
+    /// Hands an epoch over, counting it in the backlog.
+    pub fn send(&self, epoch: SinkEpoch) {
+        self.backlog.epochs.fetch_add(1, Ordering::Relaxed);
+        self.backlog.bytes.fetch_add(epoch.bytes, Ordering::Relaxed);
+        let _ = self.epochs.send(epoch);
+    }
+
+    /// Whether `bytes` more of changes would pass the limit.
+    pub fn full(&self, bytes: usize) -> bool {
+        self.backlog.bytes.load(Ordering::Relaxed) + bytes > self.limit
+    }
+
+    /// Whether everything handed over has been written.
+    pub fn drained(&self) -> bool {
+        self.backlog.epochs.load(Ordering::Relaxed) == 0
+    }
 }
 
 /// What the runtime knows of a sink.
@@ -151,7 +198,7 @@ pub struct RuntimeSink {
     /// `Some(S)`: waiting until the view has read S, then the sink gets the view's contents
     /// (`Some(None)`: at once). `None`: live.
     pub waiting: Option<Option<Offsets>>,
-    pub epochs: mpsc::UnboundedSender<SinkEpoch>,
+    pub feed: SinkFeed,
     /// The offsets of the last epoch handed over (a checkpoint sends progress when they moved).
     pub sent: Option<Offsets>,
 }
@@ -197,15 +244,16 @@ impl Sink {
     /// Connects, creates the target when missing and reads the sink's progress (`fresh`:
     /// forgets it: a new sink starts over). Then starts the task that writes epochs; returns the
     /// sink, what it had written and the sender the runtime hands epochs to.
-    pub async fn start(def: SinkDef, fresh: bool, meta: Arc<MetaStore>) -> Result<(Sink, Option<Resume>, mpsc::UnboundedSender<SinkEpoch>)> {
+    pub async fn start(def: SinkDef, fresh: bool, meta: Arc<MetaStore>, buffer_bytes: usize) -> Result<(Sink, Option<Resume>, SinkFeed)> {
         let mut writer = def.writer(meta)?;
         let (resume, committed_epoch) = tokio::time::timeout(Duration::from_secs(15), writer.prepare(fresh))
             .await
             .map_err(|_| Error::new(SqlState::CONNECTION_EXCEPTION, format!("sink \"{}\": its target did not answer within 15 s", def.name)))??;
         let (tx, rx) = mpsc::unbounded_channel();
         let status = Arc::new(Mutex::new(SinkStatus { committed_epoch, error: None }));
-        let task = tokio::spawn(run(def.name.clone(), writer, rx, Arc::clone(&status)));
-        Ok((Sink { def, status, task: Some(task) }, resume, tx))
+        let backlog = Arc::new(Backlog::default());
+        let task = tokio::spawn(run(def.name.clone(), writer, rx, Arc::clone(&status), Arc::clone(&backlog)));
+        Ok((Sink { def, status, task: Some(task) }, resume, SinkFeed { epochs: tx, backlog, limit: buffer_bytes }))
     }
 
     /// A stored sink not started yet: `error` is why, `retry` the task trying again.
@@ -221,7 +269,7 @@ impl Sink {
 
 /// Writes epochs in order (and rolls files when due); a failed write is retried, with growing
 /// pauses, until it succeeds.
-async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiver<SinkEpoch>, status: Arc<Mutex<SinkStatus>>) {
+async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiver<SinkEpoch>, status: Arc<Mutex<SinkStatus>>, backlog: Arc<Backlog>) {
     loop {
         let due = writer.roll_due();
         let next = tokio::select! {
@@ -239,6 +287,9 @@ async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiv
             };
             match result {
                 Ok(committed) => {
+                    if let Some(epoch) = &next {
+                        backlog.written(epoch);
+                    }
                     let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
                     if committed.is_some() {
                         s.committed_epoch = committed;

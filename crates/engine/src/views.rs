@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 
 use crate::catalog::ViewDef;
 use crate::checkpoint::{Checkpoint, Checkpointer, ClockState, ViewState};
-use crate::sink::{Offsets, Resume, RuntimeSink, SinkEpoch};
+use crate::sink::{Offsets, Resume, RuntimeSink, SinkEpoch, SinkFeed};
 use eddy_connectors::sink::SinkWrite;
 use crate::table::TableData;
 
@@ -256,7 +256,7 @@ enum Message {
     RestoreClocks { epoch: u64, clocks: Vec<ClockState> },
     /// Starts handing a view's epochs to a sink; `resume` is what the sink last committed
     /// (`None`: a new sink, which starts from the view's contents).
-    AddSink { id: ObjectId, view: ObjectId, resume: Option<Resume>, epochs: tokio::sync::mpsc::UnboundedSender<SinkEpoch>, reply: oneshot::Sender<Result<()>> },
+    AddSink { id: ObjectId, view: ObjectId, resume: Option<Resume>, feed: SinkFeed, reply: oneshot::Sender<Result<()>> },
     DropSink { id: ObjectId },
     /// Recovery: a view whose dataflow holds its checkpointed state; it has read `committed`.
     RestoreView { view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, contents: Vec<RecordBatch>, committed: HashMap<(ObjectId, u32), u64>, reply: oneshot::Sender<Result<()>> },
@@ -416,9 +416,9 @@ impl ViewRuntime {
     }
 
     /// Hands the view's epochs to a sink from now on (see `sink.rs` for `resume`).
-    pub async fn add_sink(&self, id: ObjectId, view: ObjectId, resume: Option<Resume>, epochs: tokio::sync::mpsc::UnboundedSender<SinkEpoch>) -> Result<()> {
+    pub async fn add_sink(&self, id: ObjectId, view: ObjectId, resume: Option<Resume>, feed: SinkFeed) -> Result<()> {
         let (reply, done) = oneshot::channel();
-        self.send(Message::AddSink { id, view, resume, epochs, reply })?;
+        self.send(Message::AddSink { id, view, resume, feed, reply })?;
         done.await.map_err(|_| Error::internal("the view runtime stopped"))?
     }
 
@@ -567,6 +567,11 @@ impl RuntimeState {
                 self.end_epoch_logged();
                 last_epoch = Instant::now();
             }
+            // A sink that fell behind gets the view's contents once it has caught up, even when
+            // no epoch ends (between epochs, contents and offsets agree).
+            if !self.dirty && self.sinks.iter().any(|s| s.waiting.is_some() && s.feed.drained()) {
+                self.feed_sinks(&HashMap::new());
+            }
             let due = self.checkpoints.as_ref().and_then(|c| c.interval).is_some_and(|i| self.last_checkpoint.elapsed() >= i);
             if due && self.changed_since_checkpoint && !self.dirty {
                 self.checkpoint(None);
@@ -635,7 +640,9 @@ impl RuntimeState {
     }
 
     /// Hands each sink its view's changes of the epoch that just ended (`outputs`); a sink
-    /// waiting for its view to catch up gets the view's whole contents once it has.
+    /// waiting for its view to catch up gets the view's whole contents once it has (and once
+    /// it has written what it was handed before). A sink whose backlog would pass its limit
+    /// gets no more changes and waits for its contents the same way.
     fn feed_sinks(&mut self, outputs: &HashMap<ObjectId, Vec<ChangeBatch>>) {
         let epoch = self.epoch;
         for sink in &mut self.sinks {
@@ -645,7 +652,7 @@ impl RuntimeState {
             }
             let read = entry.committed_offsets();
             let write = match &sink.waiting {
-                Some(until) if until.as_ref().is_none_or(|s| crate::sink::at_least(&read, s)) => {
+                Some(until) if sink.feed.drained() && until.as_ref().is_none_or(|s| crate::sink::at_least(&read, s)) => {
                     let contents = entry.contents.snapshot().and_then(|rows| {
                         let inserts: Vec<ChangeBatch> = rows.iter().cloned().map(ChangeBatch::inserts).collect();
                         eddy_dataflow::consolidate(&entry.view.schema, &inserts)
@@ -653,7 +660,7 @@ impl RuntimeState {
                     match contents {
                         Ok(rows) => {
                             sink.waiting = None;
-                            tracing::info!(view = %entry.view.def.name, sink = %sink.id, epoch, "the sink replaces its table's contents with the view's");
+                            tracing::info!(view = %entry.view.def.name, sink = %sink.id, epoch, "the sink is handed the view's whole contents");
                             SinkWrite::Replace(rows)
                         }
                         Err(e) => {
@@ -674,7 +681,16 @@ impl RuntimeState {
                     _ => continue,
                 },
             };
-            let _ = sink.epochs.send(SinkEpoch { epoch, offsets: read.clone(), write });
+            let bytes = match &write {
+                SinkWrite::Changes(Some(c)) => c.rows().get_array_memory_size() + arrow::array::Array::get_array_memory_size(c.diffs()),
+                _ => 0,
+            };
+            if sink.feed.full(bytes) {
+                tracing::warn!(view = %entry.view.def.name, sink = %sink.id, epoch, limit = sink.feed.limit, "a sink fell behind by more than its buffer; it gets the view's contents once it catches up");
+                sink.waiting = Some(None);
+                continue;
+            }
+            sink.feed.send(SinkEpoch { epoch, offsets: read.clone(), write, bytes });
             sink.sent = Some(read);
         }
     }
@@ -687,7 +703,7 @@ impl RuntimeState {
             let Some(entry) = self.views.iter().find(|e| e.view.def.id == sink.view) else { continue };
             let read = entry.committed_offsets();
             if sink.sent.as_ref() != Some(&read) {
-                let _ = sink.epochs.send(SinkEpoch { epoch, offsets: read.clone(), write: SinkWrite::Changes(None) });
+                sink.feed.send(SinkEpoch { epoch, offsets: read.clone(), write: SinkWrite::Changes(None), bytes: 0 });
                 sink.sent = Some(read);
             }
         }
@@ -780,7 +796,7 @@ impl RuntimeState {
                     }
                 }
             }
-            Message::AddSink { id, view, resume, epochs, reply } => {
+            Message::AddSink { id, view, resume, feed, reply } => {
                 let result = match self.views.iter().find(|e| e.view.def.id == view) {
                     Some(entry) => {
                         let read = entry.committed_offsets();
@@ -791,7 +807,7 @@ impl RuntimeState {
                             Some(r) => Some(Some(r.offsets)),
                         };
                         tracing::info!(view = %entry.view.def.name, sink = %id, live = waiting.is_none(), waits = matches!(waiting, Some(Some(_))), "a sink starts");
-                        self.sinks.push(RuntimeSink { id, view, waiting, epochs, sent: None });
+                        self.sinks.push(RuntimeSink { id, view, waiting, feed, sent: None });
                         self.feed_sinks(&HashMap::new());
                         Ok(())
                     }
