@@ -247,6 +247,8 @@ async fn kafka_and_file_sinks_are_exact_after_sigkill() {
     let shown = query_text(&eddy, "SHOW SINKS").await.unwrap();
     let targets: Vec<(String, String)> = sorted(shown).into_iter().map(|r| (r[0].clone().unwrap(), r[3].clone().unwrap())).collect();
     assert_eq!(targets, vec![("cdc".into(), "changes".into()), ("files".into(), out.path().display().to_string()), ("up".into(), "upserts".into())]);
+    let missing = eddy.batch_execute(&format!("CREATE SINK lost FROM buckets WITH ({kafka}, topic = 'no_such_topic') FORMAT UPSERT ENCODE JSON")).await.unwrap_err();
+    assert_eq!(missing.code().unwrap().code(), "42704", "{missing:?}");
     let create = query_text(&eddy, "SHOW CREATE SINK cdc").await.unwrap();
     assert_eq!(
         create[0][1].as_deref(),
