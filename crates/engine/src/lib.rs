@@ -402,7 +402,8 @@ impl Engine {
         }
     }
 
-    /// `SHOW SINKS`: name, view, connector, target, last committed epoch, last error.
+    /// `SHOW SINKS`: name, view, connector, target, last committed epoch, rows committed since
+    /// start, last error.
     pub(crate) fn sink_rows(&self) -> Vec<Vec<String>> {
         let sinks = self.sinks.read().unwrap_or_else(|p| p.into_inner());
         sinks
@@ -416,6 +417,7 @@ impl Engine {
                     s.def.option("connector").unwrap_or_default(),
                     target,
                     status.committed_epoch.map(|e| e.to_string()).unwrap_or_default(),
+                    status.rows.to_string(),
                     status.error.unwrap_or_default(),
                 ]
             })

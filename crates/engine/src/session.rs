@@ -260,7 +260,7 @@ impl Session {
                 self.engine.drop_sinks(&names, *if_exists).await?;
                 Ok(Outcome::Command { tag: "DROP SINK", rows: None })
             }
-            Statement::ShowSinks => rows_of_text(&["name", "from", "connector", "target", "committed_epoch", "error"], self.engine.sink_rows()),
+            Statement::ShowSinks => rows_of_text(&["name", "from", "connector", "target", "committed_epoch", "rows", "error"], self.engine.sink_rows()),
             Statement::ShowSources => rows_of_text(&["name"], self.engine.source_names().into_iter().map(|n| vec![n]).collect()),
             Statement::ShowCreateSource(name) => {
                 let name = object_name(name)?;
@@ -389,7 +389,7 @@ impl Session {
                 return Ok(rows(Arc::clone(&cursor.schema)));
             }
             Statement::ShowMaterializedViews | Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
-            Statement::ShowSinks => return Ok(rows(text_schema(&["name", "from", "connector", "target", "committed_epoch", "error"]))),
+            Statement::ShowSinks => return Ok(rows(text_schema(&["name", "from", "connector", "target", "committed_epoch", "rows", "error"]))),
             Statement::ShowCreateMaterializedView(_) | Statement::ShowCreateSource(_) | Statement::ShowCreateSink(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
             Statement::CreateMaterializedView { .. }
             | Statement::Flush | Statement::Checkpoint | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }

@@ -215,6 +215,8 @@ pub struct Resume {
 #[derive(Debug, Clone, Default)]
 pub struct SinkStatus {
     pub committed_epoch: Option<u64>,
+    /// Rows committed since the server started (changed rows; whole contents count theirs).
+    pub rows: u64,
     pub error: Option<String>,
 }
 
@@ -250,7 +252,7 @@ impl Sink {
             .await
             .map_err(|_| Error::new(SqlState::CONNECTION_EXCEPTION, format!("sink \"{}\": its target did not answer within 15 s", def.name)))??;
         let (tx, rx) = mpsc::unbounded_channel();
-        let status = Arc::new(Mutex::new(SinkStatus { committed_epoch, error: None }));
+        let status = Arc::new(Mutex::new(SinkStatus { committed_epoch, rows: 0, error: None }));
         let backlog = Arc::new(Backlog::default());
         let task = tokio::spawn(run(def.name.clone(), writer, rx, Arc::clone(&status), Arc::clone(&backlog)));
         Ok((Sink { def, status, task: Some(task) }, resume, SinkFeed { epochs: tx, backlog, limit: buffer_bytes }))
@@ -258,7 +260,7 @@ impl Sink {
 
     /// A stored sink not started yet: `error` is why, `retry` the task trying again.
     pub fn waiting(def: SinkDef, error: String, retry: tokio::task::JoinHandle<()>) -> Sink {
-        Sink { def, status: Arc::new(Mutex::new(SinkStatus { committed_epoch: None, error: Some(error) })), task: Some(retry) }
+        Sink { def, status: Arc::new(Mutex::new(SinkStatus { committed_epoch: None, rows: 0, error: Some(error) })), task: Some(retry) }
     }
 
     /// Lets the task run on after the sink is dropped.
@@ -291,8 +293,9 @@ async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiv
                         backlog.written(epoch);
                     }
                     let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
-                    if committed.is_some() {
-                        s.committed_epoch = committed;
+                    if let Some((epoch, rows)) = committed {
+                        s.committed_epoch = Some(epoch);
+                        s.rows += rows;
                     }
                     s.error = None;
                     break;
@@ -362,8 +365,9 @@ enum Writer {
     /// Each epoch is marked in flight (durably) before it is produced and done after.
     Kafka(KafkaSink, Progress),
     /// Epochs go to the open file; rolling it marks the file in flight (durably), renames it,
-    /// and marks it done. `unrolled`: the last epoch and offsets not yet rolled.
-    File { sink: Arc<Mutex<FileSink>>, progress: Progress, unrolled: Option<(u64, Offsets)> },
+    /// and marks it done. `unrolled`: the last epoch and offsets not yet rolled, and the rows
+    /// written since the last roll.
+    File { sink: Arc<Mutex<FileSink>>, progress: Progress, unrolled: Option<(u64, Offsets, u64)> },
 }
 
 /// Runs file-system work off the async threads.
@@ -403,13 +407,17 @@ impl Writer {
     }
 
     /// Writes one epoch (the same epoch again after an error is safe); returns the epoch now
-    /// committed, if this made one so.
-    async fn write(&mut self, epoch: &SinkEpoch) -> Result<Option<u64>> {
+    /// committed and the rows that committed with it, if this made one so.
+    async fn write(&mut self, epoch: &SinkEpoch) -> Result<Option<(u64, u64)>> {
         let offsets = encode_offsets(&epoch.offsets);
+        let rows = match &epoch.write {
+            SinkWrite::Changes(Some(c)) | SinkWrite::Replace(Some(c)) => c.len() as u64,
+            _ => 0,
+        };
         match self {
             Writer::Postgres(sink) => {
                 sink.write(&epoch.write, &SinkProgress { epoch: epoch.epoch, offsets }).await?;
-                Ok(Some(epoch.epoch))
+                Ok(Some((epoch.epoch, rows)))
             }
             Writer::Kafka(sink, progress) => {
                 let mut stored = Stored { epoch: epoch.epoch, offsets, done: false, file: None };
@@ -419,7 +427,7 @@ impl Writer {
                 }
                 stored.done = true;
                 progress.put(&stored, false)?;
-                Ok(Some(epoch.epoch))
+                Ok(Some((epoch.epoch, rows)))
             }
             Writer::File { sink, unrolled, .. } => {
                 let (number, write) = (epoch.epoch, epoch.write.clone());
@@ -429,7 +437,8 @@ impl Writer {
                     SinkWrite::Replace(contents) => s.reconcile(number, contents.as_ref()),
                 })
                 .await?;
-                *unrolled = Some((epoch.epoch, epoch.offsets.clone()));
+                let before = unrolled.as_ref().map_or(0, |u| u.2);
+                *unrolled = Some((epoch.epoch, epoch.offsets.clone(), before + rows));
                 Ok(None)
             }
         }
@@ -448,9 +457,9 @@ impl Writer {
     }
 
     /// Commits the open file (file sinks) and records the progress it carries.
-    async fn roll(&mut self) -> Result<Option<u64>> {
+    async fn roll(&mut self) -> Result<Option<(u64, u64)>> {
         let Writer::File { sink, progress, unrolled } = self else { return Ok(None) };
-        let Some((epoch, offsets)) = unrolled.clone() else { return Ok(None) };
+        let Some((epoch, offsets, rows)) = unrolled.clone() else { return Ok(None) };
         let file = sink.lock().unwrap_or_else(|p| p.into_inner()).pending_name();
         let mut stored = Stored { epoch, offsets: encode_offsets(&offsets), done: false, file };
         if stored.file.is_some() {
@@ -460,6 +469,6 @@ impl Writer {
         stored.done = true;
         progress.put(&stored, false)?;
         *unrolled = None;
-        Ok(Some(epoch))
+        Ok(Some((epoch, rows)))
     }
 }

@@ -611,6 +611,22 @@ async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>,
         let rows = query_text(&client, &format!("SELECT count(*) AS n FROM nexmark_{q}")).await?;
         let view_rows = rows.first().and_then(|r| r[0].clone()).unwrap_or_default();
         out.push(Measure { name: format!("{q}: events/s"), value: events as f64 / drained, unit: "events/s", note: format!("drained in {drained:.1} s; {view_rows} rows in the view") });
+        // A view with sinks: how long until they have committed every row of it.
+        let wanted: u64 = view_rows.parse().unwrap_or(0);
+        for sink in query_text(&client, "SHOW SINKS").await? {
+            let name = sink[0].clone().unwrap_or_default();
+            let committed = loop {
+                let rows = query_text(&client, "SHOW SINKS").await?;
+                let committed = rows.iter().find(|r| r[0].as_deref() == Some(name.as_str())).and_then(|r| r[5].as_deref()?.parse::<u64>().ok()).unwrap_or(0);
+                if committed >= wanted || started.elapsed() > Duration::from_secs(3600) {
+                    break committed;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            let secs = started.elapsed().as_secs_f64();
+            let connector = sink[2].clone().unwrap_or_default();
+            out.push(Measure { name: format!("{q}: {connector} sink {name}"), value: committed as f64 / secs, unit: "rows/s", note: format!("{committed} rows committed {secs:.1} s after the view was created") });
+        }
         out.push(Measure { name: format!("{q}: events/s per core"), value: events as f64 / cpu.max(0.01), unit: "events/s", note: format!("{cpu:.1} CPU s ({:.2} cores)", cpu / drained) });
         out.push(Measure { name: format!("{q}: peak RSS"), value: after.peak_rss_bytes as f64 / 1e6, unit: "MB", note: String::new() });
         out.push(Measure { name: format!("{q}: state"), value: state_bytes as f64 / 1e6, unit: "MB", note: format!("{state_rows} state rows") });
