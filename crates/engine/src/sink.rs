@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use eddy_common::{Error, ObjectId, Result, SqlState};
+use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
 use eddy_connectors::sink::file::{FileSink, FileTarget};
 use eddy_connectors::sink::kafka::{KafkaSink, KafkaTarget};
 use eddy_connectors::sink::postgres::{PostgresSink, PostgresTarget, SinkColumn};
@@ -142,10 +142,46 @@ pub fn at_least(a: &Offsets, b: &Offsets) -> bool {
 pub struct SinkEpoch {
     pub epoch: u64,
     pub offsets: Offsets,
-    pub write: SinkWrite,
+    pub handed: Handed,
     /// Memory the changes hold (counted in the sink's backlog until written; 0 for whole
     /// contents, which are not limited).
     pub bytes: usize,
+}
+
+/// What the runtime hands a sink, as the view produced it; the sink's task consolidates it
+/// (off the view thread).
+pub enum Handed {
+    /// The epoch's changes (none: only progress).
+    Changes(Vec<ChangeBatch>),
+    /// The view's whole contents, to make the target equal to.
+    Contents(Vec<ChangeBatch>),
+}
+
+/// An epoch ready to write: its changes or contents consolidated.
+struct Ready {
+    epoch: u64,
+    offsets: Offsets,
+    write: SinkWrite,
+    bytes: usize,
+}
+
+impl Ready {
+    async fn from(handed: SinkEpoch) -> Result<Ready> {
+        let SinkEpoch { epoch, offsets, handed, bytes } = handed;
+        let write = tokio::task::spawn_blocking(move || -> Result<SinkWrite> {
+            let consolidate = |batches: Vec<ChangeBatch>| match batches.first() {
+                Some(first) => eddy_dataflow::consolidate(&first.rows().schema(), &batches),
+                None => Ok(None),
+            };
+            Ok(match handed {
+                Handed::Changes(batches) => SinkWrite::Changes(consolidate(batches)?),
+                Handed::Contents(batches) => SinkWrite::Replace(consolidate(batches)?),
+            })
+        })
+        .await
+        .map_err(|e| Error::internal(format!("consolidating a sink's changes: {e}")))??;
+        Ok(Ready { epoch, offsets, write, bytes })
+    }
 }
 
 /// How the runtime hands a sink its epochs.
@@ -166,9 +202,9 @@ pub struct Backlog {
 }
 
 impl Backlog {
-    fn written(&self, epoch: &SinkEpoch) {
+    fn written(&self, bytes: usize) {
         self.epochs.fetch_sub(1, Ordering::Relaxed);
-        self.bytes.fetch_sub(epoch.bytes, Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 
@@ -281,6 +317,22 @@ async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiv
             },
             () = tokio::time::sleep_until(due.unwrap_or_else(|| tokio::time::Instant::now() + RETRY_MAX)), if due.is_some() => None,
         };
+        let next = match next {
+            Some(handed) => {
+                let (number, bytes) = (handed.epoch, handed.bytes);
+                match Ready::from(handed).await {
+                    Ok(ready) => Some(ready),
+                    Err(e) => {
+                        // A bug, not the target's fault: the epoch cannot be written.
+                        tracing::error!(sink = %name, epoch = number, error = %e, "consolidating an epoch for the sink failed");
+                        status.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.message.clone());
+                        backlog.written(bytes);
+                        continue;
+                    }
+                }
+            }
+            None => None,
+        };
         let mut pause = Duration::from_millis(100);
         loop {
             let result = match &next {
@@ -290,7 +342,7 @@ async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiv
             match result {
                 Ok(committed) => {
                     if let Some(epoch) = &next {
-                        backlog.written(epoch);
+                        backlog.written(epoch.bytes);
                     }
                     let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some((epoch, rows)) = committed {
@@ -408,7 +460,7 @@ impl Writer {
 
     /// Writes one epoch (the same epoch again after an error is safe); returns the epoch now
     /// committed and the rows that committed with it, if this made one so.
-    async fn write(&mut self, epoch: &SinkEpoch) -> Result<Option<(u64, u64)>> {
+    async fn write(&mut self, epoch: &Ready) -> Result<Option<(u64, u64)>> {
         let offsets = encode_offsets(&epoch.offsets);
         let rows = match &epoch.write {
             SinkWrite::Changes(Some(c)) | SinkWrite::Replace(Some(c)) => c.len() as u64,

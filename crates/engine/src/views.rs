@@ -23,8 +23,7 @@ use tokio::sync::oneshot;
 
 use crate::catalog::ViewDef;
 use crate::checkpoint::{Checkpoint, Checkpointer, ClockState, ViewState};
-use crate::sink::{Offsets, Resume, RuntimeSink, SinkEpoch, SinkFeed};
-use eddy_connectors::sink::SinkWrite;
+use crate::sink::{Handed, Offsets, Resume, RuntimeSink, SinkEpoch, SinkFeed};
 use crate::table::TableData;
 
 /// How often an epoch ends while changes are flowing (`barrier_interval`).
@@ -651,46 +650,34 @@ impl RuntimeState {
                 continue;
             }
             let read = entry.committed_offsets();
-            let write = match &sink.waiting {
-                Some(until) if sink.feed.drained() && until.as_ref().is_none_or(|s| crate::sink::at_least(&read, s)) => {
-                    let contents = entry.contents.snapshot().and_then(|rows| {
-                        let inserts: Vec<ChangeBatch> = rows.iter().cloned().map(ChangeBatch::inserts).collect();
-                        eddy_dataflow::consolidate(&entry.view.schema, &inserts)
-                    });
-                    match contents {
-                        Ok(rows) => {
-                            sink.waiting = None;
-                            tracing::info!(view = %entry.view.def.name, sink = %sink.id, epoch, "the sink is handed the view's whole contents");
-                            SinkWrite::Replace(rows)
-                        }
-                        Err(e) => {
-                            tracing::error!(view = %entry.view.def.name, error = %e, "reading a view's contents for its sink failed");
-                            continue;
-                        }
+            let handed = match &sink.waiting {
+                Some(until) if sink.feed.drained() && until.as_ref().is_none_or(|s| crate::sink::at_least(&read, s)) => match entry.contents.snapshot() {
+                    Ok(rows) => {
+                        sink.waiting = None;
+                        tracing::info!(view = %entry.view.def.name, sink = %sink.id, epoch, "the sink is handed the view's whole contents");
+                        Handed::Contents(rows.iter().filter(|b| b.num_rows() > 0).cloned().map(ChangeBatch::inserts).collect())
                     }
-                }
+                    Err(e) => {
+                        tracing::error!(view = %entry.view.def.name, error = %e, "reading a view's contents for its sink failed");
+                        continue;
+                    }
+                },
                 Some(_) => continue,
                 None => match outputs.get(&sink.view) {
-                    Some(out) if !out.is_empty() => match eddy_dataflow::consolidate(&entry.view.schema, out) {
-                        Ok(changes) => SinkWrite::Changes(changes),
-                        Err(e) => {
-                            tracing::error!(view = %entry.view.def.name, error = %e, "consolidating a sink's changes failed");
-                            continue;
-                        }
-                    },
+                    Some(out) if out.iter().any(|b| !b.is_empty()) => Handed::Changes(out.iter().filter(|b| !b.is_empty()).cloned().collect()),
                     _ => continue,
                 },
             };
-            let bytes = match &write {
-                SinkWrite::Changes(Some(c)) => c.rows().get_array_memory_size() + arrow::array::Array::get_array_memory_size(c.diffs()),
-                _ => 0,
+            let bytes = match &handed {
+                Handed::Changes(batches) => batches.iter().map(|c| c.rows().get_array_memory_size() + arrow::array::Array::get_array_memory_size(c.diffs())).sum(),
+                Handed::Contents(_) => 0,
             };
             if sink.feed.full(bytes) {
                 tracing::warn!(view = %entry.view.def.name, sink = %sink.id, epoch, limit = sink.feed.limit, "a sink fell behind by more than its buffer; it gets the view's contents once it catches up");
                 sink.waiting = Some(None);
                 continue;
             }
-            sink.feed.send(SinkEpoch { epoch, offsets: read.clone(), write, bytes });
+            sink.feed.send(SinkEpoch { epoch, offsets: read.clone(), handed, bytes });
             sink.sent = Some(read);
         }
     }
@@ -703,7 +690,7 @@ impl RuntimeState {
             let Some(entry) = self.views.iter().find(|e| e.view.def.id == sink.view) else { continue };
             let read = entry.committed_offsets();
             if sink.sent.as_ref() != Some(&read) {
-                sink.feed.send(SinkEpoch { epoch, offsets: read.clone(), write: SinkWrite::Changes(None), bytes: 0 });
+                sink.feed.send(SinkEpoch { epoch, offsets: read.clone(), handed: Handed::Changes(Vec::new()), bytes: 0 });
                 sink.sent = Some(read);
             }
         }
