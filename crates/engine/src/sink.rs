@@ -2,17 +2,17 @@
 //! a PostgreSQL table, a Kafka topic or a directory of JSON-lines files equal to a materialized
 //! view (ADR 0008). The connectors write (`eddy_connectors::sink`); this module decides what.
 //!
-//! The view runtime hands every epoch's consolidated changes of the view to the sink's task
-//! ([`SinkEpoch`]) together with the view's read offsets. Each sink records how far it has
-//! written (S, as offsets): the PostgreSQL sink in the same transaction as the epoch
-//! (`eddy_sink_progress`), the Kafka and file sinks in Eddy's metadata store around the write
-//! (marked in flight before, done after). After a restart the runtime compares S with the
-//! offsets the restored view has read (C): equal and not in flight, the sink goes on; C behind
-//! S (the view replays what the sink already has), the sink waits until the view has read at
-//! least S and is then handed the view's whole contents; C ahead of S, or a write was in
-//! flight, it is handed them at once. Whole contents replace the PostgreSQL table's in one
-//! transaction; the Kafka and file sinks read back what they hold and write only the
-//! difference. So nothing is written twice as a change and nothing is missed.
+//! The view runtime hands every epoch's changes of the view to the sink's task ([`SinkEpoch`])
+//! together with the view's read offsets; the task consolidates them, off the view thread. Each
+//! sink records how far it has written (S, as offsets): the PostgreSQL sink in the same
+//! transaction as the epoch (`eddy_sink_progress`), the Kafka and file sinks in Eddy's metadata
+//! store around the write (marked in flight before, done after). After a restart the runtime
+//! compares S with the offsets the restored view has read (C): equal and not in flight, the
+//! sink goes on; C behind S (the view replays what the sink already has), the sink waits until
+//! the view has read at least S and is then handed the view's whole contents; C ahead of S, or
+//! a write was in flight, it is handed them at once. Whole contents replace the PostgreSQL
+//! table's in one transaction; the Kafka and file sinks read back what they hold and write only
+//! the difference. So nothing is written twice as a change and nothing is missed.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
