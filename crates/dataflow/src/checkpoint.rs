@@ -129,14 +129,12 @@ pub(crate) fn required_rows(converter: &RowConverter, values: &BinaryArray) -> R
 
 /// Change batches (non-empty, of one schema) as one batch: their columns and `eddy_diff`.
 pub(crate) fn changes_part(changes: &[ChangeBatch]) -> Result<Option<RecordBatch>> {
-    let Some(first) = changes.first() else { return Ok(None) };
-    let schema = first.rows().schema();
-    let rows = arrow::compute::concat_batches(&schema, changes.iter().map(|c| c.rows())).map_err(arrow_error)?;
-    let diffs: Vec<i64> = changes.iter().flat_map(|c| c.diffs().values().iter().copied()).collect();
+    let Some((rows, diffs)) = ChangeBatch::concat(changes)?.map(ChangeBatch::into_parts) else { return Ok(None) };
+    let schema = rows.schema();
     let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
     fields.push(Arc::new(Field::new(DIFF, arrow::datatypes::DataType::Int64, false)));
     let mut columns = rows.columns().to_vec();
-    columns.push(int64s(diffs));
+    columns.push(Arc::new(diffs));
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map(Some).map_err(arrow_error)
 }
 

@@ -269,13 +269,11 @@ impl Release {
         if due.is_empty() {
             return Ok(out);
         }
-        let schema = due[0].rows().schema();
-        let rows = arrow::compute::concat_batches(&schema, due.iter().map(|c| c.rows())).map_err(arrow_error)?;
-        let diffs: Vec<i64> = due.iter().flat_map(|c| c.diffs().values().iter().copied()).collect();
+        let Some((rows, diffs)) = ChangeBatch::concat(&due)?.map(ChangeBatch::into_parts) else { return Ok(out) };
         let times = evaluate(&self.time, &rows)?;
         let order = arrow::compute::sort_to_indices(&times, None, None).map_err(arrow_error)?;
         let rows = arrow::compute::take_record_batch(&rows, &order).map_err(arrow_error)?;
-        let diffs = arrow::compute::take(&Int64Array::from(diffs), &order, None).map_err(arrow_error)?;
+        let diffs = arrow::compute::take(&diffs, &order, None).map_err(arrow_error)?;
         out.push(ChangeBatch::new(rows, diffs.as_primitive::<arrow::datatypes::Int64Type>().clone()));
         Ok(out)
     }

@@ -166,7 +166,9 @@ struct Ready {
 }
 
 impl Ready {
-    async fn from(handed: SinkEpoch) -> Result<Ready> {
+    /// Consolidates what was handed (`weighted`: a sink that writes rows with weights, where
+    /// insert-only changes need no consolidation, only to be put together).
+    async fn from(handed: SinkEpoch, weighted: bool) -> Result<Ready> {
         let SinkEpoch { epoch, offsets, handed, bytes } = handed;
         let write = tokio::task::spawn_blocking(move || -> Result<SinkWrite> {
             let consolidate = |batches: Vec<ChangeBatch>| match batches.first() {
@@ -174,6 +176,7 @@ impl Ready {
                 None => Ok(None),
             };
             Ok(match handed {
+                Handed::Changes(batches) if weighted && batches.iter().all(|b| b.diffs().values().iter().all(|d| *d > 0)) => SinkWrite::Changes(ChangeBatch::concat(&batches)?),
                 Handed::Changes(batches) => SinkWrite::Changes(consolidate(batches)?),
                 Handed::Contents(batches) => SinkWrite::Replace(consolidate(batches)?),
             })
@@ -320,7 +323,7 @@ async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiv
         let next = match next {
             Some(handed) => {
                 let (number, bytes) = (handed.epoch, handed.bytes);
-                match Ready::from(handed).await {
+                match Ready::from(handed, matches!(writer, Writer::File { .. })).await {
                     Ok(ready) => Some(ready),
                     Err(e) => {
                         // A bug, not the target's fault: the epoch cannot be written.
