@@ -256,8 +256,12 @@ async fn kafka_and_file_sinks_are_exact_after_sigkill() {
         Some(format!("CREATE SINK cdc FROM buckets WITH (connector = 'kafka', properties.bootstrap.server = '{}', topic = 'changes') FORMAT DEBEZIUM ENCODE JSON", broker.bootstrap()).as_str())
     );
     for round in 0..4u64 {
+        // Killed once the writer has had a different number of statements acknowledged each
+        // round (under load, whatever the machine's speed).
+        let acknowledged = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let writer = {
             let client = server.connect().await.unwrap();
+            let acknowledged = std::sync::Arc::clone(&acknowledged);
             tokio::spawn(async move {
                 for i in 0u64.. {
                     let id = (i * 7 + round) % 120;
@@ -265,10 +269,15 @@ async fn kafka_and_file_sinks_are_exact_after_sigkill() {
                     if client.batch_execute(&sql).await.is_err() {
                         return;
                     }
+                    acknowledged.store(i + 1, std::sync::atomic::Ordering::Relaxed);
                 }
             })
         };
-        tokio::time::sleep(Duration::from_millis(300 + 250 * round)).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while acknowledged.load(std::sync::atomic::Ordering::Relaxed) < 40 + 60 * round {
+            assert!(Instant::now() < deadline, "the writer made no progress");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         server.kill().unwrap();
         let _ = writer.await;
         server = server.restart().unwrap();

@@ -317,9 +317,8 @@ impl Engine {
         };
         for def in defs {
             let name = def.name.clone();
-            match sink::Sink::start(def.clone(), false, Arc::clone(&self.meta), self.sink_buffer_bytes).await {
-                Ok((sink, resume, feed)) => {
-                    self.runtime.add_sink(def.id, def.view, resume, feed).await?;
+            match self.start_stored_sink(&def).await {
+                Ok(sink) => {
                     self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
                 }
                 Err(e) => {
@@ -332,6 +331,13 @@ impl Engine {
         Ok(())
     }
 
+    /// Starts a stored sink (its progress decides what it writes first) and hands it its view.
+    async fn start_stored_sink(&self, def: &sink::SinkDef) -> Result<sink::Sink> {
+        let (sink, resume, feed) = sink::Sink::start(def.clone(), false, Arc::clone(&self.meta), self.sink_buffer_bytes).await?;
+        self.runtime.add_sink(def.id, def.view, resume, feed).await?;
+        Ok(sink)
+    }
+
     /// Tries to start a stored sink every few seconds until it starts or is dropped.
     async fn start_sink_later(engine: std::sync::Weak<Engine>, def: sink::SinkDef) {
         loop {
@@ -342,11 +348,7 @@ impl Engine {
             if !still_waiting {
                 return;
             }
-            let started = match sink::Sink::start(def.clone(), false, Arc::clone(&engine.meta), engine.sink_buffer_bytes).await {
-                Ok((sink, resume, feed)) => engine.runtime.add_sink(def.id, def.view, resume, feed).await.map(|()| sink),
-                Err(e) => Err(e),
-            };
-            match started {
+            match engine.start_stored_sink(&def).await {
                 Ok(sink) => {
                     tracing::info!(sink = %def.name, "the sink started");
                     let waiting = engine.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), sink);

@@ -18,6 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use arrow::array::RecordBatch;
 use eddy_common::{ChangeBatch, Error, Result, SqlState};
 use rskafka::client::partition::{Compression, PartitionClient};
 use rskafka::record::Record;
@@ -164,11 +165,15 @@ impl KafkaSink {
     }
 
     /// The records for an epoch's consolidated changes: per key, its new row (or a delete).
+    /// The key columns and the whole rows of `rows`, each as JSON lines.
+    fn key_and_row_lines(&self, rows: &RecordBatch) -> Result<(Vec<u8>, Vec<u8>)> {
+        let keys = rows.project(&self.key).map_err(|e| Error::internal(format!("kafka sink key: {e}")))?;
+        Ok((json_lines(&keys)?, json_lines(rows)?))
+    }
+
     fn changes(&self, epoch: u64, changes: &ChangeBatch) -> Result<Vec<Keyed>> {
         let rows = changes.rows();
-        let keys = rows.project(&self.key).map_err(|e| Error::internal(format!("kafka sink key: {e}")))?;
-        let key_lines = json_lines(&keys)?;
-        let row_lines = json_lines(rows)?;
+        let (key_lines, row_lines) = self.key_and_row_lines(rows)?;
         let keys: Vec<&[u8]> = split_lines(&key_lines).collect();
         let values: Vec<&[u8]> = split_lines(&row_lines).collect();
         if keys.len() != rows.num_rows() || values.len() != rows.num_rows() {
@@ -203,10 +208,7 @@ impl KafkaSink {
     fn reconcile(&self, epoch: u64, mut current: HashMap<Vec<u8>, Value>, contents: Option<&ChangeBatch>) -> Result<Vec<Keyed>> {
         let mut out = Vec::new();
         if let Some(contents) = contents {
-            let rows = contents.rows();
-            let keys = rows.project(&self.key).map_err(|e| Error::internal(format!("kafka sink key: {e}")))?;
-            let key_lines = json_lines(&keys)?;
-            let row_lines = json_lines(rows)?;
+            let (key_lines, row_lines) = self.key_and_row_lines(contents.rows())?;
             for (key, row) in split_lines(&key_lines).zip(split_lines(&row_lines)) {
                 let wanted: Value = serde_json::from_slice(row).map_err(|e| Error::internal(format!("kafka sink: {e}")))?;
                 let before = current.remove(key);
@@ -352,7 +354,7 @@ fn murmur2(data: &[u8]) -> i32 {
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
