@@ -95,20 +95,28 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let recovering = engine.clone();
     tokio::spawn(async move {
         let started = std::time::Instant::now();
-        let result = async {
-            recovering.restore_views().await?;
-            recovering.start_background();
-            recovering.recovering("starting connectors");
-            recovering.start_connectors().await
-        }
-        .await;
+        let engine = recovering.clone();
+        // Its own task, so that a panic in it is heard here (as a JoinError) and stops the
+        // server with the reason, instead of leaving every session waiting forever.
+        let recovery = tokio::spawn(async move {
+            engine.restore_views().await?;
+            engine.start_background();
+            engine.recovering("starting connectors");
+            engine.start_connectors().await
+        });
+        let result = match recovery.await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(e) if e.is_panic() => Err(eddy_common::panic::panic_error("recovery", e.into_panic().as_ref()).message),
+            Err(e) => Err(format!("recovery stopped: {e}")),
+        };
         match result {
             Ok(()) => {
                 recovering.recovered();
                 tracing::info!(seconds = started.elapsed().as_secs_f64(), "recovered; statements run");
             }
             Err(e) => {
-                let _ = recovery_failed.send(e.to_string());
+                tracing::error!(error = %e, "recovery failed; the server stops");
+                let _ = recovery_failed.send(e);
             }
         }
     });

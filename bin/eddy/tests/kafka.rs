@@ -243,5 +243,5 @@ async fn a_source_is_read_by_each_view_at_its_own_offsets() {
     assert_eq!(err.code().map(|c| c.code()), Some("2BP01"), "{err:?}");
     client.batch_execute("DROP SOURCE clicks CASCADE").await.unwrap();
     assert_eq!(text(rows(&server, "SHOW SOURCES").await), "recent");
-    assert_eq!(text(rows(&server, "SHOW MATERIALIZED VIEWS").await), "since_created");
+    assert_eq!(text(rows(&server, "SELECT name FROM eddy_views").await), "since_created");
 }

@@ -6,6 +6,7 @@
 mod error;
 mod ids;
 pub mod limits;
+pub mod panic;
 
 pub use error::{Error, Result, SqlState};
 pub use ids::{ObjectId, Offset, PartitionId, TxnId};

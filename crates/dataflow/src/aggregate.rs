@@ -25,7 +25,7 @@ use std::hash::BuildHasher;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array, new_empty_array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{can_cast_types, cast, concat};
 use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, SchemaRef};
 use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
@@ -44,6 +44,17 @@ type GroupId = u32;
 
 /// Aggregates whose DataFusion accumulators retract exactly (not FIFO-only like min/max).
 const RETRACTABLE: [&str; 9] = ["count", "sum", "avg", "mean", "var", "var_samp", "var_pop", "stddev", "stddev_pop"];
+
+/// What an aggregate's accumulator is fed per row: its arguments, then the expressions of its
+/// `ORDER BY` (DataFusion's order-sensitive accumulators — `array_agg`, `string_agg`,
+/// `first_value`, the `DISTINCT ON` rewrite — sort by those columns themselves, as they do in
+/// its `AggregateExec`).
+pub(crate) fn arguments(spec: &AggregateCall) -> Vec<Expr> {
+    let f = &spec.function;
+    let mut exprs = f.expressions();
+    exprs.extend(f.order_bys().iter().map(|s| Arc::clone(&s.expr)));
+    exprs
+}
 
 /// How a native `min` / `max` maps its argument to an `i64` with the same order.
 #[derive(Clone, Copy)]
@@ -200,9 +211,7 @@ impl Call {
     fn new(spec: AggregateCall, input: &SchemaRef, append_only: bool) -> Result<Call> {
         let name = spec.function.fun().name().to_lowercase();
         let retractable = RETRACTABLE.contains(&name.as_str()) && !spec.function.is_distinct() && spec.function.order_bys().is_empty();
-        let arg_fields = spec
-            .function
-            .expressions()
+        let arg_fields = arguments(&spec)
             .iter()
             .map(|e| e.return_field(input).map(|f| SortField::new(f.data_type().clone())))
             .collect::<std::result::Result<Vec<_>, _>>();
@@ -257,7 +266,7 @@ impl Call {
 
     /// Folds a batch into the groups: row `i` belongs to group `ids[i]` with weight `diffs[i]`.
     fn absorb(&mut self, rows: &arrow::array::RecordBatch, ids: &[GroupId], diffs: &[i64], runs: Option<&Runs>) -> Result<()> {
-        let args: Vec<ArrayRef> = self.spec.function.expressions().iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
+        let args: Vec<ArrayRef> = arguments(&self.spec).iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
         let mask: Option<BooleanArray> = match &self.spec.filter {
             Some(f) => Some(evaluate(f, rows)?.as_boolean_opt().cloned().ok_or_else(|| Error::internal("FILTER is not boolean"))?),
             None => None,
@@ -480,13 +489,22 @@ impl Call {
                 out.push((format!("c{i}"), checkpoint::binary(encoded.iter().map(Vec::as_slice))));
             }
             CallState::Generic(states) => {
-                let fields = self.spec.function.state_fields().map_err(eval_error)?;
                 let mut multisets: Vec<Vec<u8>> = Vec::new();
-                let mut scalars: Vec<Vec<ScalarValue>> = vec![Vec::with_capacity(groups.len()); fields.len()];
-                for g in groups {
+                // An accumulator's state is as wide as its own `state()` says: a sliding
+                // accumulator keeps more than `state_fields` declares (sum of decimals: the
+                // sum and a count), so the width comes from the values, never the fields.
+                let mut scalars: Vec<Vec<ScalarValue>> = Vec::new();
+                for (k, g) in groups.iter().enumerate() {
                     match states.get_mut(at(g)).and_then(Option::as_mut).ok_or_else(|| Error::internal("a group without its aggregate state"))? {
                         AggState::Retractable(acc) | AggState::InsertOnly(acc) => {
-                            for (column, value) in scalars.iter_mut().zip(acc.state().map_err(eval_error)?) {
+                            let state = acc.state().map_err(eval_error)?;
+                            if k == 0 {
+                                scalars = vec![Vec::with_capacity(groups.len()); state.len()];
+                            }
+                            if state.len() != scalars.len() {
+                                return Err(Error::internal("accumulators of one aggregate keep states of different widths"));
+                            }
+                            for (column, value) in scalars.iter_mut().zip(state) {
                                 column.push(value);
                             }
                         }
@@ -501,9 +519,8 @@ impl Call {
                 if !accumulates {
                     out.push((format!("c{i}"), checkpoint::binary(multisets.iter().map(Vec::as_slice))));
                 } else {
-                    for (j, (column, field)) in scalars.into_iter().zip(&fields).enumerate() {
-                        let array = if column.is_empty() { new_empty_array(field.data_type()) } else { ScalarValue::iter_to_array(column).map_err(eval_error)? };
-                        out.push((format!("c{i}_s{j}"), array));
+                    for (j, column) in scalars.into_iter().enumerate() {
+                        out.push((format!("c{i}_s{j}"), ScalarValue::iter_to_array(column).map_err(eval_error)?));
                     }
                 }
             }
@@ -561,8 +578,12 @@ impl Call {
                 }
             }
             CallState::Generic(states) if accumulates => {
-                let fields = self.spec.function.state_fields().map_err(eval_error)?;
-                let columns = (0..fields.len()).map(|j| checkpoint::column(batch, &format!("c{i}_s{j}")).cloned()).collect::<Result<Vec<_>>>()?;
+                // As many state columns as `save` wrote (none when it saved no group).
+                let width = (0..).take_while(|j| batch.schema().column_with_name(&format!("c{i}_s{j}")).is_some()).count();
+                if width == 0 && !groups.is_empty() {
+                    return Err(Error::new(eddy_common::SqlState::DATA_CORRUPTED, format!("the checkpoint holds no state for aggregate {}", self.spec.function.name())));
+                }
+                let columns = (0..width).map(|j| checkpoint::column(batch, &format!("c{i}_s{j}")).cloned()).collect::<Result<Vec<_>>>()?;
                 for (k, g) in groups.iter().enumerate() {
                     let acc = match states.get_mut(at(g)).and_then(Option::as_mut) {
                         Some(AggState::Retractable(acc) | AggState::InsertOnly(acc)) => acc,

@@ -12,6 +12,7 @@ mod catalog;
 mod checkpoint;
 mod copy;
 mod ingest;
+mod recovery;
 mod retention;
 mod session;
 mod sink;
@@ -155,7 +156,7 @@ pub struct Engine {
     write_lock: Arc<Mutex<()>>,
     /// `Some(what is happening)` while the server recovers (statements wait for it); `None`
     /// once it may run them.
-    recovery: tokio::sync::watch::Sender<Option<String>>,
+    recovery: tokio::sync::watch::Sender<Option<recovery::RecoveryStep>>,
     /// Bytes of changes each sink may have waiting ([`sink::SinkFeed`]).
     sink_buffer_bytes: usize,
 }
@@ -481,8 +482,15 @@ impl Engine {
         drop(guard);
         let result = done.await.map_err(|_| Error::internal("the view runtime stopped"))?;
         if let Err(e) = result {
-            // A view that cannot be built is not kept.
-            let _ = self.drop_objects(&[name], true, true, ObjectKind::MaterializedView).await;
+            if is_new {
+                // A new view that cannot be built is not kept.
+                let _ = self.drop_objects(&[name], true, true, ObjectKind::MaterializedView).await;
+            } else {
+                // A stored one keeps its catalog entry: recovery marks it failed.
+                self.stop_readers(id);
+                self.views.write().unwrap_or_else(|p| p.into_inner()).remove(&name);
+                let _ = self.runtime.drop_view(id);
+            }
             return Err(e);
         }
         let sources_read = caught_up.len();
@@ -553,118 +561,6 @@ impl Engine {
         Ok(out)
     }
 
-    /// Start-up: restores the views stored in the catalog. Views in the newest checkpoint get
-    /// their state from it and read the logs on from the offsets it recorded; the others (and
-    /// every view after the first that cannot be restored so, which may read it) are planned
-    /// again and backfilled from the start of the logs.
-    pub async fn restore_views(self: &Arc<Self>) -> Result<()> {
-        let defs = std::mem::take(&mut *self.stored_views.lock().unwrap_or_else(|p| p.into_inner()));
-        if defs.is_empty() {
-            return Ok(());
-        }
-        let info = eddy_sql::SessionInfo { database: "eddy".into(), user: "eddy".into(), version: version_string(), backend_pid: 0 };
-        let mut session = Session::new(Arc::clone(self), &info)?;
-        let started = std::time::Instant::now();
-        let restored = match checkpoint::load_latest(&self.data_dir, &self.meta) {
-            Ok(Some(r)) if r.workers == self.workers.count() => Some(r),
-            Ok(Some(r)) => {
-                tracing::warn!(checkpoint_workers = r.workers, workers = self.workers.count(), "the checkpoint was taken with another number of workers: views are rebuilt from the log");
-                None
-            }
-            Ok(None) => None,
-            Err(e) => {
-                tracing::error!(error = %e, "the checkpoint cannot be read: views are rebuilt from the log");
-                None
-            }
-        };
-        let mut rest = defs.as_slice();
-        if let Some(mut restored) = restored {
-            // The prefix of views (in creation order) that the checkpoint holds and that read
-            // no source keeping per-reader state (an upsert source's reader is not saved).
-            let restorable = defs
-                .iter()
-                .take_while(|d| {
-                    restored.views.contains_key(&d.id) && d.dependencies.iter().all(|s| self.source_by_id(*s).is_none_or(|src| src.def.append_only))
-                })
-                .count();
-            let (from_checkpoint, later) = defs.split_at(restorable);
-            rest = later;
-            // Every view that reads a table has read every partition of it to the same place:
-            // the checkpoint's (a partition it has read nothing of: offset 0).
-            let mut replay: BTreeMap<(ObjectId, u32), u64> = BTreeMap::new();
-            for def in from_checkpoint {
-                let committed = &restored.views[&def.id].committed;
-                for table in def.dependencies.iter().filter_map(|d| self.table_by_id(*d)) {
-                    for partition in 0..table.def.partitions {
-                        let offset = committed.iter().find(|(o, p, _)| *o == table.def.id && *p == partition).map_or(0, |(_, _, n)| *n);
-                        if *replay.entry((table.def.id, partition)).or_insert(offset) != offset {
-                            return Err(Error::new(SqlState::DATA_CORRUPTED, format!("checkpoint {}: views read table {} to different offsets", restored.epoch, table.def.name)));
-                        }
-                    }
-                }
-            }
-            tracing::info!(epoch = restored.epoch, views = from_checkpoint.len(), "restoring views from the checkpoint");
-            self.recovering(format!("restoring {} materialized views from checkpoint {}", from_checkpoint.len(), restored.epoch));
-            self.runtime.restore_clocks(restored.epoch, std::mem::take(&mut restored.clocks))?;
-            for def in from_checkpoint {
-                let state = restored.views.remove(&def.id).ok_or_else(|| Error::internal("a restored view vanished"))?;
-                let plan = session.plan_stored_view(def).await.map_err(|e| Error::new(e.state, format!("restoring materialized view \"{}\": {}", def.name, e.message)))?;
-                self.restore_view(def, plan, state).await?;
-            }
-            // Sinks of the restored views wait through the replay (or replace their tables).
-            let restored_ids: Vec<ObjectId> = from_checkpoint.iter().map(|d| d.id).collect();
-            self.start_stored_sinks(|view| restored_ids.contains(&view)).await?;
-            self.replay_tables(&replay).await?;
-            self.flush().await?;
-            tracing::info!(epoch = restored.epoch, seconds = started.elapsed().as_secs_f64(), "views restored from the checkpoint");
-        }
-        for (i, def) in rest.iter().enumerate() {
-            self.recovering(format!("rebuilding materialized view \"{}\" from the log ({} of {})", def.name, i + 1, rest.len()));
-            session.restore_view(def).await.map_err(|e| {
-                Error::new(e.state, format!("restoring materialized view \"{}\": {}", def.name, e.message))
-            })?;
-            tracing::info!(view = %def.name, "materialized view restored");
-        }
-        self.start_stored_sinks(|_| true).await
-    }
-
-    /// Marks the server as recovering (`what`: the step it is at): statements wait until
-    /// [`Engine::recovered`], with NOTICEs of each step.
-    pub fn recovering(&self, what: impl Into<String>) {
-        self.recovery.send_replace(Some(what.into()));
-    }
-
-    /// Lets statements run.
-    pub fn recovered(&self) {
-        self.recovery.send_replace(None);
-    }
-
-    /// Waits until the server has recovered, telling `notices` each step it waits through.
-    pub(crate) async fn wait_recovered(&self, notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>) {
-        let mut state = self.recovery.subscribe();
-        let mut waited: Option<std::time::Instant> = None;
-        loop {
-            let step = state.borrow_and_update().clone();
-            match step {
-                None => {
-                    if let (Some(started), Some(notices)) = (waited, notices) {
-                        let _ = notices.send(format!("recovery finished after {:.1} s", started.elapsed().as_secs_f64()));
-                    }
-                    return;
-                }
-                Some(step) => {
-                    waited.get_or_insert_with(std::time::Instant::now);
-                    if let Some(notices) = notices {
-                        let _ = notices.send(format!("waiting for recovery: {step}"));
-                    }
-                }
-            }
-            if state.changed().await.is_err() {
-                return;
-            }
-        }
-    }
-
     /// Applies tables' retention every [`retention::RETENTION_INTERVAL`] from now on.
     pub fn start_background(self: &Arc<Self>) {
         let engine = Arc::downgrade(self);
@@ -679,53 +575,6 @@ impl Engine {
                 }
             }
         });
-    }
-
-    /// Registers a view with the state a checkpoint saved; its source readers start where the
-    /// view had read to.
-    async fn restore_view(self: &Arc<Self>, def: &ViewDef, plan: eddy_sql::ViewPlan, state: checkpoint::ViewState) -> Result<()> {
-        let sources = plan.node.sources();
-        let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
-        for (source, watermark) in &state.watermarks {
-            event_time.advance(*source, *watermark);
-        }
-        let mut dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
-        eddy_dataflow::checkpoint::load(dataflow.as_mut(), state.parts)
-            .map_err(|e| Error::new(e.state, format!("restoring materialized view \"{}\" from the checkpoint: {}", def.name, e.message)))?;
-        let committed: HashMap<(ObjectId, u32), u64> = state.committed.iter().map(|(o, p, n)| ((*o, *p), *n)).collect();
-        let readers = self.new_readers(def.id, &sources, Some(&committed))?;
-        let view = Arc::new(View { def: def.clone(), schema: plan.schema, watermark: plan.watermark });
-        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), Arc::clone(&view));
-        let done = self.runtime.restore_view(view, dataflow, event_time, sources, state.contents, committed)?;
-        done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
-        self.start_readers(readers);
-        Ok(())
-    }
-
-    /// Recovery: sends the views what the tables' logs hold past the checkpoint's offsets, in
-    /// commit order, as if it arrived now.
-    async fn replay_tables(self: &Arc<Self>, from: &BTreeMap<(ObjectId, u32), u64>) -> Result<()> {
-        let mut records: Vec<(u64, Arc<Table>, u32, Vec<ChangeBatch>)> = Vec::new();
-        for ((object, partition), offset) in from {
-            let Some(table) = self.table_by_id(*object) else { continue };
-            self.log.scan(*object, PartitionId(*partition), Offset(*offset), |_, record| {
-                records.push((record.txn_id.0, Arc::clone(&table), *partition, decode_changes(&record.payload, &table.schema)?));
-                Ok(())
-            })?;
-        }
-        records.sort_by_key(|(txn, table, p, _)| (*txn, table.def.id, *p));
-        let rows: usize = records.iter().flat_map(|r| r.3.iter()).map(ChangeBatch::len).sum();
-        tracing::info!(records = records.len(), rows, "replaying the logs past the checkpoint");
-        self.recovering(format!("replaying {} records ({rows} rows) of the logs past the checkpoint", records.len()));
-        let engine = Arc::clone(self);
-        tokio::task::spawn_blocking(move || -> Result<()> {
-            for (_, table, partition, batches) in records {
-                engine.runtime.changes(table.def.id, partition, table.clock, batches, None)?;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(|e| Error::internal(format!("replaying the logs: {e}")))?
     }
 
     pub(crate) async fn lock_writes(&self) -> WriteGuard {

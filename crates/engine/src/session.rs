@@ -169,8 +169,8 @@ impl Session {
             Statement::DeclareSubscribeCursor { cursor, subscribe } => self.declare_subscribe(cursor, subscribe).await,
             Statement::Fetch { cursor, count, timeout_ms } => self.fetch(cursor, *count, *timeout_ms).await,
             Statement::ShowMaterializedViews => {
-                let names = self.engine.view_names();
-                rows_of_text(&["name"], names.into_iter().map(|n| vec![n]).collect())
+                let rows = self.engine.view_statuses().into_iter().map(|(name, status, error)| vec![name, status.to_owned(), error.unwrap_or_default()]).collect();
+                rows_of_text(&["name", "status", "error"], rows)
             }
             Statement::ShowCreateMaterializedView(name) => {
                 let name = object_name(name)?;
@@ -388,7 +388,8 @@ impl Session {
                     .ok_or_else(|| Error::new(SqlState::INVALID_CURSOR_NAME, format!("cursor \"{cursor}\" does not exist")))?;
                 return Ok(rows(Arc::clone(&cursor.schema)));
             }
-            Statement::ShowMaterializedViews | Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
+            Statement::ShowMaterializedViews => return Ok(rows(text_schema(&["name", "status", "error"]))),
+            Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
             Statement::ShowSinks => return Ok(rows(text_schema(&["name", "from", "connector", "target", "committed_epoch", "rows", "error"]))),
             Statement::ShowCreateMaterializedView(_) | Statement::ShowCreateSource(_) | Statement::ShowCreateSink(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
             Statement::CreateMaterializedView { .. }
@@ -1124,6 +1125,10 @@ impl CatalogSource for SessionCatalog {
         });
         let watermark = table.def.watermark.as_ref().map(|w| w.column.clone());
         Some(Arc::new(SnapshotTable { id: table.def.id, kind: "BASE TABLE", schema: Arc::clone(&table.schema), snapshot: Some(snapshot), watermark, append_only: table.def.append_only }))
+    }
+
+    fn failure(&self, name: &str) -> Option<Error> {
+        self.engine.view_failure(&*self.engine.view(name)?)
     }
 
     fn table_names(&self) -> Vec<String> {

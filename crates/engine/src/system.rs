@@ -1,6 +1,6 @@
-//! Eddy's own system tables, computed when a query reads them: `eddy_operators`,
-//! `eddy_watermarks`, `eddy_late_events`, `eddy_source_offsets`, `eddy_dead_letters` and
-//! `eddy_checkpoints`
+//! Eddy's own system tables, computed when a query reads them: `eddy_views`,
+//! `eddy_operators`, `eddy_watermarks`, `eddy_late_events`, `eddy_source_offsets`,
+//! `eddy_dead_letters` and `eddy_checkpoints`
 //! (SQL.md, "System catalogs"). A user table or view of the same name hides them.
 
 use std::sync::Arc;
@@ -17,6 +17,7 @@ pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<Recor
         return None;
     }
     let built = match name {
+        "eddy_views" => views(engine),
         "eddy_operators" => operators(engine),
         "eddy_watermarks" => watermarks(engine),
         "eddy_late_events" => late_events(engine),
@@ -36,6 +37,7 @@ pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<Recor
 
 fn empty_schema(name: &str) -> SchemaRef {
     match name {
+        "eddy_views" => views_schema(),
         "eddy_operators" => operators_schema(),
         "eddy_watermarks" => watermarks_schema(),
         "eddy_source_offsets" => source_offsets_schema(),
@@ -52,6 +54,26 @@ fn batch(name: &str, schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<(Schem
 
 fn timestamp(nullable: bool, name: &str) -> Field {
     Field::new(name, DataType::Timestamp(TimeUnit::Microsecond, None), nullable)
+}
+
+fn views_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("status", DataType::Utf8, false),
+        Field::new("error", DataType::Utf8, true),
+    ]))
+}
+
+/// Every materialized view: `running`, or `failed` with why (it stopped updating, or could not
+/// be restored at start-up).
+fn views(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
+    let rows = engine.view_statuses();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|(name, _, _)| name))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, status, _)| status))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|(_, _, error)| error.as_deref()))),
+    ];
+    batch("eddy_views", views_schema(), columns)
 }
 
 fn operators_schema() -> SchemaRef {

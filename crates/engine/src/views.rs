@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use eddy_common::panic::catch_panic;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
 use eddy_dataflow::{EventTime, Operator};
 use tokio::sync::oneshot;
@@ -44,6 +45,14 @@ pub type Snapshots = Arc<HashMap<ObjectId, Arc<Vec<RecordBatch>>>>;
 
 /// What readers see: the last snapshots built, and whether an epoch has changed some view
 /// since (then a reader asks the runtime to build them again).
+/// Views that failed and why, by id ([`ViewRuntime::failures`]).
+pub type ViewFailures = Arc<RwLock<BTreeMap<ObjectId, Error>>>;
+
+/// Whether view `id` failed.
+fn is_failed(failures: &ViewFailures, id: ObjectId) -> bool {
+    failures.read().unwrap_or_else(|p| p.into_inner()).contains_key(&id)
+}
+
 struct Published {
     snapshots: Snapshots,
     stale: bool,
@@ -251,6 +260,9 @@ enum Message {
     Wake,
     /// Ends the epoch and checkpoints (`CHECKPOINT`); answered once the checkpoint is committed.
     Checkpoint { reply: oneshot::Sender<Result<u64>> },
+    /// Recovery is over: periodic checkpoints may start (one taken earlier would lack the views
+    /// still being restored).
+    Recovered,
     /// Recovery: the epoch to go on from and the streams' watermarks.
     RestoreClocks { epoch: u64, clocks: Vec<ClockState> },
     /// Starts handing a view's epochs to a sink; `resume` is what the sink last committed
@@ -286,6 +298,7 @@ pub struct ViewRuntime {
     requests: Arc<SnapshotRequests>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     budget: Arc<tokio::sync::Semaphore>,
+    failures: ViewFailures,
 }
 
 impl ViewRuntime {
@@ -295,19 +308,21 @@ impl ViewRuntime {
         let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
         let published = Arc::new(RwLock::new(Published { snapshots: Arc::new(HashMap::new()), stale: false }));
         let requests = Arc::new(SnapshotRequests::default());
+        let failures = ViewFailures::default();
         let state = RuntimeState {
             views: Vec::new(),
             epoch: 0,
             published: Arc::clone(&published),
             requests: Arc::clone(&requests),
             dirty: false,
-            failures: BTreeMap::new(),
+            failures: Arc::clone(&failures),
             subscribers: Vec::new(),
             clocks: HashMap::new(),
             late: Vec::new(),
             failed: Vec::new(),
             checkpoints,
             last_checkpoint: Instant::now(),
+            recovered: false,
             changed_since_checkpoint: false,
             restored_clocks: HashMap::new(),
             sinks: Vec::new(),
@@ -317,7 +332,7 @@ impl ViewRuntime {
             .spawn(move || state.run(&rx))
             .map_err(|e| Error::io("start the view runtime", e))?;
         let budget = Arc::new(tokio::sync::Semaphore::new(RUNTIME_QUEUE_KIB as usize));
-        Ok(ViewRuntime { queue: Mutex::new(Some(tx)), published, requests, thread: Mutex::new(Some(thread)), budget })
+        Ok(ViewRuntime { queue: Mutex::new(Some(tx)), published, requests, thread: Mutex::new(Some(thread)), budget, failures })
     }
 
     fn send(&self, message: Message) -> Result<()> {
@@ -350,6 +365,17 @@ impl ViewRuntime {
     /// Every late row the views dropped (`eddy_late_events`).
     pub fn late_events(&self) -> Result<Vec<LateRecord>> {
         self.ask(|reply| Message::LateEvents { reply })
+    }
+
+    /// Views that failed, with why: their dataflow failed (they stopped updating), or they
+    /// could not be restored at start-up. Shared with the engine, which reads and adds to it.
+    pub fn failures(&self) -> ViewFailures {
+        Arc::clone(&self.failures)
+    }
+
+    /// Lets periodic checkpoints start: every stored view is restored or marked failed.
+    pub fn recovered(&self) -> Result<()> {
+        self.send(Message::Recovered)
     }
 
     /// Every row a view could not evaluate (`eddy_dead_letters`).
@@ -526,8 +552,8 @@ struct RuntimeState {
     published: Arc<RwLock<Published>>,
     requests: Arc<SnapshotRequests>,
     dirty: bool,
-    /// Views whose dataflow failed (they stop updating); reported by every FLUSH until dropped.
-    failures: BTreeMap<ObjectId, Error>,
+    /// Views that failed (they stop updating); reported by every FLUSH until dropped.
+    failures: ViewFailures,
     subscribers: Vec<Subscriber>,
     /// Watermark of every stream that sent changes; a source's per view reading it.
     clocks: HashMap<ClockKey, StreamClock>,
@@ -535,6 +561,8 @@ struct RuntimeState {
     failed: Vec<FailedRow>,
     checkpoints: Option<Checkpoints>,
     last_checkpoint: Instant,
+    /// Every stored view is restored (or marked failed): periodic checkpoints may run.
+    recovered: bool,
     /// Some epoch changed a view since the last checkpoint.
     changed_since_checkpoint: bool,
     /// Streams' watermarks from a checkpoint, taken up by their clocks when they start.
@@ -572,7 +600,7 @@ impl RuntimeState {
                 self.feed_sinks(&HashMap::new());
             }
             let due = self.checkpoints.as_ref().and_then(|c| c.interval).is_some_and(|i| self.last_checkpoint.elapsed() >= i);
-            if due && self.changed_since_checkpoint && !self.dirty {
+            if due && self.recovered && self.changed_since_checkpoint && !self.dirty {
                 self.checkpoint(None);
             }
         }
@@ -594,13 +622,15 @@ impl RuntimeState {
         let mut views = Vec::new();
         for entry in self.views.iter_mut().filter(|e| !e.view.def.sql.is_empty()) {
             let id = entry.view.def.id;
-            if self.failures.contains_key(&id) {
+            if is_failed(&self.failures, id) {
+                // Its state stopped at the failure; the next start rebuilds it from the log.
+                tracing::warn!(view = %entry.view.def.name, "the checkpoint leaves out a failed view: a restart rebuilds it from the log");
                 continue;
             }
             let state = (|| -> Result<ViewState> {
                 Ok(ViewState {
                     id,
-                    parts: eddy_dataflow::checkpoint::save(entry.dataflow.as_mut())?,
+                    parts: catch_panic("saving a view's state", || eddy_dataflow::checkpoint::save(entry.dataflow.as_mut()))?,
                     contents: entry.contents.snapshot()?.as_ref().clone(),
                     committed: entry.committed.iter().map(|((o, p), n)| (*o, *p, *n)).collect(),
                     watermarks: entry.event_time.watermarks(),
@@ -646,7 +676,7 @@ impl RuntimeState {
         let epoch = self.epoch;
         for sink in &mut self.sinks {
             let Some(entry) = self.views.iter_mut().find(|e| e.view.def.id == sink.view) else { continue };
-            if self.failures.contains_key(&sink.view) {
+            if is_failed(&self.failures, sink.view) {
                 continue;
             }
             let read = entry.committed_offsets();
@@ -742,12 +772,13 @@ impl RuntimeState {
                 self.clocks.retain(|(object, reader), _| *object != id && *reader != Some(id));
                 let views = &self.views;
                 self.subscribers.retain(|s| views.iter().any(|v| v.view.def.id == s.view));
-                self.failures.remove(&id);
+                self.failures.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 self.mark_stale();
             }
             Message::LateEvents { reply } => {
                 let _ = reply.send(self.late.clone());
             }
+            Message::Recovered => self.recovered = true,
             Message::DeadLetters { reply } => {
                 let _ = reply.send(self.failed.clone());
             }
@@ -813,9 +844,9 @@ impl RuntimeState {
             Message::Flush { reply } => {
                 let result = self.end_epoch();
                 *last_epoch = Instant::now();
-                let result = match (self.failures.iter().next(), result) {
-                    (Some((id, e)), _) => Err(Error::new(e.state, format!("materialized view {} failed: {}", self.name_of(*id), e.message))
-                        .with_hint("the view stopped updating; drop it (and fix its query) to go on")),
+                let first_failure = self.failures.read().unwrap_or_else(|p| p.into_inner()).iter().next().map(|(id, e)| (*id, e.clone()));
+                let result = match (first_failure, result) {
+                    (Some((_, e)), _) => Err(e.with_hint("the view stopped updating; drop it (and fix its query) to go on")),
                     (None, r) => r.map(|_| self.epoch),
                 };
                 let _ = reply.send(result);
@@ -829,7 +860,8 @@ impl RuntimeState {
 
     fn fail(&mut self, view: ObjectId, error: Error) {
         tracing::error!(view = %self.name_of(view), error = %error, "a view's dataflow failed; it stops updating");
-        self.failures.entry(view).or_insert(error);
+        let error = Error::new(error.state, format!("materialized view {} failed: {}", self.name_of(view), error.message));
+        self.failures.write().unwrap_or_else(|p| p.into_inner()).entry(view).or_insert(error);
     }
 
     /// Feeds a table's or view's changes to every view reading it (a source's to the one view
@@ -839,11 +871,11 @@ impl RuntimeState {
     fn push(&mut self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: &[ChangeBatch], reader: Option<ObjectId>) {
         let mut failed = Vec::new();
         for entry in self.views.iter_mut().filter(|e| receives(e, object, reader)) {
-            if self.failures.contains_key(&entry.view.def.id) {
+            if is_failed(&self.failures, entry.view.def.id) {
                 continue;
             }
             for batch in batches {
-                match entry.dataflow.push(object, batch) {
+                match catch_panic("a view's operators", || entry.dataflow.push(object, batch)) {
                     Ok(out) => entry.pending.extend(out),
                     Err(e) => {
                         failed.push((entry.view.def.id, e));
@@ -1020,7 +1052,7 @@ impl RuntimeState {
         commits.sort_by_key(|(txn, object, p, _)| (*txn, *object, *p));
         for (_, object, partition, batches) in commits {
             for batch in batches {
-                pending.extend(dataflow.push(object, batch)?);
+                pending.extend(catch_panic("a view's operators", || dataflow.push(object, batch))?);
                 done += batch.len();
                 since_epoch += batch.len();
             }
@@ -1031,7 +1063,7 @@ impl RuntimeState {
             }
             if since_epoch >= BACKFILL_EPOCH_ROWS {
                 since_epoch = 0;
-                pending.extend(dataflow.end_epoch()?);
+                pending.extend(catch_panic("a view's operators", || dataflow.end_epoch())?);
             }
             // Readers of the other views need not wait for a long backfill: their contents
             // stay as of the epoch ended above until it is done.
@@ -1121,7 +1153,7 @@ impl RuntimeState {
                 .filter_map(|s| self.views[..i].iter().find(|e| e.view.def.id == *s).and_then(|e| Some((*s, e.watermark()?))))
                 .collect();
             let entry = &mut self.views[i];
-            if self.failures.contains_key(&entry.view.def.id) {
+            if is_failed(&self.failures, entry.view.def.id) {
                 entry.pending.clear();
                 continue;
             }
@@ -1130,14 +1162,14 @@ impl RuntimeState {
                 for source in entry.sources.clone() {
                     if let Some(upstream) = outputs.get(&source) {
                         for batch in upstream {
-                            out.extend(entry.dataflow.push(source, batch)?);
+                            out.extend(catch_panic("a view's operators", || entry.dataflow.push(source, batch))?);
                         }
                     }
                 }
                 for (source, watermark) in &upstream {
                     entry.event_time.advance(*source, *watermark);
                 }
-                out.extend(entry.dataflow.end_epoch()?);
+                out.extend(catch_panic("a view's operators", || entry.dataflow.end_epoch())?);
                 entry.contents.check_view_output(&out)?;
                 Ok(out)
             })();

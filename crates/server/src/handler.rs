@@ -222,14 +222,10 @@ async fn run_guarded(session: &mut Session, parsed: &Parsed, params: &[ArrayRef]
     match AssertUnwindSafe(session.execute(&parsed.statement, params)).catch_unwind().instrument(span).await {
         Ok(result) => result,
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            tracing::error!(panic = %what, "statement panicked");
+            let error = eddy_common::panic::panic_error("statement", panic.as_ref());
+            tracing::error!(error = %error, "statement panicked");
             session.fail_transaction();
-            Err(Error::internal(format!("statement panicked: {what}")))
+            Err(error)
         }
     }
 }
@@ -688,7 +684,7 @@ impl CopyHandler for Conn {
             let mut session = slot.session.lock().await;
             match AssertUnwindSafe(session.copy_in(&copy, &data)).catch_unwind().await {
                 Ok(r) => r,
-                Err(_) => Err(Error::internal("COPY panicked")),
+                Err(panic) => Err(eddy_common::panic::panic_error("COPY", panic.as_ref())),
             }
         };
         match result {

@@ -14,6 +14,7 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
+use eddy_common::Error;
 
 /// A table as the planner sees it: a schema and a consistent snapshot of its rows.
 pub trait TableSource: Send + Sync + fmt::Debug {
@@ -44,6 +45,11 @@ pub trait CatalogSource: Send + Sync + fmt::Debug {
     /// `name` is already normalized (lowercase unless quoted).
     fn table(&self, name: &str) -> Option<Arc<dyn TableSource>>;
     fn table_names(&self) -> Vec<String>;
+    /// Why `name` cannot be read, when it exists but cannot answer (a materialized view that
+    /// failed): a query naming it fails with this error instead of reading stale rows.
+    fn failure(&self, _name: &str) -> Option<Error> {
+        None
+    }
 }
 
 #[derive(Debug)]
@@ -58,6 +64,9 @@ impl SchemaProvider for SchemaBridge {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if let Some(e) = self.source.failure(name) {
+            return Err(datafusion::error::DataFusionError::External(Box::new(e)));
+        }
         Ok(self.source.table(name).map(|t| Arc::new(TableBridge::new(t)) as Arc<dyn TableProvider>))
     }
 

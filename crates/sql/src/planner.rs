@@ -205,7 +205,9 @@ impl SessionPlanner {
             sessions: std::cell::Cell::new(false),
         };
         let mut node = lowering.lower(&optimized)?;
-        if !lowering.sessions.get() && lowering.trace_sessions_anywhere(&optimized) {
+        // The unoptimized plan too: the optimizer drops a SESSION whose bounds nothing reads,
+        // which would silently turn sessions per key into one group per key.
+        if !lowering.sessions.get() && (lowering.trace_sessions_anywhere(&optimized) || lowering.trace_sessions_anywhere(&plan)) {
             return Err(Error::unsupported("SESSION windows need GROUP BY window_start or window_end (sessions are per group key)"));
         }
         if options.emit_on_close && !lowering.windowed.get() {

@@ -203,6 +203,18 @@ impl EddyProcess {
         Ok(())
     }
 
+    /// Stops this process (SIGTERM, or SIGKILL when `crash`) and starts a new one on the same
+    /// data directory in its place (it keeps owning a temporary one).
+    pub fn restart_in_place(&mut self, crash: bool) -> Result<()> {
+        if crash { self.kill()? } else { self.stop()? }
+        let next = EddyProcess::start_args(&self.binary, &self.data_dir, &self.args)?;
+        let owned = self._owned_dir.take();
+        let old = std::mem::replace(self, next);
+        drop(old);
+        self._owned_dir = owned;
+        Ok(())
+    }
+
     /// Starts a new process on the same data directory.
     pub fn restart(&self) -> Result<Self> {
         EddyProcess::start_args(&self.binary, &self.data_dir, &self.args)
@@ -226,19 +238,38 @@ impl Drop for EddyProcess {
     }
 }
 
-/// sqllogictest's view of a connection.
+/// sqllogictest's view of a connection. Two statements are the runner's own, not SQL:
+/// `RESTART` stops the server cleanly (SIGTERM) and starts it again on the same data, and
+/// `CRASH` does so with SIGKILL; the connection then reconnects (and its next statement waits
+/// for recovery). A file checks its views again after them: the answer must not change.
 pub struct Connection {
     client: Client,
+    server: std::sync::Arc<tokio::sync::Mutex<EddyProcess>>,
+}
+
+async fn connect_client(connection_string: &str) -> Result<Client, DbError> {
+    let (client, connection) = tokio_postgres::connect(connection_string, NoTls).await.map_err(DbError::Postgres)?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
 }
 
 #[derive(Debug)]
-pub struct DbError(tokio_postgres::Error);
+pub enum DbError {
+    Postgres(tokio_postgres::Error),
+    /// `RESTART` / `CRASH` could not restart the server.
+    Restart(String),
+}
 
 impl std::fmt::Display for DbError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.as_db_error() {
-            Some(db) => write!(f, "{}", db.message()),
-            None => write!(f, "{}", self.0),
+        match self {
+            DbError::Postgres(e) => match e.as_db_error() {
+                Some(db) => write!(f, "{}", db.message()),
+                None => write!(f, "{e}"),
+            },
+            DbError::Restart(e) => write!(f, "restarting the server: {e}"),
         }
     }
 }
@@ -251,7 +282,14 @@ impl AsyncDB for Connection {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
-        let messages = self.client.simple_query(sql).await.map_err(DbError)?;
+        let command = sql.trim().trim_end_matches(';').trim();
+        if command == "RESTART" || command == "CRASH" {
+            let mut server = self.server.lock().await;
+            server.restart_in_place(command == "CRASH").map_err(|e| DbError::Restart(format!("{e:#}")))?;
+            self.client = connect_client(&server.connection_string()).await?;
+            return Ok(DBOutput::StatementComplete(0));
+        }
+        let messages = self.client.simple_query(sql).await.map_err(DbError::Postgres)?;
         let mut rows = Vec::new();
         let mut columns = None;
         let mut affected = 0;
@@ -287,7 +325,10 @@ impl AsyncDB for Connection {
     }
 
     fn error_sql_state(err: &Self::Error) -> Option<String> {
-        err.0.code().map(|c| c.code().to_owned())
+        match err {
+            DbError::Postgres(e) => e.code().map(|c| c.code().to_owned()),
+            DbError::Restart(_) => None,
+        }
     }
 }
 
@@ -297,19 +338,18 @@ pub const TEST_WORKERS: u32 = 2;
 
 /// Runs one `.slt` file against a fresh server with its own data directory.
 pub async fn run_slt_file(binary: &Path, file: &Path) -> Result<()> {
-    let server = EddyProcess::start_fresh_with(binary, Some(TEST_WORKERS))?;
-    let connection_string = server.connection_string();
+    let server = std::sync::Arc::new(tokio::sync::Mutex::new(EddyProcess::start_fresh_with(binary, Some(TEST_WORKERS))?));
+    let shared = std::sync::Arc::clone(&server);
     let mut runner = sqllogictest::Runner::new(move || {
-        let connection_string = connection_string.clone();
+        let server = std::sync::Arc::clone(&shared);
         async move {
-            let (client, connection) = tokio_postgres::connect(&connection_string, NoTls).await.map_err(DbError)?;
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            Ok::<_, DbError>(Connection { client })
+            let connection_string = server.lock().await.connection_string();
+            let client = connect_client(&connection_string).await?;
+            Ok::<_, DbError>(Connection { client, server })
         }
     });
     runner.run_file_async(file).await.map_err(|e| anyhow!("{}", e.display(true)))?;
+    drop(runner);
     drop(server);
     Ok(())
 }

@@ -1,0 +1,280 @@
+//! Start-up recovery: every stored materialized view comes back, from the newest checkpoint or
+//! rebuilt from the logs, and sessions wait (with a NOTICE per step) until it is done.
+//!
+//! Invariants: recovery never hangs and never loses a view silently. A view whose restore from
+//! the checkpoint fails — an error or a panic — is rebuilt from its inputs' logs instead (with
+//! a WARN naming the cause), and so is every view after it in creation order (they may read
+//! it). A view that cannot be rebuilt either is marked failed: it keeps its catalog entry,
+//! `SHOW MATERIALIZED VIEWS` and `eddy_views` show its error, a query of it fails with that
+//! error, and every other object serves. Periodic checkpoints start only once recovery is over,
+//! so no checkpoint lacks a view that was still being restored.
+
+use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::datatypes::Schema;
+use eddy_common::panic::{catch_panic, panic_error};
+use eddy_common::{ChangeBatch, Error, ObjectId, Offset, PartitionId, Result, SqlState};
+use eddy_storage::log::decode_changes;
+use futures::FutureExt;
+
+use crate::catalog::ViewDef;
+use crate::session::Session;
+use crate::views::View;
+use crate::{Engine, Table, checkpoint};
+
+/// How long one recovery step may run before sessions waiting on it are told it is still
+/// running (and the log says which step), and again every time this passes.
+const RECOVERY_STEP_REPORT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// What a waiting session is told: the step, and since when it runs.
+#[derive(Clone)]
+pub(crate) struct RecoveryStep {
+    what: String,
+    since: Instant,
+}
+
+impl Engine {
+    /// Start-up: restores the views stored in the catalog. Views in the newest checkpoint get
+    /// their state from it and read the logs on from the offsets it recorded; the others (and
+    /// every view after the first that cannot be restored so, which may read it) are planned
+    /// again and backfilled from the start of the logs. Fails only when the logs cannot be
+    /// replayed; a view that cannot be restored is marked failed instead.
+    pub async fn restore_views(self: &Arc<Self>) -> Result<()> {
+        let defs = std::mem::take(&mut *self.stored_views.lock().unwrap_or_else(|p| p.into_inner()));
+        if defs.is_empty() {
+            return Ok(());
+        }
+        let info = eddy_sql::SessionInfo { database: "eddy".into(), user: "eddy".into(), version: crate::version_string(), backend_pid: 0 };
+        let mut session = Session::new(Arc::clone(self), &info)?;
+        let from_checkpoint = self.restore_from_checkpoint(&mut session, &defs).await?;
+        let rest = &defs[from_checkpoint..];
+        for (i, def) in rest.iter().enumerate() {
+            self.recovering(format!("rebuilding materialized view \"{}\" from the log ({} of {})", def.name, i + 1, rest.len()));
+            if let Some(failed) = rest[..i].iter().find(|d| def.dependencies.contains(&d.id) && self.view(&d.name).is_some_and(|v| self.view_failure(&v).is_some())) {
+                let e = Error::new(SqlState::DEPENDENT_OBJECTS_STILL_EXIST, format!("it reads materialized view \"{}\", which failed", failed.name));
+                self.mark_view_failed(def, None, e);
+                continue;
+            }
+            let rebuilt = AssertUnwindSafe(session.restore_view(def)).catch_unwind().await;
+            match rebuilt.unwrap_or_else(|panic| Err(panic_error("rebuilding the view", panic.as_ref()))) {
+                Ok(()) => tracing::info!(view = %def.name, "materialized view rebuilt from the log"),
+                Err(e) => {
+                    let schema = session.plan_stored_view(def).await.ok().map(|p| p.schema);
+                    self.mark_view_failed(def, schema, e);
+                }
+            }
+        }
+        self.start_stored_sinks(|_| true).await
+    }
+
+    /// Restores the longest prefix of `defs` (creation order) that the newest checkpoint can
+    /// restore, then replays the logs past it; returns how many views it restored.
+    async fn restore_from_checkpoint(self: &Arc<Self>, session: &mut Session, defs: &[ViewDef]) -> Result<usize> {
+        let started = Instant::now();
+        let mut restored = match checkpoint::load_latest(&self.data_dir, &self.meta) {
+            Ok(Some(r)) if r.workers == self.workers.count() => r,
+            Ok(Some(r)) => {
+                tracing::warn!(checkpoint_workers = r.workers, workers = self.workers.count(), "the checkpoint was taken with another number of workers: views are rebuilt from the log");
+                return Ok(0);
+            }
+            Ok(None) => return Ok(0),
+            Err(e) => {
+                tracing::error!(error = %e, "the checkpoint cannot be read: views are rebuilt from the log");
+                return Ok(0);
+            }
+        };
+        // The prefix of views (in creation order) that the checkpoint holds and that read no
+        // source keeping per-reader state (an upsert source's reader is not saved).
+        let restorable = defs
+            .iter()
+            .take_while(|d| restored.views.contains_key(&d.id) && d.dependencies.iter().all(|s| self.source_by_id(*s).is_none_or(|src| src.def.append_only)))
+            .count();
+        if restorable == 0 {
+            return Ok(0);
+        }
+        tracing::info!(epoch = restored.epoch, views = restorable, "restoring views from the checkpoint");
+        self.recovering(format!("restoring {restorable} materialized views from checkpoint {}", restored.epoch));
+        self.runtime.restore_clocks(restored.epoch, std::mem::take(&mut restored.clocks))?;
+        let mut done = 0;
+        let mut committed_by_view = Vec::new();
+        for def in &defs[..restorable] {
+            let state = restored.views.remove(&def.id).ok_or_else(|| Error::internal("a restored view vanished"))?;
+            committed_by_view.push(state.committed.clone());
+            let attempt = AssertUnwindSafe(self.restore_one(session, def, state)).catch_unwind().await;
+            match attempt.unwrap_or_else(|panic| Err(panic_error("restoring the view from the checkpoint", panic.as_ref()))) {
+                Ok(()) => done += 1,
+                Err(e) => {
+                    let later = restorable - done - 1;
+                    tracing::warn!(view = %def.name, error = %e, later, "restoring a materialized view from the checkpoint failed: it and the views after it are rebuilt from the log");
+                    break;
+                }
+            }
+        }
+        let from_checkpoint = &defs[..done];
+        // Every view that reads a table has read every partition of it to the same place:
+        // the checkpoint's (a partition it has read nothing of: offset 0).
+        let mut replay: BTreeMap<(ObjectId, u32), u64> = BTreeMap::new();
+        for (def, committed) in from_checkpoint.iter().zip(&committed_by_view) {
+            for table in def.dependencies.iter().filter_map(|d| self.table_by_id(*d)) {
+                for partition in 0..table.def.partitions {
+                    let offset = committed.iter().find(|(o, p, _)| *o == table.def.id && *p == partition).map_or(0, |(_, _, n)| *n);
+                    if *replay.entry((table.def.id, partition)).or_insert(offset) != offset {
+                        return Err(Error::new(SqlState::DATA_CORRUPTED, format!("checkpoint {}: views read table {} to different offsets", restored.epoch, table.def.name)));
+                    }
+                }
+            }
+        }
+        // Sinks of the restored views wait through the replay (or replace their tables).
+        let restored_ids: Vec<ObjectId> = from_checkpoint.iter().map(|d| d.id).collect();
+        self.start_stored_sinks(|view| restored_ids.contains(&view)).await?;
+        self.replay_tables(&replay).await?;
+        self.flush_restored().await?;
+        tracing::info!(epoch = restored.epoch, views = done, seconds = started.elapsed().as_secs_f64(), "views restored from the checkpoint");
+        Ok(done)
+    }
+
+    /// Plans one stored view and registers it with the state the checkpoint saved; its source
+    /// readers start where the view had read to. Nothing of it is kept when this fails.
+    async fn restore_one(self: &Arc<Self>, session: &mut Session, def: &ViewDef, state: checkpoint::ViewState) -> Result<()> {
+        let plan = session.plan_stored_view(def).await?;
+        let sources = plan.node.sources();
+        let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
+        for (source, watermark) in &state.watermarks {
+            event_time.advance(*source, *watermark);
+        }
+        let dataflow = catch_panic("loading the view's state", || {
+            let mut dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
+            eddy_dataflow::checkpoint::load(dataflow.as_mut(), state.parts)?;
+            Ok(dataflow)
+        })
+        .map_err(|e| Error::new(e.state, format!("restoring materialized view \"{}\" from the checkpoint: {}", def.name, e.message)))?;
+        let committed: HashMap<(ObjectId, u32), u64> = state.committed.iter().map(|(o, p, n)| ((*o, *p), *n)).collect();
+        let readers = self.new_readers(def.id, &sources, Some(&committed))?;
+        let view = Arc::new(View { def: def.clone(), schema: plan.schema, watermark: plan.watermark });
+        let done = self.runtime.restore_view(Arc::clone(&view), dataflow, event_time, sources, state.contents, committed)?;
+        done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
+        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), view);
+        self.start_readers(readers);
+        Ok(())
+    }
+
+    /// Ends the epoch the replay filled. A view that failed on the replayed changes is marked
+    /// failed (FLUSH reports it); the others go on.
+    async fn flush_restored(&self) -> Result<()> {
+        match self.flush().await {
+            Err(e) if !self.runtime.failures().read().unwrap_or_else(|p| p.into_inner()).is_empty() => {
+                tracing::error!(error = %e, "a restored view failed on the changes past the checkpoint");
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Recovery: sends the views what the tables' logs hold past the checkpoint's offsets, in
+    /// commit order, as if it arrived now.
+    async fn replay_tables(self: &Arc<Self>, from: &BTreeMap<(ObjectId, u32), u64>) -> Result<()> {
+        let mut records: Vec<(u64, Arc<Table>, u32, Vec<ChangeBatch>)> = Vec::new();
+        for ((object, partition), offset) in from {
+            let Some(table) = self.table_by_id(*object) else { continue };
+            self.log.scan(*object, PartitionId(*partition), Offset(*offset), |_, record| {
+                records.push((record.txn_id.0, Arc::clone(&table), *partition, decode_changes(&record.payload, &table.schema)?));
+                Ok(())
+            })?;
+        }
+        records.sort_by_key(|(txn, table, p, _)| (*txn, table.def.id, *p));
+        let rows: usize = records.iter().flat_map(|r| r.3.iter()).map(ChangeBatch::len).sum();
+        tracing::info!(records = records.len(), rows, "replaying the logs past the checkpoint");
+        self.recovering(format!("replaying {} records ({rows} rows) of the logs past the checkpoint", records.len()));
+        let engine = Arc::clone(self);
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            for (_, table, partition, batches) in records {
+                engine.runtime.changes(table.def.id, partition, table.clock, batches, None)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| Error::internal(format!("replaying the logs: {e}")))?
+    }
+
+    /// Keeps a stored view that could not be restored: its name stays taken, its catalog entry
+    /// stays (a restart tries again), and `error` is what reading it answers until it is dropped.
+    fn mark_view_failed(&self, def: &ViewDef, schema: Option<arrow::datatypes::SchemaRef>, error: Error) {
+        tracing::error!(view = %def.name, error = %error, "a materialized view could not be restored; it is marked failed, the other objects serve");
+        let error = Error::new(error.state, format!("materialized view \"{}\" could not be restored: {}", def.name, error.message))
+            .with_hint(format!("DROP MATERIALIZED VIEW {} and create it again; a restart tries to restore it again", def.name));
+        self.runtime.failures().write().unwrap_or_else(|p| p.into_inner()).insert(def.id, error);
+        let schema = schema.unwrap_or_else(|| Arc::new(Schema::empty()));
+        let view = Arc::new(View { def: def.clone(), schema, watermark: None });
+        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), view);
+    }
+
+    /// Why `view` cannot answer, if it failed (at start-up or since).
+    pub(crate) fn view_failure(&self, view: &View) -> Option<Error> {
+        self.runtime.failures().read().unwrap_or_else(|p| p.into_inner()).get(&view.def.id).cloned()
+    }
+
+    /// Every materialized view with its status (`running` or `failed`) and error, by name.
+    pub(crate) fn view_statuses(&self) -> Vec<(String, &'static str, Option<String>)> {
+        let failures = self.runtime.failures();
+        let failures = failures.read().unwrap_or_else(|p| p.into_inner());
+        let views = self.views.read().unwrap_or_else(|p| p.into_inner());
+        views
+            .values()
+            .map(|v| match failures.get(&v.def.id) {
+                Some(e) => (v.def.name.clone(), "failed", Some(e.message.clone())),
+                None => (v.def.name.clone(), "running", None),
+            })
+            .collect()
+    }
+
+    /// Marks the server as recovering (`what`: the step it is at): statements wait until
+    /// [`Engine::recovered`], with NOTICEs of each step.
+    pub fn recovering(&self, what: impl Into<String>) {
+        let what = what.into();
+        self.recovery.send_replace(Some(RecoveryStep { what, since: Instant::now() }));
+    }
+
+    /// Lets statements run, and periodic checkpoints start.
+    pub fn recovered(&self) {
+        if let Err(e) = self.runtime.recovered() {
+            tracing::error!(error = %e, "the view runtime stopped during recovery");
+        }
+        self.recovery.send_replace(None);
+    }
+
+    /// Waits until the server has recovered, telling `notices` each step it waits through, and
+    /// again every [`RECOVERY_STEP_REPORT_INTERVAL`] a step runs on.
+    pub(crate) async fn wait_recovered(&self, notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>) {
+        let mut state = self.recovery.subscribe();
+        let mut waited: Option<Instant> = None;
+        loop {
+            let step = state.borrow_and_update().clone();
+            let Some(step) = step else {
+                if let (Some(started), Some(notices)) = (waited, notices) {
+                    let _ = notices.send(format!("recovery finished after {:.1} s", started.elapsed().as_secs_f64()));
+                }
+                return;
+            };
+            waited.get_or_insert_with(Instant::now);
+            if let Some(notices) = notices {
+                let _ = notices.send(format!("waiting for recovery: {}", step.what));
+            }
+            loop {
+                match tokio::time::timeout(RECOVERY_STEP_REPORT_INTERVAL, state.changed()).await {
+                    Ok(Ok(())) => break,
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        let seconds = step.since.elapsed().as_secs();
+                        tracing::warn!(step = %step.what, seconds, "a recovery step is still running");
+                        if let Some(notices) = notices {
+                            let _ = notices.send(format!("still waiting for recovery after {seconds} s: {}", step.what));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
