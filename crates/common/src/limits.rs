@@ -10,6 +10,9 @@ pub const LOG_RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Bytes of changes a sink may have waiting to be written before it is handed the view's
 /// whole contents instead, once it catches up (`--sink-buffer-bytes`).
 pub const SINK_BUFFER_BYTES: usize = 64 * 1024 * 1024;
+/// Idle decisions about tables' watermarks waiting to be recorded in their logs; past it the
+/// runtime asks again at its next look (one per table is in flight at most anyway).
+pub const WATERMARK_MARKS_IN_FLIGHT_MAX: usize = 64;
 
 /// A log segment is closed and a new one started once it passes this size.
 pub const LOG_SEGMENT_BYTES_TARGET: u64 = 64 * 1024 * 1024;

@@ -10,6 +10,7 @@
 
 mod catalog;
 mod checkpoint;
+mod clock;
 mod copy;
 mod ingest;
 mod recovery;
@@ -30,7 +31,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Offset, PartitionId, Result, SqlState};
-use eddy_storage::log::{LogStore, Write, decode_changes, decode_positions, encode_changes_at};
+use eddy_storage::log::{LogStore, Write, decode_changes, decode_positions, decode_watermark, encode_changes_at, encode_watermark};
 use eddy_storage::meta::MetaStore;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -77,21 +78,21 @@ pub struct Table {
     /// Round-robin cursor over partitions for writes.
     next_partition: AtomicU64,
     /// How the view runtime tracks this stream's watermark (tables with `WATERMARK FOR`).
-    clock: Option<views::ClockSpec>,
+    clock: Option<clock::ClockSpec>,
     /// How far its connector has read (restored from the log's records); shared by the
     /// definitions an ALTER TABLE replaces.
     progress: Arc<ConnectorProgress>,
 }
 
 /// The watermark clock of a table definition.
-fn clock_of(def: &TableDef) -> Result<Option<views::ClockSpec>> {
+fn clock_of(def: &TableDef) -> Result<Option<clock::ClockSpec>> {
     let Some(w) = &def.watermark else { return Ok(None) };
     let column = def.columns.iter().position(|c| c.name == w.column).ok_or_else(|| Error::internal("watermark column missing"))?;
     let idle_timeout = match def.options.iter().find(|(k, _)| k == "idle_timeout") {
         Some((_, v)) => Some(std::time::Duration::from_micros(eddy_sql::windows::duration_micros(v)?.max(0) as u64)),
         None => None,
     };
-    Ok(Some(views::ClockSpec { column, delay_micros: eddy_sql::windows::watermark_delay_micros(&w.expr)?, partitions: def.partitions, idle_timeout }))
+    Ok(Some(clock::ClockSpec { column, delay_micros: eddy_sql::windows::watermark_delay_micros(&w.expr)?, partitions: def.partitions, idle_timeout }))
 }
 
 impl Table {
@@ -157,6 +158,9 @@ pub struct Engine {
     /// `Some(what is happening)` while the server recovers (statements wait for it); `None`
     /// once it may run them.
     recovery: tokio::sync::watch::Sender<Option<recovery::RecoveryStep>>,
+    /// The view runtime's idle decisions about tables' watermarks, until
+    /// [`Engine::start_background`] takes them to record them as marks.
+    mark_requests: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<(ObjectId, i64)>>>,
     /// Bytes of changes each sink may have waiting ([`sink::SinkFeed`]).
     sink_buffer_bytes: usize,
 }
@@ -204,16 +208,19 @@ impl Engine {
         let log_objects: Vec<(ObjectId, u32)> = defs.iter().map(|d| (d.id, d.partitions)).collect();
         let log = LogStore::open_with(&dir.join("log"), &log_objects, config.log_segment_bytes.unwrap_or(eddy_common::limits::LOG_SEGMENT_BYTES_TARGET))?;
         let mut tables = BTreeMap::new();
+        let mut clocks = Vec::new();
         for def in defs {
-            let table = load_table(&log, def)?;
+            let (table, clock) = load_table(&log, def)?;
+            clocks.extend(clock.map(|c| (table.def.id, c)));
             tables.insert(table.def.name.clone(), table);
         }
         let checkpoints = Arc::new(checkpoint::Checkpointer::start(dir, Arc::clone(&meta))?);
-        let runtime = ViewRuntime::start(Some(views::Checkpoints {
-            writer: Arc::clone(&checkpoints),
-            interval: config.checkpoint_interval,
-            workers: config.workers.max(1),
-        }))?;
+        let (marks, mark_requests) = tokio::sync::mpsc::channel(eddy_common::limits::WATERMARK_MARKS_IN_FLIGHT_MAX);
+        let runtime = ViewRuntime::start(
+            Some(views::Checkpoints { writer: Arc::clone(&checkpoints), interval: config.checkpoint_interval, workers: config.workers.max(1) }),
+            Some(marks),
+        )?;
+        runtime.seed_clocks(clocks)?;
         Ok(Arc::new(Engine {
             meta,
             data_dir: dir.clone(),
@@ -229,6 +236,7 @@ impl Engine {
             sinks: RwLock::new(BTreeMap::new()),
             compacted: tokio::sync::Mutex::new(HashMap::new()),
             recovery: tokio::sync::watch::Sender::new(None),
+            mark_requests: std::sync::Mutex::new(Some(mark_requests)),
             sink_buffer_bytes: config.sink_buffer_bytes.unwrap_or(eddy_common::limits::SINK_BUFFER_BYTES),
             write_lock: Arc::new(Mutex::new(())),
         }))
@@ -464,7 +472,7 @@ impl Engine {
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
         let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
         let tables = self.backfill_inputs(&sources).await?;
-        let backfill_rows: usize = tables.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, _, b)| b.iter()).map(|b| b.len()).sum();
+        let backfill_rows: usize = tables.iter().flat_map(|b| b.batches.iter()).flat_map(|r| r.changes.iter()).map(|b| b.len()).sum();
         let is_new = id.is_none();
         let id = match id {
             Some(id) => id,
@@ -546,23 +554,35 @@ impl Engine {
         let tables: Vec<Arc<Table>> = self.tables.read().unwrap_or_else(|p| p.into_inner()).values().filter(|t| sources.contains(&t.def.id)).cloned().collect();
         let mut out = Vec::with_capacity(tables.len());
         for table in tables {
-            let mut records: Vec<(u64, u32, Vec<ChangeBatch>)> = Vec::new();
+            let mut records: Vec<views::LogRecord> = Vec::new();
             let start = (0..table.def.partitions).map(|p| Ok((p, self.log.start_offset(table.def.id, PartitionId(p))?.0))).collect::<Result<Vec<_>>>()?;
             for p in 0..table.def.partitions {
                 self.log.scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
-                    records.push((record.txn_id.0, p, decode_changes(&record.payload, &table.schema)?));
+                    records.push(views::LogRecord::decode(&record, p, &table.schema)?);
                     Ok(())
                 })?;
             }
-            records.sort_by_key(|(txn, p, _)| (*txn, *p));
+            records.sort_by_key(|r| (r.txn, r.partition));
             let batches = records;
             out.push(views::Backfill { object: table.def.id, name: table.def.name.clone(), clock: table.clock, start, batches });
         }
         Ok(out)
     }
 
-    /// Applies tables' retention every [`retention::RETENTION_INTERVAL`] from now on.
+    /// Applies tables' retention every [`retention::RETENTION_INTERVAL`] from now on, and
+    /// records the view runtime's idle decisions about watermarks in the tables' logs.
     pub fn start_background(self: &Arc<Self>) {
+        if let Some(mut requests) = self.mark_requests.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let engine = Arc::downgrade(self);
+            tokio::spawn(async move {
+                while let Some((object, watermark)) = requests.recv().await {
+                    let Some(engine) = engine.upgrade() else { return };
+                    if let Err(e) = engine.commit_watermark(object, watermark).await {
+                        tracing::error!(error = %e, "recording a watermark in a table's log failed");
+                    }
+                }
+            });
+        }
         let engine = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(retention::RETENTION_INTERVAL);
@@ -575,6 +595,19 @@ impl Engine {
                 }
             }
         });
+    }
+
+    /// Records that `object`'s watermark rose to `watermark` for a reason its data does not
+    /// show (an idle partition) as a mark in partition 0 of its log, and hands the mark to the
+    /// view runtime in commit order: replays and later backfills meet it at the same place.
+    async fn commit_watermark(&self, object: ObjectId, watermark: i64) -> Result<()> {
+        let guard = self.lock_writes().await;
+        let Some(table) = self.table_by_id(object) else { return Ok(()) };
+        let payload = encode_watermark(&table.schema, watermark)?;
+        let ticket = self.log.commit(vec![Write { object, partition: PartitionId(0), payload }]);
+        self.runtime.watermark(object, watermark)?;
+        drop(guard);
+        ticket.await.map_err(|_| Error::internal("the log committer stopped without answering"))?.map(|_| ())
     }
 
     pub(crate) async fn lock_writes(&self) -> WriteGuard {
@@ -652,7 +685,7 @@ impl Engine {
         def.columns.push(catalog::bind_added_column(&def, column)?);
         // Commits queued before the lock may not be in the log files yet.
         self.log.commit(Vec::new()).await.map_err(|_| Error::internal("the log committer stopped without answering"))??;
-        let mut table = load_table(&self.log, def.clone())?;
+        let (mut table, _) = load_table(&self.log, def.clone())?;
         self.meta.put_object(def.id, &ObjectDef::Table(def).encode()?)?;
         if let Some(table) = Arc::get_mut(&mut table) {
             table.progress = Arc::clone(&old.progress);
@@ -882,16 +915,29 @@ fn concat_changes(schema: &SchemaRef, changes: &[ChangeBatch]) -> Result<ChangeB
     Ok(ChangeBatch::new(rows, Int64Array::from(diffs)))
 }
 
-fn load_table(log: &LogStore, def: TableDef) -> Result<Arc<Table>> {
+/// A table as its log holds it, with its watermark clock as the log ends (tables with a
+/// `WATERMARK FOR`): the watermark a restart goes on from.
+fn load_table(log: &LogStore, def: TableDef) -> Result<(Arc<Table>, Option<clock::StreamClock>)> {
     let schema = def.schema()?;
-    let (data, positions) = load_contents(log, &def, &schema)?;
     let clock = clock_of(&def)?;
-    Ok(Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, progress: Arc::new(ConnectorProgress::at(positions)) }))
+    let mut stream_clock = clock.map(clock::StreamClock::replaying);
+    let (data, positions) = load_contents_with(log, &def, &schema, stream_clock.as_mut())?;
+    // Live, the clock judges idleness by the wall clock again.
+    if let (Some(c), Some(spec)) = (stream_clock.as_mut(), clock) {
+        c.spec = spec;
+    }
+    let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, progress: Arc::new(ConnectorProgress::at(positions)) });
+    Ok((table, stream_clock))
 }
 
 /// A table's contents as its log holds them, and (for a table fed by a connector) the source
 /// position each source partition was read to.
 fn load_contents(log: &LogStore, def: &TableDef, schema: &SchemaRef) -> Result<(TableData, Vec<(u32, u64)>)> {
+    load_contents_with(log, def, schema, None)
+}
+
+/// [`load_contents`], also raising `clock` with every record's data and watermark marks.
+fn load_contents_with(log: &LogStore, def: &TableDef, schema: &SchemaRef, mut clock: Option<&mut clock::StreamClock>) -> Result<(TableData, Vec<(u32, u64)>)> {
     let mut data = TableData::new(def, Arc::clone(schema))?;
     let mut records = 0u64;
     // Per source partition: the position written by the latest transaction.
@@ -899,7 +945,20 @@ fn load_contents(log: &LogStore, def: &TableDef, schema: &SchemaRef) -> Result<(
     let fed = def.option("connector").is_some();
     for p in 0..def.partitions {
         log.scan(def.id, PartitionId(p), Offset(0), |_, record| {
+            let record_watermark = decode_watermark(&record.payload)?;
             let changes = decode_changes(&record.payload, schema)?;
+            if let Some(clock) = clock.as_deref_mut() {
+                // The final value does not depend on the order partitions are read in: each
+                // partition's value only rises, and marks only raise the merged one.
+                match record_watermark {
+                    Some(w) => {
+                        clock.mark(w);
+                    }
+                    None => {
+                        clock.observe(p, &changes)?;
+                    }
+                }
+            }
             data.apply(&changes)?;
             if fed {
                 for (p, offset) in decode_positions(&record.payload)? {

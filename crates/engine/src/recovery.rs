@@ -17,12 +17,11 @@ use std::time::{Duration, Instant};
 use arrow::datatypes::Schema;
 use eddy_common::panic::{catch_panic, panic_error};
 use eddy_common::{ChangeBatch, Error, ObjectId, Offset, PartitionId, Result, SqlState};
-use eddy_storage::log::decode_changes;
 use futures::FutureExt;
 
 use crate::catalog::ViewDef;
 use crate::session::Session;
-use crate::views::View;
+use crate::views::{LogRecord, View};
 use crate::{Engine, Table, checkpoint};
 
 /// How long one recovery step may run before sessions waiting on it are told it is still
@@ -97,7 +96,6 @@ impl Engine {
         }
         tracing::info!(epoch = restored.epoch, views = restorable, "restoring views from the checkpoint");
         self.recovering(format!("restoring {restorable} materialized views from checkpoint {}", restored.epoch));
-        self.runtime.restore_clocks(restored.epoch, std::mem::take(&mut restored.clocks))?;
         let mut done = 0;
         let mut committed_by_view = Vec::new();
         for def in &defs[..restorable] {
@@ -114,6 +112,11 @@ impl Engine {
             }
         }
         let from_checkpoint = &defs[..done];
+        // The streams the restored views read go back to the checkpoint's watermarks, which
+        // the replay raises again; the others keep theirs as their logs end.
+        let read: Vec<ObjectId> = from_checkpoint.iter().flat_map(|d| d.dependencies.iter().copied()).collect();
+        let clocks = std::mem::take(&mut restored.clocks).into_iter().filter(|c| c.reader.is_some() || read.contains(&c.object)).collect();
+        self.runtime.restore_clocks(restored.epoch, clocks)?;
         // Every view that reads a table has read every partition of it to the same place:
         // the checkpoint's (a partition it has read nothing of: offset 0).
         let mut replay: BTreeMap<(ObjectId, u32), u64> = BTreeMap::new();
@@ -176,22 +179,25 @@ impl Engine {
     /// Recovery: sends the views what the tables' logs hold past the checkpoint's offsets, in
     /// commit order, as if it arrived now.
     async fn replay_tables(self: &Arc<Self>, from: &BTreeMap<(ObjectId, u32), u64>) -> Result<()> {
-        let mut records: Vec<(u64, Arc<Table>, u32, Vec<ChangeBatch>)> = Vec::new();
+        let mut records: Vec<(Arc<Table>, LogRecord)> = Vec::new();
         for ((object, partition), offset) in from {
             let Some(table) = self.table_by_id(*object) else { continue };
             self.log.scan(*object, PartitionId(*partition), Offset(*offset), |_, record| {
-                records.push((record.txn_id.0, Arc::clone(&table), *partition, decode_changes(&record.payload, &table.schema)?));
+                records.push((Arc::clone(&table), LogRecord::decode(&record, *partition, &table.schema)?));
                 Ok(())
             })?;
         }
-        records.sort_by_key(|(txn, table, p, _)| (*txn, table.def.id, *p));
-        let rows: usize = records.iter().flat_map(|r| r.3.iter()).map(ChangeBatch::len).sum();
+        records.sort_by_key(|(table, r)| (r.txn, table.def.id, r.partition));
+        let rows: usize = records.iter().flat_map(|(_, r)| r.changes.iter()).map(ChangeBatch::len).sum();
         tracing::info!(records = records.len(), rows, "replaying the logs past the checkpoint");
         self.recovering(format!("replaying {} records ({rows} rows) of the logs past the checkpoint", records.len()));
         let engine = Arc::clone(self);
         tokio::task::spawn_blocking(move || -> Result<()> {
-            for (_, table, partition, batches) in records {
-                engine.runtime.changes(table.def.id, partition, table.clock, batches, None)?;
+            for (table, record) in records {
+                match record.watermark {
+                    Some(w) => engine.runtime.watermark(table.def.id, w)?,
+                    None => engine.runtime.changes(table.def.id, record.partition, table.clock, record.changes, None)?,
+                }
             }
             Ok(())
         })

@@ -19,7 +19,8 @@ use tokio::sync::oneshot;
 use crate::catalog::{ObjectDef, OnError, SourceDef, TableDef};
 use crate::ingest::{ConnectorProgress, Feed, IngestReport, PartitionProgress};
 use crate::table::TableData;
-use crate::views::{ClockSpec, ReaderPosition};
+use crate::clock::ClockSpec;
+use crate::views::ReaderPosition;
 use crate::{Engine, clock_of, fill_proctime};
 
 pub struct Source {

@@ -25,6 +25,7 @@ use tokio::sync::oneshot;
 use crate::catalog::ViewDef;
 use crate::checkpoint::{Checkpoint, Checkpointer, ClockState, ViewState};
 use crate::sink::{Handed, Offsets, Resume, RuntimeSink, SinkEpoch, SinkFeed};
+use crate::clock::{ClockSpec, StreamClock};
 use crate::table::TableData;
 
 /// How often an epoch ends while changes are flowing (`barrier_interval`).
@@ -85,17 +86,6 @@ impl Entry {
     }
 }
 
-/// How a stream's watermark is computed: the largest event time in `column` read so far minus
-/// `delay_micros`, per partition, merged by minimum.
-#[derive(Debug, Clone, Copy)]
-pub struct ClockSpec {
-    pub column: usize,
-    pub delay_micros: i64,
-    pub partitions: u32,
-    /// A partition without data for this long stops holding the watermark back (`idle_timeout`).
-    pub idle_timeout: Option<Duration>,
-}
-
 /// What a new view reads first from one table: (transaction id, partition, that commit's
 /// changes) in commit order.
 pub struct Backfill {
@@ -104,7 +94,28 @@ pub struct Backfill {
     pub clock: Option<ClockSpec>,
     /// Per partition, the offset of the first record in `batches` (after retention, not 0).
     pub start: Vec<(u32, u64)>,
-    pub batches: Vec<(u64, u32, Vec<ChangeBatch>)>,
+    pub batches: Vec<LogRecord>,
+}
+
+/// One record of a table's log, as a backfill or a replay reads it.
+pub struct LogRecord {
+    pub txn: u64,
+    pub partition: u32,
+    pub changes: Vec<ChangeBatch>,
+    /// A watermark mark (then `changes` holds no rows).
+    pub watermark: Option<i64>,
+}
+
+impl LogRecord {
+    /// Decodes a record of `object`'s log read from `partition`.
+    pub fn decode(record: &eddy_storage::log::Record, partition: u32, schema: &SchemaRef) -> Result<LogRecord> {
+        let watermark = eddy_storage::log::decode_watermark(&record.payload)?;
+        let changes = match watermark {
+            Some(_) => Vec::new(),
+            None => eddy_storage::log::decode_changes(&record.payload, schema)?,
+        };
+        Ok(LogRecord { txn: record.txn_id.0, partition, changes, watermark })
+    }
 }
 
 /// During a backfill, operators end an epoch (emitting and freeing closed windows) after
@@ -117,79 +128,6 @@ type ClockKey = (ObjectId, Option<ObjectId>);
 /// Whether `entry` receives changes of `object` sent for `reader` (`None`: every reader).
 fn receives(entry: &Entry, object: ObjectId, reader: Option<ObjectId>) -> bool {
     entry.sources.contains(&object) && reader.is_none_or(|view| entry.view.def.id == view)
-}
-
-/// A stream's watermark, tracked per partition from the data.
-#[derive(Debug, Clone)]
-struct StreamClock {
-    spec: ClockSpec,
-    /// Largest event time minus the delay, per partition (`None`: nothing read yet).
-    partitions: Vec<Option<i64>>,
-    /// The merged watermark; never decreases.
-    watermark: Option<i64>,
-    /// When each partition last had data (or when tracking began).
-    last_data: Vec<Instant>,
-}
-
-impl StreamClock {
-    fn new(spec: ClockSpec) -> Self {
-        let n = spec.partitions.max(1) as usize;
-        StreamClock { spec, partitions: vec![None; n], watermark: None, last_data: vec![Instant::now(); n] }
-    }
-
-    /// The least watermark over partitions that are not idle (`None` while one of them has
-    /// none yet); when every partition is idle, the least over those that have one.
-    fn merged(&self, now: Instant) -> Option<i64> {
-        let active = |p: usize| self.spec.idle_timeout.is_none_or(|t| now.duration_since(self.last_data[p]) < t);
-        let any_active = (0..self.partitions.len()).any(active);
-        let mut merged: Option<i64> = None;
-        for (p, w) in self.partitions.iter().enumerate() {
-            let w = match (any_active, active(p), *w) {
-                (true, false, _) | (false, _, None) => continue,
-                (true, true, None) => return None,
-                (_, _, Some(w)) => w,
-            };
-            merged = Some(merged.map_or(w, |m| m.min(w)));
-        }
-        merged
-    }
-
-    /// Raises the watermark to the merged value when that is higher; returns the new value.
-    fn raise(&mut self, now: Instant) -> Option<i64> {
-        match self.merged(now) {
-            Some(m) if self.watermark.is_none_or(|w| m > w) => {
-                self.watermark = Some(m);
-                Some(m)
-            }
-            _ => None,
-        }
-    }
-
-    /// Advances with a batch read from `partition`; returns the watermark when it moved.
-    fn observe(&mut self, partition: u32, batches: &[ChangeBatch]) -> Result<Option<i64>> {
-        let mut top: Option<i64> = None;
-        for changes in batches {
-            let times = eddy_dataflow::event_time::micros(changes.rows().column(self.spec.column))?;
-            for (t, d) in times.iter().zip(changes.diffs().values()) {
-                if let (Some(t), true) = (t, *d > 0) {
-                    top = Some(top.map_or(*t, |m: i64| m.max(*t)));
-                }
-            }
-        }
-        let now = Instant::now();
-        let p = partition as usize;
-        if p >= self.partitions.len() {
-            // A partition the spec did not announce holds the watermark back like the others
-            // rather than being ignored.
-            self.partitions.resize(p + 1, None);
-            self.last_data.resize(p + 1, now);
-        }
-        self.last_data[p] = now;
-        let Some(top) = top else { return Ok(None) };
-        let candidate = top.saturating_sub(self.spec.delay_micros);
-        self.partitions[p] = Some(self.partitions[p].map_or(candidate, |s| s.max(candidate)));
-        Ok(self.raise(now))
-    }
 }
 
 /// One row of `eddy_late_events`.
@@ -263,6 +201,11 @@ enum Message {
     /// Recovery is over: periodic checkpoints may start (one taken earlier would lack the views
     /// still being restored).
     Recovered,
+    /// A table's watermark mark, in commit order: live, an idle decision the log now holds;
+    /// in a replay, one read from the log. It takes a record's place in partition 0.
+    Watermark { object: ObjectId, watermark: i64 },
+    /// Start-up: the tables' clocks as their logs end.
+    SeedClocks { clocks: Vec<(ObjectId, StreamClock)> },
     /// Recovery: the epoch to go on from and the streams' watermarks.
     RestoreClocks { epoch: u64, clocks: Vec<ClockState> },
     /// Starts handing a view's epochs to a sink; `resume` is what the sink last committed
@@ -304,7 +247,10 @@ pub struct ViewRuntime {
 impl ViewRuntime {
     /// Starts the runtime thread; with `checkpoints`, it hands a checkpoint to the writer
     /// every `interval` while views change (`None`: only on `CHECKPOINT`).
-    pub fn start(checkpoints: Option<Checkpoints>) -> Result<ViewRuntime> {
+    /// Idle decisions about tables' watermarks go to `marks` (table, watermark): the engine
+    /// records each in the table's log and sends it back as [`ViewRuntime::watermark`] (`None`:
+    /// applied at once, for tests without a log).
+    pub fn start(checkpoints: Option<Checkpoints>, marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>) -> Result<ViewRuntime> {
         let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
         let published = Arc::new(RwLock::new(Published { snapshots: Arc::new(HashMap::new()), stale: false }));
         let requests = Arc::new(SnapshotRequests::default());
@@ -326,6 +272,7 @@ impl ViewRuntime {
             changed_since_checkpoint: false,
             restored_clocks: HashMap::new(),
             sinks: Vec::new(),
+            marks,
         };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
@@ -451,7 +398,18 @@ impl ViewRuntime {
         self.send(Message::DropSink { id })
     }
 
-    /// Recovery, before any view: the epoch to continue from and the streams' watermarks.
+    /// A table's watermark rose to `watermark` by a mark of its log (in commit order).
+    pub fn watermark(&self, object: ObjectId, watermark: i64) -> Result<()> {
+        self.send(Message::Watermark { object, watermark })
+    }
+
+    /// Start-up, before any change: each table's clock as its log ends, so that the watermark
+    /// after a restart is the one before it.
+    pub(crate) fn seed_clocks(&self, clocks: Vec<(ObjectId, StreamClock)>) -> Result<()> {
+        self.send(Message::SeedClocks { clocks })
+    }
+
+    /// Recovery, before any change: the epoch to continue from and the streams' watermarks.
     pub fn restore_clocks(&self, epoch: u64, clocks: Vec<ClockState>) -> Result<()> {
         self.send(Message::RestoreClocks { epoch, clocks })
     }
@@ -568,6 +526,8 @@ struct RuntimeState {
     /// Streams' watermarks from a checkpoint, taken up by their clocks when they start.
     restored_clocks: HashMap<ClockKey, ClockState>,
     sinks: Vec<RuntimeSink>,
+    /// Where idle decisions about tables' watermarks go to be recorded in their logs.
+    marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>,
 }
 
 impl RuntimeState {
@@ -836,8 +796,26 @@ impl RuntimeState {
             Message::DropSink { id } => self.sinks.retain(|s| s.id != id),
             Message::RestoreClocks { epoch, clocks } => {
                 self.epoch = epoch;
-                self.restored_clocks = clocks.into_iter().map(|c| ((c.object, c.reader), c)).collect();
+                for c in clocks {
+                    // A seeded table clock goes back to the checkpoint's: the replay that follows
+                    // raises it again, judging the replayed rows as they were judged live.
+                    match self.clocks.get_mut(&(c.object, c.reader)) {
+                        Some(clock) if clock.partitions.len() == c.partitions.len() => {
+                            clock.partitions = c.partitions;
+                            clock.watermark = c.watermark;
+                        }
+                        _ => {
+                            self.restored_clocks.insert((c.object, c.reader), c);
+                        }
+                    }
+                }
             }
+            Message::SeedClocks { clocks } => {
+                for (object, clock) in clocks {
+                    self.clocks.insert((object, None), clock);
+                }
+            }
+            Message::Watermark { object, watermark } => self.apply_mark(object, watermark),
             Message::RestoreView { view, dataflow, event_time, sources, contents, committed, reply } => {
                 let _ = reply.send(self.restore_view(view, dataflow, event_time, sources, contents, committed));
             }
@@ -916,15 +894,26 @@ impl RuntimeState {
         }
     }
 
-    /// Partitions idle past their stream's `idle_timeout` stop holding its watermark back.
+    /// Partitions idle past their stream's `idle_timeout` stop holding its watermark back. For
+    /// a table, the decision goes to its log first and is applied when it comes back as a mark
+    /// ([`RuntimeState::apply_mark`]); a source's reader, which has no log of Eddy's, applies it.
     fn expire_idle_partitions(&mut self) {
         let now = Instant::now();
         let mut raised = Vec::new();
         for (key, clock) in &mut self.clocks {
-            if clock.spec.idle_timeout.is_some()
-                && let Some(w) = clock.raise(now)
-            {
-                raised.push((*key, w));
+            let Some(w) = clock.idle_raise(now) else { continue };
+            match (&self.marks, key.1) {
+                (Some(marks), None) => {
+                    // Full: asked again at the next look.
+                    if marks.try_send((key.0, w)).is_ok() {
+                        clock.requested = Some(w);
+                    }
+                }
+                _ => {
+                    if let Some(w) = clock.mark(w) {
+                        raised.push((*key, w));
+                    }
+                }
             }
         }
         for ((object, reader), watermark) in raised {
@@ -933,6 +922,24 @@ impl RuntimeState {
             }
             self.dirty = true;
         }
+    }
+
+    /// A table's watermark mark (live or replayed): it counts as the record it is in partition 0
+    /// of the table's log for every view reading it, and raises the table's clock.
+    fn apply_mark(&mut self, object: ObjectId, watermark: i64) {
+        for entry in self.views.iter_mut().filter(|e| receives(e, object, None)) {
+            *entry.read.entry((object, 0)).or_default() += 1;
+        }
+        let Some(clock) = self.clocks.get_mut(&(object, None)) else {
+            tracing::warn!(object = %object, "a watermark mark for a table without a clock");
+            return;
+        };
+        if let Some(w) = clock.mark(watermark) {
+            for entry in self.views.iter().filter(|e| receives(e, object, None)) {
+                entry.event_time.advance(object, w);
+            }
+        }
+        self.dirty = true;
     }
 
     /// Collects what a view's operators set aside: late rows and rows that failed to evaluate.
@@ -1027,39 +1034,43 @@ impl RuntimeState {
                     ));
                 }
             }
-            for (_, partition, _) in &table.batches {
-                *read.entry((table.object, *partition)).or_default() += 1;
+            for record in &table.batches {
+                *read.entry((table.object, record.partition)).or_default() += 1;
             }
         }
         let mut inputs = tables;
         for source in &sources {
             if let Some(upstream) = self.views.iter_mut().find(|e| e.view.def.id == *source) {
-                let batches = upstream.contents.snapshot()?.iter().cloned().map(|b| (0, 0, vec![ChangeBatch::inserts(b)])).collect();
+                let batches = upstream.contents.snapshot()?.iter().cloned().map(|b| LogRecord { txn: 0, partition: 0, changes: vec![ChangeBatch::inserts(b)], watermark: None }).collect();
                 inputs.push(Backfill { object: *source, name: upstream.view.def.name.clone(), clock: None, start: Vec::new(), batches });
             }
         }
-        let rows: usize = inputs.iter().flat_map(|b| b.batches.iter()).flat_map(|(_, _, b)| b.iter()).map(|b| b.len()).sum();
+        let rows: usize = inputs.iter().flat_map(|b| b.batches.iter()).flat_map(|r| r.changes.iter()).map(|b| b.len()).sum();
         tracing::info!(view = %view.def.name, rows, "backfilling a materialized view");
         let started = Instant::now();
         let mut reported = Instant::now();
         let mut done = 0usize;
         let mut since_epoch = 0usize;
         // Every table's commits in commit order (views' contents first), each stream with its
-        // own clock so that its watermark moves as it did live.
-        let mut clocks: HashMap<ObjectId, StreamClock> = inputs.iter().filter_map(|i| Some((i.object, StreamClock::new(i.clock?)))).collect();
-        let mut commits: Vec<(u64, ObjectId, u32, &Vec<ChangeBatch>)> =
-            inputs.iter().flat_map(|i| i.batches.iter().map(move |(txn, p, b)| (*txn, i.object, *p, b))).collect();
-        commits.sort_by_key(|(txn, object, p, _)| (*txn, *object, *p));
-        for (_, object, partition, batches) in commits {
-            for batch in batches {
+        // own clock so that its watermark moves as it did live: by the data and the log's
+        // watermark marks, never by the wall clock.
+        let mut clocks: HashMap<ObjectId, StreamClock> = inputs.iter().filter_map(|i| Some((i.object, StreamClock::replaying(i.clock?)))).collect();
+        let mut commits: Vec<(ObjectId, &LogRecord)> = inputs.iter().flat_map(|i| i.batches.iter().map(move |r| (i.object, r))).collect();
+        commits.sort_by_key(|(object, r)| (r.txn, *object, r.partition));
+        for (object, record) in commits {
+            for batch in &record.changes {
                 pending.extend(catch_panic("a view's operators", || dataflow.push(object, batch))?);
                 done += batch.len();
                 since_epoch += batch.len();
             }
-            if let Some(clock) = clocks.get_mut(&object)
-                && let Some(w) = clock.observe(partition, batches)?
-            {
-                event_time.advance(object, w);
+            if let Some(clock) = clocks.get_mut(&object) {
+                let raised = match record.watermark {
+                    Some(mark) => clock.mark(mark),
+                    None => clock.observe(record.partition, &record.changes)?,
+                };
+                if let Some(w) = raised {
+                    event_time.advance(object, w);
+                }
             }
             if since_epoch >= BACKFILL_EPOCH_ROWS {
                 since_epoch = 0;
@@ -1253,7 +1264,7 @@ mod tests {
 
     #[tokio::test]
     async fn writers_wait_while_the_runtime_queue_is_full() {
-        let runtime = ViewRuntime::start(None).unwrap();
+        let runtime = ViewRuntime::start(None, None).unwrap();
         // Everything the queue holds is in flight: the next writer waits...
         let all = runtime.reserve(usize::MAX).await.unwrap();
         assert!(runtime.reserve(4096).now_or_never().is_none());

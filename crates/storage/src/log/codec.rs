@@ -15,6 +15,11 @@ const DIFF_COLUMN: &str = "eddy_diff";
 /// (source partition, next offset). Written in the same record as the rows, so the log says
 /// exactly how far a connector got.
 const POSITIONS_KEY: &str = "eddy.source_positions";
+/// Schema metadata of a watermark mark: a record without rows saying that the stream's
+/// watermark rose to this value (µs) here, for a reason the data does not show (a partition went
+/// idle). Replays and backfills read it where it stands among the commits, so they judge every
+/// row as the live views did.
+const WATERMARK_KEY: &str = "eddy.watermark";
 
 fn codec_error(context: &str, err: impl std::fmt::Display) -> Error {
     Error::new(SqlState::DATA_CORRUPTED, format!("log payload {context}: {err}"))
@@ -27,15 +32,34 @@ pub fn encode_changes(changes: &ChangeBatch) -> Result<Vec<u8>> {
 
 /// Serializes changes read by a connector, with the source positions they reach.
 pub fn encode_changes_at(changes: &ChangeBatch, positions: &[(u32, u64)]) -> Result<Vec<u8>> {
+    let mut metadata = std::collections::HashMap::new();
+    if !positions.is_empty() {
+        let text: Vec<String> = positions.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+        metadata.insert(POSITIONS_KEY.to_owned(), text.join(","));
+    }
+    encode_with(changes, metadata)
+}
+
+/// A watermark mark for a stream with rows of `schema` ([`WATERMARK_KEY`]).
+pub fn encode_watermark(schema: &SchemaRef, watermark_micros: i64) -> Result<Vec<u8>> {
+    let metadata = std::collections::HashMap::from([(WATERMARK_KEY.to_owned(), watermark_micros.to_string())]);
+    encode_with(&ChangeBatch::inserts(RecordBatch::new_empty(Arc::clone(schema))), metadata)
+}
+
+/// The watermark a mark record carries (`None` for a record of changes).
+pub fn decode_watermark(payload: &[u8]) -> Result<Option<i64>> {
+    let reader = StreamReader::try_new(payload, None).map_err(|e| codec_error("header", e))?;
+    match reader.schema().metadata().get(WATERMARK_KEY) {
+        Some(text) => text.parse().map(Some).map_err(|e| codec_error("watermark", e)),
+        None => Ok(None),
+    }
+}
+
+fn encode_with(changes: &ChangeBatch, metadata: std::collections::HashMap<String, String>) -> Result<Vec<u8>> {
     let rows = changes.rows();
     let mut fields: Vec<Arc<Field>> = rows.schema().fields().iter().cloned().collect();
     fields.push(Arc::new(Field::new(DIFF_COLUMN, DataType::Int64, false)));
-    let mut schema = Schema::new(fields);
-    if !positions.is_empty() {
-        let text: Vec<String> = positions.iter().map(|(p, o)| format!("{p}:{o}")).collect();
-        schema = schema.with_metadata(std::collections::HashMap::from([(POSITIONS_KEY.to_owned(), text.join(","))]));
-    }
-    let schema = Arc::new(schema);
+    let schema = Arc::new(Schema::new(fields).with_metadata(metadata));
     let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
     columns.push(Arc::new(changes.diffs().clone()));
     let batch = RecordBatch::try_new(Arc::clone(&schema), columns)
@@ -121,5 +145,10 @@ mod tests {
         let payload = encode_changes_at(&changes, &[(0, 42), (3, 7)]).unwrap();
         assert_eq!(decode_positions(&payload).unwrap(), vec![(0, 42), (3, 7)]);
         assert_eq!(decode_changes(&payload, &schema).unwrap()[0].rows(), &rows);
+        assert_eq!(decode_watermark(&payload).unwrap(), None);
+        let mark = encode_watermark(&schema, -17).unwrap();
+        assert_eq!(decode_watermark(&mark).unwrap(), Some(-17));
+        assert!(decode_changes(&mark, &schema).unwrap().iter().all(ChangeBatch::is_empty));
+        assert!(decode_positions(&mark).unwrap().is_empty());
     }
 }

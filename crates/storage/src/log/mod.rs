@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use eddy_common::{Error, ObjectId, Offset, PartitionId, Result, SqlState, TxnId, limits};
 use tokio::sync::oneshot;
 
-pub use codec::{decode_changes, decode_positions, encode_changes, encode_changes_at};
+pub use codec::{decode_changes, decode_positions, decode_watermark, encode_changes, encode_changes_at, encode_watermark};
 pub use frame::{Participant, Record};
 pub use segment::SealedSegment;
 use segment::PartitionLog;
