@@ -132,8 +132,10 @@ mod tests {
     }
 
     fn rows(times: &[i64]) -> Vec<ChangeBatch> {
-        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("t", arrow::datatypes::DataType::Int64, true)]));
-        let batch = arrow::array::RecordBatch::try_new(schema, vec![std::sync::Arc::new(arrow::array::Int64Array::from(times.to_vec()))]).unwrap();
+        use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+        let schema = std::sync::Arc::new(Schema::new(vec![Field::new("t", DataType::Timestamp(TimeUnit::Microsecond, None), true)]));
+        let times = arrow::array::TimestampMicrosecondArray::from(times.to_vec());
+        let batch = arrow::array::RecordBatch::try_new(schema, vec![std::sync::Arc::new(times)]).unwrap();
         vec![ChangeBatch::inserts(batch)]
     }
 
