@@ -34,6 +34,7 @@ use datafusion::logical_expr::Accumulator;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 use hashbrown::HashTable;
 
+use crate::exact_sum::ExactFloatSum;
 use crate::{Operator, OperatorState, checkpoint};
 use crate::event_time::EventTime;
 use crate::plan::{AggregateCall, Expr, WindowClose};
@@ -42,8 +43,11 @@ use crate::rows::{arrow_error, batch_of, eval_error, evaluate, take_columns};
 /// Index of a group's slot in every per-group vector; ids of dropped groups are reused.
 type GroupId = u32;
 
-/// Aggregates whose DataFusion accumulators retract exactly (not FIFO-only like min/max).
-const RETRACTABLE: [&str; 9] = ["count", "sum", "avg", "mean", "var", "var_samp", "var_pop", "stddev", "stddev_pop"];
+/// Aggregates whose DataFusion accumulators retract exactly (not FIFO-only like min/max):
+/// count, and sum / avg of integers and decimals (the native kinds take the rest). Variances
+/// are not among them: their sliding accumulators retract in floating point, which drifts from
+/// the value recomputed over the rows left; they recompute from a multiset instead.
+const RETRACTABLE: [&str; 4] = ["count", "sum", "avg", "mean"];
 
 /// What an aggregate's accumulator is fed per row: its arguments, then the expressions of its
 /// `ORDER BY` (DataFusion's order-sensitive accumulators — `array_agg`, `string_agg`,
@@ -165,6 +169,8 @@ enum CallState {
     /// Sum and number of non-NULL values.
     IntSum(Vec<i128>, Vec<i64>),
     FloatSum(Vec<f64>, Vec<i64>),
+    /// Sums of floats that rows can be retracted from: exact, rounded when read.
+    ExactFloatSum(Vec<ExactFloatSum>, Vec<i64>),
     /// The extreme so far, over an append-only input.
     Extreme(Vec<Option<i64>>),
     /// Every value with its multiplicity, when values can be retracted.
@@ -220,7 +226,8 @@ impl Call {
         let state = match kind {
             Kind::Count => CallState::Count(Vec::new()),
             Kind::IntSum { .. } => CallState::IntSum(Vec::new(), Vec::new()),
-            Kind::FloatSum { .. } => CallState::FloatSum(Vec::new(), Vec::new()),
+            Kind::FloatSum { .. } if append_only => CallState::FloatSum(Vec::new(), Vec::new()),
+            Kind::FloatSum { .. } => CallState::ExactFloatSum(Vec::new(), Vec::new()),
             Kind::Extreme { .. } if append_only => CallState::Extreme(Vec::new()),
             Kind::Extreme { .. } => CallState::ExtremeSet(Vec::new()),
             Kind::Generic => CallState::Generic(Vec::new()),
@@ -247,6 +254,10 @@ impl Call {
             }
             CallState::FloatSum(sums, counts) => {
                 *slot(sums, g) = 0.0;
+                *slot(counts, g) = 0;
+            }
+            CallState::ExactFloatSum(sums, counts) => {
+                *slot(sums, g) = ExactFloatSum::default();
                 *slot(counts, g) = 0;
             }
             CallState::Extreme(values) => *slot(values, g) = None,
@@ -298,6 +309,16 @@ impl Call {
                 for (i, (&g, &d)) in rows_of {
                     if passes(i) {
                         sums[g as usize] += values[i] * d as f64;
+                        counts[g as usize] += d;
+                    }
+                }
+            }
+            (CallState::ExactFloatSum(sums, counts), _) => {
+                let values = cast(&args[0], &DataType::Float64).map_err(arrow_error)?;
+                let values = values.as_primitive::<Float64Type>().values();
+                for (i, (&g, &d)) in rows_of {
+                    if passes(i) {
+                        sums[g as usize].add(values[i], d);
                         counts[g as usize] += d;
                     }
                 }
@@ -412,6 +433,13 @@ impl Call {
                 let values = groups.iter().map(|g| (counts[at(g)] > 0).then(|| if avg { sums[at(g)] / counts[at(g)] as f64 } else { sums[at(g)] }));
                 Arc::new(Float64Array::from_iter(values))
             }
+            (CallState::ExactFloatSum(sums, counts), Kind::FloatSum { avg }) => {
+                let values = groups.iter().map(|g| {
+                    let (sum, n) = (sums[at(g)].value(), counts[at(g)]);
+                    (n > 0).then(|| if avg { sum / n as f64 } else { sum })
+                });
+                Arc::new(Float64Array::from_iter(values))
+            }
             (CallState::Extreme(extremes), Kind::Extreme { ordered, .. }) => {
                 ordered.decode(Int64Array::from_iter(groups.iter().map(|g| extremes[at(g)])), &self.output)?
             }
@@ -455,6 +483,7 @@ impl Call {
             CallState::Count(_) => 8,
             CallState::IntSum(..) => 24,
             CallState::FloatSum(..) => 16,
+            CallState::ExactFloatSum(sums, _) => 8 + sums.get(g).map_or(0, ExactFloatSum::size),
             CallState::Extreme(_) => 16,
             CallState::ExtremeSet(sets) => sets.get(g).map_or(0, |s| std::mem::size_of::<BTreeMap<i64, i64>>() + s.len() * entry),
             CallState::Generic(states) => match states.get(g).and_then(Option::as_ref) {
@@ -480,6 +509,15 @@ impl Call {
             }
             CallState::FloatSum(sums, counts) => {
                 out.push((format!("c{i}_sum"), Arc::new(Float64Array::from_iter_values(groups.iter().map(|g| sums[at(g)])))));
+                out.push((format!("c{i}_n"), checkpoint::int64s(groups.iter().map(|g| counts[at(g)]))));
+            }
+            CallState::ExactFloatSum(sums, counts) => {
+                let encoded: Vec<Vec<u8>> = groups.iter().map(|g| {
+                    let mut bytes = Vec::new();
+                    sums[at(g)].encode(&mut bytes);
+                    bytes
+                }).collect();
+                out.push((format!("c{i}_exact"), checkpoint::binary(encoded.iter().map(Vec::as_slice))));
                 out.push((format!("c{i}_n"), checkpoint::int64s(groups.iter().map(|g| counts[at(g)]))));
             }
             CallState::Extreme(values) => out.push((format!("c{i}"), Arc::new(Int64Array::from_iter(groups.iter().map(|g| values[at(g)]))))),
@@ -558,6 +596,14 @@ impl Call {
                 let n = checkpoint::int64_column(batch, &format!("c{i}_n"))?;
                 for (k, g) in groups.iter().enumerate() {
                     sums[at(g)] = saved.value(k);
+                    counts[at(g)] = n.value(k);
+                }
+            }
+            CallState::ExactFloatSum(sums, counts) => {
+                let saved = checkpoint::binary_column(batch, &format!("c{i}_exact"))?;
+                let n = checkpoint::int64_column(batch, &format!("c{i}_n"))?;
+                for (k, g) in groups.iter().enumerate() {
+                    sums[at(g)] = ExactFloatSum::decode(saved.value(k)).ok_or_else(truncated)?;
                     counts[at(g)] = n.value(k);
                 }
             }

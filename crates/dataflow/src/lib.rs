@@ -19,6 +19,9 @@ pub(crate) type StateSet<K> = std::collections::HashSet<K, foldhash::fast::Rando
 pub mod event_time;
 #[cfg(test)]
 mod aggregate_tests;
+#[cfg(test)]
+mod aggregate_typed_tests;
+mod exact_sum;
 mod join;
 #[cfg(test)]
 mod join_tests;
