@@ -112,7 +112,10 @@ struct Row {
     by: Option<&'static [u8]>,
 }
 
-const FLOATS: &[f64] = &[0.0, -0.0, 1.5, -2.25, 0.1, 1e300, -1e300, 5e-324, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 3.0];
+/// No values far apart in magnitude: the batch sums in its own order, and `1e300 + 1.5 - 1e300`
+/// is 0 or 1.5 depending on it (the exact sum of a view that retracts is tested on its own,
+/// `exact_sum.rs`).
+const FLOATS: &[f64] = &[0.0, -0.0, 1.5, -2.25, 0.1, 1e15, -7e14, 5e-324, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 3.0];
 const TEXTS: &[&str] = &["", "a", "B", "é", "日本", "a b", "Zz"];
 
 fn opt<T: std::fmt::Debug + Clone + 'static>(s: impl Strategy<Value = T> + 'static) -> BoxedStrategy<Option<T>> {
