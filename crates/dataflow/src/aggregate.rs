@@ -89,7 +89,8 @@ impl Ordered {
             Ordered::Int => cast(array, &DataType::Int64).map_err(arrow_error)?.as_primitive::<Int64Type>().clone(),
             Ordered::Float => {
                 let floats = cast(array, &DataType::Float64).map_err(arrow_error)?;
-                floats.as_primitive::<Float64Type>().unary(|f| Self::flip(f.to_bits() as i64))
+                // Every NaN is one value, above every number (PostgreSQL's order).
+                floats.as_primitive::<Float64Type>().unary(|f| Self::flip(if f.is_nan() { f64::NAN } else { f }.to_bits() as i64))
             }
         })
     }
