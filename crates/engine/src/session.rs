@@ -291,6 +291,7 @@ impl Session {
                 self.run_planned(planned, params, None).await
             }
             S::Insert(_) | S::Update(_) | S::Delete(_) => {
+                self.check_writable(sql)?;
                 // Outside a transaction, a write holds the write lock from the moment it reads
                 // the table until its commit is queued, so concurrent writes serialize.
                 let guard = match self.transaction {
@@ -560,6 +561,36 @@ impl Session {
     pub(crate) async fn restore_view(&mut self, def: &crate::catalog::ViewDef) -> Result<()> {
         let plan = self.plan_stored_view(def).await?;
         self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id), None).await.map(|_| ())
+    }
+
+    /// A write to a materialized view or a source is refused as PostgreSQL refuses writes to
+    /// a materialized view (42809), before DataFusion plans it against the view's columns.
+    fn check_writable(&self, sql: &ast::Statement) -> Result<()> {
+        let relation = |t: &ast::TableWithJoins| match &t.relation {
+            ast::TableFactor::Table { name, .. } => Some(name.clone()),
+            _ => None,
+        };
+        let target = match sql {
+            ast::Statement::Insert(insert) => match &insert.table {
+                ast::TableObject::TableName(name) => Some(name.clone()),
+                _ => None,
+            },
+            ast::Statement::Update(update) => relation(&update.table),
+            ast::Statement::Delete(delete) => match &delete.from {
+                ast::FromTable::WithFromKeyword(tables) | ast::FromTable::WithoutKeyword(tables) => tables.first().and_then(relation),
+            },
+            _ => None,
+        };
+        let Some(name) = target else { return Ok(()) };
+        let name = object_name(&name)?;
+        let what = if self.engine.view(&name).is_some() {
+            "materialized view"
+        } else if self.engine.source(&name).is_some() {
+            "source"
+        } else {
+            return Ok(());
+        };
+        Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("cannot change {what} \"{name}\"")))
     }
 
     /// Plans a view stored in the catalog from its SQL.

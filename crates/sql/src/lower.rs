@@ -412,6 +412,12 @@ pub fn release_time(plan: &LogicalPlan) -> Option<(usize, eddy_dataflow::plan::E
 }
 
 /// Whether `expr` calls `now()` (as rewritten for views).
+/// Whether `expr` still holds a subquery (one the optimizer could not turn into a join).
+fn mentions_subquery(expr: &Expr) -> bool {
+    use datafusion::common::tree_node::TreeNode;
+    expr.exists(|e| Ok(matches!(e, Expr::ScalarSubquery(_) | Expr::InSubquery(_) | Expr::Exists(_)))).unwrap_or(false)
+}
+
 fn mentions_now(expr: &Expr) -> bool {
     use datafusion::common::tree_node::TreeNode;
     expr.exists(|e| Ok(matches!(e, Expr::ScalarFunction(f) if f.func.name() == crate::windows::VIEW_NOW))).unwrap_or(true)
@@ -589,6 +595,11 @@ impl Lowering<'_> {
         if mentions_now(expr) {
             return Err(Error::unsupported(
                 "now() in a materialized view is supported only in WHERE, compared with a column, e.g. ts > now() - INTERVAL '1 hour'",
+            ));
+        }
+        if mentions_subquery(expr) {
+            return Err(Error::unsupported(
+                "a subquery that is not correlated with the outer row (e.g. WHERE v > (SELECT max(v) FROM t)) is not supported in a materialized view yet",
             ));
         }
         self.state.create_physical_expr(expr.clone(), schema).map_err(from_datafusion)

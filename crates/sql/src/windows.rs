@@ -139,10 +139,14 @@ impl ScalarUDFImpl for BoundFunction {
     fn return_type(&self, args: &[DataType]) -> datafusion::error::Result<DataType> {
         match args.first() {
             Some(t @ DataType::Timestamp(_, _)) => Ok(t.clone()),
-            other => Err(datafusion::error::DataFusionError::Plan(format!(
-                "{}: the time column must be a timestamp, not {other:?}",
-                self.bound.name()
-            ))),
+            other => {
+                let found = other.map_or_else(|| "nothing".to_owned(), |t| crate::types::pg_type_name(&arrow::datatypes::Field::new("", t.clone(), true)));
+                let window = self.bound.name().split('_').next().unwrap_or_default().to_uppercase();
+                Err(datafusion::error::DataFusionError::External(Box::new(Error::new(
+                    SqlState::DATATYPE_MISMATCH,
+                    format!("{window}: the time column must be a timestamp or timestamptz, not {found}"),
+                ))))
+            }
         }
     }
 
