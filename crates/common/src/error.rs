@@ -52,6 +52,7 @@ impl SqlState {
     pub const INVALID_TABLE_DEFINITION: SqlState = SqlState("42P16");
     pub const GROUPING_ERROR: SqlState = SqlState("42803");
     pub const PROGRAM_LIMIT_EXCEEDED: SqlState = SqlState("54000");
+    pub const OBJECT_NOT_IN_PREREQUISITE_STATE: SqlState = SqlState("55000");
     pub const INSUFFICIENT_RESOURCES: SqlState = SqlState("53000");
     pub const DISK_FULL: SqlState = SqlState("53100");
     pub const OUT_OF_MEMORY: SqlState = SqlState("53200");

@@ -161,6 +161,8 @@ pub struct Engine {
     /// The view runtime's idle decisions about tables' watermarks, until
     /// [`Engine::start_background`] takes them to record them as marks.
     mark_requests: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<(ObjectId, i64)>>>,
+    /// What start-up restored each view from (`checkpoint N`, `log`), for `eddy_views`.
+    restored_from: RwLock<HashMap<ObjectId, String>>,
     /// Bytes of changes each sink may have waiting ([`sink::SinkFeed`]).
     sink_buffer_bytes: usize,
 }
@@ -237,6 +239,7 @@ impl Engine {
             compacted: tokio::sync::Mutex::new(HashMap::new()),
             recovery: tokio::sync::watch::Sender::new(None),
             mark_requests: std::sync::Mutex::new(Some(mark_requests)),
+            restored_from: RwLock::new(HashMap::new()),
             sink_buffer_bytes: config.sink_buffer_bytes.unwrap_or(eddy_common::limits::SINK_BUFFER_BYTES),
             write_lock: Arc::new(Mutex::new(())),
         }))

@@ -28,6 +28,35 @@ use crate::{Engine, Table, checkpoint};
 /// running (and the log says which step), and again every time this passes.
 const RECOVERY_STEP_REPORT_INTERVAL: Duration = Duration::from_secs(30);
 
+/// One row of `SHOW MATERIALIZED VIEWS` / `eddy_views`.
+pub(crate) struct ViewStatus {
+    pub name: String,
+    pub status: &'static str,
+    pub error: Option<String>,
+    pub restored_from: Option<String>,
+}
+
+/// Test hook, in debug builds only: `EDDY_FAILPOINTS=step:view:panic|error,...` makes a
+/// recovery step (`restore_view`: from the checkpoint; `rebuild_view`: from the log) of a view
+/// panic or fail, so tests can prove what recovery does then.
+fn failpoint(step: &str, view: &str) -> Result<()> {
+    if !cfg!(debug_assertions) {
+        return Ok(());
+    }
+    let Ok(points) = std::env::var("EDDY_FAILPOINTS") else { return Ok(()) };
+    for point in points.split(',') {
+        let mut parts = point.split(':');
+        if parts.next() == Some(step) && parts.next() == Some(view) {
+            let message = format!("failpoint {step} of view {view}");
+            if parts.next() == Some("panic") {
+                std::panic::panic_any(message);
+            }
+            return Err(Error::internal(message));
+        }
+    }
+    Ok(())
+}
+
 /// What a waiting session is told: the step, and since when it runs.
 #[derive(Clone)]
 pub(crate) struct RecoveryStep {
@@ -53,13 +82,21 @@ impl Engine {
         for (i, def) in rest.iter().enumerate() {
             self.recovering(format!("rebuilding materialized view \"{}\" from the log ({} of {})", def.name, i + 1, rest.len()));
             if let Some(failed) = rest[..i].iter().find(|d| def.dependencies.contains(&d.id) && self.view(&d.name).is_some_and(|v| self.view_failure(&v).is_some())) {
-                let e = Error::new(SqlState::DEPENDENT_OBJECTS_STILL_EXIST, format!("it reads materialized view \"{}\", which failed", failed.name));
+                let e = Error::new(SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, format!("it reads materialized view \"{}\", which failed", failed.name));
                 self.mark_view_failed(def, None, e);
                 continue;
             }
-            let rebuilt = AssertUnwindSafe(session.restore_view(def)).catch_unwind().await;
+            let rebuilt = AssertUnwindSafe(async {
+                failpoint("rebuild_view", &def.name)?;
+                session.restore_view(def).await
+            })
+            .catch_unwind()
+            .await;
             match rebuilt.unwrap_or_else(|panic| Err(panic_error("rebuilding the view", panic.as_ref()))) {
-                Ok(()) => tracing::info!(view = %def.name, "materialized view rebuilt from the log"),
+                Ok(()) => {
+                    self.set_restored_from(def.id, "log".to_owned());
+                    tracing::info!(view = %def.name, "materialized view rebuilt from the log");
+                }
                 Err(e) => {
                     let schema = session.plan_stored_view(def).await.ok().map(|p| p.schema);
                     self.mark_view_failed(def, schema, e);
@@ -103,7 +140,10 @@ impl Engine {
             committed_by_view.push(state.committed.clone());
             let attempt = AssertUnwindSafe(self.restore_one(session, def, state)).catch_unwind().await;
             match attempt.unwrap_or_else(|panic| Err(panic_error("restoring the view from the checkpoint", panic.as_ref()))) {
-                Ok(()) => done += 1,
+                Ok(()) => {
+                    self.set_restored_from(def.id, format!("checkpoint {}", restored.epoch));
+                    done += 1;
+                }
                 Err(e) => {
                     let later = restorable - done - 1;
                     tracing::warn!(view = %def.name, error = %e, later, "restoring a materialized view from the checkpoint failed: it and the views after it are rebuilt from the log");
@@ -142,6 +182,7 @@ impl Engine {
     /// Plans one stored view and registers it with the state the checkpoint saved; its source
     /// readers start where the view had read to. Nothing of it is kept when this fails.
     async fn restore_one(self: &Arc<Self>, session: &mut Session, def: &ViewDef, state: checkpoint::ViewState) -> Result<()> {
+        failpoint("restore_view", &def.name)?;
         let plan = session.plan_stored_view(def).await?;
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
@@ -217,21 +258,33 @@ impl Engine {
         self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), view);
     }
 
+    fn set_restored_from(&self, view: ObjectId, from: String) {
+        self.restored_from.write().unwrap_or_else(|p| p.into_inner()).insert(view, from);
+    }
+
     /// Why `view` cannot answer, if it failed (at start-up or since).
     pub(crate) fn view_failure(&self, view: &View) -> Option<Error> {
         self.runtime.failures().read().unwrap_or_else(|p| p.into_inner()).get(&view.def.id).cloned()
     }
 
-    /// Every materialized view with its status (`running` or `failed`) and error, by name.
-    pub(crate) fn view_statuses(&self) -> Vec<(String, &'static str, Option<String>)> {
+    /// Every materialized view by name: its status (`running` or `failed`), its error, and
+    /// what this run of the server restored it from (`checkpoint N`, `log`; `None`: created
+    /// since it started, or not restored).
+    pub(crate) fn view_statuses(&self) -> Vec<ViewStatus> {
         let failures = self.runtime.failures();
         let failures = failures.read().unwrap_or_else(|p| p.into_inner());
+        let restored = self.restored_from.read().unwrap_or_else(|p| p.into_inner());
         let views = self.views.read().unwrap_or_else(|p| p.into_inner());
         views
             .values()
-            .map(|v| match failures.get(&v.def.id) {
-                Some(e) => (v.def.name.clone(), "failed", Some(e.message.clone())),
-                None => (v.def.name.clone(), "running", None),
+            .map(|v| {
+                let failure = failures.get(&v.def.id);
+                ViewStatus {
+                    name: v.def.name.clone(),
+                    status: if failure.is_some() { "failed" } else { "running" },
+                    error: failure.map(|e| e.message.clone()),
+                    restored_from: restored.get(&v.def.id).cloned(),
+                }
             })
             .collect()
     }

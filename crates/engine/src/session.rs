@@ -169,7 +169,7 @@ impl Session {
             Statement::DeclareSubscribeCursor { cursor, subscribe } => self.declare_subscribe(cursor, subscribe).await,
             Statement::Fetch { cursor, count, timeout_ms } => self.fetch(cursor, *count, *timeout_ms).await,
             Statement::ShowMaterializedViews => {
-                let rows = self.engine.view_statuses().into_iter().map(|(name, status, error)| vec![name, status.to_owned(), error.unwrap_or_default()]).collect();
+                let rows = self.engine.view_statuses().into_iter().map(|v| vec![v.name, v.status.to_owned(), v.error.unwrap_or_default()]).collect();
                 rows_of_text(&["name", "status", "error"], rows)
             }
             Statement::ShowCreateMaterializedView(name) => {

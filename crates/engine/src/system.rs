@@ -61,17 +61,19 @@ fn views_schema() -> SchemaRef {
         Field::new("name", DataType::Utf8, false),
         Field::new("status", DataType::Utf8, false),
         Field::new("error", DataType::Utf8, true),
+        Field::new("restored_from", DataType::Utf8, true),
     ]))
 }
 
 /// Every materialized view: `running`, or `failed` with why (it stopped updating, or could not
-/// be restored at start-up).
+/// be restored at start-up), and what start-up restored it from.
 fn views(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let rows = engine.view_statuses();
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(rows.iter().map(|(name, _, _)| name))),
-        Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, status, _)| status))),
-        Arc::new(StringArray::from_iter(rows.iter().map(|(_, _, error)| error.as_deref()))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|v| &v.name))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|v| v.status))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|v| v.error.as_deref()))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|v| v.restored_from.as_deref()))),
     ];
     batch("eddy_views", views_schema(), columns)
 }

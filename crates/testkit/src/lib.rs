@@ -38,6 +38,8 @@ pub struct EddyProcess {
     pub data_dir: PathBuf,
     /// Arguments after the listen addresses and data directory (`--workers`, ...).
     args: Vec<String>,
+    /// Environment variables of the process (and of the ones that restart it).
+    envs: Vec<(String, String)>,
     /// A data directory this process owns, removed after the process is killed.
     _owned_dir: Option<tempfile::TempDir>,
 }
@@ -54,9 +56,10 @@ impl EddyProcess {
         EddyProcess::start_args(binary, data_dir, &args)
     }
 
-    fn spawn(binary: &Path, data_dir: &Path, args: &[String]) -> Result<Child> {
+    fn spawn(binary: &Path, data_dir: &Path, args: &[String], envs: &[(String, String)]) -> Result<Child> {
         let mut command = Command::new(binary);
         command.args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir).args(args);
+        command.envs(envs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         command
             .env("EDDY_LOG", std::env::var("EDDY_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
@@ -67,7 +70,12 @@ impl EddyProcess {
 
     /// [`EddyProcess::start`] with more server arguments (`--workers 2`, ...).
     pub fn start_args(binary: &Path, data_dir: &Path, args: &[String]) -> Result<Self> {
-        let mut child = EddyProcess::spawn(binary, data_dir, args)?;
+        EddyProcess::start_env(binary, data_dir, args, &[])
+    }
+
+    /// [`EddyProcess::start_args`] with environment variables (`EDDY_FAILPOINTS`, ...).
+    pub fn start_env(binary: &Path, data_dir: &Path, args: &[String], envs: &[(String, String)]) -> Result<Self> {
+        let mut child = EddyProcess::spawn(binary, data_dir, args, envs)?;
         let stdout = child.stdout.take().context("no stdout")?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -95,7 +103,7 @@ impl EddyProcess {
         };
         let port_of = |addr: &str| addr.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad address {addr}"));
         let (port, http_port) = (port_of(&addr)?, port_of(&http)?);
-        Ok(EddyProcess { child, port, http_port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), args: args.to_vec(), _owned_dir: None })
+        Ok(EddyProcess { child, port, http_port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), args: args.to_vec(), envs: envs.to_vec(), _owned_dir: None })
     }
 
     /// Starts a server on a fresh temporary data directory that lives as long as it does.
@@ -207,7 +215,7 @@ impl EddyProcess {
     /// data directory in its place (it keeps owning a temporary one).
     pub fn restart_in_place(&mut self, crash: bool) -> Result<()> {
         if crash { self.kill()? } else { self.stop()? }
-        let next = EddyProcess::start_args(&self.binary, &self.data_dir, &self.args)?;
+        let next = EddyProcess::start_env(&self.binary, &self.data_dir, &self.args, &self.envs)?;
         let owned = self._owned_dir.take();
         let old = std::mem::replace(self, next);
         drop(old);
@@ -217,13 +225,18 @@ impl EddyProcess {
 
     /// Starts a new process on the same data directory.
     pub fn restart(&self) -> Result<Self> {
-        EddyProcess::start_args(&self.binary, &self.data_dir, &self.args)
+        EddyProcess::start_env(&self.binary, &self.data_dir, &self.args, &self.envs)
+    }
+
+    /// The environment of the processes that restart this one.
+    pub fn set_envs(&mut self, envs: &[(&str, &str)]) {
+        self.envs = envs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     }
 
     /// Starts a new process on the same data directory (after this one was killed) and
     /// SIGKILLs it after `after`, ready or not: a crash during recovery.
     pub fn crash_while_starting(&self, after: Duration) -> Result<()> {
-        let mut child = EddyProcess::spawn(&self.binary, &self.data_dir, &self.args)?;
+        let mut child = EddyProcess::spawn(&self.binary, &self.data_dir, &self.args, &self.envs)?;
         std::thread::sleep(after);
         child.kill()?;
         child.wait()?;
