@@ -1,7 +1,9 @@
 //! The batch oracle: after random inserts, updates and deletes (with duplicates and NULLs),
 //! every materialized view equals the same query run in batch by DataFusion over the current
 //! tables (the ad-hoc SELECT path), compared as multisets after each FLUSH. Some views exist
-//! before any data, others are created mid-stream (backfill), one reads another view.
+//! before any data, others are created mid-stream (backfill), one reads another view. At a
+//! random step the server restarts (after a CHECKPOINT or not, cleanly or by SIGKILL) and every
+//! view is compared again.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -88,8 +90,8 @@ const VIEWS: &[(&str, &str)] = &[
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
 
-async fn check_case(server: &EddyProcess, ops: &[Op], late_from: usize) -> Result<(), String> {
-    let client = server.connect().await.map_err(|e| e.to_string())?;
+async fn check_case(server: &mut EddyProcess, ops: &[Op], late_from: usize, restart: (usize, bool, bool)) -> Result<(), String> {
+    let mut client = server.connect().await.map_err(|e| e.to_string())?;
     let case = CASE.fetch_add(1, Ordering::Relaxed);
     let (a, b, v) = (format!("a{case}"), format!("b{case}"), format!("v{case}"));
     client
@@ -119,6 +121,14 @@ async fn check_case(server: &EddyProcess, ops: &[Op], late_from: usize) -> Resul
                 }
             }
         }
+        if step == restart.0 {
+            let (_, checkpoint, crash) = restart;
+            if checkpoint {
+                client.batch_execute("CHECKPOINT").await.map_err(|e| format!("CHECKPOINT: {e}"))?;
+            }
+            server.restart_in_place(crash).map_err(|e| format!("restart: {e:#}"))?;
+            client = server.connect().await.map_err(|e| e.to_string())?;
+        }
         client.batch_execute("FLUSH").await.map_err(|e| e.to_string())?;
         for &i in &created {
             let view = query_sorted(&client, &format!("SELECT * FROM {v}_{}", VIEWS[i].0)).await.map_err(|e| e.to_string())?;
@@ -128,6 +138,8 @@ async fn check_case(server: &EddyProcess, ops: &[Op], late_from: usize) -> Resul
             }
         }
     }
+    // Each case leaves the server as it found it: later restarts rebuild only their own views.
+    client.batch_execute(&format!("DROP TABLE {a}, {b} CASCADE")).await.map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -135,13 +147,13 @@ async fn check_case(server: &EddyProcess, ops: &[Op], late_from: usize) -> Resul
 fn views_equal_their_queries_in_batch() {
     // One server for every case (each case uses its own tables and views); dropped, and so
     // killed, when the test ends.
-    let server = EddyProcess::start_fresh_with(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), Some(eddy_testkit::TEST_WORKERS)).unwrap();
+    let server = std::cell::RefCell::new(EddyProcess::start_fresh_with(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")), Some(eddy_testkit::TEST_WORKERS)).unwrap());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let config = ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let strategy = (prop::collection::vec(op(), 1..12), 0usize..VIEWS.len());
-    let result = runner.run(&strategy, |(ops, late_from)| {
-        runtime.block_on(check_case(&server, &ops, late_from)).map_err(TestCaseError::fail)
+    let strategy = (prop::collection::vec(op(), 1..12), 0usize..VIEWS.len(), (0usize..12, any::<bool>(), any::<bool>()));
+    let result = runner.run(&strategy, |(ops, late_from, restart)| {
+        runtime.block_on(check_case(&mut server.borrow_mut(), &ops, late_from, restart)).map_err(TestCaseError::fail)
     });
     if let Err(e) = result {
         panic!("{e}");
