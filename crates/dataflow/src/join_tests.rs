@@ -1,12 +1,15 @@
 //! Oracle tests for every join kind: random insertions and deletions on both sides (NULL keys,
 //! duplicates, a residual filter), the accumulated output compared after every epoch with the
-//! join recomputed from scratch by nested loops.
+//! join recomputed from scratch by nested loops. Keys are of every type Eddy stores that has
+//! three distinct values (integer, text with non-ASCII, numeric, double with NaN, timestamp,
+//! date, bytea, interval): the oracle works on the values' indexes, the join on the values.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, Int32Array, Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
+use arrow::array::{Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int32Type, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit};
+use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator as BinaryOp;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column};
 use eddy_common::{ChangeBatch, ObjectId};
@@ -20,16 +23,79 @@ type Bag = HashMap<Row, i64>;
 const LEFT: ObjectId = ObjectId(1);
 const RIGHT: ObjectId = ObjectId(2);
 
+/// The type of the join key (column 0 of each side); the values of the rows are indexes 0..3
+/// into its pool of three distinct values.
+#[derive(Debug, Clone, Copy)]
+enum KeyType {
+    Int,
+    Text,
+    Numeric,
+    Double,
+    Timestamp,
+    Date,
+    Bytea,
+    Interval,
+}
+
+const KEY_TYPES: [KeyType; 8] = [KeyType::Int, KeyType::Text, KeyType::Numeric, KeyType::Double, KeyType::Timestamp, KeyType::Date, KeyType::Bytea, KeyType::Interval];
+
+impl KeyType {
+    fn data_type(self) -> DataType {
+        match self {
+            KeyType::Int => DataType::Int32,
+            KeyType::Text => DataType::Utf8,
+            KeyType::Numeric => DataType::Decimal128(20, 4),
+            KeyType::Double => DataType::Float64,
+            KeyType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            KeyType::Date => DataType::Date32,
+            KeyType::Bytea => DataType::Binary,
+            KeyType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
+        }
+    }
+
+    /// The key column for these indexes.
+    fn array(self, indexes: &[Option<i32>]) -> ArrayRef {
+        use arrow::array::*;
+        let at = |i: &Option<i32>| i.map(|i| i as usize);
+        match self {
+            KeyType::Int => Arc::new(Int32Array::from(indexes.to_vec())),
+            KeyType::Text => Arc::new(StringArray::from_iter(indexes.iter().map(|i| at(i).map(|i| ["", "é", "日本語"][i])))),
+            KeyType::Numeric => Arc::new(Decimal128Array::from_iter(indexes.iter().map(|i| at(i).map(|i| [-15_000i128, 0, 999_999_999][i]))).with_precision_and_scale(20, 4).unwrap()),
+            KeyType::Double => Arc::new(Float64Array::from_iter(indexes.iter().map(|i| at(i).map(|i| [f64::NAN, -1.5, 1e300][i])))),
+            KeyType::Timestamp => Arc::new(TimestampMicrosecondArray::from_iter(indexes.iter().map(|i| at(i).map(|i| [-1i64, 0, 1_700_000_000_000_000][i])))),
+            KeyType::Date => Arc::new(Date32Array::from_iter(indexes.iter().map(|i| at(i).map(|i| [-719_162, 0, 20_000][i])))),
+            KeyType::Bytea => Arc::new(BinaryArray::from_iter(indexes.iter().map(|i| at(i).map(|i| [&b""[..], b"\x00", b"\xff\x00"][i])))),
+            KeyType::Interval => Arc::new(IntervalMonthDayNanoArray::from_iter(
+                indexes.iter().map(|i| at(i).map(|i| [IntervalMonthDayNano::new(0, 0, 0), IntervalMonthDayNano::new(0, 1, 0), IntervalMonthDayNano::new(0, 0, 7_200_000_000_000)][i])),
+            )),
+        }
+    }
+
+    /// The index of the key value at row `i` of `column`.
+    fn index(self, column: &dyn Array, i: usize) -> Option<i32> {
+        if column.is_null(i) {
+            return None;
+        }
+        let value = ScalarValue::try_from_array(column, i).unwrap();
+        let pool = self.array(&[Some(0), Some(1), Some(2)]);
+        (0..3).find(|&k| ScalarValue::try_from_array(&pool, k).unwrap() == value).map(|k| k as i32)
+    }
+}
+
 fn schema(a: &str, b: &str) -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new(a, DataType::Int32, true), Field::new(b, DataType::Int32, true)]))
+    typed_schema(a, b, KeyType::Int)
+}
+
+fn typed_schema(a: &str, b: &str, key: KeyType) -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(a, key.data_type(), true), Field::new(b, DataType::Int32, true)]))
 }
 
 fn column(name: &str, index: usize) -> Expr {
     Arc::new(Column::new(name, index))
 }
 
-fn plan(kind: JoinKind, filtered: bool, nulls_equal: bool) -> Node {
-    let (ls, rs) = (schema("k", "a"), schema("k2", "b"));
+fn plan(kind: JoinKind, filtered: bool, nulls_equal: bool, key: KeyType) -> Node {
+    let (ls, rs) = (typed_schema("k", "a", key), typed_schema("k2", "b", key));
     let both: Vec<Field> = ls.fields().iter().chain(rs.fields().iter()).map(|f| f.as_ref().clone()).collect();
     let out = match kind {
         JoinKind::LeftSemi | JoinKind::LeftAnti => ls.clone(),
@@ -51,18 +117,21 @@ fn plan(kind: JoinKind, filtered: bool, nulls_equal: bool) -> Node {
     }
 }
 
-fn batch(rows: &[(Row, i64)]) -> ChangeBatch {
-    let s = schema("x", "y");
-    let a = Int32Array::from(rows.iter().map(|r| r.0[0]).collect::<Vec<_>>());
+fn batch(rows: &[(Row, i64)], key: KeyType) -> ChangeBatch {
+    let s = typed_schema("x", "y", key);
+    let a = key.array(&rows.iter().map(|r| r.0[0]).collect::<Vec<_>>());
     let b = Int32Array::from(rows.iter().map(|r| r.0[1]).collect::<Vec<_>>());
-    let rb = RecordBatch::try_new(s, vec![Arc::new(a), Arc::new(b)]).unwrap();
+    let rb = RecordBatch::try_new(s, vec![a, Arc::new(b)]).unwrap();
     ChangeBatch::new(rb, Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()))
 }
 
-fn accumulate(out: &mut Bag, batches: Vec<ChangeBatch>) {
+fn accumulate(out: &mut Bag, batches: Vec<ChangeBatch>, key: KeyType) {
     for b in batches {
         for i in 0..b.len() {
             let row: Row = b.rows().columns().iter().map(|c| {
+                if c.data_type() != &DataType::Int32 {
+                    return key.index(c.as_ref(), i);
+                }
                 let c = c.as_primitive::<Int32Type>();
                 if c.is_null(i) { None } else { Some(c.value(i)) }
             }).collect();
@@ -117,15 +186,15 @@ fn steps() -> impl Strategy<Value = Vec<Vec<(bool, Row, bool)>>> {
     prop::collection::vec(prop::collection::vec(step, 1..6), 1..8)
 }
 
-fn run(kind: JoinKind, filtered: bool, nulls_equal: bool, workers: &crate::Workers, epochs: Vec<Vec<(bool, Row, bool)>>, restart_after: usize) -> Result<(), TestCaseError> {
-    let build = || crate::build(&plan(kind, filtered, nulls_equal), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
-    drive(&build, restart_after, epochs, |left, right| oracle(kind, filtered, nulls_equal, left, right)).map_err(|e| TestCaseError::fail(format!("{kind:?} filtered={filtered}: {e}")))
+fn run(kind: JoinKind, filtered: bool, nulls_equal: bool, key: KeyType, workers: &crate::Workers, epochs: Vec<Vec<(bool, Row, bool)>>, restart_after: usize) -> Result<(), TestCaseError> {
+    let build = || crate::build(&plan(kind, filtered, nulls_equal, key), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
+    drive(&build, restart_after, key, epochs, |left, right| oracle(kind, filtered, nulls_equal, left, right)).map_err(|e| TestCaseError::fail(format!("{kind:?} {key:?} filtered={filtered}: {e}")))
 }
 
 /// Applies the epochs' steps to the join `build` makes (deletions remove a present copy),
 /// comparing its accumulated output with `oracle` over both sides after every epoch; after
 /// epoch `restart_after` the join restarts from a checkpoint of its state.
-fn drive(build: &dyn Fn() -> Box<dyn crate::Operator>, restart_after: usize, epochs: Vec<Vec<(bool, Row, bool)>>, oracle: impl Fn(&Bag, &Bag) -> Bag) -> Result<(), TestCaseError> {
+fn drive(build: &dyn Fn() -> Box<dyn crate::Operator>, restart_after: usize, key: KeyType, epochs: Vec<Vec<(bool, Row, bool)>>, oracle: impl Fn(&Bag, &Bag) -> Bag) -> Result<(), TestCaseError> {
     let mut op = build();
     let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
     for (epoch_index, epoch) in epochs.into_iter().enumerate() {
@@ -134,9 +203,9 @@ fn drive(build: &dyn Fn() -> Box<dyn crate::Operator>, restart_after: usize, epo
             let diff = if insert { 1 } else if side.get(&row).copied().unwrap_or(0) > 0 { -1 } else { continue };
             *side.entry(row.clone()).or_default() += diff;
             side.retain(|_, n| *n != 0);
-            accumulate(&mut out, op.push(if is_left { LEFT } else { RIGHT }, &batch(&[(row, diff)])).unwrap());
+            accumulate(&mut out, op.push(if is_left { LEFT } else { RIGHT }, &batch(&[(row, diff)], key)).unwrap(), key);
         }
-        accumulate(&mut out, op.end_epoch().unwrap());
+        accumulate(&mut out, op.end_epoch().unwrap(), key);
         prop_assert_eq!(&out, &oracle(&left, &right));
         if epoch_index == restart_after {
             crate::checkpoint::restart(&mut op, build);
@@ -149,11 +218,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), sharded in any::<bool>(), restart_after in 0..8usize) {
+    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), sharded in any::<bool>(), restart_after in 0..8usize, key in prop::sample::select(KEY_TYPES.to_vec())) {
         // Sharded: each side routed by its key to one of 3 copies of the join.
         let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
         for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti, JoinKind::RightSemi, JoinKind::RightAnti] {
-            run(kind, filtered, nulls_equal, &workers, epochs.clone(), restart_after)?;
+            run(kind, filtered, nulls_equal, key, &workers, epochs.clone(), restart_after)?;
         }
     }
 }
@@ -217,6 +286,6 @@ proptest! {
     fn interval_join_matches_its_oracle(epochs in steps(), sharded in any::<bool>(), restart_after in 0..8usize) {
         let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
         let build = || crate::build(&interval_plan(), &std::sync::Arc::new(crate::EventTime::new(&[LEFT, RIGHT])), &workers).unwrap();
-        drive(&build, restart_after, epochs, interval_oracle)?;
+        drive(&build, restart_after, KeyType::Int, epochs, interval_oracle)?;
     }
 }
