@@ -142,9 +142,10 @@ mod tests {
     #[test]
     fn marks_make_a_replay_end_where_the_live_clock_did() {
         // Live: partition 1 never has data; once idle, partition 0 alone sets the watermark.
-        let mut live = StreamClock::new(spec(Some(Duration::from_millis(1))));
+        // (An idle timeout long enough that partition 1 is not idle yet when partition 0 reads.)
+        let mut live = StreamClock::new(spec(Some(Duration::from_millis(400))));
         assert_eq!(live.observe(0, &rows(&[100])).unwrap(), None);
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(500));
         let decided = live.idle_raise(Instant::now()).unwrap();
         assert_eq!(decided, 90);
         live.requested = Some(decided);
