@@ -122,7 +122,7 @@ async fn cancel_request_stops_a_running_query() {
         _ = keep_cancelling => unreachable!("the cancel loop never ends"),
     };
     assert_eq!(err.code().unwrap().code(), "57014", "{err}");
-    let n: i64 = client.query_one("SELECT 41 + 1", &[]).await.unwrap().get(0);
+    let n: i32 = client.query_one("SELECT 41 + 1", &[]).await.unwrap().get(0);
     assert_eq!(n, 42, "the connection is usable after a cancel");
 }
 

@@ -22,6 +22,8 @@ impl SqlState {
     pub const INVALID_DATETIME_FORMAT: SqlState = SqlState("22007");
     pub const DATETIME_FIELD_OVERFLOW: SqlState = SqlState("22008");
     pub const DIVISION_BY_ZERO: SqlState = SqlState("22012");
+    pub const INVALID_ARGUMENT_FOR_LOGARITHM: SqlState = SqlState("2201E");
+    pub const INVALID_ARGUMENT_FOR_POWER_FUNCTION: SqlState = SqlState("2201F");
     pub const INVALID_PARAMETER_VALUE: SqlState = SqlState("22023");
     pub const INVALID_TEXT_REPRESENTATION: SqlState = SqlState("22P02");
     pub const BAD_COPY_FILE_FORMAT: SqlState = SqlState("22P04");

@@ -13,7 +13,7 @@ pub use ids::{ObjectId, Offset, PartitionId, TxnId};
 mod change;
 pub use change::ChangeBatch;
 
-/// `s` as a JSON string literal (quoted and escaped).
+/// `s` as a JSON string literal, quoted and escaped as PostgreSQL's JSON output escapes it.
 pub fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
@@ -21,6 +21,8 @@ pub fn json_string(s: &str) -> String {
         match ch {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),

@@ -15,6 +15,12 @@ use crate::plan::Expr;
 /// Classifies an evaluation error: a bad value in a row (division by zero, failed cast) is a
 /// data exception; anything else is a bug.
 pub fn eval_error(err: DataFusionError) -> Error {
+    // Eddy's own functions (crates/sql/src/pg) raise Eddy errors with their SQLSTATE.
+    if let DataFusionError::External(e) = &err
+        && let Some(ours) = e.downcast_ref::<Error>()
+    {
+        return ours.clone();
+    }
     let message = err.to_string();
     let lower = message.to_lowercase();
     if lower.contains("divide by zero") || lower.contains("division by zero") {

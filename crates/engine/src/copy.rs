@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BinaryBuilder, RecordBatch, StringBuilder, new_null_array};
+use arrow::array::{ArrayRef, RecordBatch, StringBuilder, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, SchemaRef};
 use eddy_common::{Error, Result, SqlState};
@@ -58,23 +58,18 @@ impl CopyIn {
     }
 }
 
-/// Builds a column of `data_type` from PostgreSQL text values.
+/// Builds a column of `data_type` from PostgreSQL text values, read with PostgreSQL's input
+/// syntax (the one a cast from text uses; timestamps without a zone are in UTC).
 pub fn text_to_array<'a>(values: impl Iterator<Item = Option<&'a str>>, data_type: &DataType, n: usize) -> Result<ArrayRef> {
-    if *data_type == DataType::Binary {
-        let mut builder = BinaryBuilder::with_capacity(n, 0);
-        for v in values {
-            match v {
-                None => builder.append_null(),
-                Some(text) => builder.append_value(parse_bytea(text)?),
-            }
-        }
-        return Ok(Arc::new(builder.finish()));
-    }
     let mut builder = StringBuilder::with_capacity(n, 0);
     for v in values {
         builder.append_option(v);
     }
-    let strings: ArrayRef = Arc::new(builder.finish());
+    let strings = builder.finish();
+    if let Some(parsed) = eddy_sql::pg::cast::parse_text(&strings, data_type, eddy_sql::pg::TimeZone::UTC) {
+        return parsed;
+    }
+    let strings: ArrayRef = Arc::new(strings);
     if *data_type == DataType::Utf8 {
         return Ok(strings);
     }
@@ -86,37 +81,6 @@ pub fn text_to_array<'a>(values: impl Iterator<Item = Option<&'a str>>, data_typ
 
 fn strip_arrow(message: &str) -> &str {
     message.strip_prefix("Cast error: ").or_else(|| message.strip_prefix("Parser error: ")).unwrap_or(message)
-}
-
-/// `\x0a0b` (hex) or the escape format with `\\` and `\ooo` octal.
-pub fn parse_bytea(text: &str) -> Result<Vec<u8>> {
-    let bad = || Error::new(SqlState::INVALID_TEXT_REPRESENTATION, format!("invalid input syntax for type bytea: \"{text}\""));
-    if let Some(hex) = text.strip_prefix("\\x") {
-        if hex.len() % 2 != 0 {
-            return Err(bad());
-        }
-        return (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
-            .collect();
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] != b'\\' {
-            out.push(bytes[i]);
-            i += 1;
-        } else if bytes.get(i + 1) == Some(&b'\\') {
-            out.push(b'\\');
-            i += 2;
-        } else {
-            let octal = text.get(i + 1..i + 4).ok_or_else(bad)?;
-            out.push(u8::from_str_radix(octal, 8).map_err(|_| bad())?);
-            i += 4;
-        }
-    }
-    Ok(out)
 }
 
 fn parse_text(text: &str, delimiter: char, null: &str) -> Result<Vec<Vec<Option<String>>>> {
@@ -239,9 +203,13 @@ mod tests {
     }
 
     #[test]
-    fn bytea_hex_and_escape() {
-        assert_eq!(parse_bytea("\\x0aff").unwrap(), vec![10, 255]);
-        assert_eq!(parse_bytea("a\\\\b\\001").unwrap(), b"a\\b\x01".to_vec());
-        assert!(parse_bytea("\\x0").is_err());
+    fn text_values_read_like_postgres() {
+        use arrow::array::AsArray;
+        let bytes = text_to_array(["\\x0aff", "a\\\\b\\001"].into_iter().map(Some), &DataType::Binary, 2).unwrap();
+        assert_eq!(bytes.as_binary::<i32>().value(0), [10, 255]);
+        assert_eq!(bytes.as_binary::<i32>().value(1), b"a\\b\x01");
+        assert!(text_to_array(std::iter::once(Some("\\x0")), &DataType::Binary, 1).is_err());
+        let interval = text_to_array(std::iter::once(Some("1 day 02:03:04")), &DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano), 1).unwrap();
+        assert_eq!(interval.len(), 1);
     }
 }

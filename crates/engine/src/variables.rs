@@ -171,33 +171,7 @@ fn parse_duration_ms(value: &str) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
-/// A session time zone: an IANA name (`Europe/Paris`) or a fixed offset (`+02:00`, `-5`).
-#[derive(Debug, Clone, Copy)]
-pub enum TimeZone {
-    Named(chrono_tz::Tz),
-    Fixed(chrono::FixedOffset),
-}
-
-pub fn parse_time_zone(value: &str) -> Option<TimeZone> {
-    if value.eq_ignore_ascii_case("utc") || value.eq_ignore_ascii_case("z") {
-        return Some(TimeZone::Named(chrono_tz::UTC));
-    }
-    if let Ok(tz) = value.parse::<chrono_tz::Tz>() {
-        return Some(TimeZone::Named(tz));
-    }
-    let (sign, rest) = match value.as_bytes().first()? {
-        b'+' => (1, &value[1..]),
-        b'-' => (-1, &value[1..]),
-        _ => return None,
-    };
-    let mut parts = rest.split(':');
-    let hours: i32 = parts.next()?.parse().ok()?;
-    let minutes: i32 = parts.next().map_or(Some(0), |m| m.parse().ok())?;
-    if hours > 15 || minutes > 59 {
-        return None;
-    }
-    chrono::FixedOffset::east_opt(sign * (hours * 3600 + minutes * 60)).map(TimeZone::Fixed)
-}
+pub use eddy_sql::pg::{TimeZone, parse_time_zone};
 
 #[cfg(test)]
 mod tests {

@@ -78,7 +78,15 @@ fn plan_error(message: String) -> Error {
         let name = m.split('\'').nth(1).unwrap_or("").rsplit('.').next().unwrap_or("").to_owned();
         return Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"));
     }
-    if lower.contains("invalid function") || lower.contains("function") && lower.contains("not found") {
+    // No function or operator takes these argument types: PostgreSQL's "function f(integer)
+    // does not exist" and "operator does not exist: date + date" (42883).
+    if lower.contains("invalid function")
+        || lower.contains("function") && lower.contains("not found")
+        || lower.contains("no function matches the given name")
+        || lower.contains("failed to coerce arguments to satisfy a call")
+        || lower.contains("cannot coerce arithmetic expression")
+        || lower.contains("unary operator") && lower.contains("only supports")
+    {
         return Error::new(SqlState::UNDEFINED_FUNCTION, m);
     }
     if lower.contains("no field named") {
@@ -91,6 +99,7 @@ fn plan_error(message: String) -> Error {
         || lower.contains("failed to coerce")
         || lower.contains("inserting query schema mismatch")
         || lower.contains("expected a boolean")
+        || lower.contains("non-boolean predicate")
     {
         return Error::new(SqlState::DATATYPE_MISMATCH, m);
     }

@@ -14,6 +14,7 @@ mod functions;
 mod information_schema;
 mod lower;
 mod parser;
+pub mod pg;
 mod planner;
 pub mod types;
 pub mod windows;

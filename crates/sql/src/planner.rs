@@ -49,12 +49,24 @@ pub enum Planned {
 #[derive(Debug, Clone)]
 pub struct QueryPlan {
     plan: LogicalPlan,
+    /// The result columns once types are coerced (a `CASE` of an integer and a numeric is
+    /// a numeric only then): what execution will produce.
+    analyzed: datafusion::common::DFSchemaRef,
 }
 
 impl QueryPlan {
+    fn new(plan: LogicalPlan, state: &SessionState) -> Self {
+        let analyzed = state
+            .analyzer()
+            .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
+            .map(|p| std::sync::Arc::clone(p.schema()))
+            .unwrap_or_else(|_| std::sync::Arc::clone(plan.schema()));
+        QueryPlan { plan, analyzed }
+    }
+
     /// The result columns (Arrow field metadata carries declared PostgreSQL types).
     pub fn schema(&self) -> SchemaRef {
-        let schema = self.plan.schema().as_arrow();
+        let schema = self.analyzed.as_arrow();
         let fields: Vec<Field> = schema
             .fields()
             .iter()
@@ -93,7 +105,7 @@ impl QueryPlan {
             .map(|a| ScalarValue::try_from_array(a, 0).map_err(from_datafusion))
             .collect::<Result<Vec<_>>>()?;
         let plan = self.plan.with_param_values(ParamValues::from(scalars)).map_err(from_datafusion)?;
-        Ok(QueryPlan { plan })
+        Ok(QueryPlan { plan, analyzed: self.analyzed })
     }
 
 }
@@ -121,7 +133,7 @@ impl SessionPlanner {
             .with_target_partitions(2)
             .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
             .set_str("datafusion.execution.time_zone", "UTC");
-        let ctx = SessionContext::new_with_config(config);
+        let ctx = SessionContext::new_with_state(crate::pg::session_state(config)?);
         let eddy = MemoryCatalogProvider::new();
         eddy.register_schema(crate::information_schema::SCHEMA, Arc::new(crate::information_schema::InformationSchema { source: Arc::clone(&catalog) }))
             .map_err(from_datafusion)?;
@@ -151,6 +163,7 @@ impl SessionPlanner {
             return Err(Error::unsupported("DELETE ... USING is not supported: use a subquery in WHERE"));
         }
         let mut rewritten = statement.clone();
+        crate::pg::ast::rewrite(&mut rewritten)?;
         crate::windows::rewrite(&mut rewritten, false)?;
         if let ast::Statement::Insert(insert) = &mut rewritten
             && let Some(source) = insert.source.as_mut()
@@ -158,13 +171,14 @@ impl SessionPlanner {
             alias_repeated_columns(source);
         }
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(rewritten));
-        let plan = self.state().statement_to_plan(df_statement).await.map_err(from_datafusion)?;
+        let state = self.state();
+        let plan = state.statement_to_plan(df_statement).await.map_err(from_datafusion)?;
         match plan {
-            LogicalPlan::Dml(dml) => dml_plan(dml),
+            LogicalPlan::Dml(dml) => dml_plan(dml, &state),
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => {
                 Err(Error::unsupported(format!("statement not supported: {}", first_words(statement))))
             }
-            plan => Ok(Planned::Query(QueryPlan { plan })),
+            plan => Ok(Planned::Query(QueryPlan::new(plan, &state))),
         }
     }
 
@@ -189,6 +203,7 @@ impl SessionPlanner {
     /// Plans the query of a materialized view into a dataflow.
     pub async fn plan_view(&self, query: &ast::Query, options: &crate::ViewOptions) -> Result<ViewPlan> {
         let mut statement = ast::Statement::Query(Box::new(query.clone()));
+        crate::pg::ast::rewrite(&mut statement)?;
         let temporal = crate::windows::rewrite(&mut statement, true)?;
         crate::windows::rewrite_now(&mut statement);
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
@@ -220,7 +235,9 @@ impl SessionPlanner {
             };
             node = eddy_dataflow::plan::Node::Release { input: Box::new(node), time, sources, lateness: options.lateness };
         }
-        let schema = crate::lower::view_schema(&plan);
+        // The view's columns as execution types them (after coercion).
+        let analyzed = state.analyzer().execute_and_check(plan.clone(), state.config_options(), |_, _| {}).map_err(from_datafusion)?;
+        let schema = crate::lower::view_schema(&analyzed);
         if schema.fields().len() != node.schema().fields().len() {
             return Err(Error::internal("view schema and dataflow schema disagree"));
         }
@@ -258,20 +275,20 @@ fn alias_repeated_columns(query: &mut ast::Query) {
     }
 }
 
-fn dml_plan(dml: DmlStatement) -> Result<Planned> {
+fn dml_plan(dml: DmlStatement, state: &SessionState) -> Result<Planned> {
     let table = dml.table_name.table().to_owned();
     let input = Arc::unwrap_or_clone(dml.input);
     match dml.op {
-        WriteOp::Insert(_) => Ok(Planned::Insert { table, source: QueryPlan { plan: input } }),
-        WriteOp::Delete => Ok(Planned::Delete { table, old_rows: QueryPlan { plan: input } }),
+        WriteOp::Insert(_) => Ok(Planned::Insert { table, source: QueryPlan::new(input, state) }),
+        WriteOp::Delete => Ok(Planned::Delete { table, old_rows: QueryPlan::new(input, state) }),
         WriteOp::Update => {
             // DataFusion plans UPDATE as Projection(assignments) over Filter(scan): the
             // projection's input is exactly the rows being replaced.
             let LogicalPlan::Projection(projection) = &input else {
                 return Err(Error::internal("UPDATE plan is not a projection"));
             };
-            let old_rows = QueryPlan { plan: projection.input.as_ref().clone() };
-            Ok(Planned::Update { table, old_rows, new_rows: QueryPlan { plan: input } })
+            let old_rows = QueryPlan::new(projection.input.as_ref().clone(), state);
+            Ok(Planned::Update { table, old_rows, new_rows: QueryPlan::new(input, state) })
         }
         other => Err(Error::unsupported(format!("{other} is not supported"))),
     }
