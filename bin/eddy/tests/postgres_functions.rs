@@ -1,6 +1,7 @@
 //! Differential test: every expression in `tests/expressions/scalar.txt` runs as
 //! `SELECT <expression>` against Eddy and a real PostgreSQL 15 started here; the result's text,
 //! its column type (the RowDescription type OID) and, for errors, the SQLSTATE must agree.
+//! `tests/expressions/zoned.txt` does the same in a session whose time zone is not UTC.
 //! `tests/expressions/columns.txt` holds expressions over a table with a column of every stored
 //! type: each runs ad hoc in PostgreSQL and Eddy and inside an Eddy materialized view, and the
 //! three must agree.
@@ -166,22 +167,34 @@ fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
 }
 
-#[tokio::test]
-async fn scalar_expressions_match_postgres() {
-    const FILE: &str = "tests/expressions/scalar.txt";
-    let cases = read_cases(FILE);
-    check_tags(&cases, FILE);
+/// Runs every line of `file` as `SELECT <line>` in both databases, after `setup` in each.
+async fn compare_scalar_file(file: &str, setup: &str) {
+    let cases = read_cases(file);
+    check_tags(&cases, file);
     let pg = PostgresServer::start().expect("PostgreSQL 15 (apt-get install postgresql)");
     let eddy = EddyProcess::start_fresh(&binary()).expect("eddy starts");
     let (pg_client, eddy_client) = (postgres_client(&pg).await, eddy.connect().await.expect("connect to eddy"));
+    for client in [&pg_client, &eddy_client] {
+        client.batch_execute(setup).await.expect("session setup");
+    }
     let mut report = Report::default();
     for case in &cases {
         let sql = format!("SELECT {}", case.expression);
         let expected = run(&pg_client, &sql).await;
         let got = run(&eddy_client, &sql).await;
-        report.check(FILE, case, &[("postgres", expected), ("eddy", got)]);
+        report.check(file, case, &[("postgres", expected), ("eddy", got)]);
     }
-    report.finish(FILE);
+    report.finish(file);
+}
+
+#[tokio::test]
+async fn scalar_expressions_match_postgres() {
+    compare_scalar_file("tests/expressions/scalar.txt", "SET TimeZone = 'UTC'").await;
+}
+
+#[tokio::test]
+async fn expressions_in_a_session_time_zone_match_postgres() {
+    compare_scalar_file("tests/expressions/zoned.txt", "SET TimeZone = 'America/New_York'").await;
 }
 
 /// A column of every type Eddy stores, with edge values and NULLs; the same in both databases.

@@ -174,6 +174,9 @@ pub fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
         if parser.peek_token().token == Token::EOF {
             break;
         }
+        if let Some(refusal) = refuse(&parser) {
+            return Err(refusal);
+        }
         let start = parser.peek_token().span.start;
         let statement = parse_one(&mut parser).map_err(|e| syntax_error(sql, &e))?;
         let end_token = parser.peek_token();
@@ -191,6 +194,19 @@ pub fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
         out.push(Parsed { statement, text });
     }
     Ok(out)
+}
+
+/// Statements PostgreSQL has and Eddy does not do: refused as unsupported (0A000), not as
+/// syntax errors, so clients can tell them apart.
+fn refuse(parser: &Parser<'_>) -> Option<Error> {
+    let word = |n: usize| match parser.peek_nth_token(n).token {
+        Token::Word(w) => w.value.to_ascii_uppercase(),
+        _ => String::new(),
+    };
+    if (word(0).as_str(), word(1).as_str(), word(2).as_str()) == ("ALTER", "MATERIALIZED", "VIEW") {
+        return Some(Error::unsupported("ALTER MATERIALIZED VIEW is not supported: drop the view and create it again"));
+    }
+    None
 }
 
 fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {

@@ -162,6 +162,15 @@ impl SessionPlanner {
         {
             return Err(Error::unsupported("DELETE ... USING is not supported: use a subquery in WHERE"));
         }
+        let returning = match statement {
+            ast::Statement::Insert(i) => i.returning.is_some(),
+            ast::Statement::Update(u) => u.returning.is_some(),
+            ast::Statement::Delete(d) => d.returning.is_some(),
+            _ => false,
+        };
+        if returning {
+            return Err(Error::unsupported(format!("{} ... RETURNING is not supported yet: read the rows with a SELECT", first_words(statement).split_whitespace().next().unwrap_or(""))));
+        }
         let mut rewritten = statement.clone();
         crate::pg::ast::rewrite(&mut rewritten)?;
         crate::windows::rewrite(&mut rewritten, false)?;

@@ -19,11 +19,12 @@ const AVG_SCALE: i8 = 16;
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct PgAvg {
     inner: Avg,
+    signature: Signature,
 }
 
 impl PgAvg {
-    fn coerce(t: &DataType) -> DataType {
-        match t {
+    fn coerce(t: &DataType) -> Result<DataType> {
+        Ok(match t {
             // Integers average as numerics; 20 digits hold any bigint, and keep DataFusion's
             // running sum in 128 bits.
             DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
@@ -31,8 +32,12 @@ impl PgAvg {
             }
             DataType::Decimal128(..) | DataType::Duration(_) => t.clone(),
             DataType::Decimal32(p, s) | DataType::Decimal64(p, s) => DataType::Decimal128(*p, *s),
-            _ => DataType::Float64,
-        }
+            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Null => DataType::Float64,
+            other => return Err(datafusion::common::DataFusionError::External(Box::new(eddy_common::Error::new(
+                eddy_common::SqlState::UNDEFINED_FUNCTION,
+                format!("function avg({}) does not exist", crate::types::pg_type_name(&arrow::datatypes::Field::new("", other.clone(), true))),
+            )))),
+        })
     }
 }
 
@@ -46,11 +51,11 @@ impl AggregateUDFImpl for PgAvg {
     }
 
     fn signature(&self) -> &Signature {
-        self.inner.signature()
+        &self.signature
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        Ok(arg_types.iter().map(PgAvg::coerce).collect())
+        arg_types.iter().map(PgAvg::coerce).collect()
     }
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
@@ -87,5 +92,5 @@ impl AggregateUDFImpl for PgAvg {
 
 pub fn functions() -> Vec<Arc<AggregateUDF>> {
     let variance = datafusion::functions_aggregate::variance::var_samp_udaf().as_ref().clone().with_aliases(["variance"]);
-    vec![Arc::new(AggregateUDF::new_from_impl(PgAvg { inner: Avg::new() })), Arc::new(variance)]
+    vec![Arc::new(AggregateUDF::new_from_impl(PgAvg { inner: Avg::new(), signature: Signature::user_defined(datafusion::logical_expr::Volatility::Immutable) })), Arc::new(variance)]
 }

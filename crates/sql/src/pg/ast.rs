@@ -8,7 +8,9 @@
 //! - casts to types Arrow cannot name (`jsonb`, `json`, `varchar(n)`, `char(n)`, unconstrained
 //!   `numeric`) become calls of Eddy's functions that carry the PostgreSQL type;
 //! - interval literals are read with PostgreSQL's syntax (`'1 day 02:03:04'`, `'1.5 hours'`);
-//! - `make_interval(days => 3)` gets its omitted arguments, and `age(ts)` its first one.
+//! - `make_interval(days => 3)` gets its omitted arguments, and `age(ts)` its first one;
+//! - the column of a one-column set-returning function is named after its table alias
+//!   (`FROM generate_series(1, 3) g` has a column `g`, as in PostgreSQL).
 
 use std::ops::ControlFlow;
 
@@ -191,6 +193,21 @@ fn make_interval_positional(args: &mut Vec<FunctionArg>) {
         .collect();
 }
 
+/// Set-returning functions of one column: PostgreSQL names that column after the table alias
+/// (`generate_series(1, 3) g` has a column `g`), or after the function without one.
+const SINGLE_COLUMN_FUNCTIONS: [&str; 3] = ["generate_series", "range", "unnest"];
+
+fn name_function_column(name: &ObjectName, alias: &mut Option<ast::TableAlias>) {
+    let function = name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()).unwrap_or_default();
+    if !SINGLE_COLUMN_FUNCTIONS.contains(&function.as_str()) {
+        return;
+    }
+    let alias = alias.get_or_insert_with(|| ast::TableAlias { explicit: false, name: Ident::new(function.clone()), columns: vec![], at: None });
+    if alias.columns.is_empty() {
+        alias.columns = vec![ast::TableAliasColumnDef { name: alias.name.clone(), data_type: None }];
+    }
+}
+
 struct Rewriter {
     error: Option<eddy_common::Error>,
 }
@@ -233,7 +250,10 @@ impl VisitorMut for Rewriter {
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
         match factor {
-            TableFactor::Table { args: Some(args), .. } => protect_args(&mut args.args),
+            TableFactor::Table { name, args: Some(args), alias, .. } => {
+                protect_args(&mut args.args);
+                name_function_column(name, alias);
+            }
             TableFactor::Function { args, .. } => protect_args(args),
             _ => {}
         }

@@ -62,7 +62,7 @@ fn handled(from: &DataType, to: &DataType) -> bool {
         DataType::Decimal128(..) => is_string(from) || is_integer(from) || matches!(from, DataType::Float32 | DataType::Float64 | DataType::Decimal128(..)),
         DataType::Float32 | DataType::Float64 => is_string(from) || matches!(from, DataType::Decimal128(..)),
         DataType::Boolean | DataType::Date32 | DataType::Binary => is_string(from),
-        DataType::Time64(TimeUnit::Microsecond) | DataType::Interval(_) => is_string(from),
+        DataType::Time64(_) | DataType::Interval(_) => is_string(from),
         DataType::Timestamp(_, zone) => {
             is_string(from) || matches!((from, zone), (DataType::Timestamp(_, None), Some(_)) | (DataType::Timestamp(_, Some(_)), None) | (DataType::Date32, Some(_)))
         }
@@ -303,7 +303,7 @@ pub fn parse_text(strings: &arrow::array::StringArray, to: &DataType, zone: Time
     let supported = matches!(
         to,
         DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Decimal128(..) | DataType::Float32 | DataType::Float64 | DataType::Boolean | DataType::Binary
-            | DataType::Date32 | DataType::Time64(TimeUnit::Microsecond) | DataType::Interval(_) | DataType::Timestamp(..)
+            | DataType::Date32 | DataType::Time64(_) | DataType::Interval(_) | DataType::Timestamp(..)
     );
     supported.then(|| from_text(strings, to, zone).map_err(crate::error::from_datafusion))
 }
@@ -325,7 +325,10 @@ fn from_text(strings: &arrow::array::StringArray, to: &DataType, zone: TimeZone)
         DataType::Boolean => parse_each(strings, BooleanBuilder::with_capacity(n), parse_bool, |b, v| b.append_option(v)),
         DataType::Binary => parse_each(strings, BinaryBuilder::with_capacity(n, n * 8), parse_bytea, |b, v| b.append_option(v)),
         DataType::Date32 => parse_each(strings, Date32Builder::with_capacity(n), |t| datetime_in::parse_date(t).map(datetime_in::days_since_epoch), |b, v| b.append_option(v)),
-        DataType::Time64(TimeUnit::Microsecond) => parse_each(strings, Time64MicrosecondBuilder::with_capacity(n), datetime_in::parse_time, |b, v| b.append_option(v)),
+        DataType::Time64(_) => {
+            let out = parse_each(strings, Time64MicrosecondBuilder::with_capacity(n), datetime_in::parse_time, |b, v| b.append_option(v))?;
+            Ok(arrow::compute::cast(&out, to)?)
+        }
         DataType::Interval(_) => {
             let out = parse_each(strings, IntervalMonthDayNanoBuilder::with_capacity(n), datetime_in::parse_interval, |b, v| {
                 b.append_option(v.map(|i| IntervalMonthDayNano::new(i.months, i.days, i.micros.saturating_mul(1000))))

@@ -459,7 +459,7 @@ pub fn functions() -> Vec<ScalarUDF> {
     vec![
         extract.udf(),
         date_part.udf(),
-        PgFunction::new(DATE_DIFF, Signature::exact(vec![DataType::Date32, DataType::Date32], IMMUTABLE), DataType::Int32, date_diff).udf(),
+        PgFunction::new(DATE_DIFF, Signature::exact(vec![DataType::Date32, DataType::Date32], IMMUTABLE), DataType::Int32, date_diff).named(super::udf::operator_name("-")).udf(),
         PgFunction::new("make_timestamp", make_timestamp_signature, ts, make_timestamp).udf(),
         PgFunction::new(
             "to_timestamp",

@@ -55,15 +55,16 @@ impl WrittenTimestamp {
             TimeZone::Named(tz) => tz.from_local_datetime(&self.local).earliest().map(|t| t.naive_utc()),
             TimeZone::Fixed(fixed) => fixed.from_local_datetime(&self.local).earliest().map(|t| t.naive_utc()),
         };
-        // A local time skipped by a daylight-saving jump: PostgreSQL moves it forward an hour.
         let utc = local.or_else(|| self.utc_after_gap(zone))?;
         Some(utc.and_utc().timestamp_micros())
     }
 
+    /// A local time in a daylight-saving gap is read with the offset before the jump, as
+    /// PostgreSQL does (02:30 on a spring-forward night is 03:30 of the new offset).
     fn utc_after_gap(&self, zone: TimeZone) -> Option<NaiveDateTime> {
         let later = self.local + chrono::Duration::hours(1);
         match zone {
-            TimeZone::Named(tz) => tz.from_local_datetime(&later).earliest().map(|t| t.naive_utc() - chrono::Duration::hours(1)),
+            TimeZone::Named(tz) => tz.from_local_datetime(&later).earliest().map(|t| t.naive_utc()),
             TimeZone::Fixed(_) => None,
         }
     }

@@ -13,7 +13,7 @@ use eddy_common::{Error, SqlState};
 
 use super::datetime_in::{Interval, MICROS_PER_DAY, MICROS_PER_SECOND};
 use super::text::naive_from_us;
-use super::udf::{IMMUTABLE, PgFunction, Result, arrays, error};
+use super::udf::{IMMUTABLE, PgFunction, Result, arrays, error, operator_name};
 
 pub const MUL: &str = "eddy_interval_mul";
 pub const DIV: &str = "eddy_interval_div";
@@ -278,11 +278,12 @@ pub fn functions() -> Vec<ScalarUDF> {
         Ok(ColumnarValue::Array(Arc::new(b.finish())))
     });
     vec![
-        PgFunction::new(MUL, interval_number(), INTERVAL, |args| interval_and_factor(args, multiply)).udf(),
-        PgFunction::new(DIV, interval_number(), INTERVAL, |args| interval_and_factor(args, divide)).udf(),
+        PgFunction::new(MUL, interval_number(), INTERVAL, |args| interval_and_factor(args, multiply)).named(operator_name("*")).udf(),
+        PgFunction::new(DIV, interval_number(), INTERVAL, |args| interval_and_factor(args, divide)).named(operator_name("/")).udf(),
         PgFunction::new(TIMESTAMP_DIFF, Signature::one_of(timestamp_types(), IMMUTABLE), INTERVAL, |args| {
             two_timestamps(args, |a, b| Ok(justify_hours(Interval { micros: a.checked_sub(b).ok_or_else(out_of_range)?, ..Interval::default() })))
         })
+        .named(operator_name("-"))
         .udf(),
         PgFunction::new("age", Signature::one_of(timestamp_types(), IMMUTABLE), INTERVAL, |args| {
             two_timestamps(args, |a, b| age(a, b).ok_or_else(out_of_range))

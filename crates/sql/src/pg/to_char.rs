@@ -82,7 +82,9 @@ fn not_for_interval() -> datafusion::common::DataFusionError {
 
 /// A number zero-padded to `width` (unless in fill mode), with the ordinal suffix if asked.
 fn number(value: i64, width: usize, fill_mode: bool, ordinal: Option<bool>) -> String {
-    let mut s = if fill_mode { value.to_string() } else if value < 0 { format!("-{:0width$}", -value, width = width.saturating_sub(1)) } else { format!("{value:0width$}") };
+    // A negative field (of an interval) keeps its digits: the sign widens it, as in
+    // PostgreSQL's "%0*d" with one more place.
+    let mut s = if fill_mode { value.to_string() } else if value < 0 { format!("{value:0w$}", w = width + 1) } else { format!("{value:0width$}") };
     if let Some(upper) = ordinal {
         let suffix = ordinal_suffix(&s, upper);
         s.push_str(suffix);

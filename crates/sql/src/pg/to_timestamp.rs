@@ -95,11 +95,28 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn read_keyword(r: &mut Reader<'_>, p: &mut Parsed, keyword: &'static str) -> eddy_common::Result<()> {
+/// Whether what follows a field in the template separates it from the next one (PostgreSQL's
+/// is_next_separator): then the field reads every digit there is, else exactly its width.
+fn next_is_separator(next: Option<&Node>) -> bool {
+    match next {
+        None => true,
+        Some(Node::Keyword { keyword, .. }) => !is_digit_field(keyword),
+        Some(Node::Literal(text)) => !text.starts_with(|c: char| c.is_ascii_digit()),
+    }
+}
+
+fn is_digit_field(keyword: &str) -> bool {
     let k = keyword.to_ascii_uppercase();
+    !matches!(k.as_str(), "MONTH" | "MON" | "DAY" | "DY" | "AM" | "PM" | "A.M." | "P.M." | "AD" | "BC" | "A.D." | "B.C." | "RM" | "TZ" | "FX")
+}
+
+fn read_keyword(r: &mut Reader<'_>, p: &mut Parsed, keyword: &'static str, separated: bool) -> eddy_common::Result<()> {
+    let k = keyword.to_ascii_uppercase();
+    // A field read up to its width, or every digit when a separator follows it.
+    let width = |w: usize| if separated { 0 } else { w };
     match k.as_str() {
         "YYYY" | "IYYY" => {
-            p.year = Some(r.number(keyword, 0)?);
+            p.year = Some(r.number(keyword, width(4))?);
             p.year_digits = 4;
         }
         "Y,YYY" => {
@@ -113,7 +130,7 @@ fn read_keyword(r: &mut Reader<'_>, p: &mut Parsed, keyword: &'static str) -> ed
             p.year = Some(r.number(keyword, k.trim_start_matches('I').len().max(1))?);
             p.year_digits = before - r.rest.len();
         }
-        "MM" => p.month = Some(r.number(keyword, 2)?),
+        "MM" => p.month = Some(r.number(keyword, width(2))?),
         "MONTH" => p.month = Some(r.name(keyword, &MONTH_NAMES, None)? as i64 + 1),
         "MON" => p.month = Some(r.name(keyword, &MONTH_NAMES, Some(3))? as i64 + 1),
         "RM" => {
@@ -125,18 +142,18 @@ fn read_keyword(r: &mut Reader<'_>, p: &mut Parsed, keyword: &'static str) -> ed
         }
         "DAY" => drop(r.name(keyword, &DAY_NAMES, None)?),
         "DY" => drop(r.name(keyword, &DAY_NAMES, Some(3))?),
-        "DD" => p.day = Some(r.number(keyword, 2)?),
-        "DDD" | "IDDD" => p.day_of_year = Some(r.number(keyword, 3)?),
+        "DD" => p.day = Some(r.number(keyword, width(2))?),
+        "DDD" | "IDDD" => p.day_of_year = Some(r.number(keyword, width(3))?),
         "D" | "ID" | "W" | "Q" => drop(r.number(keyword, 1)?),
         "WW" | "IW" | "CC" => drop(r.number(keyword, 2)?),
         "J" => p.julian = Some(r.number(keyword, 0)?),
         "HH" | "HH12" => {
-            p.hour = Some(r.number(keyword, 2)?);
+            p.hour = Some(r.number(keyword, width(2))?);
             p.twelve_hour = true;
         }
-        "HH24" => p.hour = Some(r.number(keyword, 2)?),
-        "MI" => p.minute = r.number(keyword, 2)?,
-        "SS" => p.second = r.number(keyword, 2)?,
+        "HH24" => p.hour = Some(r.number(keyword, width(2))?),
+        "MI" => p.minute = r.number(keyword, width(2))?,
+        "SS" => p.second = r.number(keyword, width(2))?,
         "MS" => p.micros = fraction(r, keyword, 3)?,
         "US" => p.micros = fraction(r, keyword, 6)?,
         k if k.starts_with("FF") => p.micros = fraction(r, keyword, usize::from(k.as_bytes()[2] - b'0'))?,
@@ -200,14 +217,14 @@ fn read_literal(r: &mut Reader<'_>, literal: &str) {
 fn read(text: &str, nodes: &[Node]) -> eddy_common::Result<Parsed> {
     let mut r = Reader { input: text, rest: text.trim_start() };
     let mut p = Parsed::default();
-    for node in nodes {
+    for (i, node) in nodes.iter().enumerate() {
         match node {
             Node::Literal(literal) => read_literal(&mut r, literal),
             Node::Keyword { keyword, .. } => {
                 if r.rest.trim().is_empty() {
                     break;
                 }
-                read_keyword(&mut r, &mut p, keyword)?;
+                read_keyword(&mut r, &mut p, keyword, next_is_separator(nodes.get(i + 1)))?;
             }
         }
     }
