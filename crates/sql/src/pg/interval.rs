@@ -9,7 +9,7 @@ use arrow::array::{Array, ArrayRef, AsArray, Decimal128Builder, Float64Array, In
 use arrow::datatypes::{DataType, Float64Type, Int64Type, IntervalMonthDayNano, IntervalMonthDayNanoType, IntervalUnit, TimeUnit, TimestampMicrosecondType};
 use chrono::{Datelike, NaiveDate, Timelike};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, Signature, TypeSignature};
-use eddy_common::{Error, SqlState};
+use eddy_common::SqlState;
 
 use super::datetime_in::{Interval, MICROS_PER_DAY, MICROS_PER_SECOND};
 use super::text::naive_from_us;
@@ -295,11 +295,6 @@ pub fn functions() -> Vec<ScalarUDF> {
         PgFunction::new("make_interval", make_interval_signature, INTERVAL, make_interval).udf(),
         key.udf(),
     ]
-}
-
-/// Raised for a date PostgreSQL cannot represent either.
-pub fn date_out_of_range(what: &str) -> Error {
-    Error::new(SqlState::DATETIME_FIELD_OVERFLOW, format!("date field value out of range: {what}"))
 }
 
 #[cfg(test)]
