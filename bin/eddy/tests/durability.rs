@@ -25,7 +25,7 @@ async fn clean_restart_keeps_everything() {
                  INSERT INTO kv VALUES (1, 'a'), (2, 'b'), (3, 'c');
                  UPDATE kv SET v = 'bb' WHERE k = 2;
                  DELETE FROM kv WHERE k = 3;
-                 INSERT INTO log SELECT value, TIMESTAMP '2024-01-01 00:00:00' FROM generate_series(1, 1000);
+                 INSERT INTO log SELECT generate_series, TIMESTAMP '2024-01-01 00:00:00' FROM generate_series(1, 1000);
                  BEGIN; INSERT INTO kv VALUES (4, 'd'); INSERT INTO log VALUES (-1, NULL); COMMIT;
                  BEGIN; INSERT INTO kv VALUES (5, 'never'); ROLLBACK;",
             )
@@ -139,7 +139,7 @@ async fn statements_during_recovery_wait_with_notices() {
         client
             .batch_execute(
                 "CREATE TABLE events (k BIGINT, v BIGINT) APPEND ONLY;
-                 INSERT INTO events SELECT value % 1000, value FROM generate_series(1, 400000);
+                 INSERT INTO events SELECT g % 1000, g FROM generate_series(1, 400000) g;
                  CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n, sum(v) AS s FROM events GROUP BY k;
                  FLUSH",
             )
