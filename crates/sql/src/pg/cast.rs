@@ -60,9 +60,11 @@ fn handled(from: &DataType, to: &DataType) -> bool {
                 || is_integer(from) && integer_width(from) > integer_width(to)
         }
         DataType::Decimal128(..) => is_string(from) || is_integer(from) || matches!(from, DataType::Float32 | DataType::Float64 | DataType::Decimal128(..)),
-        DataType::Float32 | DataType::Float64 => is_string(from) || matches!(from, DataType::Decimal128(..)),
+        DataType::Float32 => is_string(from) || matches!(from, DataType::Decimal128(..) | DataType::Float64),
+        DataType::Float64 => is_string(from) || matches!(from, DataType::Decimal128(..)),
         DataType::Boolean | DataType::Date32 | DataType::Binary => is_string(from),
-        DataType::Time64(_) | DataType::Interval(_) => is_string(from),
+        DataType::Time64(_) => is_string(from) || matches!(from, DataType::Interval(_)),
+        DataType::Interval(_) => is_string(from),
         DataType::Timestamp(_, zone) => {
             is_string(from) || matches!((from, zone), (DataType::Timestamp(_, None), Some(_)) | (DataType::Timestamp(_, Some(_)), None) | (DataType::Date32, Some(_)))
         }
@@ -431,6 +433,26 @@ fn convert(input: &ArrayRef, to: &DataType, zone: TimeZone) -> Result<ArrayRef> 
             Ok(arrow::compute::cast(&floats, to)?)
         }
         (DataType::Timestamp(..) | DataType::Date32, DataType::Timestamp(unit, tz)) => retime(input, *unit, tz.clone(), zone),
+        (DataType::Float64, DataType::Float32) => {
+            // Out of real's range is an error, not infinity or zero.
+            let mut out = Vec::with_capacity(input.len());
+            for v in input.as_primitive::<Float64Type>().iter() {
+                out.push(match v {
+                    Some(f) if f.is_finite() && (f as f32).is_infinite() => return Err(external(Error::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "value out of range: overflow"))),
+                    Some(f) if f != 0.0 && (f as f32) == 0.0 => return Err(external(Error::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "value out of range: underflow"))),
+                    v => v.map(|f| f as f32),
+                });
+            }
+            Ok(Arc::new(arrow::array::Float32Array::from(out)))
+        }
+        (DataType::Interval(_), DataType::Time64(_)) => {
+            // The time of day of the interval's time part, as PostgreSQL's interval_time.
+            let spans = arrow::compute::cast(input, &DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano))?;
+            let day = 86_400 * MICROS_PER_SECOND;
+            let times: arrow::array::Time64MicrosecondArray = spans.as_primitive::<arrow::datatypes::IntervalMonthDayNanoType>().iter().map(|v| v.map(|v| (v.nanoseconds / 1000).rem_euclid(day))).collect();
+            let times: ArrayRef = Arc::new(times);
+            Ok(arrow::compute::cast(&times, to)?)
+        }
         (from, to) => Err(external(Error::internal(format!("no cast from {from} to {to}")))),
     }
 }
