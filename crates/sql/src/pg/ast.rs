@@ -163,7 +163,7 @@ fn interval_literal(interval: &mut ast::Interval, negate: bool) -> Result<bool> 
     let parsed = datetime_in::parse_interval(text)?;
     let sign = if negate { -1 } else { 1 };
     let (months, days, micros) = (i64::from(parsed.months) * sign, i64::from(parsed.days) * sign, parsed.micros * sign);
-    interval.value = Box::new(string(format!("{months} months {days} days {micros} microseconds")));
+    *interval.value = string(format!("{months} months {days} days {micros} microseconds"));
     Ok(true)
 }
 

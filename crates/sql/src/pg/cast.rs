@@ -258,7 +258,7 @@ pub fn parse_bytea(text: &str) -> eddy_common::Result<Vec<u8>> {
     let invalid = || Error::new(SqlState::INVALID_TEXT_REPRESENTATION, "invalid input syntax for type bytea");
     if let Some(hex) = text.strip_prefix("\\x") {
         let digits: Vec<u8> = hex.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        if digits.len() % 2 != 0 {
+        if !digits.len().is_multiple_of(2) {
             return Err(Error::new(SqlState::INVALID_TEXT_REPRESENTATION, "invalid hexadecimal data: odd number of digits"));
         }
         return digits

@@ -96,7 +96,7 @@ fn ymd(year: i32, month: u32, day: u32) -> Option<NaiveDate> {
 
 /// Splits a date's text into its fields: numbers and words, separators dropped.
 fn date_fields(text: &str) -> Vec<&str> {
-    text.split(|c: char| c == '-' || c == '/' || c == ' ' || c == ',' || c == '.').filter(|f| !f.is_empty()).collect()
+    text.split(['-', '/', ' ', ',', '.']).filter(|f| !f.is_empty()).collect()
 }
 
 /// The date part of a date or timestamp. Accepts `2026-03-05`, `20260305`, `03/05/2026`

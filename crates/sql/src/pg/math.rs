@@ -85,7 +85,7 @@ fn rounding(kind: Rounding) -> ScalarUDF {
             DataType::Float32 | DataType::Float64 if with_places => return Err(no_such_function(kind.name(), &[t.clone(), DataType::Int32])),
             t if is_integer(t) && with_places => DataType::Decimal128(38, places(args, 0)),
             t if t.is_numeric() || t == &DataType::Null => DataType::Float64,
-            t => return Err(no_such_function(kind.name(), &[t.clone()])),
+            t => return Err(no_such_function(kind.name(), std::slice::from_ref(t))),
         };
         Ok(Field::new("", out, true))
     };

@@ -269,7 +269,8 @@ impl<'a> NumberWriter<'a> {
         if !negative && f.fill_mode {
             bracket = false;
         }
-        let sign_wrote = if f.plus || f.minus { !(f.plus && !f.minus) } else { !negative && f.fill_mode && sign_at == SignAt::None };
+        // With PL alone the number still writes its own sign; MI or SG write it for the number.
+        let sign_wrote = if f.plus || f.minus { f.minus } else { !negative && f.fill_mode && sign_at == SignAt::None };
         if sign_at == SignAt::Before && f.pre == f.pre_sign_digits {
             sign_at = SignAt::After;
         }
@@ -409,11 +410,9 @@ impl<'a> NumberWriter<'a> {
                 }
             }
             Token::Currency => self.out.push(' '),
-            Token::Ordinal { upper } => {
-                if !self.negative && !f.decimal && self.number.first() != Some(&b'#') {
-                    let digits = String::from_utf8_lossy(&self.number).into_owned();
-                    self.out.push_str(ordinal_suffix(&digits, upper));
-                }
+            Token::Ordinal { upper } if !self.negative && !f.decimal && self.number.first() != Some(&b'#') => {
+                let digits = String::from_utf8_lossy(&self.number).into_owned();
+                self.out.push_str(ordinal_suffix(&digits, upper));
             }
             Token::Minus => {
                 if self.negative {
