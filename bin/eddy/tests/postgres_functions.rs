@@ -1,7 +1,9 @@
 //! Differential test: every expression in `tests/expressions/scalar.txt` runs as
 //! `SELECT <expression>` against Eddy and a real PostgreSQL 15 started here; the result's text,
 //! its column type (the RowDescription type OID) and, for errors, the SQLSTATE must agree.
-//! `tests/expressions/zoned.txt` does the same in a session whose time zone is not UTC.
+//! `tests/expressions/templates.txt` sweeps to_char's patterns over values of each type and
+//! to_timestamp / to_date over inputs; `tests/expressions/zoned.txt` runs in a session whose
+//! time zone is not UTC.
 //! `tests/expressions/columns.txt` holds expressions over a table with a column of every stored
 //! type: each runs ad hoc in PostgreSQL and Eddy and inside an Eddy materialized view, and the
 //! three must agree.
@@ -190,6 +192,11 @@ async fn compare_scalar_file(file: &str, setup: &str) {
 #[tokio::test]
 async fn scalar_expressions_match_postgres() {
     compare_scalar_file("tests/expressions/scalar.txt", "SET TimeZone = 'UTC'").await;
+}
+
+#[tokio::test]
+async fn to_char_and_to_timestamp_templates_match_postgres() {
+    compare_scalar_file("tests/expressions/templates.txt", "SET TimeZone = 'UTC'").await;
 }
 
 #[tokio::test]

@@ -40,9 +40,14 @@ pub fn parse(template: &str) -> Vec<Node> {
             Some(r) => (true, r),
             None => (false, rest),
         };
-        // TM (translation mode) only changes the language of names: Eddy speaks English.
-        let after_prefix = after_prefix.strip_prefix("TM").or_else(|| after_prefix.strip_prefix("tm")).unwrap_or(after_prefix);
+        // TM (translation mode) prints names in the session's language (Eddy's is English)
+        // and, as PostgreSQL does, without padding them.
+        let (translated, after_prefix) = match after_prefix.strip_prefix("TM").or_else(|| after_prefix.strip_prefix("tm")) {
+            Some(r) => (true, r),
+            None => (false, after_prefix),
+        };
         if let Some(keyword) = KEYWORDS.iter().find(|k| after_prefix.starts_with(**k)) {
+            let fill_mode = fill_mode || translated;
             let mut tail = &after_prefix[keyword.len()..];
             let ordinal = if let Some(t) = tail.strip_prefix("TH") {
                 tail = t;
@@ -68,7 +73,7 @@ pub fn parse(template: &str) -> Vec<Node> {
 }
 
 /// The text of a double-quoted section (backslash quotes the next character) and the rest.
-fn quoted(after_quote: &str) -> (String, &str) {
+pub(crate) fn quoted(after_quote: &str) -> (String, &str) {
     let mut out = String::new();
     let mut chars = after_quote.char_indices();
     while let Some((i, c)) = chars.next() {

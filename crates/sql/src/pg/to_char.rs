@@ -60,20 +60,39 @@ impl Fields {
         }
     }
 
+    /// An interval's fields, and the calendar fields PostgreSQL derives from them as if they
+    /// were a date (`DDD` approximates the span in days; `J`, `IW`, `IYYY` read the fields as
+    /// year, month and day).
     pub fn from_interval(months: i32, days: i32, micros: i64) -> Fields {
         let seconds = micros / MICROS_PER_SECOND;
+        let (year, month, day) = (i64::from(months / 12), i64::from(months % 12), i64::from(days));
+        let julian = julian_day(year, month, day);
+        let as_date = chrono::NaiveDate::from_num_days_from_ce_opt(i32::try_from(julian - 1_721_425).unwrap_or(1));
+        let (iso_year, iso_week, weekday) = as_date.map_or((0, 0, 0), |d| (i64::from(d.iso_week().year()), i64::from(d.iso_week().week()), i64::from(d.weekday().num_days_from_sunday())));
         Fields {
-            year: i64::from(months / 12),
-            month: i64::from(months % 12),
-            day: i64::from(days),
+            year,
+            month,
+            day,
             hour: seconds / 3600,
             minute: seconds / 60 % 60,
             second: seconds % 60,
             micros: micros % MICROS_PER_SECOND,
+            day_of_year: (year * 12 + month) * 30 + day,
+            weekday,
+            iso_year,
+            iso_week,
+            julian,
+            zone: None,
             interval: true,
-            ..Fields::default()
         }
     }
+}
+
+/// PostgreSQL's date2j: the Julian day of year, month and day, for any integers.
+fn julian_day(year: i64, month: i64, day: i64) -> i64 {
+    let (y, m) = if month > 2 { (year + 4800, month + 1) } else { (year + 4799, month + 13) };
+    let century = y / 100;
+    y * 365 - 32167 + y / 4 - century + century / 4 + 7834 * m / 256 + day
 }
 
 fn not_for_interval() -> datafusion::common::DataFusionError {
@@ -82,9 +101,8 @@ fn not_for_interval() -> datafusion::common::DataFusionError {
 
 /// A number zero-padded to `width` (unless in fill mode), with the ordinal suffix if asked.
 fn number(value: i64, width: usize, fill_mode: bool, ordinal: Option<bool>) -> String {
-    // A negative field (of an interval) keeps its digits: the sign widens it, as in
-    // PostgreSQL's "%0*d" with one more place.
-    let mut s = if fill_mode { value.to_string() } else if value < 0 { format!("{value:0w$}", w = width + 1) } else { format!("{value:0width$}") };
+    // printf's "%0*d": a negative value's sign takes one of the places.
+    let mut s = if fill_mode { value.to_string() } else { format!("{value:0width$}") };
     if let Some(upper) = ordinal {
         let suffix = ordinal_suffix(&s, upper);
         s.push_str(suffix);
@@ -105,14 +123,16 @@ fn iso_day_of_year(f: &Fields) -> i64 {
 /// Renders one keyword.
 fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<bool>) -> Result<String> {
     let n = |v: i64, width: usize| Ok(number(v, width, fill_mode, ordinal));
+    // Clock fields of a negative interval get one more place for the sign, as PostgreSQL's.
+    let clock = |v: i64| Ok(number(v, if v < 0 { 3 } else { 2 }, fill_mode, ordinal));
     let dates_only = || if f.interval { Err(not_for_interval()) } else { Ok(()) };
     let upper = keyword.chars().next().is_some_and(|c| c.is_ascii_uppercase());
     let pm = f.hour % 24 >= 12;
     match keyword {
-        "HH" | "HH12" | "hh" | "hh12" => n(if f.hour % 12 == 0 { 12 } else { f.hour % 12 }, 2),
-        "HH24" | "hh24" => n(f.hour, 2),
-        "MI" | "mi" => n(f.minute, 2),
-        "SS" | "ss" => n(f.second, 2),
+        "HH" | "HH12" | "hh" | "hh12" => clock(if f.hour % 12 == 0 { 12 } else { f.hour % 12 }),
+        "HH24" | "hh24" => clock(f.hour),
+        "MI" | "mi" => clock(f.minute),
+        "SS" | "ss" => clock(f.second),
         "MS" | "ms" => n(f.micros / 1000, 3),
         "US" | "us" => n(f.micros, 6),
         k if k.eq_ignore_ascii_case("FF1") || k.len() == 3 && k[..2].eq_ignore_ascii_case("FF") => {
@@ -133,12 +153,12 @@ fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<b
         "YYY" | "yyy" => n(f.year % 1000, 3),
         "YY" | "yy" => n(f.year % 100, 2),
         "Y" | "y" => n(f.year % 10, 1),
-        "IYYY" | "iyyy" => dates_only().and_then(|()| n(f.iso_year, 4)),
-        "IYY" | "iyy" => dates_only().and_then(|()| n(f.iso_year % 1000, 3)),
-        "IY" | "iy" => dates_only().and_then(|()| n(f.iso_year % 100, 2)),
-        "I" | "i" => dates_only().and_then(|()| n(f.iso_year % 10, 1)),
-        "BC" | "AD" | "bc" | "ad" => Ok(cased(if f.year <= 0 { "BC" } else { "AD" }, keyword)),
-        "B.C." | "A.D." | "b.c." | "a.d." => Ok(cased(if f.year <= 0 { "B.C." } else { "A.D." }, keyword)),
+        "IYYY" | "iyyy" => n(f.iso_year, 4),
+        "IYY" | "iyy" => n(f.iso_year % 1000, 3),
+        "IY" | "iy" => n(f.iso_year % 100, 2),
+        "I" | "i" => n(f.iso_year % 10, 1),
+        "BC" | "AD" | "bc" | "ad" => dates_only().map(|()| cased(if f.year <= 0 { "BC" } else { "AD" }, keyword)),
+        "B.C." | "A.D." | "b.c." | "a.d." => dates_only().map(|()| cased(if f.year <= 0 { "B.C." } else { "A.D." }, keyword)),
         "MONTH" | "Month" | "month" => {
             dates_only()?;
             Ok(name(cased(MONTH_NAMES[(f.month as usize).clamp(1, 12) - 1], keyword), 9, fill_mode))
@@ -156,23 +176,25 @@ fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<b
             dates_only()?;
             Ok(cased(&DAY_NAMES[f.weekday as usize % 7][..3], keyword))
         }
-        "DDD" | "ddd" => dates_only().and_then(|()| n(f.day_of_year, 3)),
-        "IDDD" | "iddd" => dates_only().and_then(|()| n(iso_day_of_year(f), 3)),
+        "DDD" | "ddd" => n(f.day_of_year, 3),
+        "IDDD" | "iddd" => n(iso_day_of_year(f), 3),
         "DD" | "dd" => n(f.day, 2),
         "D" | "d" => dates_only().and_then(|()| n(f.weekday + 1, 1)),
         "ID" | "id" => dates_only().and_then(|()| n((f.weekday + 6) % 7 + 1, 1)),
-        "W" | "w" => dates_only().and_then(|()| n((f.day - 1) / 7 + 1, 1)),
-        "WW" | "ww" => dates_only().and_then(|()| n((f.day_of_year - 1) / 7 + 1, 2)),
-        "IW" | "iw" => dates_only().and_then(|()| n(f.iso_week, 2)),
+        "W" | "w" => n((f.day - 1) / 7 + 1, 1),
+        "WW" | "ww" => n((f.day_of_year - 1) / 7 + 1, 2),
+        "IW" | "iw" => n(f.iso_week, 2),
         "CC" | "cc" => {
             let century = if f.interval { f.year / 100 } else if f.year > 0 { (f.year + 99) / 100 } else { -((99 - (f.year - 1)) / 100) };
             n(century, 2)
         }
-        "J" | "j" => dates_only().and_then(|()| n(f.julian, 0)),
-        "Q" | "q" => n((f.month - 1).max(0) / 3 + 1, 1),
+        "J" | "j" => n(f.julian, 0),
+        // An interval of no months has no quarter and no roman month.
+        "Q" | "q" if f.month == 0 => Ok(String::new()),
+        "Q" | "q" => n((f.month - 1) / 3 + 1, 1),
+        "RM" | "rm" if f.month == 0 => Ok(String::new()),
         "RM" | "rm" => {
-            let m = if f.interval { f.month } else { f.month - 1 };
-            let roman = ROMAN_MONTHS.get(m.clamp(0, 11) as usize).copied().unwrap_or("I");
+            let roman = ROMAN_MONTHS.get((f.month - 1).clamp(0, 11) as usize).copied().unwrap_or("I");
             let roman = if upper { roman.to_owned() } else { roman.to_lowercase() };
             Ok(name(roman, 4, fill_mode))
         }
@@ -184,6 +206,7 @@ fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<b
             dates_only()?;
             Ok(f.zone.as_ref().map_or_else(|| "+00".to_owned(), |(offset, _)| offset_text(*offset)))
         }
+        "TZH" | "TZM" if f.interval => Err(not_for_interval()),
         "TZH" => Ok(f.zone.as_ref().map_or_else(|| "+00".to_owned(), |(offset, _)| format!("{}{:02}", if *offset < 0 { '-' } else { '+' }, offset.abs() / 3600))),
         "TZM" => Ok(f.zone.as_ref().map_or_else(|| "00".to_owned(), |(offset, _)| format!("{:02}", offset.abs() / 60 % 60))),
         "FX" | "fx" => Ok(String::new()),
@@ -249,11 +272,18 @@ fn to_char(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
                 Ok(Some(fields))
             })
         }
+        // A date formats as the timestamptz of its midnight in the session's zone, the type
+        // PostgreSQL casts it to (so `TZ` shows the zone).
         DataType::Date32 | DataType::Date64 => {
             let us = arrow::compute::cast(&a[0], &DataType::Timestamp(TimeUnit::Microsecond, None))?;
             Box::new(move |i| {
                 let us = us.as_primitive::<TimestampMicrosecondType>();
-                if us.is_null(i) { Ok(None) } else { Ok(Some(Fields::from_datetime(naive_from_us(us.value(i)).ok_or_else(out_of_range)?, None))) }
+                if us.is_null(i) {
+                    return Ok(None);
+                }
+                let midnight = naive_from_us(us.value(i)).ok_or_else(out_of_range)?;
+                let utc = super::datetime_in::WrittenTimestamp { local: midnight, zone: None }.utc_micros(zone).and_then(naive_from_us).ok_or_else(out_of_range)?;
+                Ok(Some(Fields::from_datetime(midnight, Some(zone.offset_at(&utc)))))
             })
         }
         DataType::Interval(_) => {

@@ -130,16 +130,28 @@ fn parse(template: &str) -> Result<Format> {
     };
     let mut rest = template;
     while !rest.is_empty() {
-        if let Some((text, token)) = TOKENS.iter().find(|(t, _)| rest.starts_with(t)) {
+        if let Some(after) = rest.strip_prefix('"') {
+            let (text, tail) = super::template::quoted(after);
+            f.nodes.push(Node::Literal(text));
+            rest = tail;
+        } else if let Some((text, token)) = TOKENS.iter().find(|(t, _)| rest.starts_with(t)) {
             rest = &rest[text.len()..];
+            if f.exponent && !matches!(token, Token::FillMode) {
+                return Err(bad("\"EEEE\" must be the last pattern used"));
+            }
             f.prepare(*token)?;
             f.nodes.push(Node::Token(*token));
         } else {
-            let mut chars = rest.chars();
+            // Outside quotes a backslash only escapes a double quote, as in date templates.
+            let skip = usize::from(rest.starts_with("\\\""));
+            let mut chars = rest[skip..].chars();
             let c = chars.next().unwrap_or_default();
             f.nodes.push(Node::Literal(c.to_string()));
             rest = chars.as_str();
         }
+    }
+    if f.exponent && (f.fill_mode || f.sign_at != SignAt::None || f.bracket || f.plus || f.minus || f.roman) {
+        return Err(bad("\"EEEE\" is incompatible with other formats"));
     }
     Ok(f)
 }
@@ -219,11 +231,29 @@ fn scientific(v: f64, post: usize) -> String {
     format!("{sign}{mantissa}e{}{:02}", if exponent < 0 { '-' } else { '+' }, exponent.abs())
 }
 
-/// Renders one number: its digits (rounded, without sign), its sign, its integral value (for
-/// roman numerals) and its value as a float (for `EEEE`).
-fn render(f: &Format, digits: String, negative: bool, roman_value: Option<i64>, float_value: f64) -> String {
+/// A numeric in `EEEE` form as PostgreSQL's numeric_out_sci writes it: the exponent is taken
+/// before rounding, so 9.96 with one decimal is `10.0e+00`.
+fn decimal_scientific(v: i128, scale: i8, post: usize) -> String {
+    let digits = v.unsigned_abs().to_string();
+    let exponent = if v == 0 { 0 } else { digits.len() as i32 - 1 - i32::from(scale) };
+    let significand = decimal::rescale(v, (i32::from(scale) + exponent).clamp(-127, 127) as i8, post as i8).unwrap_or(0);
+    let sign = if v < 0 { "-" } else { " " };
+    format!("{sign}{}e{}{:02}", decimal_text(significand.abs(), post as i8), if exponent < 0 { '-' } else { '+' }, exponent.abs())
+}
+
+/// What one number renders from: its digits (rounded, without sign), its sign, its
+/// integral value (for roman numerals) and its `EEEE` form.
+struct Digits {
+    digits: String,
+    negative: bool,
+    whole: Option<i64>,
+    scientific: String,
+}
+
+fn render(f: &Format, d: Digits) -> String {
+    let Digits { digits, negative, whole: roman_value, scientific } = d;
     if f.exponent {
-        return if float_value.is_finite() { scientific(float_value, f.post) } else { format!(" {float_value}") };
+        return scientific;
     }
     if f.roman {
         let numeral = roman_value.and_then(roman).unwrap_or_else(|| "#".repeat(15));
@@ -436,14 +466,18 @@ impl<'a> NumberWriter<'a> {
 
 /// The digits PostgreSQL's to_char starts from, per input type, rounded to the template's
 /// fraction digits.
-fn digits_of(column: &ArrayRef, i: usize, f: &Format) -> Result<(String, bool, Option<i64>, f64)> {
+fn float_scientific(v: f64, post: usize) -> String {
+    if v.is_finite() { scientific(v, post) } else { format!(" {v}") }
+}
+
+fn digits_of(column: &ArrayRef, i: usize, f: &Format) -> Result<Digits> {
     Ok(match column.data_type() {
         DataType::Decimal128(_, scale) => {
             let v = column.as_primitive::<Decimal128Type>().value(i);
             let rounded = decimal::rescale(v, *scale, f.post as i8).ok_or_else(|| error(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "numeric field overflow"))?;
             let text = decimal_text(rounded.abs(), f.post as i8);
             let whole = decimal::rescale(v, *scale, 0).and_then(|w| i64::try_from(w).ok());
-            (text, rounded < 0, whole, decimal::to_f64(v, *scale))
+            Digits { digits: text, negative: rounded < 0, whole, scientific: decimal_scientific(v, *scale, f.post) }
         }
         DataType::Float32 | DataType::Float64 => {
             let floats = arrow::compute::cast(&column.slice(i, 1), &DataType::Float64)?;
@@ -453,7 +487,7 @@ fn digits_of(column: &ArrayRef, i: usize, f: &Format) -> Result<(String, bool, O
             let post = if integer_len >= significant { 0 } else { f.post.min(significant - integer_len) };
             let text = format!("{:.*}", post, v.abs());
             let text = if post < f.post && f.decimal { format!("{text}{}{}", if post == 0 { "." } else { "" }, "0".repeat(f.post - post)) } else { text };
-            (text, v.is_sign_negative() && !v.is_nan(), Some(v.round() as i64), v)
+            Digits { digits: text, negative: v.is_sign_negative() && !v.is_nan(), whole: Some(v.round() as i64), scientific: float_scientific(v, f.post) }
         }
         _ => {
             let ints = arrow::compute::cast(&column.slice(i, 1), &DataType::Int64)?;
@@ -463,7 +497,7 @@ fn digits_of(column: &ArrayRef, i: usize, f: &Format) -> Result<(String, bool, O
                 text.push('.');
                 text.push_str(&"0".repeat(f.post));
             }
-            (text, v < 0, Some(v), v as f64)
+            Digits { digits: text, negative: v < 0, whole: Some(v), scientific: float_scientific(v as f64, f.post) }
         }
     })
 }
@@ -482,8 +516,7 @@ pub fn to_char(values: &ArrayRef, templates: &StringArray) -> Result<ColumnarVal
             parsed = Some((template.to_owned(), parse(template)?));
         }
         let Some((_, format)) = &parsed else { continue };
-        let (digits, negative, whole, float) = digits_of(values, i, format)?;
-        b.append_value(render(format, digits, negative, whole, float));
+        b.append_value(render(format, digits_of(values, i, format)?));
     }
     Ok(ColumnarValue::Array(Arc::new(b.finish())))
 }
@@ -498,7 +531,7 @@ mod tests {
         if f.post > 0 {
             text = format!("{text}.{}", "0".repeat(f.post));
         }
-        render(&f, text, v < 0, Some(v), v as f64)
+        render(&f, Digits { digits: text, negative: v < 0, whole: Some(v), scientific: float_scientific(v as f64, f.post) })
     }
 
     #[test]

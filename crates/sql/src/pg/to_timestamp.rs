@@ -188,10 +188,10 @@ fn fraction(r: &mut Reader<'_>, keyword: &str, width: usize) -> eddy_common::Res
     let before = r.rest.len();
     let v = r.number(keyword, width)?;
     let read = before - r.rest.len();
-    Ok(match keyword.to_ascii_uppercase().as_str() {
-        "MS" => v * 1000,
-        _ => v * 10i64.pow((6 - read.min(6)) as u32),
-    })
+    // The digits read are a fraction: `.5` is 500 ms whether read by MS or US.
+    let places = if keyword.eq_ignore_ascii_case("MS") { 3 } else { 6 };
+    let scaled = v * 10i64.pow((places - read.min(places)) as u32);
+    Ok(if places == 3 { scaled * 1000 } else { scaled })
 }
 
 /// Matches a literal part of the template: separators match any run of separators (or
@@ -235,11 +235,13 @@ fn read(text: &str, nodes: &[Node]) -> eddy_common::Result<Parsed> {
 fn assemble(text: &str, p: &Parsed) -> eddy_common::Result<(NaiveDate, i64, Option<i32>)> {
     let mut year = p.year.unwrap_or(1);
     if p.year_digits > 0 && p.year_digits < 4 {
-        // Nearest to 2020, as PostgreSQL adjusts two- and three-digit years.
-        year = match p.year_digits {
-            1 => 2020 + year - if year > 5 { 10 } else { 0 },
-            2 => if year < 70 { 2000 + year } else { 1900 + year },
-            _ => if year < 100 { 2000 + year } else { 1000 + year },
+        // Toward 2020, as PostgreSQL's adjust_partial_year_to_2020: '69' is 2069, '70' 1970.
+        year = match year {
+            y if y < 70 => y + 2000,
+            y if y < 100 => y + 1900,
+            y if y < 520 => y + 2000,
+            y if y < 1000 => y + 1000,
+            y => y,
         };
     }
     let date = if let Some(j) = p.julian {
