@@ -2,7 +2,8 @@
 //! `SELECT <expression>` against Eddy and a real PostgreSQL 15 started here; the result's text,
 //! its column type (the RowDescription type OID) and, for errors, the SQLSTATE must agree.
 //! `tests/expressions/templates.txt` sweeps to_char's patterns over values of each type and
-//! to_timestamp / to_date over inputs; `tests/expressions/zoned.txt` runs in a session whose
+//! to_timestamp / to_date over inputs, `tests/expressions/operators.txt` every operator over
+//! every pair of numeric types; `tests/expressions/zoned.txt` runs in a session whose
 //! time zone is not UTC.
 //! `tests/expressions/columns.txt` holds expressions over a table with a column of every stored
 //! type: each runs ad hoc in PostgreSQL and Eddy and inside an Eddy materialized view, and the
@@ -192,6 +193,11 @@ async fn compare_scalar_file(file: &str, setup: &str) {
 #[tokio::test]
 async fn scalar_expressions_match_postgres() {
     compare_scalar_file("tests/expressions/scalar.txt", "SET TimeZone = 'UTC'").await;
+}
+
+#[tokio::test]
+async fn operators_over_every_numeric_type_match_postgres() {
+    compare_scalar_file("tests/expressions/operators.txt", "SET TimeZone = 'UTC'").await;
 }
 
 #[tokio::test]

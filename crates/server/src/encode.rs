@@ -15,7 +15,7 @@ use arrow::datatypes::{
 use bytes::{BufMut, BytesMut};
 use eddy_common::{Error, Result};
 use eddy_engine::{PG_TYPE_KEY, TimeZone};
-use eddy_sql::pg::text::{TextOptions, is_null, text_value, timestamp_us};
+use eddy_sql::pg::text::{TextOptions, is_null, is_unconstrained_numeric, text_value, timestamp_us};
 use pgwire::api::Type;
 use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::messages::data::DataRow;
@@ -192,8 +192,7 @@ fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: Time
 /// The output-function form of a column's values (an unconstrained `numeric` drops the
 /// trailing zeros of Arrow's fixed scale).
 fn text_options(field: &Field, tz: TimeZone) -> TextOptions {
-    let trim_numeric = field.metadata().get(PG_TYPE_KEY).is_some_and(|t| t == "numeric");
-    TextOptions { trim_numeric, ..TextOptions::output(tz) }
+    TextOptions { trim_numeric: is_unconstrained_numeric(field), ..TextOptions::output(tz) }
 }
 
 /// Rows as COPY text lines: tab-separated, `\N` for NULL, backslash escapes.

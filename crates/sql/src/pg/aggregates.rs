@@ -58,6 +58,13 @@ impl AggregateUDFImpl for PgAvg {
         arg_types.iter().map(PgAvg::coerce).collect()
     }
 
+    fn return_field(&self, arg_fields: &[FieldRef]) -> Result<FieldRef> {
+        match self.return_type(&arg_fields.iter().map(|f| f.data_type().clone()).collect::<Vec<_>>())? {
+            DataType::Decimal128(_, s) => Ok(std::sync::Arc::new(crate::pg::text::numeric_field_at_scale(s).with_name(self.name()))),
+            other => Ok(std::sync::Arc::new(arrow::datatypes::Field::new(self.name(), other, true))),
+        }
+    }
+
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
         match arg_types.first() {
             Some(DataType::Decimal128(_, s)) => Ok(DataType::Decimal128(38, (*s).max(AVG_SCALE))),

@@ -132,7 +132,7 @@ fn numeric_divide() -> ScalarUDF {
                 DataType::Decimal128(_, s) => *s,
                 _ => 0,
             };
-            Ok(arrow::datatypes::Field::new("", DataType::Decimal128(38, scale(0).max(scale(1)).max(QUOTIENT_SCALE)), true))
+            Ok(super::text::numeric_field_at_scale(scale(0).max(scale(1)).max(QUOTIENT_SCALE)))
         },
         |args| {
             let a = arrays(args)?;

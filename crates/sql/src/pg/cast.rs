@@ -24,7 +24,6 @@ use super::datetime_in::{self, MICROS_PER_SECOND};
 use super::decimal;
 use super::text::{TextOptions, TimeZone, is_null, local_time, text_value};
 use super::udf::{IMMUTABLE, PgFunction, Result, arrays, constant_text, first_argument_name, pg_field};
-use crate::types::PG_TYPE_KEY;
 
 pub const CAST: &str = "eddy_cast";
 pub const OUTPUT_TEXT: &str = "eddy_output_text";
@@ -157,7 +156,7 @@ fn evaluate(args: &ScalarFunctionArgs, explicit: bool) -> Result<ColumnarValue> 
     let zone = session_zone(args);
     let to = args.return_type().clone();
     let out: ArrayRef = if is_string(&to) {
-        let trim_numeric = args.arg_fields[0].metadata().get(PG_TYPE_KEY).is_some_and(|t| t == "numeric");
+        let trim_numeric = super::text::is_unconstrained_numeric(&args.arg_fields[0]);
         let options = TextOptions { time_zone: zone, trim_numeric, bool_words: explicit };
         let mut b = StringBuilder::with_capacity(input.len(), input.len() * 8);
         for i in 0..input.len() {

@@ -91,6 +91,11 @@ impl ExprPlanner for PgPlanner {
         let (Ok(lt), Ok(rt)) = (expr.left.get_type(schema), expr.right.get_type(schema)) else {
             return Ok(PlannerResult::Original(expr));
         };
+        // PostgreSQL has no % for floating point (DataFusion computes fmod).
+        if expr.op == BinaryOperator::Modulo && (matches!(lt, DataType::Float32 | DataType::Float64) || matches!(rt, DataType::Float32 | DataType::Float64)) {
+            let name = |t: &DataType| crate::types::pg_type_name(&arrow::datatypes::Field::new("", t.clone(), true));
+            return Err(super::udf::error(eddy_common::SqlState::UNDEFINED_FUNCTION, format!("operator does not exist: {} % {}", name(&lt), name(&rt))));
+        }
         let expr = retype(expr, &lt, &rt);
         let (Ok(lt), Ok(rt)) = (expr.left.get_type(schema), expr.right.get_type(schema)) else {
             return Ok(PlannerResult::Original(expr));

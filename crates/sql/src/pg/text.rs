@@ -81,6 +81,23 @@ impl TextOptions {
     }
 }
 
+/// Whether a column holds unconstrained `numeric`s, which print without Arrow's trailing zeros:
+/// declared so (its PostgreSQL type is `numeric`), or computed from them (no declared type and
+/// at least the unconstrained scale, 10: sums, products and remainders of them keep it or more).
+pub fn is_unconstrained_numeric(field: &arrow::datatypes::Field) -> bool {
+    match field.metadata().get(crate::types::PG_TYPE_KEY) {
+        Some(declared) => declared == "numeric",
+        None => matches!(field.data_type(), DataType::Decimal128(_, s) if *s >= crate::types::NUMERIC_DEFAULT_SCALE),
+    }
+}
+
+/// A computed numeric whose scale is its digits (a quotient, an average): printed with all of
+/// them, as PostgreSQL prints such results, even where its scale would pass for unconstrained.
+pub fn numeric_field_at_scale(scale: i8) -> arrow::datatypes::Field {
+    arrow::datatypes::Field::new("", DataType::Decimal128(38, scale), true)
+        .with_metadata([(crate::types::PG_TYPE_KEY.to_owned(), format!("numeric(38,{scale})"))].into())
+}
+
 /// Whether row `i` is NULL (a `Null`-typed column has no validity buffer: every row is).
 pub fn is_null(column: &dyn Array, i: usize) -> bool {
     column.is_null(i) || column.data_type() == &DataType::Null
