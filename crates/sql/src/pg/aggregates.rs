@@ -33,10 +33,7 @@ impl PgAvg {
             DataType::Decimal128(..) | DataType::Duration(_) => t.clone(),
             DataType::Decimal32(p, s) | DataType::Decimal64(p, s) => DataType::Decimal128(*p, *s),
             DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Null => DataType::Float64,
-            other => return Err(datafusion::common::DataFusionError::External(Box::new(eddy_common::Error::new(
-                eddy_common::SqlState::UNDEFINED_FUNCTION,
-                format!("function avg({}) does not exist", crate::types::pg_type_name(&arrow::datatypes::Field::new("", other.clone(), true))),
-            )))),
+            other => return Err(crate::pg::udf::no_such_function("avg", std::slice::from_ref(other))),
         })
     }
 }
@@ -55,7 +52,10 @@ impl AggregateUDFImpl for PgAvg {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        arg_types.iter().map(PgAvg::coerce).collect()
+        match arg_types {
+            [t] => Ok(vec![PgAvg::coerce(t)?]),
+            _ => Err(crate::pg::udf::no_such_function("avg", arg_types)),
+        }
     }
 
     fn return_field(&self, arg_fields: &[FieldRef]) -> Result<FieldRef> {

@@ -100,10 +100,7 @@ fn checked_float(name: &'static str, op: Operator) -> ScalarUDF {
 }
 
 fn as_f64(array: &ArrayRef) -> Result<arrow::array::Float64Array> {
-    Ok(match array.data_type() {
-        DataType::Float32 => arrow::compute::cast(array, &DataType::Float64)?.as_primitive::<Float64Type>().clone(),
-        _ => array.as_primitive::<Float64Type>().clone(),
-    })
+    Ok(arrow::compute::cast(array, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
 }
 
 fn checked_negate() -> ScalarUDF {
@@ -127,12 +124,9 @@ fn numeric_divide() -> ScalarUDF {
     PgFunction::with_return(
         NUMERIC_DIVIDE,
         Signature::any(2, IMMUTABLE),
-        |args| {
-            let scale = |i: usize| match args.arg_fields[i].data_type() {
-                DataType::Decimal128(_, s) => *s,
-                _ => 0,
-            };
-            Ok(super::text::numeric_field_at_scale(scale(0).max(scale(1)).max(QUOTIENT_SCALE)))
+        |args| match (args.arg_fields[0].data_type(), args.arg_fields[1].data_type()) {
+            (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2)) => Ok(super::text::numeric_field_at_scale((*s1).max(*s2).max(QUOTIENT_SCALE))),
+            (l, r) => Err(super::udf::no_such_function(NUMERIC_DIVIDE, &[l.clone(), r.clone()])),
         },
         |args| {
             let a = arrays(args)?;

@@ -88,7 +88,7 @@ pub fn functions() -> Vec<ScalarUDF> {
         |args| {
             let to: DataType = constant_text(args, 1)
                 .and_then(|t| t.parse().ok())
-                .ok_or_else(|| datafusion::common::DataFusionError::Internal(format!("{CAST} needs a constant target type")))?;
+                .ok_or_else(|| super::udf::error(SqlState::UNDEFINED_FUNCTION, format!("{CAST} takes a value and the name of an Arrow type")))?;
             Ok(Field::new("", to, true))
         },
         |args| evaluate(args, true),

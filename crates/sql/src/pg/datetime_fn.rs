@@ -79,8 +79,19 @@ fn scale(field: &str, source: Source) -> i8 {
     }
 }
 
+/// Every field name PostgreSQL's extract knows (after [`field_name`]).
+const UNITS: [&str; 21] = [
+    "microseconds", "milliseconds", "second", "minute", "hour", "day", "week", "month", "quarter", "year", "decade", "century", "millennium",
+    "epoch", "dow", "isodow", "doy", "isoyear", "julian", "timezone", "timezone_hour",
+];
+
+/// A field the type has not (0A000), or a name that is no field (22023), as PostgreSQL tells them apart.
 fn unsupported_unit(field: &str, source: Source) -> datafusion::common::DataFusionError {
-    error(SqlState::FEATURE_NOT_SUPPORTED, format!("unit \"{field}\" not supported for type {}", source.type_name()))
+    if UNITS.contains(&field) || field == "timezone_minute" {
+        error(SqlState::FEATURE_NOT_SUPPORTED, format!("unit \"{field}\" not supported for type {}", source.type_name()))
+    } else {
+        error(SqlState::INVALID_PARAMETER_VALUE, format!("unit \"{field}\" not recognized for type {}", source.type_name()))
+    }
 }
 
 /// Seconds and microseconds of a clock time, as `second`, `milliseconds`, `microseconds` want.

@@ -129,7 +129,8 @@ fn rounding(kind: Rounding) -> ScalarUDF {
         };
         Ok(ColumnarValue::Array(out))
     };
-    let f = PgFunction::with_return(kind.name(), Signature::variadic_any(IMMUTABLE), returns, evaluate);
+    let signature = Signature::one_of(vec![datafusion::logical_expr::TypeSignature::Any(1), datafusion::logical_expr::TypeSignature::Any(2)], IMMUTABLE);
+    let f = PgFunction::with_return(kind.name(), signature, returns, evaluate);
     if kind == Rounding::Ceil { f.alias("ceiling") } else { f }.udf()
 }
 
