@@ -372,54 +372,40 @@ fn ints(values: Vec<Option<i128>>, to: &DataType) -> Result<ArrayRef> {
     })
 }
 
+/// Numbers to an integer type: floats round half to even (rint), numerics half away from
+/// zero, and anything out of the type's range is 22003, as in PostgreSQL.
+fn to_integer(input: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
+    let (lo, hi) = int_bounds(to);
+    let check = |r: i128| if (lo..=hi).contains(&r) { Ok(r) } else { Err(int_out_of_range(to)) };
+    let values = match input.data_type() {
+        DataType::Float32 | DataType::Float64 => {
+            let floats = arrow::compute::cast(input, &DataType::Float64)?;
+            floats
+                .as_primitive::<Float64Type>()
+                .iter()
+                .map(|v| v.map(|f| {
+                    let r = f.round_ties_even();
+                    if r.is_nan() || r < lo as f64 || r > hi as f64 { Err(int_out_of_range(to)) } else { Ok(r as i128) }
+                }).transpose())
+                .collect::<eddy_common::Result<Vec<_>>>()
+        }
+        DataType::Decimal128(_, scale) => input
+            .as_primitive::<Decimal128Type>()
+            .iter()
+            .map(|v| v.map(|d| decimal::rescale(d, *scale, 0).ok_or_else(|| int_out_of_range(to)).and_then(check)).transpose())
+            .collect::<eddy_common::Result<Vec<_>>>(),
+        _ => {
+            let wide = arrow::compute::cast(input, &DataType::Int64)?;
+            wide.as_primitive::<arrow::datatypes::Int64Type>().iter().map(|v| v.map(|x| check(i128::from(x))).transpose()).collect::<eddy_common::Result<Vec<_>>>()
+        }
+    };
+    ints(values.map_err(external)?, to)
+}
+
 /// Casts between non-text types that PostgreSQL evaluates differently from Arrow.
 fn convert(input: &ArrayRef, to: &DataType, zone: TimeZone) -> Result<ArrayRef> {
     match (input.data_type(), to) {
-        (DataType::Float32 | DataType::Float64, DataType::Int16 | DataType::Int32 | DataType::Int64) => {
-            let floats = arrow::compute::cast(input, &DataType::Float64)?;
-            let (lo, hi) = int_bounds(to);
-            let values = floats
-                .as_primitive::<Float64Type>()
-                .iter()
-                .map(|v| {
-                    v.map(|f| {
-                        // rint(): half to even, as PostgreSQL's float-to-integer casts.
-                        let r = f.round_ties_even();
-                        if r.is_nan() || r < lo as f64 || r > hi as f64 { Err(int_out_of_range(to)) } else { Ok(r as i128) }
-                    })
-                    .transpose()
-                })
-                .collect::<eddy_common::Result<Vec<_>>>()
-                .map_err(external)?;
-            ints(values, to)
-        }
-        (DataType::Decimal128(_, scale), DataType::Int16 | DataType::Int32 | DataType::Int64) => {
-            let (lo, hi) = int_bounds(to);
-            let values = input
-                .as_primitive::<Decimal128Type>()
-                .iter()
-                .map(|v| {
-                    v.map(|d| match decimal::rescale(d, *scale, 0) {
-                        Some(r) if (lo..=hi).contains(&r) => Ok(r),
-                        _ => Err(int_out_of_range(to)),
-                    })
-                    .transpose()
-                })
-                .collect::<eddy_common::Result<Vec<_>>>()
-                .map_err(external)?;
-            ints(values, to)
-        }
-        (from, DataType::Int16 | DataType::Int32 | DataType::Int64) if is_integer(from) => {
-            let wide = arrow::compute::cast(input, &DataType::Int64)?;
-            let (lo, hi) = int_bounds(to);
-            let values = wide
-                .as_primitive::<arrow::datatypes::Int64Type>()
-                .iter()
-                .map(|v| v.map(|x| if (lo..=hi).contains(&i128::from(x)) { Ok(i128::from(x)) } else { Err(int_out_of_range(to)) }).transpose())
-                .collect::<eddy_common::Result<Vec<_>>>()
-                .map_err(external)?;
-            ints(values, to)
-        }
+        (_, DataType::Int16 | DataType::Int32 | DataType::Int64) => to_integer(input, to),
         (from, DataType::Decimal128(p, s)) => to_decimal(input, from, *p, *s),
         (DataType::Decimal128(_, scale), DataType::Float32 | DataType::Float64) => {
             // Through the decimal digits, so 1e100::float8 is the double nearest 10^100.

@@ -120,13 +120,11 @@ fn iso_day_of_year(f: &Fields) -> i64 {
     (f.iso_week - 1) * 7 + (f.weekday + 6) % 7 + 1
 }
 
-/// Renders one keyword.
-fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<bool>) -> Result<String> {
-    let n = |v: i64, width: usize| Ok(number(v, width, fill_mode, ordinal));
+/// Renders a time-of-day keyword (`HH24`, `MI`, `US`, `AM`, ...); `None` for the others.
+fn clock_keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<bool>) -> Option<String> {
+    let n = |v: i64, width: usize| Some(number(v, width, fill_mode, ordinal));
     // Clock fields of a negative interval get one more place for the sign, as PostgreSQL's.
-    let clock = |v: i64| Ok(number(v, if v < 0 { 3 } else { 2 }, fill_mode, ordinal));
-    let dates_only = || if f.interval { Err(not_for_interval()) } else { Ok(()) };
-    let upper = keyword.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+    let clock = |v: i64| Some(number(v, if v < 0 { 3 } else { 2 }, fill_mode, ordinal));
     let pm = f.hour % 24 >= 12;
     match keyword {
         "HH" | "HH12" | "hh" | "hh12" => clock(if f.hour % 12 == 0 { 12 } else { f.hour % 12 }),
@@ -135,13 +133,26 @@ fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<b
         "SS" | "ss" => clock(f.second),
         "MS" | "ms" => n(f.micros / 1000, 3),
         "US" | "us" => n(f.micros, 6),
-        k if k.eq_ignore_ascii_case("FF1") || k.len() == 3 && k[..2].eq_ignore_ascii_case("FF") => {
+        k if k.len() == 3 && k[..2].eq_ignore_ascii_case("FF") => {
             let digits = usize::from(k.as_bytes()[2] - b'0');
             n(f.micros / 10i64.pow(6 - digits as u32), digits)
         }
         "SSSS" | "SSSSS" | "ssss" | "sssss" => n(f.hour * 3600 + f.minute * 60 + f.second, 0),
-        "AM" | "PM" | "am" | "pm" => Ok(cased(if pm { "PM" } else { "AM" }, keyword)),
-        "A.M." | "P.M." | "a.m." | "p.m." => Ok(cased(if pm { "P.M." } else { "A.M." }, keyword)),
+        "AM" | "PM" | "am" | "pm" => Some(cased(if pm { "PM" } else { "AM" }, keyword)),
+        "A.M." | "P.M." | "a.m." | "p.m." => Some(cased(if pm { "P.M." } else { "A.M." }, keyword)),
+        _ => None,
+    }
+}
+
+/// Renders one keyword.
+fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<bool>) -> Result<String> {
+    if let Some(text) = clock_keyword(f, keyword, fill_mode, ordinal) {
+        return Ok(text);
+    }
+    let n = |v: i64, width: usize| Ok(number(v, width, fill_mode, ordinal));
+    let dates_only = || if f.interval { Err(not_for_interval()) } else { Ok(()) };
+    let upper = keyword.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+    match keyword {
         "Y,YYY" | "y,yyy" => {
             let s = format!("{},{:03}", f.year / 1000, f.year % 1000);
             Ok(match ordinal {
