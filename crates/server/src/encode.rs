@@ -15,7 +15,7 @@ use arrow::datatypes::{
 use bytes::{BufMut, BytesMut};
 use eddy_common::{Error, Result};
 use eddy_engine::{PG_TYPE_KEY, TimeZone};
-use eddy_sql::pg::text::{TextOptions, is_null, is_unconstrained_numeric, text_value, timestamp_us};
+use eddy_sql::pg::text::{TextOptions, is_null, text_value, timestamp_us};
 use pgwire::api::Type;
 use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::messages::data::DataRow;
@@ -173,9 +173,11 @@ pub fn encode_batch(batch: &RecordBatch, formats: &[FieldFormat], tz: TimeZone) 
 fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: TimeZone) -> Result<Vec<Option<Vec<u8>>>> {
     let n = column.len();
     let mut out = Vec::with_capacity(n);
+    let options = TextOptions::output_of(field, tz);
+    // A blank-padded character(n) is its padded text in binary too.
+    let format = if options.blank_pad.is_some() { FieldFormat::Text } else { format };
     match format {
         FieldFormat::Text => {
-            let options = text_options(field, tz);
             for i in 0..n {
                 out.push(if is_null(column, i) { None } else { Some(text_value(column, i, options)?.into_bytes()) });
             }
@@ -189,17 +191,11 @@ fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: Time
     Ok(out)
 }
 
-/// The output-function form of a column's values (an unconstrained `numeric` drops the
-/// trailing zeros of Arrow's fixed scale).
-fn text_options(field: &Field, tz: TimeZone) -> TextOptions {
-    TextOptions { trim_numeric: is_unconstrained_numeric(field), ..TextOptions::output(tz) }
-}
-
 /// Rows as COPY text lines: tab-separated, `\N` for NULL, backslash escapes.
 pub fn copy_text_lines(batch: &RecordBatch, tz: TimeZone) -> Result<Vec<Vec<u8>>> {
     let mut lines = vec![Vec::new(); batch.num_rows()];
     for (c, column) in batch.columns().iter().enumerate() {
-        let options = text_options(batch.schema().field(c), tz);
+        let options = TextOptions::output_of(batch.schema().field(c), tz);
         for (r, line) in lines.iter_mut().enumerate() {
             if c > 0 {
                 line.push(b'\t');

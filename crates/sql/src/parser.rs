@@ -166,6 +166,7 @@ pub fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
         .with_unescape(true)
         .tokenize_with_location()
         .map_err(|e| syntax_error(sql, &ParserError::TokenizerError(e.to_string())))?;
+    refuse_between_symmetric(&tokens)?;
     let tokens = mark_temporal_tables(tokens);
     let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
     let mut out = Vec::new();
@@ -207,6 +208,23 @@ fn refuse(parser: &Parser<'_>) -> Option<Error> {
         return Some(Error::unsupported("ALTER MATERIALIZED VIEW is not supported: drop the view and create it again"));
     }
     None
+}
+
+/// sqlparser does not parse `BETWEEN SYMMETRIC`: say so rather than "syntax error". One pass
+/// over the tokens, before parsing.
+fn refuse_between_symmetric(tokens: &[datafusion::sql::sqlparser::tokenizer::TokenWithSpan]) -> Result<()> {
+    let mut after_between = false;
+    for t in tokens {
+        match &t.token {
+            Token::Whitespace(_) => continue,
+            Token::Word(w) if after_between && w.value.eq_ignore_ascii_case("SYMMETRIC") => {
+                return Err(Error::unsupported("BETWEEN SYMMETRIC is not supported: write the bounds in ascending order"));
+            }
+            Token::Word(w) => after_between = w.value.eq_ignore_ascii_case("BETWEEN"),
+            _ => after_between = false,
+        }
+    }
+    Ok(())
 }
 
 fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {

@@ -125,7 +125,7 @@ fn character(name: &'static str, padded: bool) -> ScalarUDF {
             let unlimited: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![i64::MAX; a[0].len()]));
             let lengths = arrow::compute::cast(a.get(1).unwrap_or(&unlimited), &DataType::Int64)?;
             let lengths = lengths.as_primitive::<arrow::datatypes::Int64Type>();
-            let options = TextOptions { time_zone: zone, trim_numeric: false, bool_words: true };
+            let options = TextOptions { bool_words: true, ..TextOptions::output(zone) };
             let mut b = StringBuilder::with_capacity(a[0].len(), a[0].len() * 8);
             for i in 0..a[0].len() {
                 if is_null(&a[0], i) || lengths.is_null(i) {
@@ -134,12 +134,9 @@ fn character(name: &'static str, padded: bool) -> ScalarUDF {
                 }
                 let text = text_value(&a[0], i, options).map_err(external)?;
                 let n = usize::try_from(lengths.value(i)).unwrap_or(0);
-                let mut s: String = text.chars().take(n).collect();
-                if padded {
-                    let len = s.chars().count();
-                    s.extend(std::iter::repeat_n(' ', n - len));
-                }
-                b.append_value(s);
+                let s: String = text.chars().take(n).collect();
+                // char(n) is kept without its blanks and padded when shown (TextOptions::blank_pad).
+                b.append_value(if padded { s.trim_end_matches(' ') } else { s.as_str() });
             }
             Ok(ColumnarValue::Array(Arc::new(b.finish())))
         },
@@ -157,7 +154,7 @@ fn evaluate(args: &ScalarFunctionArgs, explicit: bool) -> Result<ColumnarValue> 
     let to = args.return_type().clone();
     let out: ArrayRef = if is_string(&to) {
         let trim_numeric = super::text::is_unconstrained_numeric(&args.arg_fields[0]);
-        let options = TextOptions { time_zone: zone, trim_numeric, bool_words: explicit };
+        let options = TextOptions { trim_numeric, bool_words: explicit, ..TextOptions::output(zone) };
         let mut b = StringBuilder::with_capacity(input.len(), input.len() * 8);
         for i in 0..input.len() {
             if is_null(&input, i) { b.append_null() } else { b.append_value(text_value(&input, i, options).map_err(external)?) }

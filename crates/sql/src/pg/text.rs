@@ -73,11 +73,20 @@ pub struct TextOptions {
     pub trim_numeric: bool,
     /// `true`/`false` (a cast to text) rather than `t`/`f` (the output function).
     pub bool_words: bool,
+    /// A `character(n)`: Eddy keeps its values without trailing blanks (so comparisons and
+    /// `length` ignore them, as PostgreSQL's do) and pads them to n where they are shown.
+    pub blank_pad: Option<usize>,
 }
 
 impl TextOptions {
     pub fn output(time_zone: TimeZone) -> Self {
-        TextOptions { time_zone, trim_numeric: false, bool_words: false }
+        TextOptions { time_zone, trim_numeric: false, bool_words: false, blank_pad: None }
+    }
+
+    /// The output form of a column's values: what the wire and COPY send.
+    pub fn output_of(field: &arrow::datatypes::Field, time_zone: TimeZone) -> Self {
+        let blank_pad = field.metadata().get(crate::types::PG_TYPE_KEY).and_then(|t| t.strip_prefix("character(")?.strip_suffix(')')?.parse().ok());
+        TextOptions { trim_numeric: is_unconstrained_numeric(field), blank_pad, ..TextOptions::output(time_zone) }
     }
 }
 
@@ -134,7 +143,10 @@ pub fn text_value(column: &ArrayRef, i: usize, options: TextOptions) -> Result<S
             let text = decimal_text(column.as_primitive::<Decimal128Type>().value(i), *scale);
             if options.trim_numeric { trim_decimal(text) } else { text }
         }
-        DataType::Utf8 => column.as_string::<i32>().value(i).to_owned(),
+        DataType::Utf8 => match options.blank_pad {
+            Some(n) => format!("{:<n$}", column.as_string::<i32>().value(i)),
+            None => column.as_string::<i32>().value(i).to_owned(),
+        },
         DataType::LargeUtf8 => column.as_string::<i64>().value(i).to_owned(),
         DataType::Utf8View => column.as_string_view().value(i).to_owned(),
         DataType::Binary => bytea_text(column.as_binary::<i32>().value(i)),
