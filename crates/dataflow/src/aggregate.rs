@@ -113,6 +113,10 @@ enum Kind {
     IntSum { avg: bool },
     /// `sum` / `avg` of floats.
     FloatSum { avg: bool },
+    /// `sum` / `avg` of numerics (and of integers, which `avg` takes as numerics), exact in
+    /// 128 bits; an average is `shift` decimal places finer than its argument, rounded half
+    /// away from zero.
+    DecimalSum { avg: bool, shift: u32 },
     /// `min` / `max`.
     Extreme { max: bool, ordered: Ordered },
     /// DataFusion's accumulator per group, or a multiset of argument rows.
@@ -144,6 +148,11 @@ impl Kind {
             ("sum", Some(t)) if float(&t) && output == DataType::Float64 => Kind::FloatSum { avg: false },
             ("avg" | "mean", Some(t)) if integer(&t) && output == DataType::Float64 => Kind::IntSum { avg: true },
             ("avg" | "mean", Some(t)) if float(&t) && output == DataType::Float64 => Kind::FloatSum { avg: true },
+            ("sum", Some(DataType::Decimal128(_, s))) if matches!(output, DataType::Decimal128(_, out) if out == s) => Kind::DecimalSum { avg: false, shift: 0 },
+            ("avg" | "mean", Some(DataType::Decimal128(_, s))) => match output {
+                DataType::Decimal128(_, out) if out >= s => Kind::DecimalSum { avg: true, shift: (out - s) as u32 },
+                _ => Kind::Generic,
+            },
             (name @ ("min" | "max"), Some(t)) if t == output => match Ordered::of(&t) {
                 Some(ordered) if can_cast_types(&t, &DataType::Int64) && can_cast_types(&DataType::Int64, &t) => {
                     Kind::Extreme { max: name == "max", ordered }
@@ -226,7 +235,7 @@ impl Call {
         let kind = Kind::of(&spec, input);
         let state = match kind {
             Kind::Count => CallState::Count(Vec::new()),
-            Kind::IntSum { .. } => CallState::IntSum(Vec::new(), Vec::new()),
+            Kind::IntSum { .. } | Kind::DecimalSum { .. } => CallState::IntSum(Vec::new(), Vec::new()),
             Kind::FloatSum { .. } if append_only => CallState::FloatSum(Vec::new(), Vec::new()),
             Kind::FloatSum { .. } => CallState::ExactFloatSum(Vec::new(), Vec::new()),
             Kind::Extreme { .. } if append_only => CallState::Extreme(Vec::new()),
@@ -290,6 +299,17 @@ impl Call {
             (CallState::Count(counts), _) => {
                 for (i, (&g, &d)) in rows_of {
                     if passes(i) {
+                        counts[g as usize] += d;
+                    }
+                }
+            }
+            (CallState::IntSum(sums, counts), Kind::DecimalSum { .. }) => {
+                let values = args[0].as_primitive_opt::<Decimal128Type>().ok_or_else(|| Error::internal("a numeric sum over a column that is not numeric"))?.values();
+                let overflow = || Error::new(eddy_common::SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "numeric field overflow in a sum");
+                for (i, (&g, &d)) in rows_of {
+                    if passes(i) {
+                        let term = values[i].checked_mul(i128::from(d)).ok_or_else(overflow)?;
+                        sums[g as usize] = sums[g as usize].checked_add(term).ok_or_else(overflow)?;
                         counts[g as usize] += d;
                     }
                 }
@@ -421,6 +441,19 @@ impl Call {
         let at = |g: &GroupId| *g as usize;
         let array: ArrayRef = match (&mut self.state, self.kind) {
             (CallState::Count(counts), _) => Arc::new(Int64Array::from_iter_values(groups.iter().map(|g| counts[at(g)]))),
+            (CallState::IntSum(sums, counts), Kind::DecimalSum { avg, shift }) => {
+                let DataType::Decimal128(precision, scale) = self.output else { return Err(Error::internal("a numeric sum with another output type")) };
+                let value = |g: &GroupId| match counts[at(g)] {
+                    n if n <= 0 => Ok(None),
+                    n if avg => crate::decimal::average(sums[at(g)], n, shift).map(Some).ok_or(()),
+                    _ => Ok(Some(sums[at(g)])),
+                };
+                let values = groups.iter().map(value).collect::<std::result::Result<Decimal128Array, ()>>();
+                let overflow = || Error::new(eddy_common::SqlState::NUMERIC_VALUE_OUT_OF_RANGE, format!("numeric field overflow: the {} does not fit numeric({precision},{scale})", if avg { "average" } else { "sum" }));
+                let values = values.map_err(|()| overflow())?.with_precision_and_scale(precision, scale).map_err(arrow_error)?;
+                values.validate_decimal_precision(precision).map_err(|_| overflow())?;
+                Arc::new(values)
+            }
             (CallState::IntSum(sums, counts), Kind::IntSum { avg }) => {
                 if avg {
                     let values = groups.iter().map(|g| (counts[at(g)] > 0).then(|| sums[at(g)] as f64 / counts[at(g)] as f64));
@@ -846,7 +879,7 @@ impl Aggregate {
         if self.global {
             return Ok(vec![0; rows.num_rows()]);
         }
-        let keys: Vec<ArrayRef> = self.group_exprs.iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
+        let keys = crate::rows::evaluate_keys(&self.group_exprs, rows)?;
         let converter = self.key_converter()?;
         let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
         let mut ids = Vec::with_capacity(rows.num_rows());

@@ -288,8 +288,12 @@ fn differences(view: &Output, batch: &Output) -> Vec<String> {
         match (view.get(key), batch.get(key)) {
             (Some(v), Some(b)) => {
                 for (i, (x, y)) in v.iter().zip(b).enumerate() {
-                    if !same(x, y) {
-                        let name = if i == 0 { "k" } else { AGGREGATES[i - 1] };
+                    let name = if i == 0 { "k" } else { AGGREGATES[i - 1] };
+                    // A numeric average: the view rounds its last digit half away from zero, as
+                    // PostgreSQL (and Eddy's own avg) does; plain DataFusion truncates it.
+                    let rounded = name.starts_with("avg(")
+                        && matches!((x, y), (ScalarValue::Decimal128(Some(a), ..), ScalarValue::Decimal128(Some(b), ..)) if (a - b).abs() <= 1);
+                    if !same(x, y) && !rounded {
                         out.push(format!("group {key}: {name}: view {x:?}, batch {y:?}"));
                     }
                 }

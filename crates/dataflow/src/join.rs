@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
@@ -85,7 +85,7 @@ impl Side {
 
     /// Join keys of each row; `None` where a key column is NULL.
     fn keys_of(&mut self, rows: &RecordBatch) -> Result<Vec<Option<OwnedRow>>> {
-        let keys: Vec<ArrayRef> = self.keys.iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
+        let keys = crate::rows::evaluate_keys(&self.keys, rows)?;
         let encoded = self.key_converter.convert_columns(&keys).map_err(arrow_error)?;
         Ok((0..rows.num_rows())
             .map(|i| if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded.row(i).owned()) })

@@ -21,6 +21,7 @@ pub mod event_time;
 mod aggregate_tests;
 #[cfg(test)]
 mod aggregate_typed_tests;
+pub mod decimal;
 mod exact_sum;
 mod join;
 #[cfg(test)]

@@ -61,7 +61,7 @@ impl Side {
 
     /// (key or None for NULL keys, row) per changed row.
     fn encode(&mut self, changes: &ChangeBatch) -> Result<Vec<(Option<OwnedRow>, OwnedRow)>> {
-        let keys: Vec<ArrayRef> = self.keys.iter().map(|e| evaluate(e, changes.rows())).collect::<Result<_>>()?;
+        let keys = crate::rows::evaluate_keys(&self.keys, changes.rows())?;
         let encoded_keys = self.key_converter.convert_columns(&keys).map_err(arrow_error)?;
         let rows = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
         Ok((0..changes.len())

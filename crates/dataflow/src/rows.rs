@@ -41,6 +41,35 @@ pub fn evaluate(expr: &Expr, batch: &RecordBatch) -> Result<ArrayRef> {
     expr.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())).map_err(eval_error)
 }
 
+/// The key columns of `batch` (group, join, partition and shard keys), with floats as
+/// PostgreSQL compares them: `-0` is `0` and every NaN is one NaN, so that they group, join and
+/// route together (their row encodings and hashes would otherwise differ).
+pub fn evaluate_keys(exprs: &[Expr], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs.iter().map(|e| evaluate(e, batch).map(normalize_key)).collect()
+}
+
+pub(crate) fn normalize_key(column: ArrayRef) -> ArrayRef {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Float32Type, Float64Type};
+    match column.data_type() {
+        arrow::datatypes::DataType::Float64 => {
+            let floats = column.as_primitive::<Float64Type>();
+            if floats.values().iter().all(|v| v.to_bits() != (-0.0f64).to_bits() && (!v.is_nan() || v.to_bits() == f64::NAN.to_bits())) {
+                return column;
+            }
+            Arc::new(floats.unary::<_, Float64Type>(|v| if v == 0.0 { 0.0 } else if v.is_nan() { f64::NAN } else { v }))
+        }
+        arrow::datatypes::DataType::Float32 => {
+            let floats = column.as_primitive::<Float32Type>();
+            if floats.values().iter().all(|v| v.to_bits() != (-0.0f32).to_bits() && (!v.is_nan() || v.to_bits() == f32::NAN.to_bits())) {
+                return column;
+            }
+            Arc::new(floats.unary::<_, Float32Type>(|v| if v == 0.0 { 0.0 } else if v.is_nan() { f32::NAN } else { v }))
+        }
+        _ => column,
+    }
+}
+
 /// Splits changes by a hash of `key` columns into `partitions` parts (the partition index is
 /// the position in the result; empty parts are empty batches). Equal keys always land in the
 /// same part, so a row's retraction follows its insert; the hash is fixed (not seeded per

@@ -160,7 +160,7 @@ impl SessionAggregate {
             .iter()
             .enumerate()
             .filter(|(i, _)| !self.is_bound(*i))
-            .map(|(_, e)| evaluate(e, rows))
+            .map(|(_, e)| evaluate(e, rows).map(crate::rows::normalize_key))
             .collect::<Result<_>>()?;
         let keys = self.key_converter.convert_columns(&key_columns).map_err(arrow_error)?;
         let encoded = self.rows.convert_columns(rows.columns()).map_err(arrow_error)?;

@@ -11,11 +11,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::RecordBatch;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::plan::Expr;
-use crate::rows::{evaluate, hash_keys, split_by};
+use crate::rows::{hash_keys, split_by};
 use crate::{Operator, OperatorState};
 
 /// Below this many input rows a push runs its shards one after another on the calling thread:
@@ -146,12 +146,12 @@ impl Sharded {
 /// 0, which sets it aside as the unsharded operator would.
 fn shard_of(batch: &ChangeBatch, keys: &[Expr], n: usize) -> Result<Vec<u32>> {
     let of = |hash: u64| (hash % n as u64) as u32;
-    match keys.iter().map(|k| evaluate(k, batch.rows())).collect::<Result<Vec<ArrayRef>>>() {
+    match crate::rows::evaluate_keys(keys, batch.rows()) {
         Ok(values) => Ok(hash_keys(&values, batch.len())?.into_iter().map(of).collect()),
         Err(e) if e.state.is_data_exception() => (0..batch.len())
             .map(|i| {
                 let row = batch.rows().slice(i, 1);
-                match keys.iter().map(|k| evaluate(k, &row)).collect::<Result<Vec<ArrayRef>>>() {
+                match crate::rows::evaluate_keys(keys, &row) {
                     Ok(values) => Ok(hash_keys(&values, 1)?.first().map_or(0, |h| of(*h))),
                     Err(e) if e.state.is_data_exception() => Ok(0),
                     Err(e) => Err(e),

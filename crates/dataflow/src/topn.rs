@@ -93,7 +93,7 @@ impl TopN {
         }
         let rows_in = changes.rows();
         let sort: Vec<ArrayRef> = self.order.iter().map(|(e, _)| evaluate(e, rows_in)).collect::<Result<_>>()?;
-        let parts: Vec<ArrayRef> = self.partition.iter().map(|e| evaluate(e, rows_in)).collect::<Result<_>>()?;
+        let parts = crate::rows::evaluate_keys(&self.partition, rows_in)?;
         let sort = self.sort_keys.convert_columns(&sort).map_err(arrow_error)?;
         let parts = match &self.partition_keys {
             Some(c) => Some(c.convert_columns(&parts).map_err(arrow_error)?),

@@ -7,7 +7,6 @@
 //! out is Arrow (`RecordBatch`, `SchemaRef`, `DataType`) or Eddy's own types.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-mod aggregates;
 mod catalog;
 mod error;
 mod functions;

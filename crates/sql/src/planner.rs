@@ -141,7 +141,6 @@ impl SessionPlanner {
             .map_err(from_datafusion)?;
         ctx.register_catalog(CATALOG_NAME, Arc::new(eddy));
         functions::register(&ctx, info);
-        crate::aggregates::register(&ctx);
         crate::windows::register(&ctx);
         Ok(SessionPlanner { ctx })
     }
