@@ -149,7 +149,7 @@ proptest! {
             accumulate(&mut out, op.end_epoch().unwrap());
             prop_assert_eq!(&out, &oracle(grouped, &rows));
             if epoch_index == restart_after {
-                crate::checkpoint::restart(&mut op, &build);
+                crate::checkpoint::restart(&mut op, build);
             }
         }
     }
