@@ -17,6 +17,7 @@ pub mod checkpoint;
 pub(crate) type StateMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) type StateSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 pub mod event_time;
+mod aggregate_call;
 #[cfg(test)]
 mod aggregate_tests;
 #[cfg(test)]

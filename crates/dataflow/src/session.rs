@@ -238,7 +238,7 @@ impl SessionAggregate {
         let columns = self.rows.convert_rows(repeated).map_err(arrow_error)?;
         let events = RecordBatch::try_new(self.input_schema.clone(), columns).map_err(arrow_error)?;
         for call in &self.calls {
-            let mut args: Vec<ArrayRef> = crate::aggregate::arguments(call).iter().map(|e| evaluate(e, &events)).collect::<Result<_>>()?;
+            let mut args: Vec<ArrayRef> = crate::aggregate_call::arguments(call).iter().map(|e| evaluate(e, &events)).collect::<Result<_>>()?;
             if let Some(filter) = &call.filter {
                 let mask = evaluate(filter, &events)?;
                 let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("FILTER is not boolean"))?;
