@@ -134,7 +134,7 @@ async fn copy_subscribe_streams_each_epoch_until_cancelled() {
     let change = next_line().await;
     assert!(change.ends_with("\t1\t2\ttab\\there"), "{change}");
     cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();
-    drop(next_line);
+    let _ = next_line;
     // The subscription's resources are released: the writer and views go on.
     writer.batch_execute("INSERT INTO t VALUES (3, 'c'); FLUSH").await.unwrap();
     let n = query_text(&writer, "SELECT count(*) FROM s").await.unwrap();

@@ -304,7 +304,10 @@ impl Operator for Release {
 
     fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         match name {
-            "held" => Ok(self.held.push(crate::checkpoint::changes_of(batch)?)),
+            "held" => {
+                self.held.push(crate::checkpoint::changes_of(batch)?);
+                Ok(())
+            }
             _ => Err(crate::checkpoint::unknown_part("Release", name)),
         }
     }

@@ -274,9 +274,12 @@ pub fn list(meta: &MetaStore) -> Result<Vec<CheckpointInfo>> {
     Ok(out)
 }
 
+/// (table or source, partition, offset) a view had read to.
+pub type Reads = Vec<(ObjectId, u32, u64)>;
+
 /// What each view in the newest checkpoint had read: view -> (table or source, partition,
 /// offset). Empty when there is no checkpoint.
-pub fn latest_reads(meta: &MetaStore) -> Result<HashMap<ObjectId, Vec<(ObjectId, u32, u64)>>> {
+pub fn latest_reads(meta: &MetaStore) -> Result<HashMap<ObjectId, Reads>> {
     let Some((epoch, bytes)) = meta.checkpoints()?.pop() else { return Ok(HashMap::new()) };
     let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| corrupted(format!("checkpoint {epoch}: the manifest does not decode: {e}")))?;
     Ok(manifest.views.into_iter().map(|v| (v.id, v.committed)).collect())

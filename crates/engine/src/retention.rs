@@ -227,8 +227,11 @@ mod tests {
         }
     }
 
-    /// Every record of the partition: (offset, its changes as (k, v, diff)).
-    fn records(log: &LogStore, schema: &SchemaRef) -> Vec<(u64, Vec<(i32, i64, i64)>)> {
+    /// A record: (offset, its changes as (k, v, diff)).
+    type Record = (u64, Vec<(i32, i64, i64)>);
+
+    /// Every record of the partition.
+    fn records(log: &LogStore, schema: &SchemaRef) -> Vec<Record> {
         let mut out = Vec::new();
         log.scan(ObjectId(7), PartitionId(0), Offset(0), |offset, record| {
             let mut rows = Vec::new();

@@ -28,7 +28,7 @@ pub struct TableData {
 
 enum Rows {
     AppendOnly(Vec<RecordBatch>),
-    Multiset(Multiset),
+    Multiset(Box<Multiset>),
 }
 
 struct Multiset {
@@ -83,7 +83,7 @@ impl TableData {
                     column_names: def.primary_key.iter().map(|&i| schema.field(i).name().clone()).collect(),
                 })
             };
-            Rows::Multiset(Multiset { converter, counts: HashMap::default(), primary_key })
+            Rows::Multiset(Box::new(Multiset { converter, counts: HashMap::default(), primary_key }))
         };
         Ok(TableData { schema, rows, snapshot: None })
     }
@@ -99,21 +99,21 @@ impl TableData {
     /// not hold is a bug in the dataflow, never a user error.
     pub fn check_view_output(&mut self, changes: &[ChangeBatch]) -> Result<()> {
         if matches!(self.rows, Rows::AppendOnly(_)) && changes.iter().any(|c| c.diffs().values().iter().any(|d| *d != 1)) {
-            self.into_multiset()?;
+            self.make_multiset()?;
         }
         self.check(changes)
             .map_err(|e| Error::internal(format!("a view's dataflow retracted a row the view does not hold ({})", e.message)))
     }
 
     /// Turns batches of inserted rows into a multiset (a view's first retraction or repeat).
-    fn into_multiset(&mut self) -> Result<()> {
+    fn make_multiset(&mut self) -> Result<()> {
         let Rows::AppendOnly(batches) = &self.rows else { return Ok(()) };
         let fields = self.schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
         let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
         let mut multiset = Multiset { converter, counts: HashMap::default(), primary_key: None };
         let inserts: Vec<ChangeBatch> = batches.iter().cloned().map(ChangeBatch::inserts).collect();
         multiset.apply(&inserts)?;
-        self.rows = Rows::Multiset(multiset);
+        self.rows = Rows::Multiset(Box::new(multiset));
         self.snapshot = None;
         Ok(())
     }
@@ -279,7 +279,7 @@ impl TableData {
     pub fn fork(&self) -> Result<TableData> {
         let rows = match &self.rows {
             Rows::AppendOnly(b) => Rows::AppendOnly(b.clone()),
-            Rows::Multiset(m) => Rows::Multiset(m.fork(&self.schema)?),
+            Rows::Multiset(m) => Rows::Multiset(Box::new(m.fork(&self.schema)?)),
         };
         Ok(TableData { schema: Arc::clone(&self.schema), rows, snapshot: self.snapshot.clone() })
     }
