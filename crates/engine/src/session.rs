@@ -167,7 +167,7 @@ impl Session {
                 "SUBSCRIBE streams to a client connection; inside a function or a script use DECLARE c CURSOR FOR SUBSCRIBE ...; FETCH n c",
             )),
             Statement::DeclareSubscribeCursor { cursor, subscribe } => self.declare_subscribe(cursor, subscribe).await,
-            Statement::Fetch { cursor, count, timeout_ms } => self.fetch(cursor, *count, *timeout_ms).await,
+            Statement::Fetch { cursor, count, timeout_ms, .. } => self.fetch(cursor, *count, *timeout_ms).await,
             Statement::ShowMaterializedViews => {
                 let rows = self.engine.view_statuses().into_iter().map(|v| vec![v.name, v.status.to_owned(), v.error.unwrap_or_default()]).collect();
                 rows_of_text(&["name", "status", "error"], rows)

@@ -28,8 +28,9 @@ pub enum Statement {
     CopySubscribe(Subscribe),
     /// `DECLARE c CURSOR FOR SUBSCRIBE ...`.
     DeclareSubscribeCursor { cursor: String, subscribe: Subscribe },
-    /// `FETCH [FORWARD] [n | ALL] [FROM | IN] c [WITH (timeout = '1s')]`; `count` None is ALL.
-    Fetch { cursor: String, count: Option<u64>, timeout_ms: Option<u64> },
+    /// `FETCH | MOVE [NEXT | FORWARD [n | ALL] | n | ALL] [FROM | IN] c [WITH (timeout = '1s')]`;
+    /// `count` None is ALL; `skip`: MOVE (the rows are passed over, not returned).
+    Fetch { cursor: String, count: Option<u64>, timeout_ms: Option<u64>, skip: bool },
     /// `SHOW MATERIALIZED VIEWS`.
     ShowMaterializedViews,
     /// `SHOW CREATE MATERIALIZED VIEW name`.
@@ -268,9 +269,9 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             parser.expect_keyword(Keyword::STDOUT)?;
             return Ok(Statement::CopySubscribe(subscribe));
         }
-        if w.keyword == Keyword::FETCH {
+        if w.keyword == Keyword::FETCH || w.value.eq_ignore_ascii_case("MOVE") {
             parser.next_token();
-            return parse_fetch(parser);
+            return parse_fetch(parser, w.keyword != Keyword::FETCH);
         }
         if w.keyword == Keyword::SHOW {
             if parse_words(parser, &["SHOW", "MATERIALIZED", "VIEWS"]) {
@@ -427,9 +428,19 @@ fn parse_subscribe(parser: &mut Parser<'_>) -> Result<Subscribe, ParserError> {
     Ok(subscribe)
 }
 
-fn parse_fetch(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
-    let _optional_forward = parser.parse_keyword(Keyword::FORWARD);
-    let count = if parser.parse_keyword(Keyword::ALL) {
+fn parse_fetch(parser: &mut Parser<'_>, skip: bool) -> Result<Statement, ParserError> {
+    // Cursors scan forward only (NO SCROLL): the backward directions are refused when they run.
+    let backward = ["PRIOR", "BACKWARD", "FIRST", "LAST", "ABSOLUTE", "RELATIVE"];
+    if let Token::Word(w) = &parser.peek_token().token
+        && backward.iter().any(|b| w.value.eq_ignore_ascii_case(b))
+    {
+        return Err(ParserError::ParserError(format!("FETCH {}: {BACKWARD_FETCH}", w.value.to_uppercase())));
+    }
+    let next = parser.parse_keyword(Keyword::NEXT);
+    let _optional_forward = !next && parser.parse_keyword(Keyword::FORWARD);
+    let count = if next {
+        Some(1)
+    } else if parser.parse_keyword(Keyword::ALL) {
         None
     } else if let Token::Number(n, _) = parser.peek_token().token {
         parser.next_token();
@@ -449,8 +460,11 @@ fn parse_fetch(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             timeout_ms = Some(parse_duration_ms(&value).ok_or_else(|| ParserError::ParserError(format!("FETCH timeout '{value}' is not a duration such as '1s'")))?);
         }
     }
-    Ok(Statement::Fetch { cursor, count, timeout_ms })
+    Ok(Statement::Fetch { cursor, count, timeout_ms, skip })
 }
+
+/// Why a backward FETCH is refused (the error's text names it so the session can answer 55000).
+pub const BACKWARD_FETCH: &str = "cursor can only scan forward";
 
 /// `250ms`, `1s`, `2min`, or a bare number of milliseconds.
 fn parse_duration_ms(value: &str) -> Option<u64> {
