@@ -46,6 +46,10 @@ impl SqlState {
     pub const UNDEFINED_OBJECT: SqlState = SqlState("42704");
     pub const UNDEFINED_PARAMETER: SqlState = SqlState("42P02");
     pub const DUPLICATE_TABLE: SqlState = SqlState("42P07");
+    pub const DUPLICATE_SCHEMA: SqlState = SqlState("42P06");
+    pub const INVALID_SCHEMA_NAME: SqlState = SqlState("3F000");
+    pub const INVALID_RECURSION: SqlState = SqlState("42P17");
+    pub const RESERVED_NAME: SqlState = SqlState("42939");
     pub const DUPLICATE_COLUMN: SqlState = SqlState("42701");
     pub const DUPLICATE_OBJECT: SqlState = SqlState("42710");
     pub const AMBIGUOUS_COLUMN: SqlState = SqlState("42702");

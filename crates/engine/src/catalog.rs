@@ -8,7 +8,8 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use eddy_common::{Error, ObjectId, Result, SqlState};
 use eddy_sql::ast::{self, ColumnOption, Expr, TableConstraint};
 use eddy_sql::types::{self, PG_TYPE_KEY};
-use eddy_sql::CreateTable;
+use eddy_sql::{CreateTable, QualifiedName};
+pub use eddy_sql::normalize_ident;
 use serde::{Deserialize, Serialize};
 
 /// Most partitions a table may have.
@@ -34,9 +35,17 @@ pub struct WatermarkDef {
     pub expr: String,
 }
 
+/// The schema of an object stored before schemas existed.
+pub(crate) fn public_schema() -> String {
+    eddy_sql::PUBLIC_SCHEMA.to_owned()
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TableDef {
     pub id: ObjectId,
+    /// The schema it is in (older catalogs: `public`).
+    #[serde(default = "public_schema")]
+    pub schema: String,
     pub name: String,
     pub columns: Vec<ColumnDef>,
     /// Indexes into `columns`.
@@ -58,11 +67,20 @@ pub struct TableDef {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ViewDef {
     pub id: ObjectId,
+    /// The schema it is in (older catalogs: `public`).
+    #[serde(default = "public_schema")]
+    pub schema: String,
     pub name: String,
     /// The `CREATE MATERIALIZED VIEW` statement as written.
     pub sql: String,
     /// Tables and views it reads.
     pub dependencies: Vec<ObjectId>,
+}
+
+impl ViewDef {
+    pub fn qualified(&self) -> QualifiedName {
+        QualifiedName::new(self.schema.clone(), self.name.clone())
+    }
 }
 
 /// A source: a table definition whose records stay in the external system (no log).
@@ -83,9 +101,25 @@ pub enum ObjectDef {
     MaterializedView(ViewDef),
     Source(SourceDef),
     Sink(crate::sink::SinkDef),
+    /// A plain view (`CREATE VIEW`).
+    View(crate::plain_views::PlainViewDef),
+    /// A schema made with `CREATE SCHEMA` (`public` and `eddy_catalog` are not stored).
+    Schema(crate::schemas::SchemaDef),
 }
 
 impl ObjectDef {
+    /// The id the definition names.
+    pub fn id(&self) -> ObjectId {
+        match self {
+            ObjectDef::Table(d) => d.id,
+            ObjectDef::MaterializedView(d) => d.id,
+            ObjectDef::Source(d) => d.table.id,
+            ObjectDef::Sink(d) => d.id,
+            ObjectDef::View(d) => d.id,
+            ObjectDef::Schema(d) => d.id,
+        }
+    }
+
     pub fn encode(&self) -> Result<Vec<u8>> {
         serde_json::to_vec(self).map_err(|e| Error::internal(format!("encoding a catalog entry: {e}")))
     }
@@ -97,6 +131,10 @@ impl ObjectDef {
 }
 
 impl TableDef {
+    pub fn qualified(&self) -> QualifiedName {
+        QualifiedName::new(self.schema.clone(), self.name.clone())
+    }
+
     /// The Arrow schema; field metadata carries the declared PostgreSQL types.
     pub fn schema(&self) -> Result<SchemaRef> {
         let fields = self
@@ -140,7 +178,7 @@ impl TableDef {
         if let Some(w) = &self.watermark {
             parts.push(format!("WATERMARK FOR {} AS {}", quote_ident(&w.column), w.expr));
         }
-        let mut sql = format!("CREATE {kind} {} ({})", quote_ident(&self.name), parts.join(", "));
+        let mut sql = format!("CREATE {kind} {} ({})", sql_name(&self.qualified()), parts.join(", "));
         if self.append_only && kind == "TABLE" {
             sql.push_str(" APPEND ONLY");
         }
@@ -239,26 +277,14 @@ pub fn quote_ident(name: &str) -> String {
     if plain { name.to_owned() } else { format!("\"{}\"", name.replace('"', "\"\"")) }
 }
 
-/// Normalizes an identifier as PostgreSQL does: lowercase unless quoted.
-pub fn normalize_ident(ident: &ast::Ident) -> String {
-    if ident.quote_style.is_some() { ident.value.clone() } else { ident.value.to_lowercase() }
-}
-
-/// Resolves `name` or `public.name` to the table name; other schemas do not exist yet.
-pub fn object_name(name: &ast::ObjectName) -> Result<String> {
-    let parts: Vec<String> = name.0.iter().filter_map(|p| p.as_ident()).map(normalize_ident).collect();
-    match parts.as_slice() {
-        [table] => Ok(table.clone()),
-        [schema, table] if schema == "public" => Ok(table.clone()),
-        [schema, _] => Err(Error::new(SqlState::UNDEFINED_OBJECT, format!("schema \"{schema}\" does not exist"))
-            .with_hint("Eddy has one schema, public")),
-        _ => Err(Error::syntax(format!("improper qualified name: {name}"))),
-    }
+/// A name as `SHOW CREATE` writes it: bare in `public`, `schema.name` elsewhere.
+pub fn sql_name(name: &QualifiedName) -> String {
+    if name.schema == eddy_sql::PUBLIC_SCHEMA { quote_ident(&name.name) } else { format!("{}.{}", quote_ident(&name.schema), quote_ident(&name.name)) }
 }
 
 /// Binds `CREATE TABLE` into a definition, validating everything a user can get wrong.
-pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef> {
-    let name = object_name(&create.name)?;
+pub fn bind_create_table(create: &CreateTable, id: ObjectId, name: QualifiedName) -> Result<TableDef> {
+    let QualifiedName { schema, name } = name;
     let mut columns: Vec<ColumnDef> = Vec::new();
     let mut primary_key: Option<Vec<usize>> = None;
     if create.columns.is_empty() {
@@ -376,7 +402,7 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId) -> Result<TableDef>
     }
     // A source of plain (or generated) records without a key only ever inserts: a stream.
     let append_only = create.append_only || (create.source && primary_key.is_empty() && (generated || format.as_ref().is_some_and(|(e, _)| e == "PLAIN")));
-    let def = TableDef { id, name, columns, primary_key, append_only, watermark, options, partitions, format, includes };
+    let def = TableDef { id, schema, name, columns, primary_key, append_only, watermark, options, partitions, format, includes };
     // A declared format must be able to decode every column type (plain tables find out at
     // their first HTTP ingest); a generator must know every column.
     if def.format.is_some() {

@@ -21,7 +21,7 @@ pub enum CopyFormat {
 /// A `COPY ... FROM STDIN` waiting for its data.
 #[derive(Debug, Clone)]
 pub struct CopyIn {
-    pub table: String,
+    pub table: eddy_sql::QualifiedName,
     /// Indexes of the table's columns the data holds, in order.
     pub columns: Vec<usize>,
     pub schema: SchemaRef,

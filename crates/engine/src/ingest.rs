@@ -269,7 +269,12 @@ impl Engine {
     /// declares no format). Answers once the accepted records are durable.
     pub async fn ingest_body(&self, table: &str, body: &[u8], csv: bool) -> Result<IngestReport> {
         self.wait_recovered(None).await;
-        let table = self.table(table).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{table}\" does not exist")))?;
+        // `schema.table`, or a table of `public`.
+        let name = match table.split_once('.') {
+            Some((schema, name)) => crate::QualifiedName::new(schema, name),
+            None => crate::QualifiedName::public(table),
+        };
+        let table = self.table(&name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{table}\" does not exist")))?;
         let decoder = table.def.decoder(&table.schema, csv)?;
         let records: Vec<RawRecord<'_>> = body
             .split(|b| *b == b'\n')

@@ -12,10 +12,15 @@ mod catalog;
 mod checkpoint;
 mod clock;
 mod copy;
+mod dropping;
+mod names;
+mod plain_views;
+mod schemas;
 mod ingest;
 mod recovery;
 mod retention;
 mod session;
+mod session_catalog;
 mod sink;
 mod source;
 mod system;
@@ -36,6 +41,7 @@ use eddy_storage::meta::MetaStore;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use catalog::{TableDef, quote_ident};
+pub use eddy_sql::QualifiedName;
 pub use copy::{CopyFormat, CopyIn, text_to_array};
 pub use ingest::IngestReport;
 pub use eddy_sql::types::{PG_TYPE_KEY, pg_type_name};
@@ -137,9 +143,13 @@ pub struct Engine {
     meta: Arc<MetaStore>,
     data_dir: PathBuf,
     log: Arc<LogStore>,
-    tables: RwLock<BTreeMap<String, Arc<Table>>>,
-    views: RwLock<BTreeMap<String, Arc<View>>>,
-    sources: RwLock<BTreeMap<String, Arc<source::Source>>>,
+    tables: RwLock<BTreeMap<QualifiedName, Arc<Table>>>,
+    views: RwLock<BTreeMap<QualifiedName, Arc<View>>>,
+    sources: RwLock<BTreeMap<QualifiedName, Arc<source::Source>>>,
+    /// Plain views (`CREATE VIEW`): named queries, expanded where they are used.
+    plain_views: RwLock<BTreeMap<QualifiedName, Arc<plain_views::PlainViewDef>>>,
+    /// The schemas made with `CREATE SCHEMA`, by name (`public` and `eddy_catalog` always exist).
+    schemas: RwLock<BTreeMap<String, schemas::SchemaDef>>,
     runtime: ViewRuntime,
     checkpoints: Arc<checkpoint::Checkpointer>,
     /// The threads views' sharded operators run on.
@@ -148,7 +158,7 @@ pub struct Engine {
     stored_views: std::sync::Mutex<Vec<ViewDef>>,
     /// Sinks read from the catalog at start-up, started by [`Engine::restore_views`].
     stored_sinks: std::sync::Mutex<Vec<sink::SinkDef>>,
-    sinks: RwLock<BTreeMap<String, sink::Sink>>,
+    sinks: RwLock<BTreeMap<QualifiedName, sink::Sink>>,
     /// Per keyed table partition, the offset its log is compacted to (this run of the server).
     /// Held by a retention/compaction run.
     compacted: tokio::sync::Mutex<HashMap<(ObjectId, u32), u64>>,
@@ -175,6 +185,7 @@ pub(crate) enum ObjectKind {
     Table,
     MaterializedView,
     Source,
+    View,
 }
 
 impl Engine {
@@ -187,14 +198,11 @@ impl Engine {
         let mut view_defs = Vec::new();
         let mut sink_defs = Vec::new();
         let mut sources = BTreeMap::new();
+        let mut plain_views = BTreeMap::new();
+        let mut schemas = BTreeMap::new();
         for (id, bytes) in meta.objects()? {
             let object = ObjectDef::decode(&bytes)?;
-            let named = match &object {
-                ObjectDef::Table(d) => d.id,
-                ObjectDef::MaterializedView(d) => d.id,
-                ObjectDef::Source(d) => d.table.id,
-                ObjectDef::Sink(d) => d.id,
-            };
+            let named = object.id();
             if named != id {
                 return Err(Error::new(SqlState::DATA_CORRUPTED, format!("catalog entry {id} names object id {named}")));
             }
@@ -203,7 +211,13 @@ impl Engine {
                 ObjectDef::MaterializedView(def) => view_defs.push(def),
                 ObjectDef::Sink(def) => sink_defs.push(def),
                 ObjectDef::Source(def) => {
-                    sources.insert(def.table.name.clone(), Arc::new(source::Source::new(def)?));
+                    sources.insert(def.table.qualified(), Arc::new(source::Source::new(def)?));
+                }
+                ObjectDef::View(def) => {
+                    plain_views.insert(def.qualified(), Arc::new(def));
+                }
+                ObjectDef::Schema(def) => {
+                    schemas.insert(def.name.clone(), def);
                 }
             }
         }
@@ -214,7 +228,7 @@ impl Engine {
         for def in defs {
             let (table, clock) = load_table(&log, def)?;
             clocks.extend(clock.map(|c| (table.def.id, c)));
-            tables.insert(table.def.name.clone(), table);
+            tables.insert(table.def.qualified(), table);
         }
         let checkpoints = Arc::new(checkpoint::Checkpointer::start(dir, Arc::clone(&meta))?);
         let (marks, mark_requests) = tokio::sync::mpsc::channel(eddy_common::limits::WATERMARK_MARKS_IN_FLIGHT_MAX);
@@ -230,6 +244,8 @@ impl Engine {
             tables: RwLock::new(tables),
             views: RwLock::new(BTreeMap::new()),
             sources: RwLock::new(sources),
+            plain_views: RwLock::new(plain_views),
+            schemas: RwLock::new(schemas),
             runtime,
             checkpoints,
             workers: eddy_dataflow::Workers::new(config.workers)?,
@@ -265,7 +281,7 @@ impl Engine {
         checkpoint::list(&self.meta)
     }
 
-    pub fn table(&self, name: &str) -> Option<Arc<Table>> {
+    pub fn table(&self, name: &QualifiedName) -> Option<Arc<Table>> {
         self.tables.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
     }
 
@@ -278,37 +294,44 @@ impl Engine {
         Ok(self.log.end_offset(table, PartitionId(partition))?.0)
     }
 
-    pub fn table_names(&self) -> Vec<String> {
+    /// The tables, in every schema.
+    pub fn table_names(&self) -> Vec<QualifiedName> {
         self.tables.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
     }
 
-    pub(crate) fn view(&self, name: &str) -> Option<Arc<View>> {
+    pub(crate) fn view(&self, name: &QualifiedName) -> Option<Arc<View>> {
         self.views.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
     }
 
-    pub fn view_names(&self) -> Vec<String> {
+    /// The materialized views, in every schema.
+    pub fn view_names(&self) -> Vec<QualifiedName> {
         self.views.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
     }
 
-    fn name_taken(&self, name: &str) -> bool {
-        self.table(name).is_some() || self.view(name).is_some() || self.source(name).is_some() || self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(name)
+    /// Whether any object (a relation or a sink) has this name.
+    fn name_taken(&self, name: &QualifiedName) -> bool {
+        self.table(name).is_some()
+            || self.view(name).is_some()
+            || self.source(name).is_some()
+            || self.plain_view(name).is_some()
+            || self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(name)
     }
 
     /// Creates a sink writing out materialized view `view` (its columns and key given), and
     /// starts it from the view's contents.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn create_sink(self: &Arc<Self>, name: String, view: &str, options: Vec<(String, String)>, format: Option<(String, String)>, sql: String, key: Vec<usize>, if_not_exists: bool) -> Result<()> {
+    pub(crate) async fn create_sink(self: &Arc<Self>, name: QualifiedName, view: &QualifiedName, options: Vec<(String, String)>, format: Option<(String, String)>, sql: String, key: Vec<usize>, if_not_exists: bool) -> Result<()> {
         let guard = self.lock_writes().await;
         if self.name_taken(&name) {
             if if_not_exists && self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(&name) {
                 return Ok(());
             }
-            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
+            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{}\" already exists", name.name)));
         }
-        let view = self.view(view).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{view}\" does not exist")))?;
+        let view = self.view(view).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{}\" does not exist", view.display())))?;
         sink::SinkDef::validate(&options, format.as_ref())?;
         let columns = view.schema.fields().iter().map(|f| (f.name().clone(), eddy_sql::types::pg_type_name(f))).collect();
-        let def = sink::SinkDef { id: self.meta.allocate_object_id()?, name: name.clone(), view: view.def.id, options, format, sql, key, columns };
+        let def = sink::SinkDef { id: self.meta.allocate_object_id()?, schema: name.schema.clone(), name: name.name.clone(), view: view.def.id, options, format, sql, key, columns };
         let (sink, _, feed) = sink::Sink::start(def.clone(), true, Arc::clone(&self.meta), self.sink_buffer_bytes).await?;
         self.meta.put_object(def.id, &ObjectDef::Sink(def.clone()).encode()?)?;
         self.runtime.add_sink(def.id, def.view, None, feed).await?;
@@ -328,13 +351,13 @@ impl Engine {
             now
         };
         for def in defs {
-            let name = def.name.clone();
+            let name = def.qualified();
             match self.start_stored_sink(&def).await {
                 Ok(sink) => {
                     self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
                 }
                 Err(e) => {
-                    tracing::error!(sink = %name, error = %e, "starting a sink failed; retrying in the background");
+                    tracing::error!(sink = %name.display(), error = %e, "starting a sink failed; retrying in the background");
                     let retry = tokio::spawn(Self::start_sink_later(Arc::downgrade(self), def.clone()));
                     self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink::Sink::waiting(def, e.message, retry));
                 }
@@ -356,14 +379,14 @@ impl Engine {
             tokio::time::sleep(sink::START_RETRY).await;
             let Some(engine) = engine.upgrade() else { return };
             let _guard = engine.lock_writes().await;
-            let still_waiting = engine.sinks.read().unwrap_or_else(|p| p.into_inner()).get(&def.name).is_some_and(|s| s.def.id == def.id);
+            let still_waiting = engine.sinks.read().unwrap_or_else(|p| p.into_inner()).get(&def.qualified()).is_some_and(|s| s.def.id == def.id);
             if !still_waiting {
                 return;
             }
             match engine.start_stored_sink(&def).await {
                 Ok(sink) => {
                     tracing::info!(sink = %def.name, "the sink started");
-                    let waiting = engine.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), sink);
+                    let waiting = engine.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(def.qualified(), sink);
                     // This task is the waiting sink's: let it end by itself rather than abort it.
                     if let Some(waiting) = waiting {
                         waiting.detach();
@@ -372,7 +395,7 @@ impl Engine {
                 }
                 Err(e) => {
                     tracing::warn!(sink = %def.name, error = %e, "starting a sink failed; retrying");
-                    if let Some(s) = engine.sinks.read().unwrap_or_else(|p| p.into_inner()).get(&def.name) {
+                    if let Some(s) = engine.sinks.read().unwrap_or_else(|p| p.into_inner()).get(&def.qualified()) {
                         s.status.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.message);
                     }
                 }
@@ -381,22 +404,25 @@ impl Engine {
     }
 
     /// Drops sinks by name.
-    pub(crate) async fn drop_sinks(&self, names: &[String], if_exists: bool) -> Result<()> {
+    /// Drops sinks by name; returns the NOTICEs for those missing under `IF EXISTS`.
+    pub(crate) async fn drop_sinks(&self, names: &[QualifiedName], if_exists: bool) -> Result<Vec<String>> {
         let _guard = self.lock_writes().await;
+        let mut notices = Vec::new();
         for name in names {
             if !self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(name) {
                 if if_exists {
+                    notices.push(format!("sink \"{}\" does not exist, skipping", name.display()));
                     continue;
                 }
                 let state = if self.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_OBJECT };
-                return Err(Error::new(state, format!("sink \"{name}\" does not exist")));
+                return Err(Error::new(state, format!("sink \"{}\" does not exist", name.display())));
             }
             self.drop_sink_now(name)?;
         }
-        Ok(())
+        Ok(notices)
     }
 
-    fn drop_sink_now(&self, name: &str) -> Result<()> {
+    fn drop_sink_now(&self, name: &QualifiedName) -> Result<()> {
         let sink = self.sinks.write().unwrap_or_else(|p| p.into_inner()).remove(name);
         if let Some(sink) = sink {
             self.meta.delete_object(sink.def.id)?;
@@ -407,12 +433,12 @@ impl Engine {
     }
 
     /// `SHOW CREATE SINK`: the statement as written (without the password).
-    pub(crate) fn sink_sql(&self, name: &str) -> Result<String> {
+    pub(crate) fn sink_sql(&self, name: &QualifiedName) -> Result<String> {
         let sql = self.sinks.read().unwrap_or_else(|p| p.into_inner()).get(name).map(|s| s.def.sql.clone());
         match sql {
             Some(sql) => Ok(sql),
-            None if self.name_taken(name) => Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{name}\" is not a sink"))),
-            None => Err(Error::new(SqlState::UNDEFINED_OBJECT, format!("sink \"{name}\" does not exist"))),
+            None if self.name_taken(name) => Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{}\" is not a sink", name.display()))),
+            None => Err(Error::new(SqlState::UNDEFINED_OBJECT, format!("sink \"{}\" does not exist", name.display()))),
         }
     }
 
@@ -426,7 +452,7 @@ impl Engine {
                 let status = s.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 let target = s.def.target_text();
                 vec![
-                    s.def.name.clone(),
+                    s.def.qualified().display(),
                     self.object_name(s.def.view).unwrap_or_default(),
                     s.def.option("connector").unwrap_or_default(),
                     target,
@@ -451,17 +477,12 @@ impl Engine {
         self.runtime.snapshots()
     }
 
-    /// Objects (views) that read `id`, directly.
-    fn dependents(&self, id: ObjectId) -> Vec<Arc<View>> {
-        self.views.read().unwrap_or_else(|p| p.into_inner()).values().filter(|v| v.def.dependencies.contains(&id)).cloned().collect()
-    }
-
     /// Registers a materialized view and backfills it; `id` is given when restoring one.
     /// Returns how many table rows the backfill read and how many sources it read to their
     /// end (a new view over sources answers once it has).
     pub(crate) async fn create_view(
         self: &Arc<Self>,
-        name: String,
+        name: QualifiedName,
         sql: String,
         plan: eddy_sql::ViewPlan,
         id: Option<ObjectId>,
@@ -469,8 +490,9 @@ impl Engine {
     ) -> Result<(usize, usize)> {
         let guard = self.lock_writes().await;
         if self.name_taken(&name) {
-            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
+            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{}\" already exists", name.name)));
         }
+        self.check_schema_for_create(&name)?;
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
         let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
@@ -482,7 +504,9 @@ impl Engine {
             None => self.meta.allocate_object_id()?,
         };
         let readers = self.new_readers(id, &sources, None)?;
-        let def = ViewDef { id, name: name.clone(), sql, dependencies: sources.clone() };
+        let mut dependencies = sources.clone();
+        dependencies.extend(plan.views.iter().copied().filter(|v| !sources.contains(v)));
+        let def = ViewDef { id, schema: name.schema.clone(), name: name.name.clone(), sql, dependencies };
         if is_new {
             self.meta.put_object(id, &ObjectDef::MaterializedView(def.clone()).encode()?)?;
         }
@@ -524,7 +548,7 @@ impl Engine {
         let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
         let tables = self.backfill_inputs(&sources).await?;
         let id = self.meta.allocate_object_id()?;
-        let def = ViewDef { id, name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
+        let def = ViewDef { id, schema: eddy_sql::PUBLIC_SCHEMA.to_owned(), name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
         let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
         let readers = self.new_readers(id, &sources, None)?;
         let done = self.runtime.add_view(view, dataflow, event_time, sources, tables, None)?;
@@ -567,7 +591,7 @@ impl Engine {
             }
             records.sort_by_key(|r| (r.txn, r.partition));
             let batches = records;
-            out.push(views::Backfill { object: table.def.id, name: table.def.name.clone(), clock: table.clock, start, batches });
+            out.push(views::Backfill { object: table.def.id, name: table.def.qualified().display(), clock: table.clock, start, batches });
         }
         Ok(out)
     }
@@ -619,23 +643,23 @@ impl Engine {
 
     /// Binds `CREATE TABLE | SOURCE` to a definition with a new id (call under the write
     /// lock); `None` when the name exists and `IF NOT EXISTS` was given.
-    fn bind_new_relation(&self, create: &eddy_sql::CreateTable) -> Result<Option<TableDef>> {
-        let name = catalog::object_name(&create.name)?;
-        if self.name_taken(&name) {
+    fn bind_new_relation(&self, create: &eddy_sql::CreateTable, name: &QualifiedName) -> Result<Option<TableDef>> {
+        if self.name_taken(name) {
             if create.if_not_exists {
                 return Ok(None);
             }
-            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
+            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{}\" already exists", name.name)));
         }
+        self.check_schema_for_create(name)?;
         let id = self.meta.allocate_object_id()?;
-        catalog::bind_create_table(create, id).map(Some)
+        catalog::bind_create_table(create, id, name.clone()).map(Some)
     }
 
-    /// Creates a table; `None` when it exists and `IF NOT EXISTS` was given.
-    pub(crate) async fn create_table(&self, create: &eddy_sql::CreateTable) -> Result<Option<Arc<Table>>> {
+    /// Creates table `name`; `None` when it exists and `IF NOT EXISTS` was given.
+    pub(crate) async fn create_table(&self, create: &eddy_sql::CreateTable, name: &QualifiedName) -> Result<Option<Arc<Table>>> {
         let _guard = self.lock_writes().await;
-        let Some(def) = self.bind_new_relation(create)? else { return Ok(None) };
-        let (id, name) = (def.id, def.name.clone());
+        let Some(def) = self.bind_new_relation(create, name)? else { return Ok(None) };
+        let (id, name) = (def.id, def.qualified());
         let schema = def.schema()?;
         // The log first: a crash before the catalog entry leaves an orphan the next start removes.
         self.log.create_object(id, def.partitions)?;
@@ -649,12 +673,12 @@ impl Engine {
 
     /// `ALTER TABLE name ALTER COLUMN column DROP NOT NULL`: the table takes NULLs in `column`
     /// from now on (the usual fix before replaying dead letters that lacked it).
-    pub(crate) async fn drop_not_null(&self, name: &str, column: &str) -> Result<()> {
+    pub(crate) async fn drop_not_null(&self, name: &QualifiedName, column: &str) -> Result<()> {
         let _guard = self.lock_writes().await;
-        let old = self.table(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{name}\" does not exist")))?;
+        let old = self.table(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" does not exist", name.display())))?;
         let mut def = old.def.clone();
         let index = def.columns.iter().position(|c| c.name == column).ok_or_else(|| {
-            Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column}\" of relation \"{name}\" does not exist"))
+            Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column}\" of relation \"{}\" does not exist", name.name))
         })?;
         if def.primary_key.contains(&index) {
             return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, format!("column \"{column}\" is in a primary key")));
@@ -671,16 +695,16 @@ impl Engine {
             clock: old.clock,
             progress: Arc::clone(&old.progress),
         };
-        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), Arc::new(table));
+        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::new(table));
         Ok(())
     }
 
     /// `ALTER TABLE name ADD COLUMN`: the table is rebuilt from its log under the new
     /// definition (older records read the column as NULL). Views keep the columns they were
     /// planned with.
-    pub(crate) async fn add_column(&self, name: &str, column: &eddy_sql::ast::ColumnDef, if_not_exists: bool) -> Result<()> {
+    pub(crate) async fn add_column(&self, name: &QualifiedName, column: &eddy_sql::ast::ColumnDef, if_not_exists: bool) -> Result<()> {
         let _guard = self.lock_writes().await;
-        let old = self.table(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{name}\" does not exist")))?;
+        let old = self.table(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" does not exist", name.display())))?;
         if if_not_exists && old.def.columns.iter().any(|c| c.name == catalog::normalize_ident(&column.name)) {
             return Ok(());
         }
@@ -694,136 +718,13 @@ impl Engine {
             table.progress = Arc::clone(&old.progress);
         }
         table.next_partition.store(old.next_partition.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), table);
+        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), table);
         Ok(())
     }
 
     /// The current table with this id (a table is replaced when its definition changes).
     pub(crate) fn table_by_id(&self, id: ObjectId) -> Option<Arc<Table>> {
         self.tables.read().unwrap_or_else(|p| p.into_inner()).values().find(|t| t.def.id == id).cloned()
-    }
-
-    /// Drops tables or views. A view that reads a dropped object is dropped with CASCADE and
-    /// blocks the drop otherwise (2BP01).
-    pub(crate) async fn drop_objects(&self, names: &[String], if_exists: bool, cascade: bool, kind: ObjectKind) -> Result<()> {
-        let _guard = self.lock_writes().await;
-        let mut ids = Vec::new();
-        for name in names {
-            let id = match kind {
-                ObjectKind::Table => self.table(name).map(|t| t.def.id),
-                ObjectKind::MaterializedView => self.view(name).map(|v| v.def.id),
-                ObjectKind::Source => self.source(name).map(|s| s.def.id),
-            };
-            match id {
-                Some(id) => ids.push(id),
-                None if if_exists => {}
-                None => {
-                    let what = match kind {
-                        ObjectKind::Table => "table",
-                        ObjectKind::MaterializedView => "materialized view",
-                        ObjectKind::Source => "source",
-                    };
-                    let state = if self.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_TABLE };
-                    return Err(Error::new(state, format!("{what} \"{name}\" does not exist")));
-                }
-            }
-        }
-        // Everything that (transitively) reads what is dropped.
-        let mut doomed_views: Vec<Arc<View>> = Vec::new();
-        let mut frontier = ids.clone();
-        while let Some(id) = frontier.pop() {
-            for view in self.dependents(id) {
-                if !doomed_views.iter().any(|v| v.def.id == view.def.id) && !ids.contains(&view.def.id) {
-                    if !cascade {
-                        let name = self.name_of(id);
-                        return Err(Error::new(
-                            SqlState::DEPENDENT_OBJECTS_STILL_EXIST,
-                            format!("cannot drop {name} because other objects depend on it"),
-                        )
-                        .with_detail(format!("materialized view {} depends on {name}", view.def.name))
-                        .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
-                    }
-                    frontier.push(view.def.id);
-                    doomed_views.push(view);
-                }
-            }
-        }
-        // Sinks of the views that go.
-        let doomed_ids: Vec<ObjectId> = ids.iter().copied().chain(doomed_views.iter().map(|v| v.def.id)).collect();
-        let doomed_sinks: Vec<(String, ObjectId)> = self.sinks.read().unwrap_or_else(|p| p.into_inner()).values().filter(|s| doomed_ids.contains(&s.def.view)).map(|s| (s.def.name.clone(), s.def.view)).collect();
-        if let Some((sink, view)) = doomed_sinks.first()
-            && !cascade
-        {
-            let name = self.name_of(*view);
-            return Err(Error::new(SqlState::DEPENDENT_OBJECTS_STILL_EXIST, format!("cannot drop {name} because other objects depend on it"))
-                .with_detail(format!("sink {sink} depends on {name}"))
-                .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
-        }
-        for (sink, _) in &doomed_sinks {
-            self.drop_sink_now(sink)?;
-        }
-        // Dependents first (newest first), then the named objects.
-        doomed_views.sort_by_key(|v| std::cmp::Reverse(v.def.id));
-        for view in doomed_views {
-            self.drop_view_now(&view)?;
-        }
-        for id in ids {
-            let table = self.tables.read().unwrap_or_else(|p| p.into_inner()).values().find(|t| t.def.id == id).cloned();
-            if let Some(table) = table {
-                // The catalog first: a crash before the log is removed leaves an orphan log that
-                // the next start deletes.
-                self.meta.delete_object(id)?;
-                self.tables.write().unwrap_or_else(|p| p.into_inner()).remove(&table.def.name);
-                self.log.drop_object(id)?;
-                // Subscriptions reading the table end.
-                self.runtime.drop_view(id)?;
-            }
-            let view = self.views.read().unwrap_or_else(|p| p.into_inner()).values().find(|v| v.def.id == id).cloned();
-            if let Some(view) = view {
-                self.drop_view_now(&view)?;
-            }
-            if let Some(source) = self.source_by_id(id) {
-                self.meta.delete_object(id)?;
-                self.sources.write().unwrap_or_else(|p| p.into_inner()).remove(&source.def.name);
-                // Subscriptions reading the source end (their readers stop with them).
-                for reader in source.readers() {
-                    self.drop_temporary_view(reader.view);
-                }
-                self.runtime.drop_view(id)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn drop_view_now(&self, view: &View) -> Result<()> {
-        self.stop_readers(view.def.id);
-        self.meta.delete_object(view.def.id)?;
-        self.views.write().unwrap_or_else(|p| p.into_inner()).remove(&view.def.name);
-        self.runtime.drop_view(view.def.id)
-    }
-
-    /// The bare name of a table or view.
-    fn object_name(&self, id: ObjectId) -> Option<String> {
-        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = tables.values().find(|t| t.def.id == id) {
-            return Some(t.def.name.clone());
-        }
-        if let Some(s) = self.source_by_id(id) {
-            return Some(s.def.name.clone());
-        }
-        self.views.read().unwrap_or_else(|p| p.into_inner()).values().find(|v| v.def.id == id).map(|v| v.def.name.clone())
-    }
-
-    fn name_of(&self, id: ObjectId) -> String {
-        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = tables.values().find(|t| t.def.id == id) {
-            return format!("table {}", t.def.name);
-        }
-        if let Some(s) = self.source_by_id(id) {
-            return format!("source {}", s.def.name);
-        }
-        let views = self.views.read().unwrap_or_else(|p| p.into_inner());
-        views.values().find(|v| v.def.id == id).map_or_else(|| format!("object {id}"), |v| format!("materialized view {}", v.def.name))
     }
 
     /// Checks, logs and applies one transaction's changes. Takes the write guard and releases
@@ -845,7 +746,7 @@ impl Engine {
         let mut routed: Vec<Vec<(u32, ChangeBatch)>> = Vec::with_capacity(writes.len());
         for (table, changes) in &writes {
             match self.table_by_id(table.def.id) {
-                None => return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name))),
+                None => return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.qualified().display()))),
                 // ALTER TABLE replaced the table since this statement read it.
                 Some(now) if !Arc::ptr_eq(&now, table) => {
                     return Err(Error::new(SqlState::SERIALIZATION_FAILURE, format!("table \"{}\" was altered while the statement ran; run it again", table.def.name)));
@@ -975,6 +876,6 @@ fn load_contents_with(log: &LogStore, def: &TableDef, schema: &SchemaRef, mut cl
             Ok(())
         })?;
     }
-    tracing::info!(table = %def.name, records, rows = data.row_count(), "table restored from its log");
+    tracing::info!(table = %def.qualified().display(), records, rows = data.row_count(), "table restored from its log");
     Ok((data, positions.into_iter().map(|(p, (_, o))| (p, o)).collect()))
 }

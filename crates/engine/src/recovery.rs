@@ -77,11 +77,13 @@ impl Engine {
         }
         let info = eddy_sql::SessionInfo { database: "eddy".into(), user: "eddy".into(), version: crate::version_string(), backend_pid: 0 };
         let mut session = Session::new(Arc::clone(self), &info)?;
+        // Stored definitions name what is not in `public` by its schema.
+        session.set_variable("search_path", eddy_sql::PUBLIC_SCHEMA)?;
         let from_checkpoint = self.restore_from_checkpoint(&mut session, &defs).await?;
         let rest = &defs[from_checkpoint..];
         for (i, def) in rest.iter().enumerate() {
             self.recovering(format!("rebuilding materialized view \"{}\" from the log ({} of {})", def.name, i + 1, rest.len()));
-            if let Some(failed) = rest[..i].iter().find(|d| def.dependencies.contains(&d.id) && self.view(&d.name).is_some_and(|v| self.view_failure(&v).is_some())) {
+            if let Some(failed) = rest[..i].iter().find(|d| def.dependencies.contains(&d.id) && self.view(&d.qualified()).is_some_and(|v| self.view_failure(&v).is_some())) {
                 let e = Error::new(SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, format!("it reads materialized view \"{}\", which failed", failed.name));
                 self.mark_view_failed(def, None, e);
                 continue;
@@ -200,7 +202,7 @@ impl Engine {
         let view = Arc::new(View { def: def.clone(), schema: plan.schema, watermark: plan.watermark });
         let done = self.runtime.restore_view(Arc::clone(&view), dataflow, event_time, sources, state.contents, committed)?;
         done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
-        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), view);
+        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.qualified(), view);
         self.start_readers(readers);
         Ok(())
     }
@@ -255,7 +257,7 @@ impl Engine {
         self.runtime.failures().write().unwrap_or_else(|p| p.into_inner()).insert(def.id, error);
         let schema = schema.unwrap_or_else(|| Arc::new(Schema::empty()));
         let view = Arc::new(View { def: def.clone(), schema, watermark: None });
-        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), view);
+        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.qualified(), view);
     }
 
     fn set_restored_from(&self, view: ObjectId, from: String) {

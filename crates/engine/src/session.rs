@@ -8,17 +8,17 @@
 //! (first committer wins: a lost race is 40001) and appends them to the log atomically.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
 use eddy_sql::ast::{self, CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, ObjectType};
-use eddy_sql::{CatalogSource, Planned, QueryPlan, SessionInfo, SessionPlanner, Statement, TableSource};
+use eddy_sql::{CatalogSource, Planned, QualifiedName, QueryPlan, SessionInfo, SessionPlanner, Statement};
 
-use crate::catalog::{normalize_ident, object_name};
+use crate::catalog::normalize_ident;
+use crate::session_catalog::SessionCatalog;
 use crate::copy::{CopyFormat, CopyIn};
-use crate::table::TableData;
 use crate::variables::Variables;
 use crate::{Engine, ObjectKind, Table, WriteGuard};
 
@@ -74,13 +74,15 @@ impl Drop for Session {
 
 pub struct Session {
     cursors: HashMap<String, Cursor>,
-    engine: Arc<Engine>,
-    planner: SessionPlanner,
-    view: Arc<SessionCatalog>,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) planner: SessionPlanner,
+    pub(crate) view: Arc<SessionCatalog>,
     variables: Variables,
     transaction: Option<Transaction>,
     /// Where NOTICEs raised while a statement runs go (the connection forwards them at once).
     notices: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// The session's user (`$user` in `search_path`).
+    user: String,
 }
 
 impl Session {
@@ -90,16 +92,26 @@ impl Session {
     }
 
     pub fn new(engine: Arc<Engine>, info: &SessionInfo) -> Result<Self> {
-        let view = Arc::new(SessionCatalog { engine: Arc::clone(&engine), forks: Mutex::new(HashMap::new()), views: Mutex::new(None) });
+        let variables = Variables::default();
+        let path = crate::names::SearchPath::new(&variables.get("search_path")?.1, &info.user);
+        let view = Arc::new(SessionCatalog::new(Arc::clone(&engine), path));
         let planner = SessionPlanner::new(Arc::clone(&view) as Arc<dyn CatalogSource>, info)?;
-        Ok(Session { cursors: HashMap::new(), engine, planner, view, variables: Variables::default(), transaction: None, notices: None })
+        Ok(Session { cursors: HashMap::new(), engine, planner, view, variables, transaction: None, notices: None, user: info.user.clone() })
     }
 
     /// Sets a session variable outside of SQL (start-up parameters such as application_name).
     pub fn set_variable(&mut self, name: &str, value: &str) -> Result<()> {
         self.variables.set(name, Some(value.to_owned()))?;
+        self.variable_changed(name)
+    }
+
+    /// Keeps what depends on a variable in step with it.
+    fn variable_changed(&self, name: &str) -> Result<()> {
         if name.eq_ignore_ascii_case("timezone") {
             self.sync_time_zone()?;
+        }
+        if name.eq_ignore_ascii_case("search_path") {
+            self.view.set_path(crate::names::SearchPath::new(&self.variables.get("search_path")?.1, &self.user));
         }
         Ok(())
     }
@@ -173,82 +185,78 @@ impl Session {
                 rows_of_text(&["name", "status", "error"], rows)
             }
             Statement::ShowCreateMaterializedView(name) => {
-                let name = object_name(name)?;
+                let name = self.existing_name(name)?;
                 let view = self.engine.view(&name).ok_or_else(|| {
-                    Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{name}\" does not exist"))
+                    Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{}\" does not exist", name.name))
                 })?;
-                rows_of_text(&["name", "create_sql"], vec![vec![name, eddy_sql::display_temporal(&view.def.sql)]])
+                rows_of_text(&["name", "create_sql"], vec![vec![name.display(), eddy_sql::display_temporal(&view.def.sql)]])
             }
             Statement::CreateTable(create) if create.source => {
                 let done = Outcome::Command { tag: "CREATE SOURCE", rows: None };
-                if self.engine.create_source(create).await?.is_some() {
+                let name = self.new_name(&create.name)?;
+                if self.engine.create_source(create, &name).await?.is_some() {
                     Ok(done)
                 } else {
-                    let name = object_name(&create.name)?;
-                    Ok(Outcome::Warning { message: format!("relation \"{name}\" already exists, skipping"), then: Box::new(done) })
+                    Ok(Outcome::Warning { message: format!("relation \"{}\" already exists, skipping", name.name), then: Box::new(done) })
                 }
             }
             Statement::CreateTable(create) => {
-                let created = self.engine.create_table(create).await?;
+                let name = self.new_name(&create.name)?;
+                let created = self.engine.create_table(create, &name).await?;
                 let done = Outcome::Command { tag: "CREATE TABLE", rows: None };
                 if let Some(table) = created {
                     if let Err(e) = self.engine.start_connector(&table, true).await {
                         // A table whose source cannot be read is not kept.
-                        let _ = self.engine.drop_objects(std::slice::from_ref(&table.def.name), true, false, ObjectKind::Table).await;
+                        let _ = self.engine.drop_objects(std::slice::from_ref(&name), true, false, ObjectKind::Table).await;
                         return Err(e);
                     }
                     Ok(done)
                 } else {
-                    let name = object_name(&create.name)?;
-                    Ok(Outcome::Warning { message: format!("relation \"{name}\" already exists, skipping"), then: Box::new(done) })
+                    Ok(Outcome::Warning { message: format!("relation \"{}\" already exists, skipping", name.name), then: Box::new(done) })
                 }
             }
             Statement::CreateMaterializedView { create, emit_on_close } => self.create_materialized_view(create, *emit_on_close).await,
             Statement::ReplayDeadLetters { name, source: false } => {
-                let name = object_name(name)?;
+                let name = self.existing_name(name)?;
                 let table = self.writable_table(&name)?;
                 let (replayed, left) = self.engine.replay_dead_letters(&table).await?;
                 let done = Outcome::Command { tag: "ALTER TABLE", rows: None };
-                Ok(Outcome::Notice { message: format!("replayed {replayed} dead letters of \"{name}\"; {left} still fail and stay"), then: Box::new(done) })
+                Ok(Outcome::Notice { message: format!("replayed {replayed} dead letters of \"{}\"; {left} still fail and stay", name.display()), then: Box::new(done) })
             }
             Statement::ReplayDeadLetters { name, source: true } => {
-                let name = object_name(name)?;
+                let name = self.existing_name(name)?;
                 let source = self.named_source(&name)?;
                 let (replayed, left) = self.engine.replay_source_dead_letters(&source).await?;
                 let done = Outcome::Command { tag: "ALTER SOURCE", rows: None };
                 Ok(Outcome::Notice {
-                    message: format!("replayed {replayed} dead letters of \"{name}\" into the views reading it; {left} still fail and stay"),
+                    message: format!("replayed {replayed} dead letters of \"{}\" into the views reading it; {left} still fail and stay", name.display()),
                     then: Box::new(done),
                 })
             }
             Statement::AlterSourceDropNotNull { name, column } => {
-                let name = object_name(name)?;
+                let name = self.existing_name(name)?;
                 self.named_source(&name)?;
                 self.engine.drop_source_not_null(&name, &normalize_ident(column)).await?;
                 Ok(Outcome::Command { tag: "ALTER SOURCE", rows: None })
             }
-            Statement::DropSource { names, if_exists, cascade } => {
-                let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
-                self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::Source).await?;
-                Ok(Outcome::Command { tag: "DROP SOURCE", rows: None })
-            }
+            Statement::DropSource { names, if_exists, cascade } => self.drop_statement(names, *if_exists, *cascade, ObjectKind::Source, "DROP SOURCE").await,
             Statement::CreateSink { name, from, options, format, if_not_exists } => {
-                let name = object_name(name)?;
-                let from = object_name(from)?;
-                let view = self.engine.view(&from).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{from}\" does not exist")))?;
+                let name = self.new_name(name)?;
+                let from = self.existing_name(from)?;
+                let view = self.engine.view(&from).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{}\" does not exist", from.name)))?;
                 let key = match options.iter().find(|(k, _)| k == "primary_key") {
                     Some((_, columns)) => columns
                         .split(',')
                         .map(|c| {
                             let c = c.trim();
-                            view.schema.index_of(c).map_err(|_| Error::new(SqlState::UNDEFINED_COLUMN, format!("primary_key: materialized view \"{from}\" has no column \"{c}\"")))
+                            view.schema.index_of(c).map_err(|_| Error::new(SqlState::UNDEFINED_COLUMN, format!("primary_key: materialized view \"{}\" has no column \"{c}\"", from.name)))
                         })
                         .collect::<Result<Vec<_>>>()?,
                     None => self.plan_stored_view(&view.def).await?.node.unique_key().unwrap_or_default(),
                 };
                 // As SHOW CREATE would give it, without the password.
                 let shown: Vec<String> = options.iter().filter(|(k, _)| k != "password").map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''"))).collect();
-                let mut sql = format!("CREATE SINK {} FROM {} WITH ({})", crate::quote_ident(&name), crate::quote_ident(&from), shown.join(", "));
+                let mut sql = format!("CREATE SINK {} FROM {} WITH ({})", crate::catalog::sql_name(&name), crate::catalog::sql_name(&from), shown.join(", "));
                 if let Some((envelope, encode)) = format {
                     sql.push_str(&format!(" FORMAT {} ENCODE {}", envelope.to_uppercase(), encode.to_uppercase()));
                 }
@@ -256,21 +264,22 @@ impl Session {
                 Ok(Outcome::Command { tag: "CREATE SINK", rows: None })
             }
             Statement::DropSink { names, if_exists } => {
-                let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
-                self.engine.drop_sinks(&names, *if_exists).await?;
-                Ok(Outcome::Command { tag: "DROP SINK", rows: None })
+                let mut notices = Vec::new();
+                let names = self.existing_names(names, *if_exists, &mut notices)?;
+                notices.extend(self.engine.drop_sinks(&names, *if_exists).await?);
+                Ok(with_notices(notices, Outcome::Command { tag: "DROP SINK", rows: None }))
             }
             Statement::ShowSinks => rows_of_text(&["name", "from", "connector", "target", "committed_epoch", "rows", "error"], self.engine.sink_rows()),
-            Statement::ShowSources => rows_of_text(&["name"], self.engine.source_names().into_iter().map(|n| vec![n]).collect()),
+            Statement::ShowSources => rows_of_text(&["name"], self.engine.source_names().into_iter().map(|n| vec![n.display()]).collect()),
             Statement::ShowCreateSource(name) => {
-                let name = object_name(name)?;
+                let name = self.existing_name(name)?;
                 let source = self.named_source(&name)?;
-                rows_of_text(&["name", "create_sql"], vec![vec![name, source.def.create_sql_as("SOURCE")]])
+                rows_of_text(&["name", "create_sql"], vec![vec![name.display(), source.def.create_sql_as("SOURCE")]])
             }
             Statement::ShowCreateSink(name) => {
-                let name = object_name(name)?;
+                let name = self.existing_name(name)?;
                 let sql = self.engine.sink_sql(&name)?;
-                rows_of_text(&["name", "create_sql"], vec![vec![name, sql]])
+                rows_of_text(&["name", "create_sql"], vec![vec![name.display(), sql]])
             }
             Statement::Sql(sql) => self.execute_sql(sql, params).await,
         }
@@ -305,18 +314,27 @@ impl Session {
             S::Commit { .. } => self.commit().await,
             S::Rollback { savepoint: None, .. } => Ok(self.rollback()),
             S::Rollback { savepoint: Some(_), .. } | S::Savepoint { .. } => Err(Error::unsupported("savepoints are not supported")),
-            S::Drop { object_type: ObjectType::Table, if_exists, names, cascade, .. } => {
-                let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
-                self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::Table).await?;
-                Ok(Outcome::Command { tag: "DROP TABLE", rows: None })
-            }
+            S::Drop { object_type: ObjectType::Table, if_exists, names, cascade, .. } => self.drop_statement(names, *if_exists, *cascade, ObjectKind::Table, "DROP TABLE").await,
             S::Drop { object_type: ObjectType::MaterializedView, if_exists, names, cascade, .. } => {
-                let names = names.iter().map(object_name).collect::<Result<Vec<_>>>()?;
-                self.engine.drop_objects(&names, *if_exists, *cascade, ObjectKind::MaterializedView).await?;
-                Ok(Outcome::Command { tag: "DROP MATERIALIZED VIEW", rows: None })
+                self.drop_statement(names, *if_exists, *cascade, ObjectKind::MaterializedView, "DROP MATERIALIZED VIEW").await
             }
+            S::Drop { object_type: ObjectType::View, if_exists, names, cascade, .. } => self.drop_statement(names, *if_exists, *cascade, ObjectKind::View, "DROP VIEW").await,
+            S::Drop { object_type: ObjectType::Schema, if_exists, names, cascade, .. } => self.drop_schema_statement(names, *if_exists, *cascade).await,
+            S::Drop { object_type, if_exists: true, names, .. } if names.len() == 1 && matches!(object_type, ObjectType::Index | ObjectType::Sequence | ObjectType::Type | ObjectType::Role | ObjectType::Database) => {
+                // Nothing of these kinds exists in Eddy: as PostgreSQL answers for a missing one.
+                let notice = format!("{} \"{}\" does not exist, skipping", object_type.to_string().to_lowercase(), names[0]);
+                let tag = match object_type {
+                    ObjectType::Index => "DROP INDEX",
+                    ObjectType::Sequence => "DROP SEQUENCE",
+                    ObjectType::Type => "DROP TYPE",
+                    ObjectType::Role => "DROP ROLE",
+                    _ => "DROP DATABASE",
+                };
+                Ok(with_notices(vec![notice], Outcome::Command { tag, rows: None }))
+            }
+            S::CreateSchema { schema_name, if_not_exists, .. } => self.create_schema_statement(schema_name, *if_not_exists).await,
             S::AlterTable(alter) => {
-                let name = object_name(&alter.name)?;
+                let name = self.existing_name(&alter.name)?;
                 for operation in &alter.operations {
                     match operation {
                         ast::AlterTableOperation::AlterColumn { column_name, op: ast::AlterColumnOperation::DropNotNull } => {
@@ -331,10 +349,11 @@ impl Session {
                 Ok(Outcome::Command { tag: "ALTER TABLE", rows: None })
             }
             S::CreateView(create) if create.materialized => self.create_materialized_view(create, false).await,
-            S::CreateView(_) => Err(Error::unsupported("CREATE VIEW (not materialized) is not supported yet: use CREATE MATERIALIZED VIEW")),
+            S::CreateView(create) => self.create_plain_view(create).await,
             S::Drop { object_type, .. } => Err(Error::unsupported(format!("DROP {object_type} is not supported"))),
             S::ShowTables { .. } => Ok(self.show_tables()),
             S::ShowCreate { obj_type: ast::ShowCreateObject::Table, obj_name } => self.show_create_table(obj_name),
+            S::ShowCreate { obj_type: ast::ShowCreateObject::View, obj_name } => self.show_create_view(obj_name),
             S::ShowCreate { obj_type, .. } => Err(Error::unsupported(format!("SHOW CREATE {obj_type} is not supported"))),
             S::ShowVariable { variable } => self.show_variable(variable),
             S::Set(set) => self.set(set),
@@ -472,21 +491,21 @@ impl Session {
         }
     }
 
-    fn writable_table(&self, name: &str) -> Result<Arc<Table>> {
+    fn writable_table(&self, name: &QualifiedName) -> Result<Arc<Table>> {
         if let Some(table) = self.engine.table(name) {
             return Ok(table);
         }
         if self.engine.source(name).is_some() {
-            return Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{name}\" is a source, not a table"))
+            return Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{}\" is a source, not a table", name.name))
                 .with_hint("a source's records come from its connector; ALTER SOURCE and SHOW CREATE SOURCE apply to it"));
         }
-        Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist")))
+        Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{}\" does not exist", name.display())))
     }
 
-    fn named_source(&self, name: &str) -> Result<Arc<crate::source::Source>> {
+    fn named_source(&self, name: &QualifiedName) -> Result<Arc<crate::source::Source>> {
         self.engine.source(name).ok_or_else(|| {
             let state = if self.engine.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_TABLE };
-            Error::new(state, format!("source \"{name}\" does not exist"))
+            Error::new(state, format!("source \"{}\" does not exist", name.name))
         })
     }
 
@@ -528,10 +547,10 @@ impl Session {
     }
 
     async fn create_materialized_view(&mut self, create: &ast::CreateView, emit_on_close: bool) -> Result<Outcome> {
-        let name = object_name(&create.name)?;
+        let name = self.new_name(&create.name)?;
         if self.engine.name_taken(&name) && create.if_not_exists {
             return Ok(Outcome::Warning {
-                message: format!("relation \"{name}\" already exists, skipping"),
+                message: format!("relation \"{}\" already exists, skipping", name.name),
                 then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
             });
         }
@@ -544,7 +563,8 @@ impl Session {
         let options = eddy_sql::windows::view_options(&create.options, emit_on_close)?;
         let plan = self.planner.plan_view(&create.query, &options).await?;
         let started = std::time::Instant::now();
-        let sql = if emit_on_close { format!("{create} EMIT ON WINDOW CLOSE") } else { create.to_string() };
+        let stored = self.stored_form(create, &name)?;
+        let sql = if emit_on_close { format!("{stored} EMIT ON WINDOW CLOSE") } else { stored.to_string() };
         let (rows, sources) = self.engine.create_view(name.clone(), sql, plan, None, self.notices.clone()).await?;
         let sources = match sources {
             0 => String::new(),
@@ -552,7 +572,7 @@ impl Session {
             n => format!(" and read its {n} sources to the end"),
         };
         Ok(Outcome::Notice {
-            message: format!("materialized view \"{name}\" backfilled from {rows} rows{sources} in {} ms", started.elapsed().as_millis()),
+            message: format!("materialized view \"{}\" backfilled from {rows} rows{sources} in {} ms", name.display(), started.elapsed().as_millis()),
             then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
         })
     }
@@ -560,7 +580,7 @@ impl Session {
     /// Plans a stored view again at start-up, under its original id.
     pub(crate) async fn restore_view(&mut self, def: &crate::catalog::ViewDef) -> Result<()> {
         let plan = self.plan_stored_view(def).await?;
-        self.engine.create_view(def.name.clone(), def.sql.clone(), plan, Some(def.id), None).await.map(|_| ())
+        self.engine.create_view(def.qualified(), def.sql.clone(), plan, Some(def.id), None).await.map(|_| ())
     }
 
     /// A write to a materialized view or a source is refused as PostgreSQL refuses writes to
@@ -582,7 +602,7 @@ impl Session {
             _ => None,
         };
         let Some(name) = target else { return Ok(()) };
-        let name = object_name(&name)?;
+        let name = self.existing_name(&name)?;
         let what = if self.engine.view(&name).is_some() {
             "materialized view"
         } else if self.engine.source(&name).is_some() {
@@ -590,7 +610,7 @@ impl Session {
         } else {
             return Ok(());
         };
-        Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("cannot change {what} \"{name}\"")))
+        Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("cannot change {what} \"{}\"", name.name)))
     }
 
     /// Plans a view stored in the catalog from its SQL.
@@ -630,14 +650,14 @@ impl Session {
     async fn subscription_target(&mut self, subscribe: &eddy_sql::Subscribe, create: bool) -> Result<(SchemaRef, Option<SubscriptionTarget>)> {
         let query = match &subscribe.target {
             eddy_sql::SubscribeTarget::Name(name) => {
-                let name = object_name(name)?;
+                let name = self.existing_name(name)?;
                 if let Some(view) = self.engine.view(&name) {
                     return Ok((Arc::clone(&view.schema), Some(SubscriptionTarget::View(view.def.id))));
                 }
-                if self.engine.table(&name).is_none() && self.engine.source(&name).is_none() {
-                    return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist")));
+                if self.engine.table(&name).is_none() && self.engine.source(&name).is_none() && self.engine.plain_view(&name).is_none() {
+                    return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{}\" does not exist", name.display())));
                 }
-                let parsed = eddy_sql::parse_statements(&format!("SELECT * FROM {}", crate::quote_ident(&name)))?;
+                let parsed = eddy_sql::parse_statements(&format!("SELECT * FROM {name}"))?;
                 let Some(Statement::Sql(q)) = parsed.into_iter().next().map(|p| p.statement) else { return Err(Error::internal("subscribe query")) };
                 let ast::Statement::Query(q) = *q else { return Err(Error::internal("subscribe query")) };
                 q
@@ -812,7 +832,7 @@ impl Session {
         let CopySource::Table { table_name, columns } = source else {
             return Err(Error::unsupported("COPY (query) FROM is not valid"));
         };
-        let name = object_name(table_name)?;
+        let name = self.existing_name(table_name)?;
         let table = self.writable_table(&name)?;
         let columns = if columns.is_empty() {
             (0..table.schema.fields().len()).collect()
@@ -822,7 +842,7 @@ impl Session {
                 .map(|c| {
                     let c = normalize_ident(c);
                     table.schema.index_of(&c).map_err(|_| {
-                        Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{c}\" of relation \"{name}\" does not exist"))
+                        Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{c}\" of relation \"{}\" does not exist", name.name))
                     })
                 })
                 .collect::<Result<Vec<_>>>()?
@@ -832,7 +852,7 @@ impl Session {
     }
 
     fn show_tables(&self) -> Outcome {
-        let names = self.engine.table_names();
+        let names: Vec<String> = self.engine.table_names().iter().map(QualifiedName::display).collect();
         let schema = text_schema(&["name"]);
         let column: ArrayRef = Arc::new(StringArray::from(names));
         let batch = RecordBatch::try_new(Arc::clone(&schema), vec![column]).map_or_else(|_| Vec::new(), |b| vec![b]);
@@ -840,9 +860,9 @@ impl Session {
     }
 
     fn show_create_table(&self, name: &ast::ObjectName) -> Result<Outcome> {
-        let name = object_name(name)?;
+        let name = self.existing_name(name)?;
         let table = self.writable_table(&name)?;
-        rows_of_text(&["name", "create_sql"], vec![vec![name, table.def.create_sql()]])
+        rows_of_text(&["name", "create_sql"], vec![vec![name.display(), table.def.create_sql()]])
     }
 
     fn show_variable(&self, variable: &[ast::Ident]) -> Result<Outcome> {
@@ -863,9 +883,7 @@ impl Session {
                 let name = variable.to_string();
                 let value = set_value(values)?;
                 self.variables.set(&name, value)?;
-                if name.eq_ignore_ascii_case("timezone") {
-                    self.sync_time_zone()?;
-                }
+                self.variable_changed(&name)?;
                 Ok(done)
             }
             Set::SetTimeZone { value, .. } => {
@@ -1086,127 +1104,16 @@ fn text_schema(names: &[&str]) -> SchemaRef {
     Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::Utf8, true)).collect::<Vec<_>>()))
 }
 
-fn rows_of_text(names: &[&str], rows: Vec<Vec<String>>) -> Result<Outcome> {
+/// `done`, preceded by NOTICEs.
+pub(crate) fn with_notices(notices: Vec<String>, done: Outcome) -> Outcome {
+    notices.into_iter().rev().fold(done, |then, message| Outcome::Notice { message, then: Box::new(then) })
+}
+
+pub(crate) fn rows_of_text(names: &[&str], rows: Vec<Vec<String>>) -> Result<Outcome> {
     let schema = text_schema(names);
     let columns: Vec<ArrayRef> = (0..names.len())
         .map(|c| Arc::new(StringArray::from(rows.iter().map(|r| r[c].clone()).collect::<Vec<_>>())) as ArrayRef)
         .collect();
     let batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| Error::internal(e.to_string()))?;
     Ok(Outcome::Rows { schema, batches: vec![batch] })
-}
-
-/// The catalog as one session sees it: its transaction's private copies first.
-#[derive(Debug)]
-struct SessionCatalog {
-    engine: Arc<Engine>,
-    forks: Mutex<HashMap<ObjectId, TableData>>,
-    /// The views' contents as the running statement reads them: taken when it first reads a
-    /// view, so that all the views it reads are of one epoch (and statements that read no
-    /// view never have snapshots built).
-    views: Mutex<Option<crate::views::Snapshots>>,
-}
-
-impl SessionCatalog {
-    fn begin_statement(&self) {
-        self.views.lock().unwrap_or_else(|p| p.into_inner()).take();
-    }
-
-    fn end_statement(&self) {
-        self.views.lock().unwrap_or_else(|p| p.into_inner()).take();
-    }
-
-    fn view_table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
-        let view = self.engine.view(name)?;
-        let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| self.engine.view_snapshots()).clone();
-        let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
-        let watermark = view.watermark.as_ref().map(|(column, _)| column.clone());
-        Some(Arc::new(SnapshotTable { id: view.def.id, kind: "VIEW", schema: Arc::clone(&view.schema), snapshot: Some(snapshot), watermark, append_only: false }))
-    }
-}
-
-impl std::fmt::Debug for TableData {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TableData").field("rows", &self.row_count()).finish()
-    }
-}
-
-impl CatalogSource for SessionCatalog {
-    fn table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
-        if let Some(system) = crate::system::table(&self.engine, name) {
-            let (schema, batch) = system;
-            return Some(Arc::new(SnapshotTable { id: ObjectId(0), kind: "BASE TABLE", schema, snapshot: Some(Arc::new(batch)), watermark: None, append_only: false }));
-        }
-        if let Some(source) = self.engine.source(name) {
-            let watermark = source.def.watermark.as_ref().map(|w| w.column.clone());
-            return Some(Arc::new(SnapshotTable { id: source.def.id, kind: "FOREIGN", schema: Arc::clone(&source.schema), snapshot: None, watermark, append_only: source.def.append_only }));
-        }
-        let Some(table) = self.engine.table(name) else { return self.view_table(name) };
-        let snapshot = {
-            let mut forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
-            match forks.get_mut(&table.def.id) {
-                Some(fork) => fork.snapshot(),
-                None => table.snapshot(),
-            }
-        };
-        // A snapshot that cannot be built surfaces as an empty table only if decoding rows
-        // failed, which is a bug; log it loudly rather than fail planning.
-        let snapshot = snapshot.unwrap_or_else(|e| {
-            tracing::error!(table = name, error = %e, "building a table snapshot failed");
-            Arc::new(Vec::new())
-        });
-        let watermark = table.def.watermark.as_ref().map(|w| w.column.clone());
-        Some(Arc::new(SnapshotTable { id: table.def.id, kind: "BASE TABLE", schema: Arc::clone(&table.schema), snapshot: Some(snapshot), watermark, append_only: table.def.append_only }))
-    }
-
-    fn failure(&self, name: &str) -> Option<Error> {
-        self.engine.view_failure(&*self.engine.view(name)?)
-    }
-
-    fn table_names(&self) -> Vec<String> {
-        let mut names = self.engine.table_names();
-        names.extend(self.engine.view_names());
-        names.extend(self.engine.source_names());
-        names
-    }
-}
-
-/// A table frozen at the moment a statement resolved it (a source has no contents to read).
-#[derive(Debug)]
-struct SnapshotTable {
-    id: ObjectId,
-    /// `information_schema.tables.table_type`.
-    kind: &'static str,
-    schema: SchemaRef,
-    snapshot: Option<Arc<Vec<RecordBatch>>>,
-    watermark: Option<String>,
-    append_only: bool,
-}
-
-impl TableSource for SnapshotTable {
-    fn table_type(&self) -> &'static str {
-        self.kind
-    }
-
-    fn watermark_column(&self) -> Option<String> {
-        self.watermark.clone()
-    }
-
-    fn append_only(&self) -> bool {
-        self.append_only
-    }
-
-    fn object_id(&self) -> ObjectId {
-        self.id
-    }
-
-    fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
-    }
-
-    fn scan(&self) -> Result<Arc<Vec<RecordBatch>>> {
-        self.snapshot.clone().ok_or_else(|| {
-            Error::unsupported("a source is not stored by Eddy, so it cannot be queried directly")
-                .with_hint("read it through a materialized view (CREATE MATERIALIZED VIEW v AS SELECT ... FROM the source), or SUBSCRIBE to a query over it")
-        })
-    }
 }

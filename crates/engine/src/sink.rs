@@ -32,6 +32,9 @@ use tokio::sync::mpsc;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SinkDef {
     pub id: ObjectId,
+    /// The schema it is in (older catalogs: `public`).
+    #[serde(default = "crate::catalog::public_schema")]
+    pub schema: String,
     pub name: String,
     /// The materialized view it writes out.
     pub view: ObjectId,
@@ -59,6 +62,10 @@ pub enum Target {
 }
 
 impl SinkDef {
+    pub fn qualified(&self) -> eddy_sql::QualifiedName {
+        eddy_sql::QualifiedName::new(self.schema.clone(), self.name.clone())
+    }
+
     pub fn option(&self, name: &str) -> Option<String> {
         self.options.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
     }

@@ -21,7 +21,7 @@ use crate::ingest::{ConnectorProgress, Feed, IngestReport, PartitionProgress};
 use crate::table::TableData;
 use crate::clock::ClockSpec;
 use crate::views::ReaderPosition;
-use crate::{Engine, clock_of, fill_proctime};
+use crate::{Engine, QualifiedName, clock_of, fill_proctime};
 
 pub struct Source {
     pub def: TableDef,
@@ -136,7 +136,7 @@ impl SourceReader {
 }
 
 impl Engine {
-    pub(crate) fn source(&self, name: &str) -> Option<Arc<Source>> {
+    pub(crate) fn source(&self, name: &QualifiedName) -> Option<Arc<Source>> {
         self.sources.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
     }
 
@@ -148,16 +148,16 @@ impl Engine {
         self.sources.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
-    pub fn source_names(&self) -> Vec<String> {
+    pub fn source_names(&self) -> Vec<QualifiedName> {
         self.sources.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
     }
 
     /// `CREATE SOURCE`: checks that the source can be read (a Kafka topic must exist) and
     /// records where it starts. `None` when it exists and `IF NOT EXISTS` was given.
-    pub(crate) async fn create_source(&self, create: &eddy_sql::CreateTable) -> Result<Option<Arc<Source>>> {
+    pub(crate) async fn create_source(&self, create: &eddy_sql::CreateTable, name: &QualifiedName) -> Result<Option<Arc<Source>>> {
         let _guard = self.lock_writes().await;
-        let Some(table) = self.bind_new_relation(create)? else { return Ok(None) };
-        let (id, name) = (table.id, table.name.clone());
+        let Some(table) = self.bind_new_relation(create, name)? else { return Ok(None) };
+        let (id, name) = (table.id, table.qualified());
         let start = self.start_positions(&table, true).await?;
         let source = Arc::new(Source::new(SourceDef { table, start })?);
         self.meta.put_object(id, &ObjectDef::Source(source.stored()).encode()?)?;
@@ -167,12 +167,12 @@ impl Engine {
 
     /// `ALTER SOURCE name ALTER COLUMN column DROP NOT NULL`: the readers decode records
     /// lacking the column from now on (and views built again read them from the start).
-    pub(crate) async fn drop_source_not_null(&self, name: &str, column: &str) -> Result<()> {
+    pub(crate) async fn drop_source_not_null(&self, name: &QualifiedName, column: &str) -> Result<()> {
         let _guard = self.lock_writes().await;
-        let old = self.source(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("source \"{name}\" does not exist")))?;
+        let old = self.source(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("source \"{}\" does not exist", name.display())))?;
         let mut def = old.stored();
         let index = def.table.columns.iter().position(|c| c.name == column).ok_or_else(|| {
-            Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column}\" of relation \"{name}\" does not exist"))
+            Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column}\" of relation \"{}\" does not exist", name.name))
         })?;
         if def.table.primary_key.contains(&index) {
             return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, format!("column \"{column}\" is in a primary key")));
@@ -184,7 +184,7 @@ impl Engine {
         for reader in source.readers() {
             reader.relabel(&source.def, &source.schema)?;
         }
-        self.sources.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), Arc::new(source));
+        self.sources.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::new(source));
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! Eddy's own system tables, computed when a query reads them: `eddy_views`,
 //! `eddy_operators`, `eddy_watermarks`, `eddy_late_events`, `eddy_source_offsets`,
 //! `eddy_dead_letters` and `eddy_checkpoints`
-//! (SQL.md, "System catalogs"). A user table or view of the same name hides them.
+//! (SQL.md, "System catalogs"), in schema `eddy_catalog`, which every session's search path
+//! reaches first (after `pg_catalog`), as PostgreSQL reaches `pg_catalog`.
 
 use std::sync::Arc;
 
@@ -11,11 +12,11 @@ use eddy_common::{Error, Result};
 
 use crate::Engine;
 
-/// The system table `name` as (schema, rows), unless a user object has that name.
+/// The tables of `eddy_catalog`.
+pub(crate) const NAMES: [&str; 7] = ["eddy_checkpoints", "eddy_dead_letters", "eddy_late_events", "eddy_operators", "eddy_source_offsets", "eddy_views", "eddy_watermarks"];
+
+/// The system table `name` as (schema, rows).
 pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<RecordBatch>)> {
-    if engine.name_taken(name) {
-        return None;
-    }
     let built = match name {
         "eddy_views" => views(engine),
         "eddy_operators" => operators(engine),

@@ -113,6 +113,39 @@ impl Handlers {
     }
 }
 
+/// The settings in a startup packet's `options` (`-c a=b -c x=y`, `--a=b`; `\ ` escapes a space).
+fn command_line_settings(text: &str) -> Vec<(String, String)> {
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => word.extend(chars.next()),
+            c if c.is_whitespace() => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    let mut out = Vec::new();
+    let mut words = words.into_iter();
+    while let Some(w) = words.next() {
+        let setting = match w.as_str() {
+            "-c" => words.next(),
+            other => other.strip_prefix("--").or_else(|| other.strip_prefix("-c")).map(str::to_owned),
+        };
+        if let Some((name, value)) = setting.as_deref().and_then(|s| s.split_once('=')) {
+            out.push((name.replace('-', "_"), value.to_owned()));
+        }
+    }
+    out
+}
+
 fn to_pgwire(err: Error) -> PgWireError {
     PgWireError::UserError(Box::new(error_info(err)))
 }
@@ -188,7 +221,12 @@ impl StartupHandler for Conn {
         let info = eddy_engine::SessionInfo { database, user, version: eddy_engine::version_string(), backend_pid: self.pid };
         let mut session = Session::new(Arc::clone(&self.engine), &info).map_err(to_pgwire)?;
         // Drivers pass settings in the startup packet (JDBC: TimeZone, extra_float_digits).
-        let options: Vec<(String, String)> = client.metadata().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut options: Vec<(String, String)> = client.metadata().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        // libpq's `options` (PGOPTIONS): `-c name=value` and `--name=value` settings.
+        if let Some((_, text)) = options.iter().find(|(k, _)| k == "options") {
+            let settings = command_line_settings(text);
+            options.extend(settings);
+        }
         for (name, value) in options {
             if !matches!(name.as_str(), "user" | "database" | "options" | "replication")
                 && let Err(e) = session.set_variable(&name, &value)

@@ -13,7 +13,7 @@ use datafusion::datasource::MemTable;
 use datafusion::error::Result as DfResult;
 
 use crate::catalog::CatalogSource;
-use crate::planner::{CATALOG_NAME, SCHEMA_NAME};
+use crate::planner::CATALOG_NAME;
 use crate::types::pg_type_name;
 
 pub(crate) const SCHEMA: &str = "information_schema";
@@ -35,7 +35,7 @@ impl SchemaProvider for InformationSchema {
             "tables" => tables(self.source.as_ref()),
             "columns" => columns(self.source.as_ref()),
             "views" => views(self.source.as_ref()),
-            "schemata" => schemata(),
+            "schemata" => schemata(self.source.as_ref()),
             _ => return Ok(None),
         };
         let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
@@ -55,11 +55,14 @@ fn strings<S: AsRef<str>>(values: impl IntoIterator<Item = Option<S>>) -> ArrayR
     Arc::new(StringArray::from(values.into_iter().map(|v| v.map(|s| s.as_ref().to_owned())).collect::<Vec<_>>()))
 }
 
-/// Every relation of the catalog, with its `table_type`, by name.
-fn relations(source: &dyn CatalogSource) -> Vec<(String, &'static str, SchemaRef)> {
-    let mut names = source.table_names();
-    names.sort();
-    names.into_iter().filter_map(|n| source.table(&n).map(|t| (n, t.table_type(), t.schema()))).collect()
+/// Every relation of the catalog but Eddy's own tables, with its `table_type` and schema.
+fn relations(source: &dyn CatalogSource) -> Vec<(String, &'static str, SchemaRef, String)> {
+    source
+        .relations()
+        .into_iter()
+        .filter(|(_, _, t)| t.kind() != crate::RelationKind::System)
+        .map(|(schema, name, t)| (name, t.table_type(), t.schema(), schema))
+        .collect()
 }
 
 fn tables(source: &dyn CatalogSource) -> (SchemaRef, Vec<ArrayRef>) {
@@ -67,7 +70,7 @@ fn tables(source: &dyn CatalogSource) -> (SchemaRef, Vec<ArrayRef>) {
     let rows = relations(source);
     let columns = vec![
         strings(rows.iter().map(|_| Some(CATALOG_NAME))),
-        strings(rows.iter().map(|_| Some(SCHEMA_NAME))),
+        strings(rows.iter().map(|r| Some(r.3.as_str()))),
         strings(rows.iter().map(|r| Some(r.0.as_str()))),
         strings(rows.iter().map(|r| Some(r.1))),
     ];
@@ -79,15 +82,16 @@ fn views(source: &dyn CatalogSource) -> (SchemaRef, Vec<ArrayRef>) {
     let rows: Vec<_> = relations(source).into_iter().filter(|r| r.1 == "VIEW").collect();
     let columns = vec![
         strings(rows.iter().map(|_| Some(CATALOG_NAME))),
-        strings(rows.iter().map(|_| Some(SCHEMA_NAME))),
+        strings(rows.iter().map(|r| Some(r.3.as_str()))),
         strings(rows.iter().map(|r| Some(r.0.as_str()))),
     ];
     (schema, columns)
 }
 
-fn schemata() -> (SchemaRef, Vec<ArrayRef>) {
+fn schemata(source: &dyn CatalogSource) -> (SchemaRef, Vec<ArrayRef>) {
     let schema = Arc::new(Schema::new(vec![text("catalog_name"), text("schema_name"), text("schema_owner")]));
-    let names = [SCHEMA_NAME, SCHEMA];
+    let mut names: Vec<String> = source.schemas().into_iter().map(|s| s.name).collect();
+    names.push(SCHEMA.to_owned());
     let columns = vec![strings(names.iter().map(|_| Some(CATALOG_NAME))), strings(names.iter().map(Some)), strings(names.iter().map(|_| Some("eddy")))];
     (schema, columns)
 }
@@ -176,15 +180,15 @@ fn columns(source: &dyn CatalogSource) -> (SchemaRef, Vec<ArrayRef>) {
         Field::new("numeric_scale", DataType::Int32, true),
         text("udt_name"),
     ]));
-    let mut rows: Vec<(String, i32, String, bool, ColumnInfo)> = Vec::new();
-    for (table, _, table_schema) in relations(source) {
+    let mut rows: Vec<(String, i32, String, bool, ColumnInfo, String)> = Vec::new();
+    for (table, _, table_schema, schema) in relations(source) {
         for (i, field) in table_schema.fields().iter().enumerate() {
-            rows.push((table.clone(), i as i32 + 1, field.name().clone(), field.is_nullable(), column_info(&pg_type_name(field))));
+            rows.push((table.clone(), i as i32 + 1, field.name().clone(), field.is_nullable(), column_info(&pg_type_name(field)), schema.clone()));
         }
     }
     let columns = vec![
         strings(rows.iter().map(|_| Some(CATALOG_NAME))),
-        strings(rows.iter().map(|_| Some(SCHEMA_NAME))),
+        strings(rows.iter().map(|r| Some(r.5.as_str()))),
         strings(rows.iter().map(|r| Some(r.0.as_str()))),
         strings(rows.iter().map(|r| Some(r.2.as_str()))),
         Arc::new(Int32Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())) as ArrayRef,

@@ -12,13 +12,15 @@ mod error;
 mod functions;
 mod information_schema;
 mod lower;
+mod names;
 mod parser;
 pub mod pg;
 mod planner;
 pub mod types;
 pub mod windows;
 
-pub use catalog::{CatalogSource, TableSource};
+pub use catalog::{CatalogSource, EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, FIRST_USER_OID, PUBLIC_OID, PUBLIC_SCHEMA, RelationKind, SchemaEntry, TableSource, ViewDefinition, object_oid};
+pub use names::{QualifiedName, name_parts, normalize_ident};
 pub use datafusion::sql::sqlparser::ast;
 pub use error::from_datafusion;
 pub use parser::{CreateTable, Parsed, Statement, Subscribe, SubscribeTarget, display_temporal, parse_statements, parse_with_options, syntax_error};

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
@@ -17,7 +16,8 @@ use datafusion::sql::sqlparser::ast;
 use eddy_common::{Error, Result};
 use futures::TryStreamExt;
 
-use crate::catalog::{CatalogSource, SchemaBridge};
+use crate::catalog::{CatalogBridge, CatalogSource};
+use crate::names::{Mode, QualifiedName};
 use crate::error::from_datafusion;
 use crate::functions;
 
@@ -38,11 +38,11 @@ pub struct SessionInfo {
 pub enum Planned {
     Query(QueryPlan),
     /// Insert the rows `source` produces (already cast to the table's columns, in order).
-    Insert { table: String, source: QueryPlan },
+    Insert { table: QualifiedName, source: QueryPlan },
     /// Retract the rows `old_rows` produces.
-    Delete { table: String, old_rows: QueryPlan },
+    Delete { table: QualifiedName, old_rows: QueryPlan },
     /// Retract `old_rows` and insert `new_rows` (the same rows with the assignments applied).
-    Update { table: String, old_rows: QueryPlan, new_rows: QueryPlan },
+    Update { table: QualifiedName, old_rows: QueryPlan, new_rows: QueryPlan },
 }
 
 /// An optimizable, executable query.
@@ -117,11 +117,14 @@ pub struct ViewPlan {
     /// The view's first column that carries a stream's watermark (its name), and the sources
     /// (tables or views) whose watermark it is: readers of the view can close windows by it.
     pub watermark: Option<(String, Vec<eddy_common::ObjectId>)>,
+    /// The plain views the query names (expanded into the dataflow): the view depends on them.
+    pub views: Vec<eddy_common::ObjectId>,
 }
 
 /// One session's DataFusion context: its catalog view, functions and settings.
 pub struct SessionPlanner {
     ctx: SessionContext,
+    catalog: Arc<CatalogBridge>,
 }
 
 impl SessionPlanner {
@@ -134,15 +137,30 @@ impl SessionPlanner {
             .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
             .set_str("datafusion.execution.time_zone", "UTC");
         let ctx = SessionContext::new_with_state(crate::pg::session_state(config)?);
-        let eddy = MemoryCatalogProvider::new();
-        eddy.register_schema(crate::information_schema::SCHEMA, Arc::new(crate::information_schema::InformationSchema { source: Arc::clone(&catalog) }))
-            .map_err(from_datafusion)?;
-        eddy.register_schema(SCHEMA_NAME, Arc::new(SchemaBridge { source: catalog }))
-            .map_err(from_datafusion)?;
-        ctx.register_catalog(CATALOG_NAME, Arc::new(eddy));
+        let mut fixed: std::collections::BTreeMap<String, Arc<dyn datafusion::catalog::SchemaProvider>> = std::collections::BTreeMap::new();
+        fixed.insert(crate::information_schema::SCHEMA.to_owned(), Arc::new(crate::information_schema::InformationSchema { source: Arc::clone(&catalog) }));
+        let eddy = Arc::new(CatalogBridge { source: catalog, fixed: std::sync::RwLock::new(fixed) });
+        ctx.register_catalog(CATALOG_NAME, Arc::clone(&eddy) as Arc<dyn datafusion::catalog::CatalogProvider>);
         functions::register(&ctx, info);
         crate::windows::register(&ctx);
-        Ok(SessionPlanner { ctx })
+        Ok(SessionPlanner { ctx, catalog: eddy })
+    }
+
+    /// Qualifies, in place, the relation names of a definition about to be stored (a view's
+    /// query) that a restart's planner, whose search path is `public`, would not find the
+    /// same way. Returns the ids of the relations and plain views it names.
+    pub fn qualify_for_storage(&self, query: &mut ast::Query) -> Result<Vec<eddy_common::ObjectId>> {
+        let mut statement = ast::Statement::Query(Box::new(query.clone()));
+        let resolution = crate::names::resolve(&mut statement, &self.catalog, self.catalog.source.search_path(), Mode::Store)?;
+        if let ast::Statement::Query(q) = statement {
+            *query = *q;
+        }
+        Ok(resolution.relations.into_iter().chain(resolution.views).collect())
+    }
+
+    /// Qualifies every relation name and expands plain views (see [`crate::names`]).
+    fn resolve(&self, statement: &mut ast::Statement, for_view: bool) -> Result<crate::names::Resolution> {
+        crate::names::resolve(statement, &self.catalog, self.catalog.source.search_path(), Mode::Plan { for_view })
     }
 
     fn state(&self) -> SessionState {
@@ -173,6 +191,7 @@ impl SessionPlanner {
         let mut rewritten = statement.clone();
         crate::pg::ast::rewrite(&mut rewritten)?;
         crate::windows::rewrite(&mut rewritten, false)?;
+        self.resolve(&mut rewritten, false)?;
         if let ast::Statement::Insert(insert) = &mut rewritten
             && let Some(source) = insert.source.as_mut()
         {
@@ -212,7 +231,9 @@ impl SessionPlanner {
     pub async fn plan_view(&self, query: &ast::Query, options: &crate::ViewOptions) -> Result<ViewPlan> {
         let mut statement = ast::Statement::Query(Box::new(query.clone()));
         crate::pg::ast::rewrite(&mut statement)?;
-        let temporal = crate::windows::rewrite(&mut statement, true)?;
+        let mut temporal = crate::windows::rewrite(&mut statement, true)?;
+        let resolution = self.resolve(&mut statement, true)?;
+        temporal.extend(resolution.temporal);
         crate::windows::rewrite_now(&mut statement);
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         let state = self.state();
@@ -250,7 +271,7 @@ impl SessionPlanner {
             return Err(Error::internal("view schema and dataflow schema disagree"));
         }
         let watermark = crate::lower::release_time(&optimized).map(|(column, _, sources)| (schema.field(column).name().clone(), sources));
-        Ok(ViewPlan { node, schema, watermark })
+        Ok(ViewPlan { node, schema, watermark, views: resolution.views })
     }
 
     /// Sets the session time zone used by `now()` and casts to `timestamptz`.
@@ -284,7 +305,7 @@ fn alias_repeated_columns(query: &mut ast::Query) {
 }
 
 fn dml_plan(dml: DmlStatement, state: &SessionState) -> Result<Planned> {
-    let table = dml.table_name.table().to_owned();
+    let table = QualifiedName::new(dml.table_name.schema().unwrap_or(SCHEMA_NAME), dml.table_name.table());
     let input = Arc::unwrap_or_clone(dml.input);
     match dml.op {
         WriteOp::Insert(_) => Ok(Planned::Insert { table, source: QueryPlan::new(input, state) }),

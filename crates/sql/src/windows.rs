@@ -238,13 +238,16 @@ pub fn rewrite(statement: &mut ast::Statement, for_view: bool) -> Result<Vec<Str
             if let ast::TableFactor::Table { name, alias, args: Some(args), .. } = factor
                 && name.to_string().eq_ignore_ascii_case(crate::parser::TEMPORAL_MARK)
             {
-                let Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ast::Expr::Identifier(table)))) = args.args.first() else {
-                    return ControlFlow::Break(Error::unsupported("FOR SYSTEM_TIME AS OF PROCTIME() needs a table name"));
+                let parts = match args.args.first() {
+                    Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ast::Expr::Identifier(table)))) => vec![table.clone()],
+                    Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ast::Expr::CompoundIdentifier(parts)))) if !parts.is_empty() => parts.clone(),
+                    _ => return ControlFlow::Break(Error::unsupported("FOR SYSTEM_TIME AS OF PROCTIME() needs a table name")),
                 };
+                let table = parts[parts.len() - 1].clone();
                 let alias = alias.clone().unwrap_or(ast::TableAlias { explicit: true, at: None, name: table.clone(), columns: Vec::new() });
                 self.temporal.push(alias.name.value.to_lowercase());
                 *factor = ast::TableFactor::Table {
-                    name: ast::ObjectName::from(vec![table.clone()]),
+                    name: ast::ObjectName::from(parts),
                     alias: Some(alias),
                     args: None,
                     with_hints: Vec::new(),

@@ -1,0 +1,166 @@
+//! Schemas: `CREATE SCHEMA`, `DROP SCHEMA`, and the list the catalog shows (`pg_namespace`).
+//!
+//! Entry points: [`Engine::create_schema`], [`Engine::drop_schemas`], [`Engine::schema_entries`].
+//! `public` and `eddy_catalog` always exist and are not stored (so data directories from
+//! before schemas read as they were: every object there is in `public`); a created schema is a
+//! catalog entry whose id gives its OID.
+
+use eddy_common::{Error, ObjectId, Result, SqlState};
+use eddy_sql::{EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, PUBLIC_OID, PUBLIC_SCHEMA, QualifiedName, SchemaEntry};
+use serde::{Deserialize, Serialize};
+
+use crate::Engine;
+use crate::catalog::ObjectDef;
+
+/// A schema made with `CREATE SCHEMA`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SchemaDef {
+    pub id: ObjectId,
+    pub name: String,
+}
+
+/// Schemas nothing can be created in or dropped.
+fn is_system(name: &str) -> bool {
+    name == EDDY_CATALOG_SCHEMA || name == crate::names::PG_CATALOG || name == "information_schema" || name.starts_with("pg_")
+}
+
+impl Engine {
+    pub(crate) fn schema_exists(&self, name: &str) -> bool {
+        name == PUBLIC_SCHEMA || name == EDDY_CATALOG_SCHEMA || self.schemas.read().unwrap_or_else(|p| p.into_inner()).contains_key(name)
+    }
+
+    /// Every schema, in OID order.
+    pub fn schema_entries(&self) -> Vec<SchemaEntry> {
+        let mut out = vec![
+            SchemaEntry { name: PUBLIC_SCHEMA.to_owned(), oid: PUBLIC_OID, system: false },
+            SchemaEntry { name: EDDY_CATALOG_SCHEMA.to_owned(), oid: EDDY_CATALOG_OID, system: true },
+        ];
+        out.extend(
+            self.schemas.read().unwrap_or_else(|p| p.into_inner()).values().map(|s| SchemaEntry { name: s.name.clone(), oid: eddy_sql::object_oid(s.id), system: false }),
+        );
+        out.sort_by_key(|s| s.oid);
+        out
+    }
+
+    /// Refuses a new object in a system schema (as PostgreSQL refuses one in `pg_catalog`).
+    pub(crate) fn check_schema_for_create(&self, name: &QualifiedName) -> Result<()> {
+        if is_system(&name.schema) {
+            return Err(Error::new(SqlState::INSUFFICIENT_PRIVILEGE, format!("permission denied to create \"{}.{}\"", name.schema, name.name))
+                .with_detail("System catalog modifications are currently disallowed."));
+        }
+        if !self.schema_exists(&name.schema) {
+            return Err(Error::new(SqlState::INVALID_SCHEMA_NAME, format!("schema \"{}\" does not exist", name.schema)));
+        }
+        Ok(())
+    }
+
+    /// `CREATE SCHEMA [IF NOT EXISTS] name`: `Some(notice)` when it existed and `IF NOT
+    /// EXISTS` was given.
+    pub(crate) async fn create_schema(&self, name: &str, if_not_exists: bool) -> Result<Option<String>> {
+        let _guard = self.lock_writes().await;
+        if self.schema_exists(name) || name == crate::names::PG_CATALOG || name == "information_schema" {
+            if if_not_exists {
+                return Ok(Some(format!("schema \"{name}\" already exists, skipping")));
+            }
+            return Err(Error::new(SqlState::DUPLICATE_SCHEMA, format!("schema \"{name}\" already exists")));
+        }
+        if name.starts_with("pg_") {
+            return Err(Error::new(SqlState::RESERVED_NAME, format!("unacceptable schema name \"{name}\""))
+                .with_detail("The prefix \"pg_\" is reserved for system schemas."));
+        }
+        let def = SchemaDef { id: self.meta.allocate_object_id()?, name: name.to_owned() };
+        self.meta.put_object(def.id, &ObjectDef::Schema(def.clone()).encode()?)?;
+        self.schemas.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), def);
+        Ok(None)
+    }
+
+    /// The ids of every object in `schema`, oldest first.
+    fn objects_in(&self, schema: &str) -> Vec<ObjectId> {
+        let mut ids: Vec<ObjectId> = Vec::new();
+        ids.extend(self.tables.read().unwrap_or_else(|p| p.into_inner()).iter().filter(|(n, _)| n.schema == schema).map(|(_, t)| t.def.id));
+        ids.extend(self.views.read().unwrap_or_else(|p| p.into_inner()).iter().filter(|(n, _)| n.schema == schema).map(|(_, v)| v.def.id));
+        ids.extend(self.sources.read().unwrap_or_else(|p| p.into_inner()).iter().filter(|(n, _)| n.schema == schema).map(|(_, s)| s.def.id));
+        ids.extend(self.plain_views.read().unwrap_or_else(|p| p.into_inner()).iter().filter(|(n, _)| n.schema == schema).map(|(_, v)| v.id));
+        ids.extend(self.sinks.read().unwrap_or_else(|p| p.into_inner()).iter().filter(|(n, _)| n.schema == schema).map(|(_, s)| s.def.id));
+        ids.sort();
+        ids
+    }
+
+    /// `DROP SCHEMA [IF EXISTS] names [CASCADE]`: a schema that holds objects is refused
+    /// (2BP01) unless `cascade`, which drops them and everything that reads them. Returns the
+    /// NOTICEs to send.
+    pub(crate) async fn drop_schemas(&self, names: &[String], if_exists: bool, cascade: bool) -> Result<Vec<String>> {
+        let _guard = self.lock_writes().await;
+        let mut notices = Vec::new();
+        let mut doomed: Vec<(String, Vec<ObjectId>)> = Vec::new();
+        for name in names {
+            if name == PUBLIC_SCHEMA || is_system(name) {
+                if is_system(name) {
+                    return Err(Error::new(SqlState::DEPENDENT_OBJECTS_STILL_EXIST, format!("cannot drop schema {name} because it is required by the database system")));
+                }
+                return Err(Error::unsupported("dropping schema public is not supported"));
+            }
+            if !self.schema_exists(name) {
+                if if_exists {
+                    notices.push(format!("schema \"{name}\" does not exist, skipping"));
+                    continue;
+                }
+                return Err(Error::new(SqlState::INVALID_SCHEMA_NAME, format!("schema \"{name}\" does not exist")));
+            }
+            doomed.push((name.clone(), self.objects_in(name)));
+        }
+        let inside: Vec<(ObjectId, String)> = doomed.iter().flat_map(|(schema, ids)| ids.iter().map(move |id| (*id, schema.clone()))).collect();
+        if !inside.is_empty() && !cascade {
+            let (_, schema) = &inside[0];
+            let detail: Vec<String> = inside.iter().filter(|(_, s)| s == schema).map(|(id, s)| format!("{} depends on schema {s}", self.description(*id))).collect();
+            return Err(Error::new(SqlState::DEPENDENT_OBJECTS_STILL_EXIST, format!("cannot drop schema {schema} because other objects depend on it"))
+                .with_detail(detail.join("\n"))
+                .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+        }
+        let ids: Vec<ObjectId> = inside.iter().map(|(id, _)| *id).collect();
+        let outside = self.dependents_count(&ids);
+        match (ids.len() + outside, inside.first()) {
+            (0, _) => {}
+            (1, Some((id, _))) => notices.push(format!("drop cascades to {}", self.description(*id))),
+            (n, _) => notices.push(format!("drop cascades to {n} other objects")),
+        }
+        if !ids.is_empty() {
+            self.drop_ids_now(&ids, true, None)?;
+        }
+        for (name, _) in &doomed {
+            if let Some(def) = self.schemas.write().unwrap_or_else(|p| p.into_inner()).remove(name) {
+                self.meta.delete_object(def.id)?;
+            }
+        }
+        Ok(notices)
+    }
+}
+
+/// One schema name (`s`, not `a.b`), normalized.
+fn schema_name(name: &eddy_sql::ast::ObjectName) -> Result<String> {
+    match name.0.as_slice() {
+        [part] => part.as_ident().map(eddy_sql::normalize_ident).ok_or_else(|| Error::syntax(format!("improper schema name: {name}"))),
+        _ => Err(Error::syntax(format!("improper qualified name (too many dotted names): {name}"))),
+    }
+}
+
+impl crate::Session {
+    /// `CREATE SCHEMA [IF NOT EXISTS] name [AUTHORIZATION role]`.
+    pub(crate) async fn create_schema_statement(&mut self, name: &eddy_sql::ast::SchemaName, if_not_exists: bool) -> Result<crate::Outcome> {
+        use eddy_sql::ast::SchemaName;
+        let name = match name {
+            SchemaName::Simple(name) | SchemaName::NamedAuthorization(name, _) => schema_name(name)?,
+            SchemaName::UnnamedAuthorization(role) => eddy_sql::normalize_ident(role),
+        };
+        let done = crate::Outcome::Command { tag: "CREATE SCHEMA", rows: None };
+        let notices = self.engine.create_schema(&name, if_not_exists).await?.into_iter().collect();
+        Ok(crate::session::with_notices(notices, done))
+    }
+
+    /// `DROP SCHEMA [IF EXISTS] names [CASCADE | RESTRICT]`.
+    pub(crate) async fn drop_schema_statement(&mut self, names: &[eddy_sql::ast::ObjectName], if_exists: bool, cascade: bool) -> Result<crate::Outcome> {
+        let names = names.iter().map(schema_name).collect::<Result<Vec<_>>>()?;
+        let notices = self.engine.drop_schemas(&names, if_exists, cascade).await?;
+        Ok(crate::session::with_notices(notices, crate::Outcome::Command { tag: "DROP SCHEMA", rows: None }))
+    }
+}

@@ -1,0 +1,176 @@
+//! The catalog as one session sees it, for the planner ([`CatalogSource`]): schemas, the
+//! relations of each (its transaction's private copies of tables first), Eddy's own tables in
+//! `eddy_catalog`, plain views' definitions, and the session's search path.
+//!
+//! Entry point: [`SessionCatalog`]. Invariant: one statement reads one published moment of
+//! every materialized view (the snapshots are taken when it first reads one).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use eddy_common::{Error, ObjectId, Result};
+use eddy_sql::{CatalogSource, EDDY_CATALOG_SCHEMA, QualifiedName, RelationKind, SchemaEntry, TableSource, ViewDefinition};
+
+use crate::Engine;
+use crate::names::SearchPath;
+use crate::table::TableData;
+
+#[derive(Debug)]
+pub(crate) struct SessionCatalog {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) forks: Mutex<HashMap<ObjectId, TableData>>,
+    /// The views' contents as the running statement reads them: taken when it first reads a
+    /// view, so that all the views it reads are of one epoch (and statements that read no
+    /// view never have snapshots built).
+    views: Mutex<Option<crate::views::Snapshots>>,
+    path: Mutex<SearchPath>,
+}
+
+impl SessionCatalog {
+    pub(crate) fn new(engine: Arc<Engine>, path: SearchPath) -> Self {
+        SessionCatalog { engine, forks: Mutex::new(HashMap::new()), views: Mutex::new(None), path: Mutex::new(path) }
+    }
+
+    pub(crate) fn begin_statement(&self) {
+        self.views.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    pub(crate) fn end_statement(&self) {
+        self.views.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// The session's search path.
+    pub(crate) fn path(&self) -> SearchPath {
+        self.path.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn set_path(&self, path: SearchPath) {
+        *self.path.lock().unwrap_or_else(|p| p.into_inner()) = path;
+    }
+
+    fn view_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
+        let view = self.engine.view(name)?;
+        let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| self.engine.view_snapshots()).clone();
+        let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
+        let watermark = view.watermark.as_ref().map(|(column, _)| column.clone());
+        Some(Arc::new(SnapshotTable { id: view.def.id, kind: RelationKind::MaterializedView, schema: Arc::clone(&view.schema), snapshot: Some(snapshot), watermark, append_only: false }))
+    }
+
+    fn plain_view_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
+        let view = self.engine.plain_view(name)?;
+        let schema = view.arrow_schema().map_err(|e| tracing::error!(view = %name.display(), error = %e, "a plain view's columns are unreadable")).ok()?;
+        Some(Arc::new(SnapshotTable { id: view.id, kind: RelationKind::View, schema, snapshot: None, watermark: None, append_only: false }))
+    }
+
+    fn table_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
+        let table = self.engine.table(name)?;
+        let snapshot = {
+            let mut forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
+            match forks.get_mut(&table.def.id) {
+                Some(fork) => fork.snapshot(),
+                None => table.snapshot(),
+            }
+        };
+        // A snapshot that cannot be built surfaces as an empty table only if decoding rows
+        // failed, which is a bug; log it loudly rather than fail planning.
+        let snapshot = snapshot.unwrap_or_else(|e| {
+            tracing::error!(table = %name.display(), error = %e, "building a table snapshot failed");
+            Arc::new(Vec::new())
+        });
+        let watermark = table.def.watermark.as_ref().map(|w| w.column.clone());
+        Some(Arc::new(SnapshotTable { id: table.def.id, kind: RelationKind::Table, schema: Arc::clone(&table.schema), snapshot: Some(snapshot), watermark, append_only: table.def.append_only }))
+    }
+}
+
+impl CatalogSource for SessionCatalog {
+    fn table(&self, schema: &str, name: &str) -> Option<Arc<dyn TableSource>> {
+        if schema == EDDY_CATALOG_SCHEMA {
+            let (schema, batch) = crate::system::table(&self.engine, name)?;
+            return Some(Arc::new(SnapshotTable { id: ObjectId(0), kind: RelationKind::System, schema, snapshot: Some(Arc::new(batch)), watermark: None, append_only: false }));
+        }
+        let name = QualifiedName::new(schema, name);
+        if let Some(source) = self.engine.source(&name) {
+            let watermark = source.def.watermark.as_ref().map(|w| w.column.clone());
+            return Some(Arc::new(SnapshotTable { id: source.def.id, kind: RelationKind::Source, schema: Arc::clone(&source.schema), snapshot: None, watermark, append_only: source.def.append_only }));
+        }
+        self.table_table(&name).or_else(|| self.view_table(&name)).or_else(|| self.plain_view_table(&name))
+    }
+
+    fn failure(&self, schema: &str, name: &str) -> Option<Error> {
+        self.engine.view_failure(&*self.engine.view(&QualifiedName::new(schema, name))?)
+    }
+
+    fn table_names(&self, schema: &str) -> Vec<String> {
+        if schema == EDDY_CATALOG_SCHEMA {
+            return crate::system::NAMES.iter().map(|n| (*n).to_owned()).collect();
+        }
+        let mut names: Vec<QualifiedName> = self.engine.table_names();
+        names.extend(self.engine.view_names());
+        names.extend(self.engine.source_names());
+        names.extend(self.engine.plain_view_names());
+        names.into_iter().filter(|n| n.schema == schema).map(|n| n.name).collect()
+    }
+
+    fn schemas(&self) -> Vec<SchemaEntry> {
+        self.engine.schema_entries()
+    }
+
+    fn search_path(&self) -> Vec<String> {
+        self.path().lookup(&self.engine)
+    }
+
+    fn view_definition(&self, schema: &str, name: &str) -> Option<ViewDefinition> {
+        let view = self.engine.plain_view(&QualifiedName::new(schema, name))?;
+        Some(ViewDefinition { id: view.id, query: view.query.clone(), columns: view.columns.iter().map(|c| c.name.clone()).collect() })
+    }
+}
+
+/// A relation frozen at the moment a statement resolved it (a source or a plain view has no
+/// contents to read).
+#[derive(Debug)]
+struct SnapshotTable {
+    id: ObjectId,
+    kind: RelationKind,
+    schema: SchemaRef,
+    snapshot: Option<Arc<Vec<RecordBatch>>>,
+    watermark: Option<String>,
+    append_only: bool,
+}
+
+impl TableSource for SnapshotTable {
+    fn kind(&self) -> RelationKind {
+        self.kind
+    }
+
+    fn watermark_column(&self) -> Option<String> {
+        self.watermark.clone()
+    }
+
+    fn append_only(&self) -> bool {
+        self.append_only
+    }
+
+    fn object_id(&self) -> ObjectId {
+        self.id
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn scan(&self) -> Result<Arc<Vec<RecordBatch>>> {
+        self.snapshot.clone().ok_or_else(|| match self.kind {
+            RelationKind::View => Error::internal("a plain view is expanded into its query, never scanned"),
+            _ => Error::unsupported("a source is not stored by Eddy, so it cannot be queried directly")
+                .with_hint("read it through a materialized view (CREATE MATERIALIZED VIEW v AS SELECT ... FROM the source), or SUBSCRIBE to a query over it"),
+        })
+    }
+}
+
+impl std::fmt::Debug for TableData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableData").field("rows", &self.row_count()).finish()
+    }
+}
