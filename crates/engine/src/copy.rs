@@ -178,7 +178,7 @@ mod tests {
             Field::new("name", DataType::Utf8, true),
             Field::new("ok", DataType::Boolean, true),
         ]));
-        CopyIn { table: "t".into(), columns: vec![0, 1, 2], schema, format }
+        CopyIn { table: eddy_sql::QualifiedName::public("t"), columns: vec![0, 1, 2], schema, format }
     }
 
     #[test]

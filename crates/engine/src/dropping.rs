@@ -10,8 +10,21 @@ use std::sync::Arc;
 use eddy_common::{Error, ObjectId, Result, SqlState};
 use eddy_sql::QualifiedName;
 
+use crate::session::Notice;
 use crate::views::View;
 use crate::{Engine, ObjectKind};
+
+/// PostgreSQL's NOTICE for what a CASCADE drops besides the objects named.
+pub(crate) fn cascade_notice(dropped: Vec<String>) -> Option<Notice> {
+    match dropped.as_slice() {
+        [] => None,
+        [one] => Some(format!("drop cascades to {one}").into()),
+        many => Some(Notice {
+            message: format!("drop cascades to {} other objects", many.len()),
+            detail: Some(many.iter().map(|d| format!("drop cascades to {d}")).collect::<Vec<_>>().join("\n")),
+        }),
+    }
+}
 
 /// An object that goes with a DROP, and why.
 struct Doomed {
@@ -37,7 +50,7 @@ impl ObjectKind {
 impl Engine {
     /// Drops the objects of one kind named; returns the NOTICEs to send (names missing under
     /// `IF EXISTS`, objects dropped by `CASCADE`).
-    pub(crate) async fn drop_objects(&self, names: &[QualifiedName], if_exists: bool, cascade: bool, kind: ObjectKind) -> Result<Vec<String>> {
+    pub(crate) async fn drop_objects(&self, names: &[QualifiedName], if_exists: bool, cascade: bool, kind: ObjectKind) -> Result<Vec<Notice>> {
         let _guard = self.lock_writes().await;
         let mut ids = Vec::new();
         let mut notices = Vec::new();
@@ -51,7 +64,7 @@ impl Engine {
             match id {
                 Some(id) => ids.push(id),
                 None if self.name_taken(name) => return Err(self.wrong_kind(name, kind)),
-                None if if_exists => notices.push(format!("{} \"{}\" does not exist, skipping", kind.noun(), name.name)),
+                None if if_exists => notices.push(format!("{} \"{}\" does not exist, skipping", kind.noun(), name.name).into()),
                 None => return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("{} \"{}\" does not exist", kind.noun(), name.name))),
             }
         }
@@ -82,7 +95,7 @@ impl Engine {
     /// Drops `ids` (call under the write lock) and, with `cascade`, everything that reads them;
     /// without it, anything that reads them is a 2BP01 error naming `blame` (default: the first
     /// object with dependents). Returns the NOTICEs `CASCADE` sends.
-    pub(crate) fn drop_ids_now(&self, ids: &[ObjectId], cascade: bool, blame: Option<&str>) -> Result<Vec<String>> {
+    pub(crate) fn drop_ids_now(&self, ids: &[ObjectId], cascade: bool, blame: Option<&str>) -> Result<Vec<Notice>> {
         let doomed = self.dependents_of(ids);
         if let Some(first) = doomed.first()
             && !cascade
@@ -93,11 +106,7 @@ impl Engine {
                 .with_detail(detail.join("\n"))
                 .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
         }
-        let notices = match doomed.as_slice() {
-            [] => Vec::new(),
-            [one] => vec![format!("drop cascades to {}", one.description)],
-            many => vec![format!("drop cascades to {} other objects", many.len())],
-        };
+        let notices = cascade_notice(doomed.iter().map(|d| d.description.clone()).collect()).into_iter().collect();
         // Dependents first (newest first), then the named objects.
         let mut order: Vec<ObjectId> = doomed.iter().map(|d| d.id).collect();
         order.sort_by_key(|id| std::cmp::Reverse(*id));
@@ -107,25 +116,31 @@ impl Engine {
         Ok(notices)
     }
 
-    /// How many objects outside `ids` read them, transitively.
-    pub(crate) fn dependents_count(&self, ids: &[ObjectId]) -> usize {
-        self.dependents_of(ids).len()
+    /// What reads `id`, transitively, leaving out `listed`: (id, description, what it reads).
+    pub(crate) fn dependents_of_one(&self, id: ObjectId, listed: &[ObjectId]) -> Vec<(ObjectId, String, String)> {
+        let mut doomed = Vec::new();
+        self.collect_dependents(id, listed, &mut doomed);
+        doomed.into_iter().map(|d| (d.id, d.description, d.reads)).collect()
     }
 
-    /// Everything that reads `ids`, transitively (sinks included), in the order found.
+    /// Everything that reads `ids`, transitively (sinks included), depth first in id order
+    /// (the order PostgreSQL lists them in).
     fn dependents_of(&self, ids: &[ObjectId]) -> Vec<Doomed> {
         let mut doomed: Vec<Doomed> = Vec::new();
-        let mut frontier = ids.to_vec();
-        while let Some(id) = frontier.pop() {
-            let reads = self.description(id);
-            for dependent in self.direct_dependents(id) {
-                if !ids.contains(&dependent) && !doomed.iter().any(|d| d.id == dependent) {
-                    doomed.push(Doomed { id: dependent, description: self.description(dependent), reads: reads.clone() });
-                    frontier.push(dependent);
-                }
-            }
+        for id in ids {
+            self.collect_dependents(*id, ids, &mut doomed);
         }
         doomed
+    }
+
+    fn collect_dependents(&self, id: ObjectId, named: &[ObjectId], doomed: &mut Vec<Doomed>) {
+        let reads = self.description(id);
+        for dependent in self.direct_dependents(id) {
+            if !named.contains(&dependent) && !doomed.iter().any(|d| d.id == dependent) {
+                doomed.push(Doomed { id: dependent, description: self.description(dependent), reads: reads.clone() });
+                self.collect_dependents(dependent, named, doomed);
+            }
+        }
     }
 
     /// The views (plain and materialized) and sinks that read `id` directly.
@@ -216,7 +231,7 @@ impl Engine {
             "sink"
         };
         match self.qualified_name_of(id) {
-            Some(name) => format!("{noun} {}", name.display()),
+            Some(name) => format!("{noun} {}", name.described()),
             None => format!("object {id}"),
         }
     }

@@ -405,13 +405,13 @@ impl Engine {
 
     /// Drops sinks by name.
     /// Drops sinks by name; returns the NOTICEs for those missing under `IF EXISTS`.
-    pub(crate) async fn drop_sinks(&self, names: &[QualifiedName], if_exists: bool) -> Result<Vec<String>> {
+    pub(crate) async fn drop_sinks(&self, names: &[QualifiedName], if_exists: bool) -> Result<Vec<session::Notice>> {
         let _guard = self.lock_writes().await;
         let mut notices = Vec::new();
         for name in names {
             if !self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(name) {
                 if if_exists {
-                    notices.push(format!("sink \"{}\" does not exist, skipping", name.display()));
+                    notices.push(format!("sink \"{}\" does not exist, skipping", name.name).into());
                     continue;
                 }
                 let state = if self.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_OBJECT };

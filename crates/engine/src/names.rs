@@ -106,12 +106,12 @@ impl Session {
 
     /// Existing names for a DROP: with `IF EXISTS`, a name whose schema does not exist is
     /// skipped with PostgreSQL's NOTICE.
-    pub(crate) fn existing_names(&self, names: &[ObjectName], if_exists: bool, notices: &mut Vec<String>) -> Result<Vec<QualifiedName>> {
+    pub(crate) fn existing_names(&self, names: &[ObjectName], if_exists: bool, notices: &mut Vec<crate::session::Notice>) -> Result<Vec<QualifiedName>> {
         let mut out = Vec::new();
         for name in names {
             match self.existing_name(name) {
                 Ok(name) => out.push(name),
-                Err(e) if if_exists && e.state == SqlState::INVALID_SCHEMA_NAME => notices.push(format!("{}, skipping", e.message)),
+                Err(e) if if_exists && e.state == SqlState::INVALID_SCHEMA_NAME => notices.push(format!("{}, skipping", e.message).into()),
                 Err(e) => return Err(e),
             }
         }

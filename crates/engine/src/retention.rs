@@ -215,6 +215,7 @@ mod tests {
         let column = |name: &str, arrow: &str, pg: &str| ColumnDef { name: name.into(), pg_type: pg.into(), arrow_type: arrow.into(), nullable: true, proctime: false };
         TableDef {
             id: ObjectId(7),
+            schema: "public".into(),
             name: "kv".into(),
             columns: vec![column("k", "Int32", "integer"), column("v", "Int64", "bigint")],
             primary_key: vec![0],

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Engine;
 use crate::catalog::ObjectDef;
+use crate::session::Notice;
 
 /// A schema made with `CREATE SCHEMA`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -56,11 +57,11 @@ impl Engine {
 
     /// `CREATE SCHEMA [IF NOT EXISTS] name`: `Some(notice)` when it existed and `IF NOT
     /// EXISTS` was given.
-    pub(crate) async fn create_schema(&self, name: &str, if_not_exists: bool) -> Result<Option<String>> {
+    pub(crate) async fn create_schema(&self, name: &str, if_not_exists: bool) -> Result<Option<Notice>> {
         let _guard = self.lock_writes().await;
         if self.schema_exists(name) || name == crate::names::PG_CATALOG || name == "information_schema" {
             if if_not_exists {
-                return Ok(Some(format!("schema \"{name}\" already exists, skipping")));
+                return Ok(Some(format!("schema \"{name}\" already exists, skipping").into()));
             }
             return Err(Error::new(SqlState::DUPLICATE_SCHEMA, format!("schema \"{name}\" already exists")));
         }
@@ -72,6 +73,21 @@ impl Engine {
         self.meta.put_object(def.id, &ObjectDef::Schema(def.clone()).encode()?)?;
         self.schemas.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), def);
         Ok(None)
+    }
+
+    /// The objects `ids` of a schema, each followed by what reads it from elsewhere
+    /// (transitively), in PostgreSQL's order: (description, what it depends on when that is
+    /// not the schema).
+    fn schema_dependents(&self, ids: &[ObjectId]) -> Vec<(String, Option<String>)> {
+        let mut out = Vec::new();
+        let mut listed: Vec<ObjectId> = ids.to_vec();
+        for id in ids {
+            out.push((self.description(*id), None));
+            let others = self.dependents_of_one(*id, &listed);
+            listed.extend(others.iter().map(|(id, _, _)| *id));
+            out.extend(others.into_iter().map(|(_, what, on)| (what, Some(on))));
+        }
+        out
     }
 
     /// The ids of every object in `schema`, oldest first.
@@ -89,7 +105,7 @@ impl Engine {
     /// `DROP SCHEMA [IF EXISTS] names [CASCADE]`: a schema that holds objects is refused
     /// (2BP01) unless `cascade`, which drops them and everything that reads them. Returns the
     /// NOTICEs to send.
-    pub(crate) async fn drop_schemas(&self, names: &[String], if_exists: bool, cascade: bool) -> Result<Vec<String>> {
+    pub(crate) async fn drop_schemas(&self, names: &[String], if_exists: bool, cascade: bool) -> Result<Vec<Notice>> {
         let _guard = self.lock_writes().await;
         let mut notices = Vec::new();
         let mut doomed: Vec<(String, Vec<ObjectId>)> = Vec::new();
@@ -102,7 +118,7 @@ impl Engine {
             }
             if !self.schema_exists(name) {
                 if if_exists {
-                    notices.push(format!("schema \"{name}\" does not exist, skipping"));
+                    notices.push(format!("schema \"{name}\" does not exist, skipping").into());
                     continue;
                 }
                 return Err(Error::new(SqlState::INVALID_SCHEMA_NAME, format!("schema \"{name}\" does not exist")));
@@ -110,20 +126,18 @@ impl Engine {
             doomed.push((name.clone(), self.objects_in(name)));
         }
         let inside: Vec<(ObjectId, String)> = doomed.iter().flat_map(|(schema, ids)| ids.iter().map(move |id| (*id, schema.clone()))).collect();
-        if !inside.is_empty() && !cascade {
-            let (_, schema) = &inside[0];
-            let detail: Vec<String> = inside.iter().filter(|(_, s)| s == schema).map(|(id, s)| format!("{} depends on schema {s}", self.description(*id))).collect();
-            return Err(Error::new(SqlState::DEPENDENT_OBJECTS_STILL_EXIST, format!("cannot drop schema {schema} because other objects depend on it"))
+        let ids: Vec<ObjectId> = inside.iter().map(|(id, _)| *id).collect();
+        if let Some((_, schema)) = inside.first()
+            && !cascade
+        {
+            let quoted = eddy_sql::pg::strings::quote_ident(schema);
+            let own: Vec<ObjectId> = inside.iter().filter(|(_, s)| s == schema).map(|(id, _)| *id).collect();
+            let detail: Vec<String> = self.schema_dependents(&own).into_iter().map(|(what, on)| format!("{what} depends on {}", on.unwrap_or_else(|| format!("schema {quoted}")))).collect();
+            return Err(Error::new(SqlState::DEPENDENT_OBJECTS_STILL_EXIST, format!("cannot drop schema {quoted} because other objects depend on it"))
                 .with_detail(detail.join("\n"))
                 .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
         }
-        let ids: Vec<ObjectId> = inside.iter().map(|(id, _)| *id).collect();
-        let outside = self.dependents_count(&ids);
-        match (ids.len() + outside, inside.first()) {
-            (0, _) => {}
-            (1, Some((id, _))) => notices.push(format!("drop cascades to {}", self.description(*id))),
-            (n, _) => notices.push(format!("drop cascades to {n} other objects")),
-        }
+        notices.extend(crate::dropping::cascade_notice(self.schema_dependents(&ids).into_iter().map(|(what, _)| what).collect()));
         if !ids.is_empty() {
             self.drop_ids_now(&ids, true, None)?;
         }

@@ -35,8 +35,22 @@ pub enum Outcome {
     CopyIn(CopyIn),
     /// A warning to show the client, with the statement's outcome.
     Warning { message: String, then: Box<Outcome> },
-    /// Progress information (NOTICE), with the statement's outcome.
-    Notice { message: String, then: Box<Outcome> },
+    /// Progress information or PostgreSQL's NOTICE (`... does not exist, skipping`), with the
+    /// statement's outcome.
+    Notice { message: String, detail: Option<String>, then: Box<Outcome> },
+}
+
+/// A NOTICE a statement sends before its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub message: String,
+    pub detail: Option<String>,
+}
+
+impl From<String> for Notice {
+    fn from(message: String) -> Self {
+        Notice { message, detail: None }
+    }
 }
 
 /// What the extended protocol's Describe reports.
@@ -221,7 +235,7 @@ impl Session {
                 let table = self.writable_table(&name)?;
                 let (replayed, left) = self.engine.replay_dead_letters(&table).await?;
                 let done = Outcome::Command { tag: "ALTER TABLE", rows: None };
-                Ok(Outcome::Notice { message: format!("replayed {replayed} dead letters of \"{}\"; {left} still fail and stay", name.display()), then: Box::new(done) })
+                Ok(Outcome::Notice { message: format!("replayed {replayed} dead letters of \"{}\"; {left} still fail and stay", name.display()), detail: None, then: Box::new(done) })
             }
             Statement::ReplayDeadLetters { name, source: true } => {
                 let name = self.existing_name(name)?;
@@ -230,6 +244,7 @@ impl Session {
                 let done = Outcome::Command { tag: "ALTER SOURCE", rows: None };
                 Ok(Outcome::Notice {
                     message: format!("replayed {replayed} dead letters of \"{}\" into the views reading it; {left} still fail and stay", name.display()),
+                    detail: None,
                     then: Box::new(done),
                 })
             }
@@ -330,7 +345,7 @@ impl Session {
                     ObjectType::Role => "DROP ROLE",
                     _ => "DROP DATABASE",
                 };
-                Ok(with_notices(vec![notice], Outcome::Command { tag, rows: None }))
+                Ok(with_notices(vec![notice.into()], Outcome::Command { tag, rows: None }))
             }
             S::CreateSchema { schema_name, if_not_exists, .. } => self.create_schema_statement(schema_name, *if_not_exists).await,
             S::AlterTable(alter) => {
@@ -573,6 +588,7 @@ impl Session {
         };
         Ok(Outcome::Notice {
             message: format!("materialized view \"{}\" backfilled from {rows} rows{sources} in {} ms", name.display(), started.elapsed().as_millis()),
+            detail: None,
             then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
         })
     }
@@ -1105,8 +1121,8 @@ fn text_schema(names: &[&str]) -> SchemaRef {
 }
 
 /// `done`, preceded by NOTICEs.
-pub(crate) fn with_notices(notices: Vec<String>, done: Outcome) -> Outcome {
-    notices.into_iter().rev().fold(done, |then, message| Outcome::Notice { message, then: Box::new(then) })
+pub(crate) fn with_notices(notices: Vec<Notice>, done: Outcome) -> Outcome {
+    notices.into_iter().rev().fold(done, |then, n| Outcome::Notice { message: n.message, detail: n.detail, then: Box::new(then) })
 }
 
 pub(crate) fn rows_of_text(names: &[&str], rows: Vec<Vec<String>>) -> Result<Outcome> {

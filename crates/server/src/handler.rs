@@ -320,8 +320,10 @@ where
             client.send(notice("WARNING", SqlState::WARNING, message)).await?;
             Box::pin(respond(client, slot, *then, formats)).await?
         }
-        Outcome::Notice { message, then } => {
-            client.send(notice("NOTICE", SqlState::SUCCESSFUL_COMPLETION, message)).await?;
+        Outcome::Notice { message, detail, then } => {
+            let mut info = ErrorInfo::new("NOTICE".to_owned(), SqlState::SUCCESSFUL_COMPLETION.code().to_owned(), message);
+            info.detail = detail;
+            client.send(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(info))).await?;
             Box::pin(respond(client, slot, *then, formats)).await?
         }
     })

@@ -44,6 +44,13 @@ impl QualifiedName {
     pub fn display(&self) -> String {
         if self.schema == PUBLIC_SCHEMA { self.name.clone() } else { format!("{}.{}", self.schema, self.name) }
     }
+
+    /// [`QualifiedName::display`] with each part quoted where SQL needs it, as PostgreSQL
+    /// describes objects (`table "Mixed".t`).
+    pub fn described(&self) -> String {
+        use crate::pg::strings::quote_ident;
+        if self.schema == PUBLIC_SCHEMA { quote_ident(&self.name) } else { format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name)) }
+    }
 }
 
 /// `schema.name`, each part quoted when SQL needs it.
@@ -119,9 +126,7 @@ impl Resolver<'_> {
     /// The schema `schema.name` is found in, with the relation.
     fn find(&self, schema: Option<&str>, name: &str) -> Result<(String, std::sync::Arc<dyn crate::TableSource>)> {
         if let Some(schema) = schema {
-            if self.catalog.schema(schema).is_none() {
-                return Err(Error::new(SqlState::INVALID_SCHEMA_NAME, format!("schema \"{schema}\" does not exist")));
-            }
+            // PostgreSQL answers a query naming a missing schema as for a missing relation.
             return self.relation(schema, name).map(|t| (schema.to_owned(), t)).ok_or_else(|| undefined(&format!("{schema}.{name}")));
         }
         for schema in &self.path {

@@ -1,0 +1,70 @@
+-- Schemas against PostgreSQL 15: CREATE/DROP SCHEMA, qualified names in DDL, DML and queries,
+-- the same name in two schemas, search_path (where unqualified names are found and where new
+-- objects go), and DROP SCHEMA's dependency rules.
+CREATE SCHEMA analytics;
+CREATE SCHEMA analytics;
+CREATE SCHEMA IF NOT EXISTS analytics;
+CREATE SCHEMA pg_mine;
+CREATE TABLE analytics.orders (id INT PRIMARY KEY, amount INT);
+CREATE TABLE orders (id INT PRIMARY KEY, note TEXT);
+INSERT INTO analytics.orders VALUES (1, 5), (2, 7), (3, 9);
+INSERT INTO orders VALUES (1, 'public one');
+UPDATE analytics.orders SET amount = amount + 1 WHERE id = 2;
+DELETE FROM analytics.orders WHERE id = 3;
+SELECT * FROM analytics.orders ORDER BY id;
+SELECT * FROM public.orders;
+SELECT * FROM orders;
+SELECT o.id, p.note FROM analytics.orders o JOIN public.orders p USING (id);
+SELECT orders.amount FROM analytics.orders ORDER BY 1;
+SELECT * FROM nowhere.orders;
+SELECT * FROM analytics.nothing;
+CREATE TABLE nowhere.t (a INT);
+CREATE VIEW analytics.big AS SELECT id FROM analytics.orders WHERE amount > 5;
+SELECT * FROM analytics.big;
+SHOW search_path;
+SET search_path = analytics, public;
+SHOW search_path;
+SELECT * FROM orders ORDER BY id;
+SELECT * FROM big;
+CREATE TABLE created_here (a INT);
+CREATE VIEW here_too AS SELECT a FROM created_here;
+SELECT * FROM analytics.created_here;
+SELECT * FROM analytics.here_too;
+SET search_path = nowhere, public;
+CREATE TABLE lands_in_public (a INT);
+SELECT * FROM public.lands_in_public;
+SET search_path = nowhere;
+CREATE TABLE nowhere_to_go (a INT);
+SELECT * FROM orders;
+SET search_path = "$user", public;
+SELECT * FROM orders;
+SELECT * FROM big;
+-- The view keeps the table it was created over, whatever the session's path
+SET search_path = analytics, public;
+CREATE VIEW reads_analytics AS SELECT amount FROM orders;
+SET search_path = public;
+SELECT * FROM analytics.reads_analytics ORDER BY amount;
+-- DROP SCHEMA
+DROP SCHEMA analytics;
+DROP SCHEMA IF EXISTS nope;
+DROP SCHEMA nope;
+DROP TABLE analytics.orders;
+DROP SCHEMA analytics CASCADE;
+SELECT * FROM analytics.orders;
+SELECT * FROM orders;
+CREATE SCHEMA empty;
+DROP SCHEMA empty;
+DROP SCHEMA empty;
+CREATE SCHEMA "Mixed";
+CREATE TABLE "Mixed".t (a INT);
+INSERT INTO "Mixed".t VALUES (1);
+SELECT * FROM "Mixed".t;
+DROP SCHEMA "Mixed" CASCADE;
+-- A schema whose objects are read from another schema
+CREATE SCHEMA src;
+CREATE TABLE src.t (a INT);
+CREATE VIEW reader AS SELECT a FROM src.t;
+CREATE VIEW src.inner_view AS SELECT a FROM src.t;
+DROP SCHEMA src;
+DROP SCHEMA src CASCADE;
+SELECT * FROM reader;
