@@ -116,6 +116,12 @@ impl Engine {
         Ok(notices)
     }
 
+    /// The materialized views that read `id`, directly or through other views.
+    pub(crate) fn materialized_readers(&self, id: ObjectId) -> Vec<String> {
+        let views = self.views.read().unwrap_or_else(|p| p.into_inner());
+        self.dependents_of(&[id]).into_iter().filter(|d| views.values().any(|v| v.def.id == d.id)).map(|d| d.description).collect()
+    }
+
     /// What reads `id`, transitively, leaving out `listed`: (id, description, what it reads).
     pub(crate) fn dependents_of_one(&self, id: ObjectId, listed: &[ObjectId]) -> Vec<(ObjectId, String, String)> {
         let mut doomed = Vec::new();

@@ -90,6 +90,12 @@ impl Engine {
         match self.plain_view(&name) {
             Some(old) if or_replace => {
                 check_replacement(&old.columns, &def.columns)?;
+                // A materialized view's dataflow (and its checkpointed state) was built from
+                // the old query: it would silently disagree with the new one.
+                if let Some(reader) = self.materialized_readers(old.id).first() {
+                    return Err(Error::unsupported(format!("cannot replace view \"{}\" because {reader} reads it", name.name))
+                        .with_hint("drop the materialized views that read it, replace the view, then create them again"));
+                }
                 def.id = old.id;
             }
             Some(_) => return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{}\" already exists", name.name))),

@@ -253,7 +253,7 @@ impl Engine {
     fn mark_view_failed(&self, def: &ViewDef, schema: Option<arrow::datatypes::SchemaRef>, error: Error) {
         tracing::error!(view = %def.name, error = %error, "a materialized view could not be restored; it is marked failed, the other objects serve");
         let error = Error::new(error.state, format!("materialized view \"{}\" could not be restored: {}", def.name, error.message))
-            .with_hint(format!("DROP MATERIALIZED VIEW {} and create it again; a restart tries to restore it again", def.name));
+            .with_hint(format!("DROP MATERIALIZED VIEW {} and create it again; a restart tries to restore it again", def.qualified().display()));
         self.runtime.failures().write().unwrap_or_else(|p| p.into_inner()).insert(def.id, error);
         let schema = schema.unwrap_or_else(|| Arc::new(Schema::empty()));
         let view = Arc::new(View { def: def.clone(), schema, watermark: None });
@@ -282,7 +282,7 @@ impl Engine {
             .map(|v| {
                 let failure = failures.get(&v.def.id);
                 ViewStatus {
-                    name: v.def.name.clone(),
+                    name: v.def.qualified().display(),
                     status: if failure.is_some() { "failed" } else { "running" },
                     error: failure.map(|e| e.message.clone()),
                     restored_from: restored.get(&v.def.id).cloned(),

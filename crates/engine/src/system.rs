@@ -218,18 +218,18 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
             let end = engine.log_end(table.def.id, p)?;
             let readers: Vec<_> = consumers.iter().filter(|c| c.sources.contains(&table.def.id)).collect();
             if readers.is_empty() {
-                rows.push((table.def.name.clone(), p, None, None, Some(end), None));
+                rows.push((table.def.qualified().display(), p, None, None, Some(end), None));
             }
             for reader in readers {
                 let committed = reader.committed.get(&(table.def.id, p)).copied().unwrap_or(0);
-                rows.push((table.def.name.clone(), p, Some(reader.view.clone()), Some(committed), Some(end), None));
+                rows.push((table.def.qualified().display(), p, Some(reader.view.clone()), Some(committed), Some(end), None));
             }
         }
         // The connector feeding the table: per source partition, how far it has read (kept in
         // the table's log) and where the source ends.
         if let Some(connector) = table.def.option("connector") {
             for (p, progress) in table.progress.partitions() {
-                rows.push((table.def.name.clone(), p, Some(format!("connector {connector}")), progress.next, progress.end, Some(progress.skipped)));
+                rows.push((table.def.qualified().display(), p, Some(format!("connector {connector}")), progress.next, progress.end, Some(progress.skipped)));
             }
         }
     }
@@ -238,7 +238,7 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         let Some(consumer) = consumers.iter().find(|c| c.id == view) else { continue };
         for (p, progress) in partitions {
             let committed = consumer.committed.get(&(source.def.id, p)).copied();
-            rows.push((source.def.name.clone(), p, Some(consumer.view.clone()), committed, progress.end, Some(progress.skipped)));
+            rows.push((source.def.qualified().display(), p, Some(consumer.view.clone()), committed, progress.end, Some(progress.skipped)));
         }
     }
     rows.sort();

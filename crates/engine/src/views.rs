@@ -750,7 +750,7 @@ impl RuntimeState {
                     .views
                     .iter()
                     .filter(|v| !v.view.def.sql.is_empty())
-                    .map(|v| ConsumerOffsets { id: v.view.def.id, view: v.view.def.name.clone(), sources: v.sources.clone(), committed: v.committed.clone() })
+                    .map(|v| ConsumerOffsets { id: v.view.def.id, view: v.view.def.qualified().display(), sources: v.sources.clone(), committed: v.committed.clone() })
                     .collect();
                 let _ = reply.send(rows);
             }
@@ -759,7 +759,7 @@ impl RuntimeState {
                     .views
                     .iter()
                     .filter(|v| !v.view.def.sql.is_empty())
-                    .flat_map(|v| eddy_dataflow::stats(v.dataflow.as_ref()).into_iter().map(|s| (v.view.def.name.clone(), s)))
+                    .flat_map(|v| eddy_dataflow::stats(v.dataflow.as_ref()).into_iter().map(|s| (v.view.def.qualified().display(), s)))
                     .collect();
                 let _ = reply.send(rows);
             }
@@ -833,7 +833,7 @@ impl RuntimeState {
     }
 
     fn name_of(&self, id: ObjectId) -> String {
-        self.views.iter().find(|v| v.view.def.id == id).map_or_else(|| id.to_string(), |v| v.view.def.name.clone())
+        self.views.iter().find(|v| v.view.def.id == id).map_or_else(|| id.to_string(), |v| v.view.def.qualified().display())
     }
 
     fn fail(&mut self, view: ObjectId, error: Error) {
