@@ -11,7 +11,6 @@
 use std::fmt;
 use std::ops::ControlFlow;
 
-use datafusion::catalog::CatalogProvider;
 use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
 use eddy_common::{Error, ObjectId, Result, SqlState};
 
