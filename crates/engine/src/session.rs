@@ -20,10 +20,11 @@ use crate::catalog::{normalize_ident, object_name};
 use crate::copy::{CopyFormat, CopyIn};
 use crate::table::TableData;
 use crate::variables::Variables;
-use crate::{Engine, ObjectKind, Table, WriteGuard};
+use crate::{Engine, ObjectKind, Table};
 
 mod copy;
 mod cursor;
+mod dml;
 mod transaction;
 
 use cursor::Cursor;
@@ -33,8 +34,9 @@ use transaction::Transaction;
 #[derive(Debug)]
 pub enum Outcome {
     Rows { schema: SchemaRef, batches: Vec<RecordBatch> },
-    /// Rows a FETCH read from a cursor (tagged `FETCH n`); `binary` for a BINARY cursor.
-    Fetched { schema: SchemaRef, batches: Vec<RecordBatch>, binary: bool },
+    /// Rows with a command tag other than SELECT (`FETCH n`, `INSERT 0 n` with RETURNING);
+    /// `binary` for a BINARY cursor.
+    TaggedRows { tag: &'static str, schema: SchemaRef, batches: Vec<RecordBatch>, binary: bool },
     /// A completed command; `rows` is appended to the tag (`INSERT 0 3`, `DELETE 2`).
     Command { tag: &'static str, rows: Option<usize> },
     TransactionStart,
@@ -85,7 +87,7 @@ impl Session {
     }
 
     pub fn new(engine: Arc<Engine>, info: &SessionInfo) -> Result<Self> {
-        let view = Arc::new(SessionCatalog { engine: Arc::clone(&engine), forks: Mutex::new(HashMap::new()), views: Mutex::new(None) });
+        let view = Arc::new(SessionCatalog { engine: Arc::clone(&engine), forks: Mutex::new(HashMap::new()), views: Mutex::new(None), locals: Mutex::new(HashMap::new()) });
         let planner = SessionPlanner::new(Arc::clone(&view) as Arc<dyn CatalogSource>, info)?;
         Ok(Session { cursors: HashMap::new(), engine, planner, view, variables: Variables::default(), transaction: None, notices: None })
     }
@@ -283,19 +285,10 @@ impl Session {
             }
             S::Query(_) | S::Explain { .. } => {
                 let planned = self.planner.plan(sql).await?;
-                self.run_planned(planned, params, None).await
+                self.run_planned(planned, params).await
             }
-            S::Insert(_) | S::Update(_) | S::Delete(_) => {
-                self.check_writable(sql)?;
-                // Outside a transaction, a write holds the write lock from the moment it reads
-                // the table until its commit is queued, so concurrent writes serialize.
-                let guard = match self.transaction {
-                    None => Some(self.engine.lock_writes().await),
-                    Some(_) => None,
-                };
-                let planned = self.planner.plan(sql).await?;
-                self.run_planned(planned, params, guard).await
-            }
+            S::Insert(_) | S::Update(_) | S::Delete(_) => self.execute_write(sql, params).await,
+            S::Truncate(truncate) => self.truncate(&truncate.table_names).await,
             S::StartTransaction { .. } => Ok(self.begin()),
             S::Commit { .. } => self.commit().await,
             S::Rollback { savepoint: None, .. } => Ok(self.rollback()),
@@ -394,6 +387,7 @@ impl Session {
                     Planned::Insert { source: q, .. } | Planned::Delete { old_rows: q, .. } => {
                         Ok(StatementDescription { parameters: q.parameter_types()?, columns: None })
                     }
+                    Planned::UpdateJoined { rows, .. } => Ok(StatementDescription { parameters: rows.parameter_types()?, columns: None }),
                     Planned::Update { old_rows, new_rows, .. } => {
                         let mut parameters = new_rows.parameter_types()?;
                         for (i, t) in old_rows.parameter_types()?.into_iter().enumerate() {
@@ -427,7 +421,7 @@ impl Session {
         }
     }
 
-    async fn run_planned(&mut self, planned: Planned, params: &[ArrayRef], guard: Option<WriteGuard>) -> Result<Outcome> {
+    async fn run_planned(&mut self, planned: Planned, params: &[ArrayRef]) -> Result<Outcome> {
         match planned {
             Planned::Query(query) => {
                 let query = query.bind(params)?;
@@ -435,34 +429,7 @@ impl Session {
                 let batches = self.planner.execute(query).await?;
                 Ok(Outcome::Rows { schema, batches })
             }
-            Planned::Insert { table, source } => {
-                let table = self.writable_table(&table)?;
-                let rows = self.collect_rows(&table, source.bind(params)?).await?;
-                let count = rows.iter().map(|b| b.num_rows()).sum();
-                let changes = rows.into_iter().map(ChangeBatch::inserts).collect();
-                self.write(guard, table, changes).await?;
-                Ok(Outcome::Command { tag: "INSERT", rows: Some(count) })
-            }
-            Planned::Delete { table, old_rows } => {
-                let table = self.writable_table(&table)?;
-                refuse_append_only(&table, "DELETE")?;
-                let old = self.collect_rows(&table, old_rows.bind(params)?).await?;
-                let count = old.iter().map(|b| b.num_rows()).sum();
-                let changes = old.into_iter().map(ChangeBatch::retractions).collect();
-                self.write(guard, table, changes).await?;
-                Ok(Outcome::Command { tag: "DELETE", rows: Some(count) })
-            }
-            Planned::Update { table, old_rows, new_rows } => {
-                let table = self.writable_table(&table)?;
-                refuse_append_only(&table, "UPDATE")?;
-                let old = self.collect_rows(&table, old_rows.bind(params)?).await?;
-                let new = self.collect_rows(&table, new_rows.bind(params)?).await?;
-                let count = old.iter().map(|b| b.num_rows()).sum();
-                let mut changes: Vec<ChangeBatch> = old.into_iter().map(ChangeBatch::retractions).collect();
-                changes.extend(new.into_iter().map(ChangeBatch::inserts));
-                self.write(guard, table, changes).await?;
-                Ok(Outcome::Command { tag: "UPDATE", rows: Some(count) })
-            }
+            _ => Err(Error::internal("a write reached the query path")),
         }
     }
 
@@ -893,9 +860,48 @@ struct SessionCatalog {
     /// view, so that all the views it reads are of one epoch (and statements that read no
     /// view never have snapshots built).
     views: Mutex<Option<crate::views::Snapshots>>,
+    /// Relations one statement defines for itself (`excluded` of ON CONFLICT, the rows
+    /// RETURNING reads), by name; see [`SessionCatalog::local`].
+    locals: Mutex<HashMap<&'static str, Arc<dyn TableSource>>>,
+}
+
+/// A statement-local relation, gone when this is dropped.
+pub(super) struct Local<'a> {
+    catalog: &'a SessionCatalog,
+    name: &'static str,
+}
+
+impl Drop for Local<'_> {
+    fn drop(&mut self) {
+        self.catalog.locals.lock().unwrap_or_else(|p| p.into_inner()).remove(self.name);
+    }
 }
 
 impl SessionCatalog {
+    /// Makes `rows` readable as the relation `name` until the returned guard drops.
+    pub(super) fn local(&self, name: &'static str, schema: SchemaRef, rows: Vec<RecordBatch>) -> Local<'_> {
+        let table = SnapshotTable { id: ObjectId(0), kind: "BASE TABLE", schema, snapshot: Some(Arc::new(rows)), watermark: None, append_only: false };
+        self.locals.lock().unwrap_or_else(|p| p.into_inner()).insert(name, Arc::new(table));
+        Local { catalog: self, name }
+    }
+
+    /// Runs `f` on the table's contents as this session sees them (its transaction's copy).
+    pub(super) fn with_table_data<R>(&self, table: &Table, f: impl FnOnce(&TableData) -> R) -> Result<R> {
+        let forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(match forks.get(&table.def.id) {
+            Some(fork) => f(fork),
+            None => f(&table.read()),
+        })
+    }
+
+    pub(super) fn with_table_data_mut<R>(&self, table: &Table, f: impl FnOnce(&mut TableData) -> R) -> Result<R> {
+        let mut forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(match forks.get_mut(&table.def.id) {
+            Some(fork) => f(fork),
+            None => f(&mut table.write()),
+        })
+    }
+
     fn begin_statement(&self) {
         self.views.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
@@ -921,6 +927,9 @@ impl std::fmt::Debug for TableData {
 
 impl CatalogSource for SessionCatalog {
     fn table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
+        if let Some(local) = self.locals.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+            return Some(Arc::clone(local));
+        }
         if let Some(system) = crate::system::table(&self.engine, name) {
             let (schema, batch) = system;
             return Some(Arc::new(SnapshotTable { id: ObjectId(0), kind: "BASE TABLE", schema, snapshot: Some(Arc::new(batch)), watermark: None, append_only: false }));

@@ -263,7 +263,7 @@ where
             }
             Response::Query(QueryResponse::new(fields, stream::iter(rows)))
         }
-        Outcome::Fetched { schema, batches, .. } => {
+        Outcome::TaggedRows { tag, schema, batches, .. } => {
             let fields = Arc::new(encode::field_infos(&schema, formats));
             let field_formats: Vec<FieldFormat> = fields.iter().map(|f| f.format()).collect();
             let tz = slot.session.lock().await.variables().time_zone();
@@ -272,7 +272,7 @@ where
                 rows.extend(encode::encode_batch(batch, &field_formats, tz).map_err(to_pgwire)?.into_iter().map(Ok));
             }
             let mut response = QueryResponse::new(fields, stream::iter(rows));
-            response.set_command_tag("FETCH");
+            response.set_command_tag(tag);
             Response::Query(response)
         }
         Outcome::Command { tag, rows } => {
@@ -408,7 +408,7 @@ impl SimpleQueryHandler for Conn {
                         }
                     }
                     // A BINARY cursor's rows are binary in the simple protocol (Bind decides otherwise).
-                    let format = if matches!(outcome, Outcome::Fetched { binary: true, .. }) { FieldFormat::Binary } else { FieldFormat::Text };
+                    let format = if matches!(outcome, Outcome::TaggedRows { binary: true, .. }) { FieldFormat::Binary } else { FieldFormat::Text };
                     responses.push(respond(client, &slot, outcome, &|_| format).await?);
                     if is_copy {
                         break;

@@ -8,6 +8,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod catalog;
+mod dml;
 mod error;
 mod functions;
 mod information_schema;

@@ -43,6 +43,10 @@ pub enum Planned {
     Delete { table: String, old_rows: QueryPlan },
     /// Retract `old_rows` and insert `new_rows` (the same rows with the assignments applied).
     Update { table: String, old_rows: QueryPlan, new_rows: QueryPlan },
+    /// `UPDATE ... FROM`: `rows` has the table's columns (the row replaced) then its new
+    /// values (not yet cast to the columns' types), once per matching FROM row (PostgreSQL
+    /// updates a row once, with one of its matches).
+    UpdateJoined { table: String, rows: QueryPlan },
 }
 
 /// An optimizable, executable query.
@@ -151,26 +155,26 @@ impl SessionPlanner {
 
     /// Plans a query or DML statement parsed by [`crate::parse_statements`].
     pub async fn plan(&self, statement: &ast::Statement) -> Result<Planned> {
-        if let ast::Statement::Update(update) = statement
-            && update.from.is_some()
-        {
-            return Err(Error::unsupported("UPDATE ... FROM is not supported: use a subquery in WHERE"));
-        }
-        if let ast::Statement::Delete(delete) = statement
-            && delete.using.is_some()
-        {
-            return Err(Error::unsupported("DELETE ... USING is not supported: use a subquery in WHERE"));
-        }
         let returning = match statement {
-            ast::Statement::Insert(i) => i.returning.is_some(),
+            ast::Statement::Insert(i) => i.returning.is_some() || i.on.is_some(),
             ast::Statement::Update(u) => u.returning.is_some(),
             ast::Statement::Delete(d) => d.returning.is_some(),
             _ => false,
         };
         if returning {
-            return Err(Error::unsupported(format!("{} ... RETURNING is not supported yet: read the rows with a SELECT", first_words(statement).split_whitespace().next().unwrap_or(""))));
+            return Err(Error::internal("RETURNING and ON CONFLICT are the engine's to take apart before planning"));
+        }
+        if let ast::Statement::Update(update) = statement
+            && update.from.is_some()
+        {
+            let (table, select) = crate::dml::update_from_as_select(update)?;
+            let Planned::Query(rows) = Box::pin(self.plan(&select)).await? else { return Err(Error::internal("UPDATE ... FROM as a query")) };
+            return Ok(Planned::UpdateJoined { table, rows });
         }
         let mut rewritten = statement.clone();
+        if let ast::Statement::Delete(delete) = &mut rewritten {
+            crate::dml::delete_using_as_exists(delete)?;
+        }
         crate::pg::ast::rewrite(&mut rewritten)?;
         crate::windows::rewrite(&mut rewritten, false)?;
         if let ast::Statement::Insert(insert) = &mut rewritten

@@ -243,7 +243,7 @@ impl Session {
             return Ok(Outcome::Command { tag: "MOVE", rows: Some(rows) });
         }
         let schema = Arc::clone(&cursor.schema);
-        Ok(Outcome::Fetched { schema, batches: out, binary: cursor.binary })
+        Ok(Outcome::TaggedRows { tag: "FETCH", schema, batches: out, binary: cursor.binary })
     }
 }
 
