@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int32Builder, ListArray, StringArray};
+use arrow::array::{Array, ArrayBuilder, ArrayRef, AsArray, Int32Builder, ListArray, StringArray};
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, FieldRef};
-use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Signature, TypeSignature};
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, Signature, TypeSignature};
 use eddy_common::{Error, Result, SqlState};
 
 use super::cast::external;
@@ -176,9 +176,65 @@ fn list_item(t: &DataType) -> FieldRef {
     }
 }
 
+pub const SUBSCRIPTS: &str = "eddy_array_subscripts";
+
+/// The subscripts of an array's dimension as a list (`generate_subscripts` unnests it).
+fn subscripts() -> ScalarUDF {
+    let item = Arc::new(arrow::datatypes::Field::new_list_field(DataType::Int32, true));
+    PgFunction::new(SUBSCRIPTS, Signature::any(2, IMMUTABLE), DataType::List(Arc::clone(&item)), move |args| {
+        let a = arrays(args)?;
+        let column = arrow::compute::cast(&a[0], &DataType::List(list_item(a[0].data_type())))?;
+        let (offsets, nulls) = lists(&column).ok_or_else(|| external(Error::internal("generate_subscripts of a non-array")))?;
+        let dims = arrow::compute::cast(&a[1], &DataType::Int64)?;
+        let dims = dims.as_primitive::<arrow::datatypes::Int64Type>();
+        let mut values = Int32Builder::new();
+        let mut out_offsets = vec![0i32];
+        for i in 0..column.len() {
+            let valid = nulls.is_none_or(|n| n.is_valid(i)) && dims.is_valid(i) && dims.value(i) == 1;
+            if valid {
+                let len = offsets[i + 1] - offsets[i];
+                (1..=len).for_each(|k| values.append_value(k));
+            }
+            out_offsets.push(i32::try_from(values.len()).unwrap_or(i32::MAX));
+        }
+        let list = ListArray::try_new(Arc::clone(&item), OffsetBuffer::new(out_offsets.into()), Arc::new(values.finish()), None)?;
+        Ok(ColumnarValue::Array(Arc::new(list)))
+    })
+    .udf()
+}
+
+/// `array_dims(a)`: `[1:n]`, NULL for an empty array.
+fn dims() -> ScalarUDF {
+    PgFunction::new("array_dims", Signature::any(1, IMMUTABLE), DataType::Utf8, |args| {
+        let a = arrays(args)?;
+        let column = arrow::compute::cast(&a[0], &DataType::List(list_item(a[0].data_type())))?;
+        let (offsets, nulls) = lists(&column).ok_or_else(|| external(Error::internal("array_dims of a non-array")))?;
+        let mut b = arrow::array::StringBuilder::new();
+        for i in 0..column.len() {
+            let len = offsets[i + 1] - offsets[i];
+            if nulls.is_some_and(|n| n.is_null(i)) || len == 0 { b.append_null() } else { b.append_value(format!("[1:{len}]")) }
+        }
+        Ok(ColumnarValue::Array(Arc::new(b.finish())))
+    })
+    .udf()
+}
+
+/// `array_position(a, x)`: DataFusion's, as an integer.
+fn position(df: Arc<ScalarUDF>) -> ScalarUDF {
+    PgFunction::new("array_position", Signature::one_of(vec![TypeSignature::Any(2), TypeSignature::Any(3)], IMMUTABLE), DataType::Int32, move |args| {
+        let inner = ScalarFunctionArgs { return_field: Arc::new(arrow::datatypes::Field::new("", DataType::UInt64, true)), ..args.clone() };
+        let result = df.invoke_with_args(inner)?;
+        Ok(ColumnarValue::Array(arrow::compute::cast(&result.to_array(args.number_rows)?, &DataType::Int32)?))
+    })
+    .udf()
+}
+
 pub fn functions() -> Vec<ScalarUDF> {
     let length = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     vec![
+        subscripts(),
+        dims(),
+        position(datafusion::functions_nested::position::array_position_udf()),
         dimension_function("cardinality", length),
         dimension_function("array_length", length),
         dimension_function("array_upper", length),

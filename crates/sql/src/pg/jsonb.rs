@@ -470,13 +470,14 @@ fn array_length(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
 
 /// The elements of a jsonb array as a list (`jsonb_array_elements` unnests it), and an
 /// object's keys (`jsonb_object_keys`).
-fn elements(args: &ScalarFunctionArgs, keys: bool) -> Result<ColumnarValue> {
+fn elements(args: &ScalarFunctionArgs, keys: bool, as_text: bool) -> Result<ColumnarValue> {
     let values = parsed(&arrays(args)?[0])?;
     let mut texts: Vec<Option<String>> = Vec::new();
     let mut offsets = vec![0i32];
     for v in &values {
         match (v, keys) {
             (None, _) => {}
+            (Some(Json::Array(items)), false) if as_text => texts.extend(items.iter().map(Json::as_text)),
             (Some(Json::Array(items)), false) => texts.extend(items.iter().map(|j| Some(j.to_string()))),
             (Some(Json::Object(pairs)), true) => texts.extend(pairs.iter().map(|(k, _)| Some(k.clone()))),
             (Some(_), false) => return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, "cannot extract elements from a scalar")),
@@ -484,7 +485,7 @@ fn elements(args: &ScalarFunctionArgs, keys: bool) -> Result<ColumnarValue> {
         }
         offsets.push(i32::try_from(texts.len()).unwrap_or(i32::MAX));
     }
-    let item = element_field(keys);
+    let item = element_field(keys || as_text);
     let values: ArrayRef = Arc::new(StringArray::from(texts));
     let list = arrow::array::ListArray::try_new(item, arrow::buffer::OffsetBuffer::new(offsets.into()), values, None)?;
     Ok(ColumnarValue::Array(Arc::new(list)))
@@ -495,6 +496,7 @@ fn element_field(keys: bool) -> Arc<Field> {
 }
 
 pub const ELEMENTS: &str = "eddy_jsonb_elements";
+pub const ELEMENTS_TEXT: &str = "eddy_jsonb_elements_text";
 pub const OBJECT_KEYS: &str = "eddy_jsonb_object_keys";
 
 pub fn functions() -> Vec<ScalarUDF> {
@@ -520,8 +522,9 @@ pub fn functions() -> Vec<ScalarUDF> {
         jsonb("jsonb_build_object", variadic(), build_object).udf(),
         text("jsonb_typeof", Signature::any(1, IMMUTABLE), typeof_).udf(),
         PgFunction::new("jsonb_array_length", Signature::any(1, IMMUTABLE), DataType::Int32, array_length).udf(),
-        PgFunction::with_return(ELEMENTS, Signature::any(1, IMMUTABLE), |_| Ok(Field::new("", DataType::List(element_field(false)), true)), |a| elements(a, false)).udf(),
-        PgFunction::new(OBJECT_KEYS, Signature::any(1, IMMUTABLE), DataType::List(element_field(true)), |a| elements(a, true)).udf(),
+        PgFunction::with_return(ELEMENTS, Signature::any(1, IMMUTABLE), |_| Ok(Field::new("", DataType::List(element_field(false)), true)), |a| elements(a, false, false)).udf(),
+        PgFunction::new(ELEMENTS_TEXT, Signature::any(1, IMMUTABLE), DataType::List(element_field(true)), |a| elements(a, false, true)).udf(),
+        PgFunction::new(OBJECT_KEYS, Signature::any(1, IMMUTABLE), DataType::List(element_field(true)), |a| elements(a, true, false)).udf(),
     ]
 }
 
