@@ -43,7 +43,11 @@ pub fn pg_type(field: &Field) -> Type {
         DataType::Timestamp(_, None) => Type::TIMESTAMP,
         DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
         DataType::Interval(_) | DataType::Duration(_) => Type::INTERVAL,
-        DataType::List(element) | DataType::LargeList(element) | DataType::FixedSizeList(element, _) => array_of(&pg_type(element)).unwrap_or(Type::TEXT),
+        // A multidimensional array is an array of its innermost element type, as in PostgreSQL.
+        DataType::List(element) | DataType::LargeList(element) | DataType::FixedSizeList(element, _) => {
+            let element = pg_type(element);
+            if element_of(&element).is_some() { element } else { array_of(&element).unwrap_or(Type::TEXT) }
+        }
         _ => Type::TEXT,
     }
 }

@@ -52,6 +52,9 @@ pub struct QueryPlan {
     /// The result columns once types are coerced (a `CASE` of an integer and a numeric is
     /// a numeric only then): what execution will produce.
     analyzed: datafusion::common::DFSchemaRef,
+    /// Column names PostgreSQL would give, read from the query as written
+    /// ([`crate::pg::names`]), where DataFusion's differ.
+    names: Option<Vec<Option<String>>>,
 }
 
 impl QueryPlan {
@@ -61,7 +64,7 @@ impl QueryPlan {
             .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
             .map(|p| std::sync::Arc::clone(p.schema()))
             .unwrap_or_else(|_| std::sync::Arc::clone(plan.schema()));
-        QueryPlan { plan, analyzed }
+        QueryPlan { plan, analyzed, names: None }
     }
 
     /// The result columns (Arrow field metadata carries declared PostgreSQL types).
@@ -70,7 +73,11 @@ impl QueryPlan {
         let fields: Vec<Field> = schema
             .fields()
             .iter()
-            .map(|f| f.as_ref().clone().with_name(pg_column_name(f.name())))
+            .enumerate()
+            .map(|(i, f)| {
+                let written = self.names.as_ref().filter(|n| n.len() == schema.fields().len()).and_then(|n| n[i].clone());
+                f.as_ref().clone().with_name(written.unwrap_or_else(|| pg_column_name(f.name())))
+            })
             .collect();
         Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
     }
@@ -105,7 +112,7 @@ impl QueryPlan {
             .map(|a| ScalarValue::try_from_array(a, 0).map_err(from_datafusion))
             .collect::<Result<Vec<_>>>()?;
         let plan = self.plan.with_param_values(ParamValues::from(scalars)).map_err(from_datafusion)?;
-        Ok(QueryPlan { plan, analyzed: self.analyzed })
+        Ok(QueryPlan { plan, analyzed: self.analyzed, names: self.names })
     }
 
 }
@@ -186,7 +193,13 @@ impl SessionPlanner {
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => {
                 Err(Error::unsupported(format!("statement not supported: {}", first_words(statement))))
             }
-            plan => Ok(Planned::Query(QueryPlan::new(plan, &state))),
+            plan => {
+                let mut query = QueryPlan::new(plan, &state);
+                if let ast::Statement::Query(written) = statement {
+                    query.names = crate::pg::names::output_names(written);
+                }
+                Ok(Planned::Query(query))
+            }
         }
     }
 

@@ -306,6 +306,13 @@ impl VisitorMut for Rewriter {
                 name_function_column(name, alias);
             }
             TableFactor::Function { args, .. } => protect_args(args),
+            // `FROM unnest(a)` has a column named `unnest`, as in PostgreSQL.
+            TableFactor::UNNEST { alias, array_exprs, with_offset: false, with_ordinality: false, .. } if array_exprs.len() == 1 => {
+                let alias = alias.get_or_insert_with(|| ast::TableAlias { explicit: false, name: Ident::new("unnest"), columns: vec![], at: None });
+                if alias.columns.is_empty() {
+                    alias.columns = vec![ast::TableAliasColumnDef { name: alias.name.clone(), data_type: None }];
+                }
+            }
             _ => {}
         }
         ControlFlow::Continue(())

@@ -27,6 +27,7 @@ pub mod interval;
 pub mod json;
 pub mod jsonb;
 pub mod math;
+pub mod names;
 pub mod planner;
 pub mod rules;
 pub mod strings;
