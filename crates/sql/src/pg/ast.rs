@@ -72,8 +72,9 @@ fn unnested_table(factor: &TableFactor) -> Option<TableFactor> {
 /// Functions PostgreSQL names as DataFusion names another one.
 fn renamed(function: &str) -> Option<&'static str> {
     Some(match function {
-        // PostgreSQL's array_remove removes every occurrence.
+        // PostgreSQL's array_remove and array_replace change every occurrence.
         "array_remove" => "array_remove_all",
+        "array_replace" => "array_replace_all",
         _ => return None,
     })
 }
