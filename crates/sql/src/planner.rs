@@ -9,6 +9,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
@@ -98,6 +99,27 @@ impl QueryPlan {
                 out.resize(index, None);
             }
             out[index - 1] = ty;
+        }
+        // `$1::int[]`: a parameter only cast has the cast's type, as in PostgreSQL.
+        let mut casts: Vec<(usize, DataType)> = Vec::new();
+        let _ = self.plan.apply_with_subqueries(|node| {
+            node.apply_expressions(|e| {
+                e.apply(|e| {
+                    if let datafusion::logical_expr::Expr::Cast(cast) = e
+                        && let datafusion::logical_expr::Expr::Placeholder(p) = cast.expr.as_ref()
+                        && let Some(index) = p.id.trim_start_matches('$').parse::<usize>().ok().filter(|i| *i > 0)
+                    {
+                        casts.push((index, cast.field.data_type().clone()));
+                    }
+                    Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+                })
+            })
+        });
+        for (index, ty) in casts {
+            if out.len() < index {
+                out.resize(index, None);
+            }
+            out[index - 1].get_or_insert(ty);
         }
         Ok(out)
     }
