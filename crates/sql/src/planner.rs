@@ -55,7 +55,7 @@ pub struct QueryPlan {
     analyzed: datafusion::common::DFSchemaRef,
     /// Column names PostgreSQL would give, read from the query as written
     /// ([`crate::pg::names`]), where DataFusion's differ.
-    names: Option<Vec<Option<String>>>,
+    names: Option<Arc<Vec<Option<String>>>>,
 }
 
 impl QueryPlan {
@@ -218,7 +218,7 @@ impl SessionPlanner {
             plan => {
                 let mut query = QueryPlan::new(plan, &state);
                 if let ast::Statement::Query(written) = statement {
-                    query.names = crate::pg::names::output_names(written);
+                    query.names = crate::pg::names::output_names(written).map(Arc::new);
                 }
                 Ok(Planned::Query(query))
             }
