@@ -52,9 +52,9 @@ impl CopyIn {
         for (position, &column) in self.columns.iter().enumerate() {
             let field = self.schema.field(column);
             let values = records.iter().map(|r| r[position].as_deref());
-            columns[column] = text_to_array(values, field.data_type(), n).map_err(|e| {
-                Error::new(e.state, format!("{} (column {})", e.message, field.name()))
-            })?;
+            columns[column] = text_to_array(values, field.data_type(), n)
+                .and_then(|c| eddy_sql::pg::assign::to_declared(&c, field))
+                .map_err(|e| Error::new(e.state, format!("{} (column {})", e.message, field.name())))?;
         }
         RecordBatch::try_new(Arc::clone(&self.schema), columns)
             .map_err(|e| Error::internal(format!("COPY batch: {e}")))

@@ -791,8 +791,8 @@ fn conform(table: &Table, batch: RecordBatch) -> Result<RecordBatch> {
             )));
         }
     }
-    RecordBatch::try_new(Arc::clone(&table.schema), batch.columns().to_vec())
-        .map_err(|e| Error::internal(format!("labelling rows of \"{}\": {e}", table.def.name)))
+    let columns = table.schema.fields().iter().zip(batch.columns()).map(|(field, column)| eddy_sql::pg::assign::to_declared(column, field)).collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(Arc::clone(&table.schema), columns).map_err(|e| Error::internal(format!("labelling rows of \"{}\": {e}", table.def.name)))
 }
 
 fn variable_name(variable: &[ast::Ident]) -> String {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
@@ -56,6 +57,9 @@ pub struct QueryPlan {
     /// The result columns once types are coerced (a `CASE` of an integer and a numeric is
     /// a numeric only then): what execution will produce.
     analyzed: datafusion::common::DFSchemaRef,
+    /// Column names PostgreSQL would give, read from the query as written
+    /// ([`crate::pg::names`]), where DataFusion's differ.
+    names: Option<Arc<Vec<Option<String>>>>,
 }
 
 impl QueryPlan {
@@ -65,7 +69,7 @@ impl QueryPlan {
             .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
             .map(|p| std::sync::Arc::clone(p.schema()))
             .unwrap_or_else(|_| std::sync::Arc::clone(plan.schema()));
-        QueryPlan { plan, analyzed }
+        QueryPlan { plan, analyzed, names: None }
     }
 
     /// The result columns (Arrow field metadata carries declared PostgreSQL types).
@@ -74,7 +78,11 @@ impl QueryPlan {
         let fields: Vec<Field> = schema
             .fields()
             .iter()
-            .map(|f| f.as_ref().clone().with_name(pg_column_name(f.name())))
+            .enumerate()
+            .map(|(i, f)| {
+                let written = self.names.as_ref().filter(|n| n.len() == schema.fields().len()).and_then(|n| n[i].clone());
+                f.as_ref().clone().with_name(written.unwrap_or_else(|| pg_column_name(f.name())))
+            })
             .collect();
         Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
     }
@@ -96,6 +104,27 @@ impl QueryPlan {
             }
             out[index - 1] = ty;
         }
+        // `$1::int[]`: a parameter only cast has the cast's type, as in PostgreSQL.
+        let mut casts: Vec<(usize, DataType)> = Vec::new();
+        let _ = self.plan.apply_with_subqueries(|node| {
+            node.apply_expressions(|e| {
+                e.apply(|e| {
+                    if let datafusion::logical_expr::Expr::Cast(cast) = e
+                        && let datafusion::logical_expr::Expr::Placeholder(p) = cast.expr.as_ref()
+                        && let Some(index) = p.id.trim_start_matches('$').parse::<usize>().ok().filter(|i| *i > 0)
+                    {
+                        casts.push((index, cast.field.data_type().clone()));
+                    }
+                    Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+                })
+            })
+        });
+        for (index, ty) in casts {
+            if out.len() < index {
+                out.resize(index, None);
+            }
+            out[index - 1].get_or_insert(ty);
+        }
         Ok(out)
     }
 
@@ -109,7 +138,7 @@ impl QueryPlan {
             .map(|a| ScalarValue::try_from_array(a, 0).map_err(from_datafusion))
             .collect::<Result<Vec<_>>>()?;
         let plan = self.plan.with_param_values(ParamValues::from(scalars)).map_err(from_datafusion)?;
-        Ok(QueryPlan { plan, analyzed: self.analyzed })
+        Ok(QueryPlan { plan, analyzed: self.analyzed, names: self.names })
     }
 
 }
@@ -190,7 +219,13 @@ impl SessionPlanner {
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => {
                 Err(Error::unsupported(format!("statement not supported: {}", first_words(statement))))
             }
-            plan => Ok(Planned::Query(QueryPlan::new(plan, &state))),
+            plan => {
+                let mut query = QueryPlan::new(plan, &state);
+                if let ast::Statement::Query(written) = statement {
+                    query.names = crate::pg::names::output_names(written).map(Arc::new);
+                }
+                Ok(Planned::Query(query))
+            }
         }
     }
 
