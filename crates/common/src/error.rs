@@ -37,6 +37,7 @@ impl SqlState {
     pub const IN_FAILED_SQL_TRANSACTION: SqlState = SqlState("25P02");
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");
     pub const INVALID_CURSOR_NAME: SqlState = SqlState("34000");
+    pub const INVALID_SCHEMA_NAME: SqlState = SqlState("3F000");
     pub const SERIALIZATION_FAILURE: SqlState = SqlState("40001");
     pub const SYNTAX_ERROR: SqlState = SqlState("42601");
     pub const INSUFFICIENT_PRIVILEGE: SqlState = SqlState("42501");

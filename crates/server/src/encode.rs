@@ -40,6 +40,13 @@ pub fn pg_type(field: &Field) -> Type {
         if declared.starts_with("character(") {
             return Type::BPCHAR;
         }
+        // The catalogs' own types (crates/sql/src/pg_catalog/spec.rs).
+        match (declared, field.data_type()) {
+            ("name", DataType::Utf8) => return Type::NAME,
+            ("\"char\"", DataType::Utf8) => return Type::CHAR,
+            ("oid", DataType::UInt32) => return Type::OID,
+            _ => {}
+        }
     }
     match field.data_type() {
         DataType::Boolean => Type::BOOL,
@@ -181,6 +188,11 @@ fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: Time
             for i in 0..n {
                 out.push(if is_null(column, i) { None } else { Some(text_value(column, i, options)?.into_bytes()) });
             }
+        }
+        FieldFormat::Binary if pg_type(field) == Type::OID => {
+            // An OID is 4 bytes unsigned on the wire (other UInt32 columns go out as int8).
+            let oids = column.as_primitive::<UInt32Type>();
+            out.extend((0..n).map(|i| (!is_null(column, i)).then(|| oids.value(i).to_be_bytes().to_vec())));
         }
         FieldFormat::Binary => {
             for i in 0..n {

@@ -10,10 +10,10 @@
 mod catalog;
 mod error;
 mod functions;
-mod information_schema;
 mod lower;
 mod parser;
 pub mod pg;
+pub mod pg_catalog;
 mod planner;
 pub mod types;
 pub mod windows;
