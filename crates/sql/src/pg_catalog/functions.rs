@@ -395,7 +395,10 @@ fn visibility_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
     let userbyid = move |args: &ScalarFunctionArgs| texts(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|o| role_name(&c.user, o))))?);
     let c = Arc::clone(ctx);
     let schemas = move |args: &ScalarFunctionArgs| {
-        text_lists(per_row(args, |a, i| Ok(bool_at(&a[0], i).map(|implicit| c.search_path().into_iter().skip(usize::from(!implicit)).collect())))?)
+        // Only the schemas that exist, as PostgreSQL lists them.
+        let existing: Vec<String> = Snapshot::take(c.source.as_ref()).all_namespaces().into_iter().map(|n| n.name).collect();
+        let path: Vec<String> = c.search_path().into_iter().filter(|s| existing.contains(s)).collect();
+        text_lists(per_row(args, |a, i| Ok(bool_at(&a[0], i).map(|implicit| path.iter().skip(usize::from(!implicit)).cloned().collect())))?)
     };
     let list = |name: &str| Field::new(name, DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true);
     vec![

@@ -147,8 +147,8 @@ fn rewrite_cast(expr: &mut Expr) {
         return;
     }
     if is_oid_type(data_type) {
-        let reg = [REGCLASS, REGTYPE, REGNAMESPACE, REGPROC];
-        *expr = if inner_function.as_deref().is_some_and(|f| reg.contains(&f)) { *inner.clone() } else { call(TO_OID, vec![*inner.clone()]) };
+        // Of a `reg*` cast too: the result is then an OID, not a name.
+        *expr = call(TO_OID, vec![*inner.clone()]);
         return;
     }
     if is_text_type(data_type)
