@@ -38,6 +38,11 @@ impl SqlState {
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");
     pub const INVALID_CURSOR_NAME: SqlState = SqlState("34000");
     pub const INVALID_SCHEMA_NAME: SqlState = SqlState("3F000");
+    pub const INVALID_CURSOR_STATE: SqlState = SqlState("24000");
+    pub const DUPLICATE_CURSOR: SqlState = SqlState("42P03");
+    pub const INVALID_SAVEPOINT_SPECIFICATION: SqlState = SqlState("3B001");
+    pub const CARDINALITY_VIOLATION: SqlState = SqlState("21000");
+    pub const INVALID_COLUMN_REFERENCE: SqlState = SqlState("42P10");
     pub const SERIALIZATION_FAILURE: SqlState = SqlState("40001");
     pub const SYNTAX_ERROR: SqlState = SqlState("42601");
     pub const INSUFFICIENT_PRIVILEGE: SqlState = SqlState("42501");

@@ -177,7 +177,7 @@ pub fn encode_batch(batch: &RecordBatch, formats: &[FieldFormat], tz: TimeZone) 
     Ok(rows)
 }
 
-fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: TimeZone) -> Result<Vec<Option<Vec<u8>>>> {
+pub(crate) fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: TimeZone) -> Result<Vec<Option<Vec<u8>>>> {
     let n = column.len();
     let mut out = Vec::with_capacity(n);
     let options = TextOptions::output_of(field, tz);
@@ -201,39 +201,6 @@ fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: Time
         }
     }
     Ok(out)
-}
-
-/// Rows as COPY text lines: tab-separated, `\N` for NULL, backslash escapes.
-pub fn copy_text_lines(batch: &RecordBatch, tz: TimeZone) -> Result<Vec<Vec<u8>>> {
-    let mut lines = vec![Vec::new(); batch.num_rows()];
-    for (c, column) in batch.columns().iter().enumerate() {
-        let options = TextOptions::output_of(batch.schema().field(c), tz);
-        for (r, line) in lines.iter_mut().enumerate() {
-            if c > 0 {
-                line.push(b'\t');
-            }
-            if is_null(column, r) {
-                line.extend_from_slice(b"\\N");
-                continue;
-            }
-            for ch in text_value(column, r, options)?.chars() {
-                match ch {
-                    '\\' => line.extend_from_slice(b"\\\\"),
-                    '\t' => line.extend_from_slice(b"\\t"),
-                    '\n' => line.extend_from_slice(b"\\n"),
-                    '\r' => line.extend_from_slice(b"\\r"),
-                    other => {
-                        let mut buf = [0u8; 4];
-                        line.extend_from_slice(other.encode_utf8(&mut buf).as_bytes());
-                    }
-                }
-            }
-        }
-    }
-    for line in &mut lines {
-        line.push(b'\n');
-    }
-    Ok(lines)
 }
 
 /// PostgreSQL's binary form of one value.
