@@ -95,6 +95,8 @@ impl PgCatalog {
             "pg_matviews" => relations::pg_matviews(snapshot().users())?,
             "pg_indexes" => relations::pg_indexes(snapshot().users())?,
             "pg_type" => types::pg_type(snapshot().users())?,
+            "pg_description" => relations::pg_description()?,
+            "pg_stat_user_tables" => relations::pg_stat_user_tables(snapshot().users())?,
             "pg_database" => system::pg_database(&self.info.database)?,
             "pg_roles" | "pg_authid" => system::pg_roles(user, name)?,
             "pg_user" => system::pg_user(user)?,

@@ -82,8 +82,12 @@ pub(crate) fn pg_namespace(namespaces: &[Namespace]) -> DfResult<Rows> {
     all.sort_by_key(|n| n.oid);
     for n in all {
         // PostgreSQL 15's public schema belongs to pg_database_owner (6171).
-        let owner: u32 = if n.oid == PUBLIC_OID { 6171 } else { SUPERUSER_OID };
-        rows.push([("oid", n.oid.into()), ("nspname", n.name.into()), ("nspowner", owner.into())]);
+        let (owner, acl): (u32, Value) = if n.oid == PUBLIC_OID {
+            (6171, vec!["pg_database_owner=UC/pg_database_owner", "=U/pg_database_owner"].into())
+        } else {
+            (SUPERUSER_OID, Value::Null)
+        };
+        rows.push([("oid", n.oid.into()), ("nspname", n.name.into()), ("nspowner", owner.into()), ("nspacl", acl)]);
     }
     Ok(rows)
 }
@@ -351,6 +355,43 @@ pub(crate) fn pg_indexes(relations: &[Relation]) -> DfResult<Rows> {
     let mut rows = spec("pg_catalog", "pg_indexes").ok_or_else(|| missing("pg_indexes"))?.builder();
     for r in relations.iter().filter(|r| !r.primary_key.is_empty()) {
         rows.push([("schemaname", (&r.schema).into()), ("tablename", (&r.name).into()), ("indexname", r.index_name().into()), ("indexdef", index_definition(r).into())]);
+    }
+    Ok(rows)
+}
+
+/// `pg_description`: Eddy has no `COMMENT`; only the public schema's, as PostgreSQL has it.
+pub(crate) fn pg_description() -> DfResult<Rows> {
+    let mut rows = spec("pg_catalog", "pg_description").ok_or_else(|| missing("pg_description"))?.builder();
+    rows.push([("objoid", PUBLIC_OID.into()), ("classoid", 2615u32.into()), ("objsubid", 0i32.into()), ("description", "standard public schema".into())]);
+    Ok(rows)
+}
+
+/// `pg_stat_user_tables`: every table and materialized view, with no statistics gathered.
+pub(crate) fn pg_stat_user_tables(relations: &[Relation]) -> DfResult<Rows> {
+    let mut rows = spec("pg_catalog", "pg_stat_user_tables").ok_or_else(|| missing("pg_stat_user_tables"))?.builder();
+    for r in relations.iter().filter(|r| matches!(r.kind, RelationKind::Table | RelationKind::MaterializedView)) {
+        let zero = || Value::Int(0);
+        rows.push([
+            ("relid", r.oid.into()),
+            ("schemaname", (&r.schema).into()),
+            ("relname", (&r.name).into()),
+            ("seq_scan", zero()),
+            ("seq_tup_read", zero()),
+            ("idx_scan", if r.primary_key.is_empty() { Value::Null } else { zero() }),
+            ("idx_tup_fetch", if r.primary_key.is_empty() { Value::Null } else { zero() }),
+            ("n_tup_ins", zero()),
+            ("n_tup_upd", zero()),
+            ("n_tup_del", zero()),
+            ("n_tup_hot_upd", zero()),
+            ("n_live_tup", zero()),
+            ("n_dead_tup", zero()),
+            ("n_mod_since_analyze", zero()),
+            ("n_ins_since_vacuum", zero()),
+            ("vacuum_count", zero()),
+            ("autovacuum_count", zero()),
+            ("analyze_count", zero()),
+            ("autoanalyze_count", zero()),
+        ]);
     }
     Ok(rows)
 }
