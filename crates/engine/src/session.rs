@@ -66,6 +66,7 @@ impl Drop for Session {
         for name in names {
             self.close_cursor(&name);
         }
+        self.engine.sessions.remove(self.view.pid);
     }
 }
 
@@ -87,7 +88,16 @@ impl Session {
     }
 
     pub fn new(engine: Arc<Engine>, info: &SessionInfo) -> Result<Self> {
-        let view = Arc::new(SessionCatalog { engine: Arc::clone(&engine), forks: Mutex::new(HashMap::new()), views: Mutex::new(None), locals: Mutex::new(HashMap::new()) });
+        let view = Arc::new(SessionCatalog {
+            engine: Arc::clone(&engine),
+            forks: Mutex::new(HashMap::new()),
+            views: Mutex::new(None),
+            pid: info.backend_pid,
+            variables: Mutex::new(Variables::default()),
+            pending_settings: Mutex::new(Vec::new()),
+            locals: Mutex::new(HashMap::new()),
+        });
+        engine.sessions.register(info);
         let planner = SessionPlanner::new(Arc::clone(&view) as Arc<dyn CatalogSource>, info)?;
         Ok(Session { cursors: HashMap::new(), engine, planner, view, variables: Variables::default(), transaction: None, notices: None })
     }
@@ -141,9 +151,12 @@ impl Session {
     async fn execute_inner(&mut self, statement: &Statement, params: &[ArrayRef]) -> Result<Outcome> {
         // One statement reads one published moment of every view.
         self.view.begin_statement();
+        self.catalog_statement_begins(statement);
         let outcome = self.execute_statement(statement, params).await;
         self.view.end_statement();
+        let applied = self.catalog_statement_ends();
         let outcome = outcome?;
+        applied?;
         if self.variables.implicit_flush() && self.transaction.is_none() && is_write(&outcome) {
             self.engine.flush().await?;
         }
@@ -685,6 +698,30 @@ impl Session {
     }
 
     /// Keeps DataFusion's `now()` and timestamptz casts in the session's time zone.
+    /// What the catalogs show while a statement runs: its text in `pg_stat_activity`, the
+    /// session's settings for `current_setting` and `pg_settings`.
+    fn catalog_statement_begins(&self, statement: &Statement) {
+        let text = match statement {
+            Statement::Sql(sql) => sql.to_string(),
+            other => format!("{other:?}").split(['(', ' ', '{']).next().unwrap_or_default().to_owned(),
+        };
+        *self.view.variables.lock().unwrap_or_else(|p| p.into_inner()) = self.variables.clone();
+        let application = self.variables.get("application_name").map(|v| v.1).unwrap_or_default();
+        self.engine.sessions.update(self.view.pid, Some(text), self.transaction.is_some(), &application);
+    }
+
+    /// Applies the settings `set_config()` made during the statement.
+    fn catalog_statement_ends(&mut self) -> Result<()> {
+        let pending = std::mem::take(&mut *self.view.pending_settings.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut result = Ok(());
+        for (name, value) in pending {
+            result = result.and(self.set_variable(&name, &value));
+        }
+        let application = self.variables.get("application_name").map(|v| v.1).unwrap_or_default();
+        self.engine.sessions.update(self.view.pid, None, self.transaction.is_some(), &application);
+        result
+    }
+
     fn sync_time_zone(&self) -> Result<()> {
         let tz = match self.variables.time_zone() {
             crate::TimeZone::Named(tz) => tz.name().to_owned(),
@@ -860,6 +897,12 @@ struct SessionCatalog {
     /// view, so that all the views it reads are of one epoch (and statements that read no
     /// view never have snapshots built).
     views: Mutex<Option<crate::views::Snapshots>>,
+    /// The session's backend pid (`pg_stat_activity`).
+    pid: i32,
+    /// The session's settings as the running statement started with them, plus what its
+    /// `set_config()` calls changed; `pending_settings` is applied when it ends.
+    variables: Mutex<Variables>,
+    pending_settings: Mutex<Vec<(String, String)>>,
     /// Relations one statement defines for itself (`excluded` of ON CONFLICT, the rows
     /// RETURNING reads), by name; see [`SessionCatalog::local`].
     locals: Mutex<HashMap<&'static str, Arc<dyn TableSource>>>,
@@ -958,6 +1001,34 @@ impl CatalogSource for SessionCatalog {
 
     fn failure(&self, name: &str) -> Option<Error> {
         self.engine.view_failure(&*self.engine.view(name)?)
+    }
+
+    fn relations(&self) -> Vec<eddy_sql::pg_catalog::Relation> {
+        crate::pg_objects::relations(&self.engine)
+    }
+
+    fn relation_size(&self, oid: u32) -> Option<u64> {
+        crate::pg_objects::relation_size(&self.engine, oid)
+    }
+
+    fn activity(&self) -> Vec<eddy_sql::pg_catalog::Activity> {
+        self.engine.sessions.list()
+    }
+
+    fn settings(&self) -> Vec<(String, String)> {
+        self.variables.lock().unwrap_or_else(|p| p.into_inner()).all().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+    }
+
+    fn set_setting(&self, name: &str, value: &str) -> Result<String> {
+        let mut variables = self.variables.lock().unwrap_or_else(|p| p.into_inner());
+        variables.set(name, Some(value.to_owned()))?;
+        let (canonical, value) = variables.get(name)?;
+        self.pending_settings.lock().unwrap_or_else(|p| p.into_inner()).push((canonical.to_owned(), value.clone()));
+        Ok(value)
+    }
+
+    fn server_start_micros(&self) -> i64 {
+        self.engine.started_at_micros
     }
 
     fn table_names(&self) -> Vec<String> {

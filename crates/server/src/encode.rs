@@ -26,6 +26,14 @@ const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
 
 /// The PostgreSQL type of an Arrow field.
 pub fn pg_type(field: &Field) -> Type {
+    if let Some(declared) = field.metadata().get(PG_TYPE_KEY) {
+        // The catalogs' own types (crates/sql/src/pg_catalog/spec.rs).
+        match (declared.as_str(), field.data_type()) {
+            ("\"char\"", DataType::Utf8) => return Type::CHAR,
+            ("oid", DataType::UInt32) => return Type::OID,
+            _ => {}
+        }
+    }
     if let Some(declared) = field.metadata().get(PG_TYPE_KEY).and_then(|d| declared_type(d)) {
         return declared;
     }
@@ -205,6 +213,11 @@ pub(crate) fn encode_column(column: &ArrayRef, field: &Field, format: FieldForma
             for i in 0..n {
                 out.push(if is_null(column, i) { None } else { Some(text_value(column, i, options)?.into_bytes()) });
             }
+        }
+        FieldFormat::Binary if pg_type(field) == Type::OID => {
+            // An OID is 4 bytes unsigned on the wire (other UInt32 columns go out as int8).
+            let oids = column.as_primitive::<UInt32Type>();
+            out.extend((0..n).map(|i| (!is_null(column, i)).then(|| oids.value(i).to_be_bytes().to_vec())));
         }
         FieldFormat::Binary => {
             // jsonb's binary form is a version byte, 1, then its text.

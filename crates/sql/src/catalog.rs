@@ -16,6 +16,8 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use eddy_common::Error;
 
+use crate::pg_catalog::{Activity, Namespace, Relation};
+
 /// A table as the planner sees it: a schema and a consistent snapshot of its rows.
 pub trait TableSource: Send + Sync + fmt::Debug {
     /// The catalog id of the table or view (what dataflows name as their sources).
@@ -50,11 +52,48 @@ pub trait CatalogSource: Send + Sync + fmt::Debug {
     fn failure(&self, _name: &str) -> Option<Error> {
         None
     }
+
+    // What `pg_catalog` and `information_schema` show (crates/sql/src/pg_catalog/). The
+    // defaults describe an empty database, so a test catalog needs none of them.
+
+    /// Every relation (tables, views, sources) with its OIDs; sinks are not relations.
+    fn relations(&self) -> Vec<Relation> {
+        Vec::new()
+    }
+    /// The schemas users' objects live in (`public` and any created ones).
+    fn namespaces(&self) -> Vec<Namespace> {
+        vec![Namespace { oid: crate::pg_catalog::PUBLIC_OID, name: "public".into() }]
+    }
+    /// Bytes a relation takes, its log and its state (`pg_total_relation_size`); `None` for an
+    /// OID that is not one of the engine's relations.
+    fn relation_size(&self, _oid: u32) -> Option<u64> {
+        None
+    }
+    /// Every client session (`pg_stat_activity`).
+    fn activity(&self) -> Vec<Activity> {
+        Vec::new()
+    }
+    /// This session's settings by canonical name, as `SHOW ALL` lists them.
+    fn settings(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// `set_config(name, value, is_local)`: sets a setting for the session (once the statement
+    /// ends) and returns the value as it will read, or fails as `SET` would.
+    fn set_setting(&self, name: &str, _value: &str) -> eddy_common::Result<String> {
+        Err(Error::unsupported(format!("set_config({name}) is not supported here")))
+    }
+    /// When the server started, in µs since the Unix epoch (`pg_postmaster_start_time()`).
+    fn server_start_micros(&self) -> i64 {
+        0
+    }
 }
 
 #[derive(Debug)]
 pub(crate) struct SchemaBridge {
     pub source: Arc<dyn CatalogSource>,
+    /// `pg_catalog`, which PostgreSQL searches before the search path: `pg_class` alone names
+    /// the catalog unless a user relation has that name.
+    pub system: Option<Arc<crate::pg_catalog::PgCatalog>>,
 }
 
 #[async_trait]
@@ -67,11 +106,17 @@ impl SchemaProvider for SchemaBridge {
         if let Some(e) = self.source.failure(name) {
             return Err(datafusion::error::DataFusionError::External(Box::new(e)));
         }
-        Ok(self.source.table(name).map(|t| Arc::new(TableBridge::new(t)) as Arc<dyn TableProvider>))
+        if let Some(t) = self.source.table(name) {
+            return Ok(Some(Arc::new(TableBridge::new(t)) as Arc<dyn TableProvider>));
+        }
+        match &self.system {
+            Some(system) => system.build(name),
+            None => Ok(None),
+        }
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.source.table(name).is_some()
+        self.source.table(name).is_some() || self.system.as_ref().is_some_and(|s| s.table_exist(name))
     }
 }
 

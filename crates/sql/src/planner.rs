@@ -75,11 +75,16 @@ impl QueryPlan {
     /// The result columns (Arrow field metadata carries declared PostgreSQL types).
     pub fn schema(&self) -> SchemaRef {
         let schema = self.analyzed.as_arrow();
+        // A name the query gave (`AS "ICU Locale"`) stays as written.
+        let aliased = aliased_columns(&self.plan);
         let fields: Vec<Field> = schema
             .fields()
             .iter()
             .enumerate()
             .map(|(i, f)| {
+                if aliased.get(i).copied().unwrap_or(false) {
+                    return f.as_ref().clone();
+                }
                 let written = self.names.as_ref().filter(|n| n.len() == schema.fields().len()).and_then(|n| n[i].clone());
                 f.as_ref().clone().with_name(written.unwrap_or_else(|| pg_column_name(f.name())))
             })
@@ -167,14 +172,15 @@ impl SessionPlanner {
             .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
             .set_str("datafusion.execution.time_zone", "UTC");
         let ctx = SessionContext::new_with_state(crate::pg::session_state(config)?);
-        let eddy = MemoryCatalogProvider::new();
-        eddy.register_schema(crate::information_schema::SCHEMA, Arc::new(crate::information_schema::InformationSchema { source: Arc::clone(&catalog) }))
-            .map_err(from_datafusion)?;
-        eddy.register_schema(SCHEMA_NAME, Arc::new(SchemaBridge { source: catalog }))
-            .map_err(from_datafusion)?;
-        ctx.register_catalog(CATALOG_NAME, Arc::new(eddy));
         functions::register(&ctx, info);
         crate::windows::register(&ctx);
+        let system = crate::pg_catalog::register(&ctx, &catalog, info)?;
+        let eddy = MemoryCatalogProvider::new();
+        eddy.register_schema(crate::pg_catalog::SCHEMA, Arc::clone(&system) as _).map_err(from_datafusion)?;
+        eddy.register_schema(crate::pg_catalog::INFORMATION_SCHEMA, crate::pg_catalog::information_schema(&catalog, &system)).map_err(from_datafusion)?;
+        eddy.register_schema(SCHEMA_NAME, Arc::new(SchemaBridge { source: catalog, system: Some(system) }))
+            .map_err(from_datafusion)?;
+        ctx.register_catalog(CATALOG_NAME, Arc::new(eddy));
         Ok(SessionPlanner { ctx })
     }
 
@@ -204,6 +210,7 @@ impl SessionPlanner {
         if let ast::Statement::Delete(delete) = &mut rewritten {
             crate::dml::delete_using_as_exists(delete)?;
         }
+        crate::pg_catalog::rewrite::rewrite(&mut rewritten);
         crate::pg::ast::rewrite(&mut rewritten)?;
         crate::windows::rewrite(&mut rewritten, false)?;
         if let ast::Statement::Insert(insert) = &mut rewritten
@@ -301,6 +308,18 @@ impl SessionPlanner {
             .options_mut()
             .set("datafusion.execution.time_zone", time_zone)
             .map_err(from_datafusion)
+    }
+}
+
+/// Which result columns the query named with `AS`.
+fn aliased_columns(plan: &LogicalPlan) -> Vec<bool> {
+    match plan {
+        LogicalPlan::Projection(p) => p.expr.iter().map(|e| matches!(e, datafusion::logical_expr::Expr::Alias(_))).collect(),
+        LogicalPlan::Sort(s) => aliased_columns(&s.input),
+        LogicalPlan::Limit(l) => aliased_columns(&l.input),
+        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => aliased_columns(input),
+        LogicalPlan::Union(u) => u.inputs.first().map(|i| aliased_columns(i)).unwrap_or_default(),
+        _ => Vec::new(),
     }
 }
 
