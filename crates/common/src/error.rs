@@ -38,6 +38,7 @@ impl SqlState {
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");
     pub const INVALID_CURSOR_NAME: SqlState = SqlState("34000");
     pub const INVALID_SCHEMA_NAME: SqlState = SqlState("3F000");
+    pub const INVALID_ESCAPE_SEQUENCE: SqlState = SqlState("22025");
     pub const INVALID_CURSOR_STATE: SqlState = SqlState("24000");
     pub const DUPLICATE_CURSOR: SqlState = SqlState("42P03");
     pub const INVALID_SAVEPOINT_SPECIFICATION: SqlState = SqlState("3B001");

@@ -409,6 +409,14 @@ impl VisitorMut for Rewriter {
                     *expr = f;
                 }
             }
+            // DataFusion's LIKE knows only the backslash escape: rewrite the pattern to it.
+            Expr::Like { pattern, escape_char, .. } | Expr::ILike { pattern, escape_char, .. }
+                if escape_char.as_ref().is_some_and(|e| !matches!(&e.value, Value::SingleQuotedString(c) if c == "\\")) =>
+            {
+                let Some(escape) = escape_char.take() else { return ControlFlow::Continue(()) };
+                let args = vec![pattern.as_ref().clone(), Expr::Value(escape)];
+                **pattern = call(crate::pg::strings::LIKE_ESCAPE, args);
+            }
             _ => {}
         }
         ControlFlow::Continue(())

@@ -450,6 +450,32 @@ fn build_object(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     Ok(ColumnarValue::Array(jsonb_column(rows.into_iter(), n)))
 }
 
+/// `json_build_object`: a `json` text as PostgreSQL writes it, keys in the order given and
+/// repeated keys kept, `"key" : value` pairs (values in their jsonb text form).
+fn build_json_object(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
+    let a = arrays(args)?;
+    if a.len() % 2 != 0 {
+        return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, "argument list must have even number of elements"));
+    }
+    let zone = session_zone(args);
+    let columns: Vec<Vec<Json>> = a.iter().zip(&args.arg_fields).map(|(c, f)| to_json_values(c, f, zone)).collect::<Result<_>>()?;
+    let n = args.number_rows;
+    let mut rows = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut pairs = Vec::with_capacity(a.len() / 2);
+        for k in (0..a.len()).step_by(2) {
+            let key = match &columns[k][i] {
+                Json::Null => return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, format!("argument {}: key must not be null", k + 1))),
+                Json::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            pairs.push(format!("{} : {}", Json::String(key), columns[k + 1][i]));
+        }
+        rows.push(Some(format!("{{{}}}", pairs.join(", "))));
+    }
+    Ok(ColumnarValue::Array(text_column(rows.into_iter(), n)))
+}
+
 fn typeof_(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     let values = parsed(&arrays(args)?[0])?;
     let n = values.len();
@@ -522,6 +548,7 @@ pub fn functions() -> Vec<ScalarUDF> {
         jsonb("to_jsonb", Signature::any(1, IMMUTABLE), to_jsonb).udf(),
         jsonb("jsonb_build_array", variadic(), build_array).udf(),
         jsonb("jsonb_build_object", variadic(), build_object).udf(),
+        PgFunction::with_return("json_build_object", variadic(), |_| Ok(pg_field("", DataType::Utf8, "json")), build_json_object).udf(),
         text("jsonb_typeof", Signature::any(1, IMMUTABLE), typeof_).udf(),
         PgFunction::new("jsonb_array_length", Signature::any(1, IMMUTABLE), DataType::Int32, array_length).udf(),
         PgFunction::with_return(ELEMENTS, Signature::any(1, IMMUTABLE), |_| Ok(Field::new("", DataType::List(element_field(false)), true)), |a| elements(a, false, false)).udf(),

@@ -405,6 +405,8 @@ fn visibility_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
         PgFunction::new("pg_table_is_visible", Signature::any(1, STABLE), DataType::Boolean, table_visible).udf(),
         PgFunction::new("pg_type_is_visible", Signature::any(1, STABLE), DataType::Boolean, type_visible).udf(),
         PgFunction::new("pg_function_is_visible", Signature::any(1, STABLE), DataType::Boolean, function_visible).udf(),
+        // Eddy's collations are pg_catalog's, which is always on the path.
+        PgFunction::new("pg_collation_is_visible", Signature::any(1, STABLE), DataType::Boolean, |args| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|_| true)))?)).udf(),
         PgFunction::with_return("pg_get_userbyid", Signature::any(1, STABLE), |_| Ok(pg_field("", DataType::Utf8, "name")), userbyid).udf(),
         PgFunction::with_return("current_schemas", Signature::any(1, STABLE), move |_| Ok(list("")), schemas).udf(),
         PgFunction::with_return("parse_ident", Signature::variadic_any(Volatility::Immutable), move |_| Ok(list("")), parse_ident).udf(),

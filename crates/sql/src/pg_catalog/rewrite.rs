@@ -11,7 +11,10 @@
 //!   the `max` of its one column (what DataFusion needs to decorrelate it; catalog subqueries
 //!   return at most one row), and `ARRAY(SELECT ...)` is an `array_agg` subquery;
 //! - a few psql queries over catalogs that are always empty in Eddy (row security policies,
-//!   extended statistics, publications) are replaced by an empty result of the same shape.
+//!   extended statistics, publications) are replaced by an empty result of the same shape;
+//! - pgjdbc's `getPrimaryKeys` expands `pg_index.indkey` with the set-returning
+//!   `information_schema._pg_expandarray`; it is rewritten to the same answer with
+//!   `array_position(i.indkey, a.attnum)` as the key's position (see [`EXPANDARRAY`]).
 
 use std::ops::ControlFlow;
 
@@ -36,9 +39,29 @@ const EMPTY_QUERIES: [(&str, &str); 3] = [
     ("pg_relation_is_publishable", "SELECT pubname, NULL::text AS qual, NULL::text AS attrs FROM pg_catalog.pg_publication WHERE false"),
 ];
 
+/// pgjdbc's primary-key query (`PgDatabaseMetaData.getPrimaryKeys`) joins each attribute of
+/// the table with the expanded key (`(x, n)` rows of `_pg_expandarray(i.indkey)`) and keeps
+/// the attribute numbers that are key members: the same rows as keeping the attributes whose
+/// `array_position` in `indkey` is not NULL, with that position as `KEY_SEQ`.
+const EXPANDARRAY: [(&str, &str); 3] = [
+    ("(information_schema._pg_expandarray(i.indkey)).n", "array_position(i.indkey, a.attnum)"),
+    ("information_schema._pg_expandarray(i.indkey) AS KEYS", "a.attnum AS KEYS"),
+    ("result.A_ATTNUM = (result.KEYS).x", "result.KEY_SEQ IS NOT NULL"),
+];
+
 /// Applies the rewrites to one statement.
 pub fn rewrite(statement: &mut ast::Statement) {
-    let text = statement.to_string();
+    let mut text = statement.to_string();
+    if text.contains(EXPANDARRAY[0].0) {
+        for (from, to) in EXPANDARRAY {
+            text = text.replace(from, to);
+        }
+        if let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {}, &text)
+            && let Some(replaced) = parsed.pop()
+        {
+            *statement = replaced;
+        }
+    }
     if let Some((_, replacement)) = EMPTY_QUERIES.iter().find(|(phrase, _)| text.contains(phrase))
         && let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {}, replacement)
         && let Some(replaced) = parsed.pop()
