@@ -4,7 +4,8 @@
 //! `tests/expressions/templates.txt` sweeps to_char's patterns over values of each type and
 //! to_timestamp / to_date over inputs, `tests/expressions/operators.txt` every operator over
 //! every pair of numeric types; `tests/expressions/zoned.txt` runs in a session whose
-//! time zone is not UTC.
+//! time zone is not UTC. `tests/expressions/arrays_json.txt` covers arrays, jsonb and the
+//! types PostgreSQL gives literals and aggregates.
 //! `tests/expressions/columns.txt` holds expressions over a table with a column of every stored
 //! type: each runs ad hoc in PostgreSQL and Eddy and inside an Eddy materialized view, and the
 //! three must agree.
@@ -203,6 +204,11 @@ async fn operators_over_every_numeric_type_match_postgres() {
 #[tokio::test]
 async fn to_char_and_to_timestamp_templates_match_postgres() {
     compare_scalar_file("tests/expressions/templates.txt", "SET TimeZone = 'UTC'").await;
+}
+
+#[tokio::test]
+async fn arrays_jsonb_and_literal_types_match_postgres() {
+    compare_scalar_file("tests/expressions/arrays_json.txt", "SET TimeZone = 'UTC'").await;
 }
 
 #[tokio::test]

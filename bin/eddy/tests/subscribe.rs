@@ -92,11 +92,12 @@ async fn subscribe_to_a_query_and_a_table_with_progress() {
     let net: i64 = table.iter().map(|r| r.1.unwrap()).sum();
     assert_eq!(net, 1, "two inserts then one delete: {table:?}");
 
-    // Errors: unknown cursor, duplicate cursor, cursors over plain queries, unknown relation.
+    // Errors: unknown cursor, duplicate cursor, a query cursor outside a transaction block,
+    // unknown relation.
     for (sql, code) in [
         ("FETCH 1 nope", "34000"),
-        ("DECLARE q CURSOR FOR SUBSCRIBE t", "42710"),
-        ("DECLARE x CURSOR FOR SELECT 1", "0A000"),
+        ("DECLARE q CURSOR FOR SUBSCRIBE t", "42P03"),
+        ("DECLARE x CURSOR FOR SELECT 1", "25P01"),
         ("DECLARE y CURSOR FOR SUBSCRIBE missing", "42P01"),
         ("COPY (SUBSCRIBE missing) TO STDOUT", "42P01"),
         ("CLOSE nope", "34000"),

@@ -37,6 +37,13 @@ impl SqlState {
     pub const IN_FAILED_SQL_TRANSACTION: SqlState = SqlState("25P02");
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");
     pub const INVALID_CURSOR_NAME: SqlState = SqlState("34000");
+    pub const INVALID_SCHEMA_NAME: SqlState = SqlState("3F000");
+    pub const INVALID_ESCAPE_SEQUENCE: SqlState = SqlState("22025");
+    pub const INVALID_CURSOR_STATE: SqlState = SqlState("24000");
+    pub const DUPLICATE_CURSOR: SqlState = SqlState("42P03");
+    pub const INVALID_SAVEPOINT_SPECIFICATION: SqlState = SqlState("3B001");
+    pub const CARDINALITY_VIOLATION: SqlState = SqlState("21000");
+    pub const INVALID_COLUMN_REFERENCE: SqlState = SqlState("42P10");
     pub const SERIALIZATION_FAILURE: SqlState = SqlState("40001");
     pub const SYNTAX_ERROR: SqlState = SqlState("42601");
     pub const INSUFFICIENT_PRIVILEGE: SqlState = SqlState("42501");
@@ -47,7 +54,6 @@ impl SqlState {
     pub const UNDEFINED_PARAMETER: SqlState = SqlState("42P02");
     pub const DUPLICATE_TABLE: SqlState = SqlState("42P07");
     pub const DUPLICATE_SCHEMA: SqlState = SqlState("42P06");
-    pub const INVALID_SCHEMA_NAME: SqlState = SqlState("3F000");
     pub const INVALID_RECURSION: SqlState = SqlState("42P17");
     pub const RESERVED_NAME: SqlState = SqlState("42939");
     pub const DUPLICATE_COLUMN: SqlState = SqlState("42701");

@@ -14,8 +14,10 @@ use eddy_common::{Error, Result, SqlState};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum CopyFormat {
-    Text { delimiter: char, null: String },
+    Text { delimiter: char, null: String, header: bool },
     Csv { delimiter: char, quote: char, null: String, header: bool },
+    /// PostgreSQL's binary COPY format (`PGCOPY` signature, binary values).
+    Binary,
 }
 
 /// A `COPY ... FROM STDIN` waiting for its data.
@@ -34,8 +36,9 @@ impl CopyIn {
         let text = std::str::from_utf8(data)
             .map_err(|e| Error::new(SqlState::CHARACTER_NOT_IN_REPERTOIRE, format!("invalid byte sequence for encoding \"UTF8\": {e}")))?;
         let records = match &self.format {
-            CopyFormat::Text { delimiter, null } => parse_text(text, *delimiter, null)?,
+            CopyFormat::Text { delimiter, null, header } => parse_text(text, *delimiter, null, *header)?,
             CopyFormat::Csv { delimiter, quote, null, header } => parse_csv(text, *delimiter, *quote, null, *header)?,
+            CopyFormat::Binary => return Err(Error::unsupported("COPY FROM in binary format is not supported: use text or CSV")),
         };
         for (line, record) in records.iter().enumerate() {
             if record.len() != self.columns.len() {
@@ -49,9 +52,9 @@ impl CopyIn {
         for (position, &column) in self.columns.iter().enumerate() {
             let field = self.schema.field(column);
             let values = records.iter().map(|r| r[position].as_deref());
-            columns[column] = text_to_array(values, field.data_type(), n).map_err(|e| {
-                Error::new(e.state, format!("{} (column {})", e.message, field.name()))
-            })?;
+            columns[column] = text_to_array(values, field.data_type(), n)
+                .and_then(|c| eddy_sql::pg::assign::to_declared(&c, field))
+                .map_err(|e| Error::new(e.state, format!("{} (column {})", e.message, field.name())))?;
         }
         RecordBatch::try_new(Arc::clone(&self.schema), columns)
             .map_err(|e| Error::internal(format!("COPY batch: {e}")))
@@ -83,9 +86,10 @@ fn strip_arrow(message: &str) -> &str {
     message.strip_prefix("Cast error: ").or_else(|| message.strip_prefix("Parser error: ")).unwrap_or(message)
 }
 
-fn parse_text(text: &str, delimiter: char, null: &str) -> Result<Vec<Vec<Option<String>>>> {
+fn parse_text(text: &str, delimiter: char, null: &str, header: bool) -> Result<Vec<Vec<Option<String>>>> {
     let mut records = Vec::new();
-    for line in text.split('\n') {
+    // With HEADER the first line names the columns and is skipped.
+    for line in text.split('\n').skip(usize::from(header)) {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if line == "\\." {
             break;
@@ -183,7 +187,7 @@ mod tests {
 
     #[test]
     fn text_format_with_nulls_and_escapes() {
-        let c = copy(CopyFormat::Text { delimiter: '\t', null: "\\N".into() });
+        let c = copy(CopyFormat::Text { delimiter: '\t', null: "\\N".into(), header: false });
         let batch = c.rows(b"1\ta\\tb\tt\n2\t\\N\tf\n\\.\n").unwrap();
         assert_eq!(batch.num_rows(), 2);
         let names = batch.column(1).as_any().downcast_ref::<arrow::array::StringArray>().unwrap();

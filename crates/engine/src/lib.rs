@@ -17,6 +17,7 @@ mod names;
 mod plain_views;
 mod schemas;
 mod ingest;
+mod pg_objects;
 mod recovery;
 mod retention;
 mod session;
@@ -175,6 +176,10 @@ pub struct Engine {
     restored_from: RwLock<HashMap<ObjectId, String>>,
     /// Bytes of changes each sink may have waiting ([`sink::SinkFeed`]).
     sink_buffer_bytes: usize,
+    /// The sessions connected now (`pg_stat_activity`).
+    sessions: pg_objects::Sessions,
+    /// When the engine opened, µs since the Unix epoch (`pg_postmaster_start_time()`).
+    started_at_micros: i64,
 }
 
 pub(crate) type WriteGuard = OwnedMutexGuard<()>;
@@ -257,6 +262,8 @@ impl Engine {
             mark_requests: std::sync::Mutex::new(Some(mark_requests)),
             restored_from: RwLock::new(HashMap::new()),
             sink_buffer_bytes: config.sink_buffer_bytes.unwrap_or(eddy_common::limits::SINK_BUFFER_BYTES),
+            sessions: pg_objects::Sessions::default(),
+            started_at_micros: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64),
             write_lock: Arc::new(Mutex::new(())),
         }))
     }

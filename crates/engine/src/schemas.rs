@@ -3,10 +3,12 @@
 //! Entry points: [`Engine::create_schema`], [`Engine::drop_schemas`], [`Engine::schema_entries`].
 //! `public` and `eddy_catalog` always exist and are not stored (so data directories from
 //! before schemas read as they were: every object there is in `public`); a created schema is a
-//! catalog entry whose id gives its OID.
+//! catalog entry, with an OID allocated like every object's (kept in the metadata store).
 
 use eddy_common::{Error, ObjectId, Result, SqlState};
-use eddy_sql::{EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, PUBLIC_OID, PUBLIC_SCHEMA, QualifiedName, SchemaEntry};
+use eddy_sql::pg_catalog::Namespace;
+use eddy_sql::pg_catalog::objects::{FIRST_USER_OID, OIDS_PER_OBJECT, PUBLIC_OID};
+use eddy_sql::{EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, PUBLIC_SCHEMA, QualifiedName};
 use serde::{Deserialize, Serialize};
 
 use crate::Engine;
@@ -30,16 +32,18 @@ impl Engine {
         name == PUBLIC_SCHEMA || name == EDDY_CATALOG_SCHEMA || self.schemas.read().unwrap_or_else(|p| p.into_inner()).contains_key(name)
     }
 
-    /// Every schema, in OID order.
-    pub fn schema_entries(&self) -> Vec<SchemaEntry> {
-        let mut out = vec![
-            SchemaEntry { name: PUBLIC_SCHEMA.to_owned(), oid: PUBLIC_OID, system: false },
-            SchemaEntry { name: EDDY_CATALOG_SCHEMA.to_owned(), oid: EDDY_CATALOG_OID, system: true },
-        ];
-        out.extend(
-            self.schemas.read().unwrap_or_else(|p| p.into_inner()).values().map(|s| SchemaEntry { name: s.name.clone(), oid: eddy_sql::object_oid(s.id), system: false }),
-        );
-        out.sort_by_key(|s| s.oid);
+    /// Every schema users' objects live in (`pg_namespace`), in OID order: `public` and
+    /// `eddy_catalog` with fixed OIDs, created ones with OIDs allocated once and kept.
+    pub(crate) fn namespaces(&self) -> Vec<Namespace> {
+        let created: Vec<SchemaDef> = self.schemas.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let ids: Vec<ObjectId> = created.iter().map(|s| s.id).collect();
+        let oids = self.meta.object_oids(&ids, OIDS_PER_OBJECT, FIRST_USER_OID).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "allocating schema OIDs failed; pg_namespace lists only public and eddy_catalog");
+            Vec::new()
+        });
+        let mut out = vec![Namespace { oid: PUBLIC_OID, name: PUBLIC_SCHEMA.to_owned() }, Namespace { oid: EDDY_CATALOG_OID, name: EDDY_CATALOG_SCHEMA.to_owned() }];
+        out.extend(created.into_iter().zip(oids).map(|(s, oid)| Namespace { oid, name: s.name }));
+        out.sort_by_key(|n| n.oid);
         out
     }
 

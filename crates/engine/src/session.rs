@@ -7,25 +7,36 @@
 //! (so it reads its own writes); `COMMIT` re-checks every change against the shared contents
 //! (first committer wins: a lost race is 40001) and appends them to the log atomically.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
-use eddy_sql::ast::{self, CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, ObjectType};
+use eddy_sql::ast::{self, CopyTarget, ObjectType};
 use eddy_sql::{CatalogSource, Planned, QualifiedName, QueryPlan, SessionInfo, SessionPlanner, Statement};
 
 use crate::catalog::normalize_ident;
 use crate::session_catalog::SessionCatalog;
 use crate::copy::{CopyFormat, CopyIn};
 use crate::variables::Variables;
-use crate::{Engine, ObjectKind, Table, WriteGuard};
+use crate::{Engine, ObjectKind, Table};
+
+mod copy;
+mod cursor;
+mod dml;
+mod transaction;
+
+use cursor::Cursor;
+use transaction::Transaction;
 
 /// What a statement produced.
 #[derive(Debug)]
 pub enum Outcome {
     Rows { schema: SchemaRef, batches: Vec<RecordBatch> },
+    /// Rows with a command tag other than SELECT (`FETCH n`, `INSERT 0 n` with RETURNING);
+    /// `binary` for a BINARY cursor.
+    TaggedRows { tag: &'static str, schema: SchemaRef, batches: Vec<RecordBatch>, binary: bool },
     /// A completed command; `rows` is appended to the tag (`INSERT 0 3`, `DELETE 2`).
     Command { tag: &'static str, rows: Option<usize> },
     TransactionStart,
@@ -33,6 +44,8 @@ pub enum Outcome {
     TransactionEnd { tag: &'static str },
     /// The server must now read the COPY data and call [`Session::copy_in`].
     CopyIn(CopyIn),
+    /// `COPY ... TO STDOUT`: the rows, to send as COPY data in `format`.
+    CopyOut { schema: SchemaRef, batches: Vec<RecordBatch>, format: CopyFormat },
     /// A warning to show the client, with the statement's outcome.
     Warning { message: String, then: Box<Outcome> },
     /// Progress information or PostgreSQL's NOTICE (`... does not exist, skipping`), with the
@@ -61,28 +74,13 @@ pub struct StatementDescription {
     pub columns: Option<SchemaRef>,
 }
 
-struct Transaction {
-    failed: bool,
-    writes: BTreeMap<ObjectId, (Arc<Table>, Vec<ChangeBatch>)>,
-}
-
-/// A `DECLARE ... CURSOR FOR SUBSCRIBE`: the subscription and rows not fetched yet.
-struct Cursor {
-    subscription: crate::views::Subscription,
-    schema: SchemaRef,
-    progress: bool,
-    buffered: std::collections::VecDeque<RecordBatch>,
-    /// A view made for `SUBSCRIBE (query)` or a table, dropped with the cursor.
-    temporary_view: Option<ObjectId>,
-}
-
 impl Drop for Session {
     fn drop(&mut self) {
-        for cursor in self.cursors.values() {
-            if let Some(id) = cursor.temporary_view {
-                self.engine.drop_temporary_view(id);
-            }
+        let names: Vec<String> = self.cursors.keys().cloned().collect();
+        for name in names {
+            self.close_cursor(&name);
         }
+        self.engine.sessions.remove(self.view.pid);
     }
 }
 
@@ -108,7 +106,8 @@ impl Session {
     pub fn new(engine: Arc<Engine>, info: &SessionInfo) -> Result<Self> {
         let variables = Variables::default();
         let path = crate::names::SearchPath::new(&variables.get("search_path")?.1, &info.user);
-        let view = Arc::new(SessionCatalog::new(Arc::clone(&engine), path));
+        let view = Arc::new(SessionCatalog::new(Arc::clone(&engine), path, info.backend_pid));
+        engine.sessions.register(info);
         let planner = SessionPlanner::new(Arc::clone(&view) as Arc<dyn CatalogSource>, info)?;
         Ok(Session { cursors: HashMap::new(), engine, planner, view, variables, transaction: None, notices: None, user: info.user.clone() })
     }
@@ -170,9 +169,12 @@ impl Session {
     async fn execute_inner(&mut self, statement: &Statement, params: &[ArrayRef]) -> Result<Outcome> {
         // One statement reads one published moment of every view.
         self.view.begin_statement();
+        self.catalog_statement_begins(statement);
         let outcome = self.execute_statement(statement, params).await;
         self.view.end_statement();
+        let applied = self.catalog_statement_ends();
         let outcome = outcome?;
+        applied?;
         if self.variables.implicit_flush() && self.transaction.is_none() && is_write(&outcome) {
             self.engine.flush().await?;
         }
@@ -193,7 +195,7 @@ impl Session {
                 "SUBSCRIBE streams to a client connection; inside a function or a script use DECLARE c CURSOR FOR SUBSCRIBE ...; FETCH n c",
             )),
             Statement::DeclareSubscribeCursor { cursor, subscribe } => self.declare_subscribe(cursor, subscribe).await,
-            Statement::Fetch { cursor, count, timeout_ms, .. } => self.fetch(cursor, *count, *timeout_ms).await,
+            Statement::Fetch { cursor, count, timeout_ms, skip } => self.fetch(cursor, *count, *timeout_ms, *skip).await,
             Statement::ShowMaterializedViews => {
                 let rows = self.engine.view_statuses().into_iter().map(|v| vec![v.name, v.status.to_owned(), v.error.unwrap_or_default()]).collect();
                 rows_of_text(&["name", "status", "error"], rows)
@@ -312,23 +314,16 @@ impl Session {
             }
             S::Query(_) | S::Explain { .. } => {
                 let planned = self.planner.plan(sql).await?;
-                self.run_planned(planned, params, None).await
+                self.run_planned(planned, params).await
             }
-            S::Insert(_) | S::Update(_) | S::Delete(_) => {
-                self.check_writable(sql)?;
-                // Outside a transaction, a write holds the write lock from the moment it reads
-                // the table until its commit is queued, so concurrent writes serialize.
-                let guard = match self.transaction {
-                    None => Some(self.engine.lock_writes().await),
-                    Some(_) => None,
-                };
-                let planned = self.planner.plan(sql).await?;
-                self.run_planned(planned, params, guard).await
-            }
+            S::Insert(_) | S::Update(_) | S::Delete(_) => self.execute_write(sql, params).await,
+            S::Truncate(truncate) => self.truncate(&truncate.table_names).await,
             S::StartTransaction { .. } => Ok(self.begin()),
             S::Commit { .. } => self.commit().await,
             S::Rollback { savepoint: None, .. } => Ok(self.rollback()),
-            S::Rollback { savepoint: Some(_), .. } | S::Savepoint { .. } => Err(Error::unsupported("savepoints are not supported")),
+            S::Rollback { savepoint: Some(name), .. } => self.rollback_to_savepoint(&normalize_ident(name)),
+            S::Savepoint { name } => self.savepoint(normalize_ident(name)),
+            S::ReleaseSavepoint { name } => self.release_savepoint(&normalize_ident(name)),
             S::Drop { object_type: ObjectType::Table, if_exists, names, cascade, .. } => self.drop_statement(names, *if_exists, *cascade, ObjectKind::Table, "DROP TABLE").await,
             S::Drop { object_type: ObjectType::MaterializedView, if_exists, names, cascade, .. } => {
                 self.drop_statement(names, *if_exists, *cascade, ObjectKind::MaterializedView, "DROP MATERIALIZED VIEW").await
@@ -375,25 +370,19 @@ impl Session {
             S::Copy { source, to: false, target: CopyTarget::Stdin, options, legacy_options, .. } => {
                 self.copy_from_stdin(source, options, legacy_options)
             }
-            S::Copy { .. } => Err(Error::unsupported("COPY supports only FROM STDIN for now")),
-            S::Close { cursor } => {
-                match cursor {
-                    ast::CloseCursor::All => {
-                        let names: Vec<String> = self.cursors.keys().cloned().collect();
-                        for name in names {
-                            self.close_cursor(&name);
-                        }
-                    }
-                    ast::CloseCursor::Specific { name } => {
-                        let name = normalize_ident(name);
-                        if !self.close_cursor(&name) {
-                            return Err(Error::new(SqlState::INVALID_CURSOR_NAME, format!("cursor \"{name}\" does not exist")));
-                        }
-                    }
-                }
-                Ok(Outcome::Command { tag: "CLOSE CURSOR", rows: None })
+            S::Copy { source, to: true, target: CopyTarget::Stdout, options, legacy_options, .. } => {
+                self.copy_to_stdout(source, options, legacy_options, params).await
             }
-            S::Declare { .. } => Err(Error::unsupported("cursors are supported for SUBSCRIBE only: DECLARE c CURSOR FOR SUBSCRIBE ...")),
+            S::Copy { to, .. } => Err(Error::new(
+                SqlState::INSUFFICIENT_PRIVILEGE,
+                format!("COPY {} a file or program is not allowed: the server reads no files for clients", if *to { "to" } else { "from" }),
+            )
+            .with_hint("use COPY ... TO STDOUT or FROM STDIN (psql's \\copy does that)")),
+            S::Close { cursor } => self.close(cursor),
+            S::Declare { stmts } => match stmts.as_slice() {
+                [declare] => self.declare_query(declare, params).await,
+                _ => Err(Error::new(SqlState::SYNTAX_ERROR, "DECLARE declares one cursor")),
+            },
             S::Discard { .. } => Ok(Outcome::Command { tag: "DISCARD ALL", rows: None }),
             S::Deallocate { .. } => Ok(Outcome::Command { tag: "DEALLOCATE", rows: None }),
             S::CreateTable(_) => Err(Error::internal("CREATE TABLE bypassed Eddy's parser")),
@@ -416,13 +405,8 @@ impl Session {
                 let (schema, _) = self.subscription_target(subscribe, false).await?;
                 return Ok(rows(subscription_schema(&schema, subscribe.progress)));
             }
-            Statement::Fetch { cursor, .. } => {
-                let cursor = self
-                    .cursors
-                    .get(cursor)
-                    .ok_or_else(|| Error::new(SqlState::INVALID_CURSOR_NAME, format!("cursor \"{cursor}\" does not exist")))?;
-                return Ok(rows(Arc::clone(&cursor.schema)));
-            }
+            Statement::Fetch { skip: true, .. } => return Ok(no_rows),
+            Statement::Fetch { cursor, .. } => return Ok(rows(self.cursor_schema(cursor)?)),
             Statement::ShowMaterializedViews => return Ok(rows(text_schema(&["name", "status", "error"]))),
             Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
             Statement::ShowSinks => return Ok(rows(text_schema(&["name", "from", "connector", "target", "committed_epoch", "rows", "error"]))),
@@ -442,6 +426,7 @@ impl Session {
                     Planned::Insert { source: q, .. } | Planned::Delete { old_rows: q, .. } => {
                         Ok(StatementDescription { parameters: q.parameter_types()?, columns: None })
                     }
+                    Planned::UpdateJoined { rows, .. } => Ok(StatementDescription { parameters: rows.parameter_types()?, columns: None }),
                     Planned::Update { old_rows, new_rows, .. } => {
                         let mut parameters = new_rows.parameter_types()?;
                         for (i, t) in old_rows.parameter_types()?.into_iter().enumerate() {
@@ -456,6 +441,14 @@ impl Session {
                     }
                 }
             }
+            S::Declare { stmts } if let [ast::Declare { for_query: Some(query), .. }] = stmts.as_slice() => {
+                // A cursor's query may take parameters; DECLARE itself returns no rows.
+                let query = ast::Statement::Query(query.clone());
+                match self.planner.plan(&query).await? {
+                    Planned::Query(q) => Ok(StatementDescription { parameters: q.parameter_types()?, columns: None }),
+                    _ => Ok(no_rows),
+                }
+            }
             S::ShowTables { .. } => Ok(StatementDescription { parameters: Vec::new(), columns: Some(text_schema(&["name"])) }),
             S::ShowCreate { .. } => Ok(StatementDescription { parameters: Vec::new(), columns: Some(text_schema(&["name", "create_sql"])) }),
             S::ShowVariable { variable } => {
@@ -467,7 +460,7 @@ impl Session {
         }
     }
 
-    async fn run_planned(&mut self, planned: Planned, params: &[ArrayRef], guard: Option<WriteGuard>) -> Result<Outcome> {
+    async fn run_planned(&mut self, planned: Planned, params: &[ArrayRef]) -> Result<Outcome> {
         match planned {
             Planned::Query(query) => {
                 let query = query.bind(params)?;
@@ -475,34 +468,7 @@ impl Session {
                 let batches = self.planner.execute(query).await?;
                 Ok(Outcome::Rows { schema, batches })
             }
-            Planned::Insert { table, source } => {
-                let table = self.writable_table(&table)?;
-                let rows = self.collect_rows(&table, source.bind(params)?).await?;
-                let count = rows.iter().map(|b| b.num_rows()).sum();
-                let changes = rows.into_iter().map(ChangeBatch::inserts).collect();
-                self.write(guard, table, changes).await?;
-                Ok(Outcome::Command { tag: "INSERT", rows: Some(count) })
-            }
-            Planned::Delete { table, old_rows } => {
-                let table = self.writable_table(&table)?;
-                refuse_append_only(&table, "DELETE")?;
-                let old = self.collect_rows(&table, old_rows.bind(params)?).await?;
-                let count = old.iter().map(|b| b.num_rows()).sum();
-                let changes = old.into_iter().map(ChangeBatch::retractions).collect();
-                self.write(guard, table, changes).await?;
-                Ok(Outcome::Command { tag: "DELETE", rows: Some(count) })
-            }
-            Planned::Update { table, old_rows, new_rows } => {
-                let table = self.writable_table(&table)?;
-                refuse_append_only(&table, "UPDATE")?;
-                let old = self.collect_rows(&table, old_rows.bind(params)?).await?;
-                let new = self.collect_rows(&table, new_rows.bind(params)?).await?;
-                let count = old.iter().map(|b| b.num_rows()).sum();
-                let mut changes: Vec<ChangeBatch> = old.into_iter().map(ChangeBatch::retractions).collect();
-                changes.extend(new.into_iter().map(ChangeBatch::inserts));
-                self.write(guard, table, changes).await?;
-                Ok(Outcome::Command { tag: "UPDATE", rows: Some(count) })
-            }
+            _ => Err(Error::internal("a write reached the query path")),
         }
     }
 
@@ -536,29 +502,6 @@ impl Session {
             out.push(conform(table, batch)?);
         }
         Ok(out)
-    }
-
-    async fn write(&mut self, guard: Option<WriteGuard>, table: Arc<Table>, changes: Vec<ChangeBatch>) -> Result<()> {
-        match self.transaction.as_mut() {
-            None => {
-                let guard = match guard {
-                    Some(g) => g,
-                    None => self.engine.lock_writes().await,
-                };
-                self.engine.commit(guard, vec![(table, changes)], &[], None).await
-            }
-            Some(txn) => {
-                let mut forks = self.view.forks.lock().unwrap_or_else(|p| p.into_inner());
-                let fork = match forks.entry(table.def.id) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(v) => v.insert(table.read().fork()?),
-                };
-                fork.check(&changes)?;
-                fork.apply(&changes)?;
-                txn.writes.entry(table.def.id).or_insert_with(|| (Arc::clone(&table), Vec::new())).1.extend(changes);
-                Ok(())
-            }
-        }
     }
 
     async fn create_materialized_view(&mut self, create: &ast::CreateView, emit_on_close: bool) -> Result<Outcome> {
@@ -689,125 +632,11 @@ impl Session {
         Ok((schema, Some(SubscriptionTarget::Temporary(id))))
     }
 
-    async fn declare_subscribe(&mut self, cursor: &str, subscribe: &eddy_sql::Subscribe) -> Result<Outcome> {
-        if self.cursors.contains_key(cursor) {
-            return Err(Error::new(SqlState::DUPLICATE_OBJECT, format!("cursor \"{cursor}\" already exists")));
-        }
-        let (subscription, schema, temporary_view) = self.start_subscription(subscribe).await?;
-        self.cursors.insert(
-            cursor.to_owned(),
-            Cursor { subscription, schema, progress: subscribe.progress, buffered: Default::default(), temporary_view },
-        );
-        Ok(Outcome::Command { tag: "DECLARE CURSOR", rows: None })
-    }
-
     /// A never-ending change stream (streaming SUBSCRIBE and COPY (SUBSCRIBE) TO STDOUT).
     pub async fn open_subscription(&mut self, subscribe: &eddy_sql::Subscribe) -> Result<SubscriptionStream> {
         self.engine.wait_recovered(self.notices.as_ref()).await;
         let (subscription, schema, temporary_view) = self.start_subscription(subscribe).await?;
         Ok(SubscriptionStream { subscription, schema, progress: subscribe.progress, temporary_view, engine: Arc::clone(&self.engine) })
-    }
-
-    fn close_cursor(&mut self, name: &str) -> bool {
-        match self.cursors.remove(name) {
-            Some(cursor) => {
-                if let Some(id) = cursor.temporary_view {
-                    self.engine.drop_temporary_view(id);
-                }
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Up to `count` change rows; waits (up to `timeout_ms`, or forever) for the first one.
-    async fn fetch(&mut self, name: &str, count: Option<u64>, timeout_ms: Option<u64>) -> Result<Outcome> {
-        let cursor = self
-            .cursors
-            .get_mut(name)
-            .ok_or_else(|| Error::new(SqlState::INVALID_CURSOR_NAME, format!("cursor \"{name}\" does not exist")))?;
-        let limit = count.map_or(usize::MAX, |c| c as usize);
-        let deadline = timeout_ms.map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
-        let mut out: Vec<RecordBatch> = Vec::new();
-        let mut rows = 0usize;
-        loop {
-            while rows < limit
-                && let Some(batch) = cursor.buffered.pop_front()
-            {
-                let take = (limit - rows).min(batch.num_rows());
-                if take < batch.num_rows() {
-                    cursor.buffered.push_front(batch.slice(take, batch.num_rows() - take));
-                }
-                rows += take;
-                out.push(batch.slice(0, take));
-            }
-            if rows >= limit {
-                break;
-            }
-            let event = match cursor.subscription.events.try_recv() {
-                Ok(event) => Some(event),
-                Err(tokio::sync::mpsc::error::TryRecvError::Empty) if rows > 0 => break,
-                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => match deadline {
-                    Some(deadline) => match tokio::time::timeout_at(deadline, cursor.subscription.events.recv()).await {
-                        Ok(event) => event,
-                        Err(_) => break,
-                    },
-                    None => cursor.subscription.events.recv().await,
-                },
-                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
-            };
-            let Some(event) = event else {
-                if cursor.subscription.lagged.load(std::sync::atomic::Ordering::Relaxed) {
-                    return Err(Error::new(
-                        SqlState::INSUFFICIENT_RESOURCES,
-                        format!("subscription fell more than {} epochs behind and was dropped", eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX),
-                    ));
-                }
-                break;
-            };
-            cursor.buffered.extend(change_rows(&cursor.schema, cursor.progress, &event)?);
-        }
-        let schema = Arc::clone(&cursor.schema);
-        Ok(Outcome::Rows { schema, batches: out })
-    }
-
-    fn begin(&mut self) -> Outcome {
-        if self.transaction.is_some() {
-            return Outcome::Warning {
-                message: "there is already a transaction in progress".into(),
-                then: Box::new(Outcome::TransactionStart),
-            };
-        }
-        self.transaction = Some(Transaction { failed: false, writes: BTreeMap::new() });
-        Outcome::TransactionStart
-    }
-
-    async fn commit(&mut self) -> Result<Outcome> {
-        let Some(txn) = self.transaction.take() else {
-            return Ok(Outcome::Warning {
-                message: "there is no transaction in progress".into(),
-                then: Box::new(Outcome::TransactionEnd { tag: "COMMIT" }),
-            });
-        };
-        self.view.forks.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        if txn.failed {
-            return Ok(Outcome::TransactionEnd { tag: "ROLLBACK" });
-        }
-        let writes: Vec<_> = txn.writes.into_values().collect();
-        let guard = self.engine.lock_writes().await;
-        self.engine.commit(guard, writes, &[], None).await?;
-        Ok(Outcome::TransactionEnd { tag: "COMMIT" })
-    }
-
-    fn rollback(&mut self) -> Outcome {
-        self.view.forks.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        if self.transaction.take().is_none() {
-            return Outcome::Warning {
-                message: "there is no transaction in progress".into(),
-                then: Box::new(Outcome::TransactionEnd { tag: "ROLLBACK" }),
-            };
-        }
-        Outcome::TransactionEnd { tag: "ROLLBACK" }
     }
 
     /// Finishes a `COPY FROM STDIN` with all of its data.
@@ -842,29 +671,6 @@ impl Session {
         if let Some(txn) = self.transaction.as_mut() {
             txn.failed = true;
         }
-    }
-
-    fn copy_from_stdin(&self, source: &CopySource, options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Outcome> {
-        let CopySource::Table { table_name, columns } = source else {
-            return Err(Error::unsupported("COPY (query) FROM is not valid"));
-        };
-        let name = self.existing_name(table_name)?;
-        let table = self.writable_table(&name)?;
-        let columns = if columns.is_empty() {
-            (0..table.schema.fields().len()).collect()
-        } else {
-            columns
-                .iter()
-                .map(|c| {
-                    let c = normalize_ident(c);
-                    table.schema.index_of(&c).map_err(|_| {
-                        Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{c}\" of relation \"{}\" does not exist", name.name))
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?
-        };
-        let format = copy_format(options, legacy)?;
-        Ok(Outcome::CopyIn(CopyIn { table: name, columns, schema: Arc::clone(&table.schema), format }))
     }
 
     fn show_tables(&self) -> Outcome {
@@ -918,6 +724,30 @@ impl Session {
     }
 
     /// Keeps DataFusion's `now()` and timestamptz casts in the session's time zone.
+    /// What the catalogs show while a statement runs: its text in `pg_stat_activity`, the
+    /// session's settings for `current_setting` and `pg_settings`.
+    fn catalog_statement_begins(&self, statement: &Statement) {
+        let text = match statement {
+            Statement::Sql(sql) => sql.to_string(),
+            other => format!("{other:?}").split(['(', ' ', '{']).next().unwrap_or_default().to_owned(),
+        };
+        *self.view.variables.lock().unwrap_or_else(|p| p.into_inner()) = self.variables.clone();
+        let application = self.variables.get("application_name").map(|v| v.1).unwrap_or_default();
+        self.engine.sessions.update(self.view.pid, Some(text), self.transaction.is_some(), &application);
+    }
+
+    /// Applies the settings `set_config()` made during the statement.
+    fn catalog_statement_ends(&mut self) -> Result<()> {
+        let pending = std::mem::take(&mut *self.view.pending_settings.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut result = Ok(());
+        for (name, value) in pending {
+            result = result.and(self.set_variable(&name, &value));
+        }
+        let application = self.variables.get("application_name").map(|v| v.1).unwrap_or_default();
+        self.engine.sessions.update(self.view.pid, None, self.transaction.is_some(), &application);
+        result
+    }
+
     fn sync_time_zone(&self) -> Result<()> {
         let tz = match self.variables.time_zone() {
             crate::TimeZone::Named(tz) => tz.name().to_owned(),
@@ -1024,8 +854,8 @@ fn conform(table: &Table, batch: RecordBatch) -> Result<RecordBatch> {
             )));
         }
     }
-    RecordBatch::try_new(Arc::clone(&table.schema), batch.columns().to_vec())
-        .map_err(|e| Error::internal(format!("labelling rows of \"{}\": {e}", table.def.name)))
+    let columns = table.schema.fields().iter().zip(batch.columns()).map(|(field, column)| eddy_sql::pg::assign::to_declared(column, field)).collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(Arc::clone(&table.schema), columns).map_err(|e| Error::internal(format!("labelling rows of \"{}\": {e}", table.def.name)))
 }
 
 fn variable_name(variable: &[ast::Ident]) -> String {
@@ -1054,51 +884,6 @@ fn set_value(values: &[ast::Expr]) -> Result<Option<String>> {
         parts.push(text);
     }
     Ok(Some(parts.join(", ")))
-}
-
-fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<CopyFormat> {
-    let mut csv = false;
-    let mut delimiter = None;
-    let mut null = None;
-    let mut header = false;
-    let mut quote = '"';
-    for option in options {
-        match option {
-            CopyOption::Format(f) => match f.value.to_lowercase().as_str() {
-                "csv" => csv = true,
-                "text" => csv = false,
-                other => return Err(Error::unsupported(format!("COPY format \"{other}\" is not supported"))),
-            },
-            CopyOption::Delimiter(c) => delimiter = Some(*c),
-            CopyOption::Null(n) => null = Some(n.clone()),
-            CopyOption::Header(h) => header = *h,
-            CopyOption::Quote(q) => quote = *q,
-            CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
-            other => return Err(Error::unsupported(format!("COPY option {other} is not supported"))),
-        }
-    }
-    for option in legacy {
-        match option {
-            CopyLegacyOption::Csv(csv_options) => {
-                csv = true;
-                for o in csv_options {
-                    match o {
-                        CopyLegacyCsvOption::Header => header = true,
-                        CopyLegacyCsvOption::Quote(q) => quote = *q,
-                        other => return Err(Error::unsupported(format!("COPY option {other} is not supported"))),
-                    }
-                }
-            }
-            CopyLegacyOption::Delimiter(c) => delimiter = Some(*c),
-            CopyLegacyOption::Null(n) => null = Some(n.clone()),
-            other => return Err(Error::unsupported(format!("COPY option {other} is not supported"))),
-        }
-    }
-    Ok(if csv {
-        CopyFormat::Csv { delimiter: delimiter.unwrap_or(','), quote, null: null.unwrap_or_default(), header }
-    } else {
-        CopyFormat::Text { delimiter: delimiter.unwrap_or('\t'), null: null.unwrap_or_else(|| "\\N".into()) }
-    })
 }
 
 enum SubscriptionTarget {

@@ -11,11 +11,13 @@ use std::sync::{Arc, Mutex};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use eddy_common::{Error, ObjectId, Result};
-use eddy_sql::{CatalogSource, EDDY_CATALOG_SCHEMA, QualifiedName, RelationKind, SchemaEntry, TableSource, ViewDefinition};
+use eddy_sql::pg_catalog::Namespace;
+use eddy_sql::{CatalogSource, EDDY_CATALOG_SCHEMA, QualifiedName, TableSource, ViewDefinition};
 
-use crate::Engine;
 use crate::names::SearchPath;
 use crate::table::TableData;
+use crate::variables::Variables;
+use crate::{Engine, Table};
 
 #[derive(Debug)]
 pub(crate) struct SessionCatalog {
@@ -26,11 +28,65 @@ pub(crate) struct SessionCatalog {
     /// view never have snapshots built).
     views: Mutex<Option<crate::views::Snapshots>>,
     path: Mutex<SearchPath>,
+    /// The session's backend pid (`pg_stat_activity`).
+    pub(crate) pid: i32,
+    /// The session's settings as the running statement started with them, plus what its
+    /// `set_config()` calls changed; `pending_settings` is applied when it ends.
+    pub(crate) variables: Mutex<Variables>,
+    pub(crate) pending_settings: Mutex<Vec<(String, String)>>,
+    /// Relations one statement defines for itself (`excluded` of ON CONFLICT, the rows
+    /// RETURNING reads), by name; see [`SessionCatalog::local`]. They shadow every schema.
+    locals: Mutex<HashMap<&'static str, Arc<dyn TableSource>>>,
+}
+
+/// A statement-local relation, gone when this is dropped.
+pub(crate) struct Local<'a> {
+    catalog: &'a SessionCatalog,
+    name: &'static str,
+}
+
+impl Drop for Local<'_> {
+    fn drop(&mut self) {
+        self.catalog.locals.lock().unwrap_or_else(|p| p.into_inner()).remove(self.name);
+    }
 }
 
 impl SessionCatalog {
-    pub(crate) fn new(engine: Arc<Engine>, path: SearchPath) -> Self {
-        SessionCatalog { engine, forks: Mutex::new(HashMap::new()), views: Mutex::new(None), path: Mutex::new(path) }
+    pub(crate) fn new(engine: Arc<Engine>, path: SearchPath, pid: i32) -> Self {
+        SessionCatalog {
+            engine,
+            forks: Mutex::new(HashMap::new()),
+            views: Mutex::new(None),
+            path: Mutex::new(path),
+            pid,
+            variables: Mutex::new(Variables::default()),
+            pending_settings: Mutex::new(Vec::new()),
+            locals: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Makes `rows` readable as the relation `name` until the returned guard drops.
+    pub(crate) fn local(&self, name: &'static str, schema: SchemaRef, rows: Vec<RecordBatch>) -> Local<'_> {
+        let table = SnapshotTable { id: ObjectId(0), kind: "BASE TABLE", schema, snapshot: Some(Arc::new(rows)), watermark: None, append_only: false };
+        self.locals.lock().unwrap_or_else(|p| p.into_inner()).insert(name, Arc::new(table));
+        Local { catalog: self, name }
+    }
+
+    /// Runs `f` on the table's contents as this session sees them (its transaction's copy).
+    pub(crate) fn with_table_data<R>(&self, table: &Table, f: impl FnOnce(&TableData) -> R) -> Result<R> {
+        let forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(match forks.get(&table.def.id) {
+            Some(fork) => f(fork),
+            None => f(&table.read()),
+        })
+    }
+
+    pub(crate) fn with_table_data_mut<R>(&self, table: &Table, f: impl FnOnce(&mut TableData) -> R) -> Result<R> {
+        let mut forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(match forks.get_mut(&table.def.id) {
+            Some(fork) => f(fork),
+            None => f(&mut table.write()),
+        })
     }
 
     pub(crate) fn begin_statement(&self) {
@@ -55,13 +111,13 @@ impl SessionCatalog {
         let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| self.engine.view_snapshots()).clone();
         let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
         let watermark = view.watermark.as_ref().map(|(column, _)| column.clone());
-        Some(Arc::new(SnapshotTable { id: view.def.id, kind: RelationKind::MaterializedView, schema: Arc::clone(&view.schema), snapshot: Some(snapshot), watermark, append_only: false }))
+        Some(Arc::new(SnapshotTable { id: view.def.id, kind: "VIEW", schema: Arc::clone(&view.schema), snapshot: Some(snapshot), watermark, append_only: false }))
     }
 
     fn plain_view_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
         let view = self.engine.plain_view(name)?;
         let schema = view.arrow_schema().map_err(|e| tracing::error!(view = %name.display(), error = %e, "a plain view's columns are unreadable")).ok()?;
-        Some(Arc::new(SnapshotTable { id: view.id, kind: RelationKind::View, schema, snapshot: None, watermark: None, append_only: false }))
+        Some(Arc::new(SnapshotTable { id: view.id, kind: "VIEW", schema, snapshot: None, watermark: None, append_only: false }))
     }
 
     fn table_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
@@ -80,20 +136,23 @@ impl SessionCatalog {
             Arc::new(Vec::new())
         });
         let watermark = table.def.watermark.as_ref().map(|w| w.column.clone());
-        Some(Arc::new(SnapshotTable { id: table.def.id, kind: RelationKind::Table, schema: Arc::clone(&table.schema), snapshot: Some(snapshot), watermark, append_only: table.def.append_only }))
+        Some(Arc::new(SnapshotTable { id: table.def.id, kind: "BASE TABLE", schema: Arc::clone(&table.schema), snapshot: Some(snapshot), watermark, append_only: table.def.append_only }))
     }
 }
 
 impl CatalogSource for SessionCatalog {
     fn table(&self, schema: &str, name: &str) -> Option<Arc<dyn TableSource>> {
+        if let Some(local) = self.locals.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+            return Some(Arc::clone(local));
+        }
         if schema == EDDY_CATALOG_SCHEMA {
             let (schema, batch) = crate::system::table(&self.engine, name)?;
-            return Some(Arc::new(SnapshotTable { id: ObjectId(0), kind: RelationKind::System, schema, snapshot: Some(Arc::new(batch)), watermark: None, append_only: false }));
+            return Some(Arc::new(SnapshotTable { id: ObjectId(0), kind: "BASE TABLE", schema, snapshot: Some(Arc::new(batch)), watermark: None, append_only: false }));
         }
         let name = QualifiedName::new(schema, name);
         if let Some(source) = self.engine.source(&name) {
             let watermark = source.def.watermark.as_ref().map(|w| w.column.clone());
-            return Some(Arc::new(SnapshotTable { id: source.def.id, kind: RelationKind::Source, schema: Arc::clone(&source.schema), snapshot: None, watermark, append_only: source.def.append_only }));
+            return Some(Arc::new(SnapshotTable { id: source.def.id, kind: "FOREIGN", schema: Arc::clone(&source.schema), snapshot: None, watermark, append_only: source.def.append_only }));
         }
         self.table_table(&name).or_else(|| self.view_table(&name)).or_else(|| self.plain_view_table(&name))
     }
@@ -113,8 +172,36 @@ impl CatalogSource for SessionCatalog {
         names.into_iter().filter(|n| n.schema == schema).map(|n| n.name).collect()
     }
 
-    fn schemas(&self) -> Vec<SchemaEntry> {
-        self.engine.schema_entries()
+    fn namespaces(&self) -> Vec<Namespace> {
+        self.engine.namespaces()
+    }
+
+    fn relations(&self) -> Vec<eddy_sql::pg_catalog::Relation> {
+        crate::pg_objects::relations(&self.engine)
+    }
+
+    fn relation_size(&self, oid: u32) -> Option<u64> {
+        crate::pg_objects::relation_size(&self.engine, oid)
+    }
+
+    fn activity(&self) -> Vec<eddy_sql::pg_catalog::Activity> {
+        self.engine.sessions.list()
+    }
+
+    fn settings(&self) -> Vec<(String, String)> {
+        self.variables.lock().unwrap_or_else(|p| p.into_inner()).all().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+    }
+
+    fn set_setting(&self, name: &str, value: &str) -> Result<String> {
+        let mut variables = self.variables.lock().unwrap_or_else(|p| p.into_inner());
+        variables.set(name, Some(value.to_owned()))?;
+        let (canonical, value) = variables.get(name)?;
+        self.pending_settings.lock().unwrap_or_else(|p| p.into_inner()).push((canonical.to_owned(), value.clone()));
+        Ok(value)
+    }
+
+    fn server_start_micros(&self) -> i64 {
+        self.engine.started_at_micros
     }
 
     fn search_path(&self) -> Vec<String> {
@@ -132,7 +219,8 @@ impl CatalogSource for SessionCatalog {
 #[derive(Debug)]
 struct SnapshotTable {
     id: ObjectId,
-    kind: RelationKind,
+    /// `information_schema.tables.table_type`.
+    kind: &'static str,
     schema: SchemaRef,
     snapshot: Option<Arc<Vec<RecordBatch>>>,
     watermark: Option<String>,
@@ -140,7 +228,7 @@ struct SnapshotTable {
 }
 
 impl TableSource for SnapshotTable {
-    fn kind(&self) -> RelationKind {
+    fn table_type(&self) -> &'static str {
         self.kind
     }
 
@@ -162,7 +250,7 @@ impl TableSource for SnapshotTable {
 
     fn scan(&self) -> Result<Arc<Vec<RecordBatch>>> {
         self.snapshot.clone().ok_or_else(|| match self.kind {
-            RelationKind::View => Error::internal("a plain view is expanded into its query, never scanned"),
+            "VIEW" => Error::internal("a plain view is expanded into its query, never scanned"),
             _ => Error::unsupported("a source is not stored by Eddy, so it cannot be queried directly")
                 .with_hint("read it through a materialized view (CREATE MATERIALIZED VIEW v AS SELECT ... FROM the source), or SUBSCRIBE to a query over it"),
         })

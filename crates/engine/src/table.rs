@@ -263,6 +263,39 @@ impl TableData {
         Ok((labelled(columns, diffs)?, rejected))
     }
 
+    /// Of the rows an `UPDATE ... FROM` matched (`old`, one per matching FROM row), the ones
+    /// to update: each held row once (the first match), as PostgreSQL updates it once.
+    pub fn first_matches(&self, old: &RecordBatch) -> Result<Vec<u32>> {
+        let Rows::Multiset(m) = &self.rows else { return Ok((0..old.num_rows() as u32).collect()) };
+        let mut keep = Vec::with_capacity(old.num_rows());
+        match &m.primary_key {
+            Some(pk) => {
+                let keys: Vec<ArrayRef> = pk.columns.iter().map(|&c| Arc::clone(old.column(c))).collect();
+                let keys = pk.converter.convert_columns(&keys).map_err(|e| arrow_error("encode keys", e))?;
+                let mut seen: HashSet<&[u8]> = HashSet::new();
+                for i in 0..old.num_rows() {
+                    if seen.insert(keys.row(i).data()) {
+                        keep.push(i as u32);
+                    }
+                }
+            }
+            None => {
+                let rows = m.converter.convert_columns(old.columns()).map_err(|e| arrow_error("encode rows", e))?;
+                let mut taken: HashMap<&[u8], i64> = HashMap::default();
+                for i in 0..old.num_rows() {
+                    let row = rows.row(i).data();
+                    let held = m.counts.get(row).copied().unwrap_or(0);
+                    let n = taken.entry(row).or_insert(0);
+                    if *n < held {
+                        *n += 1;
+                        keep.push(i as u32);
+                    }
+                }
+            }
+        }
+        Ok(keep)
+    }
+
     /// The same contents under a changed schema (a column's nullability changed).
     pub fn relabel(mut self, schema: SchemaRef) -> TableData {
         if let Rows::AppendOnly(batches) = &mut self.rows {

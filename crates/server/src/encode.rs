@@ -27,19 +27,15 @@ const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
 /// The PostgreSQL type of an Arrow field.
 pub fn pg_type(field: &Field) -> Type {
     if let Some(declared) = field.metadata().get(PG_TYPE_KEY) {
-        let declared = declared.as_str();
-        if declared == "jsonb" {
-            return Type::JSONB;
+        // The catalogs' own types (crates/sql/src/pg_catalog/spec.rs).
+        match (declared.as_str(), field.data_type()) {
+            ("\"char\"", DataType::Utf8) => return Type::CHAR,
+            ("oid", DataType::UInt32) => return Type::OID,
+            _ => {}
         }
-        if declared == "json" {
-            return Type::JSON;
-        }
-        if declared.starts_with("character varying") {
-            return Type::VARCHAR;
-        }
-        if declared.starts_with("character(") {
-            return Type::BPCHAR;
-        }
+    }
+    if let Some(declared) = field.metadata().get(PG_TYPE_KEY).and_then(|d| declared_type(d)) {
+        return declared;
     }
     match field.data_type() {
         DataType::Boolean => Type::BOOL,
@@ -55,13 +51,34 @@ pub fn pg_type(field: &Field) -> Type {
         DataType::Timestamp(_, None) => Type::TIMESTAMP,
         DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
         DataType::Interval(_) | DataType::Duration(_) => Type::INTERVAL,
-        DataType::List(element) | DataType::LargeList(element) | DataType::FixedSizeList(element, _) => array_of(&pg_type(element)).unwrap_or(Type::TEXT),
+        // A multidimensional array is an array of its innermost element type, as in PostgreSQL.
+        DataType::List(element) | DataType::LargeList(element) | DataType::FixedSizeList(element, _) => {
+            let element = pg_type(element);
+            if element_of(&element).is_some() { element } else { array_of(&element).unwrap_or(Type::TEXT) }
+        }
         _ => Type::TEXT,
     }
 }
 
+/// The PostgreSQL types Arrow cannot tell apart from another (`jsonb` and `varchar(n)` are
+/// Arrow strings), by the name declared in a field's metadata; `None` where the Arrow type
+/// decides.
+fn declared_type(declared: &str) -> Option<Type> {
+    if let Some(element) = declared.strip_suffix("[]") {
+        return declared_type(element).and_then(|t| array_of(&t));
+    }
+    Some(match declared {
+        "jsonb" => Type::JSONB,
+        "json" => Type::JSON,
+        "name" => Type::NAME,
+        d if d.starts_with("character varying") => Type::VARCHAR,
+        d if d.starts_with("character(") => Type::BPCHAR,
+        _ => return None,
+    })
+}
+
 /// The array type of an element type (`text[]` of `text`), for the types Eddy produces.
-fn array_of(element: &Type) -> Option<Type> {
+pub fn array_of(element: &Type) -> Option<Type> {
     Some(match *element {
         Type::BOOL => Type::BOOL_ARRAY,
         Type::INT2 => Type::INT2_ARRAY,
@@ -72,6 +89,9 @@ fn array_of(element: &Type) -> Option<Type> {
         Type::NUMERIC => Type::NUMERIC_ARRAY,
         Type::TEXT => Type::TEXT_ARRAY,
         Type::VARCHAR => Type::VARCHAR_ARRAY,
+        Type::BPCHAR => Type::BPCHAR_ARRAY,
+        Type::NAME => Type::NAME_ARRAY,
+        Type::JSON => Type::JSON_ARRAY,
         Type::BYTEA => Type::BYTEA_ARRAY,
         Type::DATE => Type::DATE_ARRAY,
         Type::TIME => Type::TIME_ARRAY,
@@ -129,8 +149,20 @@ pub fn arrow_type(pg: &Type) -> DataType {
         Type::TIMESTAMP => DataType::Timestamp(TimeUnit::Microsecond, None),
         Type::TIMESTAMPTZ => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
         Type::INTERVAL => DataType::Interval(IntervalUnit::MonthDayNano),
-        _ => DataType::Utf8,
+        _ => match element_of(pg) {
+            Some(element) => DataType::List(Arc::new(Field::new_list_field(arrow_type(&element), true))),
+            None => DataType::Utf8,
+        },
     }
+}
+
+/// The element type of an array type (`int4` of `int4[]`), the inverse of [`array_of`].
+pub fn element_of(array: &Type) -> Option<Type> {
+    const ELEMENTS: [Type; 19] = [
+        Type::BOOL, Type::INT2, Type::INT4, Type::INT8, Type::FLOAT4, Type::FLOAT8, Type::NUMERIC, Type::TEXT, Type::VARCHAR, Type::BPCHAR,
+        Type::NAME, Type::BYTEA, Type::DATE, Type::TIME, Type::TIMESTAMP, Type::TIMESTAMPTZ, Type::INTERVAL, Type::JSON, Type::JSONB,
+    ];
+    ELEMENTS.into_iter().find(|e| array_of(e).as_ref() == Some(array))
 }
 
 pub fn field_infos(schema: &arrow::datatypes::Schema, format_for: impl Fn(usize) -> FieldFormat) -> Vec<FieldInfo> {
@@ -170,7 +202,7 @@ pub fn encode_batch(batch: &RecordBatch, formats: &[FieldFormat], tz: TimeZone) 
     Ok(rows)
 }
 
-fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: TimeZone) -> Result<Vec<Option<Vec<u8>>>> {
+pub(crate) fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: TimeZone) -> Result<Vec<Option<Vec<u8>>>> {
     let n = column.len();
     let mut out = Vec::with_capacity(n);
     let options = TextOptions::output_of(field, tz);
@@ -182,46 +214,20 @@ fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: Time
                 out.push(if is_null(column, i) { None } else { Some(text_value(column, i, options)?.into_bytes()) });
             }
         }
+        FieldFormat::Binary if pg_type(field) == Type::OID => {
+            // An OID is 4 bytes unsigned on the wire (other UInt32 columns go out as int8).
+            let oids = column.as_primitive::<UInt32Type>();
+            out.extend((0..n).map(|i| (!is_null(column, i)).then(|| oids.value(i).to_be_bytes().to_vec())));
+        }
         FieldFormat::Binary => {
+            // jsonb's binary form is a version byte, 1, then its text.
+            let version: &[u8] = if pg_type(field) == Type::JSONB { &[1] } else { &[] };
             for i in 0..n {
-                out.push(if is_null(column, i) { None } else { Some(binary_value(column, i, tz)?) });
+                out.push(if is_null(column, i) { None } else { Some([version, &binary_value(column, i, tz)?].concat()) });
             }
         }
     }
     Ok(out)
-}
-
-/// Rows as COPY text lines: tab-separated, `\N` for NULL, backslash escapes.
-pub fn copy_text_lines(batch: &RecordBatch, tz: TimeZone) -> Result<Vec<Vec<u8>>> {
-    let mut lines = vec![Vec::new(); batch.num_rows()];
-    for (c, column) in batch.columns().iter().enumerate() {
-        let options = TextOptions::output_of(batch.schema().field(c), tz);
-        for (r, line) in lines.iter_mut().enumerate() {
-            if c > 0 {
-                line.push(b'\t');
-            }
-            if is_null(column, r) {
-                line.extend_from_slice(b"\\N");
-                continue;
-            }
-            for ch in text_value(column, r, options)?.chars() {
-                match ch {
-                    '\\' => line.extend_from_slice(b"\\\\"),
-                    '\t' => line.extend_from_slice(b"\\t"),
-                    '\n' => line.extend_from_slice(b"\\n"),
-                    '\r' => line.extend_from_slice(b"\\r"),
-                    other => {
-                        let mut buf = [0u8; 4];
-                        line.extend_from_slice(other.encode_utf8(&mut buf).as_bytes());
-                    }
-                }
-            }
-        }
-    }
-    for line in &mut lines {
-        line.push(b'\n');
-    }
-    Ok(lines)
 }
 
 /// PostgreSQL's binary form of one value.
@@ -328,9 +334,48 @@ pub fn decode_binary_param(pg: &Type, bytes: &[u8]) -> Result<ArrayRef> {
         ),
         Type::TIME => Arc::new(Time64MicrosecondArray::from(vec![i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?)])),
         Type::NUMERIC => return numeric_from_binary(bytes).ok_or_else(bad),
+        // jsonb's binary form: version 1, then the text.
+        Type::JSONB => match bytes.split_first() {
+            Some((1, text)) => Arc::new(StringArray::from(vec![std::str::from_utf8(text).map_err(|_| bad())?])),
+            _ => return Err(bad()),
+        },
+        _ if element_of(pg).is_some() => return array_from_binary(pg, bytes).ok_or_else(bad)?,
         _ => Arc::new(StringArray::from(vec![std::str::from_utf8(bytes).map_err(|_| bad())?])),
     };
     Ok(array)
+}
+
+/// PostgreSQL's binary array (see [`array_binary`]) of one dimension (or none) as a one-row
+/// list; `None` when the bytes are not one.
+fn array_from_binary(pg: &Type, bytes: &[u8]) -> Option<Result<ArrayRef>> {
+    let int = |at: usize| -> Option<i32> { Some(i32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?)) };
+    let dimensions = int(0)?;
+    let element = element_of(pg)?;
+    let item = Arc::new(Field::new_list_field(arrow_type(&element), true));
+    let (length, mut at) = match dimensions {
+        0 => (0, 12),
+        1 => (usize::try_from(int(12)?).ok()?, 20),
+        _ => return Some(Err(Error::unsupported("multidimensional arrays are not supported"))),
+    };
+    let mut values: Vec<ArrayRef> = Vec::with_capacity(length);
+    for _ in 0..length {
+        let size = int(at)?;
+        at += 4;
+        if size < 0 {
+            values.push(arrow::array::new_null_array(item.data_type(), 1));
+            continue;
+        }
+        let value = bytes.get(at..at + size as usize)?;
+        at += size as usize;
+        match decode_binary_param(&element, value).and_then(|v| arrow::compute::cast(&v, item.data_type()).map_err(|e| Error::internal(e.to_string()))) {
+            Ok(v) => values.push(v),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    let refs: Vec<&dyn Array> = values.iter().map(|v| v.as_ref()).collect();
+    let flat = if refs.is_empty() { arrow::array::new_empty_array(item.data_type()) } else { arrow::compute::concat(&refs).ok()? };
+    let offsets = arrow::buffer::OffsetBuffer::new(vec![0i32, i32::try_from(flat.len()).ok()?].into());
+    Some(arrow::array::ListArray::try_new(item, offsets, flat, None).map(|l| Arc::new(l) as ArrayRef).map_err(|e| Error::internal(e.to_string())))
 }
 
 fn numeric_from_binary(bytes: &[u8]) -> Option<ArrayRef> {

@@ -23,7 +23,10 @@ use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireConnectionState, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::response::NoticeResponse;
 use pgwire::messages::startup::{ParameterStatus, SecretKey};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
@@ -146,7 +149,7 @@ fn command_line_settings(text: &str) -> Vec<(String, String)> {
     out
 }
 
-fn to_pgwire(err: Error) -> PgWireError {
+pub(crate) fn to_pgwire(err: Error) -> PgWireError {
     PgWireError::UserError(Box::new(error_info(err)))
 }
 
@@ -298,6 +301,18 @@ where
             }
             Response::Query(QueryResponse::new(fields, stream::iter(rows)))
         }
+        Outcome::TaggedRows { tag, schema, batches, .. } => {
+            let fields = Arc::new(encode::field_infos(&schema, formats));
+            let field_formats: Vec<FieldFormat> = fields.iter().map(|f| f.format()).collect();
+            let tz = slot.session.lock().await.variables().time_zone();
+            let mut rows = Vec::new();
+            for batch in &batches {
+                rows.extend(encode::encode_batch(batch, &field_formats, tz).map_err(to_pgwire)?.into_iter().map(Ok));
+            }
+            let mut response = QueryResponse::new(fields, stream::iter(rows));
+            response.set_command_tag(tag);
+            Response::Query(response)
+        }
         Outcome::Command { tag, rows } => {
             if tag == "SET" {
                 report_changed_parameters(client, slot).await?;
@@ -308,6 +323,11 @@ where
                 Some(n) => t.with_rows(n),
                 None => t,
             })
+        }
+        Outcome::CopyOut { schema, batches, format } => {
+            let tz = slot.session.lock().await.variables().time_zone();
+            let rows = crate::copy_out::send(client, &schema, &batches, &format, tz).await?;
+            Response::Execution(Tag::new("COPY").with_rows(rows))
         }
         Outcome::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
         Outcome::TransactionEnd { tag } => Response::TransactionEnd(Tag::new(tag)),
@@ -349,8 +369,37 @@ where
     Ok(())
 }
 
+/// The transaction state ReadyForQuery reports.
+fn transaction_status(session: &Session) -> TransactionStatus {
+    match (session.in_transaction(), session.transaction_failed()) {
+        (false, _) => TransactionStatus::Idle,
+        (true, false) => TransactionStatus::Transaction,
+        (true, true) => TransactionStatus::Error,
+    }
+}
+
 #[async_trait]
 impl SimpleQueryHandler for Conn {
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // pgwire derives the status from the responses, starting from the last one: start it
+        // from the session's (a failed transaction refuses every statement but COMMIT, ROLLBACK
+        // and ROLLBACK TO, so it stays failed unless one of those succeeds).
+        if let Ok(slot) = slot(client) {
+            let status = match transaction_status(&*slot.session.lock().await) {
+                TransactionStatus::Error if !query.query.trim().is_empty() => TransactionStatus::Transaction,
+                status => status,
+            };
+            client.set_transaction_status(status);
+        }
+        self._on_query(client, query).await
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -392,7 +441,15 @@ impl SimpleQueryHandler for Conn {
             match outcome {
                 Ok(outcome) => {
                     let is_copy = matches!(outcome, Outcome::CopyIn(_));
-                    responses.push(respond(client, &slot, outcome, &|_| FieldFormat::Text).await?);
+                    if matches!(outcome, Outcome::CopyOut { .. }) {
+                        // The COPY data goes out now: earlier statements' results first.
+                        for response in responses.drain(..) {
+                            send_response(client, response).await?;
+                        }
+                    }
+                    // A BINARY cursor's rows are binary in the simple protocol (Bind decides otherwise).
+                    let format = if matches!(outcome, Outcome::TaggedRows { binary: true, .. }) { FieldFormat::Binary } else { FieldFormat::Text };
+                    responses.push(respond(client, &slot, outcome, &|_| format).await?);
                     if is_copy {
                         break;
                     }
@@ -498,7 +555,7 @@ where
     while let Some(batches) = stream.next().await? {
         for batch in &batches {
             if as_copy {
-                for line in encode::copy_text_lines(batch, tz)? {
+                for line in crate::copy_out::lines(batch, &copy_text(), tz)? {
                     client.feed(PgWireBackendMessage::CopyData(CopyData::new(line.into()))).await.map_err(|e| wire(e.into()))?;
                 }
             } else {
@@ -519,6 +576,11 @@ where
         client.send(PgWireBackendMessage::CommandComplete(tag.into())).await.map_err(|e| wire(e.into()))?;
     }
     Ok(rows)
+}
+
+/// `COPY (SUBSCRIBE ...)` writes PostgreSQL's default text format.
+fn copy_text() -> eddy_engine::CopyFormat {
+    eddy_engine::CopyFormat::Text { delimiter: '\t', null: "\\N".into(), header: false }
 }
 
 /// Parses at Parse time; planning happens at Describe and Execute, against the catalog then.
@@ -599,6 +661,45 @@ impl ExtendedQueryHandler for Conn {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         Arc::clone(&self.parser)
+    }
+
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // A cursor DECLAREd in SQL is a portal too, as in PostgreSQL.
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL
+            && let Some(name) = message.name.as_deref()
+            && client.portal_store().get_portal(name).is_none()
+        {
+            let slot = slot(client)?;
+            let schema = slot.session.lock().await.open_cursor(name);
+            if let Some(schema) = schema {
+                let fields = encode::field_infos(&schema, |_| FieldFormat::Text);
+                return pgwire::api::query::send_describe_response(client, &DescribePortalResponse::new(fields)).await;
+            }
+        }
+        self._on_describe(client, message).await
+    }
+
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let result = self._on_execute(client, message).await;
+        // The session knows the transaction's state (ROLLBACK TO a savepoint ends the failed
+        // state, which pgwire cannot tell from the response).
+        if let Ok(slot) = slot(client) {
+            let status = transaction_status(&*slot.session.lock().await);
+            client.set_transaction_status(status);
+        }
+        result
     }
 
     async fn do_describe_statement<C>(&self, client: &mut C, target: &StoredStatement<Self::Statement>) -> PgWireResult<DescribeStatementResponse>

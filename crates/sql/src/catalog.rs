@@ -1,6 +1,6 @@
 //! The bridge from the engine's catalog to DataFusion: the engine implements [`CatalogSource`]
 //! and [`TableSource`]; this module wraps them as DataFusion catalog, schema and table
-//! providers. Catalog views (`information_schema`, `pg_catalog`) read the same trait.
+//! providers. Catalog views (`pg_catalog`, `information_schema`) read the same trait.
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,64 +17,40 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use eddy_common::Error;
 
-/// What kind of relation a [`TableSource`] is: what `pg_class.relkind` and
-/// `information_schema.tables.table_type` report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RelationKind {
-    /// A table (`CREATE TABLE`, append-only or keyed): relkind `r`.
-    Table,
-    /// A plain view (`CREATE VIEW`): a named query, expanded where it is used; relkind `v`.
-    /// Its definition is [`CatalogSource::view_definition`]; it is never scanned.
-    View,
-    /// A materialized view: relkind `m`.
-    MaterializedView,
-    /// A source (`CREATE SOURCE`): its records live in the external system; relkind `f`
-    /// (PostgreSQL's foreign table is the closest thing).
-    Source,
-    /// One of Eddy's own tables in schema `eddy_catalog` (`eddy_dead_letters`, ...): relkind `r`.
-    System,
-}
+use crate::pg_catalog::{Activity, Namespace, Relation};
 
-impl RelationKind {
-    /// `pg_class.relkind`.
-    pub fn relkind(self) -> char {
-        match self {
-            RelationKind::Table | RelationKind::System => 'r',
-            RelationKind::View => 'v',
-            RelationKind::MaterializedView => 'm',
-            RelationKind::Source => 'f',
-        }
+/// A table as the planner sees it: a schema and a consistent snapshot of its rows.
+pub trait TableSource: Send + Sync + fmt::Debug {
+    /// The catalog id of the table or view (what dataflows name as their sources).
+    fn object_id(&self) -> eddy_common::ObjectId;
+    fn schema(&self) -> SchemaRef;
+    /// The table's current contents. Repeated calls within one statement must return the same
+    /// snapshot (the engine hands out an immutable `Arc`ed copy).
+    fn scan(&self) -> eddy_common::Result<Arc<Vec<RecordBatch>>>;
+    /// The column `WATERMARK FOR` names, for streams that declare one.
+    fn watermark_column(&self) -> Option<String> {
+        None
+    }
+    /// An `APPEND ONLY` table (a stream).
+    fn append_only(&self) -> bool {
+        false
+    }
+    /// What `information_schema.tables` calls it: `BASE TABLE`, `VIEW` (a materialized view)
+    /// or `FOREIGN` (a source, whose records live elsewhere).
+    fn table_type(&self) -> &'static str {
+        "BASE TABLE"
     }
 }
 
-/// The first OID PostgreSQL gives to user objects: object `id` has OID `FIRST_USER_OID + id`
-/// (see [`object_oid`]), so OIDs stay stable across restarts (ids are never reused).
-pub const FIRST_USER_OID: u32 = 16384;
-
-/// The OID of catalog object `id` (a table, view, source, sink or schema).
-pub fn object_oid(id: eddy_common::ObjectId) -> u32 {
-    FIRST_USER_OID.saturating_add(u32::try_from(id.0).unwrap_or(u32::MAX - FIRST_USER_OID))
-}
-
-/// A schema (`pg_namespace` row).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchemaEntry {
-    pub name: String,
-    /// Stable across restarts: `public` is 2200 as in PostgreSQL, `eddy_catalog` is
-    /// [`EDDY_CATALOG_OID`], a created schema has its object's OID ([`object_oid`]).
-    pub oid: u32,
-    /// Eddy's own (`eddy_catalog`): nothing can be created or dropped in it.
-    pub system: bool,
-}
-
 /// The schema PostgreSQL creates in every database.
-pub const PUBLIC_SCHEMA: &str = "public";
-pub const PUBLIC_OID: u32 = 2200;
+pub use crate::pg_catalog::objects::PUBLIC_SCHEMA;
 /// The schema of Eddy's own tables (`eddy_dead_letters`, `eddy_views`, ...).
 pub const EDDY_CATALOG_SCHEMA: &str = "eddy_catalog";
+/// `eddy_catalog`'s OID (below [`crate::pg_catalog::objects::FIRST_USER_OID`], like
+/// PostgreSQL's own schemas).
 pub const EDDY_CATALOG_OID: u32 = 16383;
 
-/// A plain view as its definition stands (what `pg_get_viewdef` and `pg_views` show).
+/// A plain view as its definition stands (what the planner expands where it is named).
 #[derive(Debug, Clone)]
 pub struct ViewDefinition {
     pub id: eddy_common::ObjectId,
@@ -85,54 +61,21 @@ pub struct ViewDefinition {
     pub columns: Vec<String>,
 }
 
-/// A relation as the planner sees it: a schema and a consistent snapshot of its rows.
-pub trait TableSource: Send + Sync + fmt::Debug {
-    /// The catalog id of the relation (what dataflows name as their sources; `ObjectId(0)`
-    /// for Eddy's system tables). Its OID is [`object_oid`] of it.
-    fn object_id(&self) -> eddy_common::ObjectId;
-    fn schema(&self) -> SchemaRef;
-    /// The relation's current contents. Repeated calls within one statement must return the
-    /// same snapshot (the engine hands out an immutable `Arc`ed copy). A plain view or a
-    /// source has none: an error.
-    fn scan(&self) -> eddy_common::Result<Arc<Vec<RecordBatch>>>;
-    /// The column `WATERMARK FOR` names, for streams that declare one.
-    fn watermark_column(&self) -> Option<String> {
-        None
-    }
-    /// An `APPEND ONLY` table (a stream).
-    fn append_only(&self) -> bool {
-        false
-    }
-    /// What the relation is.
-    fn kind(&self) -> RelationKind {
-        RelationKind::Table
-    }
-    /// What `information_schema.tables` calls it: `BASE TABLE`, `VIEW` (a plain or
-    /// materialized view) or `FOREIGN` (a source, whose records live elsewhere).
-    fn table_type(&self) -> &'static str {
-        match self.kind() {
-            RelationKind::Table | RelationKind::System => "BASE TABLE",
-            RelationKind::View | RelationKind::MaterializedView => "VIEW",
-            RelationKind::Source => "FOREIGN",
-        }
-    }
-}
-
 /// The catalog as one session sees it (its open transaction's uncommitted writes included):
-/// schemas, the relations in each, and the session's search path. Names are already
-/// normalized (lowercase unless quoted). Sinks are not relations and are not listed.
+/// the relations of each schema, plain views' definitions, and the session's search path.
+/// Names are already normalized (lowercase unless quoted). Sinks are not relations.
 pub trait CatalogSource: Send + Sync + fmt::Debug {
-    /// The relation `schema.name` of any kind, `None` when there is none.
+    /// The relation `schema.name` of any kind (a plain view too: its columns, never
+    /// scanned), `None` when there is none. Eddy's own tables are in `eddy_catalog`.
     fn table(&self, schema: &str, name: &str) -> Option<Arc<dyn TableSource>>;
     /// The names of the relations in `schema` (empty when it does not exist).
     fn table_names(&self, schema: &str) -> Vec<String>;
-    /// Every schema Eddy has (`public`, `eddy_catalog`, those created), in OID order. Not
-    /// `pg_catalog` or `information_schema`, which the planner serves itself.
-    fn schemas(&self) -> Vec<SchemaEntry>;
     /// Where an unqualified relation name is looked up, in order: `pg_catalog` (unless the
     /// session's `search_path` places it), `eddy_catalog` (likewise), then the existing
     /// schemas of `search_path` (`$user` expanded). What `current_schemas(true)` returns.
-    fn search_path(&self) -> Vec<String>;
+    fn search_path(&self) -> Vec<String> {
+        vec!["pg_catalog".to_owned(), EDDY_CATALOG_SCHEMA.to_owned(), PUBLIC_SCHEMA.to_owned()]
+    }
     /// The definition of plain view `schema.name`, `None` when it is not one.
     fn view_definition(&self, _schema: &str, _name: &str) -> Option<ViewDefinition> {
         None
@@ -142,50 +85,42 @@ pub trait CatalogSource: Send + Sync + fmt::Debug {
     fn failure(&self, _schema: &str, _name: &str) -> Option<Error> {
         None
     }
-    /// Every relation, as (schema, name, relation), schemas in OID order and names sorted.
-    fn relations(&self) -> Vec<(String, String, Arc<dyn TableSource>)> {
-        let mut out = Vec::new();
-        for schema in self.schemas() {
-            let mut names = self.table_names(&schema.name);
-            names.sort();
-            for name in names {
-                if let Some(table) = self.table(&schema.name, &name) {
-                    out.push((schema.name.clone(), name, table));
-                }
-            }
-        }
-        out
+
+    // What `pg_catalog` and `information_schema` show (crates/sql/src/pg_catalog/). The
+    // defaults describe an empty database, so a test catalog needs none of them.
+
+    /// Every relation (tables, plain and materialized views, sources) with its OIDs and
+    /// schema (`Relation::schema`, `Relation::namespace_oid`); a plain view's
+    /// `Relation::definition` is its query (`pg_get_viewdef`). Sinks are not relations.
+    fn relations(&self) -> Vec<Relation> {
+        Vec::new()
     }
-}
-
-/// DataFusion's view of the `eddy` catalog: the schemas the planner registers itself
-/// (`information_schema`, `pg_catalog`) and every schema of the [`CatalogSource`].
-#[derive(Debug)]
-pub(crate) struct CatalogBridge {
-    pub source: Arc<dyn CatalogSource>,
-    pub fixed: std::sync::RwLock<std::collections::BTreeMap<String, Arc<dyn SchemaProvider>>>,
-}
-
-impl datafusion::catalog::CatalogProvider for CatalogBridge {
-    fn schema_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.fixed.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
-        names.extend(self.source.schemas().into_iter().map(|s| s.name));
-        names
+    /// The schemas users' objects live in (`public`, `eddy_catalog` and those made with
+    /// `CREATE SCHEMA`), each with an OID kept across restarts, in OID order.
+    fn namespaces(&self) -> Vec<Namespace> {
+        vec![Namespace { oid: crate::pg_catalog::PUBLIC_OID, name: "public".into() }]
     }
-
-    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        if let Some(fixed) = self.fixed.read().unwrap_or_else(|p| p.into_inner()).get(name) {
-            return Some(Arc::clone(fixed));
-        }
-        self.source
-            .schemas()
-            .iter()
-            .any(|s| s.name == name)
-            .then(|| Arc::new(SchemaBridge { source: Arc::clone(&self.source), schema: name.to_owned() }) as Arc<dyn SchemaProvider>)
+    /// Bytes a relation takes, its log and its state (`pg_total_relation_size`); `None` for an
+    /// OID that is not one of the engine's relations.
+    fn relation_size(&self, _oid: u32) -> Option<u64> {
+        None
     }
-
-    fn register_schema(&self, name: &str, schema: Arc<dyn SchemaProvider>) -> DfResult<Option<Arc<dyn SchemaProvider>>> {
-        Ok(self.fixed.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), schema))
+    /// Every client session (`pg_stat_activity`).
+    fn activity(&self) -> Vec<Activity> {
+        Vec::new()
+    }
+    /// This session's settings by canonical name, as `SHOW ALL` lists them.
+    fn settings(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// `set_config(name, value, is_local)`: sets a setting for the session (once the statement
+    /// ends) and returns the value as it will read, or fails as `SET` would.
+    fn set_setting(&self, name: &str, _value: &str) -> eddy_common::Result<String> {
+        Err(Error::unsupported(format!("set_config({name}) is not supported here")))
+    }
+    /// When the server started, in µs since the Unix epoch (`pg_postmaster_start_time()`).
+    fn server_start_micros(&self) -> i64 {
+        0
     }
 }
 
@@ -210,6 +145,37 @@ impl SchemaProvider for SchemaBridge {
 
     fn table_exist(&self, name: &str) -> bool {
         self.source.table(&self.schema, name).is_some()
+    }
+}
+
+/// DataFusion's view of the `eddy` catalog: the schemas the planner serves itself
+/// (`pg_catalog`, `information_schema`) and every schema of the [`CatalogSource`].
+#[derive(Debug)]
+pub(crate) struct CatalogBridge {
+    pub source: Arc<dyn CatalogSource>,
+    pub fixed: std::sync::RwLock<std::collections::BTreeMap<String, Arc<dyn SchemaProvider>>>,
+}
+
+impl datafusion::catalog::CatalogProvider for CatalogBridge {
+    fn schema_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.fixed.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        names.extend(self.source.namespaces().into_iter().map(|s| s.name));
+        names
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if let Some(fixed) = self.fixed.read().unwrap_or_else(|p| p.into_inner()).get(name) {
+            return Some(Arc::clone(fixed));
+        }
+        self.source
+            .namespaces()
+            .iter()
+            .any(|s| s.name == name)
+            .then(|| Arc::new(SchemaBridge { source: Arc::clone(&self.source), schema: name.to_owned() }) as Arc<dyn SchemaProvider>)
+    }
+
+    fn register_schema(&self, name: &str, schema: Arc<dyn SchemaProvider>) -> DfResult<Option<Arc<dyn SchemaProvider>>> {
+        Ok(self.fixed.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), schema))
     }
 }
 

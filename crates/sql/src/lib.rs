@@ -8,18 +8,19 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod catalog;
+mod dml;
 mod error;
 mod functions;
-mod information_schema;
 mod lower;
 mod names;
 mod parser;
 pub mod pg;
+pub mod pg_catalog;
 mod planner;
 pub mod types;
 pub mod windows;
 
-pub use catalog::{CatalogSource, EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, FIRST_USER_OID, PUBLIC_OID, PUBLIC_SCHEMA, RelationKind, SchemaEntry, TableSource, ViewDefinition, object_oid};
+pub use catalog::{CatalogSource, EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, PUBLIC_SCHEMA, TableSource, ViewDefinition};
 pub use names::{QualifiedName, name_parts, normalize_ident};
 pub use datafusion::sql::sqlparser::ast;
 pub use error::from_datafusion;

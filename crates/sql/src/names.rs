@@ -14,7 +14,7 @@ use std::ops::ControlFlow;
 use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
 use eddy_common::{Error, ObjectId, Result, SqlState};
 
-use crate::catalog::{CatalogBridge, EDDY_CATALOG_SCHEMA, PUBLIC_SCHEMA, RelationKind};
+use crate::catalog::{CatalogBridge, EDDY_CATALOG_SCHEMA, PUBLIC_SCHEMA};
 
 /// Deepest nesting of plain views in one statement.
 const VIEW_NESTING_MAX: usize = 32;
@@ -107,6 +107,12 @@ struct Resolver<'a> {
     out: Resolution,
 }
 
+/// Qualifies the target of an INSERT, UPDATE or DELETE through `path` and returns it.
+pub(crate) fn qualify_dml_target(statement: &mut ast::Statement, catalog: &CatalogBridge, path: Vec<String>) -> Result<Option<QualifiedName>> {
+    let mut resolver = Resolver { catalog, path, mode: Mode::Plan { for_view: false }, ctes: Vec::new(), depth: 0, out: Resolution::default() };
+    resolver.dml_target(statement)
+}
+
 /// Resolves every relation name of `statement` through `path` (see [`Mode`]).
 pub(crate) fn resolve(statement: &mut ast::Statement, catalog: &CatalogBridge, path: Vec<String>, mode: Mode) -> Result<Resolution> {
     resolve_at(statement, catalog, path, mode, 0)
@@ -139,55 +145,60 @@ impl Resolver<'_> {
     /// A relation of the engine's catalog, or of a schema the planner serves itself (which
     /// is described as a system table).
     fn relation(&self, schema: &str, name: &str) -> Option<std::sync::Arc<dyn crate::TableSource>> {
-        if let Some(table) = self.catalog.source.table(schema, name) {
-            return Some(table);
+        let fixed = self.catalog.fixed.read().unwrap_or_else(|p| p.into_inner()).get(schema).cloned();
+        match fixed {
+            Some(fixed) => fixed.table_exist(name).then(|| std::sync::Arc::new(SystemRelation) as std::sync::Arc<dyn crate::TableSource>),
+            None => self.catalog.source.table(schema, name),
         }
-        let fixed = self.catalog.fixed.read().unwrap_or_else(|p| p.into_inner()).get(schema).cloned()?;
-        fixed.table_exist(name).then(|| std::sync::Arc::new(SystemRelation) as std::sync::Arc<dyn crate::TableSource>)
+    }
+
+    fn is_view(&self, schema: &str, name: &str) -> bool {
+        self.catalog.source.view_definition(schema, name).is_some()
     }
 
     fn in_cte_scope(&self, name: &str) -> bool {
         self.ctes.iter().any(|scope| scope.iter().any(|c| c == name))
     }
 
-    fn note(&mut self, table: &dyn crate::TableSource) {
+    /// Records that the statement names `schema.name` (`table`).
+    fn note(&mut self, schema: &str, name: &str, table: &dyn crate::TableSource) {
         let id = table.object_id();
         if id.0 == 0 {
             return;
         }
-        let list = if table.kind() == RelationKind::View { &mut self.out.views } else { &mut self.out.relations };
+        let list = if self.is_view(schema, name) { &mut self.out.views } else { &mut self.out.relations };
         if !list.contains(&id) {
             list.push(id);
         }
     }
 
     /// Qualifies the target of INSERT, UPDATE or DELETE (a table, never a view).
-    fn dml_target(&mut self, statement: &mut ast::Statement) -> Result<()> {
+    fn dml_target(&mut self, statement: &mut ast::Statement) -> Result<Option<QualifiedName>> {
         let (name, verb) = match statement {
             ast::Statement::Insert(insert) => match &mut insert.table {
                 ast::TableObject::TableName(name) => (name, "insert into"),
-                _ => return Ok(()),
+                _ => return Ok(None),
             },
             ast::Statement::Update(update) => match &mut update.table.relation {
                 ast::TableFactor::Table { name, .. } => (name, "update"),
-                _ => return Ok(()),
+                _ => return Ok(None),
             },
             ast::Statement::Delete(delete) => match &mut delete.from {
                 ast::FromTable::WithFromKeyword(tables) | ast::FromTable::WithoutKeyword(tables) => match tables.first_mut().map(|t| &mut t.relation) {
                     Some(ast::TableFactor::Table { name, .. }) => (name, "delete from"),
-                    _ => return Ok(()),
+                    _ => return Ok(None),
                 },
             },
-            _ => return Ok(()),
+            _ => return Ok(None),
         };
         let (schema, relation) = name_parts(name)?;
-        let (schema, table) = self.find(schema.as_deref(), &relation)?;
-        if table.kind() == RelationKind::View {
+        let (schema, _) = self.find(schema.as_deref(), &relation)?;
+        if self.is_view(&schema, &relation) {
             return Err(Error::unsupported(format!("cannot {verb} view \"{relation}\": views are not updatable in Eddy"))
                 .with_hint(format!("{verb} the view's tables instead")));
         }
         *name = qualified_object_name(&schema, &relation);
-        Ok(())
+        Ok(Some(QualifiedName::new(schema, relation)))
     }
 
     fn table_factor(&mut self, factor: &mut ast::TableFactor) -> Result<()> {
@@ -205,7 +216,7 @@ impl Resolver<'_> {
             return Ok(());
         }
         let (found, table) = self.find(schema.as_deref(), &relation)?;
-        self.note(table.as_ref());
+        self.note(&found, &relation, table.as_ref());
         match self.mode {
             Mode::Store => {
                 if schema.is_none() && !STORED_PATH.contains(&found.as_str()) {
@@ -229,7 +240,7 @@ impl Resolver<'_> {
         };
         let (schema, relation) = name_parts(&ast::ObjectName::from(idents))?;
         let (found, table) = self.find(schema.as_deref(), &relation)?;
-        self.note(table.as_ref());
+        self.note(&found, &relation, table.as_ref());
         if schema.is_none() && !STORED_PATH.contains(&found.as_str()) {
             *expr = ast::Expr::CompoundIdentifier(vec![ident(&found), ident(&relation)]);
         }
@@ -323,9 +334,5 @@ impl crate::TableSource for SystemRelation {
 
     fn scan(&self) -> Result<std::sync::Arc<Vec<arrow::array::RecordBatch>>> {
         Err(Error::internal("a system relation is read through its own schema provider"))
-    }
-
-    fn kind(&self) -> RelationKind {
-        RelationKind::System
     }
 }

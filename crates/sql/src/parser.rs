@@ -205,6 +205,13 @@ fn refuse(parser: &Parser<'_>) -> Option<Error> {
         Token::Word(w) => w.value.to_ascii_uppercase(),
         _ => String::new(),
     };
+    // Cursors scan forward only (NO SCROLL), and PostgreSQL says so as 55000.
+    if matches!(word(0).as_str(), "FETCH" | "MOVE") && matches!(word(1).as_str(), "PRIOR" | "BACKWARD" | "FIRST" | "LAST" | "ABSOLUTE" | "RELATIVE") {
+        return Some(
+            Error::new(eddy_common::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, "cursor can only scan forward")
+                .with_hint("Eddy's cursors are NO SCROLL: read the rows again with a new cursor"),
+        );
+    }
     if (word(0).as_str(), word(1).as_str(), word(2).as_str()) == ("ALTER", "MATERIALIZED", "VIEW") {
         return Some(Error::unsupported("ALTER MATERIALIZED VIEW is not supported: drop the view and create it again"));
     }
@@ -429,13 +436,6 @@ fn parse_subscribe(parser: &mut Parser<'_>) -> Result<Subscribe, ParserError> {
 }
 
 fn parse_fetch(parser: &mut Parser<'_>, skip: bool) -> Result<Statement, ParserError> {
-    // Cursors scan forward only (NO SCROLL): the backward directions are refused when they run.
-    let backward = ["PRIOR", "BACKWARD", "FIRST", "LAST", "ABSOLUTE", "RELATIVE"];
-    if let Token::Word(w) = &parser.peek_token().token
-        && backward.iter().any(|b| w.value.eq_ignore_ascii_case(b))
-    {
-        return Err(ParserError::ParserError(format!("FETCH {}: {BACKWARD_FETCH}", w.value.to_uppercase())));
-    }
     let next = parser.parse_keyword(Keyword::NEXT);
     let _optional_forward = !next && parser.parse_keyword(Keyword::FORWARD);
     let count = if next {
@@ -450,7 +450,8 @@ fn parse_fetch(parser: &mut Parser<'_>, skip: bool) -> Result<Statement, ParserE
     };
     // Optional `FROM` / `IN` before the cursor name.
     let _ = parser.parse_keyword(Keyword::FROM) || parser.parse_keyword(Keyword::IN);
-    let cursor = parser.parse_identifier()?.value.to_lowercase();
+    let cursor = parser.parse_identifier()?;
+    let cursor = if cursor.quote_style.is_some() { cursor.value } else { cursor.value.to_lowercase() };
     let mut timeout_ms = None;
     if parser.parse_keyword(Keyword::WITH) {
         for (key, value) in parse_with_options(parser)? {
@@ -462,9 +463,6 @@ fn parse_fetch(parser: &mut Parser<'_>, skip: bool) -> Result<Statement, ParserE
     }
     Ok(Statement::Fetch { cursor, count, timeout_ms, skip })
 }
-
-/// Why a backward FETCH is refused (the error's text names it so the session can answer 55000).
-pub const BACKWARD_FETCH: &str = "cursor can only scan forward";
 
 /// `250ms`, `1s`, `2min`, or a bare number of milliseconds.
 fn parse_duration_ms(value: &str) -> Option<u64> {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
@@ -43,6 +44,10 @@ pub enum Planned {
     Delete { table: QualifiedName, old_rows: QueryPlan },
     /// Retract `old_rows` and insert `new_rows` (the same rows with the assignments applied).
     Update { table: QualifiedName, old_rows: QueryPlan, new_rows: QueryPlan },
+    /// `UPDATE ... FROM`: `rows` has the table's columns (the row replaced) then its new
+    /// values (not yet cast to the columns' types), once per matching FROM row (PostgreSQL
+    /// updates a row once, with one of its matches).
+    UpdateJoined { table: QualifiedName, rows: QueryPlan },
 }
 
 /// An optimizable, executable query.
@@ -52,6 +57,9 @@ pub struct QueryPlan {
     /// The result columns once types are coerced (a `CASE` of an integer and a numeric is
     /// a numeric only then): what execution will produce.
     analyzed: datafusion::common::DFSchemaRef,
+    /// Column names PostgreSQL would give, read from the query as written
+    /// ([`crate::pg::names`]), where DataFusion's differ.
+    names: Option<Arc<Vec<Option<String>>>>,
 }
 
 impl QueryPlan {
@@ -61,16 +69,25 @@ impl QueryPlan {
             .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
             .map(|p| std::sync::Arc::clone(p.schema()))
             .unwrap_or_else(|_| std::sync::Arc::clone(plan.schema()));
-        QueryPlan { plan, analyzed }
+        QueryPlan { plan, analyzed, names: None }
     }
 
     /// The result columns (Arrow field metadata carries declared PostgreSQL types).
     pub fn schema(&self) -> SchemaRef {
         let schema = self.analyzed.as_arrow();
+        // A name the query gave (`AS "ICU Locale"`) stays as written.
+        let aliased = aliased_columns(&self.plan);
         let fields: Vec<Field> = schema
             .fields()
             .iter()
-            .map(|f| f.as_ref().clone().with_name(pg_column_name(f.name())))
+            .enumerate()
+            .map(|(i, f)| {
+                if aliased.get(i).copied().unwrap_or(false) {
+                    return f.as_ref().clone();
+                }
+                let written = self.names.as_ref().filter(|n| n.len() == schema.fields().len()).and_then(|n| n[i].clone());
+                f.as_ref().clone().with_name(written.unwrap_or_else(|| pg_column_name(f.name())))
+            })
             .collect();
         Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
     }
@@ -92,6 +109,27 @@ impl QueryPlan {
             }
             out[index - 1] = ty;
         }
+        // `$1::int[]`: a parameter only cast has the cast's type, as in PostgreSQL.
+        let mut casts: Vec<(usize, DataType)> = Vec::new();
+        let _ = self.plan.apply_with_subqueries(|node| {
+            node.apply_expressions(|e| {
+                e.apply(|e| {
+                    if let datafusion::logical_expr::Expr::Cast(cast) = e
+                        && let datafusion::logical_expr::Expr::Placeholder(p) = cast.expr.as_ref()
+                        && let Some(index) = p.id.trim_start_matches('$').parse::<usize>().ok().filter(|i| *i > 0)
+                    {
+                        casts.push((index, cast.field.data_type().clone()));
+                    }
+                    Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+                })
+            })
+        });
+        for (index, ty) in casts {
+            if out.len() < index {
+                out.resize(index, None);
+            }
+            out[index - 1].get_or_insert(ty);
+        }
         Ok(out)
     }
 
@@ -105,7 +143,7 @@ impl QueryPlan {
             .map(|a| ScalarValue::try_from_array(a, 0).map_err(from_datafusion))
             .collect::<Result<Vec<_>>>()?;
         let plan = self.plan.with_param_values(ParamValues::from(scalars)).map_err(from_datafusion)?;
-        Ok(QueryPlan { plan, analyzed: self.analyzed })
+        Ok(QueryPlan { plan, analyzed: self.analyzed, names: self.names })
     }
 
 }
@@ -137,15 +175,16 @@ impl SessionPlanner {
             .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
             .set_str("datafusion.execution.time_zone", "UTC");
         let ctx = SessionContext::new_with_state(crate::pg::session_state(config)?);
-        let mut fixed: std::collections::BTreeMap<String, Arc<dyn datafusion::catalog::SchemaProvider>> = std::collections::BTreeMap::new();
-        fixed.insert(crate::information_schema::SCHEMA.to_owned(), Arc::new(crate::information_schema::InformationSchema { source: Arc::clone(&catalog) }));
-        let eddy = Arc::new(CatalogBridge { source: catalog, fixed: std::sync::RwLock::new(fixed) });
-        ctx.register_catalog(CATALOG_NAME, Arc::clone(&eddy) as Arc<dyn datafusion::catalog::CatalogProvider>);
         functions::register(&ctx, info);
         crate::windows::register(&ctx);
+        let system = crate::pg_catalog::register(&ctx, &catalog, info)?;
+        let mut fixed: std::collections::BTreeMap<String, Arc<dyn datafusion::catalog::SchemaProvider>> = std::collections::BTreeMap::new();
+        fixed.insert(crate::pg_catalog::INFORMATION_SCHEMA.to_owned(), crate::pg_catalog::information_schema(&catalog, &system));
+        fixed.insert(crate::pg_catalog::SCHEMA.to_owned(), system);
+        let eddy = Arc::new(CatalogBridge { source: catalog, fixed: std::sync::RwLock::new(fixed) });
+        ctx.register_catalog(CATALOG_NAME, Arc::clone(&eddy) as Arc<dyn datafusion::catalog::CatalogProvider>);
         Ok(SessionPlanner { ctx, catalog: eddy })
     }
-
     /// Qualifies, in place, the relation names of a definition about to be stored (a view's
     /// query) that a restart's planner, whose search path is `public`, would not find the
     /// same way. Returns the ids of the relations and plain views it names.
@@ -169,26 +208,31 @@ impl SessionPlanner {
 
     /// Plans a query or DML statement parsed by [`crate::parse_statements`].
     pub async fn plan(&self, statement: &ast::Statement) -> Result<Planned> {
-        if let ast::Statement::Update(update) = statement
-            && update.from.is_some()
-        {
-            return Err(Error::unsupported("UPDATE ... FROM is not supported: use a subquery in WHERE"));
-        }
-        if let ast::Statement::Delete(delete) = statement
-            && delete.using.is_some()
-        {
-            return Err(Error::unsupported("DELETE ... USING is not supported: use a subquery in WHERE"));
-        }
         let returning = match statement {
-            ast::Statement::Insert(i) => i.returning.is_some(),
+            ast::Statement::Insert(i) => i.returning.is_some() || i.on.is_some(),
             ast::Statement::Update(u) => u.returning.is_some(),
             ast::Statement::Delete(d) => d.returning.is_some(),
             _ => false,
         };
         if returning {
-            return Err(Error::unsupported(format!("{} ... RETURNING is not supported yet: read the rows with a SELECT", first_words(statement).split_whitespace().next().unwrap_or(""))));
+            return Err(Error::internal("RETURNING and ON CONFLICT are the engine's to take apart before planning"));
+        }
+        if let ast::Statement::Update(update) = statement
+            && update.from.is_some()
+        {
+            let mut qualified = statement.clone();
+            let table = crate::names::qualify_dml_target(&mut qualified, &self.catalog, self.catalog.source.search_path())?
+                .ok_or_else(|| Error::unsupported("UPDATE of something other than a table"))?;
+            let ast::Statement::Update(update) = &qualified else { return Err(Error::internal("UPDATE ... FROM")) };
+            let (_, select) = crate::dml::update_from_as_select(update)?;
+            let Planned::Query(rows) = Box::pin(self.plan(&select)).await? else { return Err(Error::internal("UPDATE ... FROM as a query")) };
+            return Ok(Planned::UpdateJoined { table, rows });
         }
         let mut rewritten = statement.clone();
+        if let ast::Statement::Delete(delete) = &mut rewritten {
+            crate::dml::delete_using_as_exists(delete)?;
+        }
+        crate::pg_catalog::rewrite::rewrite(&mut rewritten);
         crate::pg::ast::rewrite(&mut rewritten)?;
         crate::windows::rewrite(&mut rewritten, false)?;
         self.resolve(&mut rewritten, false)?;
@@ -205,7 +249,13 @@ impl SessionPlanner {
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => {
                 Err(Error::unsupported(format!("statement not supported: {}", first_words(statement))))
             }
-            plan => Ok(Planned::Query(QueryPlan::new(plan, &state))),
+            plan => {
+                let mut query = QueryPlan::new(plan, &state);
+                if let ast::Statement::Query(written) = statement {
+                    query.names = crate::pg::names::output_names(written).map(Arc::new);
+                }
+                Ok(Planned::Query(query))
+            }
         }
     }
 
@@ -283,6 +333,18 @@ impl SessionPlanner {
             .options_mut()
             .set("datafusion.execution.time_zone", time_zone)
             .map_err(from_datafusion)
+    }
+}
+
+/// Which result columns the query named with `AS`.
+fn aliased_columns(plan: &LogicalPlan) -> Vec<bool> {
+    match plan {
+        LogicalPlan::Projection(p) => p.expr.iter().map(|e| matches!(e, datafusion::logical_expr::Expr::Alias(_))).collect(),
+        LogicalPlan::Sort(s) => aliased_columns(&s.input),
+        LogicalPlan::Limit(l) => aliased_columns(&l.input),
+        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => aliased_columns(input),
+        LogicalPlan::Union(u) => u.inputs.first().map(|i| aliased_columns(i)).unwrap_or_default(),
+        _ => Vec::new(),
     }
 }
 

@@ -6,6 +6,7 @@
 //! print what the user wrote.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, IntervalUnit, TimeUnit};
 use datafusion::sql::sqlparser::ast::{self, CharacterLength, ExactNumberInfo, TimezoneInfo};
@@ -90,6 +91,13 @@ pub fn column_type(sql: &ast::DataType) -> Result<ColumnType> {
             "timestamp with time zone",
         ),
         T::Interval { .. } => ColumnType::new(DataType::Interval(IntervalUnit::MonthDayNano), "interval"),
+        T::Array(ast::ArrayElemTypeDef::SquareBracket(element, _) | ast::ArrayElemTypeDef::AngleBracket(element) | ast::ArrayElemTypeDef::Parenthesis(element)) => {
+            let element = column_type(element)?;
+            if matches!(element.arrow, DataType::List(_)) {
+                return Err(Error::unsupported("multidimensional array types are not supported"));
+            }
+            ColumnType::new(DataType::List(Arc::new(Field::new_list_field(element.arrow, true))), format!("{}[]", element.pg_name))
+        }
         T::JSON => ColumnType::new(DataType::Utf8, "json"),
         T::JSONB => ColumnType::new(DataType::Utf8, "jsonb"),
         T::Custom(name, _) => match name.to_string().to_lowercase().as_str() {
@@ -152,6 +160,7 @@ pub fn pg_type_name(field: &Field) -> String {
         DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
         DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
         DataType::Null => "text".into(),
+        DataType::List(element) | DataType::LargeList(element) | DataType::FixedSizeList(element, _) => format!("{}[]", pg_type_name(element)),
         other => other.to_string().to_lowercase(),
     }
 }

@@ -13,6 +13,10 @@ const CATALOG_TREE: &str = "catalog";
 const DEAD_LETTERS_TREE: &str = "dead_letters";
 const CHECKPOINTS_TREE: &str = "checkpoints";
 const SINK_PROGRESS_TREE: &str = "sink_progress";
+/// PostgreSQL OIDs given to objects (object id -> first OID of its block), and the next free
+/// OID under [`NEXT_OID_KEY`].
+const OIDS_TREE: &str = "oids";
+const NEXT_OID_KEY: &[u8] = b"next";
 
 /// The catalog (object id -> encoded definition) and the dead letters of ingestion.
 pub struct MetaStore {
@@ -23,6 +27,9 @@ pub struct MetaStore {
     checkpoints: sled::Tree,
     /// What each Kafka or file sink has written (sink id -> the engine's encoding).
     sink_progress: sled::Tree,
+    oids: sled::Tree,
+    /// Serializes OID allocation (read the next free OID, store it advanced).
+    oid_lock: std::sync::Mutex<()>,
 }
 
 /// A record that could not be decoded or converted (`eddy_dead_letters`).
@@ -127,7 +134,8 @@ impl MetaStore {
         let dead_letters = db.open_tree(DEAD_LETTERS_TREE).map_err(|e| meta_error("open dead letters", e))?;
         let checkpoints = db.open_tree(CHECKPOINTS_TREE).map_err(|e| meta_error("open checkpoints", e))?;
         let sink_progress = db.open_tree(SINK_PROGRESS_TREE).map_err(|e| meta_error("open sink progress", e))?;
-        Ok(MetaStore { db, catalog, dead_letters, checkpoints, sink_progress })
+        let oids = db.open_tree(OIDS_TREE).map_err(|e| meta_error("open oids", e))?;
+        Ok(MetaStore { db, catalog, dead_letters, checkpoints, sink_progress, oids, oid_lock: std::sync::Mutex::new(()) })
     }
 
     /// Stores dead letters durably (before the records around them are acknowledged).
@@ -200,6 +208,51 @@ impl MetaStore {
                 .map_err(|_| Error::new(SqlState::DATA_CORRUPTED, "catalog key is not 8 bytes"))?;
             out.push((ObjectId(u64::from_be_bytes(key)), value.to_vec()));
         }
+        Ok(out)
+    }
+
+    /// The first OID of each object's block of `block` OIDs, allocated (from `first` up, never
+    /// reused) and stored the first time an object is asked for, so an object keeps its OIDs
+    /// across restarts.
+    pub fn object_oids(&self, ids: &[ObjectId], block: u32, first: u32) -> Result<Vec<u32>> {
+        let key = |id: ObjectId| id.0.to_be_bytes();
+        let read = |bytes: &[u8]| -> Result<u32> {
+            let raw: [u8; 4] = bytes.try_into().map_err(|_| Error::new(SqlState::DATA_CORRUPTED, "stored OID is not 4 bytes"))?;
+            Ok(u32::from_be_bytes(raw))
+        };
+        let mut out = Vec::with_capacity(ids.len());
+        let mut missing = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            match self.oids.get(key(*id)).map_err(|e| meta_error("read oids", e))? {
+                Some(v) => out.push(read(&v)?),
+                None => {
+                    out.push(0);
+                    missing.push(i);
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let _guard = self.oid_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = match self.oids.get(NEXT_OID_KEY).map_err(|e| meta_error("read oids", e))? {
+            Some(v) => read(&v)?,
+            None => first,
+        };
+        let mut batch = sled::Batch::default();
+        for i in missing {
+            // Another caller may have assigned it while this one waited for the lock.
+            if let Some(v) = self.oids.get(key(ids[i])).map_err(|e| meta_error("read oids", e))? {
+                out[i] = read(&v)?;
+                continue;
+            }
+            out[i] = next;
+            batch.insert(&key(ids[i]), &next.to_be_bytes());
+            next = next.checked_add(block).ok_or_else(|| Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "no OIDs left"))?;
+        }
+        batch.insert(NEXT_OID_KEY, &next.to_be_bytes());
+        self.oids.apply_batch(batch).map_err(|e| meta_error("write oids", e))?;
+        self.flush()?;
         Ok(out)
     }
 
@@ -282,6 +335,20 @@ mod tests {
         assert_eq!(meta.objects().unwrap(), vec![(b, b"second".to_vec())]);
         assert!(meta.allocate_object_id().unwrap() > b);
         assert!(a < b);
+    }
+
+    #[test]
+    fn oids_are_kept_across_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = {
+            let meta = MetaStore::open(dir.path()).unwrap();
+            let oids = meta.object_oids(&[ObjectId(7), ObjectId(3)], 4, 16384).unwrap();
+            assert_eq!(oids, vec![16384, 16388]);
+            assert_eq!(meta.object_oids(&[ObjectId(3)], 4, 16384).unwrap(), vec![16388]);
+            oids
+        };
+        let meta = reopen(dir.path());
+        assert_eq!(meta.object_oids(&[ObjectId(3), ObjectId(9), ObjectId(7)], 4, 16384).unwrap(), vec![first[1], 16392, first[0]]);
     }
 
     #[test]

@@ -12,7 +12,7 @@ CREATE VIEW sums (grp, total) AS SELECT g, sum(v) FROM big GROUP BY g;
 SELECT * FROM sums ORDER BY grp;
 SELECT grp FROM sums WHERE total > 25 ORDER BY 1;
 WITH big AS (SELECT 1 AS one) SELECT * FROM big;
-SELECT count(*) FROM big JOIN t USING (k);
+SELECT count(*) AS n FROM big JOIN t USING (k);
 SELECT k FROM t WHERE k IN (SELECT k FROM big) ORDER BY k;
 SELECT * FROM (SELECT * FROM big) q WHERE q.k = 3;
 CREATE VIEW named (a, b) AS SELECT k, g, v FROM t;

@@ -28,6 +28,57 @@ pub const TO_VARCHAR: &str = "eddy_to_varchar";
 pub const TO_BPCHAR: &str = "eddy_to_bpchar";
 pub const TO_NUMERIC: &str = "eddy_to_numeric";
 
+/// Set-returning functions PostgreSQL has that are `unnest` of a list Eddy computes: the
+/// function, the list function, and the column name PostgreSQL gives it in FROM (`None`:
+/// named after the table alias, as a function returning a scalar is).
+const UNNESTED_FUNCTIONS: [(&str, &str, Option<&str>); 4] = [
+    ("generate_subscripts", super::array::SUBSCRIPTS, None),
+    ("jsonb_array_elements", super::jsonb::ELEMENTS, Some("value")),
+    ("jsonb_array_elements_text", super::jsonb::ELEMENTS_TEXT, Some("value")),
+    ("jsonb_object_keys", super::jsonb::OBJECT_KEYS, None),
+];
+
+/// `generate_subscripts(a, 1)` as `unnest(eddy_array_subscripts(a, 1))` (jsonb elements
+/// typed jsonb again, which unnest forgets), with the name PostgreSQL gives its column in FROM.
+fn unnested(name: &ObjectName, args: &[FunctionArg]) -> Option<(Expr, &'static str, Option<&'static str>)> {
+    let function = name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase())?;
+    let (name, list, column) = UNNESTED_FUNCTIONS.iter().find(|(f, _, _)| *f == function)?;
+    let inner: Vec<Expr> = args.iter().filter_map(|a| match a {
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+        _ => None,
+    }).collect();
+    let unnest = call("unnest", vec![call(list, inner)]);
+    let expr = if *list == super::jsonb::ELEMENTS { call(TO_JSONB, vec![unnest]) } else { unnest };
+    Some((expr, name, *column))
+}
+
+/// `FROM generate_subscripts(a, 1) AS s` as `FROM (SELECT unnest(...) AS s) AS s`: a derived
+/// table names and types its column as PostgreSQL does, where DataFusion's UNNEST would not.
+fn unnested_table(factor: &TableFactor) -> Option<TableFactor> {
+    let TableFactor::Table { name, args: Some(args), alias, .. } = factor else { return None };
+    let (expr, function, column) = unnested(name, &args.args)?;
+    let mut alias = alias.clone().unwrap_or_else(|| ast::TableAlias { explicit: false, name: Ident::new(function), columns: vec![], at: None });
+    let column = match (alias.columns.first(), column) {
+        (Some(c), _) => c.name.clone(),
+        (None, Some(c)) => Ident::new(c),
+        (None, None) => alias.name.clone(),
+    };
+    alias.columns.clear();
+    let sql = format!("SELECT {expr} AS {column}");
+    let query = datafusion::sql::sqlparser::parser::Parser::new(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {}).try_with_sql(&sql).ok()?.parse_query().ok()?;
+    Some(TableFactor::Derived { lateral: false, subquery: query, alias: Some(alias), sample: None })
+}
+
+/// Functions PostgreSQL names as DataFusion names another one.
+fn renamed(function: &str) -> Option<&'static str> {
+    Some(match function {
+        // PostgreSQL's array_remove and array_replace change every occurrence.
+        "array_remove" => "array_remove_all",
+        "array_replace" => "array_replace_all",
+        _ => return None,
+    })
+}
+
 /// Applies every rewrite to a statement.
 pub fn rewrite(statement: &mut ast::Statement) -> Result<()> {
     let mut rewriter = Rewriter { error: None };
@@ -250,11 +301,19 @@ impl VisitorMut for Rewriter {
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
         match factor {
+            TableFactor::Table { .. } if let Some(derived) = unnested_table(factor) => *factor = derived,
             TableFactor::Table { name, args: Some(args), alias, .. } => {
                 protect_args(&mut args.args);
                 name_function_column(name, alias);
             }
             TableFactor::Function { args, .. } => protect_args(args),
+            // `FROM unnest(a)` has a column named `unnest`, as in PostgreSQL.
+            TableFactor::UNNEST { alias, array_exprs, with_offset: false, with_ordinality: false, .. } if array_exprs.len() == 1 => {
+                let alias = alias.get_or_insert_with(|| ast::TableAlias { explicit: false, name: Ident::new("unnest"), columns: vec![], at: None });
+                if alias.columns.is_empty() {
+                    alias.columns = vec![ast::TableAliasColumnDef { name: alias.name.clone(), data_type: None }];
+                }
+            }
             _ => {}
         }
         ControlFlow::Continue(())
@@ -273,6 +332,15 @@ impl VisitorMut for Rewriter {
                     }
                 }
                 let name = function_name(f);
+                if let FunctionArguments::List(list) = &f.args
+                    && let Some((unnest, _, _)) = unnested(&f.name, &list.args)
+                {
+                    *expr = unnest;
+                    return ControlFlow::Continue(());
+                }
+                if let Some(new_name) = renamed(&name) {
+                    f.name = ObjectName::from(vec![Ident::new(new_name)]);
+                }
                 // Arguments that must be constants (and round's places, which type its result).
                 if matches!(name.as_str(), "lag" | "lead" | "ntile" | "nth_value" | "round" | "trunc") && let Some(args) = function_args(f) {
                     let first = if name == "ntile" { 0 } else { 1.min(args.len()) };
@@ -340,6 +408,14 @@ impl VisitorMut for Rewriter {
                 if let Some(f) = cast_function(literal, &typed.data_type) {
                     *expr = f;
                 }
+            }
+            // DataFusion's LIKE knows only the backslash escape: rewrite the pattern to it.
+            Expr::Like { pattern, escape_char, .. } | Expr::ILike { pattern, escape_char, .. }
+                if escape_char.as_ref().is_some_and(|e| !matches!(&e.value, Value::SingleQuotedString(c) if c == "\\")) =>
+            {
+                let Some(escape) = escape_char.take() else { return ControlFlow::Continue(()) };
+                let args = vec![pattern.as_ref().clone(), Expr::Value(escape)];
+                **pattern = call(crate::pg::strings::LIKE_ESCAPE, args);
             }
             _ => {}
         }

@@ -64,6 +64,7 @@ fn handled(from: &DataType, to: &DataType) -> bool {
         DataType::Boolean | DataType::Date32 | DataType::Binary => is_string(from),
         DataType::Time64(_) => is_string(from) || matches!(from, DataType::Interval(_)),
         DataType::Interval(_) => is_string(from),
+        DataType::List(_) => is_string(from),
         DataType::Timestamp(_, zone) => {
             is_string(from) || matches!((from, zone), (DataType::Timestamp(_, None), Some(_)) | (DataType::Timestamp(_, Some(_)), None) | (DataType::Date32, Some(_)))
         }
@@ -301,7 +302,7 @@ pub fn parse_text(strings: &arrow::array::StringArray, to: &DataType, zone: Time
     let supported = matches!(
         to,
         DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Decimal128(..) | DataType::Float32 | DataType::Float64 | DataType::Boolean | DataType::Binary
-            | DataType::Date32 | DataType::Time64(_) | DataType::Interval(_) | DataType::Timestamp(..)
+            | DataType::Date32 | DataType::Time64(_) | DataType::Interval(_) | DataType::Timestamp(..) | DataType::List(_)
     );
     supported.then(|| from_text(strings, to, zone).map_err(crate::error::from_datafusion))
 }
@@ -349,6 +350,10 @@ fn from_text(strings: &arrow::array::StringArray, to: &DataType, zone: TimeZone)
             }
             Ok(timestamp_builder_array(values, *unit, tz.clone()))
         }
+        DataType::List(element) => super::array::from_text(strings, element, |elements, t| match t {
+            t if is_string(t) => Ok(arrow::compute::cast(elements, t)?),
+            t => from_text(elements, t, zone),
+        }),
         other => Err(external(Error::internal(format!("no text input for {other}")))),
     }
 }

@@ -12,6 +12,8 @@ use eddy_common::{Error, Result, SqlState};
 use super::cast::external;
 use super::udf::{IMMUTABLE, PgFunction, arrays, pg_field};
 
+pub use super::jsonb::Json;
+
 fn invalid(text: &str) -> Error {
     Error::new(SqlState::INVALID_TEXT_REPRESENTATION, "invalid input syntax for type json").with_detail(format!("Input: {text}"))
 }
@@ -39,40 +41,35 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn value(&mut self, out: &mut String, depth: usize) -> Result<()> {
+    fn value(&mut self, depth: usize) -> Result<Json> {
         if depth > DEPTH_MAX {
             return Err(Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "json value nested too deeply"));
         }
         self.skip_whitespace();
         match self.bytes.get(self.at) {
-            Some(b'{') => self.object(out, depth),
-            Some(b'[') => self.array(out, depth),
-            Some(b'"') => {
-                let s = self.string()?;
-                quote(out, &s);
-                Ok(())
-            }
-            Some(b't') => self.word("true", out),
-            Some(b'f') => self.word("false", out),
-            Some(b'n') => self.word("null", out),
-            Some(b'-' | b'0'..=b'9') => self.number(out),
+            Some(b'{') => self.object(depth),
+            Some(b'[') => self.array(depth),
+            Some(b'"') => Ok(Json::String(self.string()?)),
+            Some(b't') => self.word("true", Json::Bool(true)),
+            Some(b'f') => self.word("false", Json::Bool(false)),
+            Some(b'n') => self.word("null", Json::Null),
+            Some(b'-' | b'0'..=b'9') => self.number(),
             _ => Err(invalid(self.text)),
         }
     }
 
-    fn word(&mut self, word: &str, out: &mut String) -> Result<()> {
+    fn word(&mut self, word: &str, value: Json) -> Result<Json> {
         if self.text[self.at..].starts_with(word) {
             self.at += word.len();
-            out.push_str(word);
-            Ok(())
+            Ok(value)
         } else {
             Err(invalid(self.text))
         }
     }
 
-    fn object(&mut self, out: &mut String, depth: usize) -> Result<()> {
+    fn object(&mut self, depth: usize) -> Result<Json> {
         self.at += 1;
-        let mut pairs: Vec<(String, String)> = Vec::new();
+        let mut pairs: Vec<(String, Json)> = Vec::new();
         self.skip_whitespace();
         if self.bytes.get(self.at) == Some(&b'}') {
             self.at += 1;
@@ -84,9 +81,7 @@ impl<'a> Parser<'a> {
                 }
                 let key = self.string()?;
                 self.expect(b':')?;
-                let mut value = String::new();
-                self.value(&mut value, depth + 1)?;
-                pairs.retain(|(k, _)| *k != key);
+                let value = self.value(depth + 1)?;
                 pairs.push((key, value));
                 self.skip_whitespace();
                 match self.bytes.get(self.at) {
@@ -99,44 +94,25 @@ impl<'a> Parser<'a> {
                 }
             }
         }
-        // jsonb orders keys by length, then bytes.
-        pairs.sort_by(|(a, _), (b, _)| a.len().cmp(&b.len()).then_with(|| a.as_bytes().cmp(b.as_bytes())));
-        out.push('{');
-        for (i, (k, v)) in pairs.iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            quote(out, k);
-            out.push_str(": ");
-            out.push_str(v);
-        }
-        out.push('}');
-        Ok(())
+        Ok(Json::object(pairs))
     }
 
-    fn array(&mut self, out: &mut String, depth: usize) -> Result<()> {
+    fn array(&mut self, depth: usize) -> Result<Json> {
         self.at += 1;
-        out.push('[');
+        let mut items = Vec::new();
         self.skip_whitespace();
         if self.bytes.get(self.at) == Some(&b']') {
             self.at += 1;
-            out.push(']');
-            return Ok(());
+            return Ok(Json::Array(items));
         }
-        let mut first = true;
         loop {
-            if !first {
-                out.push_str(", ");
-            }
-            first = false;
-            self.value(out, depth + 1)?;
+            items.push(self.value(depth + 1)?);
             self.skip_whitespace();
             match self.bytes.get(self.at) {
                 Some(b',') => self.at += 1,
                 Some(b']') => {
                     self.at += 1;
-                    out.push(']');
-                    return Ok(());
+                    return Ok(Json::Array(items));
                 }
                 _ => return Err(invalid(self.text)),
             }
@@ -194,15 +170,14 @@ impl<'a> Parser<'a> {
         char::from_u32(code).ok_or_else(|| invalid(self.text))
     }
 
-    fn number(&mut self, out: &mut String) -> Result<()> {
+    fn number(&mut self) -> Result<Json> {
         let start = self.at;
         let is_number_byte = |b: &u8| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E');
         while self.bytes.get(self.at).is_some_and(is_number_byte) {
             self.at += 1;
         }
         let text = &self.text[start..self.at];
-        out.push_str(&normalize_number(text).ok_or_else(|| invalid(self.text))?);
-        Ok(())
+        Ok(Json::Number(normalize_number(text).ok_or_else(|| invalid(self.text))?))
     }
 }
 
@@ -253,20 +228,20 @@ fn normalize_number(text: &str) -> Option<String> {
     Some(if scale == 0 { format!("{sign}{int_part}") } else { format!("{sign}{int_part}.{frac_part}") })
 }
 
-fn quote(out: &mut String, s: &str) {
-    out.push_str(&eddy_common::json_string(s));
-}
-
-/// Parses JSON text; returns PostgreSQL's jsonb form of it.
-pub fn normalize(text: &str) -> Result<String> {
+/// Parses JSON text into its jsonb value (keys ordered, the last of duplicates kept).
+pub fn parse(text: &str) -> Result<Json> {
     let mut p = Parser { text, bytes: text.as_bytes(), at: 0 };
-    let mut out = String::with_capacity(text.len());
-    p.value(&mut out, 0)?;
+    let value = p.value(0)?;
     p.skip_whitespace();
     if p.at != text.len() {
         return Err(invalid(text));
     }
-    Ok(out)
+    Ok(value)
+}
+
+/// Parses JSON text; returns PostgreSQL's jsonb form of it.
+pub fn normalize(text: &str) -> Result<String> {
+    Ok(parse(text)?.to_string())
 }
 
 fn convert(args: &ScalarFunctionArgs, normalized: bool) -> datafusion::common::Result<ColumnarValue> {

@@ -16,6 +16,8 @@
 
 pub mod aggregates;
 pub mod arith;
+pub mod array;
+pub mod assign;
 pub mod ast;
 pub mod cast;
 pub mod datetime_fn;
@@ -23,7 +25,9 @@ pub mod datetime_in;
 pub mod decimal;
 pub mod interval;
 pub mod json;
+pub mod jsonb;
 pub mod math;
+pub mod names;
 pub mod planner;
 pub mod rules;
 pub mod strings;
@@ -61,7 +65,7 @@ fn find(functions: &[Arc<ScalarUDF>], name: &str) -> Result<Arc<ScalarUDF>> {
 pub fn session_state(config: SessionConfig) -> Result<SessionState> {
     let base = SessionStateBuilder::new().with_config(configure(config)).with_default_features().build();
     let mut functions: Vec<Arc<ScalarUDF>> = Vec::new();
-    for group in [cast::functions(), interval::functions(), datetime_fn::functions(), to_char::functions(), to_timestamp::functions(), math::functions(), strings::functions(), json::functions()] {
+    for group in [cast::functions(), interval::functions(), datetime_fn::functions(), to_char::functions(), to_timestamp::functions(), math::functions(), strings::functions(), json::functions(), jsonb::functions(), array::functions()] {
         functions.extend(group.into_iter().map(Arc::new));
     }
     let arithmetic = Arc::new(arith::arithmetic_functions(find(&functions, cast::OUTPUT_TEXT)?, find(&functions, cast::CAST)?));
@@ -73,6 +77,10 @@ pub fn session_state(config: SessionConfig) -> Result<SessionState> {
         interval_key: find(&functions, interval::COMPARISON_KEY)?,
         date_diff: find(&functions, datetime_fn::DATE_DIFF)?,
         extract: find(&functions, "extract")?,
+        jsonb_operators: [jsonb::GET, jsonb::GET_TEXT, jsonb::PATH, jsonb::PATH_TEXT, jsonb::CONTAINS, jsonb::CONTAINED, jsonb::EXISTS, jsonb::EXISTS_ANY, jsonb::EXISTS_ALL]
+            .iter()
+            .map(|name| find(&functions, name))
+            .collect::<Result<_>>()?,
     };
     let mut planners: Vec<Arc<dyn ExprPlanner>> = vec![Arc::new(pg_planner)];
     planners.extend(base.expr_planners().iter().cloned());

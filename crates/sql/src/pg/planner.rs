@@ -9,7 +9,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr, RawFieldAccessExpr};
 use datafusion::logical_expr::{Expr, ExprSchemable, Operator, ScalarUDF, binary_expr};
 use datafusion::sql::sqlparser::ast::BinaryOperator;
 
@@ -21,6 +21,36 @@ pub struct PgPlanner {
     pub interval_key: Arc<ScalarUDF>,
     pub date_diff: Arc<ScalarUDF>,
     pub extract: Arc<ScalarUDF>,
+    /// The functions standing for jsonb's operators ([`super::jsonb::operator`]).
+    pub jsonb_operators: Vec<Arc<ScalarUDF>>,
+}
+
+fn is_list(t: &DataType) -> bool {
+    matches!(t, DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..))
+}
+
+impl PgPlanner {
+    /// A jsonb operator (`j -> 'a'`, `j @> '{...}'`, `j ? 'k'`) as its function; the right
+    /// side of the path and key-list operators read as text[] (`'{a,1}'`). A jsonb-only
+    /// operator on another type is 42883, as in PostgreSQL.
+    fn jsonb_operator(&self, expr: RawBinaryExpr, schema: &DFSchema) -> Result<PlannerResult<RawBinaryExpr>> {
+        let Some(function) = super::jsonb::operator(&expr.op) else { return Ok(PlannerResult::Original(expr)) };
+        let (Ok((_, left)), Ok((_, right))) = (expr.left.to_field(schema), expr.right.to_field(schema)) else { return Ok(PlannerResult::Original(expr)) };
+        if !super::jsonb::is_json(&left) {
+            if matches!(expr.op, BinaryOperator::AtArrow | BinaryOperator::ArrowAt) {
+                return Ok(PlannerResult::Original(expr));
+            }
+            let name = |f: &arrow::datatypes::Field| crate::types::pg_type_name(f);
+            return Err(super::udf::error(eddy_common::SqlState::UNDEFINED_FUNCTION, format!("operator does not exist: {} {} {}", name(&left), expr.op, name(&right))));
+        }
+        let Some(udf) = self.jsonb_operators.iter().find(|f| f.name() == function) else { return Ok(PlannerResult::Original(expr)) };
+        let right_expr = if super::jsonb::takes_path(function) && !is_list(right.data_type()) {
+            cast(expr.right, &DataType::List(Arc::new(arrow::datatypes::Field::new_list_field(DataType::Utf8, true))))
+        } else {
+            expr.right
+        };
+        Ok(PlannerResult::Planned(call(udf, vec![expr.left, right_expr])))
+    }
 }
 
 fn is_number(t: &DataType) -> bool {
@@ -88,6 +118,12 @@ fn retype(expr: RawBinaryExpr, lt: &DataType, rt: &DataType) -> RawBinaryExpr {
 
 impl ExprPlanner for PgPlanner {
     fn plan_binary_op(&self, expr: RawBinaryExpr, schema: &DFSchema) -> Result<PlannerResult<RawBinaryExpr>> {
+        if super::jsonb::operator(&expr.op).is_some() {
+            return self.jsonb_operator(expr, schema);
+        }
+        if expr.op == BinaryOperator::PGOverlap && expr.left.get_type(schema).is_ok_and(|t| is_list(&t)) {
+            return Ok(PlannerResult::Planned(datafusion::functions_nested::expr_fn::array_has_any(expr.left, expr.right)));
+        }
         let (Ok(lt), Ok(rt)) = (expr.left.get_type(schema), expr.right.get_type(schema)) else {
             return Ok(PlannerResult::Original(expr));
         };
@@ -128,6 +164,25 @@ impl ExprPlanner for PgPlanner {
             _ => return Ok(PlannerResult::Original(expr)),
         };
         Ok(PlannerResult::Planned(planned))
+    }
+
+    /// Subscripts as PostgreSQL reads them: `a[0]` and `a[-1]` are NULL (DataFusion counts
+    /// negative ones from the end), and a slice's bounds are cut to the array's.
+    fn plan_field_access(&self, expr: RawFieldAccessExpr, schema: &DFSchema) -> Result<PlannerResult<RawFieldAccessExpr>> {
+        use datafusion::logical_expr::{GetFieldAccess, lit, when};
+        if !expr.expr.get_type(schema).is_ok_and(|t| is_list(&t)) {
+            return Ok(PlannerResult::Original(expr));
+        }
+        let field_access = match expr.field_access {
+            GetFieldAccess::ListIndex { key } => GetFieldAccess::ListIndex { key: Box::new(when(key.as_ref().clone().gt_eq(lit(1i64)), *key).end()?) },
+            GetFieldAccess::ListRange { start, stop, stride } => GetFieldAccess::ListRange {
+                start: Box::new(when(start.as_ref().clone().lt(lit(1i64)), lit(1i64)).otherwise(*start)?),
+                stop: Box::new(when(stop.as_ref().clone().lt(lit(0i64)), lit(0i64)).otherwise(*stop)?),
+                stride,
+            },
+            other => other,
+        };
+        Ok(PlannerResult::Original(RawFieldAccessExpr { field_access, expr: expr.expr }))
     }
 
     fn plan_extract(&self, args: Vec<Expr>) -> Result<PlannerResult<Vec<Expr>>> {

@@ -183,9 +183,54 @@ fn convert_from(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     Ok(ColumnarValue::Array(Arc::new(b.finish())))
 }
 
+/// A LIKE pattern written with escape character `escape` (`LIKE p ESCAPE '/'`), rewritten
+/// to the backslash escapes DataFusion's LIKE reads: `/x` is `\x`, a bare backslash is a
+/// literal one (`\\`). An empty escape means none (every backslash literal).
+pub(crate) const LIKE_ESCAPE: &str = "eddy_like_escape";
+
+fn like_escape(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
+    let a = arrays(args)?;
+    let patterns = arrow::compute::cast(&a[0], &DataType::Utf8)?;
+    let escapes = arrow::compute::cast(&a[1], &DataType::Utf8)?;
+    let (patterns, escapes) = (patterns.as_string::<i32>(), escapes.as_string::<i32>());
+    let mut b = StringBuilder::with_capacity(patterns.len(), patterns.len() * 8);
+    for i in 0..patterns.len() {
+        if patterns.is_null(i) || escapes.is_null(i) {
+            b.append_null();
+            continue;
+        }
+        let mut chars = escapes.value(i).chars();
+        let escape = match (chars.next(), chars.next()) {
+            (None, _) => None,
+            (Some(c), None) => Some(c),
+            _ => return Err(external(Error::new(SqlState::INVALID_ESCAPE_SEQUENCE, "invalid escape string").with_hint("Escape string must be empty or one character."))),
+        };
+        let mut out = String::with_capacity(patterns.value(i).len());
+        let mut pattern = patterns.value(i).chars();
+        while let Some(c) = pattern.next() {
+            if Some(c) == escape {
+                match pattern.next() {
+                    Some(next) => {
+                        out.push('\\');
+                        out.push(next);
+                    }
+                    None => return Err(external(Error::new(SqlState::INVALID_ESCAPE_SEQUENCE, "LIKE pattern must not end with escape character"))),
+                }
+            } else if c == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(c);
+            }
+        }
+        b.append_value(out);
+    }
+    Ok(ColumnarValue::Array(Arc::new(b.finish())))
+}
+
 pub fn functions() -> Vec<ScalarUDF> {
     vec![
         PgFunction::new("convert_from", Signature::any(2, IMMUTABLE), DataType::Utf8, convert_from).udf(),
+        PgFunction::new(LIKE_ESCAPE, Signature::any(2, IMMUTABLE), DataType::Utf8, like_escape).udf(),
         PgFunction::with_return("length", Signature::any(1, IMMUTABLE), length_type("length"), |args| length(args, false)).udf(),
         PgFunction::with_return("octet_length", Signature::any(1, IMMUTABLE), length_type("octet_length"), |args| length(args, true)).udf(),
         PgFunction::new("format", Signature::variadic_any(IMMUTABLE), DataType::Utf8, format).udf(),

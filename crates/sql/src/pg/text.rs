@@ -95,8 +95,12 @@ impl TextOptions {
 /// at least the unconstrained scale, 10: sums, products and remainders of them keep it or more).
 pub fn is_unconstrained_numeric(field: &arrow::datatypes::Field) -> bool {
     match field.metadata().get(crate::types::PG_TYPE_KEY) {
-        Some(declared) => declared == "numeric",
-        None => matches!(field.data_type(), DataType::Decimal128(_, s) if *s >= crate::types::NUMERIC_DEFAULT_SCALE),
+        Some(declared) => declared == "numeric" || declared == "numeric[]",
+        None => match field.data_type() {
+            DataType::Decimal128(_, s) => *s >= crate::types::NUMERIC_DEFAULT_SCALE,
+            DataType::List(element) | DataType::LargeList(element) => is_unconstrained_numeric(element),
+            _ => false,
+        },
     }
 }
 

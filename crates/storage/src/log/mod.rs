@@ -212,6 +212,22 @@ impl LogStore {
     }
 
     /// Stops the committer after it has answered every queued commit.
+    /// Bytes the object's log takes on disk, over all its partitions.
+    pub fn object_bytes(&self, object: ObjectId) -> u64 {
+        fn walk(dir: &Path) -> u64 {
+            let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+            entries
+                .flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => walk(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        }
+        walk(&self.shared.root.join(object.0.to_string()))
+    }
+
     pub fn shutdown(&self) {
         lock(&self.queue).take();
         if let Some(handle) = lock(&self.committer).take() {

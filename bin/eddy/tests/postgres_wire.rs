@@ -1,0 +1,160 @@
+//! The same client calls against Eddy and a PostgreSQL 15 that the test starts, compared:
+//! COPY TO STDOUT in text, CSV and binary; the extended protocol's row limit (portals
+//! suspended and resumed, as JDBC's setFetchSize does); SQL cursors fetched over the extended
+//! protocol (psycopg's server-side cursors); savepoints and the transaction state that
+//! ReadyForQuery reports after ROLLBACK TO.
+
+use bytes::Bytes;
+use eddy_testkit::EddyProcess;
+use eddy_testkit::postgres::PostgresServer;
+use futures::{StreamExt, TryStreamExt, pin_mut};
+use tokio_postgres::Client;
+
+const SETUP: &str = "CREATE TABLE t (id INT PRIMARY KEY, name TEXT, price NUMERIC(8,2), score DOUBLE PRECISION, at TIMESTAMP, ok BOOLEAN);
+INSERT INTO t VALUES
+  (1, 'plain', 1.50, 0.5, '2024-02-29 13:45:01.5', true),
+  (2, NULL, NULL, NULL, NULL, NULL),
+  (3, 'tab	and \\ backslash', -2.00, -0.0, '1999-12-31 23:59:59', false),
+  (4, '', 0.00, 1e300, '2024-01-01 00:00:00', true),
+  (5, 'quote \" comma , newline
+here', 12.34, 3.25, '2000-01-01 00:00:00', false),
+  (6, 'ünïcödé ✓', 99.99, 7.0, '2030-06-15 08:30:00', NULL);";
+
+async fn both() -> (EddyProcess, PostgresServer, Client, Client) {
+    let eddy = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let pg = PostgresServer::start().expect("start PostgreSQL 15 (bin/test installs it)");
+    let e = eddy.connect().await.unwrap();
+    let p = pg.connect().await.unwrap();
+    for c in [&e, &p] {
+        c.batch_execute(SETUP).await.unwrap();
+    }
+    (eddy, pg, e, p)
+}
+
+async fn copy_out(client: &Client, sql: &str) -> Vec<u8> {
+    let stream = client.copy_out(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    pin_mut!(stream);
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk: Bytes = chunk.unwrap();
+        out.extend_from_slice(&chunk);
+    }
+    out
+}
+
+#[tokio::test]
+async fn copy_to_stdout_matches_postgres() {
+    let (_eddy, _pg, e, p) = both().await;
+    for sql in [
+        "COPY t TO STDOUT",
+        "COPY t (id, name) TO STDOUT WITH (FORMAT csv, HEADER)",
+        "COPY t TO STDOUT WITH (FORMAT csv)",
+        "COPY t TO STDOUT WITH (FORMAT text, HEADER true, DELIMITER '|', NULL 'nil')",
+        "COPY (SELECT id, name, price FROM t WHERE id > 2 ORDER BY id DESC) TO STDOUT WITH CSV HEADER",
+        "COPY (SELECT id, price, ok FROM t ORDER BY id) TO STDOUT WITH (FORMAT binary)",
+        "COPY (SELECT name FROM t WHERE false) TO STDOUT WITH (FORMAT binary)",
+    ] {
+        let mut want = copy_out(&p, sql).await;
+        let mut got = copy_out(&e, sql).await;
+        if !sql.contains("ORDER BY") && !sql.contains("binary") {
+            // A table's rows come in no particular order: compare them as sorted lines.
+            let sorted = |bytes: &[u8]| {
+                let text = String::from_utf8(bytes.to_vec()).unwrap();
+                let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
+                lines.sort();
+                lines.concat().into_bytes()
+            };
+            want = sorted(&want);
+            got = sorted(&got);
+        }
+        assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&want), "{sql}");
+        assert_eq!(got, want, "{sql}");
+    }
+    // COPY to a server file is refused on both (a superuser may on PostgreSQL; Eddy never).
+    let err = e.batch_execute("COPY t TO '/tmp/eddy-copy-out'").await.unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "42501");
+}
+
+#[tokio::test]
+async fn portal_row_limit_suspends_and_resumes() {
+    let (_eddy, _pg, mut e, mut p) = both().await;
+    for client in [&mut e, &mut p] {
+        let txn = client.transaction().await.unwrap();
+        let statement = txn.prepare("SELECT id, name FROM t WHERE id >= $1 ORDER BY id").await.unwrap();
+        let portal = txn.bind(&statement, &[&2i32]).await.unwrap();
+        let mut pages = Vec::new();
+        loop {
+            let rows = txn.query_portal(&portal, 2).await.unwrap();
+            if rows.is_empty() {
+                break;
+            }
+            pages.push(rows.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>());
+        }
+        assert_eq!(pages, vec![vec![2, 3], vec![4, 5], vec![6]]);
+        txn.commit().await.unwrap();
+    }
+}
+
+/// What psycopg's named cursors do: DECLARE over the extended protocol, FETCH FORWARD n in
+/// binary, CLOSE, inside a transaction; and MOVE.
+#[tokio::test]
+async fn sql_cursors_over_the_extended_protocol() {
+    let (_eddy, _pg, mut e, mut p) = both().await;
+    let mut results = Vec::new();
+    for client in [&mut e, &mut p] {
+        let txn = client.transaction().await.unwrap();
+        txn.execute("DECLARE \"my cursor\" NO SCROLL CURSOR FOR SELECT id, price, at FROM t WHERE id <> $1 ORDER BY id", &[&3i32]).await.unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let rows = txn.query("FETCH FORWARD 2 FROM \"my cursor\"", &[]).await.unwrap();
+            if rows.is_empty() {
+                break;
+            }
+            for r in &rows {
+                seen.push(format!("{:?} {:?}", r.get::<_, i32>(0), r.get::<_, Option<chrono::NaiveDateTime>>(2)));
+            }
+        }
+        txn.execute("CLOSE \"my cursor\"", &[]).await.unwrap();
+        txn.batch_execute("DECLARE m CURSOR FOR SELECT id FROM t ORDER BY id").await.unwrap();
+        let moved = txn.execute("MOVE FORWARD 4 IN m", &[]).await.unwrap();
+        let rest: Vec<i32> = txn.query("FETCH ALL FROM m", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+        seen.push(format!("moved {moved}, then {rest:?}"));
+        txn.commit().await.unwrap();
+        results.push(seen);
+    }
+    assert_eq!(results[0], results[1]);
+}
+
+/// ROLLBACK TO SAVEPOINT ends the failed state: the next statements run, in either protocol.
+#[tokio::test]
+async fn rollback_to_savepoint_recovers_a_failed_transaction() {
+    let (_eddy, _pg, mut e, mut p) = both().await;
+    let mut counts = Vec::new();
+    for client in [&mut e, &mut p] {
+        let mut txn = client.transaction().await.unwrap();
+        txn.execute("INSERT INTO t (id, name) VALUES (10, 'ten')", &[]).await.unwrap();
+        let nested = txn.savepoint("nested").await.unwrap();
+        let err = nested.execute("INSERT INTO t (id) VALUES (1)", &[]).await.unwrap_err();
+        assert_eq!(err.code().unwrap().code(), "23505");
+        nested.rollback().await.unwrap();
+        // Extended protocol after the rollback to the savepoint.
+        let n: i64 = txn.query_one("SELECT count(*) FROM t WHERE id = $1", &[&10i32]).await.unwrap().get(0);
+        txn.batch_execute("SAVEPOINT s2; INSERT INTO t (id) VALUES (1)").await.unwrap_err();
+        txn.batch_execute("ROLLBACK TO SAVEPOINT s2; INSERT INTO t (id, name) VALUES (11, 'eleven')").await.unwrap();
+        txn.commit().await.unwrap();
+        let total: i64 = client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0);
+        counts.push((n, total));
+    }
+    assert_eq!(counts[0], counts[1]);
+    assert_eq!(counts[0], (1, 8));
+}
+
+#[tokio::test]
+async fn copy_rows_stream_in_order_with_a_header_from_a_view() {
+    let (_eddy, _pg, e, _p) = both().await;
+    e.batch_execute("CREATE MATERIALIZED VIEW priced AS SELECT id, price FROM t WHERE price IS NOT NULL; FLUSH").await.unwrap();
+    let out = String::from_utf8(copy_out(&e, "COPY (SELECT * FROM priced ORDER BY id) TO STDOUT (FORMAT csv, HEADER)").await).unwrap();
+    assert_eq!(out, "id,price\n1,1.50\n3,-2.00\n4,0.00\n5,12.34\n6,99.99\n");
+    let lines: Vec<String> = e.copy_out("COPY priced TO STDOUT").await.unwrap().map_ok(|b| String::from_utf8(b.to_vec()).unwrap()).try_collect().await.unwrap();
+    assert_eq!(lines.len(), 5);
+}

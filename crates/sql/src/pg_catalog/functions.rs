@@ -1,0 +1,571 @@
+//! The catalog functions clients call: `format_type`, `pg_get_*def`, `pg_table_is_visible`,
+//! privileges, settings (`current_setting`, `set_config`), sizes, and the functions behind
+//! `::regclass`, `::regtype`, `::regnamespace`, `::regproc` and `::oid` (see [`super::rewrite`]).
+//!
+//! Every function reads the catalog as it is when it runs. Names resolve as PostgreSQL resolves
+//! them: `pg_catalog` first, then the schemas of `search_path`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, ListBuilder, StringArray, StringBuilder, TimestampMicrosecondArray, UInt32Array};
+use arrow::datatypes::{DataType, Field, TimeUnit};
+use datafusion::common::DataFusionError;
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, Signature, Volatility};
+use datafusion::prelude::SessionContext;
+use eddy_common::SqlState;
+
+use super::Snapshot;
+use super::objects::{FIRST_USER_OID, PG_CATALOG_OID, RelationKind};
+use super::relations::{constraint_definition, index_definition, view_definition};
+use super::system::{Function, role_name};
+use super::types::{format_type, type_oid_named};
+use crate::catalog::CatalogSource;
+use crate::pg::udf::{PgFunction, arrays, error, pg_field};
+
+type Result<T> = datafusion::common::Result<T>;
+
+/// What the catalog functions of one session read.
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub source: Arc<dyn CatalogSource>,
+    pub user: String,
+    pub functions: Arc<Vec<Function>>,
+    /// `txid_current()`: a number per call that only grows.
+    transactions: AtomicI64,
+}
+
+pub(crate) const REGCLASS: &str = "eddy_regclass";
+pub(crate) const REGCLASS_TEXT: &str = "eddy_regclass_text";
+pub(crate) const REGTYPE: &str = "eddy_regtype";
+pub(crate) const REGTYPE_TEXT: &str = "eddy_regtype_text";
+pub(crate) const REGNAMESPACE: &str = "eddy_regnamespace";
+pub(crate) const REGNAMESPACE_TEXT: &str = "eddy_regnamespace_text";
+pub(crate) const REGPROC: &str = "eddy_regproc";
+pub(crate) const REGPROC_TEXT: &str = "eddy_regproc_text";
+pub(crate) const TO_OID: &str = "eddy_to_oid";
+
+fn text_at(a: &ArrayRef, i: usize) -> Option<String> {
+    if a.is_null(i) {
+        return None;
+    }
+    let s = arrow::compute::cast(&a.slice(i, 1), &DataType::Utf8).ok()?;
+    s.as_any().downcast_ref::<StringArray>().map(|s| s.value(0).to_owned())
+}
+
+fn int_at(a: &ArrayRef, i: usize) -> Option<i64> {
+    if a.is_null(i) {
+        return None;
+    }
+    let v = arrow::compute::cast(&a.slice(i, 1), &DataType::Int64).ok()?;
+    v.as_any().downcast_ref::<Int64Array>().filter(|v| !v.is_null(0)).map(|v| v.value(0))
+}
+
+fn bool_at(a: &ArrayRef, i: usize) -> Option<bool> {
+    if a.is_null(i) {
+        return None;
+    }
+    let v = arrow::compute::cast(&a.slice(i, 1), &DataType::Boolean).ok()?;
+    v.as_any().downcast_ref::<BooleanArray>().map(|v| v.value(0))
+}
+
+fn oid_at(a: &ArrayRef, i: usize) -> Option<u32> {
+    int_at(a, i).and_then(|v| u32::try_from(v).ok())
+}
+
+/// Runs `f` on each row's arguments.
+fn per_row<T>(args: &ScalarFunctionArgs, mut f: impl FnMut(&[ArrayRef], usize) -> Result<Option<T>>) -> Result<Vec<Option<T>>> {
+    let a = arrays(args)?;
+    (0..args.number_rows).map(|i| f(&a, i)).collect()
+}
+
+fn texts(values: Vec<Option<String>>) -> Result<ColumnarValue> {
+    Ok(ColumnarValue::Array(Arc::new(StringArray::from(values))))
+}
+
+fn oids(values: Vec<Option<u32>>) -> Result<ColumnarValue> {
+    Ok(ColumnarValue::Array(Arc::new(UInt32Array::from(values))))
+}
+
+fn bools(values: Vec<Option<bool>>) -> Result<ColumnarValue> {
+    Ok(ColumnarValue::Array(Arc::new(BooleanArray::from(values))))
+}
+
+fn ints(values: Vec<Option<i64>>) -> Result<ColumnarValue> {
+    Ok(ColumnarValue::Array(Arc::new(Int64Array::from(values))))
+}
+
+fn text_lists(values: Vec<Option<Vec<String>>>) -> Result<ColumnarValue> {
+    let mut b = ListBuilder::new(StringBuilder::new());
+    for v in values {
+        match v {
+            Some(items) => {
+                for item in items {
+                    b.values().append_value(item);
+                }
+                b.append(true);
+            }
+            None => b.append_null(),
+        }
+    }
+    Ok(ColumnarValue::Array(Arc::new(b.finish())))
+}
+
+fn oid_field() -> Field {
+    pg_field("", DataType::UInt32, "oid")
+}
+
+const STABLE: Volatility = Volatility::Stable;
+
+/// Splits a possibly qualified, possibly quoted name (`public."My Table"`) into its parts,
+/// folding unquoted parts to lower case; `None` when it is not a valid name.
+pub(crate) fn split_name(name: &str) -> Option<Vec<String>> {
+    let mut parts = Vec::new();
+    let mut chars = name.trim().chars().peekable();
+    loop {
+        let mut part = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '"' if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        part.push('"');
+                    }
+                    '"' => break,
+                    c => part.push(c),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == '.' || c.is_whitespace() {
+                    break;
+                }
+                part.extend(c.to_lowercase());
+                chars.next();
+            }
+            if part.is_empty() {
+                return None;
+            }
+        }
+        parts.push(part);
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        match chars.next() {
+            None => return Some(parts),
+            Some('.') => {
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+            }
+            Some(_) => return None,
+        }
+    }
+}
+
+impl Context {
+    /// The schemas an unqualified name is looked up in, in order (implicit ones first).
+    fn search_path(&self) -> Vec<String> {
+        self.source.search_path()
+    }
+
+    fn relation_oid(&self, snapshot: &Snapshot, name: &str) -> Option<u32> {
+        let parts = split_name(name)?;
+        let (schema, name) = match parts.as_slice() {
+            [name] => (None, name),
+            [schema, name] => (Some(schema.as_str()), name),
+            [_, schema, name] => (Some(schema.as_str()), name),
+            _ => return None,
+        };
+        let found = |schema: &str| snapshot.relations.iter().find(|r| r.schema == schema && &r.name == name).map(|r| r.oid);
+        let index = |schema: &str| snapshot.users().iter().find(|r| r.schema == schema && !r.primary_key.is_empty() && &r.index_name() == name).map(|r| r.index_oid());
+        match schema {
+            Some(schema) => found(schema).or_else(|| index(schema)),
+            None => self.search_path().iter().find_map(|s| found(s).or_else(|| index(s))),
+        }
+    }
+
+    /// `x::regclass` for a name; an OID (a number) is taken as it is.
+    fn regclass(&self, value: &str) -> Result<u32> {
+        if let Ok(oid) = value.trim().parse::<u32>() {
+            return Ok(oid);
+        }
+        let snapshot = Snapshot::take(self.source.as_ref());
+        self.relation_oid(&snapshot, value).ok_or_else(|| error(SqlState::UNDEFINED_TABLE, format!("relation \"{value}\" does not exist")))
+    }
+
+    fn regclass_text(&self, oid: u32) -> String {
+        let snapshot = Snapshot::take(self.source.as_ref());
+        let visible = self.search_path();
+        if let Some(r) = snapshot.relation(oid) {
+            return if visible.contains(&r.schema) { quote(&r.name) } else { format!("{}.{}", quote(&r.schema), quote(&r.name)) };
+        }
+        snapshot.keyed_by(oid).filter(|r| r.index_oid() == oid).map_or_else(|| oid.to_string(), |r| quote(&r.index_name()))
+    }
+
+    fn regtype(&self, value: &str) -> Result<u32> {
+        if let Ok(oid) = value.trim().parse::<u32>() {
+            return Ok(oid);
+        }
+        if let Some(oid) = type_oid_named(value) {
+            return Ok(oid);
+        }
+        let snapshot = Snapshot::take(self.source.as_ref());
+        split_name(value)
+            .and_then(|parts| parts.last().cloned())
+            .and_then(|name| snapshot.users().iter().find(|r| r.name == name).map(|r| r.rowtype_oid()))
+            .ok_or_else(|| error(SqlState::UNDEFINED_OBJECT, format!("type \"{value}\" does not exist")))
+    }
+
+    fn regtype_text(&self, oid: u32) -> String {
+        if super::types::type_by_oid(oid).is_some() {
+            return format_type(oid, None);
+        }
+        let snapshot = Snapshot::take(self.source.as_ref());
+        snapshot.users().iter().find(|r| r.rowtype_oid() == oid).map_or_else(|| oid.to_string(), |r| quote(&r.name))
+    }
+
+    fn regnamespace(&self, value: &str) -> Result<u32> {
+        if let Ok(oid) = value.trim().parse::<u32>() {
+            return Ok(oid);
+        }
+        let snapshot = Snapshot::take(self.source.as_ref());
+        let name = split_name(value).filter(|p| p.len() == 1).and_then(|mut p| p.pop());
+        name.and_then(|n| snapshot.all_namespaces().into_iter().find(|s| s.name == n).map(|s| s.oid))
+            .ok_or_else(|| error(SqlState::INVALID_SCHEMA_NAME, format!("schema \"{value}\" does not exist")))
+    }
+
+    fn regnamespace_text(&self, oid: u32) -> String {
+        let snapshot = Snapshot::take(self.source.as_ref());
+        snapshot.all_namespaces().into_iter().find(|s| s.oid == oid).map_or_else(|| oid.to_string(), |s| quote(&s.name))
+    }
+
+    fn regproc(&self, value: &str) -> Result<u32> {
+        if let Ok(oid) = value.trim().parse::<u32>() {
+            return Ok(oid);
+        }
+        let name = split_name(value).and_then(|p| p.last().cloned()).unwrap_or_default();
+        self.functions.iter().find(|f| f.name == name).map(|f| f.oid).ok_or_else(|| error(SqlState::UNDEFINED_FUNCTION, format!("function \"{value}\" does not exist")))
+    }
+
+    fn regproc_text(&self, oid: u32) -> String {
+        self.functions.iter().find(|f| f.oid == oid).map_or_else(|| if oid == 0 { "-".into() } else { oid.to_string() }, |f| f.name.clone())
+    }
+
+    fn table_is_visible(&self, oid: u32) -> Option<bool> {
+        let snapshot = Snapshot::take(self.source.as_ref());
+        let schema = snapshot.relation(oid).map(|r| r.schema.clone()).or_else(|| snapshot.keyed_by(oid).map(|r| r.schema.clone()))?;
+        Some(self.search_path().contains(&schema))
+    }
+
+    fn type_is_visible(&self, oid: u32) -> Option<bool> {
+        if super::types::type_by_oid(oid).is_some() {
+            return Some(true);
+        }
+        let snapshot = Snapshot::take(self.source.as_ref());
+        let r = snapshot.users().iter().find(|r| r.rowtype_oid() == oid)?;
+        Some(self.search_path().contains(&r.schema))
+    }
+
+    /// `pg_total_relation_size` and friends: bytes of a relation's log and state.
+    fn relation_size(&self, oid: u32, indexes: bool) -> Option<i64> {
+        let snapshot = Snapshot::take(self.source.as_ref());
+        if indexes || snapshot.keyed_by(oid).is_some_and(|r| r.index_oid() == oid) || oid < FIRST_USER_OID {
+            // Keys are arranged in the table's state, so an index takes nothing of its own.
+            return snapshot.relation(oid).or_else(|| snapshot.keyed_by(oid)).map(|_| 0);
+        }
+        self.source.relation_size(oid).map(|b| b as i64)
+    }
+}
+
+fn quote(name: &str) -> String {
+    crate::pg::strings::quote_ident(name)
+}
+
+/// `pg_size_pretty`, as PostgreSQL 15 rounds: bytes below 10 kB, then the largest unit
+/// that keeps the number below 10 240 (half away from zero).
+pub(crate) fn size_pretty(bytes: i64) -> String {
+    const UNITS: [&str; 5] = ["kB", "MB", "GB", "TB", "PB"];
+    let limit: i64 = 10 * 1024;
+    if bytes.abs() < limit {
+        return format!("{bytes} bytes");
+    }
+    // One extra bit is kept for rounding.
+    let mut size = bytes >> 9;
+    for (i, unit) in UNITS.iter().enumerate() {
+        if size.abs() < limit * 2 - 1 || i == UNITS.len() - 1 {
+            let rounded = (size + if size < 0 { -1 } else { 1 }) / 2;
+            return format!("{rounded} {unit}");
+        }
+        size >>= 10;
+    }
+    format!("{bytes} bytes")
+}
+
+fn regclass_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
+    type Resolve = fn(&Context, &str) -> Result<u32>;
+    type Show = fn(&Context, u32) -> String;
+    let kinds: [(&str, &str, &str, Resolve, Show); 4] = [
+        (REGCLASS, REGCLASS_TEXT, "to_regclass", Context::regclass, Context::regclass_text),
+        (REGTYPE, REGTYPE_TEXT, "to_regtype", Context::regtype, Context::regtype_text),
+        (REGNAMESPACE, REGNAMESPACE_TEXT, "to_regnamespace", Context::regnamespace, Context::regnamespace_text),
+        (REGPROC, REGPROC_TEXT, "to_regproc", Context::regproc, Context::regproc_text),
+    ];
+    let mut out = Vec::new();
+    for (cast, show, to_reg, resolve, text) in kinds {
+        let c = Arc::clone(ctx);
+        out.push(
+            PgFunction::with_return(cast, Signature::any(1, STABLE), |_| Ok(oid_field()), move |args| {
+                oids(per_row(args, |a, i| text_at(&a[0], i).map(|v| resolve(&c, &v)).transpose())?)
+            })
+            .udf(),
+        );
+        let c = Arc::clone(ctx);
+        out.push(PgFunction::new(show, Signature::any(1, STABLE), DataType::Utf8, move |args| texts(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|o| text(&c, o))))?)).udf());
+        let c = Arc::clone(ctx);
+        out.push(
+            PgFunction::with_return(to_reg, Signature::any(1, STABLE), |_| Ok(oid_field()), move |args| {
+                // to_reg*: NULL instead of an error for a name that does not exist.
+                oids(per_row(args, |a, i| Ok(text_at(&a[0], i).filter(|v| v.parse::<u32>().is_err()).and_then(|v| resolve(&c, &v).ok())))?)
+            })
+            .udf(),
+        );
+    }
+    out.push(PgFunction::with_return(TO_OID, Signature::any(1, Volatility::Immutable), |_| Ok(oid_field()), |args| oids(per_row(args, |a, i| Ok(oid_at(&a[0], i)))?)).udf());
+    out
+}
+
+fn definition_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
+    let c = Arc::clone(ctx);
+    let constraintdef = move |args: &ScalarFunctionArgs| {
+        let snapshot = Snapshot::take(c.source.as_ref());
+        texts(per_row(args, |a, i| Ok(oid_at(&a[0], i).and_then(|o| snapshot.keyed_by(o)).map(constraint_definition)))?)
+    };
+    let c = Arc::clone(ctx);
+    let indexdef = move |args: &ScalarFunctionArgs| {
+        let snapshot = Snapshot::take(c.source.as_ref());
+        texts(per_row(args, |a, i| {
+            let Some(r) = oid_at(&a[0], i).and_then(|o| snapshot.keyed_by(o)) else { return Ok(None) };
+            // With a column number, just that key column's name.
+            match a.get(1).and_then(|c| int_at(c, i)).filter(|n| *n > 0) {
+                Some(n) => Ok(r.primary_key.get(n as usize - 1).and_then(|&k| r.columns.fields().get(k)).map(|f| quote(f.name())).or(Some(String::new()))),
+                None => Ok(Some(index_definition(r))),
+            }
+        })?)
+    };
+    let c = Arc::clone(ctx);
+    let viewdef = move |args: &ScalarFunctionArgs| {
+        let snapshot = Snapshot::take(c.source.as_ref());
+        texts(per_row(args, |a, i| {
+            let Some(v) = text_at(&a[0], i) else { return Ok(None) };
+            let oid = match v.parse::<u32>() {
+                Ok(oid) => oid,
+                Err(_) => c.relation_oid(&snapshot, &v).ok_or_else(|| error(SqlState::UNDEFINED_TABLE, format!("relation \"{v}\" does not exist")))?,
+            };
+            Ok(snapshot.relation(oid).filter(|r| matches!(r.kind, RelationKind::View | RelationKind::MaterializedView)).and_then(view_definition))
+        })?)
+    };
+    vec![
+        PgFunction::new("pg_get_constraintdef", Signature::variadic_any(STABLE), DataType::Utf8, constraintdef).udf(),
+        PgFunction::new("pg_get_indexdef", Signature::variadic_any(STABLE), DataType::Utf8, indexdef).udf(),
+        PgFunction::new("pg_get_viewdef", Signature::variadic_any(STABLE), DataType::Utf8, viewdef).udf(),
+        // Eddy stores no expression trees (defaults, partition bounds, policies): they are NULL.
+        PgFunction::new("pg_get_expr", Signature::variadic_any(STABLE), DataType::Utf8, |args| texts(per_row(args, |a, i| Ok(text_at(&a[0], i)))?)).udf(),
+    ]
+}
+
+fn visibility_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
+    let c = Arc::clone(ctx);
+    let table_visible = move |args: &ScalarFunctionArgs| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).and_then(|o| c.table_is_visible(o))))?);
+    let c = Arc::clone(ctx);
+    let type_visible = move |args: &ScalarFunctionArgs| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).and_then(|o| c.type_is_visible(o))))?);
+    let c = Arc::clone(ctx);
+    let function_visible = move |args: &ScalarFunctionArgs| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|o| c.functions.iter().any(|f| f.oid == o))))?);
+    let c = Arc::clone(ctx);
+    let userbyid = move |args: &ScalarFunctionArgs| texts(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|o| role_name(&c.user, o))))?);
+    let c = Arc::clone(ctx);
+    let schemas = move |args: &ScalarFunctionArgs| {
+        // Only the schemas that exist, as PostgreSQL lists them.
+        let existing: Vec<String> = Snapshot::take(c.source.as_ref()).all_namespaces().into_iter().map(|n| n.name).collect();
+        let path: Vec<String> = c.search_path().into_iter().filter(|s| existing.contains(s) || s == "pg_catalog").collect();
+        // Without implicit schemas: what the search_path setting lists (the leading
+        // pg_catalog and eddy_catalog are searched implicitly).
+        let listed = path.iter().skip_while(|s| *s == "pg_catalog" || *s == crate::EDDY_CATALOG_SCHEMA).count();
+        let skip = path.len() - listed;
+        text_lists(per_row(args, |a, i| Ok(bool_at(&a[0], i).map(|implicit| path.iter().skip(if implicit { 0 } else { skip }).cloned().collect())))?)
+    };
+    let c = Arc::clone(ctx);
+    // The first schema of the search_path setting that exists: where new objects go.
+    let current_schema = move |_: &ScalarFunctionArgs| {
+        let existing: Vec<String> = Snapshot::take(c.source.as_ref()).all_namespaces().into_iter().map(|n| n.name).collect();
+        let first = c.search_path().into_iter().skip_while(|s| s == "pg_catalog" || s == crate::EDDY_CATALOG_SCHEMA).find(|s| existing.contains(s));
+        Ok(ColumnarValue::Scalar(datafusion::common::ScalarValue::Utf8(first)))
+    };
+    let list = |name: &str| Field::new(name, DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true);
+    vec![
+        PgFunction::new("pg_table_is_visible", Signature::any(1, STABLE), DataType::Boolean, table_visible).udf(),
+        PgFunction::new("pg_type_is_visible", Signature::any(1, STABLE), DataType::Boolean, type_visible).udf(),
+        PgFunction::new("pg_function_is_visible", Signature::any(1, STABLE), DataType::Boolean, function_visible).udf(),
+        // Eddy's collations are pg_catalog's, which is always on the path.
+        PgFunction::new("pg_collation_is_visible", Signature::any(1, STABLE), DataType::Boolean, |args| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|_| true)))?)).udf(),
+        PgFunction::with_return("pg_get_userbyid", Signature::any(1, STABLE), |_| Ok(pg_field("", DataType::Utf8, "name")), userbyid).udf(),
+        PgFunction::with_return("current_schemas", Signature::any(1, STABLE), move |_| Ok(list("")), schemas).udf(),
+        PgFunction::with_return("current_schema", Signature::exact(vec![], STABLE), |_| Ok(pg_field("", DataType::Utf8, "name")), current_schema).udf(),
+        PgFunction::with_return("parse_ident", Signature::variadic_any(Volatility::Immutable), move |_| Ok(list("")), parse_ident).udf(),
+        PgFunction::new("format_type", Signature::any(2, STABLE), DataType::Utf8, |args| {
+            texts(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|o| format_type(o, int_at(&a[1], i).map(|m| m as i32)))))?)
+        })
+        .udf(),
+    ]
+}
+
+fn parse_ident(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
+    text_lists(per_row(args, |a, i| {
+        let Some(v) = text_at(&a[0], i) else { return Ok(None) };
+        split_name(&v).map(Some).ok_or_else(|| error(SqlState::INVALID_PARAMETER_VALUE, format!("string is not a valid identifier: \"{v}\"")))
+    })?)
+}
+
+fn setting_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
+    let c = Arc::clone(ctx);
+    let current_setting = move |args: &ScalarFunctionArgs| {
+        let settings = c.source.settings();
+        texts(per_row(args, |a, i| {
+            let Some(name) = text_at(&a[0], i) else { return Ok(None) };
+            let missing_ok = a.get(1).and_then(|m| bool_at(m, i)).unwrap_or(false);
+            let name = if name.eq_ignore_ascii_case("timezone") { "TimeZone".to_owned() } else { name };
+            match settings.iter().find(|(k, _)| k.eq_ignore_ascii_case(&name)) {
+                Some((_, v)) => Ok(Some(v.clone())),
+                None if missing_ok => Ok(None),
+                None => Err(error(SqlState::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))),
+            }
+        })?)
+    };
+    let c = Arc::clone(ctx);
+    let set_config = move |args: &ScalarFunctionArgs| {
+        texts(per_row(args, |a, i| {
+            let (Some(name), Some(value)) = (text_at(&a[0], i), text_at(&a[1], i)) else { return Ok(None) };
+            c.source.set_setting(&name, &value).map(Some).map_err(|e| DataFusionError::External(Box::new(e)))
+        })?)
+    };
+    let c = Arc::clone(ctx);
+    let started = move |_: &ScalarFunctionArgs| {
+        let array = TimestampMicrosecondArray::from(vec![c.source.server_start_micros()]).with_timezone(crate::types::UTC);
+        Ok(ColumnarValue::Array(Arc::new(array)))
+    };
+    let c = Arc::clone(ctx);
+    let txid = move |_: &ScalarFunctionArgs| Ok(ColumnarValue::Array(Arc::new(Int64Array::from(vec![c.transactions.fetch_add(1, Ordering::Relaxed)]))));
+    vec![
+        PgFunction::new("current_setting", Signature::variadic_any(STABLE), DataType::Utf8, current_setting).udf(),
+        PgFunction::new("set_config", Signature::any(3, Volatility::Volatile), DataType::Utf8, set_config).udf(),
+        PgFunction::new("pg_postmaster_start_time", Signature::nullary(STABLE), DataType::Timestamp(TimeUnit::Microsecond, Some(crate::types::UTC.into())), started).udf(),
+        PgFunction::new("txid_current", Signature::nullary(Volatility::Volatile), DataType::Int64, txid).udf(),
+    ]
+}
+
+fn size_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
+    let mut out = Vec::new();
+    for (name, indexes) in [("pg_total_relation_size", false), ("pg_relation_size", false), ("pg_table_size", false), ("pg_indexes_size", true)] {
+        let c = Arc::clone(ctx);
+        out.push(
+            PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Int64, move |args| {
+                ints(per_row(args, |a, i| {
+                    let Some(v) = text_at(&a[0], i) else { return Ok(None) };
+                    Ok(c.relation_size(c.regclass(&v)?, indexes))
+                })?)
+            })
+            .udf(),
+        );
+    }
+    out.push(PgFunction::new("pg_size_pretty", Signature::any(1, Volatility::Immutable), DataType::Utf8, |args| texts(per_row(args, |a, i| Ok(int_at(&a[0], i).map(size_pretty)))?)).udf());
+    out
+}
+
+/// Functions whose answer is fixed for Eddy: privileges (the one role may do anything),
+/// descriptions (Eddy has no `COMMENT`), encodings (UTF8 only), and the like.
+fn constant_functions() -> Vec<ScalarUDF> {
+    let mut out = Vec::new();
+    for name in [
+        "has_table_privilege", "has_column_privilege", "has_any_column_privilege", "has_schema_privilege", "has_database_privilege", "has_function_privilege",
+        "has_sequence_privilege", "has_type_privilege", "has_tablespace_privilege", "has_foreign_data_wrapper_privilege", "has_server_privilege",
+        "has_language_privilege", "pg_has_role",
+    ] {
+        out.push(PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Boolean, |args| bools(vec![Some(true); args.number_rows])).udf());
+    }
+    for name in ["pg_is_in_recovery", "pg_relation_is_publishable", "pg_is_other_temp_schema"] {
+        out.push(PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Boolean, |args| bools(vec![Some(false); args.number_rows])).udf());
+    }
+    for name in [
+        "obj_description", "col_description", "shobj_description", "pg_get_statisticsobjdef_columns", "pg_get_ruledef", "pg_get_partkeydef",
+        "pg_get_serial_sequence", "pg_get_triggerdef", "pg_get_function_arg_default", "inet_client_addr", "inet_server_addr",
+    ] {
+        out.push(PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Utf8, |args| texts(vec![None; args.number_rows])).udf());
+    }
+    for name in ["pg_get_function_result", "pg_get_function_arguments", "pg_get_function_identity_arguments", "pg_tablespace_location"] {
+        out.push(PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Utf8, |args| texts(vec![Some(String::new()); args.number_rows])).udf());
+    }
+    out.push(PgFunction::with_return("pg_my_temp_schema", Signature::nullary(STABLE), |_| Ok(oid_field()), |_| oids(vec![Some(0)])).udf());
+    out.push(
+        PgFunction::with_return("pg_encoding_to_char", Signature::any(1, STABLE), |_| Ok(pg_field("", DataType::Utf8, "name")), |args| {
+            texts(per_row(args, |a, i| Ok(int_at(&a[0], i).map(|e| match e {
+                0 => "SQL_ASCII".to_owned(),
+                6 => "UTF8".to_owned(),
+                _ => String::new(),
+            })))?)
+        })
+        .udf(),
+    );
+    out.push(PgFunction::new("pg_char_to_encoding", Signature::any(1, STABLE), DataType::Int32, |args| {
+        let values = per_row(args, |a, i| Ok(text_at(&a[0], i).map(|e| match e.to_uppercase().as_str() {
+            "UTF8" | "UNICODE" => 6,
+            "SQL_ASCII" => 0,
+            _ => -1,
+        })))?;
+        Ok(ColumnarValue::Array(Arc::new(arrow::array::Int32Array::from(values))))
+    })
+    .udf());
+    out
+}
+
+/// Registers the catalog functions of one session.
+pub(crate) fn register(ctx: &SessionContext, source: Arc<dyn CatalogSource>, user: &str, functions: Arc<Vec<Function>>) {
+    let context = Arc::new(Context { source, user: user.to_owned(), functions, transactions: AtomicI64::new(i64::from(FIRST_USER_OID) + i64::from(PG_CATALOG_OID)) });
+    let groups = [
+        regclass_functions(&context),
+        definition_functions(&context),
+        visibility_functions(&context),
+        setting_functions(&context),
+        size_functions(&context),
+        constant_functions(),
+    ];
+    for udf in groups.into_iter().flatten() {
+        ctx.register_udf(udf);
+    }
+}
+
+/// The names of the functions [`register`] adds, for `pg_proc` (the session lists its own).
+pub(crate) fn is_internal(name: &str) -> bool {
+    name.starts_with("eddy_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_print_as_postgres() {
+        let cases = [(0, "0 bytes"), (10239, "10239 bytes"), (10240, "10 kB"), (1_000_000, "977 kB"), (20_000_000, "19 MB"), (1 << 40, "1024 GB"), (-10240, "-10 kB")];
+        for (bytes, text) in cases {
+            assert_eq!(size_pretty(bytes), text, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn names_split_as_postgres() {
+        assert_eq!(split_name("Public.\"My T\"").unwrap(), vec!["public", "My T"]);
+        assert_eq!(split_name("a . b").unwrap(), vec!["a", "b"]);
+        assert!(split_name("a..b").is_none());
+        assert!(split_name("\"open").is_none());
+    }
+}
