@@ -3,7 +3,7 @@ an ORM query over a materialized view, nested transactions. Prints one JSON docu
 import json
 import sys
 
-from sqlalchemy import Column, Integer, Numeric, String, create_engine, inspect, select, text
+from sqlalchemy import Column, Integer, MetaData, Numeric, String, Table, create_engine, inspect, select, text
 from sqlalchemy.orm import DeclarativeBase, Session
 
 
@@ -31,9 +31,13 @@ def main(url):
     out["materialized_views"] = sorted(inspector.get_materialized_view_names())
     pk = inspector.get_pk_constraint("orders")
     out["pk"] = {"columns": pk["constrained_columns"], "name": pk["name"]}
-    # Not yet: inspector.get_columns() and Table(..., autoload_with=engine). SQLAlchemy 2.1's
-    # column query has a scalar subquery inside CASE that DataFusion cannot decorrelate
-    # (issue 17's note).
+    out["columns"] = [
+        {"name": c["name"], "type": str(c["type"]), "nullable": c["nullable"], "default": c["default"]} for c in inspector.get_columns("orders")
+    ]
+    out["mv_columns"] = [{"name": c["name"], "type": str(c["type"])} for c in inspector.get_columns("customer_totals")]
+    orders = Table("orders", MetaData(), autoload_with=engine)
+    out["reflected"] = [(c.name, str(c.type)) for c in orders.columns]
+    out["reflected_pk"] = [c.name for c in orders.primary_key]
     with Session(engine) as session:
         rows = session.scalars(select(CustomerTotal).where(CustomerTotal.total > 1).order_by(CustomerTotal.customer)).all()
         out["orm"] = [[r.customer, str(r.total), r.orders] for r in rows]

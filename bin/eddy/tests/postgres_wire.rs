@@ -158,3 +158,21 @@ async fn copy_rows_stream_in_order_with_a_header_from_a_view() {
     let lines: Vec<String> = e.copy_out("COPY priced TO STDOUT").await.unwrap().map_ok(|b| String::from_utf8(b.to_vec()).unwrap()).try_collect().await.unwrap();
     assert_eq!(lines.len(), 5);
 }
+
+/// Result column names and types, as RowDescription carries them, against PostgreSQL's.
+#[tokio::test]
+async fn result_columns_are_named_and_typed_as_postgres_does() {
+    let (_eddy, _pg, e, p) = both().await;
+    for sql in [
+        "SELECT count(*), count(id), sum(id), avg(price), max(name) FROM t",
+        "SELECT 1, 1.5, 'x', 'x'::varchar, true, NULL::int, 2147483648",
+        "SELECT id AS \"Id\", count(*) AS \"n(x)\", price * 2, upper(name) FROM t GROUP BY id, price, name",
+        "SELECT t.* FROM t WHERE false",
+        "SELECT CASE WHEN id > 1 THEN 'a' END, coalesce(name, '-'), now()::date AS day FROM t",
+    ] {
+        let columns = |s: &tokio_postgres::Statement| s.columns().iter().map(|c| format!("{}:{}", c.name(), c.type_())).collect::<Vec<_>>();
+        let want = columns(&p.prepare(sql).await.unwrap());
+        let got = columns(&e.prepare(sql).await.unwrap_or_else(|err| panic!("{sql}: {err}")));
+        assert_eq!(got, want, "{sql}");
+    }
+}

@@ -23,6 +23,7 @@ use crate::variables::Variables;
 use crate::{Engine, ObjectKind, Table};
 
 mod copy;
+mod create_as;
 mod cursor;
 mod dml;
 mod transaction;
@@ -232,6 +233,8 @@ impl Session {
                 }
             }
             Statement::CreateMaterializedView { create, emit_on_close } => self.create_materialized_view(create, *emit_on_close).await,
+            Statement::CreateTableAs { name, if_not_exists, query, with_data } => self.create_table_as(name, *if_not_exists, query, *with_data, params).await,
+            Statement::CreateTableLike { name, if_not_exists, like, including } => self.create_table_like(name, *if_not_exists, like, including).await,
             Statement::ReplayDeadLetters { name, source: false } => {
                 let name = self.existing_name(name)?;
                 let table = self.writable_table(&name)?;
@@ -412,7 +415,7 @@ impl Session {
             Statement::ShowSinks => return Ok(rows(text_schema(&["name", "from", "connector", "target", "committed_epoch", "rows", "error"]))),
             Statement::ShowCreateMaterializedView(_) | Statement::ShowCreateSource(_) | Statement::ShowCreateSink(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
             Statement::CreateMaterializedView { .. }
-            | Statement::Flush | Statement::Checkpoint | Statement::CreateTable(_) | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }
+            | Statement::Flush | Statement::Checkpoint | Statement::CreateTable(_) | Statement::CreateTableAs { .. } | Statement::CreateTableLike { .. } | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }
             | Statement::ReplayDeadLetters { .. } | Statement::AlterSourceDropNotNull { .. } | Statement::DropSource { .. }
             | Statement::CreateSink { .. } | Statement::DropSink { .. } => {
                 return Ok(no_rows);

@@ -17,6 +17,7 @@ const SPECS: &[Spec] = &[
     Spec { name: "client_encoding", default: "UTF8", settable: true },
     Spec { name: "client_min_messages", default: "notice", settable: true },
     Spec { name: "DateStyle", default: "ISO, MDY", settable: true },
+    Spec { name: "default_table_access_method", default: "heap", settable: true },
     Spec { name: "default_transaction_isolation", default: "read committed", settable: true },
     Spec { name: "default_transaction_read_only", default: "off", settable: true },
     Spec { name: "extra_float_digits", default: "1", settable: true },

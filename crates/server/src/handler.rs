@@ -260,7 +260,7 @@ fn rand_secret(pid: i32) -> i32 {
 /// Runs one statement, turning a panic into XX000 so the connection and server survive.
 async fn run_guarded(session: &mut Session, parsed: &Parsed, params: &[ArrayRef]) -> Result<Outcome, Error> {
     let span = tracing::info_span!("statement", sql = %truncate(&parsed.text, 200));
-    match AssertUnwindSafe(session.execute(&parsed.statement, params)).catch_unwind().instrument(span).await {
+    let result = match AssertUnwindSafe(session.execute(&parsed.statement, params)).catch_unwind().instrument(span).await {
         Ok(result) => result,
         Err(panic) => {
             let error = eddy_common::panic::panic_error("statement", panic.as_ref());
@@ -268,7 +268,16 @@ async fn run_guarded(session: &mut Session, parsed: &Parsed, params: &[ArrayRef]
             session.fail_transaction();
             Err(error)
         }
+    };
+    if let Err(e) = &result {
+        log_failure(&parsed.text, e);
     }
+    result
+}
+
+/// The server's log says why a client's statement failed (at WARN, with its SQLSTATE).
+fn log_failure(sql: &str, error: &Error) {
+    tracing::warn!(sqlstate = %error.state, sql = %truncate(sql, 200), error = %error.message, "statement failed");
 }
 
 fn truncate(s: &str, n: usize) -> &str {
@@ -411,6 +420,7 @@ impl SimpleQueryHandler for Conn {
         let statements = match parse_statements(query) {
             Ok(s) => s,
             Err(e) => {
+                log_failure(query, &e);
                 slot.session.lock().await.fail_transaction();
                 return Err(to_pgwire(e));
             }
@@ -595,7 +605,10 @@ impl QueryParser for EddyQueryParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let mut statements = parse_statements(sql).map_err(to_pgwire)?;
+        let mut statements = parse_statements(sql).map_err(|e| {
+            log_failure(sql, &e);
+            to_pgwire(e)
+        })?;
         match statements.len() {
             0 => Ok(None),
             1 => Ok(statements.pop().map(Arc::new)),

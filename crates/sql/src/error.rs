@@ -87,7 +87,12 @@ fn plan_error(message: String) -> Error {
         || lower.contains("cannot coerce arithmetic expression")
         || lower.contains("unary operator") && lower.contains("only supports")
     {
-        return Error::new(SqlState::UNDEFINED_FUNCTION, m);
+        // DataFusion's "Invalid function 'f'. Did you mean 'g'?" names no argument types.
+        let message = match m.strip_prefix("Invalid function '").and_then(|rest| rest.split_once('\'')) {
+            Some((name, _)) => format!("function {name} does not exist"),
+            None => m.to_owned(),
+        };
+        return Error::new(SqlState::UNDEFINED_FUNCTION, message).with_hint("No function matches the given name and argument types. You might need to add explicit type casts.");
     }
     if lower.contains("no field named") {
         return Error::new(SqlState::UNDEFINED_COLUMN, m);

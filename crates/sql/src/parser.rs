@@ -46,6 +46,11 @@ pub enum Statement {
     /// `SHOW CREATE SOURCE name`.
     ShowCreateSource(ObjectName),
     ShowCreateSink(ObjectName),
+    /// `CREATE TABLE [IF NOT EXISTS] t AS query [WITH [NO] DATA]`.
+    CreateTableAs { name: ObjectName, if_not_exists: bool, query: Box<ast::Query>, with_data: bool },
+    /// `CREATE TABLE [IF NOT EXISTS] t (LIKE s [INCLUDING | EXCLUDING what ...])`; `including`
+    /// names what INCLUDING asked for.
+    CreateTableLike { name: ObjectName, if_not_exists: bool, like: ObjectName, including: Vec<String> },
     /// `CREATE MATERIALIZED VIEW ... AS query [EMIT ON WINDOW CLOSE]`.
     CreateMaterializedView { create: Box<ast::CreateView>, emit_on_close: bool },
     /// `CREATE SINK [IF NOT EXISTS] name FROM view WITH (...)`.
@@ -376,7 +381,7 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             }
         }
         if w.keyword == Keyword::CREATE && is_create_table(parser) {
-            return parse_create_table(parser).map(|c| Statement::CreateTable(Box::new(c)));
+            return parse_create_table(parser);
         }
         if w.keyword == Keyword::CREATE
             && matches!(&parser.peek_nth_token(1).token, Token::Word(m) if m.keyword == Keyword::MATERIALIZED)
@@ -482,7 +487,7 @@ fn is_create_table(parser: &Parser<'_>) -> bool {
     matches!(&parser.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::TABLE || w.value.eq_ignore_ascii_case("SOURCE"))
 }
 
-fn parse_create_table(parser: &mut Parser<'_>) -> Result<CreateTable, ParserError> {
+fn parse_create_table(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
     parser.expect_keyword(Keyword::CREATE)?;
     let source = parse_words(parser, &["SOURCE"]);
     if !source {
@@ -490,6 +495,44 @@ fn parse_create_table(parser: &mut Parser<'_>) -> Result<CreateTable, ParserErro
     }
     let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = parser.parse_object_name(false)?;
+    if !source && parser.parse_keyword(Keyword::AS) {
+        let query = parser.parse_query()?;
+        let with_data = if parse_words(parser, &["WITH", "NO", "DATA"]) {
+            false
+        } else {
+            let _ = parse_words(parser, &["WITH", "DATA"]);
+            true
+        };
+        return Ok(Statement::CreateTableAs { name, if_not_exists, query, with_data });
+    }
+    if !source
+        && parser.peek_token().token == Token::LParen
+        && matches!(&parser.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::LIKE)
+    {
+        parser.next_token();
+        parser.next_token();
+        let like = parser.parse_object_name(false)?;
+        // INCLUDING / EXCLUDING options: Eddy copies the columns, their types and NOT NULL
+        // (what PostgreSQL copies by default); the session refuses INCLUDING.
+        let mut including = Vec::new();
+        while let Token::Word(w) = &parser.peek_token().token {
+            let include = w.value.eq_ignore_ascii_case("INCLUDING");
+            if !include && !w.value.eq_ignore_ascii_case("EXCLUDING") {
+                break;
+            }
+            parser.next_token();
+            let what = parser.parse_identifier()?.value.to_uppercase();
+            if include {
+                including.push(what);
+            }
+        }
+        parser.expect_token(&Token::RParen)?;
+        return Ok(Statement::CreateTableLike { name, if_not_exists, like, including });
+    }
+    parse_create_table_columns(parser, source, if_not_exists, name).map(|c| Statement::CreateTable(Box::new(c)))
+}
+
+fn parse_create_table_columns(parser: &mut Parser<'_>, source: bool, if_not_exists: bool, name: ObjectName) -> Result<CreateTable, ParserError> {
     let mut columns = Vec::new();
     let mut constraints = Vec::new();
     let mut watermark = None;

@@ -82,11 +82,15 @@ impl QueryPlan {
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                if aliased.get(i).copied().unwrap_or(false) {
-                    return f.as_ref().clone();
-                }
+                // The name the query as written gives (PostgreSQL's), else an alias DataFusion
+                // kept (`AS "ICU Locale"`), else PostgreSQL's name for DataFusion's.
                 let written = self.names.as_ref().filter(|n| n.len() == schema.fields().len()).and_then(|n| n[i].clone());
-                f.as_ref().clone().with_name(written.unwrap_or_else(|| pg_column_name(f.name())))
+                match written {
+                    Some(name) => f.as_ref().clone().with_name(name),
+                    // (`count(*)` is DataFusion's own alias of `count(1)`.)
+                    None if aliased.get(i).copied().unwrap_or(false) && !f.name().ends_with("(*)") => f.as_ref().clone(),
+                    None => f.as_ref().clone().with_name(pg_column_name(f.name())),
+                }
             })
             .collect();
         Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))

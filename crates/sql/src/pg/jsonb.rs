@@ -452,6 +452,7 @@ fn build_object(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
 
 /// `json_build_object`: a `json` text as PostgreSQL writes it, keys in the order given and
 /// repeated keys kept, `"key" : value` pairs (values in their jsonb text form).
+#[allow(clippy::needless_range_loop, reason = "row i of every argument column")]
 fn build_json_object(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     let a = arrays(args)?;
     if a.len() % 2 != 0 {

@@ -1,7 +1,7 @@
 //! Result column names as PostgreSQL gives them (its `FigureColname`), read from the query
 //! as written, before Eddy's rewrites replace casts and operators by functions whose names
 //! DataFusion would show: `ARRAY[1]` is `array`, `'x'::varchar` is `varchar`, `a[1]` is `a`,
-//! `j -> 'k'` is `?column?`, `true` is `bool`, `CASE ...` is `case`.
+//! `j -> 'k'` is `?column?`, `true` is `?column?` (PostgreSQL 15), `CASE ...` is `case`.
 //!
 //! Entry point: [`output_names`]; `None` where the names cannot be read from the text alone
 //! (a `*` in the list), and a `None` name where DataFusion's is already PostgreSQL's.
@@ -45,7 +45,7 @@ fn expr_name(expr: &Expr) -> Option<&str> {
         Expr::CompoundFieldAccess { root, .. } => expr_name(root),
         Expr::Case { .. } => Some("case"),
         Expr::Exists { .. } => Some("exists"),
-        Expr::Value(v) if matches!(v.value, Value::Boolean(_)) => Some("bool"),
+        Expr::Value(v) if matches!(v.value, Value::Boolean(_)) => Some("?column?"),
         Expr::Extract { .. } => Some("extract"),
         Expr::Substring { .. } => Some("substring"),
         Expr::Trim { .. } => Some("btrim"),
@@ -110,7 +110,7 @@ mod tests {
     fn names_as_postgres_figures_them() {
         assert_eq!(
             names("SELECT a, t.b, 1, 1 + 1, ARRAY[1], '{1}'::int[], 'x'::varchar, a::text, count(*), a[1], (ARRAY[1])[1], j -> 'k', true, CASE WHEN a THEN 1 END, x AS y, DATE '2024-01-01'"),
-            ["-", "-", "?column?", "?column?", "array", "int4", "varchar", "a", "count", "a", "array", "?column?", "bool", "case", "-", "date"]
+            ["-", "-", "?column?", "?column?", "array", "int4", "varchar", "a", "count", "a", "array", "?column?", "?column?", "case", "-", "date"]
         );
     }
 }

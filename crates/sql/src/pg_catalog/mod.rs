@@ -79,6 +79,7 @@ pub(crate) struct PgCatalog {
 
 impl PgCatalog {
     pub(crate) fn build(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        // (Each name here is in POPULATED; every other catalog is always empty.)
         let Some(spec) = spec::spec(SCHEMA, name) else { return Ok(None) };
         let snapshot = || Snapshot::take(self.source.as_ref());
         let user = self.info.user.as_str();
@@ -126,6 +127,18 @@ impl SchemaProvider for PgCatalog {
     fn table_exist(&self, name: &str) -> bool {
         spec::spec(SCHEMA, name).is_some()
     }
+}
+
+/// The pg_catalog relations [`PgCatalog::build`] fills; the others never have rows in Eddy.
+const POPULATED: [&str; 25] = [
+    "pg_namespace", "pg_class", "pg_attribute", "pg_index", "pg_constraint", "pg_depend", "pg_rewrite", "pg_tables", "pg_views", "pg_matviews",
+    "pg_indexes", "pg_type", "pg_description", "pg_stat_user_tables", "pg_database", "pg_roles", "pg_authid", "pg_user", "pg_settings",
+    "pg_stat_activity", "pg_am", "pg_collation", "pg_tablespace", "pg_language", "pg_proc",
+];
+
+/// Whether `pg_catalog.name` is a catalog Eddy never fills (`pg_sequence`, `pg_attrdef`, ...).
+pub(crate) fn always_empty(name: &str) -> bool {
+    spec::spec(SCHEMA, name).is_some() && !POPULATED.contains(&name)
 }
 
 pub(crate) use system::Function;

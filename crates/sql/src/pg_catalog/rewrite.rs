@@ -362,6 +362,49 @@ fn scalar_subquery(expr: &mut Expr) {
     }
 }
 
+/// `CASE WHEN c THEN (SELECT x ... WHERE w) [ELSE NULL] END` is `(SELECT x ... WHERE (c) AND
+/// (w))`: both are NULL unless `c` holds and the subquery finds a row. DataFusion cannot plan
+/// a correlated subquery inside CASE (SQLAlchemy's column reflection writes three), but plans
+/// the second form.
+fn case_subquery(expr: &mut Expr) {
+    empty_subquery(expr);
+    let Expr::Case { operand: None, conditions, else_result, .. } = expr else { return };
+    let else_null = match else_result.as_deref() {
+        None => true,
+        Some(Expr::Value(v)) => matches!(v.value, ast::Value::Null),
+        Some(_) => false,
+    };
+    if !else_null || conditions.len() != 1 {
+        return;
+    }
+    let ast::CaseWhen { condition, result: Expr::Subquery(query) } = &conditions[0] else { return };
+    let mut query = query.clone();
+    let SetExpr::Select(select) = query.body.as_mut() else { return };
+    let condition = Expr::Nested(Box::new(condition.clone()));
+    select.selection = Some(match select.selection.take() {
+        Some(w) => Expr::BinaryOp { left: Box::new(condition), op: BinaryOperator::And, right: Box::new(Expr::Nested(Box::new(w))) },
+        None => condition,
+    });
+    *expr = Expr::Subquery(query);
+}
+
+/// A scalar subquery that reads one catalog Eddy never fills, and aggregates nothing, is NULL
+/// (DataFusion cannot decorrelate some that SQLAlchemy writes over `pg_sequence`).
+fn empty_subquery(expr: &mut Expr) {
+    let Expr::Case { conditions, .. } = expr else { return };
+    for when in conditions.iter_mut() {
+        let Expr::Subquery(query) = &when.result else { continue };
+        let SetExpr::Select(select) = query.body.as_ref() else { continue };
+        let [from] = select.from.as_slice() else { continue };
+        let TableFactor::Table { name, .. } = &from.relation else { continue };
+        let table = name.0.last().map(ident_name).unwrap_or_default();
+        let aggregates = select.projection.iter().any(|item| item.to_string().to_lowercase().contains("count("));
+        if from.joins.is_empty() && !aggregates && select.group_by == ast::GroupByExpr::Expressions(Vec::new(), Vec::new()) && super::always_empty(&table) {
+            when.result = Expr::Value(ast::Value::Null.into());
+        }
+    }
+}
+
 impl VisitorMut for Rewriter {
     type Break = ();
 
@@ -378,6 +421,7 @@ impl VisitorMut for Rewriter {
         }
         if self.catalogs {
             array_subquery(expr);
+            case_subquery(expr);
         }
         ControlFlow::Continue(())
     }

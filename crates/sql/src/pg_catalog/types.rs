@@ -129,7 +129,11 @@ pub(crate) fn column_type(field: &Field) -> (u32, i32) {
         .map(|(_, m)| m.trim_end_matches(')').split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_default();
     let oid = type_oid_named(&declared).unwrap_or(25);
+    // A numeric nobody declared (a view's `sum(amount)`) has no typmod, as in PostgreSQL: the
+    // precision and scale of an Arrow decimal are Eddy's storage, not the column's type.
+    let declared_here = field.metadata().contains_key(crate::types::PG_TYPE_KEY);
     let typmod = match (type_by_oid(oid).map(|t| t.name), modifiers.as_slice()) {
+        (Some("numeric"), _) if !declared_here => -1,
         (Some("varchar" | "bpchar"), [n]) => n + 4,
         (Some("numeric"), [p]) => (p << 16) + 4,
         (Some("numeric"), [p, s]) => ((p << 16) | s) + 4,
