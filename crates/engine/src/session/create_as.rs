@@ -11,13 +11,12 @@ use eddy_common::{ChangeBatch, Error, Result, SqlState};
 use eddy_sql::{Planned, Statement, ast};
 
 use super::{Outcome, Session, conform};
-use crate::catalog::object_name;
 
 impl Session {
     pub(super) async fn create_table_as(&mut self, name: &ast::ObjectName, if_not_exists: bool, query: &ast::Query, with_data: bool, params: &[ArrayRef]) -> Result<Outcome> {
-        let table_name = object_name(name)?;
+        let table_name = self.new_name(name)?;
         if self.engine.name_taken(&table_name) && if_not_exists {
-            return Ok(exists_skipping(&table_name, "CREATE TABLE AS"));
+            return Ok(exists_skipping(&table_name.name, "CREATE TABLE AS"));
         }
         let Planned::Query(plan) = self.planner.plan(&ast::Statement::Query(Box::new(query.clone()))).await? else {
             return Err(Error::internal("CREATE TABLE AS did not plan a query"));
@@ -55,16 +54,19 @@ impl Session {
         if let Some(what) = including.first() {
             return Err(Error::unsupported(format!("CREATE TABLE (LIKE ... INCLUDING {what}) is not supported: LIKE copies the columns, their types and NOT NULL")));
         }
-        let table_name = object_name(name)?;
+        let table_name = self.new_name(name)?;
         if self.engine.name_taken(&table_name) && if_not_exists {
-            return Ok(exists_skipping(&table_name, "CREATE TABLE"));
+            return Ok(exists_skipping(&table_name.name, "CREATE TABLE"));
         }
-        let source = object_name(like)?;
+        let source = self.existing_name(like)?;
         let schema = match (self.engine.table(&source), self.engine.view(&source), self.engine.source(&source)) {
             (Some(t), _, _) => Arc::clone(&t.schema),
             (_, Some(v), _) => Arc::clone(&v.schema),
             (_, _, Some(s)) => Arc::clone(&s.schema),
-            _ => return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{source}\" does not exist"))),
+            _ => match self.engine.plain_view(&source) {
+                Some(view) => view.arrow_schema()?,
+                None => return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{}\" does not exist", source.display()))),
+            },
         };
         self.create_table_with_columns(name, &schema, true).await?;
         Ok(Outcome::Command { tag: "CREATE TABLE", rows: None })
@@ -91,5 +93,5 @@ impl Session {
 }
 
 fn exists_skipping(name: &str, tag: &'static str) -> Outcome {
-    Outcome::Notice { message: format!("relation \"{name}\" already exists, skipping"), then: Box::new(Outcome::Command { tag, rows: None }) }
+    Outcome::Notice { message: format!("relation \"{name}\" already exists, skipping"), detail: None, then: Box::new(Outcome::Command { tag, rows: None }) }
 }
