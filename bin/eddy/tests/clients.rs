@@ -31,7 +31,8 @@ async fn servers() -> (EddyProcess, PostgresServer, String, String) {
     let e = eddy.connect().await.unwrap();
     e.batch_execute(SETUP).await.unwrap();
     e.batch_execute("FLUSH").await.unwrap();
-    pg.connect().await.unwrap().batch_execute(SETUP).await.unwrap();
+    // Eddy's own tables live in schema eddy_catalog (SQL.md): the reference has it too.
+    pg.connect().await.unwrap().batch_execute(&format!("CREATE SCHEMA eddy_catalog; {SETUP}")).await.unwrap();
     let eddy_url = format!("postgresql://eddy@127.0.0.1:{}/eddy", eddy.port);
     let pg_url = format!("postgresql://eddy@127.0.0.1:{}/postgres", pg.port);
     (eddy, pg, eddy_url, pg_url)
