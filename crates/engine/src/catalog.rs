@@ -547,3 +547,22 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
     }
     Ok((kept, partitions))
 }
+
+#[cfg(test)]
+mod schema_tests {
+    use super::ObjectDef;
+
+    /// Catalog entries written before schemas existed have no `schema`: they are in `public`.
+    #[test]
+    fn entries_without_a_schema_are_in_public() {
+        let table = r#"{"kind":"table","id":3,"name":"t","columns":[],"primary_key":[],"append_only":false,"watermark":null,"options":[],"partitions":1}"#;
+        let ObjectDef::Table(def) = ObjectDef::decode(table.as_bytes()).unwrap() else { panic!("not a table") };
+        assert_eq!(def.qualified(), eddy_sql::QualifiedName::public("t"));
+        let view = r#"{"kind":"materialized_view","id":4,"name":"v","sql":"CREATE MATERIALIZED VIEW v AS SELECT 1","dependencies":[3]}"#;
+        let ObjectDef::MaterializedView(def) = ObjectDef::decode(view.as_bytes()).unwrap() else { panic!("not a view") };
+        assert_eq!(def.schema, "public");
+        let sink = r#"{"kind":"sink","id":5,"name":"s","view":4,"options":[],"sql":"","key":[],"columns":[]}"#;
+        let ObjectDef::Sink(def) = ObjectDef::decode(sink.as_bytes()).unwrap() else { panic!("not a sink") };
+        assert_eq!(def.schema, "public");
+    }
+}
