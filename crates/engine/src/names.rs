@@ -137,7 +137,10 @@ impl Session {
         let mut stored = create.clone();
         self.planner.qualify_for_storage(&mut stored.query)?;
         if name.schema != eddy_sql::PUBLIC_SCHEMA {
-            stored.name = ObjectName::from(vec![eddy_sql::ast::Ident::new(name.schema.clone()), eddy_sql::ast::Ident::new(name.name.clone())]);
+            let ident = |part: &str| {
+                if crate::quote_ident(part) == part { eddy_sql::ast::Ident::new(part) } else { eddy_sql::ast::Ident::with_quote('"', part) }
+            };
+            stored.name = ObjectName::from(vec![ident(&name.schema), ident(&name.name)]);
         }
         Ok(stored)
     }
