@@ -278,8 +278,11 @@ impl VisitorMut for Resolver<'_> {
         ControlFlow::Continue(())
     }
 
-    fn post_visit_query(&mut self, _query: &mut ast::Query) -> ControlFlow<Error> {
+    fn post_visit_query(&mut self, query: &mut ast::Query) -> ControlFlow<Error> {
         self.ctes.pop();
+        if let ast::SetExpr::Select(select) = query.body.as_mut() {
+            qualify_wildcards(select);
+        }
         ControlFlow::Continue(())
     }
 
@@ -287,6 +290,33 @@ impl VisitorMut for Resolver<'_> {
         match self.table_factor(factor) {
             Ok(()) => ControlFlow::Continue(()),
             Err(e) => ControlFlow::Break(e),
+        }
+    }
+}
+
+/// `t.*` over a relation written `t` and now named `schema.t` reads `schema.t.*` (DataFusion
+/// matches a wildcard's qualifier exactly, where it matches a column's by suffix).
+fn qualify_wildcards(select: &mut ast::Select) {
+    let mut unaliased: Vec<ast::ObjectName> = Vec::new();
+    for from in &select.from {
+        for factor in std::iter::once(&from.relation).chain(from.joins.iter().map(|j| &j.relation)) {
+            if let ast::TableFactor::Table { name, alias: None, args: None, .. } = factor
+                && name.0.len() == 2
+            {
+                unaliased.push(name.clone());
+            }
+        }
+    }
+    if unaliased.is_empty() {
+        return;
+    }
+    for item in &mut select.projection {
+        let ast::SelectItem::QualifiedWildcard(ast::SelectItemQualifiedWildcardKind::ObjectName(name), _) = item else { continue };
+        let [part] = name.0.as_slice() else { continue };
+        let Some(ident) = part.as_ident() else { continue };
+        let written = normalize_ident(ident);
+        if let Some(full) = unaliased.iter().find(|n| n.0.last().and_then(|p| p.as_ident()).is_some_and(|i| normalize_ident(i) == written)) {
+            *name = full.clone();
         }
     }
 }
