@@ -9,9 +9,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, StringArray, StringBuilder};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, StringArray, StringBuilder,
+};
 use arrow::datatypes::{DataType, Field};
-use datafusion::logical_expr::{ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, Signature, TypeSignature};
+use datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, Signature, TypeSignature,
+};
 use datafusion::sql::sqlparser::ast::BinaryOperator;
 use eddy_common::SqlState;
 
@@ -35,7 +39,11 @@ impl Json {
     /// An object of these pairs: the last of duplicate keys wins, keys in jsonb's order.
     pub fn object(mut pairs: Vec<(String, Json)>) -> Json {
         // A stable sort keeps duplicates in input order; the last of each run is kept.
-        pairs.sort_by(|(a, _), (b, _)| a.len().cmp(&b.len()).then_with(|| a.as_bytes().cmp(b.as_bytes())));
+        pairs.sort_by(|(a, _), (b, _)| {
+            a.len()
+                .cmp(&b.len())
+                .then_with(|| a.as_bytes().cmp(b.as_bytes()))
+        });
         let mut out: Vec<(String, Json)> = Vec::with_capacity(pairs.len());
         for (k, v) in pairs {
             match out.last_mut() {
@@ -70,8 +78,14 @@ impl Json {
 
     /// An array element by index (negative counts from the end), as `->` reads it.
     fn element(&self, index: i64) -> Option<&Json> {
-        let Json::Array(items) = self else { return None };
-        let i = if index < 0 { i64::try_from(items.len()).ok()? + index } else { index };
+        let Json::Array(items) = self else {
+            return None;
+        };
+        let i = if index < 0 {
+            i64::try_from(items.len()).ok()? + index
+        } else {
+            index
+        };
         items.get(usize::try_from(i).ok()?)
     }
 
@@ -97,7 +111,9 @@ impl Json {
     fn has_key(&self, key: &str) -> bool {
         match self {
             Json::Object(_) => self.get(key).is_some(),
-            Json::Array(items) => items.iter().any(|i| matches!(i, Json::String(s) if s == key)),
+            Json::Array(items) => items
+                .iter()
+                .any(|i| matches!(i, Json::String(s) if s == key)),
             Json::String(s) => s == key,
             _ => false,
         }
@@ -117,17 +133,27 @@ impl Json {
         match (self, other) {
             (Json::Object(_), Json::Object(pairs)) => pairs.iter().all(|(k, v)| {
                 self.get(k).is_some_and(|mine| {
-                    if mine.is_scalar() || v.is_scalar() { mine.same_scalar(v) } else { std::mem::discriminant(mine) == std::mem::discriminant(v) && mine.contains(v, false) }
+                    if mine.is_scalar() || v.is_scalar() {
+                        mine.same_scalar(v)
+                    } else {
+                        std::mem::discriminant(mine) == std::mem::discriminant(v)
+                            && mine.contains(v, false)
+                    }
                 })
             }),
             (Json::Array(mine), Json::Array(theirs)) => theirs.iter().all(|t| {
                 if t.is_scalar() {
                     mine.iter().any(|m| m.is_scalar() && m.same_scalar(t))
                 } else {
-                    mine.iter().any(|m| std::mem::discriminant(m) == std::mem::discriminant(t) && m.contains(t, false))
+                    mine.iter().any(|m| {
+                        std::mem::discriminant(m) == std::mem::discriminant(t)
+                            && m.contains(t, false)
+                    })
                 }
             }),
-            (Json::Array(mine), t) if top && t.is_scalar() => mine.iter().any(|m| m.is_scalar() && m.same_scalar(t)),
+            (Json::Array(mine), t) if top && t.is_scalar() => {
+                mine.iter().any(|m| m.is_scalar() && m.same_scalar(t))
+            }
             (a, b) if a.is_scalar() && b.is_scalar() => a.same_scalar(b),
             _ => false,
         }
@@ -136,7 +162,11 @@ impl Json {
 
 /// A numeric's digits without trailing fractional zeros (`1.50` and `1.5` are one value).
 fn canonical_number(n: &str) -> &str {
-    if n.contains('.') { n.trim_end_matches('0').trim_end_matches('.') } else { n }
+    if n.contains('.') {
+        n.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        n
+    }
 }
 
 impl fmt::Display for Json {
@@ -174,7 +204,10 @@ impl fmt::Display for Json {
 /// Each row of a jsonb (or json, or text) column parsed; `None` for NULL.
 fn parsed(column: &ArrayRef) -> Result<Vec<Option<Json>>> {
     let text = arrow::compute::cast(column, &DataType::Utf8)?;
-    text.as_string::<i32>().iter().map(|v| v.map(super::json::parse).transpose().map_err(external)).collect()
+    text.as_string::<i32>()
+        .iter()
+        .map(|v| v.map(super::json::parse).transpose().map_err(external))
+        .collect()
 }
 
 fn texts(column: &ArrayRef) -> Result<ArrayRef> {
@@ -237,8 +270,15 @@ fn get(args: &ScalarFunctionArgs, as_text: bool) -> Result<ColumnarValue> {
     let a = arrays(args)?;
     let values = parsed(&a[0])?;
     let key = &a[1];
-    let by_index = matches!(key.data_type(), DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64);
-    let indexes = if by_index { Some(arrow::compute::cast(key, &DataType::Int64)?) } else { None };
+    let by_index = matches!(
+        key.data_type(),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    );
+    let indexes = if by_index {
+        Some(arrow::compute::cast(key, &DataType::Int64)?)
+    } else {
+        None
+    };
     let keys = texts(key)?;
     let keys = keys.as_string::<i32>();
     let found = values.iter().enumerate().map(|(i, v)| {
@@ -253,7 +293,11 @@ fn get(args: &ScalarFunctionArgs, as_text: bool) -> Result<ColumnarValue> {
         .cloned()
     });
     let n = values.len();
-    Ok(ColumnarValue::Array(if as_text { text_column(found.map(|j| j.and_then(|j| j.as_text())), n) } else { jsonb_column(found, n) }))
+    Ok(ColumnarValue::Array(if as_text {
+        text_column(found.map(|j| j.and_then(|j| j.as_text())), n)
+    } else {
+        jsonb_column(found, n)
+    }))
 }
 
 /// The text elements of a text[] argument's row (`None` for a NULL array).
@@ -263,11 +307,19 @@ fn path_at(paths: &ArrayRef, i: usize) -> Option<Vec<Option<String>>> {
     }
     let list = paths.as_list::<i32>().value(i);
     let list = arrow::compute::cast(&list, &DataType::Utf8).ok()?;
-    Some(list.as_string::<i32>().iter().map(|s| s.map(str::to_owned)).collect())
+    Some(
+        list.as_string::<i32>()
+            .iter()
+            .map(|s| s.map(str::to_owned))
+            .collect(),
+    )
 }
 
 fn text_array(column: &ArrayRef) -> Result<ArrayRef> {
-    Ok(arrow::compute::cast(column, &DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))))?)
+    Ok(arrow::compute::cast(
+        column,
+        &DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+    )?)
 }
 
 /// `j #> path` / `j #>> path`.
@@ -283,7 +335,11 @@ fn path(args: &ScalarFunctionArgs, as_text: bool) -> Result<ColumnarValue> {
         Some(at.clone())
     });
     let n = values.len();
-    Ok(ColumnarValue::Array(if as_text { text_column(found.map(|j| j.and_then(|j| j.as_text())), n) } else { jsonb_column(found, n) }))
+    Ok(ColumnarValue::Array(if as_text {
+        text_column(found.map(|j| j.and_then(|j| j.as_text())), n)
+    } else {
+        jsonb_column(found, n)
+    }))
 }
 
 /// `jsonb_extract_path(j, VARIADIC text)`: `#>` with the path as arguments.
@@ -303,7 +359,11 @@ fn extract_path(args: &ScalarFunctionArgs, as_text: bool) -> Result<ColumnarValu
         Some(at.clone())
     });
     let n = values.len();
-    Ok(ColumnarValue::Array(if as_text { text_column(found.map(|j| j.and_then(|j| j.as_text())), n) } else { jsonb_column(found, n) }))
+    Ok(ColumnarValue::Array(if as_text {
+        text_column(found.map(|j| j.and_then(|j| j.as_text())), n)
+    } else {
+        jsonb_column(found, n)
+    }))
 }
 
 fn booleans(values: impl Iterator<Item = Option<bool>>, n: usize) -> ArrayRef {
@@ -320,7 +380,11 @@ fn contains(args: &ScalarFunctionArgs, reversed: bool) -> Result<ColumnarValue> 
     let n = left.len();
     let out = left.iter().zip(&right).map(|(l, r)| {
         let (l, r) = (l.as_ref()?, r.as_ref()?);
-        Some(if reversed { r.contains(l, true) } else { l.contains(r, true) })
+        Some(if reversed {
+            r.contains(l, true)
+        } else {
+            l.contains(r, true)
+        })
     });
     Ok(ColumnarValue::Array(booleans(out, n)))
 }
@@ -334,7 +398,15 @@ fn exists(args: &ScalarFunctionArgs, mode: Exists) -> Result<ColumnarValue> {
         Exists::One => {
             let keys = texts(&a[1])?;
             let keys = keys.as_string::<i32>();
-            booleans(values.iter().enumerate().map(|(i, v)| Some(v.as_ref()?.has_key(keys.is_valid(i).then(|| keys.value(i))?))), n)
+            booleans(
+                values.iter().enumerate().map(|(i, v)| {
+                    Some(
+                        v.as_ref()?
+                            .has_key(keys.is_valid(i).then(|| keys.value(i))?),
+                    )
+                }),
+                n,
+            )
         }
         Exists::Any | Exists::All => {
             let paths = text_array(&a[1])?;
@@ -343,7 +415,11 @@ fn exists(args: &ScalarFunctionArgs, mode: Exists) -> Result<ColumnarValue> {
                     let v = v.as_ref()?;
                     // NULL keys are ignored, as in PostgreSQL.
                     let keys: Vec<String> = path_at(&paths, i)?.into_iter().flatten().collect();
-                    Some(if mode == Exists::Any { keys.iter().any(|k| v.has_key(k)) } else { keys.iter().all(|k| v.has_key(k)) })
+                    Some(if mode == Exists::Any {
+                        keys.iter().any(|k| v.has_key(k))
+                    } else {
+                        keys.iter().all(|k| v.has_key(k))
+                    })
                 }),
                 n,
             )
@@ -362,7 +438,10 @@ enum Exists {
 /// Every value of a column as to_jsonb makes it (SQL NULL becomes JSON null).
 pub fn to_json_values(column: &ArrayRef, field: &Field, zone: TimeZone) -> Result<Vec<Json>> {
     let n = column.len();
-    let declared = field.metadata().get(crate::types::PG_TYPE_KEY).map(String::as_str);
+    let declared = field
+        .metadata()
+        .get(crate::types::PG_TYPE_KEY)
+        .map(String::as_str);
     let options = TextOptions::output_of(field, zone);
     let text = |i: usize| text_value(column, i, options).map_err(external);
     let mut out = Vec::with_capacity(n);
@@ -371,13 +450,25 @@ pub fn to_json_values(column: &ArrayRef, field: &Field, zone: TimeZone) -> Resul
             let list = column.as_list::<i32>();
             let values = to_json_values(list.values(), element, zone)?;
             for i in 0..n {
-                let (start, end) = (list.value_offsets()[i] as usize, list.value_offsets()[i + 1] as usize);
-                out.push(if list.is_null(i) { Json::Null } else { Json::Array(values[start..end].to_vec()) });
+                let (start, end) = (
+                    list.value_offsets()[i] as usize,
+                    list.value_offsets()[i + 1] as usize,
+                );
+                out.push(if list.is_null(i) {
+                    Json::Null
+                } else {
+                    Json::Array(values[start..end].to_vec())
+                });
             }
             return Ok(out);
         }
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View if matches!(declared, Some("jsonb" | "json")) => {
-            return Ok(parsed(column)?.into_iter().map(|v| v.unwrap_or(Json::Null)).collect());
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+            if matches!(declared, Some("jsonb" | "json")) =>
+        {
+            return Ok(parsed(column)?
+                .into_iter()
+                .map(|v| v.unwrap_or(Json::Null))
+                .collect());
         }
         _ => {}
     }
@@ -399,8 +490,15 @@ pub fn to_json_values(column: &ArrayRef, field: &Field, zone: TimeZone) -> Resul
             DataType::Timestamp(_, zoned) => {
                 let t = text(i)?.replacen(' ', "T", 1);
                 // ISO 8601 offsets have minutes: +02 is +02:00.
-                let offset_hours_only = zoned.is_some() && t.len() > 3 && t.as_bytes()[t.len() - 3].is_ascii_punctuation() && t[t.len() - 3..].starts_with(['+', '-']);
-                Json::String(if offset_hours_only { format!("{t}:00") } else { t })
+                let offset_hours_only = zoned.is_some()
+                    && t.len() > 3
+                    && t.as_bytes()[t.len() - 3].is_ascii_punctuation()
+                    && t[t.len() - 3..].starts_with(['+', '-']);
+                Json::String(if offset_hours_only {
+                    format!("{t}:00")
+                } else {
+                    t
+                })
             }
             _ => Json::String(text(i)?),
         });
@@ -412,75 +510,100 @@ fn to_jsonb(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     let a = arrays(args)?;
     let values = to_json_values(&a[0], &args.arg_fields[0], session_zone(args))?;
     let n = values.len();
-    Ok(ColumnarValue::Array(jsonb_column(values.into_iter().enumerate().map(|(i, v)| (!is_null(&a[0], i)).then_some(v)), n)))
+    Ok(ColumnarValue::Array(jsonb_column(
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (!is_null(&a[0], i)).then_some(v)),
+        n,
+    )))
 }
 
 fn build_array(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     let a = arrays(args)?;
     let zone = session_zone(args);
-    let columns: Vec<Vec<Json>> = a.iter().zip(&args.arg_fields).map(|(c, f)| to_json_values(c, f, zone)).collect::<Result<_>>()?;
+    let columns: Vec<Vec<Json>> = a
+        .iter()
+        .zip(&args.arg_fields)
+        .map(|(c, f)| to_json_values(c, f, zone))
+        .collect::<Result<_>>()?;
     let n = args.number_rows;
     let rows = (0..n).map(|i| Some(Json::Array(columns.iter().map(|c| c[i].clone()).collect())));
     Ok(ColumnarValue::Array(jsonb_column(rows, n)))
 }
 
+/// The (key, value) pairs of each row of `jsonb_build_object` / `json_build_object`'s
+/// arguments, in the order given.
 // Row by row across the argument columns: indexes read clearer than zipped iterators here.
 #[allow(clippy::needless_range_loop)]
-fn build_object(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
+fn object_pairs(args: &ScalarFunctionArgs) -> Result<Vec<Vec<(String, Json)>>> {
     let a = arrays(args)?;
     if a.len() % 2 != 0 {
-        return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, "argument list must have even number of elements"));
+        return Err(super::udf::error(
+            SqlState::INVALID_PARAMETER_VALUE,
+            "argument list must have even number of elements",
+        ));
     }
     let zone = session_zone(args);
-    let columns: Vec<Vec<Json>> = a.iter().zip(&args.arg_fields).map(|(c, f)| to_json_values(c, f, zone)).collect::<Result<_>>()?;
-    let n = args.number_rows;
-    let mut rows = Vec::with_capacity(n);
-    for i in 0..n {
+    let columns: Vec<Vec<Json>> = a
+        .iter()
+        .zip(&args.arg_fields)
+        .map(|(c, f)| to_json_values(c, f, zone))
+        .collect::<Result<_>>()?;
+    let mut rows = Vec::with_capacity(args.number_rows);
+    for i in 0..args.number_rows {
         let mut pairs = Vec::with_capacity(a.len() / 2);
         for k in (0..a.len()).step_by(2) {
             let key = match &columns[k][i] {
-                Json::Null => return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, format!("argument {}: key must not be null", k + 1))),
+                Json::Null => {
+                    return Err(super::udf::error(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!("argument {}: key must not be null", k + 1),
+                    ));
+                }
                 Json::String(s) => s.clone(),
                 other => other.to_string(),
             };
             pairs.push((key, columns[k + 1][i].clone()));
         }
-        rows.push(Some(Json::object(pairs)));
+        rows.push(pairs);
     }
-    Ok(ColumnarValue::Array(jsonb_column(rows.into_iter(), n)))
+    Ok(rows)
+}
+
+fn build_object(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
+    let rows = object_pairs(args)?;
+    let n = rows.len();
+    Ok(ColumnarValue::Array(jsonb_column(
+        rows.into_iter().map(|pairs| Some(Json::object(pairs))),
+        n,
+    )))
 }
 
 /// `json_build_object`: a `json` text as PostgreSQL writes it, keys in the order given and
 /// repeated keys kept, `"key" : value` pairs (values in their jsonb text form).
-#[allow(clippy::needless_range_loop, reason = "row i of every argument column")]
 fn build_json_object(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
-    let a = arrays(args)?;
-    if a.len() % 2 != 0 {
-        return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, "argument list must have even number of elements"));
-    }
-    let zone = session_zone(args);
-    let columns: Vec<Vec<Json>> = a.iter().zip(&args.arg_fields).map(|(c, f)| to_json_values(c, f, zone)).collect::<Result<_>>()?;
-    let n = args.number_rows;
-    let mut rows = Vec::with_capacity(n);
-    for i in 0..n {
-        let mut pairs = Vec::with_capacity(a.len() / 2);
-        for k in (0..a.len()).step_by(2) {
-            let key = match &columns[k][i] {
-                Json::Null => return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, format!("argument {}: key must not be null", k + 1))),
-                Json::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            pairs.push(format!("{} : {}", Json::String(key), columns[k + 1][i]));
-        }
-        rows.push(Some(format!("{{{}}}", pairs.join(", "))));
-    }
-    Ok(ColumnarValue::Array(text_column(rows.into_iter(), n)))
+    let rows = object_pairs(args)?;
+    let n = rows.len();
+    let texts = rows.into_iter().map(|pairs| {
+        let pairs: Vec<String> = pairs
+            .into_iter()
+            .map(|(key, value)| format!("{} : {value}", Json::String(key)))
+            .collect();
+        Some(format!("{{{}}}", pairs.join(", ")))
+    });
+    Ok(ColumnarValue::Array(text_column(texts, n)))
 }
 
 fn typeof_(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     let values = parsed(&arrays(args)?[0])?;
     let n = values.len();
-    Ok(ColumnarValue::Array(text_column(values.iter().map(|v| v.as_ref().map(|j| j.type_name().to_owned())), n)))
+    Ok(ColumnarValue::Array(text_column(
+        values
+            .iter()
+            .map(|v| v.as_ref().map(|j| j.type_name().to_owned())),
+        n,
+    )))
 }
 
 fn array_length(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -489,9 +612,21 @@ fn array_length(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     for v in &values {
         match v {
             None => b.append_null(),
-            Some(Json::Array(items)) => b.append_value(i32::try_from(items.len()).unwrap_or(i32::MAX)),
-            Some(Json::Object(_)) => return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, "cannot get array length of a non-array")),
-            Some(_) => return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, "cannot get array length of a scalar")),
+            Some(Json::Array(items)) => {
+                b.append_value(i32::try_from(items.len()).unwrap_or(i32::MAX))
+            }
+            Some(Json::Object(_)) => {
+                return Err(super::udf::error(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "cannot get array length of a non-array",
+                ));
+            }
+            Some(_) => {
+                return Err(super::udf::error(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "cannot get array length of a scalar",
+                ));
+            }
         }
     }
     Ok(ColumnarValue::Array(Arc::new(b.finish())))
@@ -506,22 +641,47 @@ fn elements(args: &ScalarFunctionArgs, keys: bool, as_text: bool) -> Result<Colu
     for v in &values {
         match (v, keys) {
             (None, _) => {}
-            (Some(Json::Array(items)), false) if as_text => texts.extend(items.iter().map(Json::as_text)),
-            (Some(Json::Array(items)), false) => texts.extend(items.iter().map(|j| Some(j.to_string()))),
-            (Some(Json::Object(pairs)), true) => texts.extend(pairs.iter().map(|(k, _)| Some(k.clone()))),
-            (Some(_), false) => return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, "cannot extract elements from a scalar")),
-            (Some(_), true) => return Err(super::udf::error(SqlState::INVALID_PARAMETER_VALUE, "cannot call jsonb_object_keys on a scalar")),
+            (Some(Json::Array(items)), false) if as_text => {
+                texts.extend(items.iter().map(Json::as_text))
+            }
+            (Some(Json::Array(items)), false) => {
+                texts.extend(items.iter().map(|j| Some(j.to_string())))
+            }
+            (Some(Json::Object(pairs)), true) => {
+                texts.extend(pairs.iter().map(|(k, _)| Some(k.clone())))
+            }
+            (Some(_), false) => {
+                return Err(super::udf::error(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "cannot extract elements from a scalar",
+                ));
+            }
+            (Some(_), true) => {
+                return Err(super::udf::error(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "cannot call jsonb_object_keys on a scalar",
+                ));
+            }
         }
         offsets.push(i32::try_from(texts.len()).unwrap_or(i32::MAX));
     }
     let item = element_field(keys || as_text);
     let values: ArrayRef = Arc::new(StringArray::from(texts));
-    let list = arrow::array::ListArray::try_new(item, arrow::buffer::OffsetBuffer::new(offsets.into()), values, None)?;
+    let list = arrow::array::ListArray::try_new(
+        item,
+        arrow::buffer::OffsetBuffer::new(offsets.into()),
+        values,
+        None,
+    )?;
     Ok(ColumnarValue::Array(Arc::new(list)))
 }
 
 fn element_field(keys: bool) -> Arc<Field> {
-    Arc::new(if keys { Field::new_list_field(DataType::Utf8, true) } else { pg_field("item", DataType::Utf8, "jsonb") })
+    Arc::new(if keys {
+        Field::new_list_field(DataType::Utf8, true)
+    } else {
+        pg_field("item", DataType::Utf8, "jsonb")
+    })
 }
 
 pub const ELEMENTS: &str = "eddy_jsonb_elements";
@@ -530,37 +690,121 @@ pub const OBJECT_KEYS: &str = "eddy_jsonb_object_keys";
 
 pub fn functions() -> Vec<ScalarUDF> {
     let two = || Signature::any(2, IMMUTABLE);
-    let jsonb = |name: &str, signature: Signature, invoke: fn(&ScalarFunctionArgs) -> Result<ColumnarValue>| PgFunction::with_return(name, signature, jsonb_field, invoke);
-    let text = |name: &str, signature: Signature, invoke: fn(&ScalarFunctionArgs) -> Result<ColumnarValue>| PgFunction::new(name, signature, DataType::Utf8, invoke);
-    let boolean = |name: &str, invoke: fn(&ScalarFunctionArgs) -> Result<ColumnarValue>| PgFunction::new(name, Signature::any(2, IMMUTABLE), DataType::Boolean, invoke);
-    let variadic = || Signature::one_of(vec![TypeSignature::Nullary, TypeSignature::VariadicAny], IMMUTABLE);
+    let jsonb = |name: &str,
+                 signature: Signature,
+                 invoke: fn(&ScalarFunctionArgs) -> Result<ColumnarValue>| {
+        PgFunction::with_return(name, signature, jsonb_field, invoke)
+    };
+    let text = |name: &str,
+                signature: Signature,
+                invoke: fn(&ScalarFunctionArgs) -> Result<ColumnarValue>| {
+        PgFunction::new(name, signature, DataType::Utf8, invoke)
+    };
+    let boolean = |name: &str, invoke: fn(&ScalarFunctionArgs) -> Result<ColumnarValue>| {
+        PgFunction::new(
+            name,
+            Signature::any(2, IMMUTABLE),
+            DataType::Boolean,
+            invoke,
+        )
+    };
+    let variadic = || {
+        Signature::one_of(
+            vec![TypeSignature::Nullary, TypeSignature::VariadicAny],
+            IMMUTABLE,
+        )
+    };
     vec![
-        jsonb(GET, two(), |a| get(a, false)).named(operator_name("->")).udf(),
-        text(GET_TEXT, two(), |a| get(a, true)).named(operator_name("->>")).udf(),
-        jsonb(PATH, two(), |a| path(a, false)).named(operator_name("#>")).udf(),
-        text(PATH_TEXT, two(), |a| path(a, true)).named(operator_name("#>>")).udf(),
-        boolean(CONTAINS, |a| contains(a, false)).named(operator_name("@>")).udf(),
-        boolean(CONTAINED, |a| contains(a, true)).named(operator_name("<@")).udf(),
-        boolean(EXISTS, |a| exists(a, Exists::One)).named(operator_name("?")).udf(),
-        boolean(EXISTS_ANY, |a| exists(a, Exists::Any)).named(operator_name("?|")).udf(),
-        boolean(EXISTS_ALL, |a| exists(a, Exists::All)).named(operator_name("?&")).udf(),
-        jsonb("jsonb_extract_path", Signature::variadic_any(IMMUTABLE), |a| extract_path(a, false)).udf(),
-        text("jsonb_extract_path_text", Signature::variadic_any(IMMUTABLE), |a| extract_path(a, true)).udf(),
+        jsonb(GET, two(), |a| get(a, false))
+            .named(operator_name("->"))
+            .udf(),
+        text(GET_TEXT, two(), |a| get(a, true))
+            .named(operator_name("->>"))
+            .udf(),
+        jsonb(PATH, two(), |a| path(a, false))
+            .named(operator_name("#>"))
+            .udf(),
+        text(PATH_TEXT, two(), |a| path(a, true))
+            .named(operator_name("#>>"))
+            .udf(),
+        boolean(CONTAINS, |a| contains(a, false))
+            .named(operator_name("@>"))
+            .udf(),
+        boolean(CONTAINED, |a| contains(a, true))
+            .named(operator_name("<@"))
+            .udf(),
+        boolean(EXISTS, |a| exists(a, Exists::One))
+            .named(operator_name("?"))
+            .udf(),
+        boolean(EXISTS_ANY, |a| exists(a, Exists::Any))
+            .named(operator_name("?|"))
+            .udf(),
+        boolean(EXISTS_ALL, |a| exists(a, Exists::All))
+            .named(operator_name("?&"))
+            .udf(),
+        jsonb(
+            "jsonb_extract_path",
+            Signature::variadic_any(IMMUTABLE),
+            |a| extract_path(a, false),
+        )
+        .udf(),
+        text(
+            "jsonb_extract_path_text",
+            Signature::variadic_any(IMMUTABLE),
+            |a| extract_path(a, true),
+        )
+        .udf(),
         jsonb("to_jsonb", Signature::any(1, IMMUTABLE), to_jsonb).udf(),
         jsonb("jsonb_build_array", variadic(), build_array).udf(),
         jsonb("jsonb_build_object", variadic(), build_object).udf(),
-        PgFunction::with_return("json_build_object", variadic(), |_| Ok(pg_field("", DataType::Utf8, "json")), build_json_object).udf(),
+        PgFunction::with_return(
+            "json_build_object",
+            variadic(),
+            |_| Ok(pg_field("", DataType::Utf8, "json")),
+            build_json_object,
+        )
+        .udf(),
         text("jsonb_typeof", Signature::any(1, IMMUTABLE), typeof_).udf(),
-        PgFunction::new("jsonb_array_length", Signature::any(1, IMMUTABLE), DataType::Int32, array_length).udf(),
-        PgFunction::with_return(ELEMENTS, Signature::any(1, IMMUTABLE), |_| Ok(Field::new("", DataType::List(element_field(false)), true)), |a| elements(a, false, false)).udf(),
-        PgFunction::new(ELEMENTS_TEXT, Signature::any(1, IMMUTABLE), DataType::List(element_field(true)), |a| elements(a, false, true)).udf(),
-        PgFunction::new(OBJECT_KEYS, Signature::any(1, IMMUTABLE), DataType::List(element_field(true)), |a| elements(a, true, false)).udf(),
+        PgFunction::new(
+            "jsonb_array_length",
+            Signature::any(1, IMMUTABLE),
+            DataType::Int32,
+            array_length,
+        )
+        .udf(),
+        PgFunction::with_return(
+            ELEMENTS,
+            Signature::any(1, IMMUTABLE),
+            |_| Ok(Field::new("", DataType::List(element_field(false)), true)),
+            |a| elements(a, false, false),
+        )
+        .udf(),
+        PgFunction::new(
+            ELEMENTS_TEXT,
+            Signature::any(1, IMMUTABLE),
+            DataType::List(element_field(true)),
+            |a| elements(a, false, true),
+        )
+        .udf(),
+        PgFunction::new(
+            OBJECT_KEYS,
+            Signature::any(1, IMMUTABLE),
+            DataType::List(element_field(true)),
+            |a| elements(a, true, false),
+        )
+        .udf(),
     ]
 }
 
 /// Whether a field holds jsonb (or json) values.
 pub fn is_json(field: &Field) -> bool {
-    matches!(field.metadata().get(crate::types::PG_TYPE_KEY).map(String::as_str), Some("jsonb" | "json"))
+    matches!(
+        field
+            .metadata()
+            .get(crate::types::PG_TYPE_KEY)
+            .map(String::as_str),
+        Some("jsonb" | "json")
+    )
 }
 
 #[cfg(test)]
@@ -583,9 +827,16 @@ mod tests {
 
     #[test]
     fn objects_keep_the_last_duplicate() {
-        let o = Json::object(vec![("bb".into(), Json::Null), ("a".into(), Json::Bool(true)), ("a".into(), Json::Bool(false))]);
+        let o = Json::object(vec![
+            ("bb".into(), Json::Null),
+            ("a".into(), Json::Bool(true)),
+            ("a".into(), Json::Bool(false)),
+        ]);
         assert_eq!(o.to_string(), r#"{"a": false, "bb": null}"#);
         assert_eq!(j("[1, 2, 3]").element(-1), Some(&Json::Number("3".into())));
-        assert_eq!(j(r#"{"a": [10, 20]}"#).step("a").and_then(|a| a.step("1")), Some(&Json::Number("20".into())));
+        assert_eq!(
+            j(r#"{"a": [10, 20]}"#).step("a").and_then(|a| a.step("1")),
+            Some(&Json::Number("20".into()))
+        );
     }
 }
