@@ -14,7 +14,11 @@ use tracing_subscriber::EnvFilter;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "eddy", version, about = "Eddy, a streaming SQL database that speaks PostgreSQL")]
+#[command(
+    name = "eddy",
+    version,
+    about = "Eddy, a streaming SQL database that speaks PostgreSQL"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -68,10 +72,15 @@ fn main() -> anyhow::Result<()> {
         None => cli.serve,
     };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("EDDY_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(
+            EnvFilter::try_from_env("EDDY_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
     runtime.block_on(serve(args))
 }
 
@@ -83,8 +92,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if !args.checkpoint_interval.is_finite() || args.checkpoint_interval < 0.0 {
         anyhow::bail!("--checkpoint-interval must be a number of seconds, 0 or more");
     }
-    let checkpoint_interval = (args.checkpoint_interval > 0.0).then(|| std::time::Duration::from_secs_f64(args.checkpoint_interval));
-    let config = EngineConfig { data_dir: args.data_dir.clone(), workers, checkpoint_interval, log_segment_bytes: args.log_segment_bytes, sink_buffer_bytes: args.sink_buffer_bytes.map(|b| b as usize) };
+    let checkpoint_interval = (args.checkpoint_interval > 0.0)
+        .then(|| std::time::Duration::from_secs_f64(args.checkpoint_interval));
+    let config = EngineConfig {
+        data_dir: args.data_dir.clone(),
+        workers,
+        checkpoint_interval,
+        log_segment_bytes: args.log_segment_bytes,
+        sink_buffer_bytes: args.sink_buffer_bytes.map(|b| b as usize),
+    };
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", args.data_dir.display()))?;
@@ -106,13 +122,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         });
         let result = match recovery.await {
             Ok(result) => result.map_err(|e| e.to_string()),
-            Err(e) if e.is_panic() => Err(eddy_common::panic::panic_error("recovery", e.into_panic().as_ref()).message),
+            Err(e) if e.is_panic() => {
+                Err(eddy_common::panic::panic_error("recovery", e.into_panic().as_ref()).message)
+            }
             Err(e) => Err(format!("recovery stopped: {e}")),
         };
         match result {
             Ok(()) => {
                 recovering.recovered();
-                tracing::info!(seconds = started.elapsed().as_secs_f64(), "recovered; statements run");
+                tracing::info!(
+                    seconds = started.elapsed().as_secs_f64(),
+                    "recovered; statements run"
+                );
             }
             Err(e) => {
                 tracing::error!(error = %e, "recovery failed; the server stops");
@@ -134,20 +155,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     tracing::info!(listen = %local, data_dir = %args.data_dir.display(), workers, "eddy is listening");
     // Printed (not logged) so that people and test harnesses see it whatever the log level.
-    println!("Eddy {} is listening on {local} (data in {})", eddy_engine::EDDY_VERSION, args.data_dir.display());
-    println!("Connect with: psql -h {} -p {} -U eddy", local.ip(), local.port());
+    println!(
+        "Eddy {} is listening on {local} (data in {})",
+        eddy_engine::EDDY_VERSION,
+        args.data_dir.display()
+    );
+    println!(
+        "Connect with: psql -h {} -p {} -U eddy",
+        local.ip(),
+        local.port()
+    );
     println!("HTTP ingest on http://{http_local}/ingest/<table>");
     let failure = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
     let failed = failure.clone();
     let shutdown = async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {},
             _ = term.recv() => {},

@@ -20,7 +20,11 @@ fn root() -> PathBuf {
 
 fn tool(var: &str, default: PathBuf) -> PathBuf {
     let path = std::env::var_os(var).map(PathBuf::from).unwrap_or(default);
-    assert!(path.exists(), "{} is missing: run bin/test, which installs the client libraries ({var})", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run bin/test, which installs the client libraries ({var})",
+        path.display()
+    );
     path
 }
 
@@ -32,14 +36,23 @@ async fn servers() -> (EddyProcess, PostgresServer, String, String) {
     e.batch_execute(SETUP).await.unwrap();
     e.batch_execute("FLUSH").await.unwrap();
     // Eddy's own tables live in schema eddy_catalog (SQL.md): the reference has it too.
-    pg.connect().await.unwrap().batch_execute(&format!("CREATE SCHEMA eddy_catalog; {SETUP}")).await.unwrap();
+    pg.connect()
+        .await
+        .unwrap()
+        .batch_execute(&format!("CREATE SCHEMA eddy_catalog; {SETUP}"))
+        .await
+        .unwrap();
     let eddy_url = format!("postgresql://eddy@127.0.0.1:{}/eddy", eddy.port);
     let pg_url = format!("postgresql://eddy@127.0.0.1:{}/postgres", pg.port);
     (eddy, pg, eddy_url, pg_url)
 }
 
 fn run(program: &Path, args: &[&str]) -> String {
-    let output = Command::new(program).args(args).current_dir(root()).output().unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
     assert!(
         output.status.success(),
         "{} {args:?} failed:\n{}\n{}",
@@ -59,11 +72,23 @@ async fn compare(program: PathBuf, args: &[&str], url: impl Fn(&str) -> String) 
         all.extend(url.split(' ').map(str::to_owned));
         all
     };
-    let want = run(&program, &with(&pg_url).iter().map(String::as_str).collect::<Vec<_>>());
-    let got = run(&program, &with(&eddy_url).iter().map(String::as_str).collect::<Vec<_>>());
+    let want = run(
+        &program,
+        &with(&pg_url).iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let got = run(
+        &program,
+        &with(&eddy_url)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
     if got != want {
         let diff = similar_lines(&want, &got);
-        panic!("{} {args:?}: Eddy and PostgreSQL differ (-postgres +eddy):\n{diff}", program.display());
+        panic!(
+            "{} {args:?}: Eddy and PostgreSQL differ (-postgres +eddy):\n{diff}",
+            program.display()
+        );
     }
 }
 
@@ -87,39 +112,76 @@ fn similar_lines(want: &str, got: &str) -> String {
 }
 
 fn python() -> PathBuf {
-    let venv = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/eddy/clients-venv/bin/python");
+    let venv = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default()
+        .join(".cache/eddy/clients-venv/bin/python");
     tool("EDDY_CLIENTS_PYTHON", venv)
 }
 
 #[tokio::test]
 async fn psycopg() {
-    compare(python(), &["clients/python/psycopg_check.py"], str::to_owned).await;
+    compare(
+        python(),
+        &["clients/python/psycopg_check.py"],
+        str::to_owned,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn sqlalchemy() {
-    compare(python(), &["clients/python/sqlalchemy_check.py"], str::to_owned).await;
+    compare(
+        python(),
+        &["clients/python/sqlalchemy_check.py"],
+        str::to_owned,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn node_postgres() {
-    tool("EDDY_CLIENTS_NODE_MODULES", root().join("clients/node/node_modules/pg"));
-    compare(PathBuf::from("node"), &["clients/node/check.js"], str::to_owned).await;
+    tool(
+        "EDDY_CLIENTS_NODE_MODULES",
+        root().join("clients/node/node_modules/pg"),
+    );
+    compare(
+        PathBuf::from("node"),
+        &["clients/node/check.js"],
+        str::to_owned,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn pgjdbc() {
-    let jar = tool("EDDY_PGJDBC_JAR", PathBuf::from("/usr/share/java/postgresql.jar"));
+    let jar = tool(
+        "EDDY_PGJDBC_JAR",
+        PathBuf::from("/usr/share/java/postgresql.jar"),
+    );
     let classes = std::env::temp_dir().join(format!("eddy-jdbc-{}", std::process::id()));
     std::fs::create_dir_all(&classes).unwrap();
     let jar = jar.display().to_string();
     let classes_arg = classes.display().to_string();
-    run(Path::new("javac"), &["-d", &classes_arg, "-cp", &jar, "clients/java/JdbcCheck.java"]);
+    run(
+        Path::new("javac"),
+        &[
+            "-d",
+            &classes_arg,
+            "-cp",
+            &jar,
+            "clients/java/JdbcCheck.java",
+        ],
+    );
     let classpath = format!("{classes_arg}:{jar}");
     // jdbc:postgresql://host:port/db and the user.
-    compare(PathBuf::from("java"), &["-cp", &classpath, "JdbcCheck"], |url| {
-        let rest = url.trim_start_matches("postgresql://eddy@");
-        format!("jdbc:postgresql://{rest} eddy")
-    })
+    compare(
+        PathBuf::from("java"),
+        &["-cp", &classpath, "JdbcCheck"],
+        |url| {
+            let rest = url.trim_start_matches("postgresql://eddy@");
+            format!("jdbc:postgresql://{rest} eddy")
+        },
+    )
     .await;
 }

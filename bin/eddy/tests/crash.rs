@@ -21,12 +21,30 @@ fn binary() -> std::path::PathBuf {
 /// (view, query): each view is `CREATE MATERIALIZED VIEW <view> AS <query>`, and after the
 /// crashes its contents equal the query run in batch.
 const VIEWS: [(&str, &str); 6] = [
-    ("per_key", "SELECT k, count(*) AS n, sum(v) AS s, min(v) AS lo, max(v) AS hi FROM events GROUP BY k"),
-    ("windows", "SELECT window_start, k, count(*) AS n, max(v) AS hi FROM TUMBLE(events, ts, INTERVAL '1' SECOND) GROUP BY window_start, k"),
-    ("named", "SELECT d.name, count(*) AS n, sum(e.v) AS s FROM events e JOIN dims d ON e.k = d.k GROUP BY d.name"),
-    ("pairs", "SELECT a.k, count(*) AS n FROM events a JOIN events b ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL '50' MILLISECOND AND a.ts GROUP BY a.k"),
-    ("top", "SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS r FROM events) AS t WHERE r <= 3"),
-    ("bids", "SELECT auction % 10 AS a, count(*) AS n, sum(price) AS s, max(price) AS top FROM bid_src GROUP BY auction % 10"),
+    (
+        "per_key",
+        "SELECT k, count(*) AS n, sum(v) AS s, min(v) AS lo, max(v) AS hi FROM events GROUP BY k",
+    ),
+    (
+        "windows",
+        "SELECT window_start, k, count(*) AS n, max(v) AS hi FROM TUMBLE(events, ts, INTERVAL '1' SECOND) GROUP BY window_start, k",
+    ),
+    (
+        "named",
+        "SELECT d.name, count(*) AS n, sum(e.v) AS s FROM events e JOIN dims d ON e.k = d.k GROUP BY d.name",
+    ),
+    (
+        "pairs",
+        "SELECT a.k, count(*) AS n FROM events a JOIN events b ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL '50' MILLISECOND AND a.ts GROUP BY a.k",
+    ),
+    (
+        "top",
+        "SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS r FROM events) AS t WHERE r <= 3",
+    ),
+    (
+        "bids",
+        "SELECT auction % 10 AS a, count(*) AS n, sum(price) AS s, max(price) AS top FROM bid_src GROUP BY auction % 10",
+    ),
 ];
 
 const BID_COLUMNS: &str = "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, date_time TIMESTAMP, extra VARCHAR,
@@ -46,11 +64,32 @@ fn canonical(rows: Vec<Vec<Option<String>>>) -> Vec<Vec<Option<String>>> {
 async fn write(client: Client, first: i64) {
     let mut i = first;
     loop {
-        let values: Vec<String> = (i..i + 40).map(|n| format!("({}, {n}, TIMESTAMP '2026-01-01' + INTERVAL '{}' MILLISECOND)", n % 7, n * 10)).collect();
-        if client.batch_execute(&format!("INSERT INTO events VALUES {}", values.join(", "))).await.is_err() {
+        let values: Vec<String> = (i..i + 40)
+            .map(|n| {
+                format!(
+                    "({}, {n}, TIMESTAMP '2026-01-01' + INTERVAL '{}' MILLISECOND)",
+                    n % 7,
+                    n * 10
+                )
+            })
+            .collect();
+        if client
+            .batch_execute(&format!("INSERT INTO events VALUES {}", values.join(", ")))
+            .await
+            .is_err()
+        {
             return;
         }
-        if i % 400 == 0 && client.batch_execute(&format!("UPDATE dims SET name = 'name {}' WHERE k = {}", i % 3, (i / 40) % 7)).await.is_err() {
+        if i % 400 == 0
+            && client
+                .batch_execute(&format!(
+                    "UPDATE dims SET name = 'name {}' WHERE k = {}",
+                    i % 3,
+                    (i / 40) % 7
+                ))
+                .await
+                .is_err()
+        {
             return;
         }
         i += 40;
@@ -59,7 +98,10 @@ async fn write(client: Client, first: i64) {
 
 /// Where the writer goes on after a crash: past every row the table holds.
 async fn next_row(client: &Client) -> i64 {
-    let row = client.query_one("SELECT coalesce(max(v), -1) + 1 FROM events", &[]).await.unwrap();
+    let row = client
+        .query_one("SELECT coalesce(max(v), -1) + 1 FROM events", &[])
+        .await
+        .unwrap();
     row.get(0)
 }
 
@@ -67,7 +109,10 @@ async fn next_row(client: &Client) -> i64 {
 async fn views_survive_sigkill_at_random_moments() {
     let pg = PostgresServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let args: Vec<String> = ["--workers", "2", "--checkpoint-interval", "0.3"].iter().map(|s| (*s).to_owned()).collect();
+    let args: Vec<String> = ["--workers", "2", "--checkpoint-interval", "0.3"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
     let mut server = EddyProcess::start_args(&binary(), dir.path(), &args).unwrap();
     let client = server.connect().await.unwrap();
     client
@@ -81,9 +126,18 @@ async fn views_survive_sigkill_at_random_moments() {
         .await
         .unwrap();
     for (view, query) in VIEWS {
-        client.batch_execute(&format!("CREATE MATERIALIZED VIEW {view} AS {query}")).await.unwrap();
+        client
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {view} AS {query}"))
+            .await
+            .unwrap();
     }
-    client.batch_execute(&format!("CREATE SINK per_key_pg FROM per_key WITH ({})", pg.sink_options("per_key"))).await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE SINK per_key_pg FROM per_key WITH ({})",
+            pg.sink_options("per_key")
+        ))
+        .await
+        .unwrap();
     let files = tempfile::tempdir().unwrap();
     client.batch_execute(&format!("CREATE SINK top_files FROM top WITH (connector = 'file', path = '{}', rollover_seconds = '0.2')", files.path().display())).await.unwrap();
     // A deterministic schedule of random-looking moments (xorshift).
@@ -107,7 +161,9 @@ async fn views_survive_sigkill_at_random_moments() {
         let _ = writer.await;
         if crash % 3 == 2 {
             // Once more while recovering from that kill.
-            server.crash_while_starting(Duration::from_millis(100 + random(600))).unwrap();
+            server
+                .crash_while_starting(Duration::from_millis(100 + random(600)))
+                .unwrap();
         }
         server = server.restart().unwrap();
         let client = server.connect().await.unwrap();
@@ -117,55 +173,109 @@ async fn views_survive_sigkill_at_random_moments() {
     // Stop the last writer and let everything settle.
     writer.abort();
     let _ = writer.await;
-    eventually(&server, "SELECT sum(committed_offset) AS done FROM eddy_source_offsets WHERE consumer = 'bids'", "60000").await;
+    eventually(
+        &server,
+        "SELECT sum(committed_offset) AS done FROM eddy_source_offsets WHERE consumer = 'bids'",
+        "60000",
+    )
+    .await;
     eventually(&server, "SELECT count(*) AS n FROM bid", "55200").await;
     let client = server.connect().await.unwrap();
     client.batch_execute("FLUSH").await.unwrap();
-    let checkpoints = query_text(&client, "SELECT count(*) AS n FROM eddy_checkpoints").await.unwrap();
-    assert_eq!(checkpoints, vec![vec![Some("1".to_owned())]], "one committed checkpoint is kept");
+    let checkpoints = query_text(&client, "SELECT count(*) AS n FROM eddy_checkpoints")
+        .await
+        .unwrap();
+    assert_eq!(
+        checkpoints,
+        vec![vec![Some("1".to_owned())]],
+        "one committed checkpoint is kept"
+    );
     for (view, query) in VIEWS {
         let batch = query.replace("bid_src", "bid");
-        let got = canonical(query_text(&client, &format!("SELECT * FROM {view}")).await.unwrap());
+        let got = canonical(
+            query_text(&client, &format!("SELECT * FROM {view}"))
+                .await
+                .unwrap(),
+        );
         let want = canonical(query_text(&client, &batch).await.unwrap());
-        assert!(!want.is_empty(), "{view}: the batch answer is empty, which checks nothing");
-        assert_eq!(got.len(), want.len(), "{view}: {} rows in the view, {} in batch", got.len(), want.len());
+        assert!(
+            !want.is_empty(),
+            "{view}: the batch answer is empty, which checks nothing"
+        );
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "{view}: {} rows in the view, {} in batch",
+            got.len(),
+            want.len()
+        );
         if let Some((g, w)) = got.iter().zip(&want).find(|(g, w)| g != w) {
             panic!("{view}: the view has {g:?} where the batch answer has {w:?}");
         }
     }
     // The sink's table equals the view once the sink has written the last epoch.
     let target = pg.connect().await.unwrap();
-    let want = canonical(query_text(&client, "SELECT k, n, s, lo, hi FROM per_key").await.unwrap());
+    let want = canonical(
+        query_text(&client, "SELECT k, n, s, lo, hi FROM per_key")
+            .await
+            .unwrap(),
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let got = canonical(query_text(&target, "SELECT k::text, n::text, s::text, lo::text, hi::text FROM per_key").await.unwrap());
+        let got = canonical(
+            query_text(
+                &target,
+                "SELECT k::text, n::text, s::text, lo::text, hi::text FROM per_key",
+            )
+            .await
+            .unwrap(),
+        );
         if got == want {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the sink's table has {got:?}, the view {want:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sink's table has {got:?}, the view {want:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The file sink's lines, weights summed per row, equal the top-N view.
     let want = canonical(query_text(&client, "SELECT k, v FROM top").await.unwrap());
     loop {
-        let mut weights: std::collections::BTreeMap<Vec<Option<String>>, i64> = std::collections::BTreeMap::new();
+        let mut weights: std::collections::BTreeMap<Vec<Option<String>>, i64> =
+            std::collections::BTreeMap::new();
         for entry in std::fs::read_dir(files.path()).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "jsonl") {
                 for line in std::fs::read_to_string(&path).unwrap().lines() {
                     let row: serde_json::Value = serde_json::from_str(line).unwrap();
-                    *weights.entry(vec![Some(row["k"].to_string()), Some(row["v"].to_string())]).or_default() += row["eddy_weight"].as_i64().unwrap();
+                    *weights
+                        .entry(vec![Some(row["k"].to_string()), Some(row["v"].to_string())])
+                        .or_default() += row["eddy_weight"].as_i64().unwrap();
                 }
             }
         }
-        assert!(weights.values().all(|w| *w >= 0), "a row's weight in the files is below zero");
-        let got = canonical(weights.into_iter().flat_map(|(row, w)| std::iter::repeat_n(row, w as usize)).collect());
+        assert!(
+            weights.values().all(|w| *w >= 0),
+            "a row's weight in the files is below zero"
+        );
+        let got = canonical(
+            weights
+                .into_iter()
+                .flat_map(|(row, w)| std::iter::repeat_n(row, w as usize))
+                .collect(),
+        );
         if got == want {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the sink's files hold {got:?}, the view {want:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sink's files hold {got:?}, the view {want:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let late = query_text(&client, "SELECT count(*) AS n FROM eddy_late_events").await.unwrap();
+    let late = query_text(&client, "SELECT count(*) AS n FROM eddy_late_events")
+        .await
+        .unwrap();
     assert_eq!(late, vec![vec![Some("0".to_owned())]], "no row was late");
 }

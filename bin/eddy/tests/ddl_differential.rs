@@ -16,15 +16,22 @@ use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 /// A connection that keeps the NOTICEs it receives.
 async fn connect(config: &str) -> (Client, Arc<Mutex<Vec<String>>>) {
-    let (client, mut connection) = tokio_postgres::connect(config, NoTls).await.unwrap_or_else(|e| panic!("connecting to {config}: {e}"));
+    let (client, mut connection) = tokio_postgres::connect(config, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {config}: {e}"));
     let notices = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&notices);
     tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(Ok(message)) = messages.next().await {
             if let tokio_postgres::AsyncMessage::Notice(n) = message {
-                let detail = n.detail().map(|d| format!("\n    DETAIL: {d}")).unwrap_or_default();
-                seen.lock().unwrap_or_else(|p| p.into_inner()).push(format!("NOTICE: {}{detail}", n.message()));
+                let detail = n
+                    .detail()
+                    .map(|d| format!("\n    DETAIL: {d}"))
+                    .unwrap_or_default();
+                seen.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(format!("NOTICE: {}{detail}", n.message()));
             }
         }
     });
@@ -38,13 +45,26 @@ async fn run(client: &Client, notices: &Mutex<Vec<String>>, sql: &str) -> String
         Ok(messages) => {
             for message in messages {
                 match message {
-                    SimpleQueryMessage::RowDescription(columns) => out.push(format!("columns: {}", columns.iter().map(|c| c.name()).collect::<Vec<_>>().join(", "))),
+                    SimpleQueryMessage::RowDescription(columns) => out.push(format!(
+                        "columns: {}",
+                        columns
+                            .iter()
+                            .map(|c| c.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
                     SimpleQueryMessage::Row(row) => {
-                        let values: Vec<String> = (0..row.len()).map(|i| row.get(i).map_or_else(|| "NULL".to_owned(), str::to_owned)).collect();
+                        let values: Vec<String> = (0..row.len())
+                            .map(|i| row.get(i).map_or_else(|| "NULL".to_owned(), str::to_owned))
+                            .collect();
                         out.push(values.join(" | "));
                     }
                     // SHOW's tag has no row count in PostgreSQL; Eddy's says SELECT n.
-                    SimpleQueryMessage::CommandComplete(_) if sql.trim_start().to_uppercase().starts_with("SHOW") => out.push("ok".to_owned()),
+                    SimpleQueryMessage::CommandComplete(_)
+                        if sql.trim_start().to_uppercase().starts_with("SHOW") =>
+                    {
+                        out.push("ok".to_owned())
+                    }
                     SimpleQueryMessage::CommandComplete(n) => out.push(format!("ok {n}")),
                     _ => {}
                 }
@@ -61,7 +81,8 @@ async fn run(client: &Client, notices: &Mutex<Vec<String>>, sql: &str) -> String
     }
     // NOTICEs arrive on the connection task: give it a moment to hand them over.
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    let mut seen: Vec<String> = std::mem::take(&mut *notices.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut seen: Vec<String> =
+        std::mem::take(&mut *notices.lock().unwrap_or_else(|p| p.into_inner()));
     seen.extend(out);
     seen.join("\n  ")
 }
@@ -92,29 +113,55 @@ fn statements(text: &str) -> Vec<(usize, String)> {
 async fn ddl_matches_postgres() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/differential");
     let only = std::env::var("EDDY_DIFFERENTIAL").ok();
-    let mut scripts: Vec<_> = std::fs::read_dir(&dir).expect("tests/differential").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "sql")).collect();
+    let mut scripts: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/differential")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
     scripts.sort();
     let postgres = PostgresServer::start().expect("starting PostgreSQL");
     let mut failures = Vec::new();
     for script in scripts {
-        let name = script.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = script
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if only.as_deref().is_some_and(|o| !name.contains(o)) {
             continue;
         }
         // A database per script on PostgreSQL, a server per script on Eddy.
         let database = name.trim_end_matches(".sql").replace('-', "_");
-        postgres.connect().await.expect("postgres").simple_query(&format!("CREATE DATABASE {database}")).await.expect("CREATE DATABASE");
-        let (pg, pg_notices) = connect(&format!("host=127.0.0.1 port={} user=eddy dbname={database}", postgres.port)).await;
-        let eddy_server = EddyProcess::start_fresh(Path::new(env!("CARGO_BIN_EXE_eddy"))).expect("starting eddy");
+        postgres
+            .connect()
+            .await
+            .expect("postgres")
+            .simple_query(&format!("CREATE DATABASE {database}"))
+            .await
+            .expect("CREATE DATABASE");
+        let (pg, pg_notices) = connect(&format!(
+            "host=127.0.0.1 port={} user=eddy dbname={database}",
+            postgres.port
+        ))
+        .await;
+        let eddy_server =
+            EddyProcess::start_fresh(Path::new(env!("CARGO_BIN_EXE_eddy"))).expect("starting eddy");
         let (eddy, eddy_notices) = connect(&eddy_server.connection_string()).await;
         let text = std::fs::read_to_string(&script).expect("script");
         for (line, sql) in statements(&text) {
             let want = run(&pg, &pg_notices, &sql).await;
             let got = run(&eddy, &eddy_notices, &sql).await;
             if want != got {
-                failures.push(format!("{name}:{line}: {sql}\n  postgres: {want}\n  eddy:     {got}"));
+                failures.push(format!(
+                    "{name}:{line}: {sql}\n  postgres: {want}\n  eddy:     {got}"
+                ));
             }
         }
     }
-    assert!(failures.is_empty(), "{} statements differ from PostgreSQL:\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} statements differ from PostgreSQL:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }

@@ -22,7 +22,11 @@ const GAP: i64 = 3;
 
 /// Batches of (key, value, event second); event seconds drift forward with bounded disorder.
 fn stream() -> impl Strategy<Value = Vec<Vec<(i32, i32, i64)>>> {
-    prop::collection::vec(prop::collection::vec((0..3i32, 0..100i32, 0..3i64, -6..2i64), 1..4), 1..14).prop_map(|batches| {
+    prop::collection::vec(
+        prop::collection::vec((0..3i32, 0..100i32, 0..3i64, -6..2i64), 1..4),
+        1..14,
+    )
+    .prop_map(|batches| {
         let mut now = 1000i64;
         batches
             .into_iter()
@@ -40,14 +44,22 @@ fn stream() -> impl Strategy<Value = Vec<Vec<(i32, i32, i64)>>> {
 }
 
 fn ts(second: i64) -> String {
-    format!("2026-01-01 {:02}:{:02}:{:02}", second / 3600, second / 60 % 60, second % 60)
+    format!(
+        "2026-01-01 {:02}:{:02}:{:02}",
+        second / 3600,
+        second / 60 % 60,
+        second % 60
+    )
 }
 
 /// Per (window start, key): count, sum, min, max.
 type Groups = BTreeMap<(i64, i32), (i64, i64, i32, i32)>;
 
 /// (accepted per window start and key: count, sum), rejected (row, window) pairs, final watermark.
-fn model(batches: &[Vec<(i32, i32, i64)>], windows: impl Fn(i64) -> Vec<i64>) -> (Groups, usize, Option<i64>) {
+fn model(
+    batches: &[Vec<(i32, i32, i64)>],
+    windows: impl Fn(i64) -> Vec<i64>,
+) -> (Groups, usize, Option<i64>) {
     let mut groups = Groups::new();
     let mut rejected = 0;
     let mut watermark: Option<i64> = None;
@@ -57,7 +69,9 @@ fn model(batches: &[Vec<(i32, i32, i64)>], windows: impl Fn(i64) -> Vec<i64>) ->
                 if watermark.is_some_and(|w| start + SIZE <= w) {
                     rejected += 1;
                 } else {
-                    let g = groups.entry((start, k)).or_insert((0, 0, i32::MAX, i32::MIN));
+                    let g = groups
+                        .entry((start, k))
+                        .or_insert((0, 0, i32::MAX, i32::MIN));
                     g.0 += 1;
                     g.1 += i64::from(v);
                     g.2 = g.2.min(v);
@@ -76,7 +90,14 @@ fn rows(groups: &Groups, keep: impl Fn(i64) -> bool) -> Vec<Vec<Option<String>>>
         .iter()
         .filter(|((start, _), _)| keep(*start))
         .map(|((start, k), (n, s, lo, hi))| {
-            vec![Some(ts(*start)), Some(k.to_string()), Some(n.to_string()), Some(s.to_string()), Some(lo.to_string()), Some(hi.to_string())]
+            vec![
+                Some(ts(*start)),
+                Some(k.to_string()),
+                Some(n.to_string()),
+                Some(s.to_string()),
+                Some(lo.to_string()),
+                Some(hi.to_string()),
+            ]
         })
         .collect();
     out.sort();
@@ -87,7 +108,9 @@ static CASE: AtomicUsize = AtomicUsize::new(0);
 
 /// Pairs of events of one key at most two seconds apart (later or equal second).
 fn pairs_query(t: &str) -> String {
-    format!("SELECT a.k, a.v, b.v AS w FROM {t} a JOIN {t} b ON a.k = b.k AND b.ts BETWEEN a.ts AND a.ts + INTERVAL '2 seconds'")
+    format!(
+        "SELECT a.k, a.v, b.v AS w FROM {t} a JOIN {t} b ON a.k = b.k AND b.ts BETWEEN a.ts AND a.ts + INTERVAL '2 seconds'"
+    )
 }
 
 async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result<(), String> {
@@ -96,7 +119,11 @@ async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result
     let t = format!("ev{case}");
     let tumble = format!("TUMBLE({t}, ts, INTERVAL '{SIZE} seconds')");
     let hop = format!("HOP({t}, ts, INTERVAL '{SLIDE} seconds', INTERVAL '{SIZE} seconds')");
-    let select = |from: &str| format!("SELECT window_start, k, count(*) AS n, sum(v) AS s, min(v) AS lo, max(v) AS hi FROM {from} GROUP BY 1, 2");
+    let select = |from: &str| {
+        format!(
+            "SELECT window_start, k, count(*) AS n, sum(v) AS s, min(v) AS lo, max(v) AS hi FROM {from} GROUP BY 1, 2"
+        )
+    };
     client
         .batch_execute(&format!(
             "CREATE TABLE {t} (k INT, v INT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '{DELAY} seconds') APPEND ONLY;
@@ -115,38 +142,81 @@ async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result
         .await
         .map_err(|e| e.to_string())?;
     for batch in batches {
-        let values: Vec<String> = batch.iter().map(|(k, v, s)| format!("({k}, {v}, '{}')", ts(*s))).collect();
-        client.batch_execute(&format!("INSERT INTO {t} VALUES {}", values.join(", "))).await.map_err(|e| e.to_string())?;
+        let values: Vec<String> = batch
+            .iter()
+            .map(|(k, v, s)| format!("({k}, {v}, '{}')", ts(*s)))
+            .collect();
+        client
+            .batch_execute(&format!("INSERT INTO {t} VALUES {}", values.join(", ")))
+            .await
+            .map_err(|e| e.to_string())?;
     }
-    client.batch_execute("FLUSH").await.map_err(|e| e.to_string())?;
+    client
+        .batch_execute("FLUSH")
+        .await
+        .map_err(|e| e.to_string())?;
     let read = |view: String| {
         let client = &client;
-        async move { query_sorted(client, &format!("SELECT * FROM {view}")).await.map_err(|e| e.to_string()) }
+        async move {
+            query_sorted(client, &format!("SELECT * FROM {view}"))
+                .await
+                .map_err(|e| e.to_string())
+        }
     };
     let compare = |what: &str, got: Vec<Vec<Option<String>>>, want: Vec<Vec<Option<String>>>| {
-        if got == want { Ok(()) } else { Err(format!("{what}:\n got:  {got:?}\n want: {want:?}\n stream: {batches:?}")) }
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!(
+                "{what}:\n got:  {got:?}\n want: {want:?}\n stream: {batches:?}"
+            ))
+        }
     };
 
     // An interval self-join with ample lateness: as DataFusion computes it in batch.
-    let batch_pairs = query_sorted(&client, &pairs_query(&t)).await.map_err(|e| e.to_string())?;
-    compare("interval join vs batch", read(format!("{t}_pairs")).await?, batch_pairs)?;
+    let batch_pairs = query_sorted(&client, &pairs_query(&t))
+        .await
+        .map_err(|e| e.to_string())?;
+    compare(
+        "interval join vs batch",
+        read(format!("{t}_pairs")).await?,
+        batch_pairs,
+    )?;
 
     // Retract with ample lateness: everything applied, as DataFusion computes it in batch.
-    let batch = query_sorted(&client, &select(&tumble)).await.map_err(|e| e.to_string())?;
-    compare("retract view vs batch", read(format!("{t}_fixed")).await?, batch)?;
+    let batch = query_sorted(&client, &select(&tumble))
+        .await
+        .map_err(|e| e.to_string())?;
+    compare(
+        "retract view vs batch",
+        read(format!("{t}_fixed")).await?,
+        batch,
+    )?;
 
     let tumble_windows = |t: i64| vec![t - t.rem_euclid(SIZE)];
     let (accepted, rejected, watermark) = model(batches, tumble_windows);
-    compare("drop view vs model", read(format!("{t}_drop")).await?, rows(&accepted, |_| true))?;
+    compare(
+        "drop view vs model",
+        read(format!("{t}_drop")).await?,
+        rows(&accepted, |_| true),
+    )?;
     let closed = |start: i64| watermark.is_some_and(|w| start + SIZE <= w);
-    compare("closed view vs model", read(format!("{t}_closed")).await?, rows(&accepted, closed))?;
+    compare(
+        "closed view vs model",
+        read(format!("{t}_closed")).await?,
+        rows(&accepted, closed),
+    )?;
 
     let hop_windows = |t: i64| {
         let last = t - t.rem_euclid(SLIDE);
         (0..SIZE / SLIDE).map(|i| last - i * SLIDE).collect()
     };
     let (hop_accepted, hop_rejected, _) = model(batches, hop_windows);
-    compare("hop view vs model", read(format!("{t}_hop")).await?, rows(&hop_accepted, |_| true))?;
+    compare(
+        "hop view vs model",
+        read(format!("{t}_hop")).await?,
+        rows(&hop_accepted, |_| true),
+    )?;
 
     // Sessions (everything applied): per key, events closer than the gap chain together.
     let mut by_key: BTreeMap<i32, Vec<(i64, i32)>> = BTreeMap::new();
@@ -159,44 +229,89 @@ async fn check(server: &EddyProcess, batches: &[Vec<(i32, i32, i64)>]) -> Result
         let mut current: Option<(i64, i64, i64, i64)> = None;
         for (s, v) in events {
             current = match current {
-                Some((start, end, n, sum)) if s < end => Some((start, end.max(s + GAP), n + 1, sum + i64::from(v))),
+                Some((start, end, n, sum)) if s < end => {
+                    Some((start, end.max(s + GAP), n + 1, sum + i64::from(v)))
+                }
                 other => {
                     if let Some((start, end, n, sum)) = other {
-                        sessions.push(vec![Some(k.to_string()), Some(ts(start)), Some(ts(end)), Some(n.to_string()), Some(sum.to_string())]);
+                        sessions.push(vec![
+                            Some(k.to_string()),
+                            Some(ts(start)),
+                            Some(ts(end)),
+                            Some(n.to_string()),
+                            Some(sum.to_string()),
+                        ]);
                     }
                     Some((s, s + GAP, 1, i64::from(v)))
                 }
             };
         }
         if let Some((start, end, n, sum)) = current {
-            sessions.push(vec![Some(k.to_string()), Some(ts(start)), Some(ts(end)), Some(n.to_string()), Some(sum.to_string())]);
+            sessions.push(vec![
+                Some(k.to_string()),
+                Some(ts(start)),
+                Some(ts(end)),
+                Some(n.to_string()),
+                Some(sum.to_string()),
+            ]);
         }
     }
     sessions.sort();
-    compare("session view vs model", read(format!("{t}_sess")).await?, sessions)?;
+    compare(
+        "session view vs model",
+        read(format!("{t}_sess")).await?,
+        sessions,
+    )?;
 
     let late = |view: String| {
         let client = &client;
         async move {
-            let rows = query_sorted(client, &format!("SELECT count(*) FROM eddy_late_events WHERE view = '{view}'")).await.map_err(|e| e.to_string())?;
+            let rows = query_sorted(
+                client,
+                &format!("SELECT count(*) FROM eddy_late_events WHERE view = '{view}'"),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             Ok::<usize, String>(rows[0][0].as_deref().unwrap_or("0").parse().unwrap_or(0))
         }
     };
-    let counts = (late(format!("{t}_drop")).await?, late(format!("{t}_closed")).await?, late(format!("{t}_hop")).await?, late(format!("{t}_fixed")).await?);
+    let counts = (
+        late(format!("{t}_drop")).await?,
+        late(format!("{t}_closed")).await?,
+        late(format!("{t}_hop")).await?,
+        late(format!("{t}_fixed")).await?,
+    );
     if counts != (rejected, rejected, hop_rejected, 0) {
-        return Err(format!("late events (drop, closed, hop, fixed) {counts:?}, model ({rejected}, {rejected}, {hop_rejected}, 0); stream {batches:?}"));
+        return Err(format!(
+            "late events (drop, closed, hop, fixed) {counts:?}, model ({rejected}, {rejected}, {hop_rejected}, 0); stream {batches:?}"
+        ));
     }
-    client.batch_execute(&format!("DROP TABLE {t} CASCADE")).await.map_err(|e| e.to_string())?;
+    client
+        .batch_execute(&format!("DROP TABLE {t} CASCADE"))
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
 #[test]
 fn windows_follow_the_watermark_model() {
-    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let config = ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() };
+    let server =
+        EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = ProptestConfig {
+        cases: 32,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let result = runner.run(&stream(), |batches| runtime.block_on(check(&server, &batches)).map_err(TestCaseError::fail));
+    let result = runner.run(&stream(), |batches| {
+        runtime
+            .block_on(check(&server, &batches))
+            .map_err(TestCaseError::fail)
+    });
     if let Err(e) = result {
         panic!("{e}");
     }
@@ -207,7 +322,8 @@ fn windows_follow_the_watermark_model() {
 /// view still counts every event.
 #[tokio::test]
 async fn tumbling_state_stays_flat() {
-    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let server =
+        EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -234,6 +350,11 @@ async fn tumbling_state_stays_flat() {
     }
     // 300 000 events over 50 minutes; at most two windows are open at a time (10 keys each).
     assert!(peak <= 20, "aggregate state grew to {peak} rows");
-    let total = query_sorted(&client, "SELECT sum(n), count(*) FROM per_minute").await.unwrap();
-    assert_eq!(total[0], vec![Some((BATCH * BATCHES).to_string()), Some("500".to_owned())]);
+    let total = query_sorted(&client, "SELECT sum(n), count(*) FROM per_minute")
+        .await
+        .unwrap();
+    assert_eq!(
+        total[0],
+        vec![Some((BATCH * BATCHES).to_string()), Some("500".to_owned())]
+    );
 }

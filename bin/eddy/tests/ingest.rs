@@ -34,34 +34,88 @@ async fn http_ingest_keeps_good_records_and_dead_letters_the_rest() {
         "{\"sensor\": \"b\", \"value\": 4, \"at\": \"not a time\"}\n", // bad timestamp
         "{\"sensor\": \"b\", \"value\": 7, \"at\": \"2024-05-01T10:00:05\", \"extra\": [1]}\n",
     );
-    let (status, answer) = server.post("/ingest/readings", "application/x-ndjson", body.as_bytes()).unwrap();
+    let (status, answer) = server
+        .post("/ingest/readings", "application/x-ndjson", body.as_bytes())
+        .unwrap();
     assert_eq!(status, 200, "{answer}");
-    assert!(answer.starts_with("{\"accepted\":3,\"rejected\":[{\"line\":3,"), "{answer}");
-    assert!(answer.contains("null value in column \\\"sensor\\\" violates not-null constraint"), "{answer}");
-    eventually(&server, "SELECT sensor, n, total FROM per_sensor ORDER BY sensor", "a 2 4\nb 1 7").await;
+    assert!(
+        answer.starts_with("{\"accepted\":3,\"rejected\":[{\"line\":3,"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("null value in column \\\"sensor\\\" violates not-null constraint"),
+        "{answer}"
+    );
+    eventually(
+        &server,
+        "SELECT sensor, n, total FROM per_sensor ORDER BY sensor",
+        "a 2 4\nb 1 7",
+    )
+    .await;
     let letters = rows(&server, "SELECT object, \"offset\", convert_from(raw, 'UTF8') AS text, error FROM eddy_dead_letters ORDER BY received_at, text").await;
     assert_eq!(letters.len(), 4, "{letters:?}");
-    assert!(letters.iter().all(|l| l[0].as_deref() == Some("readings") && l[1].is_none()));
-    assert!(letters.iter().any(|l| l[2].as_deref() == Some("{\"value\": 3, \"at\": \"2024-05-01T10:00:03\"}")));
+    assert!(
+        letters
+            .iter()
+            .all(|l| l[0].as_deref() == Some("readings") && l[1].is_none())
+    );
+    assert!(
+        letters
+            .iter()
+            .any(|l| l[2].as_deref() == Some("{\"value\": 3, \"at\": \"2024-05-01T10:00:03\"}"))
+    );
 
     // CSV by content type; a short row lacks the NOT NULL timestamp.
-    let (status, answer) = server.post("/ingest/readings", "text/csv", b"c,1,2024-05-01 11:00:00\nc,2\n").unwrap();
-    assert_eq!((status, answer.starts_with("{\"accepted\":1,")), (200, true), "{answer}");
+    let (status, answer) = server
+        .post(
+            "/ingest/readings",
+            "text/csv",
+            b"c,1,2024-05-01 11:00:00\nc,2\n",
+        )
+        .unwrap();
+    assert_eq!(
+        (status, answer.starts_with("{\"accepted\":1,")),
+        (200, true),
+        "{answer}"
+    );
 
     // on_error = 'fail': one bad record refuses the whole body.
-    let (status, answer) = server.post("/ingest/strict", "application/json", b"{\"id\": 1}\n{\"id\": null}\n").unwrap();
+    let (status, answer) = server
+        .post(
+            "/ingest/strict",
+            "application/json",
+            b"{\"id\": 1}\n{\"id\": null}\n",
+        )
+        .unwrap();
     assert_eq!(status, 400, "{answer}");
     assert!(answer.contains("\"sqlstate\":\"22000\""), "{answer}");
-    assert_eq!(rows(&server, "SELECT count(*) FROM strict").await, vec![vec![Some("0".into())]]);
-    let (status, _) = server.post("/ingest/nowhere", "application/json", b"{}\n").unwrap();
+    assert_eq!(
+        rows(&server, "SELECT count(*) FROM strict").await,
+        vec![vec![Some("0".into())]]
+    );
+    let (status, _) = server
+        .post("/ingest/nowhere", "application/json", b"{}\n")
+        .unwrap();
     assert_eq!(status, 404);
 
     // The fix: the table takes readings without a sensor; replaying adds that record (and
     // the CSV row's sibling stays: its timestamp is still missing).
     let client = server.connect().await.unwrap();
     client.batch_execute("ALTER TABLE readings ALTER COLUMN sensor DROP NOT NULL; ALTER TABLE readings REPLAY DEAD LETTERS").await.unwrap();
-    eventually(&server, "SELECT sensor, n, total FROM per_sensor ORDER BY sensor", "a 2 4\nb 1 7\nc 1 1\nNULL 1 3").await;
-    assert_eq!(rows(&server, "SELECT count(*) FROM eddy_dead_letters WHERE object = 'readings'").await, vec![vec![Some("4".into())]]);
+    eventually(
+        &server,
+        "SELECT sensor, n, total FROM per_sensor ORDER BY sensor",
+        "a 2 4\nb 1 7\nc 1 1\nNULL 1 3",
+    )
+    .await;
+    assert_eq!(
+        rows(
+            &server,
+            "SELECT count(*) FROM eddy_dead_letters WHERE object = 'readings'"
+        )
+        .await,
+        vec![vec![Some("4".into())]]
+    );
 }
 
 #[tokio::test]
@@ -74,7 +128,8 @@ async fn file_connector_follows_appends_across_a_crash() {
         file.write_all(line(i).as_bytes()).unwrap();
     }
     // A poison pill and a torn last line (its writer has not finished it yet).
-    file.write_all(b"{\"user_id\": \"x\"}\n{\"user_id\": 1, \"url\"").unwrap();
+    file.write_all(b"{\"user_id\": \"x\"}\n{\"user_id\": 1, \"url\"")
+        .unwrap();
     file.flush().unwrap();
     let data = dir.path().join("data");
     let mut server = EddyProcess::start(&binary(), &data).unwrap();
@@ -92,9 +147,21 @@ async fn file_connector_follows_appends_across_a_crash() {
         .await
         .unwrap();
     eventually(&server, "SELECT n, positions FROM total", "100 100").await;
-    let letters = rows(&server, "SELECT object, partition, \"offset\", convert_from(raw, 'UTF8') FROM eddy_dead_letters").await;
+    let letters = rows(
+        &server,
+        "SELECT object, partition, \"offset\", convert_from(raw, 'UTF8') FROM eddy_dead_letters",
+    )
+    .await;
     let poison_at = (0..100).map(|i| line(i).len()).sum::<usize>();
-    assert_eq!(letters, vec![vec![Some("clicks".into()), Some("0".into()), Some(poison_at.to_string()), Some("{\"user_id\": \"x\"}".into())]]);
+    assert_eq!(
+        letters,
+        vec![vec![
+            Some("clicks".into()),
+            Some("0".into()),
+            Some(poison_at.to_string()),
+            Some("{\"user_id\": \"x\"}".into())
+        ]]
+    );
 
     // The torn line is finished; more lines arrive; then a crash in the middle of the stream.
     file.write_all(b": \"/torn\"}\n").unwrap();
@@ -115,10 +182,22 @@ async fn file_connector_follows_appends_across_a_crash() {
     let server = server.restart().unwrap();
     // Every line exactly once: 500 lines plus the finished torn one.
     eventually(&server, "SELECT n, positions FROM total", "501 501").await;
-    eventually(&server, "SELECT user_id, n FROM per_user ORDER BY user_id", "0 100\n1 101\n2 100\n3 100\n4 100").await;
+    eventually(
+        &server,
+        "SELECT user_id, n FROM per_user ORDER BY user_id",
+        "0 100\n1 101\n2 100\n3 100\n4 100",
+    )
+    .await;
     let offsets = rows(&server, "SELECT consumer, committed_offset = high_watermark FROM eddy_source_offsets WHERE consumer LIKE 'connector%'").await;
-    assert_eq!(offsets, vec![vec![Some("connector file".into()), Some("t".into())]]);
-    assert_eq!(rows(&server, "SELECT count(*) FROM eddy_dead_letters").await, vec![vec![Some("1".into())]], "a letter read again after the crash is not stored twice");
+    assert_eq!(
+        offsets,
+        vec![vec![Some("connector file".into()), Some("t".into())]]
+    );
+    assert_eq!(
+        rows(&server, "SELECT count(*) FROM eddy_dead_letters").await,
+        vec![vec![Some("1".into())]],
+        "a letter read again after the crash is not stored twice"
+    );
 }
 
 #[tokio::test]
@@ -149,14 +228,32 @@ async fn debezium_and_upsert_records_update_a_keyed_table() {
         ))
         .await
         .unwrap();
-    eventually(&server, "SELECT city, n FROM per_city ORDER BY city", "Oslo 1\nParis 1").await;
-    assert_eq!(rows(&server, "SELECT error FROM eddy_dead_letters").await, vec![vec![Some("unknown Debezium op \"z\"".into())]]);
+    eventually(
+        &server,
+        "SELECT city, n FROM per_city ORDER BY city",
+        "Oslo 1\nParis 1",
+    )
+    .await;
+    assert_eq!(
+        rows(&server, "SELECT error FROM eddy_dead_letters").await,
+        vec![vec![Some("unknown Debezium op \"z\"".into())]]
+    );
     // HTTP ingest into the same table speaks its format too: a snapshot record read again
     // replaces the row (idempotent).
     let (status, answer) = server.post("/ingest/people", "application/json", b"{\"op\": \"r\", \"after\": {\"id\": 3, \"name\": \"cid\", \"city\": \"Oslo\"}}\n{\"op\": \"u\", \"after\": {\"id\": 1, \"name\": \"ann\", \"city\": \"Oslo\"}}\n").unwrap();
     assert_eq!(status, 200, "{answer}");
-    eventually(&server, "SELECT city, n FROM per_city ORDER BY city", "Oslo 2").await;
-    eventually(&server, "SELECT id, name, city FROM people ORDER BY id", "1 ann Oslo\n3 cid Oslo").await;
+    eventually(
+        &server,
+        "SELECT city, n FROM per_city ORDER BY city",
+        "Oslo 2",
+    )
+    .await;
+    eventually(
+        &server,
+        "SELECT id, name, city FROM people ORDER BY id",
+        "1 ann Oslo\n3 cid Oslo",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -190,29 +287,85 @@ async fn a_file_source_is_read_again_by_every_view_it_feeds() {
         .await
         .unwrap();
     // Each view reads every source it names itself, to the end, before CREATE returns.
-    assert_eq!(rows(&server, "SELECT city, n FROM per_city ORDER BY city").await, vec![vec![Some("Rome".into()), Some("2".into())]]);
-    assert_eq!(rows(&server, "SELECT name, total FROM spent ORDER BY name").await, vec![vec![Some("ann".into()), Some("10".into())]]);
+    assert_eq!(
+        rows(&server, "SELECT city, n FROM per_city ORDER BY city").await,
+        vec![vec![Some("Rome".into()), Some("2".into())]]
+    );
+    assert_eq!(
+        rows(&server, "SELECT name, total FROM spent ORDER BY name").await,
+        vec![vec![Some("ann".into()), Some("10".into())]]
+    );
     // The record without a city is a dead letter (once, though two views read it); the bad
     // CSV line is skipped and counted.
-    assert_eq!(rows(&server, "SELECT object, error FROM eddy_dead_letters").await.len(), 1);
-    let skipped = rows(&server, "SELECT consumer, skipped FROM eddy_source_offsets WHERE object = 'events'").await;
+    assert_eq!(
+        rows(&server, "SELECT object, error FROM eddy_dead_letters")
+            .await
+            .len(),
+        1
+    );
+    let skipped = rows(
+        &server,
+        "SELECT consumer, skipped FROM eddy_source_offsets WHERE object = 'events'",
+    )
+    .await;
     assert_eq!(skipped, vec![vec![Some("spent".into()), Some("1".into())]]);
     assert_eq!(rows(&server, "SHOW CREATE SOURCE events").await[0][1].as_deref(), Some(format!("CREATE SOURCE events (id integer, amount bigint) WITH (connector = 'file', path = '{}', on_error = 'skip') FORMAT PLAIN ENCODE CSV", events.display()).as_str()));
 
     // The fix, then a replay into the views reading the source now.
     client.batch_execute("ALTER SOURCE people ALTER COLUMN city DROP NOT NULL; ALTER SOURCE people REPLAY DEAD LETTERS").await.unwrap();
-    eventually(&server, "SELECT city, n FROM per_city ORDER BY city", "Rome 2\nNULL 1").await;
-    eventually(&server, "SELECT name, total FROM spent ORDER BY name", "ann 10\ncid 30").await;
-    assert_eq!(rows(&server, "SELECT count(*) FROM eddy_dead_letters").await, vec![vec![Some("0".into())]]);
+    eventually(
+        &server,
+        "SELECT city, n FROM per_city ORDER BY city",
+        "Rome 2\nNULL 1",
+    )
+    .await;
+    eventually(
+        &server,
+        "SELECT name, total FROM spent ORDER BY name",
+        "ann 10\ncid 30",
+    )
+    .await;
+    assert_eq!(
+        rows(&server, "SELECT count(*) FROM eddy_dead_letters").await,
+        vec![vec![Some("0".into())]]
+    );
 
     // More records, a crash, more records: the views read their sources again from the start
     // with the fixed definition and arrive at the same state, plus what came since.
-    std::fs::OpenOptions::new().append(true).open(&cdc).unwrap().write_all(b"{\"op\": \"d\", \"before\": {\"id\": 2}}\n").unwrap();
-    eventually(&server, "SELECT city, n FROM per_city ORDER BY city", "Rome 1\nNULL 1").await;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&cdc)
+        .unwrap()
+        .write_all(b"{\"op\": \"d\", \"before\": {\"id\": 2}}\n")
+        .unwrap();
+    eventually(
+        &server,
+        "SELECT city, n FROM per_city ORDER BY city",
+        "Rome 1\nNULL 1",
+    )
+    .await;
     server.kill().unwrap();
-    std::fs::OpenOptions::new().append(true).open(&events).unwrap().write_all(b"1,5\n").unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&events)
+        .unwrap()
+        .write_all(b"1,5\n")
+        .unwrap();
     let server = server.restart().unwrap();
-    eventually(&server, "SELECT city, n FROM per_city ORDER BY city", "Rome 1\nNULL 1").await;
-    eventually(&server, "SELECT name, total FROM spent ORDER BY name", "ann 15\ncid 30").await;
-    assert_eq!(rows(&server, "SELECT count(*) FROM eddy_dead_letters").await, vec![vec![Some("0".into())]]);
+    eventually(
+        &server,
+        "SELECT city, n FROM per_city ORDER BY city",
+        "Rome 1\nNULL 1",
+    )
+    .await;
+    eventually(
+        &server,
+        "SELECT name, total FROM spent ORDER BY name",
+        "ann 15\ncid 30",
+    )
+    .await;
+    assert_eq!(
+        rows(&server, "SELECT count(*) FROM eddy_dead_letters").await,
+        vec![vec![Some("0".into())]]
+    );
 }

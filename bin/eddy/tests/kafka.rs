@@ -4,15 +4,19 @@
 //! nothing and counts nothing twice (offsets live in Eddy's log, not in a consumer group).
 //! Sources: each view reads the topic itself, at its own offsets, from the source's start.
 
-use eddy_testkit::{EddyProcess, eventually, rows};
 use eddy_testkit::kafka::KafkaBroker;
+use eddy_testkit::{EddyProcess, eventually, rows};
 
 fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
 }
 
 fn order(i: usize) -> String {
-    format!("{{\"id\": {i}, \"customer\": \"c{}\", \"amount\": {}}}", i % 4, i % 10)
+    format!(
+        "{{\"id\": {i}, \"customer\": \"c{}\", \"amount\": {}}}",
+        i % 4,
+        i % 10
+    )
 }
 
 #[tokio::test]
@@ -44,9 +48,23 @@ async fn json_records_across_partitions_survive_a_crash() {
         ))
         .await
         .unwrap();
-    eventually(&server, "SELECT n, ids, positions FROM totals", "100 100 100").await;
-    eventually(&server, "SELECT count(*) FROM eddy_dead_letters WHERE object = 'orders'", "6").await;
-    let letters = rows(&server, "SELECT partition, \"offset\" FROM eddy_dead_letters ORDER BY partition, \"offset\"").await;
+    eventually(
+        &server,
+        "SELECT n, ids, positions FROM totals",
+        "100 100 100",
+    )
+    .await;
+    eventually(
+        &server,
+        "SELECT count(*) FROM eddy_dead_letters WHERE object = 'orders'",
+        "6",
+    )
+    .await;
+    let letters = rows(
+        &server,
+        "SELECT partition, \"offset\" FROM eddy_dead_letters ORDER BY partition, \"offset\"",
+    )
+    .await;
     assert_eq!(letters[0], vec![Some("0".into()), Some("5".into())]);
     assert_eq!(letters[1], vec![Some("0".into()), Some("10".into())]);
     eventually(
@@ -55,28 +73,62 @@ async fn json_records_across_partitions_survive_a_crash() {
         "0 36 36 0\n1 35 35 0\n2 35 35 0",
     )
     .await;
-    assert_eq!(rows(&server, "SELECT count(*) FROM orders WHERE kt IS NULL").await, vec![vec![Some("0".into())]]);
+    assert_eq!(
+        rows(&server, "SELECT count(*) FROM orders WHERE kt IS NULL").await,
+        vec![vec![Some("0".into())]]
+    );
 
     // More records while Eddy runs, a crash in the middle, more while it is down.
     for p in 0..3 {
         let batch: Vec<String> = (100..400).filter(|i| i % 3 == p).map(order).collect();
-        broker.produce("orders", p as i32, batch.iter().map(|v| (None, Some(v.as_bytes()))).collect()).await.unwrap();
+        broker
+            .produce(
+                "orders",
+                p as i32,
+                batch.iter().map(|v| (None, Some(v.as_bytes()))).collect(),
+            )
+            .await
+            .unwrap();
     }
     server.kill().unwrap();
     for p in 0..3 {
         let batch: Vec<String> = (400..500).filter(|i| i % 3 == p).map(order).collect();
-        broker.produce("orders", p as i32, batch.iter().map(|v| (None, Some(v.as_bytes()))).collect()).await.unwrap();
+        broker
+            .produce(
+                "orders",
+                p as i32,
+                batch.iter().map(|v| (None, Some(v.as_bytes()))).collect(),
+            )
+            .await
+            .unwrap();
     }
     let server = server.restart().unwrap();
-    eventually(&server, "SELECT n, ids, positions FROM totals", "500 500 500").await;
+    eventually(
+        &server,
+        "SELECT n, ids, positions FROM totals",
+        "500 500 500",
+    )
+    .await;
     let expected: Vec<String> = (0..4)
         .map(|c| {
             let ids: Vec<usize> = (0..500).filter(|i| i % 4 == c).collect();
-            format!("c{c} {} {}", ids.len(), ids.iter().map(|i| i % 10).sum::<usize>())
+            format!(
+                "c{c} {} {}",
+                ids.len(),
+                ids.iter().map(|i| i % 10).sum::<usize>()
+            )
         })
         .collect();
-    eventually(&server, "SELECT customer, n, total FROM per_customer ORDER BY customer", &expected.join("\n")).await;
-    assert_eq!(rows(&server, "SELECT count(*) FROM eddy_dead_letters").await, vec![vec![Some("6".into())]]);
+    eventually(
+        &server,
+        "SELECT customer, n, total FROM per_customer ORDER BY customer",
+        &expected.join("\n"),
+    )
+    .await;
+    assert_eq!(
+        rows(&server, "SELECT count(*) FROM eddy_dead_letters").await,
+        vec![vec![Some("6".into())]]
+    );
 }
 
 #[tokio::test]
@@ -90,9 +142,18 @@ async fn upsert_and_debezium_topics_keep_a_keyed_table_current() {
             "accounts",
             0,
             vec![
-                (Some(b"1"), Some(br#"{"id": 1, "owner": "ann", "balance": 10}"#)),
-                (Some(b"1"), Some(br#"{"id": 1, "owner": "ann", "balance": 15}"#)),
-                (Some(br#"{"id": 3}"#), Some(br#"{"id": 3, "owner": "cid", "balance": 7}"#)),
+                (
+                    Some(b"1"),
+                    Some(br#"{"id": 1, "owner": "ann", "balance": 10}"#),
+                ),
+                (
+                    Some(b"1"),
+                    Some(br#"{"id": 1, "owner": "ann", "balance": 15}"#),
+                ),
+                (
+                    Some(br#"{"id": 3}"#),
+                    Some(br#"{"id": 3, "owner": "cid", "balance": 7}"#),
+                ),
                 (Some(br#"{"id": 3}"#), None),
                 (Some(b"garbage"), None),
             ],
@@ -100,7 +161,17 @@ async fn upsert_and_debezium_topics_keep_a_keyed_table_current() {
         .await
         .unwrap();
     broker
-        .produce("accounts", 1, vec![(Some(b"2"), Some(br#"{"id": 2, "owner": "bob", "balance": 5}"#)), (None, Some(br#"{"owner": "no id"}"#))])
+        .produce(
+            "accounts",
+            1,
+            vec![
+                (
+                    Some(b"2"),
+                    Some(br#"{"id": 2, "owner": "bob", "balance": 5}"#),
+                ),
+                (None, Some(br#"{"owner": "no id"}"#)),
+            ],
+        )
         .await
         .unwrap();
     broker
@@ -132,17 +203,38 @@ async fn upsert_and_debezium_topics_keep_a_keyed_table_current() {
         ))
         .await
         .unwrap();
-    eventually(&server, "SELECT id, owner, balance FROM accounts ORDER BY id", "1 ann 15\n2 bob 5").await;
+    eventually(
+        &server,
+        "SELECT id, owner, balance FROM accounts ORDER BY id",
+        "1 ann 15\n2 bob 5",
+    )
+    .await;
     eventually(&server, "SELECT total, n FROM money", "20 2").await;
-    eventually(&server, "SELECT id, owner, balance FROM mirror ORDER BY id", "1 ann 2").await;
-    eventually(&server, "SELECT count(*) FROM eddy_dead_letters WHERE object = 'accounts'", "2").await;
+    eventually(
+        &server,
+        "SELECT id, owner, balance FROM mirror ORDER BY id",
+        "1 ann 2",
+    )
+    .await;
+    eventually(
+        &server,
+        "SELECT count(*) FROM eddy_dead_letters WHERE object = 'accounts'",
+        "2",
+    )
+    .await;
     // A tombstone whose key is bad keeps its key apart from its (absent) value, and a replay
     // reads it as the tombstone it is.
     let tombstone = "SELECT encode(key, 'hex'), raw IS NULL, error FROM eddy_dead_letters WHERE object = 'accounts' AND partition = 0";
     let before = rows(&server, tombstone).await;
     assert_eq!(before[0][0].as_deref(), Some(hex(b"garbage").as_str()));
     assert_eq!(before[0][1].as_deref(), Some("t"));
-    server.connect().await.unwrap().batch_execute("ALTER TABLE accounts REPLAY DEAD LETTERS").await.unwrap();
+    server
+        .connect()
+        .await
+        .unwrap()
+        .batch_execute("ALTER TABLE accounts REPLAY DEAD LETTERS")
+        .await
+        .unwrap();
     assert_eq!(rows(&server, tombstone).await, before);
 
     // An unreachable broker or a missing topic refuses CREATE TABLE and leaves nothing behind.
@@ -151,8 +243,16 @@ async fn upsert_and_debezium_topics_keep_a_keyed_table_current() {
         .batch_execute(&format!("CREATE TABLE t (a INT) WITH (connector = 'kafka', topic = 'nope', properties.bootstrap.server = '{}') FORMAT PLAIN ENCODE JSON", broker.bootstrap()))
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("does not exist") || format!("{err:?}").contains("does not exist"), "{err:?}");
-    assert!(rows(&server, "SHOW TABLES").await.iter().all(|r| r[0].as_deref() != Some("t")));
+    assert!(
+        err.to_string().contains("does not exist") || format!("{err:?}").contains("does not exist"),
+        "{err:?}"
+    );
+    assert!(
+        rows(&server, "SHOW TABLES")
+            .await
+            .iter()
+            .all(|r| r[0].as_deref() != Some("t"))
+    );
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -160,13 +260,24 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn click(i: usize) -> String {
-    format!("{{\"id\": {i}, \"page\": \"p{}\", \"ms\": {}}}", i % 3, i % 7)
+    format!(
+        "{{\"id\": {i}, \"page\": \"p{}\", \"ms\": {}}}",
+        i % 3,
+        i % 7
+    )
 }
 
 async fn produce_clicks(broker: &KafkaBroker, ids: std::ops::Range<usize>) {
     for p in 0..2 {
         let batch: Vec<String> = ids.clone().filter(|i| i % 2 == p).map(click).collect();
-        broker.produce("clicks", p as i32, batch.iter().map(|v| (None, Some(v.as_bytes()))).collect()).await.unwrap();
+        broker
+            .produce(
+                "clicks",
+                p as i32,
+                batch.iter().map(|v| (None, Some(v.as_bytes()))).collect(),
+            )
+            .await
+            .unwrap();
     }
 }
 
@@ -175,7 +286,10 @@ async fn a_source_is_read_by_each_view_at_its_own_offsets() {
     let broker = KafkaBroker::start().await.unwrap();
     broker.create_topic("clicks", 2).await.unwrap();
     produce_clicks(&broker, 0..100).await;
-    broker.produce("clicks", 1, vec![(None, Some(b"{\"id\": \"x\"}"))]).await.unwrap();
+    broker
+        .produce("clicks", 1, vec![(None, Some(b"{\"id\": \"x\"}"))])
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut server = EddyProcess::start(&binary(), dir.path()).unwrap();
     let client = server.connect().await.unwrap();
@@ -196,24 +310,50 @@ async fn a_source_is_read_by_each_view_at_its_own_offsets() {
         (0..3)
             .map(|p| {
                 let ids: Vec<usize> = (0..n).filter(|i| i % 3 == p).collect();
-                format!("p{p} {} {}", ids.len(), ids.iter().map(|i| i % 7).sum::<usize>())
+                format!(
+                    "p{p} {} {}",
+                    ids.len(),
+                    ids.iter().map(|i| i % 7).sum::<usize>()
+                )
             })
             .collect::<Vec<_>>()
             .join("\n")
     };
     let per_page = "SELECT page, n, ms FROM per_page ORDER BY page";
-    let text = |rows: Vec<Vec<Option<String>>>| rows.iter().map(|r| r.iter().map(|c| c.clone().unwrap_or_default()).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join("\n");
+    let text = |rows: Vec<Vec<Option<String>>>| {
+        rows.iter()
+            .map(|r| {
+                r.iter()
+                    .map(|c| c.clone().unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert_eq!(text(rows(&server, per_page).await), expected(100));
-    assert_eq!(text(rows(&server, "SELECT n FROM since_created").await), "0");
-    let err = client.simple_query("SELECT * FROM clicks").await.unwrap_err();
+    assert_eq!(
+        text(rows(&server, "SELECT n FROM since_created").await),
+        "0"
+    );
+    let err = client
+        .simple_query("SELECT * FROM clicks")
+        .await
+        .unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
-    let err = client.simple_query("INSERT INTO clicks VALUES (1, 'p', 1)").await.unwrap_err();
+    let err = client
+        .simple_query("INSERT INTO clicks VALUES (1, 'p', 1)")
+        .await
+        .unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("42809"), "{err:?}");
 
     // A view created later reads the source from its start too; each view has its offsets.
     produce_clicks(&broker, 100..200).await;
     client.batch_execute("CREATE MATERIALIZED VIEW everything AS SELECT count(*) AS n, count(DISTINCT id) AS ids FROM clicks").await.unwrap();
-    assert_eq!(text(rows(&server, "SELECT n, ids FROM everything").await), "200 200");
+    assert_eq!(
+        text(rows(&server, "SELECT n, ids FROM everything").await),
+        "200 200"
+    );
     eventually(&server, per_page, &expected(200)).await;
     eventually(&server, "SELECT n FROM since_created", "100").await;
     eventually(
@@ -223,7 +363,16 @@ async fn a_source_is_read_by_each_view_at_its_own_offsets() {
     )
     .await;
     // The poison pill is one dead letter, however many views read it.
-    assert_eq!(text(rows(&server, "SELECT object, partition, \"offset\" FROM eddy_dead_letters").await), "clicks 1 50");
+    assert_eq!(
+        text(
+            rows(
+                &server,
+                "SELECT object, partition, \"offset\" FROM eddy_dead_letters"
+            )
+            .await
+        ),
+        "clicks 1 50"
+    );
 
     // A checkpoint, then a crash: every view comes back from the checkpoint and reads its
     // sources on from the offsets it records (not from their start, nor from consumer groups).
@@ -235,13 +384,22 @@ async fn a_source_is_read_by_each_view_at_its_own_offsets() {
     eventually(&server, "SELECT n, ids FROM everything", "400 400").await;
     eventually(&server, per_page, &expected(400)).await;
     eventually(&server, "SELECT n FROM since_created", "300").await;
-    assert_eq!(text(rows(&server, "SELECT count(*) FROM eddy_dead_letters").await), "1");
+    assert_eq!(
+        text(rows(&server, "SELECT count(*) FROM eddy_dead_letters").await),
+        "1"
+    );
 
     // Dropping a source needs its views gone (or CASCADE).
     let client = server.connect().await.unwrap();
     let err = client.simple_query("DROP SOURCE clicks").await.unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("2BP01"), "{err:?}");
-    client.batch_execute("DROP SOURCE clicks CASCADE").await.unwrap();
+    client
+        .batch_execute("DROP SOURCE clicks CASCADE")
+        .await
+        .unwrap();
     assert_eq!(text(rows(&server, "SHOW SOURCES").await), "recent");
-    assert_eq!(text(rows(&server, "SELECT name FROM eddy_views").await), "since_created");
+    assert_eq!(
+        text(rows(&server, "SELECT name FROM eddy_views").await),
+        "since_created"
+    );
 }

@@ -19,17 +19,75 @@ use proptest::prelude::*;
 const SMALLINTS: &[&str] = &["NULL", "-32768", "-1", "0", "7", "32767"];
 const INTS: &[&str] = &["NULL", "-2147483648", "-5", "0", "3", "2147483647"];
 const BIGINTS: &[&str] = &["NULL", "-9007199254740993", "0", "42", "1099511627776"];
-const NUMERICS: &[&str] = &["NULL", "-123456789.125", "0", "0.001", "2.500", "99.999", "-0.5"];
-const DOUBLES: &[&str] = &["NULL", "0", "-0.0", "0.5", "-1.25", "3", "1024", "'NaN'", "'Infinity'", "'-Infinity'"];
+const NUMERICS: &[&str] = &[
+    "NULL",
+    "-123456789.125",
+    "0",
+    "0.001",
+    "2.500",
+    "99.999",
+    "-0.5",
+];
+const DOUBLES: &[&str] = &[
+    "NULL",
+    "0",
+    "-0.0",
+    "0.5",
+    "-1.25",
+    "3",
+    "1024",
+    "'NaN'",
+    "'Infinity'",
+    "'-Infinity'",
+];
 const REALS: &[&str] = &["NULL", "0", "0.25", "-2", "'NaN'"];
-const TEXTS: &[&str] = &["NULL", "''", "'a'", "'B'", "'é'", "'日本語'", "'a b'", "'it''s'"];
+const TEXTS: &[&str] = &[
+    "NULL",
+    "''",
+    "'a'",
+    "'B'",
+    "'é'",
+    "'日本語'",
+    "'a b'",
+    "'it''s'",
+];
 const BOOLS: &[&str] = &["NULL", "true", "false"];
-const DATES: &[&str] = &["NULL", "'1970-01-01'", "'2024-02-29'", "'2026-12-01'", "'0001-01-01'"];
-const TIMESTAMPS: &[&str] = &["NULL", "'2026-03-01 00:00:00'", "'2026-03-01 12:34:56.789'", "'1999-12-31 23:59:59.999999'", "'2026-03-02 00:00:00'"];
-const TIMESTAMPTZS: &[&str] = &["NULL", "'2026-03-01 00:00:00+00'", "'2026-03-01 02:00:00+02'", "'2000-01-01 00:00:00.5+00'"];
-const INTERVALS: &[&str] = &["NULL", "'1 day'", "'2 hours'", "'-3 mons'", "'1 day 2 hours'", "'0 seconds'"];
+const DATES: &[&str] = &[
+    "NULL",
+    "'1970-01-01'",
+    "'2024-02-29'",
+    "'2026-12-01'",
+    "'0001-01-01'",
+];
+const TIMESTAMPS: &[&str] = &[
+    "NULL",
+    "'2026-03-01 00:00:00'",
+    "'2026-03-01 12:34:56.789'",
+    "'1999-12-31 23:59:59.999999'",
+    "'2026-03-02 00:00:00'",
+];
+const TIMESTAMPTZS: &[&str] = &[
+    "NULL",
+    "'2026-03-01 00:00:00+00'",
+    "'2026-03-01 02:00:00+02'",
+    "'2000-01-01 00:00:00.5+00'",
+];
+const INTERVALS: &[&str] = &[
+    "NULL",
+    "'1 day'",
+    "'2 hours'",
+    "'-3 mons'",
+    "'1 day 2 hours'",
+    "'0 seconds'",
+];
 const BYTEAS: &[&str] = &["NULL", "'\\x'", "'\\x00ff'", "'\\x616263'"];
-const JSONS: &[&str] = &["NULL", "'{}'", "'{\"a\": 1}'", "'[1, \"x\", null]'", "'\"é\"'"];
+const JSONS: &[&str] = &[
+    "NULL",
+    "'{}'",
+    "'{\"a\": 1}'",
+    "'[1, \"x\", null]'",
+    "'\"é\"'",
+];
 const KEYS: &[&str] = &["NULL", "'x'", "'y'", "''", "'ü'"];
 const WEIGHTS: &[&str] = &["NULL", "0", "1.50", "-2", "10.25"];
 
@@ -56,19 +114,40 @@ enum Op {
     /// Rows of value indexes per column (the id is the case's next one).
     Insert(Vec<Vec<usize>>),
     /// Sets one column of the row with this id (modulo the ids used).
-    Update { id: usize, column: usize, value: usize },
-    Delete { id: usize },
+    Update {
+        id: usize,
+        column: usize,
+        value: usize,
+    },
+    Delete {
+        id: usize,
+    },
     /// Deletes the rows whose column holds a value.
-    DeleteWhere { column: usize, value: usize },
+    DeleteWhere {
+        column: usize,
+        value: usize,
+    },
     /// Upserts the joined table's row for a key.
-    SetLabel { key: usize, label: usize, weight: usize },
-    DropLabel { key: usize },
+    SetLabel {
+        key: usize,
+        label: usize,
+        weight: usize,
+    },
+    DropLabel {
+        key: usize,
+    },
     /// A CHECKPOINT (or not), then a clean restart or a SIGKILL.
-    Restart { checkpoint: bool, crash: bool },
+    Restart {
+        checkpoint: bool,
+        crash: bool,
+    },
 }
 
 fn values_row() -> impl Strategy<Value = Vec<usize>> {
-    COLUMNS.iter().map(|(_, values)| 0..values.len()).collect::<Vec<_>>()
+    COLUMNS
+        .iter()
+        .map(|(_, values)| 0..values.len())
+        .collect::<Vec<_>>()
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -99,16 +178,43 @@ const VIEWS: &[(&str, &str)] = &[
         "firstlast",
         "SELECT k, first_value(n ORDER BY n DESC NULLS LAST, id) AS fn, last_value(ts ORDER BY ts, id) AS lts, first_value(iv ORDER BY d, id) AS fiv FROM {t} GROUP BY k",
     ),
-    ("stats", "SELECT flag, stddev_samp(i) AS sd, var_pop(s) AS vp, percentile_cont(0.5) WITHIN GROUP (ORDER BY s) AS pc FROM {t} GROUP BY flag"),
+    (
+        "stats",
+        "SELECT flag, stddev_samp(i) AS sd, var_pop(s) AS vp, percentile_cont(0.5) WITHIN GROUP (ORDER BY s) AS pc FROM {t} GROUP BY flag",
+    ),
     ("median", "SELECT k, median(b) AS md FROM {t} GROUP BY k"),
-    ("averages", "SELECT k, avg(n) AS an, avg(i) AS ai, avg(s) AS as_ FROM {t} GROUP BY k"),
-    ("bytime", "SELECT date_trunc('day', ts) AS day, d, count(*) AS n, sum(n) AS total, max(tz) AS last FROM {t} GROUP BY date_trunc('day', ts), d"),
-    ("distinct_on", "SELECT DISTINCT ON (k) k, id, n, txt FROM {t} ORDER BY k, n DESC NULLS LAST, id"),
-    ("filter", "SELECT id, txt, n * 2 AS n2, f + 1 AS f1, iv, by, j, ts + iv AS later FROM {t} WHERE (f > 0 OR f IS NULL) AND txt IS NOT NULL AND n <> 0"),
-    ("join", "SELECT {u}.label, count(*) AS n, sum({t}.n * {u}.weight) AS weighted, min({t}.d) AS first FROM {t} JOIN {u} ON {t}.k = {u}.k GROUP BY {u}.label"),
-    ("left", "SELECT {t}.id, {t}.k, {u}.label, {u}.weight FROM {t} LEFT JOIN {u} ON {t}.k = {u}.k WHERE {t}.i IS NOT NULL"),
-    ("topn", "SELECT id, n, txt FROM {t} ORDER BY n DESC NULLS LAST, id LIMIT 3"),
-    ("global", "SELECT count(*) AS n, sum(n) AS total, max(ts) AS last, string_agg(DISTINCT txt, '|' ORDER BY txt) AS texts FROM {t}"),
+    (
+        "averages",
+        "SELECT k, avg(n) AS an, avg(i) AS ai, avg(s) AS as_ FROM {t} GROUP BY k",
+    ),
+    (
+        "bytime",
+        "SELECT date_trunc('day', ts) AS day, d, count(*) AS n, sum(n) AS total, max(tz) AS last FROM {t} GROUP BY date_trunc('day', ts), d",
+    ),
+    (
+        "distinct_on",
+        "SELECT DISTINCT ON (k) k, id, n, txt FROM {t} ORDER BY k, n DESC NULLS LAST, id",
+    ),
+    (
+        "filter",
+        "SELECT id, txt, n * 2 AS n2, f + 1 AS f1, iv, by, j, ts + iv AS later FROM {t} WHERE (f > 0 OR f IS NULL) AND txt IS NOT NULL AND n <> 0",
+    ),
+    (
+        "join",
+        "SELECT {u}.label, count(*) AS n, sum({t}.n * {u}.weight) AS weighted, min({t}.d) AS first FROM {t} JOIN {u} ON {t}.k = {u}.k GROUP BY {u}.label",
+    ),
+    (
+        "left",
+        "SELECT {t}.id, {t}.k, {u}.label, {u}.weight FROM {t} LEFT JOIN {u} ON {t}.k = {u}.k WHERE {t}.i IS NOT NULL",
+    ),
+    (
+        "topn",
+        "SELECT id, n, txt FROM {t} ORDER BY n DESC NULLS LAST, id LIMIT 3",
+    ),
+    (
+        "global",
+        "SELECT count(*) AS n, sum(n) AS total, max(ts) AS last, string_agg(DISTINCT txt, '|' ORDER BY txt) AS texts FROM {t}",
+    ),
 ];
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
@@ -128,16 +234,28 @@ impl Case {
             Op::Insert(rows) => {
                 let mut values = Vec::new();
                 for row in rows {
-                    let cells: Vec<&str> = row.iter().zip(COLUMNS).map(|(i, (_, pool))| pool[*i]).collect();
+                    let cells: Vec<&str> = row
+                        .iter()
+                        .zip(COLUMNS)
+                        .map(|(i, (_, pool))| pool[*i])
+                        .collect();
                     values.push(format!("({}, {})", self.next_id, cells.join(", ")));
                     self.next_id += 1;
                 }
                 let names: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
-                format!("INSERT INTO {t} (id, {}) VALUES {}", names.join(", "), values.join(", "))
+                format!(
+                    "INSERT INTO {t} (id, {}) VALUES {}",
+                    names.join(", "),
+                    values.join(", ")
+                )
             }
             Op::Update { id, column, value } => {
                 let (name, pool) = COLUMNS[*column];
-                format!("UPDATE {t} SET {name} = {} WHERE id = {}", pool[value % pool.len()], id % ids)
+                format!(
+                    "UPDATE {t} SET {name} = {} WHERE id = {}",
+                    pool[value % pool.len()],
+                    id % ids
+                )
             }
             Op::Delete { id } => format!("DELETE FROM {t} WHERE id = {}", id % ids),
             Op::DeleteWhere { column, value } => {
@@ -178,7 +296,11 @@ impl Case {
 /// differ only past their 12th significant digit: the view and the batch add in different orders.
 fn same_rows(view: &[Vec<Option<String>>], batch: &[Vec<Option<String>>]) -> bool {
     let close = |a: &str, b: &str| match (a.parse::<f64>(), b.parse::<f64>()) {
-        (Ok(x), Ok(y)) if x.is_finite() && y.is_finite() && (a.contains('.') || b.contains('.')) => (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
+        (Ok(x), Ok(y))
+            if x.is_finite() && y.is_finite() && (a.contains('.') || b.contains('.')) =>
+        {
+            (x - y).abs() <= 1e-12 * x.abs().max(y.abs())
+        }
         _ => false,
     };
     view.len() == batch.len()
@@ -197,94 +319,190 @@ fn same_rows(view: &[Vec<Option<String>>], batch: &[Vec<Option<String>>]) -> boo
 /// averages of numerics keep 16 decimals, PostgreSQL's scale depends on the value).
 const NOT_IN_POSTGRES: &[&str] = &["median", "firstlast", "stats", "averages"];
 
-async fn compare(client: &tokio_postgres::Client, pg: &tokio_postgres::Client, case: &Case, views: &[usize], when: &str) -> Result<(), String> {
-    client.batch_execute("FLUSH").await.map_err(|e| format!("FLUSH {when}: {e}"))?;
+async fn compare(
+    client: &tokio_postgres::Client,
+    pg: &tokio_postgres::Client,
+    case: &Case,
+    views: &[usize],
+    when: &str,
+) -> Result<(), String> {
+    client
+        .batch_execute("FLUSH")
+        .await
+        .map_err(|e| format!("FLUSH {when}: {e}"))?;
     for &i in views {
         let (name, q) = VIEWS[i];
-        let view = query_sorted(client, &format!("SELECT * FROM {}_{name}", case.v)).await.map_err(|e| format!("view {name} {when}: {e:#}"))?;
-        let batch = query_sorted(client, &case.query(q)).await.map_err(|e| format!("query {name} {when}: {e:#}"))?;
+        let view = query_sorted(client, &format!("SELECT * FROM {}_{name}", case.v))
+            .await
+            .map_err(|e| format!("view {name} {when}: {e:#}"))?;
+        let batch = query_sorted(client, &case.query(q))
+            .await
+            .map_err(|e| format!("query {name} {when}: {e:#}"))?;
         if !same_rows(&view, &batch) {
-            return Err(format!("view {name} {when}:\n view:  {view:?}\n batch: {batch:?}"));
+            return Err(format!(
+                "view {name} {when}:\n view:  {view:?}\n batch: {batch:?}"
+            ));
         }
         if NOT_IN_POSTGRES.contains(&name) {
             continue;
         }
-        let postgres = query_sorted(pg, &case.query(q)).await.map_err(|e| format!("PostgreSQL, query {name} {when}: {e:#}"))?;
+        let postgres = query_sorted(pg, &case.query(q))
+            .await
+            .map_err(|e| format!("PostgreSQL, query {name} {when}: {e:#}"))?;
         if view != postgres {
-            return Err(format!("view {name} {when} differs from PostgreSQL:\n view:       {view:?}\n PostgreSQL: {postgres:?}"));
+            return Err(format!(
+                "view {name} {when} differs from PostgreSQL:\n view:       {view:?}\n PostgreSQL: {postgres:?}"
+            ));
         }
     }
     Ok(())
 }
 
-async fn check_case(server: &mut EddyProcess, pg: &tokio_postgres::Client, ops: &[Op], late_from: usize) -> Result<(), String> {
+async fn check_case(
+    server: &mut EddyProcess,
+    pg: &tokio_postgres::Client,
+    ops: &[Op],
+    late_from: usize,
+) -> Result<(), String> {
     let n = CASE.fetch_add(1, Ordering::Relaxed);
-    let mut case = Case { t: format!("t{n}"), u: format!("u{n}"), v: format!("v{n}"), next_id: 0 };
+    let mut case = Case {
+        t: format!("t{n}"),
+        u: format!("u{n}"),
+        v: format!("v{n}"),
+        next_id: 0,
+    };
     let mut client = server.connect().await.map_err(|e| e.to_string())?;
     let ddl = format!(
         "CREATE TABLE {} (id INT PRIMARY KEY, k TEXT, s SMALLINT, i INT, b BIGINT, n NUMERIC(20,3), f DOUBLE PRECISION, r REAL, txt TEXT, flag BOOLEAN, \
          d DATE, ts TIMESTAMP, tz TIMESTAMPTZ, iv INTERVAL, by BYTEA, j JSONB); CREATE TABLE {} (k TEXT PRIMARY KEY, label TEXT, weight NUMERIC(6,2))",
         case.t, case.u
     );
-    client.batch_execute(&ddl).await.map_err(|e| e.to_string())?;
-    pg.batch_execute(&ddl).await.map_err(|e| format!("PostgreSQL: {e}"))?;
-    let create = |case: &Case, i: usize| format!("CREATE MATERIALIZED VIEW {}_{} AS {}", case.v, VIEWS[i].0, case.query(VIEWS[i].1));
+    client
+        .batch_execute(&ddl)
+        .await
+        .map_err(|e| e.to_string())?;
+    pg.batch_execute(&ddl)
+        .await
+        .map_err(|e| format!("PostgreSQL: {e}"))?;
+    let create = |case: &Case, i: usize| {
+        format!(
+            "CREATE MATERIALIZED VIEW {}_{} AS {}",
+            case.v,
+            VIEWS[i].0,
+            case.query(VIEWS[i].1)
+        )
+    };
     let mut created: Vec<usize> = Vec::new();
     for i in 0..late_from.min(VIEWS.len()) {
-        client.batch_execute(&create(&case, i)).await.map_err(|e| format!("{}: {e}", create(&case, i)))?;
+        client
+            .batch_execute(&create(&case, i))
+            .await
+            .map_err(|e| format!("{}: {e}", create(&case, i)))?;
         created.push(i);
     }
     for (step, op) in ops.iter().enumerate() {
         if let Op::Restart { checkpoint, crash } = op {
             if *checkpoint {
-                client.batch_execute("CHECKPOINT").await.map_err(|e| format!("CHECKPOINT: {e}"))?;
+                client
+                    .batch_execute("CHECKPOINT")
+                    .await
+                    .map_err(|e| format!("CHECKPOINT: {e}"))?;
             }
-            server.restart_in_place(*crash).map_err(|e| format!("restart: {e:#}"))?;
+            server
+                .restart_in_place(*crash)
+                .map_err(|e| format!("restart: {e:#}"))?;
             client = server.connect().await.map_err(|e| e.to_string())?;
-            compare(&client, pg, &case, &created, &format!("after the restart at step {step} ({op:?})")).await?;
+            compare(
+                &client,
+                pg,
+                &case,
+                &created,
+                &format!("after the restart at step {step} ({op:?})"),
+            )
+            .await?;
             continue;
         }
         let Some(sql) = case.sql(op) else { continue };
         if let Err(e) = client.batch_execute(&sql).await {
             return Err(format!("{sql}: {e}"));
         }
-        pg.batch_execute(&sql).await.map_err(|e| format!("PostgreSQL, {sql}: {e}"))?;
+        pg.batch_execute(&sql)
+            .await
+            .map_err(|e| format!("PostgreSQL, {sql}: {e}"))?;
         if step == ops.len() / 2 {
             for i in 0..VIEWS.len() {
                 if !created.contains(&i) {
-                    client.batch_execute(&create(&case, i)).await.map_err(|e| format!("{}: {e}", create(&case, i)))?;
+                    client
+                        .batch_execute(&create(&case, i))
+                        .await
+                        .map_err(|e| format!("{}: {e}", create(&case, i)))?;
                     created.push(i);
                 }
             }
         }
-        compare(&client, pg, &case, &created, &format!("after step {step} ({sql})")).await?;
+        compare(
+            &client,
+            pg,
+            &case,
+            &created,
+            &format!("after step {step} ({sql})"),
+        )
+        .await?;
     }
     // Each case leaves the server as it found it: later restarts rebuild only their own views.
-    client.batch_execute(&format!("DROP TABLE {}, {} CASCADE", case.t, case.u)).await.map_err(|e| e.to_string())?;
-    pg.batch_execute(&format!("DROP TABLE {}, {}", case.t, case.u)).await.map_err(|e| format!("PostgreSQL: {e}"))?;
+    client
+        .batch_execute(&format!("DROP TABLE {}, {} CASCADE", case.t, case.u))
+        .await
+        .map_err(|e| e.to_string())?;
+    pg.batch_execute(&format!("DROP TABLE {}, {}", case.t, case.u))
+        .await
+        .map_err(|e| format!("PostgreSQL: {e}"))?;
     Ok(())
 }
 
 #[test]
 fn typed_views_equal_their_queries_through_restarts() {
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_eddy"));
-    let server = std::cell::RefCell::new(EddyProcess::start_fresh_with(binary, Some(eddy_testkit::TEST_WORKERS)).unwrap());
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let postgres = eddy_testkit::postgres::PostgresServer::start().expect("PostgreSQL 15 (bin/test installs it)");
+    let server = std::cell::RefCell::new(
+        EddyProcess::start_fresh_with(binary, Some(eddy_testkit::TEST_WORKERS)).unwrap(),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let postgres = eddy_testkit::postgres::PostgresServer::start()
+        .expect("PostgreSQL 15 (bin/test installs it)");
     let pg = runtime.block_on(async {
         let pg = postgres.connect().await.unwrap();
-        pg.batch_execute("SET TimeZone = 'UTC'; SET extra_float_digits = 1").await.unwrap();
+        pg.batch_execute("SET TimeZone = 'UTC'; SET extra_float_digits = 1")
+            .await
+            .unwrap();
         pg
     });
-    let config = ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() };
+    let config = ProptestConfig {
+        cases: 12,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
     let mut runner = proptest::test_runner::TestRunner::new(config);
     // Every case restarts the server once, at a random step.
-    let strategy = (prop::collection::vec(op(), 2..14), 0..VIEWS.len() + 1, 0usize..14, any::<bool>(), any::<bool>()).prop_map(|(mut ops, late_from, at, checkpoint, crash)| {
-        let at = at.min(ops.len());
-        ops.insert(at, Op::Restart { checkpoint, crash });
-        (ops, late_from)
+    let strategy = (
+        prop::collection::vec(op(), 2..14),
+        0..VIEWS.len() + 1,
+        0usize..14,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(mut ops, late_from, at, checkpoint, crash)| {
+            let at = at.min(ops.len());
+            ops.insert(at, Op::Restart { checkpoint, crash });
+            (ops, late_from)
+        });
+    let result = runner.run(&strategy, |(ops, late_from)| {
+        runtime
+            .block_on(check_case(&mut server.borrow_mut(), &pg, &ops, late_from))
+            .map_err(TestCaseError::fail)
     });
-    let result = runner.run(&strategy, |(ops, late_from)| runtime.block_on(check_case(&mut server.borrow_mut(), &pg, &ops, late_from)).map_err(TestCaseError::fail));
     if let Err(e) = result {
         panic!("{e}");
     }

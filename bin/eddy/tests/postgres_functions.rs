@@ -35,7 +35,8 @@ struct Case {
 }
 
 fn read_cases(file: &str) -> Vec<Case> {
-    let text = std::fs::read_to_string(manifest_path(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let text =
+        std::fs::read_to_string(manifest_path(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
     let only = std::env::var("EDDY_EXPRESSIONS").ok();
     text.lines()
         .enumerate()
@@ -45,7 +46,11 @@ fn read_cases(file: &str) -> Vec<Case> {
                 Some((e, tag)) => (e.trim().to_owned(), Some(tag.trim().to_owned())),
                 None => (l.trim().to_owned(), None),
             };
-            Case { line: i + 1, expression, known }
+            Case {
+                line: i + 1,
+                expression,
+                known,
+            }
         })
         .filter(|c| only.as_deref().is_none_or(|o| c.expression.contains(o)))
         .collect()
@@ -54,8 +59,14 @@ fn read_cases(file: &str) -> Vec<Case> {
 /// What a statement gave: its column types and rows as text, or an error's SQLSTATE.
 #[derive(PartialEq, Eq)]
 enum Outcome {
-    Rows { types: Vec<u32>, rows: Vec<Vec<Option<String>>> },
-    Error { sqlstate: String, message: String },
+    Rows {
+        types: Vec<u32>,
+        rows: Vec<Vec<Option<String>>>,
+    },
+    Error {
+        sqlstate: String,
+        message: String,
+    },
 }
 
 impl Outcome {
@@ -71,11 +82,24 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Rows { types, rows } => {
-                let types: Vec<String> =
-                    types.iter().map(|t| tokio_postgres::types::Type::from_oid(*t).map_or_else(|| t.to_string(), |t| t.name().to_owned())).collect();
+                let types: Vec<String> = types
+                    .iter()
+                    .map(|t| {
+                        tokio_postgres::types::Type::from_oid(*t)
+                            .map_or_else(|| t.to_string(), |t| t.name().to_owned())
+                    })
+                    .collect();
                 let rows: Vec<String> = rows
                     .iter()
-                    .map(|r| r.iter().map(|c| c.as_deref().map_or_else(|| "NULL".to_owned(), |v| format!("{v:?}"))).collect::<Vec<_>>().join(" | "))
+                    .map(|r| {
+                        r.iter()
+                            .map(|c| {
+                                c.as_deref()
+                                    .map_or_else(|| "NULL".to_owned(), |v| format!("{v:?}"))
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    })
                     .collect();
                 write!(f, "[{}] {}", types.join(", "), rows.join("; "))
             }
@@ -86,8 +110,14 @@ impl fmt::Display for Outcome {
 
 fn error_outcome(e: &tokio_postgres::Error) -> Outcome {
     match e.as_db_error() {
-        Some(db) => Outcome::Error { sqlstate: db.code().code().to_owned(), message: db.message().to_owned() },
-        None => Outcome::Error { sqlstate: "connection".into(), message: e.to_string() },
+        Some(db) => Outcome::Error {
+            sqlstate: db.code().code().to_owned(),
+            message: db.message().to_owned(),
+        },
+        None => Outcome::Error {
+            sqlstate: "connection".into(),
+            message: e.to_string(),
+        },
     }
 }
 
@@ -97,13 +127,21 @@ async fn run(client: &Client, sql: &str) -> Outcome {
         Ok(s) => s,
         Err(e) => return error_outcome(&e),
     };
-    let types = statement.columns().iter().map(|c| c.type_().oid()).collect();
+    let types = statement
+        .columns()
+        .iter()
+        .map(|c| c.type_().oid())
+        .collect();
     match client.simple_query(sql).await {
         Ok(messages) => {
             let rows = messages
                 .iter()
                 .filter_map(|m| match m {
-                    SimpleQueryMessage::Row(row) => Some((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect()),
+                    SimpleQueryMessage::Row(row) => Some(
+                        (0..row.len())
+                            .map(|i| row.get(i).map(str::to_owned))
+                            .collect(),
+                    ),
                     _ => None,
                 })
                 .collect();
@@ -115,10 +153,16 @@ async fn run(client: &Client, sql: &str) -> Outcome {
 
 /// The tags docs/sql-reference.md explains under "Known differences" (each as `` `tag` ``).
 fn documented_tags() -> Vec<String> {
-    let docs = std::fs::read_to_string(manifest_path("../../docs/sql-reference.md")).expect("docs/sql-reference.md");
+    let docs = std::fs::read_to_string(manifest_path("../../docs/sql-reference.md"))
+        .expect("docs/sql-reference.md");
     let section = docs.split("## Known differences").nth(1).unwrap_or("");
     let section = section.split("\n## ").next().unwrap_or("");
-    section.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+    section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Collects what disagrees, per case, and reports it all at once.
@@ -134,20 +178,43 @@ impl Report {
     fn check(&mut self, file: &str, case: &Case, outcomes: &[(&str, Outcome)]) {
         self.compared += 1;
         let differs = outcomes.windows(2).any(|w| !w[0].1.same_as(&w[1].1));
-        let describe = || outcomes.iter().map(|(who, o)| format!("\n    {who:<10} {o}")).collect::<String>();
+        let describe = || {
+            outcomes
+                .iter()
+                .map(|(who, o)| format!("\n    {who:<10} {o}"))
+                .collect::<String>()
+        };
         match (&case.known, differs) {
-            (None, true) => self.failures.push(format!("{file}:{}: {}{}", case.line, case.expression, describe())),
-            (Some(tag), false) => {
-                self.failures.push(format!("{file}:{}: {} is marked `known: {tag}` but no longer differs: remove the marker{}", case.line, case.expression, describe()))
-            }
+            (None, true) => self.failures.push(format!(
+                "{file}:{}: {}{}",
+                case.line,
+                case.expression,
+                describe()
+            )),
+            (Some(tag), false) => self.failures.push(format!(
+                "{file}:{}: {} is marked `known: {tag}` but no longer differs: remove the marker{}",
+                case.line,
+                case.expression,
+                describe()
+            )),
             (Some(_), true) => self.known += 1,
             (None, false) => {}
         }
     }
 
     fn finish(self, what: &str) {
-        eprintln!("{what}: {} compared, {} known differences, {} failures", self.compared, self.known, self.failures.len());
-        assert!(self.failures.is_empty(), "{what}: {} differences from PostgreSQL:\n{}", self.failures.len(), self.failures.join("\n"));
+        eprintln!(
+            "{what}: {} compared, {} known differences, {} failures",
+            self.compared,
+            self.known,
+            self.failures.len()
+        );
+        assert!(
+            self.failures.is_empty(),
+            "{what}: {} differences from PostgreSQL:\n{}",
+            self.failures.len(),
+            self.failures.join("\n")
+        );
     }
 }
 
@@ -155,7 +222,11 @@ fn check_tags(cases: &[Case], file: &str) {
     let tags = documented_tags();
     for case in cases {
         if let Some(tag) = &case.known {
-            assert!(tags.contains(tag), "{file}:{}: tag `{tag}` is not explained in docs/sql-reference.md \"Known differences\"", case.line);
+            assert!(
+                tags.contains(tag),
+                "{file}:{}: tag `{tag}` is not explained in docs/sql-reference.md \"Known differences\"",
+                case.line
+            );
         }
     }
 }
@@ -177,7 +248,10 @@ async fn compare_scalar_file(file: &str, setup: &str) {
     check_tags(&cases, file);
     let pg = PostgresServer::start().expect("PostgreSQL 15 (apt-get install postgresql)");
     let eddy = EddyProcess::start_fresh(&binary()).expect("eddy starts");
-    let (pg_client, eddy_client) = (postgres_client(&pg).await, eddy.connect().await.expect("connect to eddy"));
+    let (pg_client, eddy_client) = (
+        postgres_client(&pg).await,
+        eddy.connect().await.expect("connect to eddy"),
+    );
     for client in [&pg_client, &eddy_client] {
         client.batch_execute(setup).await.expect("session setup");
     }
@@ -213,7 +287,11 @@ async fn arrays_jsonb_and_literal_types_match_postgres() {
 
 #[tokio::test]
 async fn expressions_in_a_session_time_zone_match_postgres() {
-    compare_scalar_file("tests/expressions/zoned.txt", "SET TimeZone = 'America/New_York'").await;
+    compare_scalar_file(
+        "tests/expressions/zoned.txt",
+        "SET TimeZone = 'America/New_York'",
+    )
+    .await;
 }
 
 /// A column of every type Eddy stores, with edge values and NULLs; the same in both databases.
@@ -233,9 +311,15 @@ async fn column_expressions_match_postgres_ad_hoc_and_in_views() {
     check_tags(&cases, FILE);
     let pg = PostgresServer::start().expect("PostgreSQL 15 (apt-get install postgresql)");
     let eddy = EddyProcess::start_fresh(&binary()).expect("eddy starts");
-    let (pg_client, eddy_client) = (postgres_client(&pg).await, eddy.connect().await.expect("connect to eddy"));
+    let (pg_client, eddy_client) = (
+        postgres_client(&pg).await,
+        eddy.connect().await.expect("connect to eddy"),
+    );
     for client in [&pg_client, &eddy_client] {
-        client.batch_execute(&format!("{TABLE}; {ROWS}")).await.expect("create and fill vals");
+        client
+            .batch_execute(&format!("{TABLE}; {ROWS}"))
+            .await
+            .expect("create and fill vals");
     }
     let mut report = Report::default();
     for (k, case) in cases.iter().enumerate() {
@@ -243,11 +327,25 @@ async fn column_expressions_match_postgres_ad_hoc_and_in_views() {
         let expected = run(&pg_client, &sql).await;
         let ad_hoc = run(&eddy_client, &sql).await;
         let view = format!("mv_{k}");
-        let in_view = match eddy_client.batch_execute(&format!("CREATE MATERIALIZED VIEW {view} AS SELECT id, {} AS v FROM vals; FLUSH", case.expression)).await {
+        let in_view = match eddy_client
+            .batch_execute(&format!(
+                "CREATE MATERIALIZED VIEW {view} AS SELECT id, {} AS v FROM vals; FLUSH",
+                case.expression
+            ))
+            .await
+        {
             Ok(()) => run(&eddy_client, &format!("SELECT * FROM {view} ORDER BY id")).await,
             Err(e) => error_outcome(&e),
         };
-        report.check(FILE, case, &[("postgres", expected), ("eddy", ad_hoc), ("eddy view", in_view)]);
+        report.check(
+            FILE,
+            case,
+            &[
+                ("postgres", expected),
+                ("eddy", ad_hoc),
+                ("eddy view", in_view),
+            ],
+        );
     }
     report.finish(FILE);
 }

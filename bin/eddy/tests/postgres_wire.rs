@@ -32,7 +32,10 @@ async fn both() -> (EddyProcess, PostgresServer, Client, Client) {
 }
 
 async fn copy_out(client: &Client, sql: &str) -> Vec<u8> {
-    let stream = client.copy_out(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let stream = client
+        .copy_out(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
     pin_mut!(stream);
     let mut out = Vec::new();
     while let Some(chunk) = stream.next().await {
@@ -67,11 +70,18 @@ async fn copy_to_stdout_matches_postgres() {
             want = sorted(&want);
             got = sorted(&got);
         }
-        assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&want), "{sql}");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want),
+            "{sql}"
+        );
         assert_eq!(got, want, "{sql}");
     }
     // COPY to a server file is refused on both (a superuser may on PostgreSQL; Eddy never).
-    let err = e.batch_execute("COPY t TO '/tmp/eddy-copy-out'").await.unwrap_err();
+    let err = e
+        .batch_execute("COPY t TO '/tmp/eddy-copy-out'")
+        .await
+        .unwrap_err();
     assert_eq!(err.code().unwrap().code(), "42501");
 }
 
@@ -80,7 +90,10 @@ async fn portal_row_limit_suspends_and_resumes() {
     let (_eddy, _pg, mut e, mut p) = both().await;
     for client in [&mut e, &mut p] {
         let txn = client.transaction().await.unwrap();
-        let statement = txn.prepare("SELECT id, name FROM t WHERE id >= $1 ORDER BY id").await.unwrap();
+        let statement = txn
+            .prepare("SELECT id, name FROM t WHERE id >= $1 ORDER BY id")
+            .await
+            .unwrap();
         let portal = txn.bind(&statement, &[&2i32]).await.unwrap();
         let mut pages = Vec::new();
         loop {
@@ -106,18 +119,33 @@ async fn sql_cursors_over_the_extended_protocol() {
         txn.execute("DECLARE \"my cursor\" NO SCROLL CURSOR FOR SELECT id, price, at FROM t WHERE id <> $1 ORDER BY id", &[&3i32]).await.unwrap();
         let mut seen = Vec::new();
         loop {
-            let rows = txn.query("FETCH FORWARD 2 FROM \"my cursor\"", &[]).await.unwrap();
+            let rows = txn
+                .query("FETCH FORWARD 2 FROM \"my cursor\"", &[])
+                .await
+                .unwrap();
             if rows.is_empty() {
                 break;
             }
             for r in &rows {
-                seen.push(format!("{:?} {:?}", r.get::<_, i32>(0), r.get::<_, Option<chrono::NaiveDateTime>>(2)));
+                seen.push(format!(
+                    "{:?} {:?}",
+                    r.get::<_, i32>(0),
+                    r.get::<_, Option<chrono::NaiveDateTime>>(2)
+                ));
             }
         }
         txn.execute("CLOSE \"my cursor\"", &[]).await.unwrap();
-        txn.batch_execute("DECLARE m CURSOR FOR SELECT id FROM t ORDER BY id").await.unwrap();
+        txn.batch_execute("DECLARE m CURSOR FOR SELECT id FROM t ORDER BY id")
+            .await
+            .unwrap();
         let moved = txn.execute("MOVE FORWARD 4 IN m", &[]).await.unwrap();
-        let rest: Vec<i32> = txn.query("FETCH ALL FROM m", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+        let rest: Vec<i32> = txn
+            .query("FETCH ALL FROM m", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
         seen.push(format!("moved {moved}, then {rest:?}"));
         txn.commit().await.unwrap();
         results.push(seen);
@@ -132,17 +160,36 @@ async fn rollback_to_savepoint_recovers_a_failed_transaction() {
     let mut counts = Vec::new();
     for client in [&mut e, &mut p] {
         let mut txn = client.transaction().await.unwrap();
-        txn.execute("INSERT INTO t (id, name) VALUES (10, 'ten')", &[]).await.unwrap();
+        txn.execute("INSERT INTO t (id, name) VALUES (10, 'ten')", &[])
+            .await
+            .unwrap();
         let nested = txn.savepoint("nested").await.unwrap();
-        let err = nested.execute("INSERT INTO t (id) VALUES (1)", &[]).await.unwrap_err();
+        let err = nested
+            .execute("INSERT INTO t (id) VALUES (1)", &[])
+            .await
+            .unwrap_err();
         assert_eq!(err.code().unwrap().code(), "23505");
         nested.rollback().await.unwrap();
         // Extended protocol after the rollback to the savepoint.
-        let n: i64 = txn.query_one("SELECT count(*) FROM t WHERE id = $1", &[&10i32]).await.unwrap().get(0);
-        txn.batch_execute("SAVEPOINT s2; INSERT INTO t (id) VALUES (1)").await.unwrap_err();
-        txn.batch_execute("ROLLBACK TO SAVEPOINT s2; INSERT INTO t (id, name) VALUES (11, 'eleven')").await.unwrap();
+        let n: i64 = txn
+            .query_one("SELECT count(*) FROM t WHERE id = $1", &[&10i32])
+            .await
+            .unwrap()
+            .get(0);
+        txn.batch_execute("SAVEPOINT s2; INSERT INTO t (id) VALUES (1)")
+            .await
+            .unwrap_err();
+        txn.batch_execute(
+            "ROLLBACK TO SAVEPOINT s2; INSERT INTO t (id, name) VALUES (11, 'eleven')",
+        )
+        .await
+        .unwrap();
         txn.commit().await.unwrap();
-        let total: i64 = client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0);
+        let total: i64 = client
+            .query_one("SELECT count(*) FROM t", &[])
+            .await
+            .unwrap()
+            .get(0);
         counts.push((n, total));
     }
     assert_eq!(counts[0], counts[1]);
@@ -152,10 +199,28 @@ async fn rollback_to_savepoint_recovers_a_failed_transaction() {
 #[tokio::test]
 async fn copy_rows_stream_in_order_with_a_header_from_a_view() {
     let (_eddy, _pg, e, _p) = both().await;
-    e.batch_execute("CREATE MATERIALIZED VIEW priced AS SELECT id, price FROM t WHERE price IS NOT NULL; FLUSH").await.unwrap();
-    let out = String::from_utf8(copy_out(&e, "COPY (SELECT * FROM priced ORDER BY id) TO STDOUT (FORMAT csv, HEADER)").await).unwrap();
+    e.batch_execute(
+        "CREATE MATERIALIZED VIEW priced AS SELECT id, price FROM t WHERE price IS NOT NULL; FLUSH",
+    )
+    .await
+    .unwrap();
+    let out = String::from_utf8(
+        copy_out(
+            &e,
+            "COPY (SELECT * FROM priced ORDER BY id) TO STDOUT (FORMAT csv, HEADER)",
+        )
+        .await,
+    )
+    .unwrap();
     assert_eq!(out, "id,price\n1,1.50\n3,-2.00\n4,0.00\n5,12.34\n6,99.99\n");
-    let lines: Vec<String> = e.copy_out("COPY priced TO STDOUT").await.unwrap().map_ok(|b| String::from_utf8(b.to_vec()).unwrap()).try_collect().await.unwrap();
+    let lines: Vec<String> = e
+        .copy_out("COPY priced TO STDOUT")
+        .await
+        .unwrap()
+        .map_ok(|b| String::from_utf8(b.to_vec()).unwrap())
+        .try_collect()
+        .await
+        .unwrap();
     assert_eq!(lines.len(), 5);
 }
 
@@ -170,9 +235,18 @@ async fn result_columns_are_named_and_typed_as_postgres_does() {
         "SELECT t.* FROM t WHERE false",
         "SELECT CASE WHEN id > 1 THEN 'a' END, coalesce(name, '-'), now()::date AS day FROM t",
     ] {
-        let columns = |s: &tokio_postgres::Statement| s.columns().iter().map(|c| format!("{}:{}", c.name(), c.type_())).collect::<Vec<_>>();
+        let columns = |s: &tokio_postgres::Statement| {
+            s.columns()
+                .iter()
+                .map(|c| format!("{}:{}", c.name(), c.type_()))
+                .collect::<Vec<_>>()
+        };
         let want = columns(&p.prepare(sql).await.unwrap());
-        let got = columns(&e.prepare(sql).await.unwrap_or_else(|err| panic!("{sql}: {err}")));
+        let got = columns(
+            &e.prepare(sql)
+                .await
+                .unwrap_or_else(|err| panic!("{sql}: {err}")),
+        );
         assert_eq!(got, want, "{sql}");
     }
 }

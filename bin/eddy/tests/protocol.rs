@@ -18,17 +18,29 @@ async fn prepared_statements_with_binary_parameters() {
         .await
         .unwrap();
     // tokio-postgres sends no parameter types: Eddy infers them from the target columns.
-    let insert = client.prepare("INSERT INTO t VALUES ($1, $2, $3, $4, $5, $6, $7, $8)").await.unwrap();
+    let insert = client
+        .prepare("INSERT INTO t VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+        .await
+        .unwrap();
     assert_eq!(insert.params().len(), 8);
     assert_eq!(insert.params()[0], tokio_postgres::types::Type::INT8);
-    let at = chrono::NaiveDate::from_ymd_opt(2024, 2, 29).unwrap().and_hms_micro_opt(13, 45, 1, 500).unwrap();
+    let at = chrono::NaiveDate::from_ymd_opt(2024, 2, 29)
+        .unwrap()
+        .and_hms_micro_opt(13, 45, 1, 500)
+        .unwrap();
     let day = chrono::NaiveDate::from_ymd_opt(2024, 2, 29).unwrap();
     for i in 0..5i64 {
         let name = format!("n{i}");
         let score = i as f64 / 2.0;
         let small = i as i16;
         let raw = vec![i as u8, 255];
-        client.execute(&insert, &[&i, &name, &score, &(i % 2 == 0), &small, &at, &day, &raw]).await.unwrap();
+        client
+            .execute(
+                &insert,
+                &[&i, &name, &score, &(i % 2 == 0), &small, &at, &day, &raw],
+            )
+            .await
+            .unwrap();
     }
     let select = client.prepare("SELECT id, name, score, ok, small, at, day, raw FROM t WHERE id >= $1 AND name <> $2 ORDER BY id").await.unwrap();
     assert_eq!(select.columns().len(), 8);
@@ -44,11 +56,30 @@ async fn prepared_statements_with_binary_parameters() {
     assert_eq!(row.get::<_, chrono::NaiveDate>(6), day);
     assert_eq!(row.get::<_, Vec<u8>>(7), vec![2u8, 255]);
     // A named statement is reusable, and parameters flow into UPDATE and DELETE.
-    let update = client.prepare("UPDATE t SET name = $1 WHERE id = $2").await.unwrap();
-    assert_eq!(client.execute(&update, &[&"renamed", &1i64]).await.unwrap(), 1);
-    assert_eq!(client.execute(&update, &[&"again", &1i64]).await.unwrap(), 1);
-    assert_eq!(client.execute("DELETE FROM t WHERE id = $1", &[&0i64]).await.unwrap(), 1);
-    let name: String = client.query_one("SELECT name FROM t WHERE id = $1", &[&1i64]).await.unwrap().get(0);
+    let update = client
+        .prepare("UPDATE t SET name = $1 WHERE id = $2")
+        .await
+        .unwrap();
+    assert_eq!(
+        client.execute(&update, &[&"renamed", &1i64]).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        client.execute(&update, &[&"again", &1i64]).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        client
+            .execute("DELETE FROM t WHERE id = $1", &[&0i64])
+            .await
+            .unwrap(),
+        1
+    );
+    let name: String = client
+        .query_one("SELECT name FROM t WHERE id = $1", &[&1i64])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(name, "again");
 }
 
@@ -56,7 +87,10 @@ async fn prepared_statements_with_binary_parameters() {
 async fn pipelined_queries_and_errors_keep_the_connection() {
     let server = server().await;
     let client = server.connect().await.unwrap();
-    client.batch_execute("CREATE TABLE p (x INT PRIMARY KEY)").await.unwrap();
+    client
+        .batch_execute("CREATE TABLE p (x INT PRIMARY KEY)")
+        .await
+        .unwrap();
     let statement = client.prepare("INSERT INTO p VALUES ($1)").await.unwrap();
     // tokio-postgres pipelines these: several Bind/Execute before reading any answer.
     let futures = (0..50).map(|i: i32| {
@@ -65,7 +99,11 @@ async fn pipelined_queries_and_errors_keep_the_connection() {
         async move { client.execute(statement, &[&i]).await }
     });
     try_join_all(futures).await.unwrap();
-    let n: i64 = client.query_one("SELECT count(*) FROM p", &[]).await.unwrap().get(0);
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM p", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 50);
     let err = client.execute(&statement, &[&1i32]).await.unwrap_err();
     assert_eq!(err.code().unwrap().code(), "23505");
@@ -73,7 +111,11 @@ async fn pipelined_queries_and_errors_keep_the_connection() {
     assert_eq!(err.code().unwrap().code(), "42P01");
     let err = client.prepare("SELEC 1").await.unwrap_err();
     assert_eq!(err.code().unwrap().code(), "42601");
-    let one: i64 = client.query_one("SELECT 1::bigint", &[]).await.unwrap().get(0);
+    let one: i64 = client
+        .query_one("SELECT 1::bigint", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(one, 1);
 }
 
@@ -81,22 +123,41 @@ async fn pipelined_queries_and_errors_keep_the_connection() {
 async fn copy_from_stdin_text_and_csv() {
     let server = server().await;
     let client = server.connect().await.unwrap();
-    client.batch_execute("CREATE TABLE c (id INT NOT NULL, name TEXT, raw BYTEA)").await.unwrap();
+    client
+        .batch_execute("CREATE TABLE c (id INT NOT NULL, name TEXT, raw BYTEA)")
+        .await
+        .unwrap();
     let sink = client.copy_in("COPY c FROM STDIN").await.unwrap();
     futures::pin_mut!(sink);
-    sink.send(bytes::Bytes::from_static(b"1\tone\t\\\\x0aff\n2\t\\N\t\\N\n")).await.unwrap();
+    sink.send(bytes::Bytes::from_static(
+        b"1\tone\t\\\\x0aff\n2\t\\N\t\\N\n",
+    ))
+    .await
+    .unwrap();
     assert_eq!(sink.finish().await.unwrap(), 2);
-    let sink = client.copy_in("COPY c (id, name) FROM STDIN WITH (FORMAT csv, HEADER true)").await.unwrap();
+    let sink = client
+        .copy_in("COPY c (id, name) FROM STDIN WITH (FORMAT csv, HEADER true)")
+        .await
+        .unwrap();
     futures::pin_mut!(sink);
-    sink.send(bytes::Bytes::from_static(b"id,name\n3,\"x, y\"\n")).await.unwrap();
+    sink.send(bytes::Bytes::from_static(b"id,name\n3,\"x, y\"\n"))
+        .await
+        .unwrap();
     assert_eq!(sink.finish().await.unwrap(), 1);
     // A bad row rejects the whole COPY, with the right SQLSTATE, and the connection goes on.
     let sink = client.copy_in("COPY c FROM STDIN").await.unwrap();
     futures::pin_mut!(sink);
-    sink.send(bytes::Bytes::from_static(b"4\tok\t\\N\nnot-a-number\tbad\t\\N\n")).await.unwrap();
+    sink.send(bytes::Bytes::from_static(
+        b"4\tok\t\\N\nnot-a-number\tbad\t\\N\n",
+    ))
+    .await
+    .unwrap();
     let err = sink.finish().await.unwrap_err();
     assert_eq!(err.code().unwrap().code(), "22P02");
-    let rows = client.query("SELECT id, name, raw FROM c ORDER BY id", &[]).await.unwrap();
+    let rows = client
+        .query("SELECT id, name, raw FROM c ORDER BY id", &[])
+        .await
+        .unwrap();
     assert_eq!(rows.len(), 3);
     assert_eq!(rows[0].get::<_, Option<Vec<u8>>>(2), Some(vec![10u8, 255]));
     assert_eq!(rows[2].get::<_, String>(1), "x, y");

@@ -39,14 +39,33 @@ const COMMANDS: [(&str, &str, bool); 17] = [
 
 fn psql(port: u16, database: &str, command: &str) -> String {
     let out = Command::new("psql")
-        .args(["-X", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "eddy", "-d", database, "-c", command])
+        .args([
+            "-X",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "eddy",
+            "-d",
+            database,
+            "-c",
+            command,
+        ])
         .env("PGTZ", "UTC")
         .output()
         .expect("psql is not installed (bin/test installs it: apt-get install postgresql-client)");
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Eddy's backfill NOTICEs are not psql's output.
-    let errors: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("NOTICE:")).collect();
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), errors.join("\n"))
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("NOTICE:"))
+        .collect();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        errors.join("\n")
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +75,10 @@ async fn meta_commands_print_as_postgres() {
     let postgres = PostgresServer::start().expect("PostgreSQL 15 is needed for the comparison");
     let reference = postgres.connect().await.unwrap();
     // Eddy's own tables live in schema eddy_catalog (SQL.md): the reference has it too.
-    reference.batch_execute("CREATE SCHEMA eddy_catalog").await.unwrap();
+    reference
+        .batch_execute("CREATE SCHEMA eddy_catalog")
+        .await
+        .unwrap();
     for ddl in DDL {
         client.batch_execute(ddl).await.unwrap();
         reference.batch_execute(ddl).await.unwrap();
@@ -69,11 +91,17 @@ async fn meta_commands_print_as_postgres() {
         if same {
             let theirs = psql(postgres.port, "postgres", command);
             if ours != theirs {
-                differences.push(format!("{command}\n--- Eddy\n{ours}\n--- PostgreSQL\n{theirs}"));
+                differences.push(format!(
+                    "{command}\n--- Eddy\n{ours}\n--- PostgreSQL\n{theirs}"
+                ));
             }
         }
     }
-    assert!(differences.is_empty(), "psql prints differently:\n{}", differences.join("\n"));
+    assert!(
+        differences.is_empty(),
+        "psql prints differently:\n{}",
+        differences.join("\n")
+    );
 }
 
 /// The queries psql's tab completion sends run (their answers are psql's business).

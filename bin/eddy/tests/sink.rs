@@ -24,8 +24,16 @@ fn sorted(mut rows: Vec<Vec<Option<String>>>) -> Vec<Vec<Option<String>>> {
 }
 
 /// Waits (up to 30 s) until PostgreSQL's `pg_query` returns what Eddy's `eddy_query` does.
-async fn converges(eddy: &tokio_postgres::Client, pg: &tokio_postgres::Client, eddy_query: &str, pg_query: &str) {
-    sink_converges(eddy, eddy_query, pg_query, || async { query_text(pg, pg_query).await.unwrap() }).await;
+async fn converges(
+    eddy: &tokio_postgres::Client,
+    pg: &tokio_postgres::Client,
+    eddy_query: &str,
+    pg_query: &str,
+) {
+    sink_converges(eddy, eddy_query, pg_query, || async {
+        query_text(pg, pg_query).await.unwrap()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -49,7 +57,13 @@ async fn postgres_sinks_follow_their_views() {
     .await
     .unwrap();
     // The current contents arrive first.
-    converges(&eddy, &target, "SELECT customer, n, total FROM totals", "SELECT customer, n::text, total::text FROM totals").await;
+    converges(
+        &eddy,
+        &target,
+        "SELECT customer, n, total FROM totals",
+        "SELECT customer, n::text, total::text FROM totals",
+    )
+    .await;
     // Updates, deletes, a key that goes away, NULL keys and timestamps.
     eddy.batch_execute(
         "UPDATE orders SET amount = 30 WHERE id = 2;
@@ -60,20 +74,59 @@ async fn postgres_sinks_follow_their_views() {
     )
     .await
     .unwrap();
-    converges(&eddy, &target, "SELECT customer, n, total, last FROM totals", "SELECT customer, n::text, total::text, to_char(last, 'YYYY-MM-DD HH24:MI:SS') FROM totals").await;
+    converges(
+        &eddy,
+        &target,
+        "SELECT customer, n, total, last FROM totals",
+        "SELECT customer, n::text, total::text, to_char(last, 'YYYY-MM-DD HH24:MI:SS') FROM totals",
+    )
+    .await;
     // Whole rows with their count: two orders of cy for 10 are one row counted twice.
-    converges(&eddy, &target, "SELECT customer, amount, count(*) AS n FROM big GROUP BY customer, amount", "SELECT customer, amount::text, eddy_count::text FROM big").await;
-    converges(&eddy, &target, "SELECT DISTINCT customer, amount FROM big", "SELECT customer, amount::text FROM big_keyed").await;
-    let progress: i64 = target.query_one("SELECT count(*) FROM eddy_sink_progress WHERE epoch > 0", &[]).await.unwrap().get(0);
+    converges(
+        &eddy,
+        &target,
+        "SELECT customer, amount, count(*) AS n FROM big GROUP BY customer, amount",
+        "SELECT customer, amount::text, eddy_count::text FROM big",
+    )
+    .await;
+    converges(
+        &eddy,
+        &target,
+        "SELECT DISTINCT customer, amount FROM big",
+        "SELECT customer, amount::text FROM big_keyed",
+    )
+    .await;
+    let progress: i64 = target
+        .query_one(
+            "SELECT count(*) FROM eddy_sink_progress WHERE epoch > 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(progress, 3, "every sink records its progress");
     let shown = query_text(&eddy, "SHOW SINKS").await.unwrap();
     assert_eq!(shown.len(), 3);
-    assert!(shown.iter().all(|r| r[6].as_deref() == Some("")), "no sink reports an error: {shown:?}");
-    assert!(shown.iter().all(|r| r[5].as_deref().and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 0)), "every sink counts the rows it wrote: {shown:?}");
+    assert!(
+        shown.iter().all(|r| r[6].as_deref() == Some("")),
+        "no sink reports an error: {shown:?}"
+    );
+    assert!(
+        shown.iter().all(|r| r[5]
+            .as_deref()
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n > 0)),
+        "every sink counts the rows it wrote: {shown:?}"
+    );
     // The view cannot go while sinks write it out; DROP SINK stops a sink.
-    let err = eddy.batch_execute("DROP MATERIALIZED VIEW totals").await.unwrap_err();
+    let err = eddy
+        .batch_execute("DROP MATERIALIZED VIEW totals")
+        .await
+        .unwrap_err();
     assert_eq!(err.code().unwrap().code(), "2BP01");
-    eddy.batch_execute("DROP SINK totals_pg; DROP MATERIALIZED VIEW totals").await.unwrap();
+    eddy.batch_execute("DROP SINK totals_pg; DROP MATERIALIZED VIEW totals")
+        .await
+        .unwrap();
     assert_eq!(query_text(&eddy, "SHOW SINKS").await.unwrap().len(), 2);
 }
 
@@ -81,7 +134,10 @@ async fn postgres_sinks_follow_their_views() {
 async fn a_postgres_sink_is_exact_after_sigkill() {
     let pg = PostgresServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let args: Vec<String> = ["--checkpoint-interval", "0.2"].iter().map(|s| (*s).to_owned()).collect();
+    let args: Vec<String> = ["--checkpoint-interval", "0.2"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
     let mut server = EddyProcess::start_args(&binary(), dir.path(), &args).unwrap();
     let eddy = server.connect().await.unwrap();
     eddy.batch_execute(&format!(
@@ -99,7 +155,13 @@ async fn a_postgres_sink_is_exact_after_sigkill() {
             tokio::spawn(async move {
                 for i in 0.. {
                     let id = (i * 7 + round) % 200;
-                    let sql = if i % 5 == 4 { format!("DELETE FROM accounts WHERE id = {id}") } else { format!("BEGIN; DELETE FROM accounts WHERE id = {id}; INSERT INTO accounts VALUES ({id}, {i}); COMMIT") };
+                    let sql = if i % 5 == 4 {
+                        format!("DELETE FROM accounts WHERE id = {id}")
+                    } else {
+                        format!(
+                            "BEGIN; DELETE FROM accounts WHERE id = {id}; INSERT INTO accounts VALUES ({id}, {i}); COMMIT"
+                        )
+                    };
                     if client.batch_execute(&sql).await.is_err() {
                         return;
                     }
@@ -114,7 +176,13 @@ async fn a_postgres_sink_is_exact_after_sigkill() {
     let eddy = server.connect().await.unwrap();
     eddy.batch_execute("FLUSH").await.unwrap();
     let target = pg.connect().await.unwrap();
-    converges(&eddy, &target, "SELECT bucket, n, total FROM buckets", "SELECT bucket::text, n::text, total::text FROM buckets").await;
+    converges(
+        &eddy,
+        &target,
+        "SELECT bucket, n, total FROM buckets",
+        "SELECT bucket::text, n::text, total::text FROM buckets",
+    )
+    .await;
     // The batch answer over the recovered table, too.
     converges(&eddy, &target, "SELECT id % 13 AS bucket, count(*) AS n, sum(balance) AS total FROM accounts GROUP BY id % 13", "SELECT bucket::text, n::text, total::text FROM buckets").await;
 }
@@ -139,7 +207,11 @@ const COLUMNS: [&str; 3] = ["bucket", "n", "total"];
 
 /// What the upsert topic says the view is, after checking that no key got the same value twice
 /// in a row (a change written twice).
-async fn upsert_topic(broker: &KafkaBroker, topic: &str, partitions: i32) -> Vec<Vec<Option<String>>> {
+async fn upsert_topic(
+    broker: &KafkaBroker,
+    topic: &str,
+    partitions: i32,
+) -> Vec<Vec<Option<String>>> {
     let mut last: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
     for (partition, offset, key, value) in broker.records(topic, partitions).await.unwrap() {
         let key = key.expect("every record has a key");
@@ -149,32 +221,52 @@ async fn upsert_topic(broker: &KafkaBroker, topic: &str, partitions: i32) -> Vec
                 (None, None) => true,
                 _ => false,
             };
-            assert!(!same, "{topic}: key {} written twice in a row (partition {partition}, offset {offset})", String::from_utf8_lossy(&key));
+            assert!(
+                !same,
+                "{topic}: key {} written twice in a row (partition {partition}, offset {offset})",
+                String::from_utf8_lossy(&key)
+            );
         }
         last.insert(key, value);
     }
-    last.into_values().flatten().map(|v| json_row(&parse(&v), &COLUMNS)).collect()
+    last.into_values()
+        .flatten()
+        .map(|v| json_row(&parse(&v), &COLUMNS))
+        .collect()
 }
 
 /// What the Debezium topic says the view is, after checking every key's events form one chain:
 /// each `before` is the previous `after` (so no change is missing or repeated).
-async fn debezium_topic(broker: &KafkaBroker, topic: &str, partitions: i32) -> Vec<Vec<Option<String>>> {
+async fn debezium_topic(
+    broker: &KafkaBroker,
+    topic: &str,
+    partitions: i32,
+) -> Vec<Vec<Option<String>>> {
     let mut last: HashMap<Vec<u8>, serde_json::Value> = HashMap::new();
     for (partition, offset, key, value) in broker.records(topic, partitions).await.unwrap() {
         let key = key.expect("every record has a key");
         let event = parse(&value.expect("a Debezium record has a value"));
         let previous = last.get(&key).cloned().unwrap_or(serde_json::Value::Null);
-        assert_eq!(event["before"], previous, "{topic}: partition {partition} offset {offset}: before is not the key's last after ({event})");
+        assert_eq!(
+            event["before"], previous,
+            "{topic}: partition {partition} offset {offset}: before is not the key's last after ({event})"
+        );
         let op = event["op"].as_str().unwrap();
-        assert_eq!(op, match (event["before"].is_null(), event["after"].is_null()) {
-            (true, false) => "c",
-            (false, false) => "u",
-            (false, true) => "d",
-            _ => panic!("an event with neither before nor after: {event}"),
-        });
+        assert_eq!(
+            op,
+            match (event["before"].is_null(), event["after"].is_null()) {
+                (true, false) => "c",
+                (false, false) => "u",
+                (false, true) => "d",
+                _ => panic!("an event with neither before nor after: {event}"),
+            }
+        );
         last.insert(key, event["after"].clone());
     }
-    last.into_values().filter(|v| !v.is_null()).map(|v| json_row(&v, &COLUMNS)).collect()
+    last.into_values()
+        .filter(|v| !v.is_null())
+        .map(|v| json_row(&v, &COLUMNS))
+        .collect()
 }
 
 /// What the file sink's files say the view is, after checking they are numbered 1, 2, ... and
@@ -185,26 +277,48 @@ fn files_say(dir: &std::path::Path, sink: &str) -> Vec<Vec<Option<String>>> {
         .map(|e| e.unwrap().path())
         .filter_map(|p| {
             let name = p.file_name()?.to_str()?.to_owned();
-            let seq = name.strip_prefix(&format!("{sink}-"))?.strip_suffix(".jsonl")?.split('-').next()?.parse().ok()?;
+            let seq = name
+                .strip_prefix(&format!("{sink}-"))?
+                .strip_suffix(".jsonl")?
+                .split('-')
+                .next()?
+                .parse()
+                .ok()?;
             Some((seq, p))
         })
         .collect();
     files.sort();
     let mut weights: BTreeMap<Vec<Option<String>>, i64> = BTreeMap::new();
     for (i, (seq, path)) in files.iter().enumerate() {
-        assert_eq!(*seq, i as u64 + 1, "files are numbered without gaps: {files:?}");
+        assert_eq!(
+            *seq,
+            i as u64 + 1,
+            "files are numbered without gaps: {files:?}"
+        );
         for line in std::fs::read_to_string(path).unwrap().lines() {
             let row = parse(line.as_bytes());
-            *weights.entry(json_row(&row, &COLUMNS)).or_default() += row["eddy_weight"].as_i64().unwrap();
+            *weights.entry(json_row(&row, &COLUMNS)).or_default() +=
+                row["eddy_weight"].as_i64().unwrap();
         }
-        assert!(weights.values().all(|w| *w >= 0), "{}: a row's summed weight went below zero", path.display());
+        assert!(
+            weights.values().all(|w| *w >= 0),
+            "{}: a row's summed weight went below zero",
+            path.display()
+        );
     }
-    weights.into_iter().flat_map(|(row, w)| std::iter::repeat_n(row, w as usize)).collect()
+    weights
+        .into_iter()
+        .flat_map(|(row, w)| std::iter::repeat_n(row, w as usize))
+        .collect()
 }
 
 /// Waits (up to 30 s) until `target` (re-read each time) equals what `view_query` returns.
-async fn sink_converges<F, Fut>(eddy: &tokio_postgres::Client, view_query: &str, what: &str, mut target: F)
-where
+async fn sink_converges<F, Fut>(
+    eddy: &tokio_postgres::Client,
+    view_query: &str,
+    what: &str,
+    mut target: F,
+) where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Vec<Vec<Option<String>>>>,
 {
@@ -213,7 +327,10 @@ where
         let want = sorted(query_text(eddy, view_query).await.unwrap());
         let got = sorted(target().await);
         if got == want {
-            assert!(!want.is_empty(), "{view_query} is empty, which checks nothing");
+            assert!(
+                !want.is_empty(),
+                "{view_query} is empty, which checks nothing"
+            );
             return;
         }
         if Instant::now() > deadline {
@@ -230,10 +347,16 @@ async fn kafka_and_file_sinks_are_exact_after_sigkill() {
     broker.create_topic("changes", 2).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
-    let args: Vec<String> = ["--checkpoint-interval", "0.2"].iter().map(|s| (*s).to_owned()).collect();
+    let args: Vec<String> = ["--checkpoint-interval", "0.2"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
     let mut server = EddyProcess::start_args(&binary(), dir.path(), &args).unwrap();
     let eddy = server.connect().await.unwrap();
-    let kafka = format!("connector = 'kafka', properties.bootstrap.server = '{}'", broker.bootstrap());
+    let kafka = format!(
+        "connector = 'kafka', properties.bootstrap.server = '{}'",
+        broker.bootstrap()
+    );
     eddy.batch_execute(&format!(
         "CREATE TABLE accounts (id INT PRIMARY KEY, balance BIGINT);
          INSERT INTO accounts SELECT g, g * 10 FROM generate_series(1, 50) AS t(g);
@@ -246,8 +369,18 @@ async fn kafka_and_file_sinks_are_exact_after_sigkill() {
     .await
     .unwrap();
     let shown = query_text(&eddy, "SHOW SINKS").await.unwrap();
-    let targets: Vec<(String, String)> = sorted(shown).into_iter().map(|r| (r[0].clone().unwrap(), r[3].clone().unwrap())).collect();
-    assert_eq!(targets, vec![("cdc".into(), "changes".into()), ("files".into(), out.path().display().to_string()), ("up".into(), "upserts".into())]);
+    let targets: Vec<(String, String)> = sorted(shown)
+        .into_iter()
+        .map(|r| (r[0].clone().unwrap(), r[3].clone().unwrap()))
+        .collect();
+    assert_eq!(
+        targets,
+        vec![
+            ("cdc".into(), "changes".into()),
+            ("files".into(), out.path().display().to_string()),
+            ("up".into(), "upserts".into())
+        ]
+    );
     let missing = eddy.batch_execute(&format!("CREATE SINK lost FROM buckets WITH ({kafka}, topic = 'no_such_topic') FORMAT UPSERT ENCODE JSON")).await.unwrap_err();
     assert_eq!(missing.code().unwrap().code(), "42704", "{missing:?}");
     let create = query_text(&eddy, "SHOW CREATE SINK cdc").await.unwrap();
@@ -265,7 +398,13 @@ async fn kafka_and_file_sinks_are_exact_after_sigkill() {
             tokio::spawn(async move {
                 for i in 0u64.. {
                     let id = (i * 7 + round) % 120;
-                    let sql = if i % 5 == 4 { format!("DELETE FROM accounts WHERE id = {id}") } else { format!("BEGIN; DELETE FROM accounts WHERE id = {id}; INSERT INTO accounts VALUES ({id}, {i}); COMMIT") };
+                    let sql = if i % 5 == 4 {
+                        format!("DELETE FROM accounts WHERE id = {id}")
+                    } else {
+                        format!(
+                            "BEGIN; DELETE FROM accounts WHERE id = {id}; INSERT INTO accounts VALUES ({id}, {i}); COMMIT"
+                        )
+                    };
                     if client.batch_execute(&sql).await.is_err() {
                         return;
                     }
@@ -283,11 +422,22 @@ async fn kafka_and_file_sinks_are_exact_after_sigkill() {
         server = server.restart().unwrap();
     }
     let eddy = server.connect().await.unwrap();
-    eddy.batch_execute("INSERT INTO accounts VALUES (1000, 1); FLUSH").await.unwrap();
+    eddy.batch_execute("INSERT INTO accounts VALUES (1000, 1); FLUSH")
+        .await
+        .unwrap();
     let view = "SELECT bucket, n, total FROM buckets";
-    sink_converges(&eddy, view, "the upsert topic", || upsert_topic(&broker, "upserts", 3)).await;
-    sink_converges(&eddy, view, "the Debezium topic", || debezium_topic(&broker, "changes", 2)).await;
-    sink_converges(&eddy, view, "the files", || std::future::ready(files_say(out.path(), "files"))).await;
+    sink_converges(&eddy, view, "the upsert topic", || {
+        upsert_topic(&broker, "upserts", 3)
+    })
+    .await;
+    sink_converges(&eddy, view, "the Debezium topic", || {
+        debezium_topic(&broker, "changes", 2)
+    })
+    .await;
+    sink_converges(&eddy, view, "the files", || {
+        std::future::ready(files_say(out.path(), "files"))
+    })
+    .await;
     // Eddy reads its own Debezium output back as a table equal to the view.
     eddy.batch_execute(&format!(
         "CREATE TABLE mirror (bucket INT PRIMARY KEY, n BIGINT, total BIGINT) WITH ({kafka}, topic = 'changes') FORMAT DEBEZIUM ENCODE JSON"
@@ -297,12 +447,23 @@ async fn kafka_and_file_sinks_are_exact_after_sigkill() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         eddy.batch_execute("FLUSH").await.unwrap();
-        let want = sorted(query_text(&eddy, "SELECT bucket, n, total FROM buckets").await.unwrap());
-        let got = sorted(query_text(&eddy, "SELECT bucket, n, total FROM mirror").await.unwrap());
+        let want = sorted(
+            query_text(&eddy, "SELECT bucket, n, total FROM buckets")
+                .await
+                .unwrap(),
+        );
+        let got = sorted(
+            query_text(&eddy, "SELECT bucket, n, total FROM mirror")
+                .await
+                .unwrap(),
+        );
         if got == want {
             break;
         }
-        assert!(Instant::now() < deadline, "the Debezium mirror has {got:?}, the view {want:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the Debezium mirror has {got:?}, the view {want:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The batch answer over the recovered table, too.
@@ -328,7 +489,13 @@ async fn a_sink_whose_target_is_down_at_start_up_starts_once_it_is_back() {
     .await
     .unwrap();
     let target = pg.connect().await.unwrap();
-    converges(&eddy, &target, "SELECT customer, total FROM totals", "SELECT customer, total::text FROM totals").await;
+    converges(
+        &eddy,
+        &target,
+        "SELECT customer, total FROM totals",
+        "SELECT customer, total::text FROM totals",
+    )
+    .await;
     drop(target);
     server.kill().unwrap();
     pg.stop();
@@ -337,13 +504,24 @@ async fn a_sink_whose_target_is_down_at_start_up_starts_once_it_is_back() {
     // Listed, with why it is not running; writes go on meanwhile.
     let shown = query_text(&eddy, "SHOW SINKS").await.unwrap();
     assert_eq!(shown.len(), 2);
-    assert!(shown.iter().all(|r| !r[6].as_deref().unwrap_or_default().is_empty()), "the sinks say why they wait: {shown:?}");
+    assert!(
+        shown
+            .iter()
+            .all(|r| !r[6].as_deref().unwrap_or_default().is_empty()),
+        "the sinks say why they wait: {shown:?}"
+    );
     eddy.batch_execute("INSERT INTO orders VALUES (3, 'ann', 5), (4, 'cy', 1); DELETE FROM orders WHERE id = 2; FLUSH").await.unwrap();
     // A waiting sink can be dropped.
     eddy.batch_execute("DROP SINK spare_pg").await.unwrap();
     pg.restart().unwrap();
     let target = pg.connect().await.unwrap();
-    converges(&eddy, &target, "SELECT customer, total FROM totals", "SELECT customer, total::text FROM totals").await;
+    converges(
+        &eddy,
+        &target,
+        "SELECT customer, total FROM totals",
+        "SELECT customer, total::text FROM totals",
+    )
+    .await;
     let shown = query_text(&eddy, "SHOW SINKS").await.unwrap();
     assert_eq!(shown.len(), 1);
     assert_eq!(shown[0][6].as_deref(), Some(""), "the sink runs: {shown:?}");
@@ -354,7 +532,10 @@ async fn a_sink_that_falls_behind_its_buffer_catches_up_with_the_view() {
     let mut pg = PostgresServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
     // A 4 KiB buffer: a few epochs of changes while PostgreSQL is down overflow it.
-    let args: Vec<String> = ["--sink-buffer-bytes", "4096"].iter().map(|s| (*s).to_owned()).collect();
+    let args: Vec<String> = ["--sink-buffer-bytes", "4096"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
     let server = EddyProcess::start_args(&binary(), dir.path(), &args).unwrap();
     let eddy = server.connect().await.unwrap();
     eddy.batch_execute(&format!(
@@ -368,15 +549,32 @@ async fn a_sink_that_falls_behind_its_buffer_catches_up_with_the_view() {
     .await
     .unwrap();
     let target = pg.connect().await.unwrap();
-    converges(&eddy, &target, "SELECT bucket, n, total FROM buckets", "SELECT bucket::text, n::text, total::text FROM buckets").await;
+    converges(
+        &eddy,
+        &target,
+        "SELECT bucket, n, total FROM buckets",
+        "SELECT bucket::text, n::text, total::text FROM buckets",
+    )
+    .await;
     drop(target);
     pg.stop();
     for i in 0..40 {
-        eddy.batch_execute(&format!("UPDATE accounts SET balance = balance + {i} WHERE id % 3 = {}; FLUSH", i % 3)).await.unwrap();
+        eddy.batch_execute(&format!(
+            "UPDATE accounts SET balance = balance + {i} WHERE id % 3 = {}; FLUSH",
+            i % 3
+        ))
+        .await
+        .unwrap();
     }
     pg.restart().unwrap();
     let target = pg.connect().await.unwrap();
-    converges(&eddy, &target, "SELECT bucket, n, total FROM buckets", "SELECT bucket::text, n::text, total::text FROM buckets").await;
+    converges(
+        &eddy,
+        &target,
+        "SELECT bucket, n, total FROM buckets",
+        "SELECT bucket::text, n::text, total::text FROM buckets",
+    )
+    .await;
     let shown = query_text(&eddy, "SHOW SINKS").await.unwrap();
     assert_eq!(shown[0][6].as_deref(), Some(""), "the sink runs: {shown:?}");
 }

@@ -23,16 +23,29 @@ fn main() {
     let files: Vec<(String, PathBuf)> = slt_files(&root)
         .into_iter()
         .map(|f| (String::new(), f))
-        .chain(slt_files(&root.join("regress")).into_iter().map(|f| ("regress/".to_owned(), f)))
+        .chain(
+            slt_files(&root.join("regress"))
+                .into_iter()
+                .map(|f| ("regress/".to_owned(), f)),
+        )
         .collect();
     let trials = files
         .into_iter()
         .map(|(prefix, file)| {
-            let name = format!("{prefix}{}", file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+            let name = format!(
+                "{prefix}{}",
+                file.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            );
             let binary = binary.clone();
             Trial::test(name, move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                runtime.block_on(eddy_testkit::run_slt_file(&binary, &file)).map_err(|e| Failed::from(format!("{e:#}")))
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime
+                    .block_on(eddy_testkit::run_slt_file(&binary, &file))
+                    .map_err(|e| Failed::from(format!("{e:#}")))
             })
         })
         .collect();

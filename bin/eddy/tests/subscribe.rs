@@ -22,7 +22,8 @@ fn s(v: &str) -> Option<String> {
 
 #[tokio::test]
 async fn cursor_over_a_view_shows_snapshot_then_changes() {
-    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let server =
+        EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -33,15 +34,30 @@ async fn cursor_over_a_view_shows_snapshot_then_changes() {
         )
         .await
         .unwrap();
-    let mut snapshot = split(query_text(&client, "FETCH ALL c WITH (timeout = '200ms')").await.unwrap());
+    let mut snapshot = split(
+        query_text(&client, "FETCH ALL c WITH (timeout = '200ms')")
+            .await
+            .unwrap(),
+    );
     snapshot.sort_by(|a, b| a.2.cmp(&b.2));
     assert_eq!(snapshot.len(), 2);
-    assert!(snapshot.iter().all(|(e, d, _)| *e == snapshot[0].0 && *d == Some(1)));
+    assert!(
+        snapshot
+            .iter()
+            .all(|(e, d, _)| *e == snapshot[0].0 && *d == Some(1))
+    );
     assert_eq!(snapshot[0].2, vec![s("1"), s("10")]);
     let first_epoch = snapshot[0].0;
 
-    client.batch_execute("UPDATE t SET v = 11 WHERE k = 1; FLUSH").await.unwrap();
-    let mut update = split(query_text(&client, "FETCH 10 c WITH (timeout = '1s')").await.unwrap());
+    client
+        .batch_execute("UPDATE t SET v = 11 WHERE k = 1; FLUSH")
+        .await
+        .unwrap();
+    let mut update = split(
+        query_text(&client, "FETCH 10 c WITH (timeout = '1s')")
+            .await
+            .unwrap(),
+    );
     update.sort_by_key(|r| r.1);
     assert_eq!(update.len(), 2, "{update:?}");
     assert_eq!(update[0].1, Some(-1));
@@ -51,13 +67,30 @@ async fn cursor_over_a_view_shows_snapshot_then_changes() {
     assert!(update[0].0 > first_epoch && update[0].0 == update[1].0);
 
     // A write that changes nothing visible produces no rows; FETCH with a timeout returns empty.
-    client.batch_execute("UPDATE t SET v = v WHERE k = 2; FLUSH").await.unwrap();
-    assert!(query_text(&client, "FETCH ALL c WITH (timeout = '100ms')").await.unwrap().is_empty());
+    client
+        .batch_execute("UPDATE t SET v = v WHERE k = 2; FLUSH")
+        .await
+        .unwrap();
+    assert!(
+        query_text(&client, "FETCH ALL c WITH (timeout = '100ms')")
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // FETCH n returns at most n rows; the rest stay for the next FETCH.
-    client.batch_execute("INSERT INTO t VALUES (3, 1), (4, 1), (5, 1); FLUSH").await.unwrap();
+    client
+        .batch_execute("INSERT INTO t VALUES (3, 1), (4, 1), (5, 1); FLUSH")
+        .await
+        .unwrap();
     assert_eq!(query_text(&client, "FETCH 2 c").await.unwrap().len(), 2);
-    assert_eq!(query_text(&client, "FETCH 2 c WITH (timeout = '100ms')").await.unwrap().len(), 1);
+    assert_eq!(
+        query_text(&client, "FETCH 2 c WITH (timeout = '100ms')")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 
     client.batch_execute("CLOSE c").await.unwrap();
     let err = client.simple_query("FETCH 1 c").await.unwrap_err();
@@ -66,7 +99,8 @@ async fn cursor_over_a_view_shows_snapshot_then_changes() {
 
 #[tokio::test]
 async fn subscribe_to_a_query_and_a_table_with_progress() {
-    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let server =
+        EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -77,18 +111,35 @@ async fn subscribe_to_a_query_and_a_table_with_progress() {
         )
         .await
         .unwrap();
-    client.batch_execute("DELETE FROM t WHERE k = 2; FLUSH").await.unwrap();
-    let rows = split(query_text(&client, "FETCH ALL q WITH (timeout = '300ms')").await.unwrap());
+    client
+        .batch_execute("DELETE FROM t WHERE k = 2; FLUSH")
+        .await
+        .unwrap();
+    let rows = split(
+        query_text(&client, "FETCH ALL q WITH (timeout = '300ms')")
+            .await
+            .unwrap(),
+    );
     // The deletion, then a progress row (diff NULL, eddy_progressed true) for its epoch.
     let changes: Vec<_> = rows.iter().filter(|r| r.2[0] == s("f")).collect();
     assert_eq!(changes.len(), 1, "{rows:?}");
     assert_eq!(changes[0].1, Some(-1));
     assert_eq!(changes[0].2, vec![s("f"), s("2")]);
-    assert!(rows.iter().any(|r| r.1.is_none() && r.2[0] == s("t") && r.0 == changes[0].0));
+    assert!(
+        rows.iter()
+            .any(|r| r.1.is_none() && r.2[0] == s("t") && r.0 == changes[0].0)
+    );
     let epochs: Vec<i64> = rows.iter().map(|r| r.0).collect();
-    assert!(epochs.windows(2).all(|w| w[0] <= w[1]), "epochs never decrease: {epochs:?}");
+    assert!(
+        epochs.windows(2).all(|w| w[0] <= w[1]),
+        "epochs never decrease: {epochs:?}"
+    );
 
-    let table = split(query_text(&client, "FETCH ALL whole WITH (timeout = '300ms')").await.unwrap());
+    let table = split(
+        query_text(&client, "FETCH ALL whole WITH (timeout = '300ms')")
+            .await
+            .unwrap(),
+    );
     let net: i64 = table.iter().map(|r| r.1.unwrap()).sum();
     assert_eq!(net, 1, "two inserts then one delete: {table:?}");
 
@@ -111,12 +162,16 @@ async fn subscribe_to_a_query_and_a_table_with_progress() {
 #[tokio::test]
 async fn copy_subscribe_streams_each_epoch_until_cancelled() {
     use futures::StreamExt;
-    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let server =
+        EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let writer = server.connect().await.unwrap();
     writer.batch_execute("CREATE TABLE t (k INT, v TEXT); INSERT INTO t VALUES (1, 'a'); CREATE MATERIALIZED VIEW s AS SELECT k, v FROM t").await.unwrap();
     let reader = server.connect().await.unwrap();
     let cancel = reader.cancel_token();
-    let stream = reader.copy_out("COPY (SUBSCRIBE TO s) TO STDOUT").await.unwrap();
+    let stream = reader
+        .copy_out("COPY (SUBSCRIBE TO s) TO STDOUT")
+        .await
+        .unwrap();
     futures::pin_mut!(stream);
     let mut text = String::new();
     let mut next_line = async || {
@@ -131,13 +186,19 @@ async fn copy_subscribe_streams_each_epoch_until_cancelled() {
     };
     let snapshot = next_line().await;
     assert!(snapshot.ends_with("\t1\t1\ta"), "{snapshot}");
-    writer.batch_execute("INSERT INTO t VALUES (2, 'tab\there'); FLUSH").await.unwrap();
+    writer
+        .batch_execute("INSERT INTO t VALUES (2, 'tab\there'); FLUSH")
+        .await
+        .unwrap();
     let change = next_line().await;
     assert!(change.ends_with("\t1\t2\ttab\\there"), "{change}");
     cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();
     let _ = next_line;
     // The subscription's resources are released: the writer and views go on.
-    writer.batch_execute("INSERT INTO t VALUES (3, 'c'); FLUSH").await.unwrap();
+    writer
+        .batch_execute("INSERT INTO t VALUES (3, 'c'); FLUSH")
+        .await
+        .unwrap();
     let n = query_text(&writer, "SELECT count(*) FROM s").await.unwrap();
     assert_eq!(n, vec![vec![s("3")]]);
 }
@@ -147,7 +208,8 @@ async fn copy_subscribe_streams_each_epoch_until_cancelled() {
 #[tokio::test]
 async fn subscribe_streams_over_the_extended_protocol() {
     use futures::StreamExt;
-    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let server =
+        EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute("CREATE TABLE t (k INT, v TEXT); INSERT INTO t VALUES (1, 'a'); CREATE MATERIALIZED VIEW m AS SELECT k, v FROM t")
@@ -156,14 +218,27 @@ async fn subscribe_streams_over_the_extended_protocol() {
     let statement = client.prepare("SUBSCRIBE TO m").await.unwrap();
     let names: Vec<&str> = statement.columns().iter().map(|c| c.name()).collect();
     assert_eq!(names, ["eddy_epoch", "eddy_diff", "k", "v"]);
-    let stream = client.query_raw(&statement, std::iter::empty::<i32>()).await.unwrap();
+    let stream = client
+        .query_raw(&statement, std::iter::empty::<i32>())
+        .await
+        .unwrap();
     let mut stream = Box::pin(stream);
     let first = stream.next().await.unwrap().unwrap();
-    assert_eq!((first.get::<_, i64>(1), first.get::<_, i32>(2), first.get::<_, String>(3)), (1, 1, "a".to_owned()));
+    assert_eq!(
+        (
+            first.get::<_, i64>(1),
+            first.get::<_, i32>(2),
+            first.get::<_, String>(3)
+        ),
+        (1, 1, "a".to_owned())
+    );
 
     // A second connection changes the table; the change arrives on the open stream.
     let writer = server.connect().await.unwrap();
-    writer.batch_execute("UPDATE t SET v = 'b'; FLUSH").await.unwrap();
+    writer
+        .batch_execute("UPDATE t SET v = 'b'; FLUSH")
+        .await
+        .unwrap();
     let mut changes = Vec::new();
     for _ in 0..2 {
         let row = stream.next().await.unwrap().unwrap();
@@ -175,21 +250,46 @@ async fn subscribe_streams_over_the_extended_protocol() {
 
     // Dropping what a subscription reads ends its stream normally.
     let second = server.connect().await.unwrap();
-    let statement = second.prepare("SUBSCRIBE (SELECT count(*) AS n FROM t)").await.unwrap();
+    let statement = second
+        .prepare("SUBSCRIBE (SELECT count(*) AS n FROM t)")
+        .await
+        .unwrap();
     let (opened, is_open) = tokio::sync::oneshot::channel();
     let ended = tokio::spawn(async move {
-        let mut stream = Box::pin(second.query_raw(&statement, std::iter::empty::<i32>()).await.unwrap());
+        let mut stream = Box::pin(
+            second
+                .query_raw(&statement, std::iter::empty::<i32>())
+                .await
+                .unwrap(),
+        );
         let snapshot = stream.next().await.unwrap().unwrap();
         opened.send(snapshot.get::<_, i64>(2)).unwrap();
-        stream.collect::<Vec<_>>().await.into_iter().map(|r| r.map(|_| ()).map_err(|e| format!("{e:?}"))).collect::<Vec<_>>()
+        stream
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .map(|r| r.map(|_| ()).map_err(|e| format!("{e:?}")))
+            .collect::<Vec<_>>()
     });
     assert_eq!(is_open.await.unwrap(), 1);
-    writer.batch_execute("DECLARE c CURSOR FOR SUBSCRIBE TO m").await.unwrap();
-    let fetched = writer.query("FETCH ALL c WITH (timeout = '200ms')", &[]).await.unwrap();
+    writer
+        .batch_execute("DECLARE c CURSOR FOR SUBSCRIBE TO m")
+        .await
+        .unwrap();
+    let fetched = writer
+        .query("FETCH ALL c WITH (timeout = '200ms')", &[])
+        .await
+        .unwrap();
     assert_eq!(fetched.len(), 1);
     assert_eq!(fetched[0].get::<_, String>("v"), "b");
-    writer.batch_execute("CLOSE c; DROP TABLE t CASCADE").await.unwrap();
-    let rows = tokio::time::timeout(std::time::Duration::from_secs(10), ended).await.unwrap().unwrap();
+    writer
+        .batch_execute("CLOSE c; DROP TABLE t CASCADE")
+        .await
+        .unwrap();
+    let rows = tokio::time::timeout(std::time::Duration::from_secs(10), ended)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(rows, vec![], "{rows:?}");
 }
 
@@ -197,7 +297,8 @@ async fn subscribe_streams_over_the_extended_protocol() {
 /// the window's old row retracted and its new row inserted, in one epoch.
 #[tokio::test]
 async fn late_row_correction_is_subscribed() {
-    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let server =
+        EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -213,19 +314,30 @@ async fn late_row_correction_is_subscribed() {
         )
         .await
         .unwrap();
-    let mut rows = split(query_text(&client, "FETCH ALL s WITH (timeout = '500ms')").await.unwrap());
+    let mut rows = split(
+        query_text(&client, "FETCH ALL s WITH (timeout = '500ms')")
+            .await
+            .unwrap(),
+    );
     rows.sort_by_key(|r| r.1);
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[0].0, rows[1].0, "one epoch");
-    assert_eq!((rows[0].1, rows[0].2.clone()), (Some(-1), vec![s("2026-01-01 00:00:00"), s("1")]));
-    assert_eq!((rows[1].1, rows[1].2.clone()), (Some(1), vec![s("2026-01-01 00:00:00"), s("2")]));
+    assert_eq!(
+        (rows[0].1, rows[0].2.clone()),
+        (Some(-1), vec![s("2026-01-01 00:00:00"), s("1")])
+    );
+    assert_eq!(
+        (rows[1].1, rows[1].2.clone()),
+        (Some(1), vec![s("2026-01-01 00:00:00"), s("2")])
+    );
 }
 
 /// `EMIT ON WINDOW CLOSE` over plain rows: a subscriber sees rows once the watermark passes
 /// them, in event-time order, whatever order they arrived in.
 #[tokio::test]
 async fn rows_released_in_event_time_order() {
-    let server = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
+    let server =
+        EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -238,7 +350,11 @@ async fn rows_released_in_event_time_order() {
         )
         .await
         .unwrap();
-    let rows = split(query_text(&client, "FETCH ALL s WITH (timeout = '500ms')").await.unwrap());
+    let rows = split(
+        query_text(&client, "FETCH ALL s WITH (timeout = '500ms')")
+            .await
+            .unwrap(),
+    );
     let ids: Vec<Option<String>> = rows.iter().map(|r| r.2[0].clone()).collect();
     assert_eq!(ids, vec![s("1"), s("2"), s("3"), s("9")], "{rows:?}");
 }

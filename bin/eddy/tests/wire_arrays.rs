@@ -51,16 +51,47 @@ async fn observe(client: &Client) -> Vec<String> {
     let scores: Vec<f64> = vec![0.25, -1.0];
     let flags: Vec<bool> = vec![true];
     let big: Vec<i64> = vec![-1, i64::MAX];
-    let insert = client.prepare("INSERT INTO items VALUES (2, $1, $2, $3, $4, $5, NULL)").await.unwrap();
-    seen.push(format!("params {:?}", insert.params().iter().map(Type::name).collect::<Vec<_>>()));
-    client.execute(&insert, &[&ints, &names, &scores, &flags, &big]).await.unwrap();
+    let insert = client
+        .prepare("INSERT INTO items VALUES (2, $1, $2, $3, $4, $5, NULL)")
+        .await
+        .unwrap();
+    seen.push(format!(
+        "params {:?}",
+        insert.params().iter().map(Type::name).collect::<Vec<_>>()
+    ));
+    client
+        .execute(&insert, &[&ints, &names, &scores, &flags, &big])
+        .await
+        .unwrap();
     // An empty list and a text-format array parameter.
     let empty: Vec<i32> = Vec::new();
-    client.execute("INSERT INTO items (id, ints) VALUES (3, $1)", &[&empty]).await.unwrap();
-    client.execute("INSERT INTO items (id, names) VALUES (4, $1::text::text[])", &[&"{p,\"q r\"}"]).await.unwrap();
+    client
+        .execute("INSERT INTO items (id, ints) VALUES (3, $1)", &[&empty])
+        .await
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO items (id, names) VALUES (4, $1::text::text[])",
+            &[&"{p,\"q r\"}"],
+        )
+        .await
+        .unwrap();
     // Results in binary.
-    let rows = client.query("SELECT id, ints, names, scores, flags, big, doc FROM items ORDER BY id", &[]).await.unwrap();
-    seen.push(format!("types {:?}", rows[0].columns().iter().map(|c| c.type_().name()).collect::<Vec<_>>()));
+    let rows = client
+        .query(
+            "SELECT id, ints, names, scores, flags, big, doc FROM items ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap();
+    seen.push(format!(
+        "types {:?}",
+        rows[0]
+            .columns()
+            .iter()
+            .map(|c| c.type_().name())
+            .collect::<Vec<_>>()
+    ));
     for row in &rows {
         let id: i32 = row.get(0);
         let ints: Option<Vec<i32>> = row.get(1);
@@ -69,28 +100,81 @@ async fn observe(client: &Client) -> Vec<String> {
         let flags: Option<Vec<bool>> = row.get(4);
         let big: Option<Vec<i64>> = row.get(5);
         let doc: Option<Jsonb> = row.get(6);
-        seen.push(format!("{id} {ints:?} {names:?} {scores:?} {flags:?} {big:?} {doc:?}"));
+        seen.push(format!(
+            "{id} {ints:?} {names:?} {scores:?} {flags:?} {big:?} {doc:?}"
+        ));
     }
     // Array parameters where arrays are expected: = ANY($1), and array functions.
     let wanted: Vec<i32> = vec![1, 4];
-    let rows = client.query("SELECT id FROM items WHERE ints[1] = ANY($1::int[]) ORDER BY id", &[&wanted]).await.unwrap();
-    seen.push(format!("any {:?}", rows.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>()));
-    let row = client.query_one("SELECT cardinality($1::int[]), $1::int[] || 9, ARRAY['a', NULL]", &[&wanted]).await.unwrap();
-    seen.push(format!("functions {} {:?} {:?}", row.get::<_, i32>(0), row.get::<_, Vec<i32>>(1), row.get::<_, Vec<Option<String>>>(2)));
-    let row = client.query_one("SELECT '{\"k\": [1, \"v\"]}'::jsonb -> 'k', jsonb_build_object('a', 1)", &[]).await.unwrap();
-    seen.push(format!("jsonb {:?} {:?}", row.get::<_, Jsonb>(0), row.get::<_, Jsonb>(1)));
+    let rows = client
+        .query(
+            "SELECT id FROM items WHERE ints[1] = ANY($1::int[]) ORDER BY id",
+            &[&wanted],
+        )
+        .await
+        .unwrap();
+    seen.push(format!(
+        "any {:?}",
+        rows.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>()
+    ));
+    let row = client
+        .query_one(
+            "SELECT cardinality($1::int[]), $1::int[] || 9, ARRAY['a', NULL]",
+            &[&wanted],
+        )
+        .await
+        .unwrap();
+    seen.push(format!(
+        "functions {} {:?} {:?}",
+        row.get::<_, i32>(0),
+        row.get::<_, Vec<i32>>(1),
+        row.get::<_, Vec<Option<String>>>(2)
+    ));
+    let row = client
+        .query_one(
+            "SELECT '{\"k\": [1, \"v\"]}'::jsonb -> 'k', jsonb_build_object('a', 1)",
+            &[],
+        )
+        .await
+        .unwrap();
+    seen.push(format!(
+        "jsonb {:?} {:?}",
+        row.get::<_, Jsonb>(0),
+        row.get::<_, Jsonb>(1)
+    ));
     // COPY FROM with array columns, text and CSV.
-    let sink = client.copy_in("COPY items (id, ints, names) FROM STDIN").await.unwrap();
+    let sink = client
+        .copy_in("COPY items (id, ints, names) FROM STDIN")
+        .await
+        .unwrap();
     futures::pin_mut!(sink);
-    sink.send(Bytes::from_static(b"10\t{7,8}\t{\"a b\",NULL,c}\n11\t\\N\t{}\n")).await.unwrap();
+    sink.send(Bytes::from_static(
+        b"10\t{7,8}\t{\"a b\",NULL,c}\n11\t\\N\t{}\n",
+    ))
+    .await
+    .unwrap();
     seen.push(format!("copy text {}", sink.finish().await.unwrap()));
-    let sink = client.copy_in("COPY items (id, ints, names) FROM STDIN WITH (FORMAT csv)").await.unwrap();
+    let sink = client
+        .copy_in("COPY items (id, ints, names) FROM STDIN WITH (FORMAT csv)")
+        .await
+        .unwrap();
     futures::pin_mut!(sink);
-    sink.send(Bytes::from_static(b"12,\"{1,2}\",\"{\"\"x, y\"\",z}\"\n")).await.unwrap();
+    sink.send(Bytes::from_static(b"12,\"{1,2}\",\"{\"\"x, y\"\",z}\"\n"))
+        .await
+        .unwrap();
     seen.push(format!("copy csv {}", sink.finish().await.unwrap()));
-    for row in client.simple_query("SELECT id, ints, names FROM items WHERE id >= 10 ORDER BY id").await.unwrap() {
+    for row in client
+        .simple_query("SELECT id, ints, names FROM items WHERE id >= 10 ORDER BY id")
+        .await
+        .unwrap()
+    {
         if let tokio_postgres::SimpleQueryMessage::Row(row) = row {
-            seen.push(format!("copied {:?} {:?} {:?}", row.get(0), row.get(1), row.get(2)));
+            seen.push(format!(
+                "copied {:?} {:?} {:?}",
+                row.get(0),
+                row.get(1),
+                row.get(2)
+            ));
         }
     }
     seen
@@ -99,8 +183,12 @@ async fn observe(client: &Client) -> Vec<String> {
 #[tokio::test]
 async fn arrays_and_jsonb_reach_drivers_as_in_postgres() {
     let pg = PostgresServer::start().expect("PostgreSQL 15 (apt-get install postgresql)");
-    let eddy = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy"))).expect("eddy starts");
+    let eddy = EddyProcess::start_fresh(std::path::Path::new(env!("CARGO_BIN_EXE_eddy")))
+        .expect("eddy starts");
     let expected = observe(&pg.connect().await.expect("connect to PostgreSQL")).await;
     let got = observe(&eddy.connect().await.expect("connect to eddy")).await;
-    assert_eq!(got, expected, "\neddy:     {got:#?}\npostgres: {expected:#?}");
+    assert_eq!(
+        got, expected,
+        "\neddy:     {got:#?}\npostgres: {expected:#?}"
+    );
 }

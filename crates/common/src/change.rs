@@ -59,13 +59,19 @@ impl ChangeBatch {
 
     /// Batches of one schema as one batch, in order (`None`: there are none).
     pub fn concat(batches: &[ChangeBatch]) -> crate::Result<Option<ChangeBatch>> {
-        let Some(first) = batches.first() else { return Ok(None) };
+        let Some(first) = batches.first() else {
+            return Ok(None);
+        };
         if batches.len() == 1 {
             return Ok(Some(first.clone()));
         }
-        let rows = arrow::compute::concat_batches(&first.schema(), batches.iter().map(ChangeBatch::rows))
-            .map_err(|e| crate::Error::internal(format!("concatenating changes: {e}")))?;
-        let diffs: Int64Array = batches.iter().flat_map(|b| b.diffs.values().iter().copied()).collect();
+        let rows =
+            arrow::compute::concat_batches(&first.schema(), batches.iter().map(ChangeBatch::rows))
+                .map_err(|e| crate::Error::internal(format!("concatenating changes: {e}")))?;
+        let diffs: Int64Array = batches
+            .iter()
+            .flat_map(|b| b.diffs.values().iter().copied())
+            .collect();
         Ok(Some(ChangeBatch { rows, diffs }))
     }
 }

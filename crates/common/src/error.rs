@@ -107,7 +107,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(state: SqlState, message: impl Into<String>) -> Self {
-        Error { state, message: message.into(), position: None, detail: None, hint: None }
+        Error {
+            state,
+            message: message.into(),
+            position: None,
+            detail: None,
+            hint: None,
+        }
     }
 
     pub fn with_position(mut self, position: usize) -> Self {
@@ -137,7 +143,10 @@ impl Error {
 
     /// A bug in Eddy (XX000). The message says so, so users report it.
     pub fn internal(message: impl fmt::Display) -> Self {
-        Error::new(SqlState::INTERNAL_ERROR, format!("internal error: {message} (this is a bug)"))
+        Error::new(
+            SqlState::INTERNAL_ERROR,
+            format!("internal error: {message} (this is a bug)"),
+        )
     }
 
     /// An I/O failure of the server's own storage (58030).

@@ -37,9 +37,14 @@ mod tests {
 
     #[test]
     fn a_panic_becomes_an_internal_error() {
-        let e = catch_panic::<()>("restoring view v", || panic!("index out of bounds")).unwrap_err();
+        let e =
+            catch_panic::<()>("restoring view v", || panic!("index out of bounds")).unwrap_err();
         assert_eq!(e.state, crate::SqlState::INTERNAL_ERROR);
-        assert!(e.message.contains("restoring view v panicked"), "{}", e.message);
+        assert!(
+            e.message.contains("restoring view v panicked"),
+            "{}",
+            e.message
+        );
         assert!(e.message.contains("index out of bounds"), "{}", e.message);
         assert_eq!(catch_panic("x", || Ok(3)).unwrap(), 3);
     }

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, RecordBatchOptions, StringArray, StructArray,
-    TimestampMicrosecondArray, new_null_array,
+    Array, ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, RecordBatchOptions,
+    StringArray, StructArray, TimestampMicrosecondArray, new_null_array,
 };
 use arrow::compute::{cast, interleave, take};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
@@ -38,8 +38,14 @@ pub struct Format {
 }
 
 impl Format {
-    pub const PLAIN_JSON: Format = Format { envelope: Envelope::Plain, encoding: Encoding::Json };
-    pub const PLAIN_CSV: Format = Format { envelope: Envelope::Plain, encoding: Encoding::Csv };
+    pub const PLAIN_JSON: Format = Format {
+        envelope: Envelope::Plain,
+        encoding: Encoding::Json,
+    };
+    pub const PLAIN_CSV: Format = Format {
+        envelope: Envelope::Plain,
+        encoding: Encoding::Csv,
+    };
 
     /// `FORMAT envelope ENCODE encoding`, as written (case-insensitive).
     pub fn parse(envelope: &str, encoding: &str) -> Result<Format> {
@@ -47,15 +53,25 @@ impl Format {
             "plain" => Envelope::Plain,
             "upsert" => Envelope::Upsert,
             "debezium" => Envelope::Debezium,
-            other => return Err(Error::unsupported(format!("FORMAT {other} is not supported (PLAIN, UPSERT or DEBEZIUM)"))),
+            other => {
+                return Err(Error::unsupported(format!(
+                    "FORMAT {other} is not supported (PLAIN, UPSERT or DEBEZIUM)"
+                )));
+            }
         };
         let encoding = match encoding.to_ascii_lowercase().as_str() {
             "json" => Encoding::Json,
             "csv" => Encoding::Csv,
-            other => return Err(Error::unsupported(format!("ENCODE {other} is not supported (JSON or CSV)"))),
+            other => {
+                return Err(Error::unsupported(format!(
+                    "ENCODE {other} is not supported (JSON or CSV)"
+                )));
+            }
         };
         if envelope != Envelope::Plain && encoding == Encoding::Csv {
-            return Err(Error::unsupported("FORMAT UPSERT and DEBEZIUM need ENCODE JSON"));
+            return Err(Error::unsupported(
+                "FORMAT UPSERT and DEBEZIUM need ENCODE JSON",
+            ));
         }
         Ok(Format { envelope, encoding })
     }
@@ -93,7 +109,9 @@ impl Include {
             "offset" => Ok(Include::Offset),
             "partition" => Ok(Include::Partition),
             "timestamp" => Ok(Include::Timestamp),
-            other => Err(Error::unsupported(format!("INCLUDE {other} is not supported (key, offset, partition or timestamp)"))),
+            other => Err(Error::unsupported(format!(
+                "INCLUDE {other} is not supported (key, offset, partition or timestamp)"
+            ))),
         }
     }
 
@@ -182,13 +200,30 @@ fn arrow_error(context: &str, err: arrow::error::ArrowError) -> Error {
 impl RecordDecoder {
     /// `table` is the table's schema: its declared columns first, then `includes` in order.
     /// Fails with 0A000 when a column's type cannot be decoded from the format.
-    pub fn new(table: SchemaRef, includes: &[Include], primary_key: &[usize], format: Format) -> Result<Self> {
-        let declared = table.fields().len().checked_sub(includes.len()).ok_or_else(|| Error::internal("more INCLUDE columns than columns"))?;
-        let value_fields: Vec<Field> = table.fields()[..declared].iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    pub fn new(
+        table: SchemaRef,
+        includes: &[Include],
+        primary_key: &[usize],
+        format: Format,
+    ) -> Result<Self> {
+        let declared = table
+            .fields()
+            .len()
+            .checked_sub(includes.len())
+            .ok_or_else(|| Error::internal("more INCLUDE columns than columns"))?;
+        let value_fields: Vec<Field> = table.fields()[..declared]
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
         let value = Arc::new(Schema::new(value_fields));
-        let not_null = (0..declared).filter(|&i| !table.field(i).is_nullable()).collect();
+        let not_null = (0..declared)
+            .filter(|&i| !table.field(i).is_nullable())
+            .collect();
         if format.envelope == Envelope::Upsert && primary_key.is_empty() {
-            return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "FORMAT UPSERT needs a PRIMARY KEY (a record's key says which row it replaces)"));
+            return Err(Error::new(
+                SqlState::INVALID_TABLE_DEFINITION,
+                "FORMAT UPSERT needs a PRIMARY KEY (a record's key says which row it replaces)",
+            ));
         }
         let envelope = (format.envelope == Envelope::Debezium).then(|| {
             let row = DataType::Struct(value.fields().clone());
@@ -198,12 +233,20 @@ impl RecordDecoder {
                 Field::new("after", row, true),
             ];
             let mut fields = change.clone();
-            fields.push(Field::new("payload", DataType::Struct(Fields::from(change)), true));
+            fields.push(Field::new(
+                "payload",
+                DataType::Struct(Fields::from(change)),
+                true,
+            ));
             Arc::new(Schema::new(fields))
         });
         let decoder = RecordDecoder {
             format,
-            includes: includes.iter().enumerate().map(|(i, inc)| (*inc, declared + i)).collect(),
+            includes: includes
+                .iter()
+                .enumerate()
+                .map(|(i, inc)| (*inc, declared + i))
+                .collect(),
             table,
             value,
             not_null,
@@ -211,7 +254,13 @@ impl RecordDecoder {
             envelope,
         };
         // Every column type must be decodable: find out now, not at the first record.
-        decoder.parse(&[], decoder.body_schema()).map_err(|e| Error::unsupported(format!("a column type cannot be read from {}: {}", format.encoding_name(), e.message)))?;
+        decoder.parse(&[], decoder.body_schema()).map_err(|e| {
+            Error::unsupported(format!(
+                "a column type cannot be read from {}: {}",
+                format.encoding_name(),
+                e.message
+            ))
+        })?;
         Ok(decoder)
     }
 
@@ -252,11 +301,19 @@ impl RecordDecoder {
         match self.format.envelope {
             Envelope::Plain => {
                 sources.push(batch);
-                picks.extend(good.iter().enumerate().map(|(row, &rec)| (rec, 0, row, RowKind::Insert)));
+                picks.extend(
+                    good.iter()
+                        .enumerate()
+                        .map(|(row, &rec)| (rec, 0, row, RowKind::Insert)),
+                );
             }
             Envelope::Upsert => {
                 sources.push(batch);
-                picks.extend(good.iter().enumerate().map(|(row, &rec)| (rec, 0, row, RowKind::Upsert)));
+                picks.extend(
+                    good.iter()
+                        .enumerate()
+                        .map(|(row, &rec)| (rec, 0, row, RowKind::Upsert)),
+                );
                 let (keys, key_errors) = self.parse_keys(records, &tombstones)?;
                 sources.push(keys);
                 let mut row = 0;
@@ -270,18 +327,26 @@ impl RecordDecoder {
                     }
                 }
             }
-            Envelope::Debezium => self.debezium_picks(&batch, &good, &mut sources, &mut picks, &mut rejected)?,
+            Envelope::Debezium => {
+                self.debezium_picks(&batch, &good, &mut sources, &mut picks, &mut rejected)?
+            }
         }
         picks.sort_by_key(|p| p.0);
         let indices: Vec<(usize, usize)> = picks.iter().map(|p| (p.1, p.2)).collect();
         // PLAIN picks every parsed row in order: the batch is used as it is, not copied.
-        let identity = sources.len() == 1 && indices.iter().enumerate().all(|(i, &(b, r))| b == 0 && r == i) && indices.len() == sources[0].num_rows();
+        let identity = sources.len() == 1
+            && indices
+                .iter()
+                .enumerate()
+                .all(|(i, &(b, r))| b == 0 && r == i)
+            && indices.len() == sources[0].num_rows();
         let columns = (0..self.value.fields().len())
             .map(|c| {
                 if identity {
                     return Ok(Arc::clone(sources[0].column(c)));
                 }
-                let arrays: Vec<&dyn Array> = sources.iter().map(|b| b.column(c).as_ref()).collect();
+                let arrays: Vec<&dyn Array> =
+                    sources.iter().map(|b| b.column(c).as_ref()).collect();
                 interleave(&arrays, &indices).map_err(|e| arrow_error("interleaving rows", e))
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
@@ -298,38 +363,89 @@ impl RecordDecoder {
                 let needed = *kind != RowKind::Delete || self.primary_key.contains(&c);
                 if keep[row] && needed && column.is_null(row) {
                     keep[row] = false;
-                    rejected.push((origin[row], format!("null value in column \"{}\" violates not-null constraint", self.table.field(c).name())));
+                    rejected.push((
+                        origin[row],
+                        format!(
+                            "null value in column \"{}\" violates not-null constraint",
+                            self.table.field(c).name()
+                        ),
+                    ));
                 }
             }
         }
-        let kept: Vec<u32> = (0..kinds.len()).filter(|&r| keep[r]).map(|r| r as u32).collect();
+        let kept: Vec<u32> = (0..kinds.len())
+            .filter(|&r| keep[r])
+            .map(|r| r as u32)
+            .collect();
         let kept_array = arrow::array::UInt32Array::from(kept.clone());
         let mut columns = columns
             .iter()
-            .map(|c| take(c.as_ref(), &kept_array, None).map_err(|e| arrow_error("dropping rejected rows", e)))
+            .map(|c| {
+                take(c.as_ref(), &kept_array, None)
+                    .map_err(|e| arrow_error("dropping rejected rows", e))
+            })
             .collect::<Result<Vec<ArrayRef>>>()?;
         let kinds: Vec<RowKind> = kept.iter().map(|&r| kinds[r as usize]).collect();
         let origin: Vec<usize> = kept.iter().map(|&r| origin[r as usize]).collect();
         for &(include, c) in &self.includes {
             let array: ArrayRef = match include {
-                Include::Key => Arc::new(BinaryArray::from(origin.iter().map(|&i| records[i].key).collect::<Vec<_>>())),
-                Include::Offset => Arc::new(Int64Array::from(origin.iter().map(|&i| records[i].offset.map(|o| o as i64)).collect::<Vec<_>>())),
-                Include::Partition => Arc::new(Int32Array::from(origin.iter().map(|&i| records[i].partition.map(|p| p as i32)).collect::<Vec<_>>())),
-                Include::Timestamp => Arc::new(TimestampMicrosecondArray::from(origin.iter().map(|&i| records[i].timestamp_micros).collect::<Vec<_>>()).with_timezone("+00:00")),
+                Include::Key => Arc::new(BinaryArray::from(
+                    origin.iter().map(|&i| records[i].key).collect::<Vec<_>>(),
+                )),
+                Include::Offset => Arc::new(Int64Array::from(
+                    origin
+                        .iter()
+                        .map(|&i| records[i].offset.map(|o| o as i64))
+                        .collect::<Vec<_>>(),
+                )),
+                Include::Partition => Arc::new(Int32Array::from(
+                    origin
+                        .iter()
+                        .map(|&i| records[i].partition.map(|p| p as i32))
+                        .collect::<Vec<_>>(),
+                )),
+                Include::Timestamp => Arc::new(
+                    TimestampMicrosecondArray::from(
+                        origin
+                            .iter()
+                            .map(|&i| records[i].timestamp_micros)
+                            .collect::<Vec<_>>(),
+                    )
+                    .with_timezone("+00:00"),
+                ),
             };
-            columns.push(cast(&array, self.table.field(c).data_type()).map_err(|e| arrow_error("INCLUDE column", e))?);
+            columns.push(
+                cast(&array, self.table.field(c).data_type())
+                    .map_err(|e| arrow_error("INCLUDE column", e))?,
+            );
         }
         let options = RecordBatchOptions::new().with_row_count(Some(kinds.len()));
         // Labelled nullable: NOT NULL was checked above, but deletes by key leave other columns null.
-        let fields: Vec<Field> = self.table.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-        let rows = RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options).map_err(|e| arrow_error("decoded rows", e))?;
+        let fields: Vec<Field> = self
+            .table
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let rows =
+            RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options)
+                .map_err(|e| arrow_error("decoded rows", e))?;
         rejected.sort_by_key(|r| r.0);
-        Ok(Decoded { rows, kinds, origins: origin, rejected })
+        Ok(Decoded {
+            rows,
+            kinds,
+            origins: origin,
+            rejected,
+        })
     }
 
     /// Parses each body into one row of `schema`; returns the rows of the bodies that parsed
     /// and, per body, why it did not.
-    fn parse_each(&self, bodies: &[&[u8]], schema: &SchemaRef) -> Result<(RecordBatch, Vec<Option<String>>)> {
+    fn parse_each(
+        &self,
+        bodies: &[&[u8]],
+        schema: &SchemaRef,
+    ) -> Result<(RecordBatch, Vec<Option<String>>)> {
         if let Ok(batch) = self.parse(bodies, schema) {
             return Ok((batch, vec![None; bodies.len()]));
         }
@@ -363,15 +479,22 @@ impl RecordDecoder {
                     .with_coerce_primitive(true)
                     .build_decoder()
                     .map_err(|e| data_error(e.to_string()))?;
-                let used = decoder.decode(&joined).map_err(|e| data_error(json_message(&e)))?;
+                let used = decoder
+                    .decode(&joined)
+                    .map_err(|e| data_error(json_message(&e)))?;
                 if used != joined.len() {
                     return Err(data_error("more than one JSON value in a record"));
                 }
                 decoder.flush().map_err(|e| data_error(json_message(&e)))?
             }
             Encoding::Csv => {
-                let mut decoder = arrow_csv::ReaderBuilder::new(Arc::clone(schema)).with_header(false).with_batch_size(n + 1).build_decoder();
-                let used = decoder.decode(&joined).map_err(|e| data_error(e.to_string()))?;
+                let mut decoder = arrow_csv::ReaderBuilder::new(Arc::clone(schema))
+                    .with_header(false)
+                    .with_batch_size(n + 1)
+                    .build_decoder();
+                let used = decoder
+                    .decode(&joined)
+                    .map_err(|e| data_error(e.to_string()))?;
                 if used != joined.len() {
                     return Err(data_error("a CSV record spans more than one line"));
                 }
@@ -380,14 +503,25 @@ impl RecordDecoder {
         };
         let batch = batch.unwrap_or_else(|| RecordBatch::new_empty(Arc::clone(schema)));
         if batch.num_rows() != n {
-            return Err(data_error(format!("expected one record per line, found {} in {n}", batch.num_rows())));
+            return Err(data_error(format!(
+                "expected one record per line, found {} in {n}",
+                batch.num_rows()
+            )));
         }
         Ok(batch)
     }
 
     /// The keys of UPSERT tombstones, as rows with only the primary key set.
-    fn parse_keys(&self, records: &[RawRecord<'_>], tombstones: &[usize]) -> Result<(RecordBatch, Vec<Option<String>>)> {
-        let key_fields: Vec<Field> = self.primary_key.iter().map(|&c| self.value.field(c).clone()).collect();
+    fn parse_keys(
+        &self,
+        records: &[RawRecord<'_>],
+        tombstones: &[usize],
+    ) -> Result<(RecordBatch, Vec<Option<String>>)> {
+        let key_fields: Vec<Field> = self
+            .primary_key
+            .iter()
+            .map(|&c| self.value.field(c).clone())
+            .collect();
         let key_schema = Arc::new(Schema::new(key_fields));
         let mut owned: Vec<Vec<u8>> = Vec::with_capacity(tombstones.len());
         for &i in tombstones {
@@ -395,7 +529,11 @@ impl RecordDecoder {
             let trimmed = key.trim_ascii_start();
             // A bare value is the key of a one-column primary key.
             if !trimmed.starts_with(b"{") && self.primary_key.len() == 1 {
-                let mut wrapped = format!("{{{}:", eddy_common::json_string(key_schema.field(0).name())).into_bytes();
+                let mut wrapped = format!(
+                    "{{{}:",
+                    eddy_common::json_string(key_schema.field(0).name())
+                )
+                .into_bytes();
                 wrapped.extend_from_slice(key);
                 wrapped.push(b'}');
                 owned.push(wrapped);
@@ -404,7 +542,10 @@ impl RecordDecoder {
             }
         }
         let bodies: Vec<&[u8]> = owned.iter().map(|b| b.as_slice()).collect();
-        let json = RecordDecoder { format: Format::PLAIN_JSON, ..self.shallow() };
+        let json = RecordDecoder {
+            format: Format::PLAIN_JSON,
+            ..self.shallow()
+        };
         let (keys, mut errors) = json.parse_each(&bodies, &key_schema)?;
         for (i, e) in errors.iter_mut().enumerate() {
             if records[tombstones[i]].key.is_none_or(is_blank) {
@@ -422,7 +563,8 @@ impl RecordDecoder {
             .collect();
         // Keys that parsed but hold a null are not keys.
         let options = RecordBatchOptions::new().with_row_count(Some(good_rows));
-        let batch = RecordBatch::try_new_with_options(Arc::clone(&self.value), columns, &options).map_err(|e| arrow_error("key rows", e))?;
+        let batch = RecordBatch::try_new_with_options(Arc::clone(&self.value), columns, &options)
+            .map_err(|e| arrow_error("key rows", e))?;
         Ok((batch, errors))
     }
 
@@ -449,18 +591,37 @@ impl RecordDecoder {
         rejected: &mut Vec<(usize, String)>,
     ) -> Result<()> {
         let column = |name: &str| -> Result<ArrayRef> {
-            let top = batch.column_by_name(name).ok_or_else(|| Error::internal("Debezium field missing"))?;
-            let payload = batch.column_by_name("payload").and_then(|p| p.as_any().downcast_ref::<StructArray>()).ok_or_else(|| Error::internal("payload"))?;
-            let nested = payload.column_by_name(name).ok_or_else(|| Error::internal("Debezium payload field missing"))?;
+            let top = batch
+                .column_by_name(name)
+                .ok_or_else(|| Error::internal("Debezium field missing"))?;
+            let payload = batch
+                .column_by_name("payload")
+                .and_then(|p| p.as_any().downcast_ref::<StructArray>())
+                .ok_or_else(|| Error::internal("payload"))?;
+            let nested = payload
+                .column_by_name(name)
+                .ok_or_else(|| Error::internal("Debezium payload field missing"))?;
             // `{"schema": ..., "payload": {...}}` (schemas enabled) or the bare change event.
-            let mask = arrow::array::BooleanArray::from((0..batch.num_rows()).map(|i| Some(payload.is_valid(i))).collect::<Vec<_>>());
-            arrow::compute::kernels::zip::zip(&mask, nested, top).map_err(|e| arrow_error("Debezium payload", e))
+            let mask = arrow::array::BooleanArray::from(
+                (0..batch.num_rows())
+                    .map(|i| Some(payload.is_valid(i)))
+                    .collect::<Vec<_>>(),
+            );
+            arrow::compute::kernels::zip::zip(&mask, nested, top)
+                .map_err(|e| arrow_error("Debezium payload", e))
         };
         let op = column("op")?;
-        let op = op.as_any().downcast_ref::<StringArray>().ok_or_else(|| Error::internal("op is not text"))?.clone();
+        let op = op
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| Error::internal("op is not text"))?
+            .clone();
         let image = |name: &str| -> Result<RecordBatch> {
             let array = column(name)?;
-            let image = array.as_any().downcast_ref::<StructArray>().ok_or_else(|| Error::internal("image is not a struct"))?;
+            let image = array
+                .as_any()
+                .downcast_ref::<StructArray>()
+                .ok_or_else(|| Error::internal("image is not a struct"))?;
             let options = RecordBatchOptions::new().with_row_count(Some(image.len()));
             let valid = image.nulls().cloned();
             let columns: Vec<ArrayRef> = image
@@ -468,18 +629,26 @@ impl RecordDecoder {
                 .iter()
                 .map(|c| match &valid {
                     // A null image nulls its fields.
-                    Some(v) => arrow::compute::nullif(c, &arrow::array::BooleanArray::new(!v.inner(), None)).map_err(|e| arrow_error("image", e)),
+                    Some(v) => arrow::compute::nullif(
+                        c,
+                        &arrow::array::BooleanArray::new(!v.inner(), None),
+                    )
+                    .map_err(|e| arrow_error("image", e)),
                     None => Ok(Arc::clone(c)),
                 })
                 .collect::<Result<_>>()?;
-            RecordBatch::try_new_with_options(Arc::clone(&self.value), columns, &options).map_err(|e| arrow_error("Debezium image", e))
+            RecordBatch::try_new_with_options(Arc::clone(&self.value), columns, &options)
+                .map_err(|e| arrow_error("Debezium image", e))
         };
         let before = image("before")?;
         let after = image("after")?;
         let (before_valid, after_valid): (Vec<bool>, Vec<bool>) = {
             let b = column("before")?;
             let a = column("after")?;
-            ((0..b.len()).map(|i| b.is_valid(i)).collect(), (0..a.len()).map(|i| a.is_valid(i)).collect())
+            (
+                (0..b.len()).map(|i| b.is_valid(i)).collect(),
+                (0..a.len()).map(|i| a.is_valid(i)).collect(),
+            )
         };
         let base = sources.len();
         sources.push(before);
@@ -504,15 +673,43 @@ impl RecordDecoder {
             };
             if (add && !has_after) || (remove && !has_before) {
                 let missing = if add && !has_after { "after" } else { "before" };
-                let why = if keyed { "" } else { " (a table without a primary key needs full before images)" };
-                rejected.push((rec, format!("Debezium op \"{}\" without \"{missing}\"{why}", op.value(row))));
+                let why = if keyed {
+                    ""
+                } else {
+                    " (a table without a primary key needs full before images)"
+                };
+                rejected.push((
+                    rec,
+                    format!(
+                        "Debezium op \"{}\" without \"{missing}\"{why}",
+                        op.value(row)
+                    ),
+                ));
                 continue;
             }
             if remove {
-                picks.push((rec, base, row, if keyed { RowKind::Delete } else { RowKind::Retract }));
+                picks.push((
+                    rec,
+                    base,
+                    row,
+                    if keyed {
+                        RowKind::Delete
+                    } else {
+                        RowKind::Retract
+                    },
+                ));
             }
             if add {
-                picks.push((rec, base + 1, row, if keyed { RowKind::Upsert } else { RowKind::Insert }));
+                picks.push((
+                    rec,
+                    base + 1,
+                    row,
+                    if keyed {
+                        RowKind::Upsert
+                    } else {
+                        RowKind::Insert
+                    },
+                ));
             }
         }
         Ok(())
@@ -523,11 +720,12 @@ fn is_blank(bytes: &[u8]) -> bool {
     bytes.iter().all(u8::is_ascii_whitespace)
 }
 
-
 /// arrow-json's messages, without the "Json error: " prefix that tells a user nothing.
 fn json_message(err: &arrow::error::ArrowError) -> String {
     let text = err.to_string();
-    text.strip_prefix("Json error: ").map(str::to_owned).unwrap_or(text)
+    text.strip_prefix("Json error: ")
+        .map(str::to_owned)
+        .unwrap_or(text)
 }
 
 #[cfg(test)]
@@ -545,12 +743,25 @@ mod tests {
     }
 
     fn values(lines: &[&'static str]) -> Vec<RawRecord<'static>> {
-        lines.iter().enumerate().map(|(i, l)| RawRecord { value: Some(l.as_bytes()), offset: Some(i as u64), ..RawRecord::default() }).collect()
+        lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| RawRecord {
+                value: Some(l.as_bytes()),
+                offset: Some(i as u64),
+                ..RawRecord::default()
+            })
+            .collect()
     }
 
     fn cells(rows: &RecordBatch) -> Vec<String> {
         (0..rows.num_rows())
-            .map(|r| (0..rows.num_columns()).map(|c| array_value_to_string(rows.column(c), r).unwrap()).collect::<Vec<_>>().join("|"))
+            .map(|r| {
+                (0..rows.num_columns())
+                    .map(|c| array_value_to_string(rows.column(c), r).unwrap())
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
             .collect()
     }
 
@@ -567,10 +778,19 @@ mod tests {
             r#"[1, 2]"#,
         ]);
         let decoded = decoder.decode(&records).unwrap();
-        assert_eq!(cells(&decoded.rows), vec!["1|a|2024-01-01T00:00:00", "5|55|"]);
+        assert_eq!(
+            cells(&decoded.rows),
+            vec!["1|a|2024-01-01T00:00:00", "5|55|"]
+        );
         let rejected: Vec<usize> = decoded.rejected.iter().map(|r| r.0).collect();
         assert_eq!(rejected, vec![1, 2, 3, 4, 6]);
-        assert!(decoded.rejected[1].1.contains("null value in column \"id\""), "{:?}", decoded.rejected);
+        assert!(
+            decoded.rejected[1]
+                .1
+                .contains("null value in column \"id\""),
+            "{:?}",
+            decoded.rejected
+        );
     }
 
     #[test]
@@ -581,7 +801,13 @@ mod tests {
             Field::new("off", DataType::Int64, true),
             Field::new("part", DataType::Int32, true),
         ]));
-        let decoder = RecordDecoder::new(table, &[Include::Offset, Include::Partition], &[], Format::PLAIN_CSV).unwrap();
+        let decoder = RecordDecoder::new(
+            table,
+            &[Include::Offset, Include::Partition],
+            &[],
+            Format::PLAIN_CSV,
+        )
+        .unwrap();
         let mut records = values(&["1,x", "oops,y", "3,"]);
         records[2].partition = Some(7);
         let decoded = decoder.decode(&records).unwrap();
@@ -592,23 +818,66 @@ mod tests {
 
     #[test]
     fn upsert_values_and_tombstones_in_record_order() {
-        let decoder = RecordDecoder::new(schema(), &[], &[0], Format::parse("upsert", "json").unwrap()).unwrap();
+        let decoder = RecordDecoder::new(
+            schema(),
+            &[],
+            &[0],
+            Format::parse("upsert", "json").unwrap(),
+        )
+        .unwrap();
         let records = vec![
-            RawRecord { key: Some(b"1"), value: Some(br#"{"id": 1, "name": "a"}"#), ..RawRecord::default() },
-            RawRecord { key: Some(b"1"), value: None, ..RawRecord::default() },
-            RawRecord { key: Some(br#"{"id": 2}"#), value: None, ..RawRecord::default() },
-            RawRecord { key: Some(b"nope"), value: None, ..RawRecord::default() },
-            RawRecord { key: None, value: Some(br#"{"id": 3, "name": "c"}"#), ..RawRecord::default() },
+            RawRecord {
+                key: Some(b"1"),
+                value: Some(br#"{"id": 1, "name": "a"}"#),
+                ..RawRecord::default()
+            },
+            RawRecord {
+                key: Some(b"1"),
+                value: None,
+                ..RawRecord::default()
+            },
+            RawRecord {
+                key: Some(br#"{"id": 2}"#),
+                value: None,
+                ..RawRecord::default()
+            },
+            RawRecord {
+                key: Some(b"nope"),
+                value: None,
+                ..RawRecord::default()
+            },
+            RawRecord {
+                key: None,
+                value: Some(br#"{"id": 3, "name": "c"}"#),
+                ..RawRecord::default()
+            },
         ];
         let decoded = decoder.decode(&records).unwrap();
         assert_eq!(cells(&decoded.rows), vec!["1|a|", "1||", "2||", "3|c|"]);
-        assert_eq!(decoded.kinds, vec![RowKind::Upsert, RowKind::Delete, RowKind::Delete, RowKind::Upsert]);
-        assert_eq!(decoded.rejected.iter().map(|r| r.0).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(
+            decoded.kinds,
+            vec![
+                RowKind::Upsert,
+                RowKind::Delete,
+                RowKind::Delete,
+                RowKind::Upsert
+            ]
+        );
+        assert_eq!(
+            decoded.rejected.iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![3]
+        );
     }
 
     #[test]
     fn debezium_envelopes_with_and_without_schema() {
-        let decoder = RecordDecoder::new(schema(), &[], &[0], Format::parse("debezium", "json").unwrap()).unwrap();
+        let decoder = RecordDecoder::new(
+            schema(),
+            &[],
+            &[0],
+            Format::parse("debezium", "json").unwrap(),
+        )
+        .unwrap();
         let records = values(&[
             r#"{"op": "r", "before": null, "after": {"id": 1, "name": "a"}}"#,
             r#"{"schema": {}, "payload": {"op": "u", "before": {"id": 1, "name": "a"}, "after": {"id": 1, "name": "b"}}}"#,
@@ -618,14 +887,35 @@ mod tests {
             r#"{"op": "u", "before": null, "after": {"id": 2, "name": "z"}}"#,
         ]);
         let decoded = decoder.decode(&records).unwrap();
-        assert_eq!(cells(&decoded.rows), vec!["1|a|", "1|a|", "1|b|", "1||", "2|z|"]);
-        assert_eq!(decoded.kinds, vec![RowKind::Upsert, RowKind::Delete, RowKind::Upsert, RowKind::Delete, RowKind::Upsert]);
-        assert_eq!(decoded.rejected.iter().map(|r| r.0).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(
+            cells(&decoded.rows),
+            vec!["1|a|", "1|a|", "1|b|", "1||", "2|z|"]
+        );
+        assert_eq!(
+            decoded.kinds,
+            vec![
+                RowKind::Upsert,
+                RowKind::Delete,
+                RowKind::Upsert,
+                RowKind::Delete,
+                RowKind::Upsert
+            ]
+        );
+        assert_eq!(
+            decoded.rejected.iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
     }
 
     #[test]
     fn debezium_without_a_key_retracts_full_before_images() {
-        let decoder = RecordDecoder::new(schema(), &[], &[], Format::parse("debezium", "json").unwrap()).unwrap();
+        let decoder = RecordDecoder::new(
+            schema(),
+            &[],
+            &[],
+            Format::parse("debezium", "json").unwrap(),
+        )
+        .unwrap();
         let records = values(&[
             r#"{"op": "c", "after": {"id": 1, "name": "a"}}"#,
             r#"{"op": "u", "before": null, "after": {"id": 1, "name": "b"}}"#,
@@ -639,7 +929,10 @@ mod tests {
 
     #[test]
     fn upsert_needs_a_key_and_csv_is_plain_only() {
-        assert!(RecordDecoder::new(schema(), &[], &[], Format::parse("upsert", "json").unwrap()).is_err());
+        assert!(
+            RecordDecoder::new(schema(), &[], &[], Format::parse("upsert", "json").unwrap())
+                .is_err()
+        );
         assert!(Format::parse("debezium", "csv").is_err());
     }
 }

@@ -17,7 +17,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Builder, RecordBatch, RecordBatchOptions, StringBuilder, TimestampMicrosecondBuilder};
+use arrow::array::{
+    ArrayRef, Int64Builder, RecordBatch, RecordBatchOptions, StringBuilder,
+    TimestampMicrosecondBuilder,
+};
 use arrow::datatypes::{DataType, Field, SchemaRef, TimeUnit};
 use eddy_common::{Error, Result, SqlState};
 
@@ -51,9 +54,24 @@ pub const DEFAULT_EVENT_RATE: u64 = 10_000_000;
 pub const DEFAULT_BASE_TIME_MS: i64 = 1_436_918_400_000;
 
 const US_STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
-const US_CITIES: [&str; 10] = ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent", "Cheyenne"];
-const FIRST_NAMES: [&str; 11] = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter"];
-const LAST_NAMES: [&str; 9] = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris"];
+const US_CITIES: [&str; 10] = [
+    "Phoenix",
+    "Los Angeles",
+    "San Francisco",
+    "Boise",
+    "Portland",
+    "Bend",
+    "Redmond",
+    "Seattle",
+    "Kent",
+    "Cheyenne",
+];
+const FIRST_NAMES: [&str; 11] = [
+    "Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter",
+];
+const LAST_NAMES: [&str; 9] = [
+    "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
+];
 const HOT_CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
 const HOT_URLS: [&str; 4] = [
     "https://www.nexmark.com/googl/item.htm?query=1",
@@ -76,7 +94,9 @@ impl EventKind {
             "person" => Ok(EventKind::Person),
             "auction" => Ok(EventKind::Auction),
             "bid" => Ok(EventKind::Bid),
-            other => Err(Error::invalid_parameter(format!("nexmark.table.type must be 'person', 'auction' or 'bid', not '{other}'"))),
+            other => Err(Error::invalid_parameter(format!(
+                "nexmark.table.type must be 'person', 'auction' or 'bid', not '{other}'"
+            ))),
         }
     }
 
@@ -115,7 +135,15 @@ impl EventKind {
                 ("category", Int),
                 ("extra", Text),
             ],
-            EventKind::Bid => &[("auction", Int), ("bidder", Int), ("price", Int), ("channel", Text), ("url", Text), ("date_time", Time), ("extra", Text)],
+            EventKind::Bid => &[
+                ("auction", Int),
+                ("bidder", Int),
+                ("price", Int),
+                ("channel", Text),
+                ("url", Text),
+                ("date_time", Time),
+                ("extra", Text),
+            ],
         }
     }
 }
@@ -185,12 +213,28 @@ impl NexmarkGenerator {
             .fields()
             .iter()
             .map(|f| {
-                let (i, (_, column)) = standard.iter().enumerate().find(|(_, (name, _))| *name == f.name()).ok_or_else(|| {
-                    let names: Vec<&str> = standard.iter().map(|(n, _)| *n).collect();
-                    Error::new(SqlState::INVALID_TABLE_DEFINITION, format!("column \"{}\" is not a Nexmark {:?} field ({})", f.name(), config.kind, names.join(", ")).to_lowercase())
-                })?;
+                let (i, (_, column)) = standard
+                    .iter()
+                    .enumerate()
+                    .find(|(_, (name, _))| *name == f.name())
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = standard.iter().map(|(n, _)| *n).collect();
+                        Error::new(
+                            SqlState::INVALID_TABLE_DEFINITION,
+                            format!(
+                                "column \"{}\" is not a Nexmark {:?} field ({})",
+                                f.name(),
+                                config.kind,
+                                names.join(", ")
+                            )
+                            .to_lowercase(),
+                        )
+                    })?;
                 if !column.accepts(f.data_type()) {
-                    return Err(Error::new(SqlState::DATATYPE_MISMATCH, format!("Nexmark column \"{}\" must be {}", f.name(), column.sql())));
+                    return Err(Error::new(
+                        SqlState::DATATYPE_MISMATCH,
+                        format!("Nexmark column \"{}\" must be {}", f.name(), column.sql()),
+                    ));
                 }
                 Ok(i)
             })
@@ -198,7 +242,12 @@ impl NexmarkGenerator {
         if config.splits == 0 || split >= config.splits {
             return Err(Error::internal("nexmark split out of range"));
         }
-        Ok(NexmarkGenerator { config, split, schema, columns })
+        Ok(NexmarkGenerator {
+            config,
+            split,
+            schema,
+            columns,
+        })
     }
 
     /// How many positions (event ids of this split, of every kind) the run has; `None`:
@@ -206,7 +255,11 @@ impl NexmarkGenerator {
     pub fn end(&self) -> Option<u64> {
         let n = self.config.event_num?;
         let (split, splits) = (u64::from(self.split), u64::from(self.config.splits));
-        Some(if n > split { (n - split).div_ceil(splits) } else { 0 })
+        Some(if n > split {
+            (n - split).div_ceil(splits)
+        } else {
+            0
+        })
     }
 
     /// The global event id at a position of this split.
@@ -228,7 +281,12 @@ impl NexmarkGenerator {
     /// The rows of the events at positions `from..` (at most `positions` of them, fewer at the
     /// end of a finite run), and the position after them. Events of other kinds are skipped.
     pub fn generate(&self, from: u64, positions: u64) -> Result<(RecordBatch, u64)> {
-        let until = self.end().map_or(from.saturating_add(positions), |end| end.min(from.saturating_add(positions))).max(from);
+        let until = self
+            .end()
+            .map_or(from.saturating_add(positions), |end| {
+                end.min(from.saturating_add(positions))
+            })
+            .max(from);
         let capacity = match self.config.kind {
             EventKind::Bid => (until - from) as usize,
             _ => ((until - from) / 10) as usize + 1,
@@ -259,9 +317,11 @@ impl NexmarkGenerator {
     fn person(&self, id: u64, rng: &mut SplitMix64, s: &mut Scratch, out: &mut Builders) {
         let person = last_base0_person_id(id) as i64 + FIRST_PERSON_ID;
         s.name.clear();
-        s.name.push_str(FIRST_NAMES[rng.below(FIRST_NAMES.len() as u64) as usize]);
+        s.name
+            .push_str(FIRST_NAMES[rng.below(FIRST_NAMES.len() as u64) as usize]);
         s.name.push(' ');
-        s.name.push_str(LAST_NAMES[rng.below(LAST_NAMES.len() as u64) as usize]);
+        s.name
+            .push_str(LAST_NAMES[rng.below(LAST_NAMES.len() as u64) as usize]);
         s.a.clear();
         next_string(rng, 7, &mut s.a);
         s.a.push('@');
@@ -280,12 +340,25 @@ impl NexmarkGenerator {
         s.extra.clear();
         next_extra(rng, size, AVG_PERSON_BYTES, &mut s.extra);
         let time = self.timestamp_ms(id) * 1000;
-        out.push(&[Value::Int(person), Value::Text(&s.name), Value::Text(&s.a), Value::Text(&s.b), Value::Text(city), Value::Text(state), Value::Time(time), Value::Text(&s.extra)]);
+        out.push(&[
+            Value::Int(person),
+            Value::Text(&s.name),
+            Value::Text(&s.a),
+            Value::Text(&s.b),
+            Value::Text(city),
+            Value::Text(state),
+            Value::Time(time),
+            Value::Text(&s.extra),
+        ]);
     }
 
     fn auction(&self, id: u64, rng: &mut SplitMix64, s: &mut Scratch, out: &mut Builders) {
         let auction = last_base0_auction_id(id) as i64 + FIRST_AUCTION_ID;
-        let seller = if rng.below(HOT_SELLERS_RATIO) > 0 { (last_base0_person_id(id) / HOT_GROUP) * HOT_GROUP } else { next_base0_person_id(id, rng) };
+        let seller = if rng.below(HOT_SELLERS_RATIO) > 0 {
+            (last_base0_person_id(id) / HOT_GROUP) * HOT_GROUP
+        } else {
+            next_base0_person_id(id, rng)
+        };
         let category = FIRST_CATEGORY_ID + rng.below(NUM_CATEGORIES) as i64;
         let initial_bid = next_price(rng);
         let time_ms = self.timestamp_ms(id);
@@ -316,9 +389,17 @@ impl NexmarkGenerator {
     }
 
     fn bid(&self, id: u64, rng: &mut SplitMix64, s: &mut Scratch, out: &mut Builders) {
-        let auction = if rng.below(HOT_AUCTION_RATIO) > 0 { (last_base0_auction_id(id) / HOT_GROUP) * HOT_GROUP } else { next_base0_auction_id(id, rng) };
+        let auction = if rng.below(HOT_AUCTION_RATIO) > 0 {
+            (last_base0_auction_id(id) / HOT_GROUP) * HOT_GROUP
+        } else {
+            next_base0_auction_id(id, rng)
+        };
         // The second of the batch, so that hot bidders and hot sellers differ.
-        let bidder = if rng.below(HOT_BIDDERS_RATIO) > 0 { (last_base0_person_id(id) / HOT_GROUP) * HOT_GROUP + 1 } else { next_base0_person_id(id, rng) };
+        let bidder = if rng.below(HOT_BIDDERS_RATIO) > 0 {
+            (last_base0_person_id(id) / HOT_GROUP) * HOT_GROUP + 1
+        } else {
+            next_base0_person_id(id, rng)
+        };
         let price = next_price(rng);
         let channel_number = rng.below(CHANNELS_NUMBER);
         let (channel, url): (&str, &str) = if rng.below(HOT_CHANNELS_RATIO) > 0 {
@@ -365,7 +446,13 @@ struct Builders {
 
 impl Builders {
     fn new(kind: EventKind, capacity: usize) -> Builders {
-        let mut b = Builders { ints: Vec::new(), texts: Vec::new(), times: Vec::new(), slots: Vec::new(), rows: 0 };
+        let mut b = Builders {
+            ints: Vec::new(),
+            texts: Vec::new(),
+            times: Vec::new(),
+            slots: Vec::new(),
+            rows: 0,
+        };
         for (_, column) in kind.columns() {
             let slot = match column {
                 Column::Int => {
@@ -373,11 +460,13 @@ impl Builders {
                     b.ints.len() - 1
                 }
                 Column::Text => {
-                    b.texts.push(StringBuilder::with_capacity(capacity, capacity * 16));
+                    b.texts
+                        .push(StringBuilder::with_capacity(capacity, capacity * 16));
                     b.texts.len() - 1
                 }
                 Column::Time => {
-                    b.times.push(TimestampMicrosecondBuilder::with_capacity(capacity));
+                    b.times
+                        .push(TimestampMicrosecondBuilder::with_capacity(capacity));
                     b.times.len() - 1
                 }
             };
@@ -429,7 +518,11 @@ fn last_base0_person_id(id: u64) -> u64 {
     let epoch = id / TOTAL_PROPORTION;
     let offset = id % TOTAL_PROPORTION;
     // Past the people of this epoch: the last of them.
-    let offset = if offset < PERSON_PROPORTION { offset } else { PERSON_PROPORTION - 1 };
+    let offset = if offset < PERSON_PROPORTION {
+        offset
+    } else {
+        PERSON_PROPORTION - 1
+    };
     epoch * PERSON_PROPORTION + offset
 }
 
@@ -439,7 +532,9 @@ fn last_base0_auction_id(id: u64) -> u64 {
     let mut offset = id % TOTAL_PROPORTION;
     if offset < PERSON_PROPORTION {
         // About to generate a person: the last auction of the previous epoch.
-        let Some(previous) = epoch.checked_sub(1) else { return 0 };
+        let Some(previous) = epoch.checked_sub(1) else {
+            return 0;
+        };
         epoch = previous;
         offset = AUCTION_PROPORTION - 1;
     } else if offset >= PERSON_PROPORTION + AUCTION_PROPORTION {
@@ -568,14 +663,22 @@ mod tests {
     use arrow::datatypes::{Int64Type, Schema, TimestampMicrosecondType};
 
     fn config(kind: EventKind, splits: u32) -> NexmarkConfig {
-        NexmarkConfig { kind, seed: 7, event_rate: 10_000, event_num: Some(10_000), base_time_ms: 0, splits }
+        NexmarkConfig {
+            kind,
+            seed: 7,
+            event_rate: 10_000,
+            event_num: Some(10_000),
+            base_time_ms: 0,
+            splits,
+        }
     }
 
     fn all(kind: EventKind, splits: u32) -> Vec<RecordBatch> {
         let schema = Arc::new(Schema::new(standard_fields(kind)));
         (0..splits)
             .map(|s| {
-                let g = NexmarkGenerator::new(config(kind, splits), Arc::clone(&schema), s).unwrap();
+                let g =
+                    NexmarkGenerator::new(config(kind, splits), Arc::clone(&schema), s).unwrap();
                 let end = g.end().unwrap();
                 g.generate(0, end).unwrap().0
             })
@@ -583,7 +686,16 @@ mod tests {
     }
 
     fn ints(batches: &[RecordBatch], column: &str) -> Vec<i64> {
-        let mut out: Vec<i64> = batches.iter().flat_map(|b| b.column_by_name(column).unwrap().as_primitive::<Int64Type>().values().to_vec()).collect();
+        let mut out: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                b.column_by_name(column)
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
         out.sort();
         out
     }
@@ -594,17 +706,35 @@ mod tests {
         let auctions = all(EventKind::Auction, 1);
         let bids = all(EventKind::Bid, 1);
         let count = |b: &[RecordBatch]| b.iter().map(RecordBatch::num_rows).sum::<usize>();
-        assert_eq!((count(&people), count(&auctions), count(&bids)), (200, 600, 9200));
+        assert_eq!(
+            (count(&people), count(&auctions), count(&bids)),
+            (200, 600, 9200)
+        );
         assert_eq!(ints(&people, "id"), (1000..1200).collect::<Vec<_>>());
         assert_eq!(ints(&auctions, "id"), (1000..1600).collect::<Vec<_>>());
         let categories = ints(&auctions, "category");
         assert!(categories.iter().all(|c| (10..15).contains(c)));
         // Sellers and bidders are people that exist (or a few ahead), auctions too.
-        assert!(ints(&auctions, "seller").iter().all(|s| (1000..1210).contains(s)));
-        assert!(ints(&bids, "bidder").iter().all(|b| (1000..1210).contains(b)));
-        assert!(ints(&bids, "auction").iter().all(|a| (1000..1600).contains(a)));
+        assert!(
+            ints(&auctions, "seller")
+                .iter()
+                .all(|s| (1000..1210).contains(s))
+        );
+        assert!(
+            ints(&bids, "bidder")
+                .iter()
+                .all(|b| (1000..1210).contains(b))
+        );
+        assert!(
+            ints(&bids, "auction")
+                .iter()
+                .all(|a| (1000..1600).contains(a))
+        );
         // Hot auctions: about half the bids go to the first of the last 100 auctions.
-        let hot = ints(&bids, "auction").iter().filter(|a| (**a - 1000) % 100 == 0).count();
+        let hot = ints(&bids, "auction")
+            .iter()
+            .filter(|a| (**a - 1000) % 100 == 0)
+            .count();
         assert!((4000..5500).contains(&hot), "{hot}");
         let prices = ints(&bids, "price");
         assert!(prices[0] >= 100 && *prices.last().unwrap() <= 100_000_000);
@@ -613,12 +743,30 @@ mod tests {
     #[test]
     fn event_time_advances_with_the_rate_not_the_clock() {
         let bids = all(EventKind::Bid, 1);
-        let times: Vec<i64> = bids.iter().flat_map(|b| b.column_by_name("date_time").unwrap().as_primitive::<TimestampMicrosecondType>().values().to_vec()).collect();
+        let times: Vec<i64> = bids
+            .iter()
+            .flat_map(|b| {
+                b.column_by_name("date_time")
+                    .unwrap()
+                    .as_primitive::<TimestampMicrosecondType>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
         // 10 000 events per second: event 9999 is at 999.9 ms, truncated to ms.
         assert_eq!(*times.last().unwrap(), 999_000);
         assert!(times.windows(2).all(|w| w[0] <= w[1]));
         // Sizes average the standard ones.
-        let extra: usize = bids.iter().map(|b| b.column_by_name("extra").unwrap().as_string::<i32>().values().len()).sum();
+        let extra: usize = bids
+            .iter()
+            .map(|b| {
+                b.column_by_name("extra")
+                    .unwrap()
+                    .as_string::<i32>()
+                    .values()
+                    .len()
+            })
+            .sum();
         let average = extra as f64 / 9200.0 + 32.0;
         assert!((95.0..105.0).contains(&average), "{average}");
     }
@@ -642,15 +790,32 @@ mod tests {
 
     #[test]
     fn a_table_may_declare_some_of_the_columns_in_any_order() {
-        let schema = Arc::new(Schema::new(vec![Field::new("price", DataType::Int64, true), Field::new("auction", DataType::Int64, true)]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("price", DataType::Int64, true),
+            Field::new("auction", DataType::Int64, true),
+        ]));
         let g = NexmarkGenerator::new(config(EventKind::Bid, 1), schema, 0).unwrap();
         let (batch, _) = g.generate(0, 100).unwrap();
         assert_eq!(batch.num_columns(), 2);
         assert_eq!(batch.num_rows(), 92);
-        let prices = batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let prices = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
         assert_eq!(prices.len(), 92);
-        let wrong = Arc::new(Schema::new(vec![Field::new("price", DataType::Int32, true)]));
-        assert_eq!(NexmarkGenerator::new(config(EventKind::Bid, 1), wrong, 0).err().unwrap().state, SqlState::DATATYPE_MISMATCH);
+        let wrong = Arc::new(Schema::new(vec![Field::new(
+            "price",
+            DataType::Int32,
+            true,
+        )]));
+        assert_eq!(
+            NexmarkGenerator::new(config(EventKind::Bid, 1), wrong, 0)
+                .err()
+                .unwrap()
+                .state,
+            SqlState::DATATYPE_MISMATCH
+        );
         let unknown = Arc::new(Schema::new(vec![Field::new("nope", DataType::Int64, true)]));
         assert!(NexmarkGenerator::new(config(EventKind::Bid, 1), unknown, 0).is_err());
     }

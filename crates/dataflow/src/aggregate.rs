@@ -32,13 +32,12 @@ use datafusion::common::ScalarValue;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 use hashbrown::HashTable;
 
-use crate::{Operator, OperatorState, checkpoint};
 use crate::event_time::EventTime;
 use crate::plan::{AggregateCall, Expr, WindowClose};
 use crate::rows::{arrow_error, batch_of, eval_error, take_columns};
+use crate::{Operator, OperatorState, checkpoint};
 
 use crate::aggregate_call::{Call, GroupId, Kind, Runs};
-
 
 pub struct Aggregate {
     input: Box<dyn Operator>,
@@ -87,11 +86,27 @@ impl Aggregate {
         append_only: bool,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let calls = aggregates.into_iter().map(|spec| Call::new(spec, input_schema, append_only)).collect::<Result<Vec<_>>>()?;
-        let value_fields: Vec<SortField> = schema.fields().iter().skip(group_exprs.len()).map(|f| SortField::new(f.data_type().clone())).collect();
-        let value_converter = if value_fields.is_empty() { None } else { Some(RowConverter::new(value_fields).map_err(arrow_error)?) };
+        let calls = aggregates
+            .into_iter()
+            .map(|spec| Call::new(spec, input_schema, append_only))
+            .collect::<Result<Vec<_>>>()?;
+        let value_fields: Vec<SortField> = schema
+            .fields()
+            .iter()
+            .skip(group_exprs.len())
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let value_converter = if value_fields.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(value_fields).map_err(arrow_error)?)
+        };
         let global = group_exprs.is_empty();
-        let key_types = group_exprs.iter().map(|e| e.data_type(input_schema)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
+        let key_types = group_exprs
+            .iter()
+            .map(|e| e.data_type(input_schema))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(eval_error)?;
         let mut op = Aggregate {
             input,
             group_exprs,
@@ -129,7 +144,8 @@ impl Aggregate {
         let g = match self.free.pop() {
             Some(g) => g,
             None => {
-                let g = GroupId::try_from(self.keys.len()).map_err(|_| Error::internal("more than 2^32 groups"))?;
+                let g = GroupId::try_from(self.keys.len())
+                    .map_err(|_| Error::internal("more than 2^32 groups"))?;
                 self.keys.push(Box::default());
                 self.alive.push(false);
                 self.counts.push(0);
@@ -151,7 +167,10 @@ impl Aggregate {
         if let Some((w, _)) = &self.window
             && window_end != i64::MAX
         {
-            self.expiry.entry(window_end.saturating_add(w.lateness.allowed_micros)).or_default().push(g);
+            self.expiry
+                .entry(window_end.saturating_add(w.lateness.allowed_micros))
+                .or_default()
+                .push(g);
         }
         self.live += 1;
         Ok(g)
@@ -187,8 +206,12 @@ impl Aggregate {
 
     /// The window end (µs) of the group key at row `i` of `keys`.
     fn window_end_of(&self, keys: &[ArrayRef], i: usize) -> Result<i64> {
-        let Some((w, _)) = &self.window else { return Ok(i64::MAX) };
-        let Some(column) = keys.get(w.key) else { return Ok(i64::MAX) };
+        let Some((w, _)) = &self.window else {
+            return Ok(i64::MAX);
+        };
+        let Some(column) = keys.get(w.key) else {
+            return Ok(i64::MAX);
+        };
         let micros = match ScalarValue::try_from_array(column, i).map_err(eval_error)? {
             ScalarValue::TimestampMicrosecond(Some(v), _) => v,
             ScalarValue::TimestampNanosecond(Some(v), _) => v.div_euclid(1000),
@@ -211,14 +234,18 @@ impl Aggregate {
         for (i, row) in encoded.iter().enumerate() {
             let bytes: &[u8] = row.as_ref();
             let hash = self.hasher.hash_one(bytes);
-            let found = self.table.find(hash, |&g| &*self.keys[g as usize] == bytes).copied();
+            let found = self
+                .table
+                .find(hash, |&g| &*self.keys[g as usize] == bytes)
+                .copied();
             let g = match found {
                 Some(g) => g,
                 None => {
                     let end = self.window_end_of(&keys, i)?;
                     let g = self.new_group(bytes.into(), end)?;
                     let (keys, hasher) = (&self.keys, &self.hasher);
-                    self.table.insert_unique(hash, g, |&x| hasher.hash_one(&*keys[x as usize]));
+                    self.table
+                        .insert_unique(hash, g, |&x| hasher.hash_one(&*keys[x as usize]));
                     g
                 }
             };
@@ -230,10 +257,16 @@ impl Aggregate {
     /// The group keys' row format (made on first use: most aggregates are never restored).
     fn key_converter(&mut self) -> Result<&RowConverter> {
         if self.key_converter.is_none() {
-            let fields = self.key_types.iter().map(|t| SortField::new(t.clone())).collect();
+            let fields = self
+                .key_types
+                .iter()
+                .map(|t| SortField::new(t.clone()))
+                .collect();
             self.key_converter = Some(RowConverter::new(fields).map_err(arrow_error)?);
         }
-        self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))
+        self.key_converter
+            .as_ref()
+            .ok_or_else(|| Error::internal("no key converter"))
     }
 
     fn absorb(&mut self, changes: &ChangeBatch) -> Result<()> {
@@ -247,7 +280,11 @@ impl Aggregate {
             self.counts[g as usize] += d;
             self.mark_dirty(g);
         }
-        let runs = self.calls.iter().any(|c| matches!(c.kind, Kind::Generic)).then(|| Runs::of(&ids));
+        let runs = self
+            .calls
+            .iter()
+            .any(|c| matches!(c.kind, Kind::Generic))
+            .then(|| Runs::of(&ids));
         for call in &mut self.calls {
             call.absorb(rows, &ids, diffs, runs.as_ref())?;
         }
@@ -262,7 +299,9 @@ impl Aggregate {
     /// Frees the state of windows the watermark has passed by more than the allowed lateness;
     /// their rows stay in the view.
     fn evict(&mut self) -> Result<()> {
-        let (Some(watermark), Some((w, _))) = (self.watermark(), self.window.as_ref()) else { return Ok(()) };
+        let (Some(watermark), Some((w, _))) = (self.watermark(), self.window.as_ref()) else {
+            return Ok(());
+        };
         if self.evicted_to == Some(watermark) {
             return Ok(());
         }
@@ -296,10 +335,19 @@ impl Aggregate {
         if self.global {
             return Ok(Vec::new());
         }
-        let converter = self.key_converter.as_ref().ok_or_else(|| Error::internal("no key converter"))?;
+        let converter = self
+            .key_converter
+            .as_ref()
+            .ok_or_else(|| Error::internal("no key converter"))?;
         let parser = converter.parser();
-        let columns = converter.convert_rows(groups.iter().map(|&g| parser.parse(&self.keys[g as usize]))).map_err(arrow_error)?;
-        columns.iter().zip(self.schema.fields().iter()).map(|(c, f)| cast_to(c, f.data_type())).collect()
+        let columns = converter
+            .convert_rows(groups.iter().map(|&g| parser.parse(&self.keys[g as usize])))
+            .map_err(arrow_error)?;
+        columns
+            .iter()
+            .zip(self.schema.fields().iter())
+            .map(|(c, f)| cast_to(c, f.data_type()))
+            .collect()
     }
 
     fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
@@ -341,7 +389,11 @@ impl Aggregate {
             Some(converter) => Some(converter.convert_columns(&values).map_err(arrow_error)?),
             None => None,
         };
-        let mut retract: Vec<GroupId> = dead.iter().copied().filter(|&g| self.emitted[g as usize].is_some()).collect();
+        let mut retract: Vec<GroupId> = dead
+            .iter()
+            .copied()
+            .filter(|&g| self.emitted[g as usize].is_some())
+            .collect();
         let mut insert: Vec<GroupId> = Vec::new();
         let mut insert_at: Vec<u32> = Vec::new();
         for (j, &g) in live.iter().enumerate() {
@@ -362,16 +414,35 @@ impl Aggregate {
             let mut new = self.key_columns(&insert)?;
             if let Some(converter) = &self.value_converter {
                 let parser = converter.parser();
-                let rows = retract.iter().map(|&g| parser.parse(self.emitted[g as usize].as_deref().unwrap_or_default()));
+                let rows = retract.iter().map(|&g| {
+                    parser.parse(self.emitted[g as usize].as_deref().unwrap_or_default())
+                });
                 old.extend(converter.convert_rows(rows).map_err(arrow_error)?);
-                new.extend(take_columns(&values, &UInt32Array::from(insert_at.clone()))?);
+                new.extend(take_columns(
+                    &values,
+                    &UInt32Array::from(insert_at.clone()),
+                )?);
             }
-            let columns = old.iter().zip(&new).map(|(a, b)| concat(&[a.as_ref(), b.as_ref()]).map_err(arrow_error)).collect::<Result<Vec<_>>>()?;
-            let diffs: Int64Array = std::iter::repeat_n(-1, retract.len()).chain(std::iter::repeat_n(1, insert.len())).collect();
-            vec![ChangeBatch::new(batch_of(&self.schema, columns, changed)?, diffs)]
+            let columns = old
+                .iter()
+                .zip(&new)
+                .map(|(a, b)| concat(&[a.as_ref(), b.as_ref()]).map_err(arrow_error))
+                .collect::<Result<Vec<_>>>()?;
+            let diffs: Int64Array = std::iter::repeat_n(-1, retract.len())
+                .chain(std::iter::repeat_n(1, insert.len()))
+                .collect();
+            vec![ChangeBatch::new(
+                batch_of(&self.schema, columns, changed)?,
+                diffs,
+            )]
         };
         for (&g, &j) in insert.iter().zip(&insert_at) {
-            self.emitted[g as usize] = Some(encoded.as_ref().map_or(&[][..], |e| e.row(j as usize).data()).into());
+            self.emitted[g as usize] = Some(
+                encoded
+                    .as_ref()
+                    .map_or(&[][..], |e| e.row(j as usize).data())
+                    .into(),
+            );
         }
         for g in dead {
             self.free_group(g)?;
@@ -381,7 +452,11 @@ impl Aggregate {
 }
 
 fn cast_to(array: &ArrayRef, t: &DataType) -> Result<ArrayRef> {
-    if array.data_type() == t { Ok(Arc::clone(array)) } else { cast(array, t).map_err(arrow_error) }
+    if array.data_type() == t {
+        Ok(Arc::clone(array))
+    } else {
+        cast(array, t).map_err(arrow_error)
+    }
 }
 
 impl Operator for Aggregate {
@@ -411,23 +486,49 @@ impl Operator for Aggregate {
             bytes += key.len() + self.emitted[g as usize].as_ref().map_or(0, |e| e.len()) + 48;
             bytes += self.calls.iter().map(|c| c.size(g)).sum::<usize>();
         }
-        OperatorState { name: "Aggregate".to_owned(), rows: self.live, bytes }
+        OperatorState {
+            name: "Aggregate".to_owned(),
+            rows: self.live,
+            bytes,
+        }
     }
 
     fn save_state(&mut self) -> Result<checkpoint::Parts> {
-        let groups: Vec<GroupId> = (0..self.keys.len() as GroupId).filter(|&g| self.alive[g as usize]).collect();
+        let groups: Vec<GroupId> = (0..self.keys.len() as GroupId)
+            .filter(|&g| self.alive[g as usize])
+            .collect();
         let at = |g: &GroupId| *g as usize;
         let mut columns: Vec<(String, ArrayRef)> = vec![
-            ("key".into(), checkpoint::binary(groups.iter().map(|g| &*self.keys[at(g)]))),
-            ("count".into(), checkpoint::int64s(groups.iter().map(|g| self.counts[at(g)]))),
-            ("emitted".into(), checkpoint::optional_binary(groups.iter().map(|g| self.emitted[at(g)].as_deref()))),
-            ("window_end".into(), checkpoint::int64s(groups.iter().map(|g| self.window_end[at(g)]))),
-            ("dirty".into(), Arc::new(BooleanArray::from_iter(groups.iter().map(|g| Some(self.is_dirty[at(g)]))))),
+            (
+                "key".into(),
+                checkpoint::binary(groups.iter().map(|g| &*self.keys[at(g)])),
+            ),
+            (
+                "count".into(),
+                checkpoint::int64s(groups.iter().map(|g| self.counts[at(g)])),
+            ),
+            (
+                "emitted".into(),
+                checkpoint::optional_binary(groups.iter().map(|g| self.emitted[at(g)].as_deref())),
+            ),
+            (
+                "window_end".into(),
+                checkpoint::int64s(groups.iter().map(|g| self.window_end[at(g)])),
+            ),
+            (
+                "dirty".into(),
+                Arc::new(BooleanArray::from_iter(
+                    groups.iter().map(|g| Some(self.is_dirty[at(g)])),
+                )),
+            ),
         ];
         for (i, call) in self.calls.iter_mut().enumerate() {
             call.save(i, &groups, &mut columns)?;
         }
-        Ok(vec![("groups", checkpoint::part(columns, &[("evicted_to", self.evicted_to)])?)])
+        Ok(vec![(
+            "groups",
+            checkpoint::part(columns, &[("evicted_to", self.evicted_to)])?,
+        )])
     }
 
     fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
@@ -435,7 +536,9 @@ impl Operator for Aggregate {
             return Err(checkpoint::unknown_part("Aggregate", name));
         }
         // Start empty (a global aggregate made its group already), then add the saved groups.
-        let alive: Vec<GroupId> = (0..self.keys.len() as GroupId).filter(|&g| self.alive[g as usize]).collect();
+        let alive: Vec<GroupId> = (0..self.keys.len() as GroupId)
+            .filter(|&g| self.alive[g as usize])
+            .collect();
         for g in alive {
             self.free_group(g)?;
         }
@@ -446,7 +549,10 @@ impl Operator for Aggregate {
         let counts = checkpoint::int64_column(batch, "count")?;
         let emitted = checkpoint::binary_column(batch, "emitted")?;
         let ends = checkpoint::int64_column(batch, "window_end")?;
-        let dirty = checkpoint::column(batch, "dirty")?.as_boolean_opt().ok_or_else(|| Error::internal("checkpointed dirty flags are not boolean"))?.clone();
+        let dirty = checkpoint::column(batch, "dirty")?
+            .as_boolean_opt()
+            .ok_or_else(|| Error::internal("checkpointed dirty flags are not boolean"))?
+            .clone();
         self.key_converter()?;
         let mut groups = Vec::with_capacity(batch.num_rows());
         for i in 0..batch.num_rows() {
@@ -455,7 +561,8 @@ impl Operator for Aggregate {
             let g = self.new_group(key, ends.value(i))?;
             if !self.global {
                 let (keys, hasher) = (&self.keys, &self.hasher);
-                self.table.insert_unique(hash, g, |&x| hasher.hash_one(&*keys[x as usize]));
+                self.table
+                    .insert_unique(hash, g, |&x| hasher.hash_one(&*keys[x as usize]));
             }
             self.counts[g as usize] = counts.value(i);
             self.emitted[g as usize] = emitted.is_valid(i).then(|| emitted.value(i).into());

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
+    UInt32Array,
+};
 use arrow::compute::{can_cast_types, cast};
 use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, SchemaRef};
 use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
@@ -54,7 +57,16 @@ impl Ordered {
     pub(crate) fn of(t: &DataType) -> Option<Ordered> {
         use DataType::*;
         match t {
-            Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | Date32 | Date64 | Timestamp(_, _) => Some(Ordered::Int),
+            Int8
+            | Int16
+            | Int32
+            | Int64
+            | UInt8
+            | UInt16
+            | UInt32
+            | Date32
+            | Date64
+            | Timestamp(_, _) => Some(Ordered::Int),
             Float32 | Float64 => Some(Ordered::Float),
             _ => None,
         }
@@ -67,11 +79,16 @@ impl Ordered {
 
     pub(crate) fn encode(self, array: &ArrayRef) -> Result<Int64Array> {
         Ok(match self {
-            Ordered::Int => cast(array, &DataType::Int64).map_err(arrow_error)?.as_primitive::<Int64Type>().clone(),
+            Ordered::Int => cast(array, &DataType::Int64)
+                .map_err(arrow_error)?
+                .as_primitive::<Int64Type>()
+                .clone(),
             Ordered::Float => {
                 let floats = cast(array, &DataType::Float64).map_err(arrow_error)?;
                 // Every NaN is one value, above every number (PostgreSQL's order).
-                floats.as_primitive::<Float64Type>().unary(|f| Self::flip(if f.is_nan() { f64::NAN } else { f }.to_bits() as i64))
+                floats
+                    .as_primitive::<Float64Type>()
+                    .unary(|f| Self::flip(if f.is_nan() { f64::NAN } else { f }.to_bits() as i64))
             }
         })
     }
@@ -79,7 +96,9 @@ impl Ordered {
     pub(crate) fn decode(self, values: Int64Array, output: &DataType) -> Result<ArrayRef> {
         let array: ArrayRef = match self {
             Ordered::Int => Arc::new(values),
-            Ordered::Float => Arc::new(values.unary::<_, Float64Type>(|v| f64::from_bits(Self::flip(v) as u64))),
+            Ordered::Float => {
+                Arc::new(values.unary::<_, Float64Type>(|v| f64::from_bits(Self::flip(v) as u64)))
+            }
         };
         cast(&array, output).map_err(arrow_error)
     }
@@ -120,23 +139,52 @@ impl Kind {
             },
             _ => return Kind::Generic,
         };
-        let signed = |t: &DataType| matches!(t, DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64);
-        let integer = |t: &DataType| signed(t) || matches!(t, DataType::UInt8 | DataType::UInt16 | DataType::UInt32);
+        let signed = |t: &DataType| {
+            matches!(
+                t,
+                DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+            )
+        };
+        let integer = |t: &DataType| {
+            signed(t) || matches!(t, DataType::UInt8 | DataType::UInt16 | DataType::UInt32)
+        };
         let float = |t: &DataType| matches!(t, DataType::Float32 | DataType::Float64);
         match (f.fun().name().to_lowercase().as_str(), arg) {
             ("count", _) if output == DataType::Int64 => Kind::Count,
-            ("sum", Some(t)) if signed(&t) && output == DataType::Int64 => Kind::IntSum { avg: false },
-            ("sum", Some(t)) if float(&t) && output == DataType::Float64 => Kind::FloatSum { avg: false },
-            ("avg" | "mean", Some(t)) if integer(&t) && output == DataType::Float64 => Kind::IntSum { avg: true },
-            ("avg" | "mean", Some(t)) if float(&t) && output == DataType::Float64 => Kind::FloatSum { avg: true },
-            ("sum", Some(DataType::Decimal128(_, s))) if matches!(output, DataType::Decimal128(_, out) if out == s) => Kind::DecimalSum { avg: false, shift: 0 },
+            ("sum", Some(t)) if signed(&t) && output == DataType::Int64 => {
+                Kind::IntSum { avg: false }
+            }
+            ("sum", Some(t)) if float(&t) && output == DataType::Float64 => {
+                Kind::FloatSum { avg: false }
+            }
+            ("avg" | "mean", Some(t)) if integer(&t) && output == DataType::Float64 => {
+                Kind::IntSum { avg: true }
+            }
+            ("avg" | "mean", Some(t)) if float(&t) && output == DataType::Float64 => {
+                Kind::FloatSum { avg: true }
+            }
+            ("sum", Some(DataType::Decimal128(_, s))) if matches!(output, DataType::Decimal128(_, out) if out == s) => {
+                Kind::DecimalSum {
+                    avg: false,
+                    shift: 0,
+                }
+            }
             ("avg" | "mean", Some(DataType::Decimal128(_, s))) => match output {
-                DataType::Decimal128(_, out) if out >= s => Kind::DecimalSum { avg: true, shift: (out - s) as u32 },
+                DataType::Decimal128(_, out) if out >= s => Kind::DecimalSum {
+                    avg: true,
+                    shift: (out - s) as u32,
+                },
                 _ => Kind::Generic,
             },
             (name @ ("min" | "max"), Some(t)) if t == output => match Ordered::of(&t) {
-                Some(ordered) if can_cast_types(&t, &DataType::Int64) && can_cast_types(&DataType::Int64, &t) => {
-                    Kind::Extreme { max: name == "max", ordered }
+                Some(ordered)
+                    if can_cast_types(&t, &DataType::Int64)
+                        && can_cast_types(&DataType::Int64, &t) =>
+                {
+                    Kind::Extreme {
+                        max: name == "max",
+                        ordered,
+                    }
                 }
                 _ => Kind::Generic,
             },
@@ -207,16 +255,23 @@ pub(crate) struct Call {
 impl Call {
     pub(crate) fn new(spec: AggregateCall, input: &SchemaRef, append_only: bool) -> Result<Call> {
         let name = spec.function.fun().name().to_lowercase();
-        let retractable = RETRACTABLE.contains(&name.as_str()) && !spec.function.is_distinct() && spec.function.order_bys().is_empty();
+        let retractable = RETRACTABLE.contains(&name.as_str())
+            && !spec.function.is_distinct()
+            && spec.function.order_bys().is_empty();
         let arg_fields = arguments(&spec)
             .iter()
-            .map(|e| e.return_field(input).map(|f| SortField::new(f.data_type().clone())))
+            .map(|e| {
+                e.return_field(input)
+                    .map(|f| SortField::new(f.data_type().clone()))
+            })
             .collect::<std::result::Result<Vec<_>, _>>();
         let converter = RowConverter::new(arg_fields.map_err(eval_error)?).map_err(arrow_error)?;
         let kind = Kind::of(&spec, input);
         let state = match kind {
             Kind::Count => CallState::Count(Vec::new()),
-            Kind::IntSum { .. } | Kind::DecimalSum { .. } => CallState::IntSum(Vec::new(), Vec::new()),
+            Kind::IntSum { .. } | Kind::DecimalSum { .. } => {
+                CallState::IntSum(Vec::new(), Vec::new())
+            }
             Kind::FloatSum { .. } if append_only => CallState::FloatSum(Vec::new(), Vec::new()),
             Kind::FloatSum { .. } => CallState::ExactFloatSum(Vec::new(), Vec::new()),
             Kind::Extreme { .. } if append_only => CallState::Extreme(Vec::new()),
@@ -224,7 +279,15 @@ impl Call {
             Kind::Generic => CallState::Generic(Vec::new()),
         };
         let output = spec.function.field().data_type().clone();
-        Ok(Call { spec, kind, retractable, converter, output, append_only, state })
+        Ok(Call {
+            spec,
+            kind,
+            retractable,
+            converter,
+            output,
+            append_only,
+            state,
+        })
     }
 
     /// Empties the slot of group `g` (growing the vectors to hold it); `fresh` gives a generic
@@ -257,8 +320,12 @@ impl Call {
                 let f = &self.spec.function;
                 *slot(states, g) = match fresh {
                     false => None,
-                    true if self.retractable => Some(AggState::Retractable(f.create_sliding_accumulator().map_err(eval_error)?)),
-                    true if append_only => Some(AggState::InsertOnly(f.create_accumulator().map_err(eval_error)?)),
+                    true if self.retractable => Some(AggState::Retractable(
+                        f.create_sliding_accumulator().map_err(eval_error)?,
+                    )),
+                    true if append_only => Some(AggState::InsertOnly(
+                        f.create_accumulator().map_err(eval_error)?,
+                    )),
                     true => Some(AggState::Multiset(BTreeMap::new())),
                 };
             }
@@ -267,14 +334,31 @@ impl Call {
     }
 
     /// Folds a batch into the groups: row `i` belongs to group `ids[i]` with weight `diffs[i]`.
-    pub(crate) fn absorb(&mut self, rows: &arrow::array::RecordBatch, ids: &[GroupId], diffs: &[i64], runs: Option<&Runs>) -> Result<()> {
-        let args: Vec<ArrayRef> = arguments(&self.spec).iter().map(|e| evaluate(e, rows)).collect::<Result<_>>()?;
+    pub(crate) fn absorb(
+        &mut self,
+        rows: &arrow::array::RecordBatch,
+        ids: &[GroupId],
+        diffs: &[i64],
+        runs: Option<&Runs>,
+    ) -> Result<()> {
+        let args: Vec<ArrayRef> = arguments(&self.spec)
+            .iter()
+            .map(|e| evaluate(e, rows))
+            .collect::<Result<_>>()?;
         let mask: Option<BooleanArray> = match &self.spec.filter {
-            Some(f) => Some(evaluate(f, rows)?.as_boolean_opt().cloned().ok_or_else(|| Error::internal("FILTER is not boolean"))?),
+            Some(f) => Some(
+                evaluate(f, rows)?
+                    .as_boolean_opt()
+                    .cloned()
+                    .ok_or_else(|| Error::internal("FILTER is not boolean"))?,
+            ),
             None => None,
         };
         // A row counts when FILTER passes and (for the native kinds) its argument is not NULL.
-        let passes = |i: usize| mask.as_ref().is_none_or(|m| m.is_valid(i) && m.value(i)) && args.first().is_none_or(|a| a.is_valid(i));
+        let passes = |i: usize| {
+            mask.as_ref().is_none_or(|m| m.is_valid(i) && m.value(i))
+                && args.first().is_none_or(|a| a.is_valid(i))
+        };
         let rows_of = ids.iter().zip(diffs).enumerate();
         match (&mut self.state, self.kind) {
             (CallState::Count(counts), _) => {
@@ -285,12 +369,23 @@ impl Call {
                 }
             }
             (CallState::IntSum(sums, counts), Kind::DecimalSum { .. }) => {
-                let values = args[0].as_primitive_opt::<Decimal128Type>().ok_or_else(|| Error::internal("a numeric sum over a column that is not numeric"))?.values();
-                let overflow = || Error::new(eddy_common::SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "numeric field overflow in a sum");
+                let values = args[0]
+                    .as_primitive_opt::<Decimal128Type>()
+                    .ok_or_else(|| {
+                        Error::internal("a numeric sum over a column that is not numeric")
+                    })?
+                    .values();
+                let overflow = || {
+                    Error::new(
+                        eddy_common::SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                        "numeric field overflow in a sum",
+                    )
+                };
                 for (i, (&g, &d)) in rows_of {
                     if passes(i) {
                         let term = values[i].checked_mul(i128::from(d)).ok_or_else(overflow)?;
-                        sums[g as usize] = sums[g as usize].checked_add(term).ok_or_else(overflow)?;
+                        sums[g as usize] =
+                            sums[g as usize].checked_add(term).ok_or_else(overflow)?;
                         counts[g as usize] += d;
                     }
                 }
@@ -333,7 +428,9 @@ impl Call {
                         continue;
                     }
                     if d < 0 {
-                        return Err(Error::internal("a retraction reached an aggregate over an append-only input"));
+                        return Err(Error::internal(
+                            "a retraction reached an aggregate over an append-only input",
+                        ));
                     }
                     let v = values[i];
                     let slot = &mut extremes[g as usize];
@@ -360,7 +457,8 @@ impl Call {
                 }
             }
             (CallState::Generic(states), _) => {
-                let runs = runs.ok_or_else(|| Error::internal("generic aggregate without group runs"))?;
+                let runs =
+                    runs.ok_or_else(|| Error::internal("generic aggregate without group runs"))?;
                 Self::absorb_generic(states, &self.converter, &args, mask.as_ref(), diffs, runs)?;
             }
             _ => return Err(Error::internal("aggregate state does not match its kind")),
@@ -368,7 +466,14 @@ impl Call {
         Ok(())
     }
 
-    pub(crate) fn absorb_generic(states: &mut [Option<AggState>], converter: &RowConverter, args: &[ArrayRef], mask: Option<&BooleanArray>, diffs: &[i64], runs: &Runs) -> Result<()> {
+    pub(crate) fn absorb_generic(
+        states: &mut [Option<AggState>],
+        converter: &RowConverter,
+        args: &[ArrayRef],
+        mask: Option<&BooleanArray>,
+        diffs: &[i64],
+        runs: &Runs,
+    ) -> Result<()> {
         // Multiset state keys argument rows: encode the batch once, not once per group.
         let mut encoded: Option<Rows> = None;
         for (g, range) in &runs.runs {
@@ -380,29 +485,39 @@ impl Call {
             if selected.is_empty() {
                 continue;
             }
-            let state = states.get_mut(*g as usize).and_then(Option::as_mut).ok_or_else(|| Error::internal("a group without its aggregate state"))?;
+            let state = states
+                .get_mut(*g as usize)
+                .and_then(Option::as_mut)
+                .ok_or_else(|| Error::internal("a group without its aggregate state"))?;
             match state {
                 AggState::Retractable(acc) => {
                     let (plus, minus) = expand(&selected);
                     if !plus.is_empty() {
-                        acc.update_batch(&take_columns(args, &plus)?).map_err(eval_error)?;
+                        acc.update_batch(&take_columns(args, &plus)?)
+                            .map_err(eval_error)?;
                     }
                     if !minus.is_empty() {
-                        acc.retract_batch(&take_columns(args, &minus)?).map_err(eval_error)?;
+                        acc.retract_batch(&take_columns(args, &minus)?)
+                            .map_err(eval_error)?;
                     }
                 }
                 AggState::InsertOnly(acc) => {
                     let (plus, minus) = expand(&selected);
                     if !minus.is_empty() {
-                        return Err(Error::internal("a retraction reached an aggregate over an append-only input"));
+                        return Err(Error::internal(
+                            "a retraction reached an aggregate over an append-only input",
+                        ));
                     }
-                    acc.update_batch(&take_columns(args, &plus)?).map_err(eval_error)?;
+                    acc.update_batch(&take_columns(args, &plus)?)
+                        .map_err(eval_error)?;
                 }
                 AggState::Multiset(values) => {
                     if encoded.is_none() {
                         encoded = Some(converter.convert_columns(args).map_err(arrow_error)?);
                     }
-                    let encoded = encoded.as_ref().ok_or_else(|| Error::internal("multiset arguments not encoded"))?;
+                    let encoded = encoded
+                        .as_ref()
+                        .ok_or_else(|| Error::internal("multiset arguments not encoded"))?;
                     for (i, d) in selected {
                         let row = encoded.row(i as usize).owned();
                         let entry = values.entry(row.clone()).or_insert(0);
@@ -421,31 +536,67 @@ impl Call {
     pub(crate) fn evaluate(&mut self, groups: &[GroupId]) -> Result<ArrayRef> {
         let at = |g: &GroupId| *g as usize;
         let array: ArrayRef = match (&mut self.state, self.kind) {
-            (CallState::Count(counts), _) => Arc::new(Int64Array::from_iter_values(groups.iter().map(|g| counts[at(g)]))),
+            (CallState::Count(counts), _) => Arc::new(Int64Array::from_iter_values(
+                groups.iter().map(|g| counts[at(g)]),
+            )),
             (CallState::IntSum(sums, counts), Kind::DecimalSum { avg, shift }) => {
-                let DataType::Decimal128(precision, scale) = self.output else { return Err(Error::internal("a numeric sum with another output type")) };
+                let DataType::Decimal128(precision, scale) = self.output else {
+                    return Err(Error::internal("a numeric sum with another output type"));
+                };
                 let value = |g: &GroupId| match counts[at(g)] {
                     n if n <= 0 => Ok(None),
-                    n if avg => crate::decimal::average(sums[at(g)], n, shift).map(Some).ok_or(()),
+                    n if avg => crate::decimal::average(sums[at(g)], n, shift)
+                        .map(Some)
+                        .ok_or(()),
                     _ => Ok(Some(sums[at(g)])),
                 };
-                let values = groups.iter().map(value).collect::<std::result::Result<Decimal128Array, ()>>();
-                let overflow = || Error::new(eddy_common::SqlState::NUMERIC_VALUE_OUT_OF_RANGE, format!("numeric field overflow: the {} does not fit numeric({precision},{scale})", if avg { "average" } else { "sum" }));
-                let values = values.map_err(|()| overflow())?.with_precision_and_scale(precision, scale).map_err(arrow_error)?;
-                values.validate_decimal_precision(precision).map_err(|_| overflow())?;
+                let values = groups
+                    .iter()
+                    .map(value)
+                    .collect::<std::result::Result<Decimal128Array, ()>>();
+                let overflow = || {
+                    Error::new(
+                        eddy_common::SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                        format!(
+                            "numeric field overflow: the {} does not fit numeric({precision},{scale})",
+                            if avg { "average" } else { "sum" }
+                        ),
+                    )
+                };
+                let values = values
+                    .map_err(|()| overflow())?
+                    .with_precision_and_scale(precision, scale)
+                    .map_err(arrow_error)?;
+                values
+                    .validate_decimal_precision(precision)
+                    .map_err(|_| overflow())?;
                 Arc::new(values)
             }
             (CallState::IntSum(sums, counts), Kind::IntSum { avg }) => {
                 if avg {
-                    let values = groups.iter().map(|g| (counts[at(g)] > 0).then(|| sums[at(g)] as f64 / counts[at(g)] as f64));
+                    let values = groups.iter().map(|g| {
+                        (counts[at(g)] > 0).then(|| sums[at(g)] as f64 / counts[at(g)] as f64)
+                    });
                     Arc::new(Float64Array::from_iter(values))
                 } else {
                     // Wraps like DataFusion's sum of Int64.
-                    Arc::new(Int64Array::from_iter(groups.iter().map(|g| (counts[at(g)] > 0).then(|| sums[at(g)] as i64))))
+                    Arc::new(Int64Array::from_iter(
+                        groups
+                            .iter()
+                            .map(|g| (counts[at(g)] > 0).then(|| sums[at(g)] as i64)),
+                    ))
                 }
             }
             (CallState::FloatSum(sums, counts), Kind::FloatSum { avg }) => {
-                let values = groups.iter().map(|g| (counts[at(g)] > 0).then(|| if avg { sums[at(g)] / counts[at(g)] as f64 } else { sums[at(g)] }));
+                let values = groups.iter().map(|g| {
+                    (counts[at(g)] > 0).then(|| {
+                        if avg {
+                            sums[at(g)] / counts[at(g)] as f64
+                        } else {
+                            sums[at(g)]
+                        }
+                    })
+                });
                 Arc::new(Float64Array::from_iter(values))
             }
             (CallState::ExactFloatSum(sums, counts), Kind::FloatSum { avg }) => {
@@ -455,24 +606,50 @@ impl Call {
                 });
                 Arc::new(Float64Array::from_iter(values))
             }
-            (CallState::Extreme(extremes), Kind::Extreme { ordered, .. }) => {
-                ordered.decode(Int64Array::from_iter(groups.iter().map(|g| extremes[at(g)])), &self.output)?
-            }
+            (CallState::Extreme(extremes), Kind::Extreme { ordered, .. }) => ordered.decode(
+                Int64Array::from_iter(groups.iter().map(|g| extremes[at(g)])),
+                &self.output,
+            )?,
             (CallState::ExtremeSet(sets), Kind::Extreme { ordered, max }) => {
-                let value = |set: &BTreeMap<i64, i64>| if max { set.last_key_value() } else { set.first_key_value() }.map(|(v, _)| *v);
-                ordered.decode(Int64Array::from_iter(groups.iter().map(|g| value(&sets[at(g)]))), &self.output)?
+                let value = |set: &BTreeMap<i64, i64>| {
+                    if max {
+                        set.last_key_value()
+                    } else {
+                        set.first_key_value()
+                    }
+                    .map(|(v, _)| *v)
+                };
+                ordered.decode(
+                    Int64Array::from_iter(groups.iter().map(|g| value(&sets[at(g)]))),
+                    &self.output,
+                )?
             }
             (CallState::Generic(states), _) => {
                 let mut values = Vec::with_capacity(groups.len());
                 for g in groups {
-                    let state = states.get_mut(at(g)).and_then(Option::as_mut).ok_or_else(|| Error::internal("a group without its aggregate state"))?;
+                    let state = states
+                        .get_mut(at(g))
+                        .and_then(Option::as_mut)
+                        .ok_or_else(|| Error::internal("a group without its aggregate state"))?;
                     values.push(match state {
-                        AggState::Retractable(acc) | AggState::InsertOnly(acc) => acc.evaluate().map_err(eval_error)?,
+                        AggState::Retractable(acc) | AggState::InsertOnly(acc) => {
+                            acc.evaluate().map_err(eval_error)?
+                        }
                         AggState::Multiset(rows) => {
-                            let mut acc = self.spec.function.create_accumulator().map_err(eval_error)?;
+                            let mut acc = self
+                                .spec
+                                .function
+                                .create_accumulator()
+                                .map_err(eval_error)?;
                             if !rows.is_empty() {
-                                let rows: Vec<_> = rows.iter().flat_map(|(r, n)| std::iter::repeat_n(r.row(), (*n).max(0) as usize)).collect();
-                                let columns = self.converter.convert_rows(rows).map_err(arrow_error)?;
+                                let rows: Vec<_> = rows
+                                    .iter()
+                                    .flat_map(|(r, n)| {
+                                        std::iter::repeat_n(r.row(), (*n).max(0) as usize)
+                                    })
+                                    .collect();
+                                let columns =
+                                    self.converter.convert_rows(rows).map_err(arrow_error)?;
                                 acc.update_batch(&columns).map_err(eval_error)?;
                             }
                             acc.evaluate().map_err(eval_error)?
@@ -500,10 +677,15 @@ impl Call {
             CallState::FloatSum(..) => 16,
             CallState::ExactFloatSum(sums, _) => 8 + sums.get(g).map_or(0, ExactFloatSum::size),
             CallState::Extreme(_) => 16,
-            CallState::ExtremeSet(sets) => sets.get(g).map_or(0, |s| std::mem::size_of::<BTreeMap<i64, i64>>() + s.len() * entry),
+            CallState::ExtremeSet(sets) => sets.get(g).map_or(0, |s| {
+                std::mem::size_of::<BTreeMap<i64, i64>>() + s.len() * entry
+            }),
             CallState::Generic(states) => match states.get(g).and_then(Option::as_ref) {
                 Some(AggState::Retractable(a) | AggState::InsertOnly(a)) => a.size(),
-                Some(AggState::Multiset(m)) => m.keys().map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum(),
+                Some(AggState::Multiset(m)) => m
+                    .keys()
+                    .map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>())
+                    .sum(),
                 None => 0,
             },
         }
@@ -512,34 +694,79 @@ impl Call {
 
 impl Call {
     /// Columns `c<i>…` holding this call's state of `groups` (a checkpoint).
-    pub(crate) fn save(&mut self, i: usize, groups: &[GroupId], out: &mut Vec<(String, ArrayRef)>) -> Result<()> {
+    pub(crate) fn save(
+        &mut self,
+        i: usize,
+        groups: &[GroupId],
+        out: &mut Vec<(String, ArrayRef)>,
+    ) -> Result<()> {
         let at = |g: &GroupId| *g as usize;
         let accumulates = self.accumulates();
         match &mut self.state {
-            CallState::Count(counts) => out.push((format!("c{i}"), checkpoint::int64s(groups.iter().map(|g| counts[at(g)])))),
+            CallState::Count(counts) => out.push((
+                format!("c{i}"),
+                checkpoint::int64s(groups.iter().map(|g| counts[at(g)])),
+            )),
             CallState::IntSum(sums, counts) => {
                 let sums = Decimal128Array::from_iter_values(groups.iter().map(|g| sums[at(g)]));
-                out.push((format!("c{i}_sum"), Arc::new(sums.with_precision_and_scale(38, 0).map_err(arrow_error)?)));
-                out.push((format!("c{i}_n"), checkpoint::int64s(groups.iter().map(|g| counts[at(g)]))));
+                out.push((
+                    format!("c{i}_sum"),
+                    Arc::new(sums.with_precision_and_scale(38, 0).map_err(arrow_error)?),
+                ));
+                out.push((
+                    format!("c{i}_n"),
+                    checkpoint::int64s(groups.iter().map(|g| counts[at(g)])),
+                ));
             }
             CallState::FloatSum(sums, counts) => {
-                out.push((format!("c{i}_sum"), Arc::new(Float64Array::from_iter_values(groups.iter().map(|g| sums[at(g)])))));
-                out.push((format!("c{i}_n"), checkpoint::int64s(groups.iter().map(|g| counts[at(g)]))));
+                out.push((
+                    format!("c{i}_sum"),
+                    Arc::new(Float64Array::from_iter_values(
+                        groups.iter().map(|g| sums[at(g)]),
+                    )),
+                ));
+                out.push((
+                    format!("c{i}_n"),
+                    checkpoint::int64s(groups.iter().map(|g| counts[at(g)])),
+                ));
             }
             CallState::ExactFloatSum(sums, counts) => {
-                let encoded: Vec<Vec<u8>> = groups.iter().map(|g| {
-                    let mut bytes = Vec::new();
-                    sums[at(g)].encode(&mut bytes);
-                    bytes
-                }).collect();
-                out.push((format!("c{i}_exact"), checkpoint::binary(encoded.iter().map(Vec::as_slice))));
-                out.push((format!("c{i}_n"), checkpoint::int64s(groups.iter().map(|g| counts[at(g)]))));
+                let encoded: Vec<Vec<u8>> = groups
+                    .iter()
+                    .map(|g| {
+                        let mut bytes = Vec::new();
+                        sums[at(g)].encode(&mut bytes);
+                        bytes
+                    })
+                    .collect();
+                out.push((
+                    format!("c{i}_exact"),
+                    checkpoint::binary(encoded.iter().map(Vec::as_slice)),
+                ));
+                out.push((
+                    format!("c{i}_n"),
+                    checkpoint::int64s(groups.iter().map(|g| counts[at(g)])),
+                ));
             }
-            CallState::Extreme(values) => out.push((format!("c{i}"), Arc::new(Int64Array::from_iter(groups.iter().map(|g| values[at(g)]))))),
+            CallState::Extreme(values) => out.push((
+                format!("c{i}"),
+                Arc::new(Int64Array::from_iter(groups.iter().map(|g| values[at(g)]))),
+            )),
             CallState::ExtremeSet(sets) => {
                 // Per group: (value, multiplicity) pairs, little-endian.
-                let encoded: Vec<Vec<u8>> = groups.iter().map(|g| sets[at(g)].iter().flat_map(|(v, n)| v.to_le_bytes().into_iter().chain(n.to_le_bytes())).collect()).collect();
-                out.push((format!("c{i}"), checkpoint::binary(encoded.iter().map(Vec::as_slice))));
+                let encoded: Vec<Vec<u8>> = groups
+                    .iter()
+                    .map(|g| {
+                        sets[at(g)]
+                            .iter()
+                            .flat_map(|(v, n)| v.to_le_bytes().into_iter().chain(n.to_le_bytes()))
+                            .collect()
+                    })
+                    .collect();
+                out.push((
+                    format!("c{i}"),
+                    checkpoint::binary(encoded.iter().map(Vec::as_slice)),
+                ));
             }
             CallState::Generic(states) => {
                 let mut multisets: Vec<Vec<u8>> = Vec::new();
@@ -548,14 +775,20 @@ impl Call {
                 // sum and a count), so the width comes from the values, never the fields.
                 let mut scalars: Vec<Vec<ScalarValue>> = Vec::new();
                 for (k, g) in groups.iter().enumerate() {
-                    match states.get_mut(at(g)).and_then(Option::as_mut).ok_or_else(|| Error::internal("a group without its aggregate state"))? {
+                    match states
+                        .get_mut(at(g))
+                        .and_then(Option::as_mut)
+                        .ok_or_else(|| Error::internal("a group without its aggregate state"))?
+                    {
                         AggState::Retractable(acc) | AggState::InsertOnly(acc) => {
                             let state = acc.state().map_err(eval_error)?;
                             if k == 0 {
                                 scalars = vec![Vec::with_capacity(groups.len()); state.len()];
                             }
                             if state.len() != scalars.len() {
-                                return Err(Error::internal("accumulators of one aggregate keep states of different widths"));
+                                return Err(Error::internal(
+                                    "accumulators of one aggregate keep states of different widths",
+                                ));
                             }
                             for (column, value) in scalars.iter_mut().zip(state) {
                                 column.push(value);
@@ -564,16 +797,28 @@ impl Call {
                         // Per group: (row length u32, row, multiplicity i64), little-endian.
                         AggState::Multiset(rows) => multisets.push(
                             rows.iter()
-                                .flat_map(|(r, n)| (r.as_ref().len() as u32).to_le_bytes().into_iter().chain(r.as_ref().iter().copied()).chain(n.to_le_bytes()))
+                                .flat_map(|(r, n)| {
+                                    (r.as_ref().len() as u32)
+                                        .to_le_bytes()
+                                        .into_iter()
+                                        .chain(r.as_ref().iter().copied())
+                                        .chain(n.to_le_bytes())
+                                })
                                 .collect(),
                         ),
                     }
                 }
                 if !accumulates {
-                    out.push((format!("c{i}"), checkpoint::binary(multisets.iter().map(Vec::as_slice))));
+                    out.push((
+                        format!("c{i}"),
+                        checkpoint::binary(multisets.iter().map(Vec::as_slice)),
+                    ));
                 } else {
                     for (j, column) in scalars.into_iter().enumerate() {
-                        out.push((format!("c{i}_s{j}"), ScalarValue::iter_to_array(column).map_err(eval_error)?));
+                        out.push((
+                            format!("c{i}_s{j}"),
+                            ScalarValue::iter_to_array(column).map_err(eval_error)?,
+                        ));
                     }
                 }
             }
@@ -599,7 +844,9 @@ impl Call {
                 }
             }
             CallState::IntSum(sums, counts) => {
-                let saved = checkpoint::column(batch, &format!("c{i}_sum"))?.as_primitive_opt::<Decimal128Type>().ok_or_else(|| Error::internal("a checkpointed sum is not a decimal"))?;
+                let saved = checkpoint::column(batch, &format!("c{i}_sum"))?
+                    .as_primitive_opt::<Decimal128Type>()
+                    .ok_or_else(|| Error::internal("a checkpointed sum is not a decimal"))?;
                 let n = checkpoint::int64_column(batch, &format!("c{i}_n"))?;
                 for (k, g) in groups.iter().enumerate() {
                     sums[at(g)] = saved.value(k);
@@ -607,7 +854,9 @@ impl Call {
                 }
             }
             CallState::FloatSum(sums, counts) => {
-                let saved = checkpoint::column(batch, &format!("c{i}_sum"))?.as_primitive_opt::<Float64Type>().ok_or_else(|| Error::internal("a checkpointed sum is not a double"))?;
+                let saved = checkpoint::column(batch, &format!("c{i}_sum"))?
+                    .as_primitive_opt::<Float64Type>()
+                    .ok_or_else(|| Error::internal("a checkpointed sum is not a double"))?;
                 let n = checkpoint::int64_column(batch, &format!("c{i}_n"))?;
                 for (k, g) in groups.iter().enumerate() {
                     sums[at(g)] = saved.value(k);
@@ -640,11 +889,26 @@ impl Call {
             }
             CallState::Generic(states) if accumulates => {
                 // As many state columns as `save` wrote (none when it saved no group).
-                let width = (0..).take_while(|j| batch.schema().column_with_name(&format!("c{i}_s{j}")).is_some()).count();
+                let width = (0..)
+                    .take_while(|j| {
+                        batch
+                            .schema()
+                            .column_with_name(&format!("c{i}_s{j}"))
+                            .is_some()
+                    })
+                    .count();
                 if width == 0 && !groups.is_empty() {
-                    return Err(Error::new(eddy_common::SqlState::DATA_CORRUPTED, format!("the checkpoint holds no state for aggregate {}", self.spec.function.name())));
+                    return Err(Error::new(
+                        eddy_common::SqlState::DATA_CORRUPTED,
+                        format!(
+                            "the checkpoint holds no state for aggregate {}",
+                            self.spec.function.name()
+                        ),
+                    ));
                 }
-                let columns = (0..width).map(|j| checkpoint::column(batch, &format!("c{i}_s{j}")).cloned()).collect::<Result<Vec<_>>>()?;
+                let columns = (0..width)
+                    .map(|j| checkpoint::column(batch, &format!("c{i}_s{j}")).cloned())
+                    .collect::<Result<Vec<_>>>()?;
                 for (k, g) in groups.iter().enumerate() {
                     let acc = match states.get_mut(at(g)).and_then(Option::as_mut) {
                         Some(AggState::Retractable(acc) | AggState::InsertOnly(acc)) => acc,
@@ -658,13 +922,16 @@ impl Call {
                 let saved = checkpoint::binary_column(batch, &format!("c{i}"))?;
                 let parser = self.converter.parser();
                 for (k, g) in groups.iter().enumerate() {
-                    let Some(AggState::Multiset(rows)) = states.get_mut(at(g)).and_then(Option::as_mut) else {
+                    let Some(AggState::Multiset(rows)) =
+                        states.get_mut(at(g)).and_then(Option::as_mut)
+                    else {
                         return Err(Error::internal("a group without its multiset"));
                     };
                     let mut bytes = saved.value(k);
                     while !bytes.is_empty() {
                         let (len, rest) = bytes.split_at_checked(4).ok_or_else(truncated)?;
-                        let len = u32::from_le_bytes(len.try_into().map_err(|_| truncated())?) as usize;
+                        let len =
+                            u32::from_le_bytes(len.try_into().map_err(|_| truncated())?) as usize;
                         let (row, rest) = rest.split_at_checked(len).ok_or_else(truncated)?;
                         let (n, rest) = rest.split_at_checked(8).ok_or_else(truncated)?;
                         rows.insert(parser.parse(row).owned(), i64::from_le_bytes(le8(n)?));

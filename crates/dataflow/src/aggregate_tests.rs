@@ -10,7 +10,11 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, Int32Array, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef};
-use datafusion::functions_aggregate::{count::count_udaf, min_max::{max_udaf, min_udaf}, sum::sum_udaf};
+use datafusion::functions_aggregate::{
+    count::count_udaf,
+    min_max::{max_udaf, min_udaf},
+    sum::sum_udaf,
+};
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
 use datafusion::physical_expr::expressions::Column;
 use eddy_common::{ChangeBatch, ObjectId};
@@ -21,30 +25,58 @@ use crate::plan::{AggregateCall, Expr, Node};
 type Row = Vec<Option<i64>>;
 
 fn input() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("k", DataType::Int32, true), Field::new("v", DataType::Int64, true)]))
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int32, true),
+        Field::new("v", DataType::Int64, true),
+    ]))
 }
 
 fn plan(grouped: bool, append_only: bool) -> Node {
     let s = input();
     let v: Expr = Arc::new(Column::new("v", 1));
     let call = |udf, distinct: bool, name: &str| {
-        let mut b = AggregateExprBuilder::new(udf, vec![Arc::clone(&v)]).schema(Arc::clone(&s)).alias(name);
+        let mut b = AggregateExprBuilder::new(udf, vec![Arc::clone(&v)])
+            .schema(Arc::clone(&s))
+            .alias(name);
         if distinct {
             b = b.distinct();
         }
-        AggregateCall { function: Arc::new(b.build().unwrap()), filter: None }
+        AggregateCall {
+            function: Arc::new(b.build().unwrap()),
+            filter: None,
+        }
     };
-    let aggregates = vec![call(count_udaf(), false, "c"), call(sum_udaf(), false, "s"), call(min_udaf(), false, "lo"), call(max_udaf(), false, "hi"), call(count_udaf(), true, "d")];
+    let aggregates = vec![
+        call(count_udaf(), false, "c"),
+        call(sum_udaf(), false, "s"),
+        call(min_udaf(), false, "lo"),
+        call(max_udaf(), false, "hi"),
+        call(count_udaf(), true, "d"),
+    ];
     let mut fields = Vec::new();
     if grouped {
         fields.push(Field::new("k", DataType::Int32, true));
     }
-    for (name, t) in [("c", DataType::Int64), ("s", DataType::Int64), ("lo", DataType::Int64), ("hi", DataType::Int64), ("d", DataType::Int64)] {
+    for (name, t) in [
+        ("c", DataType::Int64),
+        ("s", DataType::Int64),
+        ("lo", DataType::Int64),
+        ("hi", DataType::Int64),
+        ("d", DataType::Int64),
+    ] {
         fields.push(Field::new(name, t, true));
     }
     Node::Aggregate {
-        input: Box::new(Node::Source { object: ObjectId(1), name: "t".into(), schema: Arc::clone(&s) }),
-        group: if grouped { vec![Arc::new(Column::new("k", 0)) as Expr] } else { Vec::new() },
+        input: Box::new(Node::Source {
+            object: ObjectId(1),
+            name: "t".into(),
+            schema: Arc::clone(&s),
+        }),
+        group: if grouped {
+            vec![Arc::new(Column::new("k", 0)) as Expr]
+        } else {
+            Vec::new()
+        },
         aggregates,
         window: None,
         append_only,
@@ -58,11 +90,18 @@ fn oracle(grouped: bool, rows: &HashMap<(Option<i32>, Option<i32>), i64>) -> BTr
         groups.insert(None, Vec::new());
     }
     for ((k, v), n) in rows {
-        groups.entry(if grouped { *k } else { None }).or_default().push((*v, *n));
+        groups
+            .entry(if grouped { *k } else { None })
+            .or_default()
+            .push((*v, *n));
     }
     let mut out = BTreeMap::new();
     for (k, members) in groups {
-        let values: Vec<i64> = members.iter().filter_map(|(v, n)| v.map(|v| std::iter::repeat_n(i64::from(v), *n as usize))).flatten().collect();
+        let values: Vec<i64> = members
+            .iter()
+            .filter_map(|(v, n)| v.map(|v| std::iter::repeat_n(i64::from(v), *n as usize)))
+            .flatten()
+            .collect();
         let mut distinct = values.clone();
         distinct.sort();
         distinct.dedup();
@@ -71,7 +110,11 @@ fn oracle(grouped: bool, rows: &HashMap<(Option<i32>, Option<i32>), i64>) -> BTr
             row.push(k.map(i64::from));
         }
         row.push(Some(values.len() as i64));
-        row.push(if values.is_empty() { None } else { Some(values.iter().sum()) });
+        row.push(if values.is_empty() {
+            None
+        } else {
+            Some(values.iter().sum())
+        });
         row.push(values.iter().min().copied());
         row.push(values.iter().max().copied());
         row.push(Some(distinct.len() as i64));
@@ -83,15 +126,20 @@ fn oracle(grouped: bool, rows: &HashMap<(Option<i32>, Option<i32>), i64>) -> BTr
 fn accumulate(out: &mut BTreeMap<Row, i64>, batches: Vec<ChangeBatch>) {
     for b in batches {
         for i in 0..b.len() {
-            let row: Row = b.rows().columns().iter().map(|c| {
-                if c.is_null(i) {
-                    None
-                } else if let Some(c) = c.as_primitive_opt::<Int64Type>() {
-                    Some(c.value(i))
-                } else {
-                    Some(i64::from(c.as_primitive::<Int32Type>().value(i)))
-                }
-            }).collect();
+            let row: Row = b
+                .rows()
+                .columns()
+                .iter()
+                .map(|c| {
+                    if c.is_null(i) {
+                        None
+                    } else if let Some(c) = c.as_primitive_opt::<Int64Type>() {
+                        Some(c.value(i))
+                    } else {
+                        Some(i64::from(c.as_primitive::<Int32Type>().value(i)))
+                    }
+                })
+                .collect();
             *out.entry(row.clone()).or_default() += b.diffs().value(i);
             if out[&row] == 0 {
                 out.remove(&row);
@@ -101,7 +149,11 @@ fn accumulate(out: &mut BTreeMap<Row, i64>, batches: Vec<ChangeBatch>) {
 }
 
 /// Pushes rows (key, value, weight) as one batch.
-fn push(op: &mut Box<dyn crate::Operator>, out: &mut BTreeMap<Row, i64>, rows: Vec<(Option<i32>, Option<i64>, i64)>) {
+fn push(
+    op: &mut Box<dyn crate::Operator>,
+    out: &mut BTreeMap<Row, i64>,
+    rows: Vec<(Option<i32>, Option<i64>, i64)>,
+) {
     if rows.is_empty() {
         return;
     }
@@ -109,7 +161,11 @@ fn push(op: &mut Box<dyn crate::Operator>, out: &mut BTreeMap<Row, i64>, rows: V
     let values = Int64Array::from_iter(rows.iter().map(|r| r.1));
     let diffs = Int64Array::from_iter_values(rows.iter().map(|r| r.2));
     let batch = RecordBatch::try_new(input(), vec![Arc::new(keys), Arc::new(values)]).unwrap();
-    accumulate(out, op.push(ObjectId(1), &ChangeBatch::new(batch, diffs)).unwrap());
+    accumulate(
+        out,
+        op.push(ObjectId(1), &ChangeBatch::new(batch, diffs))
+            .unwrap(),
+    );
 }
 
 fn value() -> impl Strategy<Value = Option<i32>> {

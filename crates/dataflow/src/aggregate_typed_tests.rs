@@ -12,10 +12,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array,
-    IntervalMonthDayNanoArray, RecordBatch, StringArray, TimestampMicrosecondArray,
+    ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float32Array, Float64Array,
+    Int16Array, Int32Array, Int64Array, IntervalMonthDayNanoArray, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
 };
-use arrow::datatypes::{DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{
+    DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit,
+};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::ExecutionProps;
@@ -84,7 +87,11 @@ fn schema() -> SchemaRef {
         Field::new("flag", DataType::Boolean, true),
         Field::new("d", DataType::Date32, true),
         Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
-        Field::new("tz", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
+        Field::new(
+            "tz",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
         Field::new("iv", DataType::Interval(IntervalUnit::MonthDayNano), true),
         Field::new("by", DataType::Binary, true),
     ]))
@@ -115,22 +122,99 @@ struct Row {
 /// No values far apart in magnitude: the batch sums in its own order, and `1e300 + 1.5 - 1e300`
 /// is 0 or 1.5 depending on it (the exact sum of a view that retracts is tested on its own,
 /// `exact_sum.rs`).
-const FLOATS: &[f64] = &[0.0, -0.0, 1.5, -2.25, 0.1, 1e15, -7e14, 5e-324, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 3.0];
+const FLOATS: &[f64] = &[
+    0.0,
+    -0.0,
+    1.5,
+    -2.25,
+    0.1,
+    1e15,
+    -7e14,
+    5e-324,
+    f64::NAN,
+    f64::INFINITY,
+    f64::NEG_INFINITY,
+    3.0,
+];
 const TEXTS: &[&str] = &["", "a", "B", "é", "日本", "a b", "Zz"];
 
-fn opt<T: std::fmt::Debug + Clone + 'static>(s: impl Strategy<Value = T> + 'static) -> BoxedStrategy<Option<T>> {
+fn opt<T: std::fmt::Debug + Clone + 'static>(
+    s: impl Strategy<Value = T> + 'static,
+) -> BoxedStrategy<Option<T>> {
     prop_oneof![1 => Just(None), 5 => s.prop_map(Some)].boxed()
 }
 
 fn row() -> impl Strategy<Value = Row> {
     let keys = opt(prop::sample::select(vec!["x", "y", "", "ü"]));
-    let ints = (opt(-3i16..4), opt(prop::sample::select(vec![i32::MIN, -1, 0, 2, 7, i32::MAX])), opt(prop::sample::select(vec![i64::MIN / 4, -5, 0, 3, 1 << 40])));
-    let decimals = (opt(prop::sample::select(vec![-150i128, 0, 1, 99_999_999, -99_999_999, 250])), opt(prop::sample::select(vec![1i128, -10_i128.pow(27), 10_i128.pow(27), 5, 0])));
+    let ints = (
+        opt(-3i16..4),
+        opt(prop::sample::select(vec![i32::MIN, -1, 0, 2, 7, i32::MAX])),
+        opt(prop::sample::select(vec![i64::MIN / 4, -5, 0, 3, 1 << 40])),
+    );
+    let decimals = (
+        opt(prop::sample::select(vec![
+            -150i128,
+            0,
+            1,
+            99_999_999,
+            -99_999_999,
+            250,
+        ])),
+        opt(prop::sample::select(vec![
+            1i128,
+            -10_i128.pow(27),
+            10_i128.pow(27),
+            5,
+            0,
+        ])),
+    );
     let floats = (opt(0..FLOATS.len()), opt(0..FLOATS.len()));
-    let texts = (opt(prop::sample::select(TEXTS.to_vec())), opt(any::<bool>()));
-    let times = (opt(prop::sample::select(vec![-719_162, 0, 19_000, 2_932_896])), opt(prop::sample::select(vec![-62_135_596_800_000_000i64, 0, 1_700_000_000_000_001])), opt(prop::sample::select(vec![0i64, 1_234_567, -1])));
-    let others = (opt(prop::sample::select(vec![(0, 0, 0i64), (1, -2, 3_000_000_000), (-14, 0, 0), (0, 30, 0), (0, 0, -1_000)])), opt(prop::sample::select(vec![&b""[..], &b"\x00\xff"[..], &b"abc"[..]])));
-    (keys, ints, decimals, floats, texts, times, others).prop_map(|(k, (s, i, b), (n, w), (r, f), (txt, flag), (d, ts, tz), (iv, by))| Row { k, s, i, b, n, w, r, f, txt, flag, d, ts, tz, iv, by })
+    let texts = (
+        opt(prop::sample::select(TEXTS.to_vec())),
+        opt(any::<bool>()),
+    );
+    let times = (
+        opt(prop::sample::select(vec![-719_162, 0, 19_000, 2_932_896])),
+        opt(prop::sample::select(vec![
+            -62_135_596_800_000_000i64,
+            0,
+            1_700_000_000_000_001,
+        ])),
+        opt(prop::sample::select(vec![0i64, 1_234_567, -1])),
+    );
+    let others = (
+        opt(prop::sample::select(vec![
+            (0, 0, 0i64),
+            (1, -2, 3_000_000_000),
+            (-14, 0, 0),
+            (0, 30, 0),
+            (0, 0, -1_000),
+        ])),
+        opt(prop::sample::select(vec![
+            &b""[..],
+            &b"\x00\xff"[..],
+            &b"abc"[..],
+        ])),
+    );
+    (keys, ints, decimals, floats, texts, times, others).prop_map(
+        |(k, (s, i, b), (n, w), (r, f), (txt, flag), (d, ts, tz), (iv, by))| Row {
+            k,
+            s,
+            i,
+            b,
+            n,
+            w,
+            r,
+            f,
+            txt,
+            flag,
+            d,
+            ts,
+            tz,
+            iv,
+            by,
+        },
+    )
 }
 
 fn batch(rows: &[Row]) -> RecordBatch {
@@ -140,23 +224,43 @@ fn batch(rows: &[Row]) -> RecordBatch {
         Arc::new(Int16Array::from_iter(rows.iter().map(|r| r.s))),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.i))),
         Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.b))),
-        Arc::new(Decimal128Array::from_iter(rows.iter().map(|r| r.n)).with_precision_and_scale(10, 2).unwrap()),
-        Arc::new(Decimal128Array::from_iter(rows.iter().map(|r| r.w)).with_precision_and_scale(38, 10).unwrap()),
-        Arc::new(Float32Array::from_iter(rows.iter().map(|r| f(r.r).map(|x| x as f32)))),
+        Arc::new(
+            Decimal128Array::from_iter(rows.iter().map(|r| r.n))
+                .with_precision_and_scale(10, 2)
+                .unwrap(),
+        ),
+        Arc::new(
+            Decimal128Array::from_iter(rows.iter().map(|r| r.w))
+                .with_precision_and_scale(38, 10)
+                .unwrap(),
+        ),
+        Arc::new(Float32Array::from_iter(
+            rows.iter().map(|r| f(r.r).map(|x| x as f32)),
+        )),
         Arc::new(Float64Array::from_iter(rows.iter().map(|r| f(r.f)))),
         Arc::new(StringArray::from_iter(rows.iter().map(|r| r.txt))),
         Arc::new(BooleanArray::from_iter(rows.iter().map(|r| r.flag))),
         Arc::new(Date32Array::from_iter(rows.iter().map(|r| r.d))),
-        Arc::new(TimestampMicrosecondArray::from_iter(rows.iter().map(|r| r.ts))),
-        Arc::new(TimestampMicrosecondArray::from_iter(rows.iter().map(|r| r.tz)).with_timezone("UTC")),
-        Arc::new(IntervalMonthDayNanoArray::from_iter(rows.iter().map(|r| r.iv.map(|(m, d, n)| IntervalMonthDayNano::new(m, d, n))))),
+        Arc::new(TimestampMicrosecondArray::from_iter(
+            rows.iter().map(|r| r.ts),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter(rows.iter().map(|r| r.tz)).with_timezone("UTC"),
+        ),
+        Arc::new(IntervalMonthDayNanoArray::from_iter(rows.iter().map(|r| {
+            r.iv.map(|(m, d, n)| IntervalMonthDayNano::new(m, d, n))
+        }))),
         Arc::new(BinaryArray::from_iter(rows.iter().map(|r| r.by))),
     ];
     RecordBatch::try_new(schema(), columns).unwrap()
 }
 
 fn query() -> String {
-    let calls: Vec<String> = AGGREGATES.iter().enumerate().map(|(i, a)| format!("{a} AS a{i}")).collect();
+    let calls: Vec<String> = AGGREGATES
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{a} AS a{i}"))
+        .collect();
     format!("SELECT k, {} FROM t GROUP BY k", calls.join(", "))
 }
 
@@ -173,7 +277,10 @@ fn plan(append_only: bool) -> Node {
     let state = ctx.state();
     let logical = futures::executor::block_on(state.create_logical_plan(&query())).unwrap();
     // The analyzer's type coercion (casts of arguments), not the optimizer's rewrites.
-    let logical = state.analyzer().execute_and_check(logical, state.config_options(), |_, _| {}).unwrap();
+    let logical = state
+        .analyzer()
+        .execute_and_check(logical, state.config_options(), |_, _| {})
+        .unwrap();
     let mut found = None;
     use datafusion::common::tree_node::TreeNode;
     let _ = logical.apply(|p| {
@@ -186,18 +293,30 @@ fn plan(append_only: bool) -> Node {
     let input = agg.input.schema();
     let physical = input.as_arrow().clone();
     let props = ExecutionProps::new();
-    let group = agg.group_expr.iter().map(|e| state.create_physical_expr(e.clone(), input).unwrap()).collect();
+    let group = agg
+        .group_expr
+        .iter()
+        .map(|e| state.create_physical_expr(e.clone(), input).unwrap())
+        .collect();
     #[allow(deprecated)]
     let aggregates = agg
         .aggr_expr
         .iter()
         .map(|e| {
-            let (function, filter, _) = datafusion::physical_planner::create_aggregate_expr_and_maybe_filter(e, input, &physical, &props).unwrap();
+            let (function, filter, _) =
+                datafusion::physical_planner::create_aggregate_expr_and_maybe_filter(
+                    e, input, &physical, &props,
+                )
+                .unwrap();
             AggregateCall { function, filter }
         })
         .collect();
     Node::Aggregate {
-        input: Box::new(Node::Source { object: ObjectId(1), name: "t".into(), schema: schema() }),
+        input: Box::new(Node::Source {
+            object: ObjectId(1),
+            name: "t".into(),
+            schema: schema(),
+        }),
         group,
         aggregates,
         window: None,
@@ -210,7 +329,11 @@ fn plan(append_only: bool) -> Node {
 type Output = BTreeMap<String, Vec<ScalarValue>>;
 
 fn cells(batch: &RecordBatch, i: usize) -> (String, Vec<ScalarValue>) {
-    let values: Vec<ScalarValue> = batch.columns().iter().map(|c| ScalarValue::try_from_array(c, i).unwrap()).collect();
+    let values: Vec<ScalarValue> = batch
+        .columns()
+        .iter()
+        .map(|c| ScalarValue::try_from_array(c, i).unwrap())
+        .collect();
     (format!("{:?}", values[0]), values)
 }
 
@@ -226,7 +349,9 @@ fn accumulate(out: &mut Output, batches: Vec<ChangeBatch>) {
                 }
                 let (key, row) = cells(b.rows(), i);
                 if retract {
-                    let old = out.remove(&key).unwrap_or_else(|| panic!("retracted a row never emitted: {row:?}"));
+                    let old = out
+                        .remove(&key)
+                        .unwrap_or_else(|| panic!("retracted a row never emitted: {row:?}"));
                     assert!(same_row(&old, &row), "retracted {row:?}, held {old:?}");
                 } else {
                     assert!(out.insert(key, row).is_none(), "two rows for one group");
@@ -242,18 +367,33 @@ fn accumulate(out: &mut Output, batches: Vec<ChangeBatch>) {
 fn oracle(rows: &BTreeMap<Row, i64>) -> Output {
     let mut groups: BTreeMap<Option<&'static str>, Vec<Row>> = BTreeMap::new();
     for (r, n) in rows {
-        groups.entry(r.k).or_default().extend(std::iter::repeat_n(r.clone(), *n as usize));
+        groups
+            .entry(r.k)
+            .or_default()
+            .extend(std::iter::repeat_n(r.clone(), *n as usize));
     }
-    let calls: Vec<String> = AGGREGATES.iter().enumerate().map(|(i, a)| format!("{a} AS a{i}")).collect();
+    let calls: Vec<String> = AGGREGATES
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{a} AS a{i}"))
+        .collect();
     let sql = format!("SELECT k, {} FROM t GROUP BY k", calls.join(", "));
-    let ungrouped = sql.replace("SELECT k, ", "SELECT ").replace(" GROUP BY k", "");
+    let ungrouped = sql
+        .replace("SELECT k, ", "SELECT ")
+        .replace(" GROUP BY k", "");
     let mut out = Output::new();
     for (key, members) in groups {
         let ctx = context(&members);
-        let batches = futures::executor::block_on(async { ctx.sql(&ungrouped).await.unwrap().collect().await.unwrap() });
+        let batches = futures::executor::block_on(async {
+            ctx.sql(&ungrouped).await.unwrap().collect().await.unwrap()
+        });
         let b = &batches[0];
         let mut row = vec![ScalarValue::Utf8(key.map(str::to_owned))];
-        row.extend(b.columns().iter().map(|c| ScalarValue::try_from_array(c, 0).unwrap()));
+        row.extend(
+            b.columns()
+                .iter()
+                .map(|c| ScalarValue::try_from_array(c, 0).unwrap()),
+        );
         out.insert(format!("{:?}", row[0]), row);
     }
     out
@@ -262,15 +402,24 @@ fn oracle(rows: &BTreeMap<Row, i64>) -> Output {
 /// Cells equal, floats within a relative 1e-9 (a sum's order of additions differs; NaN equals
 /// NaN) and lists element by element.
 fn same(a: &ScalarValue, b: &ScalarValue) -> bool {
-    let close = |x: f64, y: f64| x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-9 * x.abs().max(y.abs());
+    let close = |x: f64, y: f64| {
+        x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-9 * x.abs().max(y.abs())
+    };
     match (a, b) {
         (ScalarValue::Float64(Some(x)), ScalarValue::Float64(Some(y))) => close(*x, *y),
-        (ScalarValue::Float32(Some(x)), ScalarValue::Float32(Some(y))) => close(f64::from(*x), f64::from(*y)),
+        (ScalarValue::Float32(Some(x)), ScalarValue::Float32(Some(y))) => {
+            close(f64::from(*x), f64::from(*y))
+        }
         (ScalarValue::List(x), ScalarValue::List(y)) => {
-            let (x, y) = (ScalarValue::convert_array_to_scalar_vec(x.as_ref()).unwrap(), ScalarValue::convert_array_to_scalar_vec(y.as_ref()).unwrap());
+            let (x, y) = (
+                ScalarValue::convert_array_to_scalar_vec(x.as_ref()).unwrap(),
+                ScalarValue::convert_array_to_scalar_vec(y.as_ref()).unwrap(),
+            );
             x.len() == y.len()
                 && x.iter().zip(&y).all(|(x, y)| match (x, y) {
-                    (Some(x), Some(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b)),
+                    (Some(x), Some(y)) => {
+                        x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
+                    }
                     (x, y) => x.is_none() && y.is_none(),
                 })
         }
@@ -357,4 +506,3 @@ proptest! {
         }
     }
 }
-

@@ -39,13 +39,19 @@ pub fn load(root: &mut dyn Operator, parts: Vec<(String, RecordBatch)>) -> Resul
     let mut parts: HashMap<String, RecordBatch> = parts.into_iter().collect();
     root.load_tree("0", &mut parts)?;
     match parts.keys().next() {
-        Some(name) => Err(Error::internal(format!("checkpointed state {name} has no operator in the dataflow"))),
+        Some(name) => Err(Error::internal(format!(
+            "checkpointed state {name} has no operator in the dataflow"
+        ))),
         None => Ok(()),
     }
 }
 
 /// Saves an operator's own state, then its inputs' (the default walk of [`Operator::save_tree`]).
-pub(crate) fn save_walk<O: Operator + ?Sized>(op: &mut O, path: &str, out: &mut Vec<(String, RecordBatch)>) -> Result<()> {
+pub(crate) fn save_walk<O: Operator + ?Sized>(
+    op: &mut O,
+    path: &str,
+    out: &mut Vec<(String, RecordBatch)>,
+) -> Result<()> {
     for (name, batch) in op.save_state()? {
         out.push((format!("{path}:{name}"), batch));
     }
@@ -56,9 +62,20 @@ pub(crate) fn save_walk<O: Operator + ?Sized>(op: &mut O, path: &str, out: &mut 
 }
 
 /// Loads an operator's own parts, then its inputs' (the default walk of [`Operator::load_tree`]).
-pub(crate) fn load_walk<O: Operator + ?Sized>(op: &mut O, path: &str, parts: &mut HashMap<String, RecordBatch>) -> Result<()> {
+pub(crate) fn load_walk<O: Operator + ?Sized>(
+    op: &mut O,
+    path: &str,
+    parts: &mut HashMap<String, RecordBatch>,
+) -> Result<()> {
     let prefix = format!("{path}:");
-    let mine: Vec<String> = parts.keys().filter(|k| k.strip_prefix(&prefix).is_some_and(|rest| !rest.contains(['.', '#', ':']))).cloned().collect();
+    let mine: Vec<String> = parts
+        .keys()
+        .filter(|k| {
+            k.strip_prefix(&prefix)
+                .is_some_and(|rest| !rest.contains(['.', '#', ':']))
+        })
+        .cloned()
+        .collect();
     for name in mine {
         if let Some(batch) = parts.remove(&name) {
             op.load_state(&name[prefix.len()..], &batch)?;
@@ -76,9 +93,18 @@ pub(crate) fn unknown_part(operator: &str, name: &str) -> Error {
 }
 
 /// A batch of nullable columns, with scalars in its schema metadata.
-pub(crate) fn part<S: AsRef<str>>(columns: Vec<(S, ArrayRef)>, scalars: &[(&str, Option<i64>)]) -> Result<RecordBatch> {
-    let fields: Vec<Field> = columns.iter().map(|(name, a)| Field::new(name.as_ref(), a.data_type().clone(), true)).collect();
-    let metadata = scalars.iter().filter_map(|(k, v)| Some(((*k).to_owned(), (*v)?.to_string()))).collect();
+pub(crate) fn part<S: AsRef<str>>(
+    columns: Vec<(S, ArrayRef)>,
+    scalars: &[(&str, Option<i64>)],
+) -> Result<RecordBatch> {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(name, a)| Field::new(name.as_ref(), a.data_type().clone(), true))
+        .collect();
+    let metadata = scalars
+        .iter()
+        .filter_map(|(k, v)| Some(((*k).to_owned(), (*v)?.to_string())))
+        .collect();
     let schema = Arc::new(Schema::new(fields).with_metadata(metadata));
     let arrays = columns.into_iter().map(|(_, a)| a).collect();
     RecordBatch::try_new(schema, arrays).map_err(arrow_error)
@@ -88,7 +114,9 @@ pub(crate) fn part<S: AsRef<str>>(columns: Vec<(S, ArrayRef)>, scalars: &[(&str,
 pub(crate) fn scalar(batch: &RecordBatch, name: &str) -> Result<Option<i64>> {
     match batch.schema().metadata().get(name) {
         None => Ok(None),
-        Some(v) => v.parse().map(Some).map_err(|_| Error::internal(format!("checkpointed scalar {name} is not a number: {v}"))),
+        Some(v) => v.parse().map(Some).map_err(|_| {
+            Error::internal(format!("checkpointed scalar {name} is not a number: {v}"))
+        }),
     }
 }
 
@@ -105,37 +133,60 @@ pub(crate) fn int64s(values: impl IntoIterator<Item = i64>) -> ArrayRef {
 }
 
 pub(crate) fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef> {
-    batch.column_by_name(name).ok_or_else(|| Error::internal(format!("checkpointed state lacks column {name}")))
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| Error::internal(format!("checkpointed state lacks column {name}")))
 }
 
 pub(crate) fn binary_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a BinaryArray> {
-    column(batch, name)?.as_binary_opt::<i32>().ok_or_else(|| Error::internal(format!("checkpointed column {name} is not binary")))
+    column(batch, name)?
+        .as_binary_opt::<i32>()
+        .ok_or_else(|| Error::internal(format!("checkpointed column {name} is not binary")))
 }
 
 pub(crate) fn int64_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Int64Array> {
-    column(batch, name)?.as_primitive_opt::<Int64Type>().ok_or_else(|| Error::internal(format!("checkpointed column {name} is not BIGINT")))
+    column(batch, name)?
+        .as_primitive_opt::<Int64Type>()
+        .ok_or_else(|| Error::internal(format!("checkpointed column {name} is not BIGINT")))
 }
 
 /// The rows of a binary column in `converter`'s row format (NULL: `None`).
 pub(crate) fn rows_of(converter: &RowConverter, values: &BinaryArray) -> Vec<Option<OwnedRow>> {
     let parser = converter.parser();
-    values.iter().map(|v| v.map(|bytes| parser.parse(bytes).owned())).collect()
+    values
+        .iter()
+        .map(|v| v.map(|bytes| parser.parse(bytes).owned()))
+        .collect()
 }
 
 /// The rows of a binary column that has no NULLs.
-pub(crate) fn required_rows(converter: &RowConverter, values: &BinaryArray) -> Result<Vec<OwnedRow>> {
-    rows_of(converter, values).into_iter().map(|r| r.ok_or_else(|| Error::internal("a checkpointed row is NULL"))).collect()
+pub(crate) fn required_rows(
+    converter: &RowConverter,
+    values: &BinaryArray,
+) -> Result<Vec<OwnedRow>> {
+    rows_of(converter, values)
+        .into_iter()
+        .map(|r| r.ok_or_else(|| Error::internal("a checkpointed row is NULL")))
+        .collect()
 }
 
 /// Change batches (non-empty, of one schema) as one batch: their columns and `eddy_diff`.
 pub(crate) fn changes_part(changes: &[ChangeBatch]) -> Result<Option<RecordBatch>> {
-    let Some((rows, diffs)) = ChangeBatch::concat(changes)?.map(ChangeBatch::into_parts) else { return Ok(None) };
+    let Some((rows, diffs)) = ChangeBatch::concat(changes)?.map(ChangeBatch::into_parts) else {
+        return Ok(None);
+    };
     let schema = rows.schema();
     let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
-    fields.push(Arc::new(Field::new(DIFF, arrow::datatypes::DataType::Int64, false)));
+    fields.push(Arc::new(Field::new(
+        DIFF,
+        arrow::datatypes::DataType::Int64,
+        false,
+    )));
     let mut columns = rows.columns().to_vec();
     columns.push(Arc::new(diffs));
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map(Some).map_err(arrow_error)
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .map(Some)
+        .map_err(arrow_error)
 }
 
 /// The change batch saved by [`changes_part`].
@@ -143,8 +194,12 @@ pub(crate) fn changes_of(batch: &RecordBatch) -> Result<ChangeBatch> {
     let diffs = int64_column(batch, DIFF)?.clone();
     let n = batch.num_columns().saturating_sub(1);
     let schema = Arc::new(Schema::new(batch.schema().fields()[..n].to_vec()));
-    let rows = RecordBatch::try_new_with_options(schema, batch.columns()[..n].to_vec(), &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())))
-        .map_err(arrow_error)?;
+    let rows = RecordBatch::try_new_with_options(
+        schema,
+        batch.columns()[..n].to_vec(),
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+    .map_err(arrow_error)?;
     Ok(ChangeBatch::new(rows, diffs))
 }
 
@@ -162,11 +217,13 @@ pub(crate) fn restart(op: &mut Box<dyn Operator>, rebuild: impl FnOnce() -> Box<
         .into_iter()
         .map(|(name, batch)| {
             let mut file = Vec::new();
-            let mut writer = arrow::ipc::writer::FileWriter::try_new(&mut file, &batch.schema()).unwrap();
+            let mut writer =
+                arrow::ipc::writer::FileWriter::try_new(&mut file, &batch.schema()).unwrap();
             writer.write(&batch).unwrap();
             writer.finish().unwrap();
             drop(writer);
-            let mut reader = arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(file), None).unwrap();
+            let mut reader =
+                arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(file), None).unwrap();
             (name, reader.next().unwrap().unwrap())
         })
         .collect();

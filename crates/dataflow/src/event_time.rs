@@ -58,10 +58,13 @@ impl EventTime {
     /// The watermark of every source that has one (for checkpoints; [`EventTime::advance`]
     /// puts them back).
     pub fn watermarks(&self) -> Vec<(ObjectId, i64)> {
-        self.watermarks.iter().filter_map(|(s, w)| {
-            let w = w.load(Ordering::Acquire);
-            (w != NONE).then_some((*s, w))
-        }).collect()
+        self.watermarks
+            .iter()
+            .filter_map(|(s, w)| {
+                let w = w.load(Ordering::Acquire);
+                (w != NONE).then_some((*s, w))
+            })
+            .collect()
     }
 
     pub fn needs_ticks(&self) {
@@ -81,14 +84,22 @@ impl EventTime {
     }
 
     pub fn watermark(&self, source: ObjectId) -> Option<i64> {
-        let w = self.watermarks.iter().find(|(s, _)| *s == source)?.1.load(Ordering::Relaxed);
+        let w = self
+            .watermarks
+            .iter()
+            .find(|(s, _)| *s == source)?
+            .1
+            .load(Ordering::Relaxed);
         (w != NONE).then_some(w)
     }
 
     /// The watermark of a value derived from several sources: the least of theirs, `None`
     /// until each has one.
     pub fn min_of(&self, sources: &[ObjectId]) -> Option<i64> {
-        sources.iter().map(|s| self.watermark(*s)).try_fold(i64::MAX, |m, w| w.map(|w| m.min(w)))
+        sources
+            .iter()
+            .map(|s| self.watermark(*s))
+            .try_fold(i64::MAX, |m, w| w.map(|w| m.min(w)))
     }
 
     /// The late events recorded since the last call.
@@ -102,11 +113,17 @@ impl EventTime {
     }
 
     pub(crate) fn record_failed(&self, rows: Vec<(String, String)>) {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).extend(rows);
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(rows);
     }
 
     pub(crate) fn record(&self, events: Vec<LateEvent>) {
-        self.late.lock().unwrap_or_else(|p| p.into_inner()).extend(events);
+        self.late
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(events);
     }
 }
 
@@ -123,7 +140,15 @@ pub fn micros(array: &ArrayRef) -> Result<Vec<Option<i64>>> {
     let raw: &Int64Array = raw.as_primitive();
     Ok(raw
         .iter()
-        .map(|v| v.map(|v| if per_micro > 0 { v * per_micro } else { v.div_euclid(-per_micro) }))
+        .map(|v| {
+            v.map(|v| {
+                if per_micro > 0 {
+                    v * per_micro
+                } else {
+                    v.div_euclid(-per_micro)
+                }
+            })
+        })
         .collect())
 }
 
@@ -143,7 +168,9 @@ pub struct LateFilter {
 
 impl LateFilter {
     fn apply(&mut self, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
-        let Some(watermark) = self.event_time.min_of(&self.sources) else { return Ok(batches) };
+        let Some(watermark) = self.event_time.min_of(&self.sources) else {
+            return Ok(batches);
+        };
         let mut out = Vec::with_capacity(batches.len());
         for changes in batches {
             let ends = micros(&evaluate(&self.end, changes.rows())?)?;
@@ -153,7 +180,10 @@ impl LateFilter {
                     Some(match end {
                         None => true,
                         Some(end) if *end > watermark => true,
-                        Some(end) => self.lateness.retract && end.saturating_add(self.lateness.allowed_micros) > watermark,
+                        Some(end) => {
+                            self.lateness.retract
+                                && end.saturating_add(self.lateness.allowed_micros) > watermark
+                        }
                     })
                 })
                 .collect();
@@ -164,7 +194,12 @@ impl LateFilter {
             let times = micros(&evaluate(&self.time, changes.rows())?)?;
             let late: Vec<LateEvent> = (0..changes.len())
                 .filter(|&i| !keep.value(i))
-                .map(|i| LateEvent { row: row_json(changes.rows(), i), event_time: times[i], watermark, action: "dropped" })
+                .map(|i| LateEvent {
+                    row: row_json(changes.rows(), i),
+                    event_time: times[i],
+                    watermark,
+                    action: "dropped",
+                })
                 .collect();
             self.dropped += late.len() as u64;
             self.event_time.record(late);
@@ -186,8 +221,15 @@ impl Operator for LateFilter {
     }
 
     fn state(&self) -> OperatorState {
-        let policy = if self.lateness.retract { "retract" } else { "drop" };
-        OperatorState::stateless(format!("LateFilter {policy} end={} ({} dropped)", self.end, self.dropped))
+        let policy = if self.lateness.retract {
+            "retract"
+        } else {
+            "drop"
+        };
+        OperatorState::stateless(format!(
+            "LateFilter {policy} end={} ({} dropped)",
+            self.end, self.dropped
+        ))
     }
 
     fn children(&self) -> Vec<&dyn Operator> {
@@ -214,8 +256,22 @@ pub struct Release {
 }
 
 impl Release {
-    pub fn new(input: Box<dyn Operator>, time: Expr, sources: Vec<ObjectId>, lateness: Lateness, event_time: std::sync::Arc<EventTime>) -> Self {
-        Release { input, time, sources, lateness, event_time, held: Vec::new(), ready: Vec::new() }
+    pub fn new(
+        input: Box<dyn Operator>,
+        time: Expr,
+        sources: Vec<ObjectId>,
+        lateness: Lateness,
+        event_time: std::sync::Arc<EventTime>,
+    ) -> Self {
+        Release {
+            input,
+            time,
+            sources,
+            lateness,
+            event_time,
+            held: Vec::new(),
+            ready: Vec::new(),
+        }
     }
 
     fn absorb(&mut self, batches: Vec<ChangeBatch>) -> Result<()> {
@@ -226,19 +282,33 @@ impl Release {
                 continue;
             };
             let times = micros(&evaluate(&self.time, changes.rows())?)?;
-            let late: BooleanArray = times.iter().map(|t| Some(t.is_some_and(|t| t <= watermark))).collect();
+            let late: BooleanArray = times
+                .iter()
+                .map(|t| Some(t.is_some_and(|t| t <= watermark)))
+                .collect();
             if late.true_count() == 0 {
                 self.held.push(changes);
                 continue;
             }
             let applied: BooleanArray = times
                 .iter()
-                .map(|t| Some(t.is_some_and(|t| t <= watermark && self.lateness.retract && t.saturating_add(self.lateness.allowed_micros) > watermark)))
+                .map(|t| {
+                    Some(t.is_some_and(|t| {
+                        t <= watermark
+                            && self.lateness.retract
+                            && t.saturating_add(self.lateness.allowed_micros) > watermark
+                    }))
+                })
                 .collect();
             let on_time = arrow::compute::not(&late).map_err(arrow_error)?;
             let dropped = (0..changes.len())
                 .filter(|&i| late.value(i) && !applied.value(i))
-                .map(|i| LateEvent { row: row_json(changes.rows(), i), event_time: times[i], watermark, action: "dropped" })
+                .map(|i| LateEvent {
+                    row: row_json(changes.rows(), i),
+                    event_time: times[i],
+                    watermark,
+                    action: "dropped",
+                })
                 .collect::<Vec<_>>();
             self.event_time.record(dropped);
             self.ready.push(filter_changes(&changes, &applied)?);
@@ -249,19 +319,30 @@ impl Release {
 
     /// The held rows at or behind the watermark, in event-time order.
     fn release(&mut self) -> Result<Vec<ChangeBatch>> {
-        let mut out: Vec<ChangeBatch> = std::mem::take(&mut self.ready).into_iter().filter(|c| !c.is_empty()).collect();
-        let Some(watermark) = self.event_time.min_of(&self.sources) else { return Ok(out) };
+        let mut out: Vec<ChangeBatch> = std::mem::take(&mut self.ready)
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .collect();
+        let Some(watermark) = self.event_time.min_of(&self.sources) else {
+            return Ok(out);
+        };
         let mut due: Vec<ChangeBatch> = Vec::new();
         let mut kept = Vec::new();
         for changes in std::mem::take(&mut self.held) {
             let times = micros(&evaluate(&self.time, changes.rows())?)?;
-            let ready: BooleanArray = times.iter().map(|t| Some(t.is_none_or(|t| t <= watermark))).collect();
+            let ready: BooleanArray = times
+                .iter()
+                .map(|t| Some(t.is_none_or(|t| t <= watermark)))
+                .collect();
             match ready.true_count() {
                 0 => kept.push(changes),
                 n if n == changes.len() => due.push(changes),
                 _ => {
                     due.push(filter_changes(&changes, &ready)?);
-                    kept.push(filter_changes(&changes, &arrow::compute::not(&ready).map_err(arrow_error)?)?);
+                    kept.push(filter_changes(
+                        &changes,
+                        &arrow::compute::not(&ready).map_err(arrow_error)?,
+                    )?);
                 }
             }
         }
@@ -269,12 +350,17 @@ impl Release {
         if due.is_empty() {
             return Ok(out);
         }
-        let Some((rows, diffs)) = ChangeBatch::concat(&due)?.map(ChangeBatch::into_parts) else { return Ok(out) };
+        let Some((rows, diffs)) = ChangeBatch::concat(&due)?.map(ChangeBatch::into_parts) else {
+            return Ok(out);
+        };
         let times = evaluate(&self.time, &rows)?;
         let order = arrow::compute::sort_to_indices(&times, None, None).map_err(arrow_error)?;
         let rows = arrow::compute::take_record_batch(&rows, &order).map_err(arrow_error)?;
         let diffs = arrow::compute::take(&diffs, &order, None).map_err(arrow_error)?;
-        out.push(ChangeBatch::new(rows, diffs.as_primitive::<arrow::datatypes::Int64Type>().clone()));
+        out.push(ChangeBatch::new(
+            rows,
+            diffs.as_primitive::<arrow::datatypes::Int64Type>().clone(),
+        ));
         Ok(out)
     }
 }
@@ -294,12 +380,23 @@ impl Operator for Release {
 
     fn state(&self) -> OperatorState {
         let rows = self.held.iter().map(|c| c.len()).sum();
-        let bytes = self.held.iter().map(|c| c.rows().get_array_memory_size()).sum();
-        OperatorState { name: format!("Release by {}", self.time), rows, bytes }
+        let bytes = self
+            .held
+            .iter()
+            .map(|c| c.rows().get_array_memory_size())
+            .sum();
+        OperatorState {
+            name: format!("Release by {}", self.time),
+            rows,
+            bytes,
+        }
     }
 
     fn save_state(&mut self) -> Result<crate::checkpoint::Parts> {
-        Ok(crate::checkpoint::changes_part(&self.held)?.map(|b| ("held", b)).into_iter().collect())
+        Ok(crate::checkpoint::changes_part(&self.held)?
+            .map(|b| ("held", b))
+            .into_iter()
+            .collect())
     }
 
     fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
@@ -339,7 +436,8 @@ pub fn row_json(batch: &RecordBatch, i: usize) -> String {
         let text = arrow::util::display::ArrayFormatter::try_new(column.as_ref(), &options)
             .map(|f| f.value(i).to_string())
             .unwrap_or_default();
-        let bare = column.data_type().is_numeric() || matches!(column.data_type(), DataType::Boolean);
+        let bare =
+            column.data_type().is_numeric() || matches!(column.data_type(), DataType::Boolean);
         if bare && (text.parse::<f64>().is_ok() || matches!(text.as_str(), "true" | "false")) {
             out.push_str(&text);
         } else {
@@ -349,4 +447,3 @@ pub fn row_json(batch: &RecordBatch, i: usize) -> String {
     out.push('}');
     out
 }
-

@@ -35,7 +35,11 @@ impl ExactFloatSum {
             return;
         }
         if x.is_infinite() {
-            if x > 0.0 { self.positive_infinity += weight } else { self.negative_infinity += weight }
+            if x > 0.0 {
+                self.positive_infinity += weight
+            } else {
+                self.negative_infinity += weight
+            }
             return;
         }
         if x == 0.0 || weight == 0 {
@@ -45,7 +49,11 @@ impl ExactFloatSum {
         let exponent = ((bits >> 52) & 0x7ff) as u32;
         let fraction = bits & ((1 << 52) - 1);
         // x = ±mantissa · 2^(shift − 1074)
-        let (mantissa, shift) = if exponent == 0 { (fraction, 0) } else { (fraction | (1 << 52), exponent - 1) };
+        let (mantissa, shift) = if exponent == 0 {
+            (fraction, 0)
+        } else {
+            (fraction | (1 << 52), exponent - 1)
+        };
         let sign: i128 = if x < 0.0 { -1 } else { 1 };
         // |mantissa · weight| < 2^116: split at 2^64 so that each part, shifted, fits.
         let value = i128::from(mantissa) * i128::from(weight) * sign;
@@ -64,7 +72,12 @@ impl ExactFloatSum {
     /// which carries the sign; no zero digits): a sum back at zero holds no digits.
     pub(crate) fn normalize(&mut self) {
         let dense = normalized(&self.digits);
-        self.digits = dense.into_iter().enumerate().filter(|(_, d)| *d != 0).map(|(i, d)| (i as u16, d)).collect();
+        self.digits = dense
+            .into_iter()
+            .enumerate()
+            .filter(|(_, d)| *d != 0)
+            .map(|(i, d)| (i as u16, d))
+            .collect();
     }
 
     fn add_digit(&mut self, index: u16, value: i128) {
@@ -93,7 +106,11 @@ impl ExactFloatSum {
 
     /// The sum, rounded to the nearest double (NaN with a NaN, or with both infinities).
     pub(crate) fn value(&self) -> f64 {
-        match (self.nan > 0, self.positive_infinity > 0, self.negative_infinity > 0) {
+        match (
+            self.nan > 0,
+            self.positive_infinity > 0,
+            self.negative_infinity > 0,
+        ) {
             (true, _, _) | (_, true, true) => return f64::NAN,
             (_, true, false) => return f64::INFINITY,
             (_, false, true) => return f64::NEG_INFINITY,
@@ -105,7 +122,13 @@ impl ExactFloatSum {
             for d in &mut digits {
                 *d = -*d;
             }
-            digits = normalized(&digits.iter().enumerate().map(|(i, d)| (i as u16, *d)).collect::<Vec<_>>());
+            digits = normalized(
+                &digits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (i as u16, *d))
+                    .collect::<Vec<_>>(),
+            );
         }
         let magnitude = round_to_double(&digits);
         if negative { -magnitude } else { magnitude }
@@ -132,8 +155,18 @@ impl ExactFloatSum {
     /// The inverse of [`ExactFloatSum::encode`]; `None` when the bytes are not one.
     pub(crate) fn decode(bytes: &[u8]) -> Option<ExactFloatSum> {
         let (counts, mut rest) = bytes.split_at_checked(24)?;
-        let count = |i: usize| counts.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes);
-        let mut sum = ExactFloatSum { digits: Vec::new(), nan: count(0)?, positive_infinity: count(1)?, negative_infinity: count(2)? };
+        let count = |i: usize| {
+            counts
+                .get(i * 8..i * 8 + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(i64::from_le_bytes)
+        };
+        let mut sum = ExactFloatSum {
+            digits: Vec::new(),
+            nan: count(0)?,
+            positive_infinity: count(1)?,
+            negative_infinity: count(2)?,
+        };
         while !rest.is_empty() {
             let (pair, next) = rest.split_at_checked(18)?;
             let index = u16::from_le_bytes(pair[..2].try_into().ok()?);
@@ -170,11 +203,19 @@ fn normalized(sparse: &[(u16, i128)]) -> Vec<i128> {
 /// the nearest double, ties to even. (A result below 2^-1022 may round twice: once to 53 bits,
 /// once when scaled into the subnormal range.)
 fn round_to_double(digits: &[i128]) -> f64 {
-    let Some(top) = digits.iter().rposition(|d| *d != 0) else { return 0.0 };
+    let Some(top) = digits.iter().rposition(|d| *d != 0) else {
+        return 0.0;
+    };
     // The top three digits hold the 64 leading bits; any bit below them is sticky.
     let digit = |i: usize| digits.get(i).map_or(0u128, |d| *d as u128);
-    let head = (digit(top) << 64) | (digit(top.wrapping_sub(1)) << 32) | if top >= 2 { digit(top - 2) } else { 0 };
-    let below = if top >= 3 { digits[..top - 2].iter().any(|d| *d != 0) } else { false };
+    let head = (digit(top) << 64)
+        | (digit(top.wrapping_sub(1)) << 32)
+        | if top >= 2 { digit(top - 2) } else { 0 };
+    let below = if top >= 3 {
+        digits[..top - 2].iter().any(|d| *d != 0)
+    } else {
+        false
+    };
     let lead = head.leading_zeros();
     let aligned = head << lead;
     let mut mantissa = (aligned >> 64) as u64;

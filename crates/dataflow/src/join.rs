@@ -17,10 +17,10 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::{Operator, OperatorState, checkpoint};
 use crate::event_time::{EventTime, LateEvent, micros, row_json};
 use crate::plan::{Expr, TimeBound};
 use crate::rows::{arrow_error, batch, eval_error, evaluate, filter_changes, take_columns};
+use crate::{Operator, OperatorState, checkpoint};
 
 /// The names of each side's checkpointed parts: rows, expiry, rows by time, their expiry.
 const LEFT_PARTS: [&str; 4] = ["left", "left_expiry", "left_timed", "left_timed_expiry"];
@@ -61,9 +61,22 @@ pub struct InnerJoin {
 }
 
 impl Side {
-    fn new(input: Box<dyn Operator>, schema: &SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
-        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-        let key_fields = keys.iter().map(|k| k.data_type(schema).map(SortField::new)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
+    fn new(
+        input: Box<dyn Operator>,
+        schema: &SchemaRef,
+        keys: Vec<Expr>,
+        nulls_equal: bool,
+    ) -> Result<Self> {
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let key_fields = keys
+            .iter()
+            .map(|k| k.data_type(schema).map(SortField::new))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(eval_error)?;
         Ok(Side {
             input,
             keys,
@@ -86,16 +99,31 @@ impl Side {
     /// Join keys of each row; `None` where a key column is NULL.
     fn keys_of(&mut self, rows: &RecordBatch) -> Result<Vec<Option<OwnedRow>>> {
         let keys = crate::rows::evaluate_keys(&self.keys, rows)?;
-        let encoded = self.key_converter.convert_columns(&keys).map_err(arrow_error)?;
+        let encoded = self
+            .key_converter
+            .convert_columns(&keys)
+            .map_err(arrow_error)?;
         Ok((0..rows.num_rows())
-            .map(|i| if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded.row(i).owned()) })
+            .map(|i| {
+                if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) {
+                    None
+                } else {
+                    Some(encoded.row(i).owned())
+                }
+            })
             .collect())
     }
 
     fn insert(&mut self, changes: &ChangeBatch, keys: &[Option<OwnedRow>]) -> Result<()> {
-        let rows = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
+        let rows = self
+            .rows
+            .convert_columns(changes.rows().columns())
+            .map_err(arrow_error)?;
         let expires = match &self.bound {
-            Some(b) => Some((micros(&evaluate(&b.time, changes.rows())?)?, b.horizon_micros)),
+            Some(b) => Some((
+                micros(&evaluate(&b.time, changes.rows())?)?,
+                b.horizon_micros,
+            )),
             None => None,
         };
         if let (true, Some((times, horizon))) = (self.indexed(), &expires) {
@@ -109,7 +137,10 @@ impl Side {
                 && let Some(t) = times[i]
                 && changes.diffs().value(i) > 0
             {
-                self.expiry.entry(t.saturating_add(*horizon)).or_default().push((key.clone(), row.clone()));
+                self.expiry
+                    .entry(t.saturating_add(*horizon))
+                    .or_default()
+                    .push((key.clone(), row.clone()));
             }
             let count = bucket.entry(row.clone()).or_insert(0);
             *count += changes.diffs().value(i);
@@ -124,18 +155,33 @@ impl Side {
     }
 
     /// [`Side::insert`] for an interval join: rows go to their (key, time) slot.
-    fn insert_timed(&mut self, changes: &ChangeBatch, keys: &[Option<OwnedRow>], rows: &arrow::row::Rows, times: &[Option<i64>], horizon: i64) -> Result<()> {
+    fn insert_timed(
+        &mut self,
+        changes: &ChangeBatch,
+        keys: &[Option<OwnedRow>],
+        rows: &arrow::row::Rows,
+        times: &[Option<i64>],
+        horizon: i64,
+    ) -> Result<()> {
         for (i, key) in keys.iter().enumerate() {
-            let (Some(key), Some(t)) = (key, times[i]) else { continue };
+            let (Some(key), Some(t)) = (key, times[i]) else {
+                continue;
+            };
             let diff = changes.diffs().value(i);
             let row = rows.row(i);
             if !self.timed.contains_key(key) {
                 self.timed.insert(key.clone(), BTreeMap::new());
             }
-            let slots = self.timed.get_mut(key).ok_or_else(|| Error::internal("join time slots vanished"))?;
+            let slots = self
+                .timed
+                .get_mut(key)
+                .ok_or_else(|| Error::internal("join time slots vanished"))?;
             let slot = slots.entry(t).or_default();
             if slot.is_empty() {
-                self.timed_expiry.entry(t.saturating_add(horizon)).or_default().push((key.clone(), t));
+                self.timed_expiry
+                    .entry(t.saturating_add(horizon))
+                    .or_default()
+                    .push((key.clone(), t));
             }
             match slot.iter().position(|(r, _)| r.row() == row) {
                 Some(at) => {
@@ -159,39 +205,79 @@ impl Side {
     /// This side's state as parts named `<side>…` (only those that hold something).
     fn save(&self, side: &'static [&'static str; 4], out: &mut checkpoint::Parts) -> Result<()> {
         if !self.arrangement.is_empty() {
-            let entries: Vec<(&OwnedRow, &OwnedRow, i64)> = self.arrangement.iter().flat_map(|(k, rows)| rows.iter().map(move |(r, n)| (k, r, *n))).collect();
+            let entries: Vec<(&OwnedRow, &OwnedRow, i64)> = self
+                .arrangement
+                .iter()
+                .flat_map(|(k, rows)| rows.iter().map(move |(r, n)| (k, r, *n)))
+                .collect();
             let columns = vec![
-                ("key", checkpoint::binary(entries.iter().map(|e| e.0.as_ref()))),
-                ("row", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
+                (
+                    "key",
+                    checkpoint::binary(entries.iter().map(|e| e.0.as_ref())),
+                ),
+                (
+                    "row",
+                    checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
+                ),
                 ("count", checkpoint::int64s(entries.iter().map(|e| e.2))),
             ];
             out.push((side[0], checkpoint::part(columns, &[])?));
         }
         if !self.expiry.is_empty() {
-            let entries: Vec<(i64, &OwnedRow, &OwnedRow)> = self.expiry.iter().flat_map(|(t, v)| v.iter().map(move |(k, r)| (*t, k, r))).collect();
+            let entries: Vec<(i64, &OwnedRow, &OwnedRow)> = self
+                .expiry
+                .iter()
+                .flat_map(|(t, v)| v.iter().map(move |(k, r)| (*t, k, r)))
+                .collect();
             let columns = vec![
                 ("time", checkpoint::int64s(entries.iter().map(|e| e.0))),
-                ("key", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
-                ("row", checkpoint::binary(entries.iter().map(|e| e.2.as_ref()))),
+                (
+                    "key",
+                    checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
+                ),
+                (
+                    "row",
+                    checkpoint::binary(entries.iter().map(|e| e.2.as_ref())),
+                ),
             ];
             out.push((side[1], checkpoint::part(columns, &[])?));
         }
         if !self.timed.is_empty() {
-            let entries: Vec<(&OwnedRow, i64, &OwnedRow, i64)> =
-                self.timed.iter().flat_map(|(k, slots)| slots.iter().flat_map(move |(t, slot)| slot.iter().map(move |(r, n)| (k, *t, r, *n)))).collect();
+            let entries: Vec<(&OwnedRow, i64, &OwnedRow, i64)> = self
+                .timed
+                .iter()
+                .flat_map(|(k, slots)| {
+                    slots
+                        .iter()
+                        .flat_map(move |(t, slot)| slot.iter().map(move |(r, n)| (k, *t, r, *n)))
+                })
+                .collect();
             let columns = vec![
-                ("key", checkpoint::binary(entries.iter().map(|e| e.0.as_ref()))),
+                (
+                    "key",
+                    checkpoint::binary(entries.iter().map(|e| e.0.as_ref())),
+                ),
                 ("time", checkpoint::int64s(entries.iter().map(|e| e.1))),
-                ("row", checkpoint::binary(entries.iter().map(|e| e.2.as_ref()))),
+                (
+                    "row",
+                    checkpoint::binary(entries.iter().map(|e| e.2.as_ref())),
+                ),
                 ("count", checkpoint::int64s(entries.iter().map(|e| e.3))),
             ];
             out.push((side[2], checkpoint::part(columns, &[])?));
         }
         if !self.timed_expiry.is_empty() {
-            let entries: Vec<(i64, &OwnedRow, i64)> = self.timed_expiry.iter().flat_map(|(e, v)| v.iter().map(move |(k, t)| (*e, k, *t))).collect();
+            let entries: Vec<(i64, &OwnedRow, i64)> = self
+                .timed_expiry
+                .iter()
+                .flat_map(|(e, v)| v.iter().map(move |(k, t)| (*e, k, *t)))
+                .collect();
             let columns = vec![
                 ("expires", checkpoint::int64s(entries.iter().map(|e| e.0))),
-                ("key", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
+                (
+                    "key",
+                    checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
+                ),
                 ("time", checkpoint::int64s(entries.iter().map(|e| e.2))),
             ];
             out.push((side[3], checkpoint::part(columns, &[])?));
@@ -201,8 +287,15 @@ impl Side {
 
     /// Takes back part `which` (0–3, as in [`Side::save`]).
     fn load(&mut self, which: usize, batch: &RecordBatch) -> Result<()> {
-        let keys = || -> Result<Vec<OwnedRow>> { checkpoint::required_rows(&self.key_converter, checkpoint::binary_column(batch, "key")?) };
-        let rows = || -> Result<Vec<OwnedRow>> { checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?) };
+        let keys = || -> Result<Vec<OwnedRow>> {
+            checkpoint::required_rows(
+                &self.key_converter,
+                checkpoint::binary_column(batch, "key")?,
+            )
+        };
+        let rows = || -> Result<Vec<OwnedRow>> {
+            checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)
+        };
         match which {
             0 => {
                 let counts = checkpoint::int64_column(batch, "count")?;
@@ -217,15 +310,29 @@ impl Side {
                 }
             }
             2 => {
-                let (times, counts) = (checkpoint::int64_column(batch, "time")?, checkpoint::int64_column(batch, "count")?);
+                let (times, counts) = (
+                    checkpoint::int64_column(batch, "time")?,
+                    checkpoint::int64_column(batch, "count")?,
+                );
                 for (i, (key, row)) in keys()?.into_iter().zip(rows()?).enumerate() {
-                    self.timed.entry(key).or_default().entry(times.value(i)).or_default().push((row, counts.value(i)));
+                    self.timed
+                        .entry(key)
+                        .or_default()
+                        .entry(times.value(i))
+                        .or_default()
+                        .push((row, counts.value(i)));
                 }
             }
             _ => {
-                let (expires, times) = (checkpoint::int64_column(batch, "expires")?, checkpoint::int64_column(batch, "time")?);
+                let (expires, times) = (
+                    checkpoint::int64_column(batch, "expires")?,
+                    checkpoint::int64_column(batch, "time")?,
+                );
                 for (i, key) in keys()?.into_iter().enumerate() {
-                    self.timed_expiry.entry(expires.value(i)).or_default().push((key, times.value(i)));
+                    self.timed_expiry
+                        .entry(expires.value(i))
+                        .or_default()
+                        .push((key, times.value(i)));
                 }
             }
         }
@@ -236,10 +343,15 @@ impl Side {
     fn size(&self) -> (usize, usize) {
         let (mut rows, mut bytes) = crate::rows::arrangement_size(&self.arrangement);
         for (key, slots) in &self.timed {
-            bytes += key.as_ref().len() + std::mem::size_of::<(OwnedRow, BTreeMap<i64, Vec<(OwnedRow, i64)>>)>();
+            bytes += key.as_ref().len()
+                + std::mem::size_of::<(OwnedRow, BTreeMap<i64, Vec<(OwnedRow, i64)>>)>();
             for slot in slots.values() {
                 rows += slot.len();
-                bytes += std::mem::size_of::<(i64, Vec<(OwnedRow, i64)>)>() + slot.iter().map(|(r, _)| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum::<usize>();
+                bytes += std::mem::size_of::<(i64, Vec<(OwnedRow, i64)>)>()
+                    + slot
+                        .iter()
+                        .map(|(r, _)| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>())
+                        .sum::<usize>();
             }
         }
         (rows, bytes)
@@ -252,7 +364,10 @@ fn expired<T>(expiry: &mut BTreeMap<i64, Vec<T>>, watermark: i64) -> Vec<T> {
         Some(after) => expiry.split_off(&after),
         None => BTreeMap::new(),
     };
-    std::mem::replace(expiry, later).into_values().flatten().collect()
+    std::mem::replace(expiry, later)
+        .into_values()
+        .flatten()
+        .collect()
 }
 
 impl InnerJoin {
@@ -285,21 +400,35 @@ impl InnerJoin {
 
     /// Joins left changes with the right side as it is now; with `pad`, left rows that match
     /// nothing come out with NULLs for the right columns.
-    fn look_up(&self, changes: &ChangeBatch, keys: &[Option<OwnedRow>], pad: bool) -> Result<Vec<ChangeBatch>> {
+    fn look_up(
+        &self,
+        changes: &ChangeBatch,
+        keys: &[Option<OwnedRow>],
+        pad: bool,
+    ) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
         let joined = self.probe(changes, keys, true)?;
         if pad {
             let matched = self.matched_rows(changes, keys)?;
-            let unmatched: Vec<u32> = (0..changes.len() as u32).filter(|i| !matched[*i as usize]).collect();
+            let unmatched: Vec<u32> = (0..changes.len() as u32)
+                .filter(|i| !matched[*i as usize])
+                .collect();
             if !unmatched.is_empty() {
                 let indices = UInt32Array::from(unmatched);
                 let mut columns = take_columns(changes.rows().columns(), &indices)?;
                 let left_width = columns.len();
                 for field in self.schema.fields().iter().skip(left_width) {
-                    columns.push(arrow::array::new_null_array(field.data_type(), indices.len()));
+                    columns.push(arrow::array::new_null_array(
+                        field.data_type(),
+                        indices.len(),
+                    ));
                 }
-                let diffs = arrow::compute::take(changes.diffs(), &indices, None).map_err(arrow_error)?;
-                out.push(ChangeBatch::new(batch(&self.schema, columns)?, diffs.as_primitive::<arrow::datatypes::Int64Type>().clone()));
+                let diffs =
+                    arrow::compute::take(changes.diffs(), &indices, None).map_err(arrow_error)?;
+                out.push(ChangeBatch::new(
+                    batch(&self.schema, columns)?,
+                    diffs.as_primitive::<arrow::datatypes::Int64Type>().clone(),
+                ));
             }
         }
         out.extend(joined);
@@ -312,7 +441,9 @@ impl InnerJoin {
         let mut mine = Vec::new();
         let mut theirs = Vec::new();
         for (i, key) in keys.iter().enumerate() {
-            let Some(bucket) = key.as_ref().and_then(|k| self.right.arrangement.get(k)) else { continue };
+            let Some(bucket) = key.as_ref().and_then(|k| self.right.arrangement.get(k)) else {
+                continue;
+            };
             if self.filter.is_none() {
                 matched[i] = !bucket.is_empty();
                 continue;
@@ -327,7 +458,9 @@ impl InnerJoin {
             let right = self.right.rows.convert_rows(theirs).map_err(arrow_error)?;
             let both = batch(&self.schema, [left, right].concat())?;
             let mask = evaluate(filter, &both)?;
-            let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("join filter is not boolean"))?;
+            let mask = mask
+                .as_boolean_opt()
+                .ok_or_else(|| Error::internal("join filter is not boolean"))?;
             for (k, i) in mine.iter().enumerate() {
                 if mask.is_valid(k) && mask.value(k) {
                     matched[*i as usize] = true;
@@ -338,21 +471,36 @@ impl InnerJoin {
     }
 
     /// Joins `changes` of one side with the other side's arrangement.
-    fn probe(&self, changes: &ChangeBatch, keys: &[Option<OwnedRow>], changes_are_left: bool) -> Result<Option<ChangeBatch>> {
-        let (me, other) = if changes_are_left { (&self.left, &self.right) } else { (&self.right, &self.left) };
+    fn probe(
+        &self,
+        changes: &ChangeBatch,
+        keys: &[Option<OwnedRow>],
+        changes_are_left: bool,
+    ) -> Result<Option<ChangeBatch>> {
+        let (me, other) = if changes_are_left {
+            (&self.left, &self.right)
+        } else {
+            (&self.right, &self.left)
+        };
         let mut mine = Vec::new();
         let mut theirs = Vec::new();
         let mut diffs = Vec::new();
         // Interval joins read only the other side's rows within the time range.
         let ranged = match &me.bound {
-            Some(TimeBound { range: Some(range), time, .. }) => Some((*range, micros(&evaluate(time, changes.rows())?)?)),
+            Some(TimeBound {
+                range: Some(range),
+                time,
+                ..
+            }) => Some((*range, micros(&evaluate(time, changes.rows())?)?)),
             _ => None,
         };
         for (i, key) in keys.iter().enumerate() {
             let Some(key) = key.as_ref() else { continue };
             match &ranged {
                 Some(((from, to), times)) if other.indexed() => {
-                    let (Some(t), Some(slots)) = (times[i], other.timed.get(key)) else { continue };
+                    let (Some(t), Some(slots)) = (times[i], other.timed.get(key)) else {
+                        continue;
+                    };
                     for (_, slot) in slots.range(t.saturating_add(*from)..=t.saturating_add(*to)) {
                         for (row, count) in slot {
                             mine.push(i as u32);
@@ -362,7 +510,9 @@ impl InnerJoin {
                     }
                 }
                 _ => {
-                    let Some(bucket) = other.arrangement.get(key) else { continue };
+                    let Some(bucket) = other.arrangement.get(key) else {
+                        continue;
+                    };
                     for (row, count) in bucket {
                         mine.push(i as u32);
                         theirs.push(row.row());
@@ -376,13 +526,19 @@ impl InnerJoin {
         }
         let mine = take_columns(changes.rows().columns(), &UInt32Array::from(mine))?;
         let theirs = other.rows.convert_rows(theirs).map_err(arrow_error)?;
-        let columns = if changes_are_left { [mine, theirs].concat() } else { [theirs, mine].concat() };
+        let columns = if changes_are_left {
+            [mine, theirs].concat()
+        } else {
+            [theirs, mine].concat()
+        };
         let joined = ChangeBatch::new(batch(&self.schema, columns)?, Int64Array::from(diffs));
         match &self.filter {
             None => Ok(Some(joined)),
             Some(filter) => {
                 let mask = evaluate(filter, joined.rows())?;
-                let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("join filter is not boolean"))?;
+                let mask = mask
+                    .as_boolean_opt()
+                    .ok_or_else(|| Error::internal("join filter is not boolean"))?;
                 let mask = BooleanArray::from_iter(mask.iter().map(|v| Some(v == Some(true))));
                 let kept = filter_changes(&joined, &mask)?;
                 Ok((!kept.is_empty()).then_some(kept))
@@ -399,19 +555,31 @@ impl InnerJoin {
     }
 
     fn drop_late(&self, side: &Side, changes: ChangeBatch) -> Result<ChangeBatch> {
-        let (Some(bound), Some(event_time)) = (&side.bound, &self.event_time) else { return Ok(changes) };
+        let (Some(bound), Some(event_time)) = (&side.bound, &self.event_time) else {
+            return Ok(changes);
+        };
         if !bound.drop_late {
             return Ok(changes);
         }
-        let Some(watermark) = event_time.min_of(&bound.own) else { return Ok(changes) };
+        let Some(watermark) = event_time.min_of(&bound.own) else {
+            return Ok(changes);
+        };
         let times = micros(&evaluate(&bound.time, changes.rows())?)?;
-        let keep: BooleanArray = times.iter().map(|t| Some(t.is_none_or(|t| t.saturating_add(bound.allowed_micros) > watermark))).collect();
+        let keep: BooleanArray = times
+            .iter()
+            .map(|t| Some(t.is_none_or(|t| t.saturating_add(bound.allowed_micros) > watermark)))
+            .collect();
         if keep.true_count() == changes.len() {
             return Ok(changes);
         }
         let late = (0..changes.len())
             .filter(|&i| !keep.value(i))
-            .map(|i| LateEvent { row: row_json(changes.rows(), i), event_time: times[i], watermark, action: "dropped" })
+            .map(|i| LateEvent {
+                row: row_json(changes.rows(), i),
+                event_time: times[i],
+                watermark,
+                action: "dropped",
+            })
             .collect();
         event_time.record(late);
         filter_changes(&changes, &keep)
@@ -419,10 +587,14 @@ impl InnerJoin {
 
     /// Forgets the rows of each side that the other side's watermark has passed.
     fn evict(&mut self) {
-        let Some(event_time) = &self.event_time else { return };
+        let Some(event_time) = &self.event_time else {
+            return;
+        };
         for side in [&mut self.left, &mut self.right] {
             let Some(bound) = &side.bound else { continue };
-            let Some(watermark) = event_time.min_of(&bound.other) else { continue };
+            let Some(watermark) = event_time.min_of(&bound.other) else {
+                continue;
+            };
             for (key, row) in expired(&mut side.expiry, watermark) {
                 if let Some(bucket) = side.arrangement.get_mut(&key) {
                     bucket.remove(&row);
@@ -442,7 +614,11 @@ impl InnerJoin {
         }
     }
 
-    fn process(&mut self, left: Vec<ChangeBatch>, right: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+    fn process(
+        &mut self,
+        left: Vec<ChangeBatch>,
+        right: Vec<ChangeBatch>,
+    ) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
         if let Some(pad) = self.lookup {
             for changes in right {
@@ -455,8 +631,14 @@ impl InnerJoin {
             }
             return Ok(out);
         }
-        let left = left.into_iter().map(|c| self.drop_late(&self.left, c)).collect::<Result<Vec<_>>>()?;
-        let right = right.into_iter().map(|c| self.drop_late(&self.right, c)).collect::<Result<Vec<_>>>()?;
+        let left = left
+            .into_iter()
+            .map(|c| self.drop_late(&self.left, c))
+            .collect::<Result<Vec<_>>>()?;
+        let right = right
+            .into_iter()
+            .map(|c| self.drop_late(&self.right, c))
+            .collect::<Result<Vec<_>>>()?;
         for changes in left {
             let keys = self.left.keys_of(changes.rows())?;
             out.extend(self.probe(&changes, &keys, true)?);
@@ -488,7 +670,11 @@ impl Operator for InnerJoin {
 
     fn state(&self) -> OperatorState {
         let (left, right) = (self.left.size(), self.right.size());
-        OperatorState { name: "InnerJoin".to_owned(), rows: left.0 + right.0, bytes: left.1 + right.1 }
+        OperatorState {
+            name: "InnerJoin".to_owned(),
+            rows: left.0 + right.0,
+            bytes: left.1 + right.1,
+        }
     }
 
     fn save_state(&mut self) -> Result<checkpoint::Parts> {

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, Int32Type, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{
+    DataType, Field, Int32Type, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit,
+};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator as BinaryOp;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column};
@@ -37,7 +39,16 @@ enum KeyType {
     Interval,
 }
 
-const KEY_TYPES: [KeyType; 8] = [KeyType::Int, KeyType::Text, KeyType::Numeric, KeyType::Double, KeyType::Timestamp, KeyType::Date, KeyType::Bytea, KeyType::Interval];
+const KEY_TYPES: [KeyType; 8] = [
+    KeyType::Int,
+    KeyType::Text,
+    KeyType::Numeric,
+    KeyType::Double,
+    KeyType::Timestamp,
+    KeyType::Date,
+    KeyType::Bytea,
+    KeyType::Interval,
+];
 
 impl KeyType {
     fn data_type(self) -> DataType {
@@ -59,14 +70,50 @@ impl KeyType {
         let at = |i: &Option<i32>| i.map(|i| i as usize);
         match self {
             KeyType::Int => Arc::new(Int32Array::from(indexes.to_vec())),
-            KeyType::Text => Arc::new(StringArray::from_iter(indexes.iter().map(|i| at(i).map(|i| ["", "é", "日本語"][i])))),
-            KeyType::Numeric => Arc::new(Decimal128Array::from_iter(indexes.iter().map(|i| at(i).map(|i| [-15_000i128, 0, 999_999_999][i]))).with_precision_and_scale(20, 4).unwrap()),
-            KeyType::Double => Arc::new(Float64Array::from_iter(indexes.iter().map(|i| at(i).map(|i| [f64::NAN, -1.5, 1e300][i])))),
-            KeyType::Timestamp => Arc::new(TimestampMicrosecondArray::from_iter(indexes.iter().map(|i| at(i).map(|i| [-1i64, 0, 1_700_000_000_000_000][i])))),
-            KeyType::Date => Arc::new(Date32Array::from_iter(indexes.iter().map(|i| at(i).map(|i| [-719_162, 0, 20_000][i])))),
-            KeyType::Bytea => Arc::new(BinaryArray::from_iter(indexes.iter().map(|i| at(i).map(|i| [&b""[..], b"\x00", b"\xff\x00"][i])))),
+            KeyType::Text => Arc::new(StringArray::from_iter(
+                indexes
+                    .iter()
+                    .map(|i| at(i).map(|i| ["", "é", "日本語"][i])),
+            )),
+            KeyType::Numeric => Arc::new(
+                Decimal128Array::from_iter(
+                    indexes
+                        .iter()
+                        .map(|i| at(i).map(|i| [-15_000i128, 0, 999_999_999][i])),
+                )
+                .with_precision_and_scale(20, 4)
+                .unwrap(),
+            ),
+            KeyType::Double => Arc::new(Float64Array::from_iter(
+                indexes
+                    .iter()
+                    .map(|i| at(i).map(|i| [f64::NAN, -1.5, 1e300][i])),
+            )),
+            KeyType::Timestamp => Arc::new(TimestampMicrosecondArray::from_iter(
+                indexes
+                    .iter()
+                    .map(|i| at(i).map(|i| [-1i64, 0, 1_700_000_000_000_000][i])),
+            )),
+            KeyType::Date => Arc::new(Date32Array::from_iter(
+                indexes
+                    .iter()
+                    .map(|i| at(i).map(|i| [-719_162, 0, 20_000][i])),
+            )),
+            KeyType::Bytea => Arc::new(BinaryArray::from_iter(
+                indexes
+                    .iter()
+                    .map(|i| at(i).map(|i| [&b""[..], b"\x00", b"\xff\x00"][i])),
+            )),
             KeyType::Interval => Arc::new(IntervalMonthDayNanoArray::from_iter(
-                indexes.iter().map(|i| at(i).map(|i| [IntervalMonthDayNano::new(0, 0, 0), IntervalMonthDayNano::new(0, 1, 0), IntervalMonthDayNano::new(0, 0, 7_200_000_000_000)][i])),
+                indexes.iter().map(|i| {
+                    at(i).map(|i| {
+                        [
+                            IntervalMonthDayNano::new(0, 0, 0),
+                            IntervalMonthDayNano::new(0, 1, 0),
+                            IntervalMonthDayNano::new(0, 0, 7_200_000_000_000),
+                        ][i]
+                    })
+                }),
             )),
         }
     }
@@ -78,7 +125,9 @@ impl KeyType {
         }
         let value = ScalarValue::try_from_array(column, i).unwrap();
         let pool = self.array(&[Some(0), Some(1), Some(2)]);
-        (0..3).find(|&k| ScalarValue::try_from_array(&pool, k).unwrap() == value).map(|k| k as i32)
+        (0..3)
+            .find(|&k| ScalarValue::try_from_array(&pool, k).unwrap() == value)
+            .map(|k| k as i32)
     }
 }
 
@@ -87,7 +136,10 @@ fn schema(a: &str, b: &str) -> SchemaRef {
 }
 
 fn typed_schema(a: &str, b: &str, key: KeyType) -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new(a, key.data_type(), true), Field::new(b, DataType::Int32, true)]))
+    Arc::new(Schema::new(vec![
+        Field::new(a, key.data_type(), true),
+        Field::new(b, DataType::Int32, true),
+    ]))
 }
 
 fn column(name: &str, index: usize) -> Expr {
@@ -96,17 +148,36 @@ fn column(name: &str, index: usize) -> Expr {
 
 fn plan(kind: JoinKind, filtered: bool, nulls_equal: bool, key: KeyType) -> Node {
     let (ls, rs) = (typed_schema("k", "a", key), typed_schema("k2", "b", key));
-    let both: Vec<Field> = ls.fields().iter().chain(rs.fields().iter()).map(|f| f.as_ref().clone()).collect();
+    let both: Vec<Field> = ls
+        .fields()
+        .iter()
+        .chain(rs.fields().iter())
+        .map(|f| f.as_ref().clone())
+        .collect();
     let out = match kind {
         JoinKind::LeftSemi | JoinKind::LeftAnti => ls.clone(),
         JoinKind::RightSemi | JoinKind::RightAnti => rs.clone(),
         _ => Arc::new(Schema::new(both)),
     };
-    let filter = filtered.then(|| Arc::new(BinaryExpr::new(column("a", 1), BinaryOp::LtEq, column("b", 3))) as Expr);
+    let filter = filtered.then(|| {
+        Arc::new(BinaryExpr::new(
+            column("a", 1),
+            BinaryOp::LtEq,
+            column("b", 3),
+        )) as Expr
+    });
     Node::Join {
         kind,
-        left: Box::new(Node::Source { object: LEFT, name: "l".into(), schema: ls }),
-        right: Box::new(Node::Source { object: RIGHT, name: "r".into(), schema: rs }),
+        left: Box::new(Node::Source {
+            object: LEFT,
+            name: "l".into(),
+            schema: ls,
+        }),
+        right: Box::new(Node::Source {
+            object: RIGHT,
+            name: "r".into(),
+            schema: rs,
+        }),
         left_keys: vec![column("k", 0)],
         right_keys: vec![column("k2", 0)],
         filter,
@@ -122,19 +193,27 @@ fn batch(rows: &[(Row, i64)], key: KeyType) -> ChangeBatch {
     let a = key.array(&rows.iter().map(|r| r.0[0]).collect::<Vec<_>>());
     let b = Int32Array::from(rows.iter().map(|r| r.0[1]).collect::<Vec<_>>());
     let rb = RecordBatch::try_new(s, vec![a, Arc::new(b)]).unwrap();
-    ChangeBatch::new(rb, Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()))
+    ChangeBatch::new(
+        rb,
+        Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()),
+    )
 }
 
 fn accumulate(out: &mut Bag, batches: Vec<ChangeBatch>, key: KeyType) {
     for b in batches {
         for i in 0..b.len() {
-            let row: Row = b.rows().columns().iter().map(|c| {
-                if c.data_type() != &DataType::Int32 {
-                    return key.index(c.as_ref(), i);
-                }
-                let c = c.as_primitive::<Int32Type>();
-                if c.is_null(i) { None } else { Some(c.value(i)) }
-            }).collect();
+            let row: Row = b
+                .rows()
+                .columns()
+                .iter()
+                .map(|c| {
+                    if c.data_type() != &DataType::Int32 {
+                        return key.index(c.as_ref(), i);
+                    }
+                    let c = c.as_primitive::<Int32Type>();
+                    if c.is_null(i) { None } else { Some(c.value(i)) }
+                })
+                .collect();
             *out.entry(row.clone()).or_default() += b.diffs().value(i);
             if out[&row] == 0 {
                 out.remove(&row);
@@ -145,19 +224,26 @@ fn accumulate(out: &mut Bag, batches: Vec<ChangeBatch>, key: KeyType) {
 
 fn oracle(kind: JoinKind, filtered: bool, nulls_equal: bool, left: &Bag, right: &Bag) -> Bag {
     let matches = |l: &Row, r: &Row| {
-        (nulls_equal || l[0].is_some()) && l[0] == r[0] && (!filtered || matches!((l[1], r[1]), (Some(a), Some(b)) if a <= b))
+        (nulls_equal || l[0].is_some())
+            && l[0] == r[0]
+            && (!filtered || matches!((l[1], r[1]), (Some(a), Some(b)) if a <= b))
     };
     let mut out = Bag::new();
     let mut add = |row: Row, n: i64| *out.entry(row).or_default() += n;
     for (l, cl) in left {
         let hits: Vec<_> = right.iter().filter(|(r, _)| matches(l, r)).collect();
         for (r, cr) in &hits {
-            if matches!(kind, JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full) {
+            if matches!(
+                kind,
+                JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full
+            ) {
                 add([l.clone(), (*r).clone()].concat(), cl * *cr);
             }
         }
         match kind {
-            JoinKind::Left | JoinKind::Full if hits.is_empty() => add(vec![l[0], l[1], None, None], *cl),
+            JoinKind::Left | JoinKind::Full if hits.is_empty() => {
+                add(vec![l[0], l[1], None, None], *cl)
+            }
             JoinKind::LeftSemi if !hits.is_empty() => add(l.clone(), *cl),
             JoinKind::LeftAnti if hits.is_empty() => add(l.clone(), *cl),
             _ => {}
@@ -182,28 +268,70 @@ fn value() -> impl Strategy<Value = Option<i32>> {
 
 /// (left side?, row, insert?) — deletions remove a present copy when there is one.
 fn steps() -> impl Strategy<Value = Vec<Vec<(bool, Row, bool)>>> {
-    let step = (any::<bool>(), (value(), value()).prop_map(|(a, b)| vec![a, b]), prop::bool::weighted(0.7));
+    let step = (
+        any::<bool>(),
+        (value(), value()).prop_map(|(a, b)| vec![a, b]),
+        prop::bool::weighted(0.7),
+    );
     prop::collection::vec(prop::collection::vec(step, 1..6), 1..8)
 }
 
-fn run(kind: JoinKind, filtered: bool, nulls_equal: bool, key: KeyType, workers: &crate::Workers, epochs: Vec<Vec<(bool, Row, bool)>>, restart_after: usize) -> Result<(), TestCaseError> {
-    let build = || crate::build(&plan(kind, filtered, nulls_equal, key), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
-    drive(&build, restart_after, key, epochs, |left, right| oracle(kind, filtered, nulls_equal, left, right)).map_err(|e| TestCaseError::fail(format!("{kind:?} {key:?} filtered={filtered}: {e}")))
+fn run(
+    kind: JoinKind,
+    filtered: bool,
+    nulls_equal: bool,
+    key: KeyType,
+    workers: &crate::Workers,
+    epochs: Vec<Vec<(bool, Row, bool)>>,
+    restart_after: usize,
+) -> Result<(), TestCaseError> {
+    let build = || {
+        crate::build(
+            &plan(kind, filtered, nulls_equal, key),
+            &std::sync::Arc::new(crate::EventTime::new(&[])),
+            workers,
+        )
+        .unwrap()
+    };
+    drive(&build, restart_after, key, epochs, |left, right| {
+        oracle(kind, filtered, nulls_equal, left, right)
+    })
+    .map_err(|e| TestCaseError::fail(format!("{kind:?} {key:?} filtered={filtered}: {e}")))
 }
 
 /// Applies the epochs' steps to the join `build` makes (deletions remove a present copy),
 /// comparing its accumulated output with `oracle` over both sides after every epoch; after
 /// epoch `restart_after` the join restarts from a checkpoint of its state.
-fn drive(build: &dyn Fn() -> Box<dyn crate::Operator>, restart_after: usize, key: KeyType, epochs: Vec<Vec<(bool, Row, bool)>>, oracle: impl Fn(&Bag, &Bag) -> Bag) -> Result<(), TestCaseError> {
+fn drive(
+    build: &dyn Fn() -> Box<dyn crate::Operator>,
+    restart_after: usize,
+    key: KeyType,
+    epochs: Vec<Vec<(bool, Row, bool)>>,
+    oracle: impl Fn(&Bag, &Bag) -> Bag,
+) -> Result<(), TestCaseError> {
     let mut op = build();
     let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
     for (epoch_index, epoch) in epochs.into_iter().enumerate() {
         for (is_left, row, insert) in epoch {
             let side = if is_left { &mut left } else { &mut right };
-            let diff = if insert { 1 } else if side.get(&row).copied().unwrap_or(0) > 0 { -1 } else { continue };
+            let diff = if insert {
+                1
+            } else if side.get(&row).copied().unwrap_or(0) > 0 {
+                -1
+            } else {
+                continue;
+            };
             *side.entry(row.clone()).or_default() += diff;
             side.retain(|_, n| *n != 0);
-            accumulate(&mut out, op.push(if is_left { LEFT } else { RIGHT }, &batch(&[(row, diff)], key)).unwrap(), key);
+            accumulate(
+                &mut out,
+                op.push(
+                    if is_left { LEFT } else { RIGHT },
+                    &batch(&[(row, diff)], key),
+                )
+                .unwrap(),
+                key,
+            );
         }
         accumulate(&mut out, op.end_epoch().unwrap(), key);
         prop_assert_eq!(&out, &oracle(&left, &right));
@@ -233,30 +361,63 @@ fn interval_plan() -> Node {
     use arrow::datatypes::TimeUnit;
     use datafusion::physical_expr::expressions::{CastExpr, lit};
     let (ls, rs) = (schema("k", "a"), schema("k2", "b"));
-    let both: Vec<Field> = ls.fields().iter().chain(rs.fields().iter()).map(|f| f.as_ref().clone()).collect();
-    let time = |name: &str, index: usize| Arc::new(CastExpr::new(column(name, index), DataType::Timestamp(TimeUnit::Microsecond, None), None)) as Expr;
-    let offset = |name: &str, index: usize, op: BinaryOp, n: i32| Arc::new(BinaryExpr::new(column(name, index), op, lit(n))) as Expr;
-    let above = Arc::new(BinaryExpr::new(column("b", 3), BinaryOp::GtEq, offset("a", 1, BinaryOp::Minus, 1))) as Expr;
-    let below = Arc::new(BinaryExpr::new(column("b", 3), BinaryOp::LtEq, offset("a", 1, BinaryOp::Plus, 2))) as Expr;
-    // No watermark ever arrives: nothing is forgotten or dropped.
-    let bound = |time: Expr, range: (i64, i64), own: ObjectId, other: ObjectId| crate::plan::TimeBound {
-        time,
-        horizon_micros: 0,
-        range: Some(range),
-        own: vec![own],
-        other: vec![other],
-        allowed_micros: 0,
-        drop_late: false,
+    let both: Vec<Field> = ls
+        .fields()
+        .iter()
+        .chain(rs.fields().iter())
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let time = |name: &str, index: usize| {
+        Arc::new(CastExpr::new(
+            column(name, index),
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            None,
+        )) as Expr
     };
+    let offset = |name: &str, index: usize, op: BinaryOp, n: i32| {
+        Arc::new(BinaryExpr::new(column(name, index), op, lit(n))) as Expr
+    };
+    let above = Arc::new(BinaryExpr::new(
+        column("b", 3),
+        BinaryOp::GtEq,
+        offset("a", 1, BinaryOp::Minus, 1),
+    )) as Expr;
+    let below = Arc::new(BinaryExpr::new(
+        column("b", 3),
+        BinaryOp::LtEq,
+        offset("a", 1, BinaryOp::Plus, 2),
+    )) as Expr;
+    // No watermark ever arrives: nothing is forgotten or dropped.
+    let bound =
+        |time: Expr, range: (i64, i64), own: ObjectId, other: ObjectId| crate::plan::TimeBound {
+            time,
+            horizon_micros: 0,
+            range: Some(range),
+            own: vec![own],
+            other: vec![other],
+            allowed_micros: 0,
+            drop_late: false,
+        };
     Node::Join {
         kind: JoinKind::Inner,
-        left: Box::new(Node::Source { object: LEFT, name: "l".into(), schema: ls }),
-        right: Box::new(Node::Source { object: RIGHT, name: "r".into(), schema: rs }),
+        left: Box::new(Node::Source {
+            object: LEFT,
+            name: "l".into(),
+            schema: ls,
+        }),
+        right: Box::new(Node::Source {
+            object: RIGHT,
+            name: "r".into(),
+            schema: rs,
+        }),
         left_keys: vec![column("k", 0)],
         right_keys: vec![column("k2", 0)],
         filter: Some(Arc::new(BinaryExpr::new(above, BinaryOp::And, below))),
         nulls_equal: false,
-        bounds: Some(Box::new([bound(time("a", 1), (-1, 2), LEFT, RIGHT), bound(time("b", 1), (-2, 1), RIGHT, LEFT)])),
+        bounds: Some(Box::new([
+            bound(time("a", 1), (-1, 2), LEFT, RIGHT),
+            bound(time("b", 1), (-2, 1), RIGHT, LEFT),
+        ])),
         lookup: false,
         schema: Arc::new(Schema::new(both)),
     }

@@ -16,13 +16,13 @@ pub mod checkpoint;
 /// row encodings, and the state maps are on every row's path).
 pub(crate) type StateMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) type StateSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
-pub mod event_time;
 mod aggregate_call;
 #[cfg(test)]
 mod aggregate_tests;
 #[cfg(test)]
 mod aggregate_typed_tests;
 pub mod decimal;
+pub mod event_time;
 mod exact_sum;
 mod join;
 #[cfg(test)]
@@ -91,12 +91,20 @@ pub trait Operator: Send {
     }
 
     /// Saves this operator's state and its inputs' under `path` (see [`checkpoint::save`]).
-    fn save_tree(&mut self, path: &str, out: &mut Vec<(String, arrow::array::RecordBatch)>) -> Result<()> {
+    fn save_tree(
+        &mut self,
+        path: &str,
+        out: &mut Vec<(String, arrow::array::RecordBatch)>,
+    ) -> Result<()> {
         checkpoint::save_walk(self, path, out)
     }
 
     /// Loads what [`Operator::save_tree`] saved under `path`.
-    fn load_tree(&mut self, path: &str, parts: &mut std::collections::HashMap<String, arrow::array::RecordBatch>) -> Result<()> {
+    fn load_tree(
+        &mut self,
+        path: &str,
+        parts: &mut std::collections::HashMap<String, arrow::array::RecordBatch>,
+    ) -> Result<()> {
         checkpoint::load_walk(self, path, parts)
     }
 }
@@ -146,11 +154,19 @@ impl Operator for Instrumented {
         self.inner.children_mut()
     }
 
-    fn save_tree(&mut self, path: &str, out: &mut Vec<(String, arrow::array::RecordBatch)>) -> Result<()> {
+    fn save_tree(
+        &mut self,
+        path: &str,
+        out: &mut Vec<(String, arrow::array::RecordBatch)>,
+    ) -> Result<()> {
         self.inner.save_tree(path, out)
     }
 
-    fn load_tree(&mut self, path: &str, parts: &mut std::collections::HashMap<String, arrow::array::RecordBatch>) -> Result<()> {
+    fn load_tree(
+        &mut self,
+        path: &str,
+        parts: &mut std::collections::HashMap<String, arrow::array::RecordBatch>,
+    ) -> Result<()> {
         self.inner.load_tree(path, parts)
     }
 }
@@ -166,7 +182,11 @@ pub struct OperatorState {
 
 impl OperatorState {
     pub fn stateless(name: String) -> Self {
-        OperatorState { name, rows: 0, bytes: 0 }
+        OperatorState {
+            name,
+            rows: 0,
+            bytes: 0,
+        }
     }
 }
 
@@ -189,9 +209,21 @@ pub fn stats(root: &dyn Operator) -> Vec<OperatorStats> {
     fn walk(op: &dyn Operator, path: String, out: &mut Vec<OperatorStats>) {
         let state = op.state();
         let children = op.children();
-        let rows_in = if children.is_empty() { op.rows_out() } else { children.iter().map(|c| c.rows_out()).sum() };
+        let rows_in = if children.is_empty() {
+            op.rows_out()
+        } else {
+            children.iter().map(|c| c.rows_out()).sum()
+        };
         let name = plan::readable_intervals(&state.name);
-        out.push(OperatorStats { path: path.clone(), name, rows_in, rows_out: op.rows_out(), state_rows: state.rows, state_bytes: state.bytes, shards: op.shards() });
+        out.push(OperatorStats {
+            path: path.clone(),
+            name,
+            rows_in,
+            rows_out: op.rows_out(),
+            state_rows: state.rows,
+            state_bytes: state.bytes,
+            shards: op.shards(),
+        });
         for (i, child) in children.into_iter().enumerate() {
             walk(child, format!("{path}.{i}"), out);
         }
@@ -204,51 +236,103 @@ pub fn stats(root: &dyn Operator) -> Vec<OperatorStats> {
 /// Builds the operator tree of a plan; its window operators read watermarks from `event_time`
 /// and record late rows there. With several `workers`, stateful operators with a key (grouped
 /// aggregates, equi-joins, partitioned top-N) are sharded by it across them.
-pub fn build(node: &Node, event_time: &Arc<EventTime>, workers: &Workers) -> Result<Box<dyn Operator>> {
-    Ok(Box::new(Instrumented { inner: build_bare(node, event_time, workers)?, rows_out: 0 }))
+pub fn build(
+    node: &Node,
+    event_time: &Arc<EventTime>,
+    workers: &Workers,
+) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(Instrumented {
+        inner: build_bare(node, event_time, workers)?,
+        rows_out: 0,
+    }))
 }
 
 fn build_bare(node: &Node, et: &Arc<EventTime>, workers: &Workers) -> Result<Box<dyn Operator>> {
     if let Some(inputs) = stateful_inputs(node) {
-        let built = inputs.iter().map(|i| build(i, et, workers)).collect::<Result<Vec<_>>>()?;
+        let built = inputs
+            .iter()
+            .map(|i| build(i, et, workers))
+            .collect::<Result<Vec<_>>>()?;
         if let (Some(pool), Some(keys)) = (workers.pool(), shard_keys(node)) {
             let shards = (0..workers.count())
                 .map(|_| {
                     let stubs = inputs
                         .iter()
                         .zip(shard::SHARD_INPUTS)
-                        .map(|(input, object)| Box::new(stateless::Source { object, schema: input.schema() }) as Box<dyn Operator>)
+                        .map(|(input, object)| {
+                            Box::new(stateless::Source {
+                                object,
+                                schema: input.schema(),
+                            }) as Box<dyn Operator>
+                        })
                         .collect();
                     build_stateful(node, stubs, et)
                 })
                 .collect::<Result<Vec<_>>>()?;
-            return Ok(Box::new(shard::Sharded::new(built, keys, shards, Arc::clone(pool))?));
+            return Ok(Box::new(shard::Sharded::new(
+                built,
+                keys,
+                shards,
+                Arc::clone(pool),
+            )?));
         }
         return build_stateful(node, built, et);
     }
     Ok(match node {
-        Node::Source { object, schema, .. } => Box::new(stateless::Source { object: *object, schema: Arc::clone(schema) }),
-        Node::Filter { input, predicate } => {
-            Box::new(stateless::Filter { input: build(input, et, workers)?, predicate: predicate.clone(), context: Arc::clone(et) })
-        }
-        Node::Project { input, exprs, schema } => Box::new(stateless::Project {
+        Node::Source { object, schema, .. } => Box::new(stateless::Source {
+            object: *object,
+            schema: Arc::clone(schema),
+        }),
+        Node::Filter { input, predicate } => Box::new(stateless::Filter {
+            input: build(input, et, workers)?,
+            predicate: predicate.clone(),
+            context: Arc::clone(et),
+        }),
+        Node::Project {
+            input,
+            exprs,
+            schema,
+        } => Box::new(stateless::Project {
             input: build(input, et, workers)?,
             exprs: exprs.clone(),
             schema: schema.clone(),
             context: Arc::clone(et),
         }),
         Node::Union { inputs, schema } => Box::new(stateless::Union {
-            inputs: inputs.iter().map(|i| build(i, et, workers)).collect::<Result<_>>()?,
+            inputs: inputs
+                .iter()
+                .map(|i| build(i, et, workers))
+                .collect::<Result<_>>()?,
             schema: schema.clone(),
         }),
         Node::TemporalFilter { input, from, until } => {
             et.needs_ticks();
-            Box::new(temporal::TemporalFilter::new(build(input, et, workers)?, &input.schema(), from.clone(), until.clone())?)
+            Box::new(temporal::TemporalFilter::new(
+                build(input, et, workers)?,
+                &input.schema(),
+                from.clone(),
+                until.clone(),
+            )?)
         }
-        Node::Release { input, time, sources, lateness } => {
-            Box::new(event_time::Release::new(build(input, et, workers)?, time.clone(), sources.clone(), *lateness, Arc::clone(et)))
-        }
-        Node::LateFilter { input, end, time, sources, lateness } => Box::new(event_time::LateFilter {
+        Node::Release {
+            input,
+            time,
+            sources,
+            lateness,
+        } => Box::new(event_time::Release::new(
+            build(input, et, workers)?,
+            time.clone(),
+            sources.clone(),
+            *lateness,
+            Arc::clone(et),
+        )),
+        Node::LateFilter {
+            input,
+            end,
+            time,
+            sources,
+            lateness,
+        } => Box::new(event_time::LateFilter {
             input: build(input, et, workers)?,
             end: end.clone(),
             time: time.clone(),
@@ -257,7 +341,10 @@ fn build_bare(node: &Node, et: &Arc<EventTime>, workers: &Workers) -> Result<Box
             event_time: Arc::clone(et),
             dropped: 0,
         }),
-        Node::Aggregate { .. } | Node::SessionAggregate { .. } | Node::TopN { .. } | Node::Join { .. } => {
+        Node::Aggregate { .. }
+        | Node::SessionAggregate { .. }
+        | Node::TopN { .. }
+        | Node::Join { .. } => {
             return Err(Error::internal("a stateful operator without inputs"));
         }
     })
@@ -266,7 +353,9 @@ fn build_bare(node: &Node, et: &Arc<EventTime>, workers: &Workers) -> Result<Box
 /// The inputs of the operators that keep state by key (and may be sharded).
 fn stateful_inputs(node: &Node) -> Option<Vec<&Node>> {
     match node {
-        Node::Aggregate { input, .. } | Node::SessionAggregate { input, .. } | Node::TopN { input, .. } => Some(vec![input.as_ref()]),
+        Node::Aggregate { input, .. }
+        | Node::SessionAggregate { input, .. }
+        | Node::TopN { input, .. } => Some(vec![input.as_ref()]),
         Node::Join { left, right, .. } => Some(vec![left.as_ref(), right.as_ref()]),
         _ => None,
     }
@@ -277,22 +366,56 @@ fn stateful_inputs(node: &Node) -> Option<Vec<&Node>> {
 fn shard_keys(node: &Node) -> Option<Vec<Vec<Expr>>> {
     let keys = match node {
         Node::Aggregate { group, .. } => vec![group.clone()],
-        Node::SessionAggregate { group, starts, ends, .. } => {
-            vec![group.iter().enumerate().filter(|(i, _)| !starts.contains(i) && !ends.contains(i)).map(|(_, e)| e.clone()).collect()]
+        Node::SessionAggregate {
+            group,
+            starts,
+            ends,
+            ..
+        } => {
+            vec![
+                group
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !starts.contains(i) && !ends.contains(i))
+                    .map(|(_, e)| e.clone())
+                    .collect(),
+            ]
         }
         Node::TopN { partition, .. } => vec![partition.clone()],
-        Node::Join { left_keys, right_keys, .. } => vec![left_keys.clone(), right_keys.clone()],
+        Node::Join {
+            left_keys,
+            right_keys,
+            ..
+        } => vec![left_keys.clone(), right_keys.clone()],
         _ => return None,
     };
     keys.iter().all(|k| !k.is_empty()).then_some(keys)
 }
 
 /// Builds a stateful operator over already built `inputs` (see [`stateful_inputs`]).
-fn build_stateful(node: &Node, inputs: Vec<Box<dyn Operator>>, et: &Arc<EventTime>) -> Result<Box<dyn Operator>> {
+fn build_stateful(
+    node: &Node,
+    inputs: Vec<Box<dyn Operator>>,
+    et: &Arc<EventTime>,
+) -> Result<Box<dyn Operator>> {
     let mut inputs = inputs.into_iter();
-    let mut next = || inputs.next().ok_or_else(|| Error::internal("an operator's input is missing"));
+    let mut next = || {
+        inputs
+            .next()
+            .ok_or_else(|| Error::internal("an operator's input is missing"))
+    };
     Ok(match node {
-        Node::TopN { input, partition, order, offset, limit, rank, window, append_only, schema } => Box::new(topn::TopN::new(
+        Node::TopN {
+            input,
+            partition,
+            order,
+            offset,
+            limit,
+            rank,
+            window,
+            append_only,
+            schema,
+        } => Box::new(topn::TopN::new(
             next()?,
             input.schema(),
             partition.clone(),
@@ -303,7 +426,14 @@ fn build_stateful(node: &Node, inputs: Vec<Box<dyn Operator>>, et: &Arc<EventTim
             *append_only,
             schema.clone(),
         )?),
-        Node::Aggregate { input, group, aggregates, window, append_only, schema } => Box::new(aggregate::Aggregate::new(
+        Node::Aggregate {
+            input,
+            group,
+            aggregates,
+            window,
+            append_only,
+            schema,
+        } => Box::new(aggregate::Aggregate::new(
             next()?,
             &input.schema(),
             group.clone(),
@@ -312,15 +442,42 @@ fn build_stateful(node: &Node, inputs: Vec<Box<dyn Operator>>, et: &Arc<EventTim
             *append_only,
             schema.clone(),
         )?),
-        Node::SessionAggregate { input, group, starts, ends, time, gap_micros, aggregates, window, schema } => Box::new(session::SessionAggregate::new(
+        Node::SessionAggregate {
+            input,
+            group,
+            starts,
+            ends,
+            time,
+            gap_micros,
+            aggregates,
+            window,
+            schema,
+        } => Box::new(session::SessionAggregate::new(
             next()?,
             &input.schema(),
-            session::Spec { group: group.clone(), starts: starts.clone(), ends: ends.clone(), time: time.clone(), gap_micros: *gap_micros },
+            session::Spec {
+                group: group.clone(),
+                starts: starts.clone(),
+                ends: ends.clone(),
+                time: time.clone(),
+                gap_micros: *gap_micros,
+            },
             aggregates.clone(),
             window.clone().map(|w| (w, Arc::clone(et))),
             schema.clone(),
         )?),
-        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, schema, bounds, lookup: false } if *kind != plan::JoinKind::Inner => {
+        Node::Join {
+            kind,
+            left,
+            right,
+            left_keys,
+            right_keys,
+            filter,
+            nulls_equal,
+            schema,
+            bounds,
+            lookup: false,
+        } if *kind != plan::JoinKind::Inner => {
             let mut join = outer_join::OuterJoin::new(
                 *kind,
                 *nulls_equal,
@@ -338,7 +495,18 @@ fn build_stateful(node: &Node, inputs: Vec<Box<dyn Operator>>, et: &Arc<EventTim
             }
             Box::new(join)
         }
-        Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, bounds, lookup, schema } => {
+        Node::Join {
+            kind,
+            left,
+            right,
+            left_keys,
+            right_keys,
+            filter,
+            nulls_equal,
+            bounds,
+            lookup,
+            schema,
+        } => {
             let mut join = join::InnerJoin::new(
                 *nulls_equal,
                 next()?,

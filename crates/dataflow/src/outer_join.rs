@@ -17,15 +17,17 @@ use std::collections::BTreeMap;
 use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array, new_null_array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array, new_null_array,
+};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::{Operator, OperatorState, checkpoint};
 use crate::event_time::{EventTime, micros};
 use crate::plan::{Expr, JoinKind, TimeBound};
 use crate::rows::{arrow_error, batch, eval_error, evaluate, take_columns};
+use crate::{Operator, OperatorState, checkpoint};
 
 type Bucket = HashMap<OwnedRow, i64>;
 
@@ -52,21 +54,52 @@ pub struct OuterJoin {
 }
 
 impl Side {
-    fn new(input: Box<dyn Operator>, schema: SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
-        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-        let key_fields = keys.iter().map(|k| k.data_type(&schema).map(SortField::new)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
+    fn new(
+        input: Box<dyn Operator>,
+        schema: SchemaRef,
+        keys: Vec<Expr>,
+        nulls_equal: bool,
+    ) -> Result<Self> {
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let key_fields = keys
+            .iter()
+            .map(|k| k.data_type(&schema).map(SortField::new))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(eval_error)?;
         let key_converter = RowConverter::new(key_fields).map_err(arrow_error)?;
-        Ok(Side { input, schema, keys, rows: RowConverter::new(fields).map_err(arrow_error)?, nulls_equal, key_converter, arrangement: HashMap::default() })
+        Ok(Side {
+            input,
+            schema,
+            keys,
+            rows: RowConverter::new(fields).map_err(arrow_error)?,
+            nulls_equal,
+            key_converter,
+            arrangement: HashMap::default(),
+        })
     }
 
     /// (key or None for NULL keys, row) per changed row.
     fn encode(&mut self, changes: &ChangeBatch) -> Result<Vec<(Option<OwnedRow>, OwnedRow)>> {
         let keys = crate::rows::evaluate_keys(&self.keys, changes.rows())?;
-        let encoded_keys = self.key_converter.convert_columns(&keys).map_err(arrow_error)?;
-        let rows = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
+        let encoded_keys = self
+            .key_converter
+            .convert_columns(&keys)
+            .map_err(arrow_error)?;
+        let rows = self
+            .rows
+            .convert_columns(changes.rows().columns())
+            .map_err(arrow_error)?;
         Ok((0..changes.len())
             .map(|i| {
-                let key = if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) { None } else { Some(encoded_keys.row(i).owned()) };
+                let key = if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) {
+                    None
+                } else {
+                    Some(encoded_keys.row(i).owned())
+                };
                 (key, rows.row(i).owned())
             })
             .collect())
@@ -86,37 +119,68 @@ impl Side {
 
     /// The arrangement as (key, row, count) columns.
     fn save(&self) -> Result<RecordBatch> {
-        let entries: Vec<(&OwnedRow, &OwnedRow, i64)> = self.arrangement.iter().flat_map(|(k, rows)| rows.iter().map(move |(r, n)| (k, r, *n))).collect();
+        let entries: Vec<(&OwnedRow, &OwnedRow, i64)> = self
+            .arrangement
+            .iter()
+            .flat_map(|(k, rows)| rows.iter().map(move |(r, n)| (k, r, *n)))
+            .collect();
         let columns = vec![
-            ("key", checkpoint::binary(entries.iter().map(|e| e.0.as_ref()))),
-            ("row", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
+            (
+                "key",
+                checkpoint::binary(entries.iter().map(|e| e.0.as_ref())),
+            ),
+            (
+                "row",
+                checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
+            ),
             ("count", checkpoint::int64s(entries.iter().map(|e| e.2))),
         ];
         checkpoint::part(columns, &[])
     }
 
     fn load(&mut self, batch: &RecordBatch) -> Result<()> {
-        let keys = checkpoint::required_rows(&self.key_converter, checkpoint::binary_column(batch, "key")?)?;
+        let keys = checkpoint::required_rows(
+            &self.key_converter,
+            checkpoint::binary_column(batch, "key")?,
+        )?;
         let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
-        for ((key, row), n) in keys.into_iter().zip(rows).zip(checkpoint::int64_column(batch, "count")?.values()) {
+        for ((key, row), n) in keys
+            .into_iter()
+            .zip(rows)
+            .zip(checkpoint::int64_column(batch, "count")?.values())
+        {
             self.arrangement.entry(key).or_default().insert(row, *n);
         }
         Ok(())
     }
 
     fn bucket(&self, key: &OwnedRow) -> Vec<(OwnedRow, i64)> {
-        self.arrangement.get(key).map(|b| b.iter().map(|(r, c)| (r.clone(), *c)).collect()).unwrap_or_default()
+        self.arrangement
+            .get(key)
+            .map(|b| b.iter().map(|(r, c)| (r.clone(), *c)).collect())
+            .unwrap_or_default()
     }
 
     fn columns(&self, rows: &[(OwnedRow, i64)]) -> Result<Vec<ArrayRef>> {
         if rows.is_empty() {
-            return Ok(self.schema.fields().iter().map(|f| new_null_array(f.data_type(), 0)).collect());
+            return Ok(self
+                .schema
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), 0))
+                .collect());
         }
-        self.rows.convert_rows(rows.iter().map(|(r, _)| r.row())).map_err(arrow_error)
+        self.rows
+            .convert_rows(rows.iter().map(|(r, _)| r.row()))
+            .map_err(arrow_error)
     }
 
     fn nulls(&self, n: usize) -> Vec<ArrayRef> {
-        self.schema.fields().iter().map(|f| new_null_array(f.data_type(), n)).collect()
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), n))
+            .collect()
     }
 }
 
@@ -174,17 +238,31 @@ impl OuterJoin {
         }
         let li = UInt32Array::from(li);
         let ri = UInt32Array::from(ri);
-        let pairs = [take_columns(&left_columns, &li)?, take_columns(&right_columns, &ri)?].concat();
+        let pairs = [
+            take_columns(&left_columns, &li)?,
+            take_columns(&right_columns, &ri)?,
+        ]
+        .concat();
         let matched: Vec<bool> = match &self.filter {
             None => vec![true; li.len()],
             Some(filter) if !li.is_empty() => {
                 let pair_schema = Arc::new(arrow::datatypes::Schema::new(
-                    self.left.schema.fields().iter().chain(self.right.schema.fields().iter()).cloned().collect::<Vec<_>>(),
+                    self.left
+                        .schema
+                        .fields()
+                        .iter()
+                        .chain(self.right.schema.fields().iter())
+                        .cloned()
+                        .collect::<Vec<_>>(),
                 ));
                 let joined = batch(&pair_schema, pairs.clone())?;
                 let mask = evaluate(filter, &joined)?;
-                let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("join filter is not boolean"))?;
-                (0..mask.len()).map(|k| mask.is_valid(k) && mask.value(k)).collect()
+                let mask = mask
+                    .as_boolean_opt()
+                    .ok_or_else(|| Error::internal("join filter is not boolean"))?;
+                (0..mask.len())
+                    .map(|k| mask.is_valid(k) && mask.value(k))
+                    .collect()
             }
             Some(_) => Vec::new(),
         };
@@ -208,13 +286,22 @@ impl OuterJoin {
             _ => {}
         }
         let unmatched = |flags: &[bool], want_matched: bool| -> Vec<u32> {
-            flags.iter().enumerate().filter(|(_, m)| **m == want_matched).map(|(i, _)| i as u32).collect()
+            flags
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| **m == want_matched)
+                .map(|(i, _)| i as u32)
+                .collect()
         };
         match self.kind {
             JoinKind::Left | JoinKind::Full => {
                 let idx = unmatched(&left_matched, false);
                 let d = idx.iter().map(|&i| sign * left[i as usize].1).collect();
-                let cols = [take_columns(&left_columns, &UInt32Array::from(idx.clone()))?, self.right.nulls(idx.len())].concat();
+                let cols = [
+                    take_columns(&left_columns, &UInt32Array::from(idx.clone()))?,
+                    self.right.nulls(idx.len()),
+                ]
+                .concat();
                 out.push(cols, d);
             }
             _ => {}
@@ -223,12 +310,21 @@ impl OuterJoin {
             JoinKind::Right | JoinKind::Full => {
                 let idx = unmatched(&right_matched, false);
                 let d = idx.iter().map(|&i| sign * right[i as usize].1).collect();
-                let cols = [self.left.nulls(idx.len()), take_columns(&right_columns, &UInt32Array::from(idx.clone()))?].concat();
+                let cols = [
+                    self.left.nulls(idx.len()),
+                    take_columns(&right_columns, &UInt32Array::from(idx.clone()))?,
+                ]
+                .concat();
                 out.push(cols, d);
             }
             _ => {}
         }
-        let side_rows = |columns: &[ArrayRef], rows: &[(OwnedRow, i64)], flags: &[bool], want: bool, out: &mut Output| -> Result<()> {
+        let side_rows = |columns: &[ArrayRef],
+                         rows: &[(OwnedRow, i64)],
+                         flags: &[bool],
+                         want: bool,
+                         out: &mut Output|
+         -> Result<()> {
             let idx = unmatched(flags, want);
             let d = idx.iter().map(|&i| sign * rows[i as usize].1).collect();
             out.push(take_columns(columns, &UInt32Array::from(idx))?, d);
@@ -245,7 +341,13 @@ impl OuterJoin {
     }
 
     /// Output of rows whose key is NULL: they never match.
-    fn null_key_output(&self, left_side: bool, changes: &ChangeBatch, rows: &[usize], out: &mut Output) -> Result<()> {
+    fn null_key_output(
+        &self,
+        left_side: bool,
+        changes: &ChangeBatch,
+        rows: &[usize],
+        out: &mut Output,
+    ) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -254,21 +356,33 @@ impl OuterJoin {
         let diffs: Vec<i64> = rows.iter().map(|&i| changes.diffs().value(i)).collect();
         let n = rows.len();
         match (self.kind, left_side) {
-            (JoinKind::Left | JoinKind::Full, true) => out.push([cols, self.right.nulls(n)].concat(), diffs),
-            (JoinKind::Right | JoinKind::Full, false) => out.push([self.left.nulls(n), cols].concat(), diffs),
+            (JoinKind::Left | JoinKind::Full, true) => {
+                out.push([cols, self.right.nulls(n)].concat(), diffs)
+            }
+            (JoinKind::Right | JoinKind::Full, false) => {
+                out.push([self.left.nulls(n), cols].concat(), diffs)
+            }
             (JoinKind::LeftAnti, true) | (JoinKind::RightAnti, false) => out.push(cols, diffs),
             _ => {}
         }
         Ok(())
     }
 
-    fn process(&mut self, left: Vec<ChangeBatch>, right: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+    fn process(
+        &mut self,
+        left: Vec<ChangeBatch>,
+        right: Vec<ChangeBatch>,
+    ) -> Result<Vec<ChangeBatch>> {
         let mut out = Output { chunks: Vec::new() };
         let mut encoded = Vec::new();
         let mut touched: HashSet<OwnedRow> = HashSet::default();
         for (is_left, batches) in [(true, left), (false, right)] {
             for changes in batches {
-                let side = if is_left { &mut self.left } else { &mut self.right };
+                let side = if is_left {
+                    &mut self.left
+                } else {
+                    &mut self.right
+                };
                 let rows = side.encode(&changes)?;
                 let mut null_keyed = Vec::new();
                 for (i, (key, _)) in rows.iter().enumerate() {
@@ -287,7 +401,11 @@ impl OuterJoin {
             self.key_output(key, -1, &mut out)?;
         }
         for (is_left, changes, rows) in &encoded {
-            let side = if *is_left { &mut self.left } else { &mut self.right };
+            let side = if *is_left {
+                &mut self.left
+            } else {
+                &mut self.right
+            };
             for (i, (key, row)) in rows.iter().enumerate() {
                 if let Some(key) = key {
                     side.apply(key, row, changes.diffs().value(i));
@@ -303,14 +421,22 @@ impl OuterJoin {
                 let times = micros(&evaluate(&bound.time, changes.rows())?)?;
                 for (i, (key, _)) in rows.iter().enumerate() {
                     if let (Some(key), Some(t)) = (key, times[i]) {
-                        self.expiry.entry(t.saturating_add(bound.horizon_micros)).or_default().push(key.clone());
+                        self.expiry
+                            .entry(t.saturating_add(bound.horizon_micros))
+                            .or_default()
+                            .push(key.clone());
                     }
                 }
             }
         }
         out.chunks
             .into_iter()
-            .map(|(columns, diffs)| Ok(ChangeBatch::new(batch(&self.schema, columns)?, Int64Array::from(diffs))))
+            .map(|(columns, diffs)| {
+                Ok(ChangeBatch::new(
+                    batch(&self.schema, columns)?,
+                    Int64Array::from(diffs),
+                ))
+            })
             .collect()
     }
 }
@@ -323,10 +449,14 @@ impl OuterJoin {
 
     /// Forgets keys whose window both sides' watermarks have passed (plus the lateness).
     fn evict(&mut self) {
-        let Some(([l, r], event_time)) = &self.bounds else { return };
+        let Some(([l, r], event_time)) = &self.bounds else {
+            return;
+        };
         let mut sources = l.own.clone();
         sources.extend(r.own.iter().copied());
-        let Some(watermark) = event_time.min_of(&sources) else { return };
+        let Some(watermark) = event_time.min_of(&sources) else {
+            return;
+        };
         while let Some(entry) = self.expiry.first_entry() {
             if *entry.key() > watermark {
                 break;
@@ -355,14 +485,35 @@ impl Operator for OuterJoin {
     }
 
     fn state(&self) -> OperatorState {
-        let (left, right) = (crate::rows::arrangement_size(&self.left.arrangement), crate::rows::arrangement_size(&self.right.arrangement));
-        OperatorState { name: format!("{:?}Join", self.kind), rows: left.0 + right.0, bytes: left.1 + right.1 }
+        let (left, right) = (
+            crate::rows::arrangement_size(&self.left.arrangement),
+            crate::rows::arrangement_size(&self.right.arrangement),
+        );
+        OperatorState {
+            name: format!("{:?}Join", self.kind),
+            rows: left.0 + right.0,
+            bytes: left.1 + right.1,
+        }
     }
 
     fn save_state(&mut self) -> Result<checkpoint::Parts> {
-        let entries: Vec<(i64, &OwnedRow)> = self.expiry.iter().flat_map(|(t, keys)| keys.iter().map(move |k| (*t, k))).collect();
-        let expiry = vec![("time", checkpoint::int64s(entries.iter().map(|e| e.0))), ("key", checkpoint::binary(entries.iter().map(|e| e.1.as_ref())))];
-        Ok(vec![("left", self.left.save()?), ("right", self.right.save()?), ("expiry", checkpoint::part(expiry, &[])?)])
+        let entries: Vec<(i64, &OwnedRow)> = self
+            .expiry
+            .iter()
+            .flat_map(|(t, keys)| keys.iter().map(move |k| (*t, k)))
+            .collect();
+        let expiry = vec![
+            ("time", checkpoint::int64s(entries.iter().map(|e| e.0))),
+            (
+                "key",
+                checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
+            ),
+        ];
+        Ok(vec![
+            ("left", self.left.save()?),
+            ("right", self.right.save()?),
+            ("expiry", checkpoint::part(expiry, &[])?),
+        ])
     }
 
     fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
@@ -370,8 +521,14 @@ impl Operator for OuterJoin {
             "left" => self.left.load(batch),
             "right" => self.right.load(batch),
             "expiry" => {
-                let keys = checkpoint::required_rows(&self.left.key_converter, checkpoint::binary_column(batch, "key")?)?;
-                for (key, t) in keys.into_iter().zip(checkpoint::int64_column(batch, "time")?.values()) {
+                let keys = checkpoint::required_rows(
+                    &self.left.key_converter,
+                    checkpoint::binary_column(batch, "key")?,
+                )?;
+                for (key, t) in keys
+                    .into_iter()
+                    .zip(checkpoint::int64_column(batch, "time")?.values())
+                {
                     self.expiry.entry(*t).or_default().push(key);
                 }
                 Ok(())

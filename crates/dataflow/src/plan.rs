@@ -33,21 +33,48 @@ pub enum JoinKind {
 #[derive(Clone)]
 pub enum Node {
     /// The changes of a table or view.
-    Source { object: ObjectId, name: String, schema: SchemaRef },
-    Filter { input: Box<Node>, predicate: Expr },
-    Project { input: Box<Node>, exprs: Vec<Expr>, schema: SchemaRef },
+    Source {
+        object: ObjectId,
+        name: String,
+        schema: SchemaRef,
+    },
+    Filter {
+        input: Box<Node>,
+        predicate: Expr,
+    },
+    Project {
+        input: Box<Node>,
+        exprs: Vec<Expr>,
+        schema: SchemaRef,
+    },
     /// `UNION ALL` of inputs with equal schemas.
-    Union { inputs: Vec<Node>, schema: SchemaRef },
+    Union {
+        inputs: Vec<Node>,
+        schema: SchemaRef,
+    },
     /// GROUP BY `group` (empty: one global group) computing `aggregates`; output columns are
     /// the group columns then the aggregates.
     /// With `window`, one group key is a window bound over a watermarked stream: windows are
     /// closed (and their state freed) by the watermark.
     /// With `append_only` (the input only inserts), min/max and the like keep one value per
     /// group instead of a multiset.
-    Aggregate { input: Box<Node>, group: Vec<Expr>, aggregates: Vec<AggregateCall>, window: Option<WindowClose>, append_only: bool, schema: SchemaRef },
+    Aggregate {
+        input: Box<Node>,
+        group: Vec<Expr>,
+        aggregates: Vec<AggregateCall>,
+        window: Option<WindowClose>,
+        append_only: bool,
+        schema: SchemaRef,
+    },
     /// Drops (and records) rows for closed windows, as `lateness` says; `end` and `time` are
     /// each row's window end and event time, `sources` the streams whose watermark applies.
-    LateFilter { input: Box<Node>, end: Expr, time: Expr, sources: Vec<ObjectId>, lateness: Lateness },
+    LateFilter {
+        input: Box<Node>,
+        end: Expr,
+        time: Expr,
+        sources: Vec<ObjectId>,
+        lateness: Lateness,
+    },
     /// `GROUP BY` over SESSION windows: per value of the group keys other than `starts` and
     /// `ends` (the positions of window_start / window_end), events closer than `gap_micros`
     /// in `time` form a session [first, last + gap); each session is one output row. With
@@ -67,11 +94,20 @@ pub enum Node {
     /// the output while the wall clock is within its bounds — from the latest of `from` (each
     /// an expression over the row plus µs; inclusive) until the earliest of `until`
     /// (exclusive) — and is inserted and retracted as the clock passes them.
-    TemporalFilter { input: Box<Node>, from: Vec<(Expr, i64)>, until: Vec<(Expr, i64)> },
+    TemporalFilter {
+        input: Box<Node>,
+        from: Vec<(Expr, i64)>,
+        until: Vec<(Expr, i64)>,
+    },
     /// `EMIT ON WINDOW CLOSE` over plain rows: holds rows back until the watermark of `sources`
     /// passes their `time`, then releases them in event-time order; rows already behind the
     /// watermark are late.
-    Release { input: Box<Node>, time: Expr, sources: Vec<ObjectId>, lateness: Lateness },
+    Release {
+        input: Box<Node>,
+        time: Expr,
+        sources: Vec<ObjectId>,
+        lateness: Lateness,
+    },
     /// `ORDER BY order LIMIT limit OFFSET offset` per partition (`partition` empty: the whole
     /// input). With `rank`, each output row gets its rank as a trailing UInt64 column and the
     /// limit bounds the rank (`ROW_NUMBER() | RANK() | DENSE_RANK() OVER (PARTITION BY .. ORDER
@@ -185,7 +221,10 @@ impl Node {
             | Node::SessionAggregate { schema, .. }
             | Node::Join { schema, .. } => schema.clone(),
             Node::TopN { schema, .. } => schema.clone(),
-            Node::Filter { input, .. } | Node::LateFilter { input, .. } | Node::Release { input, .. } | Node::TemporalFilter { input, .. } => input.schema(),
+            Node::Filter { input, .. }
+            | Node::LateFilter { input, .. }
+            | Node::Release { input, .. }
+            | Node::TemporalFilter { input, .. } => input.schema(),
         }
     }
 
@@ -199,9 +238,13 @@ impl Node {
                 let inner = input.unique_key()?;
                 let column = |e: &Expr| {
                     let any: &dyn std::any::Any = e.as_ref();
-                    any.downcast_ref::<datafusion::physical_expr::expressions::Column>().map(|c| c.index())
+                    any.downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                        .map(|c| c.index())
                 };
-                inner.iter().map(|k| exprs.iter().position(|e| column(e) == Some(*k))).collect()
+                inner
+                    .iter()
+                    .map(|k| exprs.iter().position(|e| column(e) == Some(*k)))
+                    .collect()
             }
             _ => None,
         }
@@ -236,7 +279,13 @@ impl Node {
 
     fn fmt_indent(&self, f: &mut fmt::Formatter<'_>, depth: usize) -> fmt::Result {
         let pad = "  ".repeat(depth);
-        let list = |exprs: &[Expr]| exprs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+        let list = |exprs: &[Expr]| {
+            exprs
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match self {
             Node::Source { name, object, .. } => writeln!(f, "{pad}Source: {name} (id {object})"),
             Node::Filter { input, predicate } => {
@@ -247,22 +296,43 @@ impl Node {
                 writeln!(f, "{pad}Project: {}", list(exprs))?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::TopN { input, partition, order, offset, limit, rank, window, append_only, .. } => {
+            Node::TopN {
+                input,
+                partition,
+                order,
+                offset,
+                limit,
+                rank,
+                window,
+                append_only,
+                ..
+            } => {
                 let keys = order
                     .iter()
                     .map(|(e, o)| format!("{e}{}", if o.descending { " DESC" } else { "" }))
                     .collect::<Vec<_>>()
                     .join(", ");
-                let groups = if partition.is_empty() { String::new() } else { format!(" partition=[{}]", list(partition)) };
+                let groups = if partition.is_empty() {
+                    String::new()
+                } else {
+                    format!(" partition=[{}]", list(partition))
+                };
                 let bound = match rank {
                     None => format!("offset={offset} limit={limit}"),
                     Some(r) => format!("{}<={limit}", r.sql_name()),
                 };
-                let kept = if *append_only { "input=append-only state=the top rows" } else { "state=input rows" };
+                let kept = if *append_only {
+                    "input=append-only state=the top rows"
+                } else {
+                    "state=input rows"
+                };
                 let state = match window {
                     None if *append_only => format!("{kept} per partition"),
                     None => "state=all input rows".to_owned(),
-                    Some(w) => format!("{kept} per window until the watermark passes its end + {}us", w.lateness.allowed_micros),
+                    Some(w) => format!(
+                        "{kept} per window until the watermark passes its end + {}us",
+                        w.lateness.allowed_micros
+                    ),
                 };
                 writeln!(f, "{pad}TopN:{groups} order=[{keys}] {bound} {state}")?;
                 input.fmt_indent(f, depth + 1)
@@ -271,8 +341,19 @@ impl Node {
                 writeln!(f, "{pad}Union")?;
                 inputs.iter().try_for_each(|i| i.fmt_indent(f, depth + 1))
             }
-            Node::Aggregate { input, group, aggregates, window, append_only, .. } => {
-                let aggs = aggregates.iter().map(|a| a.function.name().to_owned()).collect::<Vec<_>>().join(", ");
+            Node::Aggregate {
+                input,
+                group,
+                aggregates,
+                window,
+                append_only,
+                ..
+            } => {
+                let aggs = aggregates
+                    .iter()
+                    .map(|a| a.function.name().to_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let state = match window {
                     None if *append_only => "input=append-only state=per group".to_owned(),
                     None => "state=per group".to_owned(),
@@ -280,50 +361,126 @@ impl Node {
                         "window=group {} +{}us emit={} state=per group until the watermark passes the window end + {}us",
                         w.key,
                         w.to_end_micros,
-                        if w.emit_on_close { "on window close" } else { "on update" },
+                        if w.emit_on_close {
+                            "on window close"
+                        } else {
+                            "on update"
+                        },
                         w.lateness.allowed_micros
                     ),
                 };
-                writeln!(f, "{pad}Aggregate: group=[{}] aggregates=[{aggs}] {state}", list(group))?;
+                writeln!(
+                    f,
+                    "{pad}Aggregate: group=[{}] aggregates=[{aggs}] {state}",
+                    list(group)
+                )?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::SessionAggregate { input, group, time, gap_micros, aggregates, window, .. } => {
-                let aggs = aggregates.iter().map(|a| a.function.name().to_owned()).collect::<Vec<_>>().join(", ");
+            Node::SessionAggregate {
+                input,
+                group,
+                time,
+                gap_micros,
+                aggregates,
+                window,
+                ..
+            } => {
+                let aggs = aggregates
+                    .iter()
+                    .map(|a| a.function.name().to_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let close = match window {
                     None => String::new(),
-                    Some(w) => format!(" emit={} allowed_lateness={}us", if w.emit_on_close { "on window close" } else { "on update" }, w.lateness.allowed_micros),
+                    Some(w) => format!(
+                        " emit={} allowed_lateness={}us",
+                        if w.emit_on_close {
+                            "on window close"
+                        } else {
+                            "on update"
+                        },
+                        w.lateness.allowed_micros
+                    ),
                 };
-                writeln!(f, "{pad}SessionAggregate: group=[{}] time={time} gap={gap_micros}us aggregates=[{aggs}]{close} state=events per key until their session closes", list(group))?;
+                writeln!(
+                    f,
+                    "{pad}SessionAggregate: group=[{}] time={time} gap={gap_micros}us aggregates=[{aggs}]{close} state=events per key until their session closes",
+                    list(group)
+                )?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::TemporalFilter { input, from, until } => {
-                let bound = |b: &[(Expr, i64)]| b.iter().map(|(e, us)| format!("{e} {us:+}us")).collect::<Vec<_>>().join(", ");
-                writeln!(f, "{pad}TemporalFilter: from=[{}] until=[{}] state=rows until they expire", bound(from), bound(until))?;
+                let bound = |b: &[(Expr, i64)]| {
+                    b.iter()
+                        .map(|(e, us)| format!("{e} {us:+}us"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                writeln!(
+                    f,
+                    "{pad}TemporalFilter: from=[{}] until=[{}] state=rows until they expire",
+                    bound(from),
+                    bound(until)
+                )?;
                 input.fmt_indent(f, depth + 1)
             }
             Node::Release { input, time, .. } => {
-                writeln!(f, "{pad}Release: in order of {time} once the watermark passes it state=rows not yet released")?;
+                writeln!(
+                    f,
+                    "{pad}Release: in order of {time} once the watermark passes it state=rows not yet released"
+                )?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::LateFilter { input, end, lateness, .. } => {
+            Node::LateFilter {
+                input,
+                end,
+                lateness,
+                ..
+            } => {
                 let policy = if lateness.retract { "retract" } else { "drop" };
-                writeln!(f, "{pad}LateFilter: window end={end} late_events={policy} allowed_lateness={}us", lateness.allowed_micros)?;
+                writeln!(
+                    f,
+                    "{pad}LateFilter: window end={end} late_events={policy} allowed_lateness={}us",
+                    lateness.allowed_micros
+                )?;
                 input.fmt_indent(f, depth + 1)
             }
-            Node::Join { kind, left, right, left_keys, right_keys, filter, nulls_equal, bounds, lookup, .. } => {
-                let mut residual = filter.as_ref().map(|e| format!(" filter={e}")).unwrap_or_default();
+            Node::Join {
+                kind,
+                left,
+                right,
+                left_keys,
+                right_keys,
+                filter,
+                nulls_equal,
+                bounds,
+                lookup,
+                ..
+            } => {
+                let mut residual = filter
+                    .as_ref()
+                    .map(|e| format!(" filter={e}"))
+                    .unwrap_or_default();
                 if *nulls_equal {
                     residual.push_str(" nulls_equal");
                 }
                 let state = match bounds.as_deref() {
-                    None if *lookup => "lookup (right side as of processing time) state=right side by key".to_owned(),
+                    None if *lookup => {
+                        "lookup (right side as of processing time) state=right side by key"
+                            .to_owned()
+                    }
                     None => "state=both sides by key".to_owned(),
                     Some([l, r]) => format!(
                         "state=both sides by key, left rows until the right watermark passes {} + {}us, right rows until the left watermark passes {} + {}us",
                         l.time, l.horizon_micros, r.time, r.horizon_micros
                     ),
                 };
-                writeln!(f, "{pad}{kind:?}Join: left=[{}] right=[{}]{residual} {state}", list(left_keys), list(right_keys))?;
+                writeln!(
+                    f,
+                    "{pad}{kind:?}Join: left=[{}] right=[{}]{residual} {state}",
+                    list(left_keys),
+                    list(right_keys)
+                )?;
                 left.fmt_indent(f, depth + 1)?;
                 right.fmt_indent(f, depth + 1)
             }
@@ -368,7 +525,11 @@ pub fn readable_intervals(text: &str) -> String {
                 }
                 if *nanos != 0 || parts.is_empty() {
                     let seconds = *nanos as f64 / 1e9;
-                    parts.push(if nanos % 1_000_000_000 == 0 { format!("{} seconds", nanos / 1_000_000_000) } else { format!("{seconds} seconds") });
+                    parts.push(if nanos % 1_000_000_000 == 0 {
+                        format!("{} seconds", nanos / 1_000_000_000)
+                    } else {
+                        format!("{seconds} seconds")
+                    });
                 }
                 out.push_str(&format!("INTERVAL '{}'", parts.join(" ")));
             }

@@ -38,14 +38,19 @@ pub fn arrow_error(err: arrow::error::ArrowError) -> Error {
 
 /// Evaluates an expression to an array over every row of `batch`.
 pub fn evaluate(expr: &Expr, batch: &RecordBatch) -> Result<ArrayRef> {
-    expr.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())).map_err(eval_error)
+    expr.evaluate(batch)
+        .and_then(|v| v.into_array(batch.num_rows()))
+        .map_err(eval_error)
 }
 
 /// The key columns of `batch` (group, join, partition and shard keys), with floats as
 /// PostgreSQL compares them: `-0` is `0` and every NaN is one NaN, so that they group, join and
 /// route together (their row encodings and hashes would otherwise differ).
 pub fn evaluate_keys(exprs: &[Expr], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
-    exprs.iter().map(|e| evaluate(e, batch).map(normalize_key)).collect()
+    exprs
+        .iter()
+        .map(|e| evaluate(e, batch).map(normalize_key))
+        .collect()
 }
 
 pub(crate) fn normalize_key(column: ArrayRef) -> ArrayRef {
@@ -54,17 +59,39 @@ pub(crate) fn normalize_key(column: ArrayRef) -> ArrayRef {
     match column.data_type() {
         arrow::datatypes::DataType::Float64 => {
             let floats = column.as_primitive::<Float64Type>();
-            if floats.values().iter().all(|v| v.to_bits() != (-0.0f64).to_bits() && (!v.is_nan() || v.to_bits() == f64::NAN.to_bits())) {
+            if floats.values().iter().all(|v| {
+                v.to_bits() != (-0.0f64).to_bits()
+                    && (!v.is_nan() || v.to_bits() == f64::NAN.to_bits())
+            }) {
                 return column;
             }
-            Arc::new(floats.unary::<_, Float64Type>(|v| if v == 0.0 { 0.0 } else if v.is_nan() { f64::NAN } else { v }))
+            Arc::new(floats.unary::<_, Float64Type>(|v| {
+                if v == 0.0 {
+                    0.0
+                } else if v.is_nan() {
+                    f64::NAN
+                } else {
+                    v
+                }
+            }))
         }
         arrow::datatypes::DataType::Float32 => {
             let floats = column.as_primitive::<Float32Type>();
-            if floats.values().iter().all(|v| v.to_bits() != (-0.0f32).to_bits() && (!v.is_nan() || v.to_bits() == f32::NAN.to_bits())) {
+            if floats.values().iter().all(|v| {
+                v.to_bits() != (-0.0f32).to_bits()
+                    && (!v.is_nan() || v.to_bits() == f32::NAN.to_bits())
+            }) {
                 return column;
             }
-            Arc::new(floats.unary::<_, Float32Type>(|v| if v == 0.0 { 0.0 } else if v.is_nan() { f32::NAN } else { v }))
+            Arc::new(floats.unary::<_, Float32Type>(|v| {
+                if v == 0.0 {
+                    0.0
+                } else if v.is_nan() {
+                    f32::NAN
+                } else {
+                    v
+                }
+            }))
         }
         _ => column,
     }
@@ -74,12 +101,19 @@ pub(crate) fn normalize_key(column: ArrayRef) -> ArrayRef {
 /// the position in the result; empty parts are empty batches). Equal keys always land in the
 /// same part, so a row's retraction follows its insert; the hash is fixed (not seeded per
 /// process), so routing is the same after a restart.
-pub fn partition_by_key(changes: &ChangeBatch, key: &[usize], partitions: u32) -> Result<Vec<ChangeBatch>> {
+pub fn partition_by_key(
+    changes: &ChangeBatch,
+    key: &[usize],
+    partitions: u32,
+) -> Result<Vec<ChangeBatch>> {
     let n = partitions.max(1);
     if n == 1 {
         return Ok(vec![changes.clone()]);
     }
-    let columns: Vec<ArrayRef> = key.iter().map(|&i| Arc::clone(changes.rows().column(i))).collect();
+    let columns: Vec<ArrayRef> = key
+        .iter()
+        .map(|&i| Arc::clone(changes.rows().column(i)))
+        .collect();
     let hashes = hash_keys(&columns, changes.len())?;
     let part: Vec<u32> = hashes.iter().map(|h| (h % u64::from(n)) as u32).collect();
     split_by(changes, &part, n as usize)
@@ -89,13 +123,16 @@ pub fn partition_by_key(changes: &ChangeBatch, key: &[usize], partitions: u32) -
 pub fn hash_keys(keys: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
     use datafusion::common::hash_utils::{RandomState, create_hashes};
     let mut hashes = vec![0u64; rows];
-    create_hashes(keys, &RandomState::with_seed(0), &mut hashes).map_err(|e| Error::internal(format!("hashing keys: {e}")))?;
+    create_hashes(keys, &RandomState::with_seed(0), &mut hashes)
+        .map_err(|e| Error::internal(format!("hashing keys: {e}")))?;
     Ok(hashes)
 }
 
 /// Splits changes into `parts` batches: row i goes to part `part[i]`.
 pub fn split_by(changes: &ChangeBatch, part: &[u32], parts: usize) -> Result<Vec<ChangeBatch>> {
-    let mut indices: Vec<Vec<u32>> = (0..parts).map(|_| Vec::with_capacity(changes.len() / parts.max(1) + 1)).collect();
+    let mut indices: Vec<Vec<u32>> = (0..parts)
+        .map(|_| Vec::with_capacity(changes.len() / parts.max(1) + 1))
+        .collect();
     for (i, p) in part.iter().enumerate() {
         indices[*p as usize].push(i as u32);
     }
@@ -105,8 +142,15 @@ pub fn split_by(changes: &ChangeBatch, part: &[u32], parts: usize) -> Result<Vec
             let rows = UInt32Array::from(rows);
             let columns = take_columns(changes.rows().columns(), &rows)?;
             let diffs = take(changes.diffs(), &rows, None).map_err(arrow_error)?;
-            let diffs = diffs.as_any().downcast_ref::<Int64Array>().cloned().ok_or_else(|| Error::internal("diffs are not Int64"))?;
-            Ok(ChangeBatch::new(batch_of(&changes.rows().schema(), columns, rows.len())?, diffs))
+            let diffs = diffs
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned()
+                .ok_or_else(|| Error::internal("diffs are not Int64"))?;
+            Ok(ChangeBatch::new(
+                batch_of(&changes.rows().schema(), columns, rows.len())?,
+                diffs,
+            ))
         })
         .collect()
 }
@@ -115,8 +159,15 @@ pub fn split_by(changes: &ChangeBatch, part: &[u32], parts: usize) -> Result<Vec
 /// (division by zero, a failed cast: a data exception), that row is set aside — recorded in
 /// `failures` with its error, as a dead letter of the view — and the others are evaluated
 /// again; other errors are bugs and fail the batch. Returns the rows kept and the values.
-pub fn evaluate_or_set_aside(exprs: &[&Expr], changes: ChangeBatch, failures: &crate::EventTime) -> Result<(ChangeBatch, Vec<ArrayRef>)> {
-    let all = exprs.iter().map(|e| evaluate(e, changes.rows())).collect::<Result<Vec<_>>>();
+pub fn evaluate_or_set_aside(
+    exprs: &[&Expr],
+    changes: ChangeBatch,
+    failures: &crate::EventTime,
+) -> Result<(ChangeBatch, Vec<ArrayRef>)> {
+    let all = exprs
+        .iter()
+        .map(|e| evaluate(e, changes.rows()))
+        .collect::<Result<Vec<_>>>();
     match all {
         Ok(values) => return Ok((changes, values)),
         Err(e) if !e.state.is_data_exception() => return Err(e),
@@ -137,7 +188,10 @@ pub fn evaluate_or_set_aside(exprs: &[&Expr], changes: ChangeBatch, failures: &c
     }
     failures.record_failed(failed);
     let kept = filter_changes(&changes, &BooleanArray::from(keep))?;
-    let values = exprs.iter().map(|e| evaluate(e, kept.rows())).collect::<Result<Vec<_>>>()?;
+    let values = exprs
+        .iter()
+        .map(|e| evaluate(e, kept.rows()))
+        .collect::<Result<Vec<_>>>()?;
     Ok((kept, values))
 }
 
@@ -145,13 +199,20 @@ pub fn evaluate_or_set_aside(exprs: &[&Expr], changes: ChangeBatch, failures: &c
 pub fn filter_changes(changes: &ChangeBatch, mask: &BooleanArray) -> Result<ChangeBatch> {
     let rows = filter_record_batch(changes.rows(), mask).map_err(arrow_error)?;
     let diffs = arrow::compute::filter(changes.diffs(), mask).map_err(arrow_error)?;
-    let diffs = diffs.as_any().downcast_ref::<Int64Array>().cloned().ok_or_else(|| Error::internal("diffs are not Int64"))?;
+    let diffs = diffs
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .cloned()
+        .ok_or_else(|| Error::internal("diffs are not Int64"))?;
     Ok(ChangeBatch::new(rows, diffs))
 }
 
 /// Gathers the rows at `indices` of `columns`.
 pub fn take_columns(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<ArrayRef>> {
-    columns.iter().map(|c| take(c.as_ref(), indices, None).map_err(arrow_error)).collect()
+    columns
+        .iter()
+        .map(|c| take(c.as_ref(), indices, None).map_err(arrow_error))
+        .collect()
 }
 
 /// Like [`batch`], for operators whose output may have no columns at all (`count(*)` reads no
@@ -173,12 +234,18 @@ pub fn consolidate(schema: &SchemaRef, batches: &[ChangeBatch]) -> Result<Option
     if batches.iter().all(|b| b.is_empty()) {
         return Ok(None);
     }
-    let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+    let fields = schema
+        .fields()
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
     let converter = RowConverter::new(fields).map_err(arrow_error)?;
     let mut order: Vec<arrow::row::OwnedRow> = Vec::new();
     let mut sums: crate::StateMap<arrow::row::OwnedRow, i64> = crate::StateMap::default();
     for b in batches {
-        let rows = converter.convert_columns(b.rows().columns()).map_err(arrow_error)?;
+        let rows = converter
+            .convert_columns(b.rows().columns())
+            .map_err(arrow_error)?;
         for (i, d) in b.diffs().values().iter().enumerate() {
             let row = rows.row(i).owned();
             match sums.get_mut(&row) {
@@ -195,17 +262,27 @@ pub fn consolidate(schema: &SchemaRef, batches: &[ChangeBatch]) -> Result<Option
         return Ok(None);
     }
     let diffs: Vec<i64> = order.iter().map(|r| sums[r]).collect();
-    let columns = converter.convert_rows(order.iter().map(|r| r.row())).map_err(arrow_error)?;
-    Ok(Some(ChangeBatch::new(batch(schema, columns)?, Int64Array::from(diffs))))
+    let columns = converter
+        .convert_rows(order.iter().map(|r| r.row()))
+        .map_err(arrow_error)?;
+    Ok(Some(ChangeBatch::new(
+        batch(schema, columns)?,
+        Int64Array::from(diffs),
+    )))
 }
 
 /// Rows and approximate bytes of a join arrangement (key -> row -> multiplicity).
-pub fn arrangement_size<S, T>(arrangement: &HashMap<OwnedRow, HashMap<OwnedRow, i64, T>, S>) -> (usize, usize) {
+pub fn arrangement_size<S, T>(
+    arrangement: &HashMap<OwnedRow, HashMap<OwnedRow, i64, T>, S>,
+) -> (usize, usize) {
     let (mut rows, mut bytes) = (0, 0);
     for (key, bucket) in arrangement {
         rows += bucket.len();
         bytes += key.as_ref().len() + std::mem::size_of::<(OwnedRow, HashMap<OwnedRow, i64>)>();
-        bytes += bucket.keys().map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum::<usize>();
+        bytes += bucket
+            .keys()
+            .map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>())
+            .sum::<usize>();
     }
     (rows, bytes)
 }
@@ -220,11 +297,29 @@ mod tests {
     fn consolidation_nets_weights() {
         let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, true)]));
         let b = |xs: Vec<Option<i32>>, ds: Vec<i64>| {
-            ChangeBatch::new(batch(&schema, vec![Arc::new(Int32Array::from(xs))]).unwrap(), Int64Array::from(ds))
+            ChangeBatch::new(
+                batch(&schema, vec![Arc::new(Int32Array::from(xs))]).unwrap(),
+                Int64Array::from(ds),
+            )
         };
-        let out = consolidate(&schema, &[b(vec![Some(1), Some(2), None], vec![1, 1, 2]), b(vec![Some(1), None], vec![-1, 1])]).unwrap().unwrap();
+        let out = consolidate(
+            &schema,
+            &[
+                b(vec![Some(1), Some(2), None], vec![1, 1, 2]),
+                b(vec![Some(1), None], vec![-1, 1]),
+            ],
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(out.len(), 2);
         assert_eq!(out.diffs().values().to_vec(), vec![1, 3]);
-        assert!(consolidate(&schema, &[b(vec![Some(1)], vec![1]), b(vec![Some(1)], vec![-1])]).unwrap().is_none());
+        assert!(
+            consolidate(
+                &schema,
+                &[b(vec![Some(1)], vec![1]), b(vec![Some(1)], vec![-1])]
+            )
+            .unwrap()
+            .is_none()
+        );
     }
 }

@@ -80,7 +80,11 @@ impl SessionAggregate {
         window: Option<(WindowClose, Arc<EventTime>)>,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let fields = input_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let fields = input_schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
         let bound_type = spec.time.data_type(input_schema).map_err(eval_error)?;
         let key_fields = (spec.group.iter().enumerate())
             .filter(|(i, _)| !spec.starts.contains(i) && !spec.ends.contains(i))
@@ -112,10 +116,13 @@ impl SessionAggregate {
             .chain(&self.spec.ends)
             .filter_map(|&g| {
                 let any: &dyn std::any::Any = self.spec.group[g].as_ref();
-                any.downcast_ref::<datafusion::physical_expr::expressions::Column>().map(|c| c.index())
+                any.downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                    .map(|c| c.index())
             })
             .collect();
-        let keep: Vec<usize> = (0..rows.num_columns()).filter(|c| !placeholders.contains(c)).collect();
+        let keep: Vec<usize> = (0..rows.num_columns())
+            .filter(|c| !placeholders.contains(c))
+            .collect();
         rows.project(&keep).map_err(arrow_error)
     }
 
@@ -148,7 +155,11 @@ impl SessionAggregate {
             return Ok(());
         }
         let watermark = self.watermark();
-        let lateness = self.window.as_ref().map(|(w, _)| w.lateness).unwrap_or_default();
+        let lateness = self
+            .window
+            .as_ref()
+            .map(|(w, _)| w.lateness)
+            .unwrap_or_default();
         let gap = self.spec.gap_micros;
         let mut late = Vec::new();
         // The rows as late events show them (placeholders removed), built once per batch.
@@ -162,8 +173,14 @@ impl SessionAggregate {
             .filter(|(i, _)| !self.is_bound(*i))
             .map(|(_, e)| evaluate(e, rows).map(crate::rows::normalize_key))
             .collect::<Result<_>>()?;
-        let keys = self.key_converter.convert_columns(&key_columns).map_err(arrow_error)?;
-        let encoded = self.rows.convert_columns(rows.columns()).map_err(arrow_error)?;
+        let keys = self
+            .key_converter
+            .convert_columns(&key_columns)
+            .map_err(arrow_error)?;
+        let encoded = self
+            .rows
+            .convert_columns(rows.columns())
+            .map_err(arrow_error)?;
         let times = micros(&evaluate(&self.spec.time, rows)?)?;
         for (i, d) in changes.diffs().values().iter().enumerate() {
             // A NULL time belongs to no session.
@@ -171,16 +188,24 @@ impl SessionAggregate {
             let key = keys.row(i).owned();
             if let Some(w) = watermark {
                 let state = self.keys.get(&key);
-                let on_time = t + gap > w && state.and_then(|s| s.closed_end).is_none_or(|end| t >= end);
+                let on_time =
+                    t + gap > w && state.and_then(|s| s.closed_end).is_none_or(|end| t >= end);
                 let applied = lateness.retract
                     && t + gap + lateness.allowed_micros > w
-                    && state.and_then(|s| s.forgotten_end).is_none_or(|end| t >= end);
+                    && state
+                        .and_then(|s| s.forgotten_end)
+                        .is_none_or(|end| t >= end);
                 if !on_time && !applied {
                     if shown.is_none() {
                         shown = Some(self.without_bounds(rows)?);
                     }
                     let row = shown.as_ref().map(|r| row_json(r, i)).unwrap_or_default();
-                    late.push(LateEvent { row, event_time: Some(t), watermark: w, action: "dropped" });
+                    late.push(LateEvent {
+                        row,
+                        event_time: Some(t),
+                        watermark: w,
+                        action: "dropped",
+                    });
                     continue;
                 }
             }
@@ -188,7 +213,10 @@ impl SessionAggregate {
                 Some(s) => s,
                 None => {
                     let values = self.group_values(&key_columns, i)?;
-                    self.keys.entry(key.clone()).or_insert(Key { values, ..Key::default() })
+                    self.keys.entry(key.clone()).or_insert(Key {
+                        values,
+                        ..Key::default()
+                    })
                 }
             };
             let event = (t, encoded.row(i).owned());
@@ -226,7 +254,13 @@ impl SessionAggregate {
     }
 
     /// One session's output row: the key's values with the bounds filled, then the aggregates.
-    fn session_row(&self, values: &[ScalarValue], start: i64, end: i64, members: &[(&OwnedRow, i64)]) -> Result<Vec<ScalarValue>> {
+    fn session_row(
+        &self,
+        values: &[ScalarValue],
+        start: i64,
+        end: i64,
+        members: &[(&OwnedRow, i64)],
+    ) -> Result<Vec<ScalarValue>> {
         let mut out: Vec<ScalarValue> = values.to_vec();
         for &i in &self.spec.starts {
             out[i] = bound(&self.bound_type, start);
@@ -234,16 +268,28 @@ impl SessionAggregate {
         for &i in &self.spec.ends {
             out[i] = bound(&self.bound_type, end);
         }
-        let repeated: Vec<arrow::row::Row<'_>> = members.iter().flat_map(|(r, n)| std::iter::repeat_n(r.row(), *n as usize)).collect();
+        let repeated: Vec<arrow::row::Row<'_>> = members
+            .iter()
+            .flat_map(|(r, n)| std::iter::repeat_n(r.row(), *n as usize))
+            .collect();
         let columns = self.rows.convert_rows(repeated).map_err(arrow_error)?;
-        let events = RecordBatch::try_new(self.input_schema.clone(), columns).map_err(arrow_error)?;
+        let events =
+            RecordBatch::try_new(self.input_schema.clone(), columns).map_err(arrow_error)?;
         for call in &self.calls {
-            let mut args: Vec<ArrayRef> = crate::aggregate_call::arguments(call).iter().map(|e| evaluate(e, &events)).collect::<Result<_>>()?;
+            let mut args: Vec<ArrayRef> = crate::aggregate_call::arguments(call)
+                .iter()
+                .map(|e| evaluate(e, &events))
+                .collect::<Result<_>>()?;
             if let Some(filter) = &call.filter {
                 let mask = evaluate(filter, &events)?;
-                let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("FILTER is not boolean"))?;
+                let mask = mask
+                    .as_boolean_opt()
+                    .ok_or_else(|| Error::internal("FILTER is not boolean"))?;
                 let mask: BooleanArray = mask.iter().map(|v| Some(v == Some(true))).collect();
-                args = args.iter().map(|a| arrow::compute::filter(a, &mask).map_err(arrow_error)).collect::<Result<_>>()?;
+                args = args
+                    .iter()
+                    .map(|a| arrow::compute::filter(a, &mask).map_err(arrow_error))
+                    .collect::<Result<_>>()?;
             }
             let mut acc = call.function.create_accumulator().map_err(eval_error)?;
             acc.update_batch(&args).map_err(eval_error)?;
@@ -254,7 +300,9 @@ impl SessionAggregate {
 
     fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
         let watermark = self.watermark();
-        let (emit_on_close, allowed) = self.window.as_ref().map_or((false, 0), |(w, _)| (w.emit_on_close, w.lateness.allowed_micros));
+        let (emit_on_close, allowed) = self.window.as_ref().map_or((false, 0), |(w, _)| {
+            (w.emit_on_close, w.lateness.allowed_micros)
+        });
         // When the watermark moved, every key is looked at again: sessions may have closed
         // (emitted under EMIT ON WINDOW CLOSE) or expired (forgotten). Tracked keys are those
         // with sessions still open or within the allowed lateness.
@@ -266,7 +314,9 @@ impl SessionAggregate {
         let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
         let mut diffs: Vec<i64> = Vec::new();
         for key in todo {
-            let Some(state) = self.keys.get(&key) else { continue };
+            let Some(state) = self.keys.get(&key) else {
+                continue;
+            };
             let mut now: HashMap<Vec<ScalarValue>, i64> = HashMap::default();
             let mut expired: Vec<(i64, i64)> = Vec::new();
             let mut closed_end = state.closed_end;
@@ -278,12 +328,16 @@ impl SessionAggregate {
                 if emit_on_close && !closed {
                     continue;
                 }
-                *now.entry(self.session_row(&state.values, start, end, &members)?).or_default() += 1;
+                *now.entry(self.session_row(&state.values, start, end, &members)?)
+                    .or_default() += 1;
                 if watermark.is_some_and(|w| end.saturating_add(allowed) <= w) {
                     expired.push((start, end));
                 }
             }
-            let state = self.keys.get_mut(&key).ok_or_else(|| Error::internal("session key vanished"))?;
+            let state = self
+                .keys
+                .get_mut(&key)
+                .ok_or_else(|| Error::internal("session key vanished"))?;
             for (row, n) in &now {
                 let before = state.emitted.get(row).copied().unwrap_or(0);
                 if *n != before {
@@ -306,8 +360,16 @@ impl SessionAggregate {
                 state.events.retain(|(t, _), _| *t < start || *t >= end);
                 state.emitted.retain(|row, _| {
                     let bounds_of = |i: &usize| row.get(*i).cloned();
-                    let is_this = self.spec.starts.iter().all(|i| bounds_of(i) == Some(bound(&self.bound_type, start)))
-                        && self.spec.ends.iter().all(|i| bounds_of(i) == Some(bound(&self.bound_type, end)));
+                    let is_this = self
+                        .spec
+                        .starts
+                        .iter()
+                        .all(|i| bounds_of(i) == Some(bound(&self.bound_type, start)))
+                        && self
+                            .spec
+                            .ends
+                            .iter()
+                            .all(|i| bounds_of(i) == Some(bound(&self.bound_type, end)));
                     !is_this
                 });
             }
@@ -327,17 +389,27 @@ impl SessionAggregate {
         }
         let mut columns = Vec::with_capacity(self.schema.fields().len());
         for (c, field) in self.schema.fields().iter().enumerate() {
-            let array = ScalarValue::iter_to_array(rows.iter().map(|r| r[c].clone())).map_err(eval_error)?;
-            let array = if array.data_type() == field.data_type() { array } else { arrow::compute::cast(&array, field.data_type()).map_err(arrow_error)? };
+            let array = ScalarValue::iter_to_array(rows.iter().map(|r| r[c].clone()))
+                .map_err(eval_error)?;
+            let array = if array.data_type() == field.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, field.data_type()).map_err(arrow_error)?
+            };
             columns.push(array);
         }
-        Ok(vec![ChangeBatch::new(batch(&self.schema, columns)?, Int64Array::from(diffs))])
+        Ok(vec![ChangeBatch::new(
+            batch(&self.schema, columns)?,
+            Int64Array::from(diffs),
+        )])
     }
 }
 
 fn bound(data_type: &DataType, micros: i64) -> ScalarValue {
     match data_type {
-        DataType::Timestamp(TimeUnit::Nanosecond, tz) => ScalarValue::TimestampNanosecond(Some(micros * 1000), tz.clone()),
+        DataType::Timestamp(TimeUnit::Nanosecond, tz) => {
+            ScalarValue::TimestampNanosecond(Some(micros * 1000), tz.clone())
+        }
         DataType::Timestamp(_, tz) => ScalarValue::TimestampMicrosecond(Some(micros), tz.clone()),
         _ => ScalarValue::Int64(Some(micros)),
     }
@@ -363,48 +435,104 @@ impl Operator for SessionAggregate {
         let bytes = self
             .keys
             .values()
-            .map(|k| k.events.keys().map(|(_, r)| r.as_ref().len() + std::mem::size_of::<((i64, OwnedRow), i64)>()).sum::<usize>())
+            .map(|k| {
+                k.events
+                    .keys()
+                    .map(|(_, r)| r.as_ref().len() + std::mem::size_of::<((i64, OwnedRow), i64)>())
+                    .sum::<usize>()
+            })
             .sum();
-        OperatorState { name: "SessionAggregate".to_owned(), rows, bytes }
+        OperatorState {
+            name: "SessionAggregate".to_owned(),
+            rows,
+            bytes,
+        }
     }
 
     fn save_state(&mut self) -> Result<checkpoint::Parts> {
         let keys: Vec<(&OwnedRow, &Key)> = self.keys.iter().collect();
         let columns = vec![
-            ("key", checkpoint::binary(keys.iter().map(|(k, _)| k.as_ref()))),
-            ("closed_end", Arc::new(Int64Array::from_iter(keys.iter().map(|(_, s)| s.closed_end))) as ArrayRef),
-            ("forgotten_end", Arc::new(Int64Array::from_iter(keys.iter().map(|(_, s)| s.forgotten_end)))),
+            (
+                "key",
+                checkpoint::binary(keys.iter().map(|(k, _)| k.as_ref())),
+            ),
+            (
+                "closed_end",
+                Arc::new(Int64Array::from_iter(
+                    keys.iter().map(|(_, s)| s.closed_end),
+                )) as ArrayRef,
+            ),
+            (
+                "forgotten_end",
+                Arc::new(Int64Array::from_iter(
+                    keys.iter().map(|(_, s)| s.forgotten_end),
+                )),
+            ),
         ];
         let key_part = checkpoint::part(columns, &[("last_watermark", self.last_watermark)])?;
-        let events: Vec<(&OwnedRow, i64, &OwnedRow, i64)> = keys.iter().flat_map(|(k, s)| s.events.iter().map(move |((t, r), n)| (*k, *t, r, *n))).collect();
+        let events: Vec<(&OwnedRow, i64, &OwnedRow, i64)> = keys
+            .iter()
+            .flat_map(|(k, s)| s.events.iter().map(move |((t, r), n)| (*k, *t, r, *n)))
+            .collect();
         let columns = vec![
-            ("key", checkpoint::binary(events.iter().map(|e| e.0.as_ref()))),
+            (
+                "key",
+                checkpoint::binary(events.iter().map(|e| e.0.as_ref())),
+            ),
             ("time", checkpoint::int64s(events.iter().map(|e| e.1))),
-            ("row", checkpoint::binary(events.iter().map(|e| e.2.as_ref()))),
+            (
+                "row",
+                checkpoint::binary(events.iter().map(|e| e.2.as_ref())),
+            ),
             ("count", checkpoint::int64s(events.iter().map(|e| e.3))),
         ];
         let events_part = checkpoint::part(columns, &[])?;
         // Emitted rows as computed (not cast to the output types), so they compare equal again.
-        let emitted: Vec<(&OwnedRow, &Vec<ScalarValue>, i64)> = keys.iter().flat_map(|(k, s)| s.emitted.iter().map(move |(row, n)| (*k, row, *n))).collect();
-        let mut columns: Vec<(String, ArrayRef)> =
-            vec![("key".into(), checkpoint::binary(emitted.iter().map(|e| e.0.as_ref()))), ("count".into(), checkpoint::int64s(emitted.iter().map(|e| e.2)))];
+        let emitted: Vec<(&OwnedRow, &Vec<ScalarValue>, i64)> = keys
+            .iter()
+            .flat_map(|(k, s)| s.emitted.iter().map(move |(row, n)| (*k, row, *n)))
+            .collect();
+        let mut columns: Vec<(String, ArrayRef)> = vec![
+            (
+                "key".into(),
+                checkpoint::binary(emitted.iter().map(|e| e.0.as_ref())),
+            ),
+            (
+                "count".into(),
+                checkpoint::int64s(emitted.iter().map(|e| e.2)),
+            ),
+        ];
         for (c, field) in self.schema.fields().iter().enumerate() {
             let array = if emitted.is_empty() {
                 arrow::array::new_empty_array(field.data_type())
             } else {
-                ScalarValue::iter_to_array(emitted.iter().map(|e| e.1[c].clone())).map_err(eval_error)?
+                ScalarValue::iter_to_array(emitted.iter().map(|e| e.1[c].clone()))
+                    .map_err(eval_error)?
             };
             columns.push((format!("o{c}"), array));
         }
-        Ok(vec![("keys", key_part), ("events", events_part), ("emitted", checkpoint::part(columns, &[])?)])
+        Ok(vec![
+            ("keys", key_part),
+            ("events", events_part),
+            ("emitted", checkpoint::part(columns, &[])?),
+        ])
     }
 
     fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
-        let keys = checkpoint::required_rows(&self.key_converter, checkpoint::binary_column(batch, "key")?)?;
+        let keys = checkpoint::required_rows(
+            &self.key_converter,
+            checkpoint::binary_column(batch, "key")?,
+        )?;
         match name {
             "keys" => {
-                let columns = self.key_converter.convert_rows(keys.iter().map(|k| k.row())).map_err(arrow_error)?;
-                let (closed, forgotten) = (checkpoint::int64_column(batch, "closed_end")?, checkpoint::int64_column(batch, "forgotten_end")?);
+                let columns = self
+                    .key_converter
+                    .convert_rows(keys.iter().map(|k| k.row()))
+                    .map_err(arrow_error)?;
+                let (closed, forgotten) = (
+                    checkpoint::int64_column(batch, "closed_end")?,
+                    checkpoint::int64_column(batch, "forgotten_end")?,
+                );
                 for (i, key) in keys.into_iter().enumerate() {
                     let values = self.group_values(&columns, i)?;
                     let state = self.keys.entry(key).or_default();
@@ -415,18 +543,38 @@ impl Operator for SessionAggregate {
                 self.last_watermark = checkpoint::scalar(batch, "last_watermark")?;
             }
             "events" => {
-                let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
-                let (times, counts) = (checkpoint::int64_column(batch, "time")?, checkpoint::int64_column(batch, "count")?);
+                let rows = checkpoint::required_rows(
+                    &self.rows,
+                    checkpoint::binary_column(batch, "row")?,
+                )?;
+                let (times, counts) = (
+                    checkpoint::int64_column(batch, "time")?,
+                    checkpoint::int64_column(batch, "count")?,
+                );
                 for (i, (key, row)) in keys.into_iter().zip(rows).enumerate() {
-                    self.keys.entry(key).or_default().events.insert((times.value(i), row), counts.value(i));
+                    self.keys
+                        .entry(key)
+                        .or_default()
+                        .events
+                        .insert((times.value(i), row), counts.value(i));
                 }
             }
             "emitted" => {
                 let counts = checkpoint::int64_column(batch, "count")?;
-                let columns = (0..self.schema.fields().len()).map(|c| checkpoint::column(batch, &format!("o{c}")).cloned()).collect::<Result<Vec<_>>>()?;
+                let columns = (0..self.schema.fields().len())
+                    .map(|c| checkpoint::column(batch, &format!("o{c}")).cloned())
+                    .collect::<Result<Vec<_>>>()?;
                 for (i, key) in keys.into_iter().enumerate() {
-                    let row = columns.iter().map(|c| ScalarValue::try_from_array(c, i)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
-                    self.keys.entry(key).or_default().emitted.insert(row, counts.value(i));
+                    let row = columns
+                        .iter()
+                        .map(|c| ScalarValue::try_from_array(c, i))
+                        .collect::<std::result::Result<Vec<_>, _>>()
+                        .map_err(eval_error)?;
+                    self.keys
+                        .entry(key)
+                        .or_default()
+                        .emitted
+                        .insert(row, counts.value(i));
                 }
             }
             _ => return Err(checkpoint::unknown_part("SessionAggregate", name)),

@@ -43,12 +43,18 @@ impl Workers {
             .thread_name(|i| format!("eddy-worker-{}", i + 1))
             .build()
             .map_err(|e| Error::internal(format!("starting {count} dataflow workers: {e}")))?;
-        Ok(Workers { pool: Some(Arc::new(pool)), count })
+        Ok(Workers {
+            pool: Some(Arc::new(pool)),
+            count,
+        })
     }
 
     /// Everything on the calling thread; operators are not sharded.
     pub fn single() -> Workers {
-        Workers { pool: None, count: 1 }
+        Workers {
+            pool: None,
+            count: 1,
+        }
     }
 
     pub fn count(&self) -> usize {
@@ -75,11 +81,27 @@ pub(crate) struct Sharded {
 }
 
 impl Sharded {
-    pub fn new(inputs: Vec<Box<dyn Operator>>, keys: Vec<Vec<Expr>>, shards: Vec<Box<dyn Operator>>, pool: Arc<rayon::ThreadPool>) -> Result<Self> {
-        if shards.is_empty() || inputs.len() != keys.len() || inputs.len() > SHARD_INPUTS.len() || keys.iter().any(Vec::is_empty) {
-            return Err(Error::internal("a sharded operator needs shards and a key per input"));
+    pub fn new(
+        inputs: Vec<Box<dyn Operator>>,
+        keys: Vec<Vec<Expr>>,
+        shards: Vec<Box<dyn Operator>>,
+        pool: Arc<rayon::ThreadPool>,
+    ) -> Result<Self> {
+        if shards.is_empty()
+            || inputs.len() != keys.len()
+            || inputs.len() > SHARD_INPUTS.len()
+            || keys.iter().any(Vec::is_empty)
+        {
+            return Err(Error::internal(
+                "a sharded operator needs shards and a key per input",
+            ));
         }
-        Ok(Sharded { inputs, keys, shards, pool })
+        Ok(Sharded {
+            inputs,
+            keys,
+            shards,
+            pool,
+        })
     }
 
     /// Splits the inputs' output by shard.
@@ -147,7 +169,10 @@ impl Sharded {
 fn shard_of(batch: &ChangeBatch, keys: &[Expr], n: usize) -> Result<Vec<u32>> {
     let of = |hash: u64| (hash % n as u64) as u32;
     match crate::rows::evaluate_keys(keys, batch.rows()) {
-        Ok(values) => Ok(hash_keys(&values, batch.len())?.into_iter().map(of).collect()),
+        Ok(values) => Ok(hash_keys(&values, batch.len())?
+            .into_iter()
+            .map(of)
+            .collect()),
         Err(e) if e.state.is_data_exception() => (0..batch.len())
             .map(|i| {
                 let row = batch.rows().slice(i, 1);
@@ -164,7 +189,11 @@ fn shard_of(batch: &ChangeBatch, keys: &[Expr], n: usize) -> Result<Vec<u32>> {
 
 impl Operator for Sharded {
     fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let outputs = self.inputs.iter_mut().map(|i| i.push(source, changes)).collect::<Result<Vec<_>>>()?;
+        let outputs = self
+            .inputs
+            .iter_mut()
+            .map(|i| i.push(source, changes))
+            .collect::<Result<Vec<_>>>()?;
         if outputs.iter().all(Vec::is_empty) {
             return Ok(Vec::new());
         }
@@ -173,7 +202,11 @@ impl Operator for Sharded {
     }
 
     fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        let outputs = self.inputs.iter_mut().map(|i| i.end_epoch()).collect::<Result<Vec<_>>>()?;
+        let outputs = self
+            .inputs
+            .iter_mut()
+            .map(|i| i.end_epoch())
+            .collect::<Result<Vec<_>>>()?;
         let work = self.route(outputs)?;
         self.run(work, true)
     }
@@ -196,7 +229,10 @@ impl Operator for Sharded {
     }
 
     fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        self.inputs.iter_mut().map(|i| i.as_mut() as &mut dyn Operator).collect()
+        self.inputs
+            .iter_mut()
+            .map(|i| i.as_mut() as &mut dyn Operator)
+            .collect()
     }
 
     fn shards(&self) -> usize {
@@ -219,8 +255,15 @@ impl Operator for Sharded {
             shard.load_tree(&format!("{path}#{i}"), parts)?;
         }
         let shards = self.shards.len();
-        if parts.keys().any(|k| k.strip_prefix(path).and_then(|rest| rest.strip_prefix('#')).and_then(|rest| rest.split([':', '.', '#']).next()?.parse::<usize>().ok()).is_some_and(|i| i >= shards)) {
-            return Err(Error::internal(format!("the checkpoint was taken with more than {shards} shards")));
+        if parts.keys().any(|k| {
+            k.strip_prefix(path)
+                .and_then(|rest| rest.strip_prefix('#'))
+                .and_then(|rest| rest.split([':', '.', '#']).next()?.parse::<usize>().ok())
+                .is_some_and(|i| i >= shards)
+        }) {
+            return Err(Error::internal(format!(
+                "the checkpoint was taken with more than {shards} shards"
+            )));
         }
         Ok(())
     }

@@ -5,8 +5,8 @@ use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::{Operator, OperatorState};
 use crate::plan::Expr;
+use crate::{Operator, OperatorState};
 use std::sync::Arc;
 
 use crate::EventTime;
@@ -28,7 +28,10 @@ impl Operator for Source {
             return Ok(vec![changes.clone()]);
         }
         let columns = changes.rows().columns()[..width].to_vec();
-        Ok(vec![ChangeBatch::new(batch_of(&self.schema, columns, changes.len())?, changes.diffs().clone())])
+        Ok(vec![ChangeBatch::new(
+            batch_of(&self.schema, columns, changes.len())?,
+            changes.diffs().clone(),
+        )])
     }
 
     fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
@@ -59,9 +62,14 @@ impl Filter {
     fn apply(&self, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::with_capacity(batches.len());
         for changes in batches {
-            let (changes, mut values) = evaluate_or_set_aside(&[&self.predicate], changes, &self.context)?;
-            let mask = values.pop().ok_or_else(|| Error::internal("filter predicate"))?;
-            let mask = mask.as_boolean_opt().ok_or_else(|| Error::internal("filter predicate is not boolean"))?;
+            let (changes, mut values) =
+                evaluate_or_set_aside(&[&self.predicate], changes, &self.context)?;
+            let mask = values
+                .pop()
+                .ok_or_else(|| Error::internal("filter predicate"))?;
+            let mask = mask
+                .as_boolean_opt()
+                .ok_or_else(|| Error::internal("filter predicate is not boolean"))?;
             // NULL is not true: those rows are dropped, as WHERE does.
             let mask = match mask.nulls() {
                 Some(_) => BooleanArray::from_iter(mask.iter().map(|v| Some(v == Some(true)))),
@@ -159,7 +167,10 @@ impl Union {
             .map(|b| {
                 let n = b.len();
                 let (rows, diffs) = b.into_parts();
-                Ok(ChangeBatch::new(batch_of(&self.schema, rows.columns().to_vec(), n)?, diffs))
+                Ok(ChangeBatch::new(
+                    batch_of(&self.schema, rows.columns().to_vec(), n)?,
+                    diffs,
+                ))
             })
             .collect()
     }
@@ -191,6 +202,9 @@ impl Operator for Union {
     }
 
     fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        self.inputs.iter_mut().map(|i| i.as_mut() as &mut dyn Operator).collect()
+        self.inputs
+            .iter_mut()
+            .map(|i| i.as_mut() as &mut dyn Operator)
+            .collect()
     }
 }

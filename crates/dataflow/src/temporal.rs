@@ -31,12 +31,23 @@ pub struct TemporalFilter {
 }
 
 fn now_micros() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 impl TemporalFilter {
-    pub fn new(input: Box<dyn Operator>, schema: &SchemaRef, from: Vec<(Expr, i64)>, until: Vec<(Expr, i64)>) -> Result<Self> {
-        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+    pub fn new(
+        input: Box<dyn Operator>,
+        schema: &SchemaRef,
+        from: Vec<(Expr, i64)>,
+        until: Vec<(Expr, i64)>,
+    ) -> Result<Self> {
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
         Ok(TemporalFilter {
             input,
             from,
@@ -50,7 +61,12 @@ impl TemporalFilter {
 
     /// Per row: the bound, or `None` when a bound expression is NULL (the comparison is never
     /// true, so the row never shows).
-    fn bounds(&self, exprs: &[(Expr, i64)], rows: &arrow::array::RecordBatch, pick_max: bool) -> Result<Vec<Option<Option<i64>>>> {
+    fn bounds(
+        &self,
+        exprs: &[(Expr, i64)],
+        rows: &arrow::array::RecordBatch,
+        pick_max: bool,
+    ) -> Result<Vec<Option<Option<i64>>>> {
         let mut out: Vec<Option<Option<i64>>> = vec![Some(None); rows.num_rows()];
         for (expr, offset) in exprs {
             let values = micros(&evaluate(expr, rows)?)?;
@@ -76,9 +92,14 @@ impl TemporalFilter {
         for changes in batches {
             let from = self.bounds(&self.from, changes.rows(), true)?;
             let until = self.bounds(&self.until, changes.rows(), false)?;
-            let encoded = self.rows.convert_columns(changes.rows().columns()).map_err(arrow_error)?;
+            let encoded = self
+                .rows
+                .convert_columns(changes.rows().columns())
+                .map_err(arrow_error)?;
             for (i, d) in changes.diffs().values().iter().enumerate() {
-                let (Some(from), Some(until)) = (from[i], until[i]) else { continue };
+                let (Some(from), Some(until)) = (from[i], until[i]) else {
+                    continue;
+                };
                 let from = from.unwrap_or(i64::MIN);
                 let until = until.unwrap_or(i64::MAX);
                 if from >= until || until <= now {
@@ -88,7 +109,10 @@ impl TemporalFilter {
                 if from <= now {
                     self.due.push((row.clone(), *d));
                 } else {
-                    self.scheduled.entry(from).or_default().push((row.clone(), *d));
+                    self.scheduled
+                        .entry(from)
+                        .or_default()
+                        .push((row.clone(), *d));
                 }
                 if until != i64::MAX {
                     self.scheduled.entry(until).or_default().push((row, -*d));
@@ -110,7 +134,10 @@ impl TemporalFilter {
         if out.is_empty() {
             return Ok(Vec::new());
         }
-        let columns: Vec<ArrayRef> = self.rows.convert_rows(out.iter().map(|(r, _)| r.row())).map_err(arrow_error)?;
+        let columns: Vec<ArrayRef> = self
+            .rows
+            .convert_rows(out.iter().map(|(r, _)| r.row()))
+            .map_err(arrow_error)?;
         let diffs = Int64Array::from(out.iter().map(|(_, d)| *d).collect::<Vec<_>>());
         Ok(vec![ChangeBatch::new(batch(&self.schema, columns)?, diffs)])
     }
@@ -131,15 +158,31 @@ impl Operator for TemporalFilter {
 
     fn state(&self) -> OperatorState {
         let entries = self.scheduled.values().map(Vec::len).sum();
-        let bytes = self.scheduled.values().flatten().map(|(r, _)| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>()).sum();
-        OperatorState { name: "TemporalFilter".to_owned(), rows: entries, bytes }
+        let bytes = self
+            .scheduled
+            .values()
+            .flatten()
+            .map(|(r, _)| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>())
+            .sum();
+        OperatorState {
+            name: "TemporalFilter".to_owned(),
+            rows: entries,
+            bytes,
+        }
     }
 
     fn save_state(&mut self) -> Result<checkpoint::Parts> {
-        let entries: Vec<(i64, &OwnedRow, i64)> = self.scheduled.iter().flat_map(|(t, rows)| rows.iter().map(move |(r, d)| (*t, r, *d))).collect();
+        let entries: Vec<(i64, &OwnedRow, i64)> = self
+            .scheduled
+            .iter()
+            .flat_map(|(t, rows)| rows.iter().map(move |(r, d)| (*t, r, *d)))
+            .collect();
         let columns = vec![
             ("time", checkpoint::int64s(entries.iter().map(|e| e.0))),
-            ("row", checkpoint::binary(entries.iter().map(|e| e.1.as_ref()))),
+            (
+                "row",
+                checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
+            ),
             ("diff", checkpoint::int64s(entries.iter().map(|e| e.2))),
         ];
         Ok(vec![("scheduled", checkpoint::part(columns, &[])?)])
@@ -150,9 +193,15 @@ impl Operator for TemporalFilter {
             return Err(checkpoint::unknown_part("TemporalFilter", name));
         }
         let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
-        let (times, diffs) = (checkpoint::int64_column(batch, "time")?, checkpoint::int64_column(batch, "diff")?);
+        let (times, diffs) = (
+            checkpoint::int64_column(batch, "time")?,
+            checkpoint::int64_column(batch, "diff")?,
+        );
         for (i, row) in rows.into_iter().enumerate() {
-            self.scheduled.entry(times.value(i)).or_default().push((row, diffs.value(i)));
+            self.scheduled
+                .entry(times.value(i))
+                .or_default()
+                .push((row, diffs.value(i)));
         }
         Ok(())
     }

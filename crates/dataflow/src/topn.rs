@@ -21,10 +21,10 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, ObjectId, Result};
 
-use crate::{Operator, OperatorState, checkpoint};
 use crate::event_time::{EventTime, micros};
 use crate::plan::{Expr, Ranking, WindowClose};
 use crate::rows::{arrow_error, batch_of, eval_error, evaluate};
+use crate::{Operator, OperatorState, checkpoint};
 
 type Ranked = HashMap<(OwnedRow, u64), i64>;
 
@@ -62,11 +62,30 @@ impl TopN {
         append_only: bool,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let fields = input_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let fields = input_schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
         let rows = RowConverter::new(fields).map_err(arrow_error)?;
-        let sort_fields = order.iter().map(|(e, o)| e.data_type(&input_schema).map(|t| SortField::new_with_options(t, *o))).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
-        let partition_fields = partition.iter().map(|e| e.data_type(&input_schema).map(SortField::new)).collect::<std::result::Result<Vec<_>, _>>().map_err(eval_error)?;
-        let partition_keys = if partition_fields.is_empty() { None } else { Some(RowConverter::new(partition_fields).map_err(arrow_error)?) };
+        let sort_fields = order
+            .iter()
+            .map(|(e, o)| {
+                e.data_type(&input_schema)
+                    .map(|t| SortField::new_with_options(t, *o))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(eval_error)?;
+        let partition_fields = partition
+            .iter()
+            .map(|e| e.data_type(&input_schema).map(SortField::new))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(eval_error)?;
+        let partition_keys = if partition_fields.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(partition_fields).map_err(arrow_error)?)
+        };
         Ok(TopN {
             input,
             partition,
@@ -92,16 +111,26 @@ impl TopN {
             return Ok(());
         }
         let rows_in = changes.rows();
-        let sort: Vec<ArrayRef> = self.order.iter().map(|(e, _)| evaluate(e, rows_in)).collect::<Result<_>>()?;
+        let sort: Vec<ArrayRef> = self
+            .order
+            .iter()
+            .map(|(e, _)| evaluate(e, rows_in))
+            .collect::<Result<_>>()?;
         let parts = crate::rows::evaluate_keys(&self.partition, rows_in)?;
         let sort = self.sort_keys.convert_columns(&sort).map_err(arrow_error)?;
         let parts = match &self.partition_keys {
             Some(c) => Some(c.convert_columns(&parts).map_err(arrow_error)?),
             None => None,
         };
-        let rows = self.rows.convert_columns(rows_in.columns()).map_err(arrow_error)?;
+        let rows = self
+            .rows
+            .convert_columns(rows_in.columns())
+            .map_err(arrow_error)?;
         let ends = match &self.window {
-            Some((w, _)) => Some((micros(&evaluate(&self.partition[w.key], rows_in)?)?, w.to_end_micros + w.lateness.allowed_micros)),
+            Some((w, _)) => Some((
+                micros(&evaluate(&self.partition[w.key], rows_in)?)?,
+                w.to_end_micros + w.lateness.allowed_micros,
+            )),
             None => None,
         };
         for (i, d) in changes.diffs().values().iter().enumerate() {
@@ -110,7 +139,10 @@ impl TopN {
                 && let Some(end) = ends[i]
                 && !self.state.contains_key(&part)
             {
-                self.expiry.entry(end.saturating_add(*horizon)).or_default().push(part.clone());
+                self.expiry
+                    .entry(end.saturating_add(*horizon))
+                    .or_default()
+                    .push(part.clone());
             }
             let ordered = self.state.entry(part.clone()).or_default();
             let entry = (sort.row(i).owned(), rows.row(i).owned());
@@ -131,7 +163,9 @@ impl TopN {
     /// partition forgets its rows past the top (rows with a copy in the top stay whole).
     fn top(&mut self, partition: &Option<OwnedRow>, trim: bool) -> Ranked {
         let mut now = Ranked::default();
-        let Some(ordered) = self.state.get_mut(partition) else { return now };
+        let Some(ordered) = self.state.get_mut(partition) else {
+            return now;
+        };
         let end = self.offset.saturating_add(self.limit);
         // `position` counts rows (with multiplicity); ties share the sort key.
         let (mut position, mut tie_start, mut distinct) = (0usize, 0usize, 0u64);
@@ -186,7 +220,11 @@ impl TopN {
             for (key, n) in &now {
                 *diffs.entry(key.clone()).or_default() += n;
             }
-            let before = if now.is_empty() { self.emitted.remove(&partition) } else { self.emitted.insert(partition, now) };
+            let before = if now.is_empty() {
+                self.emitted.remove(&partition)
+            } else {
+                self.emitted.insert(partition, now)
+            };
             for (key, n) in before.unwrap_or_default() {
                 *diffs.entry(key).or_default() -= n;
             }
@@ -196,11 +234,19 @@ impl TopN {
             return Ok(Vec::new());
         }
         let (keys, weights): (Vec<(OwnedRow, u64)>, Vec<i64>) = diffs.into_iter().unzip();
-        let mut columns = self.rows.convert_rows(keys.iter().map(|(r, _)| r.row())).map_err(arrow_error)?;
+        let mut columns = self
+            .rows
+            .convert_rows(keys.iter().map(|(r, _)| r.row()))
+            .map_err(arrow_error)?;
         if self.rank.is_some() {
-            columns.push(Arc::new(UInt64Array::from(keys.iter().map(|(_, rank)| *rank).collect::<Vec<_>>())));
+            columns.push(Arc::new(UInt64Array::from(
+                keys.iter().map(|(_, rank)| *rank).collect::<Vec<_>>(),
+            )));
         }
-        Ok(vec![ChangeBatch::new(batch_of(&self.schema, columns, weights.len())?, Int64Array::from(weights))])
+        Ok(vec![ChangeBatch::new(
+            batch_of(&self.schema, columns, weights.len())?,
+            Int64Array::from(weights),
+        )])
     }
 }
 
@@ -212,8 +258,12 @@ fn bytes(partition: &Option<OwnedRow>) -> Option<&[u8]> {
 impl TopN {
     /// Forgets windows' partitions the watermark has passed (their rows stay in the view).
     fn evict(&mut self) {
-        let Some((w, event_time)) = &self.window else { return };
-        let Some(watermark) = event_time.min_of(&w.sources) else { return };
+        let Some((w, event_time)) = &self.window else {
+            return;
+        };
+        let Some(watermark) = event_time.min_of(&w.sources) else {
+            return;
+        };
         while let Some(entry) = self.expiry.first_entry() {
             if *entry.key() > watermark {
                 break;
@@ -248,34 +298,79 @@ impl Operator for TopN {
         let (mut rows, mut bytes) = (0, 0);
         for ordered in self.state.values() {
             rows += ordered.len();
-            bytes += ordered.keys().map(|(s, r)| entry + s.as_ref().len() + r.as_ref().len()).sum::<usize>();
+            bytes += ordered
+                .keys()
+                .map(|(s, r)| entry + s.as_ref().len() + r.as_ref().len())
+                .sum::<usize>();
         }
         for emitted in self.emitted.values() {
-            bytes += emitted.keys().map(|(r, _)| std::mem::size_of::<((OwnedRow, u64), i64)>() + r.as_ref().len()).sum::<usize>();
+            bytes += emitted
+                .keys()
+                .map(|(r, _)| std::mem::size_of::<((OwnedRow, u64), i64)>() + r.as_ref().len())
+                .sum::<usize>();
         }
-        OperatorState { name: format!("TopN limit {}", self.limit), rows, bytes }
+        OperatorState {
+            name: format!("TopN limit {}", self.limit),
+            rows,
+            bytes,
+        }
     }
 
     fn save_state(&mut self) -> Result<checkpoint::Parts> {
-        let rows: Vec<(&Option<OwnedRow>, &OwnedRow, &OwnedRow, i64)> =
-            self.state.iter().flat_map(|(p, ordered)| ordered.iter().map(move |((s, r), n)| (p, s, r, *n))).collect();
+        let rows: Vec<(&Option<OwnedRow>, &OwnedRow, &OwnedRow, i64)> = self
+            .state
+            .iter()
+            .flat_map(|(p, ordered)| ordered.iter().map(move |((s, r), n)| (p, s, r, *n)))
+            .collect();
         let rows = vec![
-            ("partition", checkpoint::optional_binary(rows.iter().map(|e| bytes(e.0)))),
-            ("sort", checkpoint::binary(rows.iter().map(|e| e.1.as_ref()))),
+            (
+                "partition",
+                checkpoint::optional_binary(rows.iter().map(|e| bytes(e.0))),
+            ),
+            (
+                "sort",
+                checkpoint::binary(rows.iter().map(|e| e.1.as_ref())),
+            ),
             ("row", checkpoint::binary(rows.iter().map(|e| e.2.as_ref()))),
             ("count", checkpoint::int64s(rows.iter().map(|e| e.3))),
         ];
-        let emitted: Vec<(&Option<OwnedRow>, &OwnedRow, u64, i64)> =
-            self.emitted.iter().flat_map(|(p, ranked)| ranked.iter().map(move |((r, rank), n)| (p, r, *rank, *n))).collect();
+        let emitted: Vec<(&Option<OwnedRow>, &OwnedRow, u64, i64)> = self
+            .emitted
+            .iter()
+            .flat_map(|(p, ranked)| ranked.iter().map(move |((r, rank), n)| (p, r, *rank, *n)))
+            .collect();
         let emitted = vec![
-            ("partition", checkpoint::optional_binary(emitted.iter().map(|e| bytes(e.0)))),
-            ("row", checkpoint::binary(emitted.iter().map(|e| e.1.as_ref()))),
-            ("rank", checkpoint::int64s(emitted.iter().map(|e| e.2 as i64))),
+            (
+                "partition",
+                checkpoint::optional_binary(emitted.iter().map(|e| bytes(e.0))),
+            ),
+            (
+                "row",
+                checkpoint::binary(emitted.iter().map(|e| e.1.as_ref())),
+            ),
+            (
+                "rank",
+                checkpoint::int64s(emitted.iter().map(|e| e.2 as i64)),
+            ),
             ("count", checkpoint::int64s(emitted.iter().map(|e| e.3))),
         ];
-        let expiry: Vec<(i64, &Option<OwnedRow>)> = self.expiry.iter().flat_map(|(t, parts)| parts.iter().map(move |p| (*t, p))).collect();
-        let expiry = vec![("time", checkpoint::int64s(expiry.iter().map(|e| e.0))), ("partition", checkpoint::optional_binary(expiry.iter().map(|e| bytes(e.1))))];
-        Ok(vec![("rows", checkpoint::part(rows, &[])?), ("emitted", checkpoint::part(emitted, &[])?), ("expiry", checkpoint::part(expiry, &[])?)])
+        let expiry: Vec<(i64, &Option<OwnedRow>)> = self
+            .expiry
+            .iter()
+            .flat_map(|(t, parts)| parts.iter().map(move |p| (*t, p)))
+            .collect();
+        let expiry = vec![
+            ("time", checkpoint::int64s(expiry.iter().map(|e| e.0))),
+            (
+                "partition",
+                checkpoint::optional_binary(expiry.iter().map(|e| bytes(e.1))),
+            ),
+        ];
+        Ok(vec![
+            ("rows", checkpoint::part(rows, &[])?),
+            ("emitted", checkpoint::part(emitted, &[])?),
+            ("expiry", checkpoint::part(expiry, &[])?),
+        ])
     }
 
     fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
@@ -285,22 +380,45 @@ impl Operator for TopN {
         };
         match name {
             "rows" => {
-                let sort = checkpoint::required_rows(&self.sort_keys, checkpoint::binary_column(batch, "sort")?)?;
-                let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
+                let sort = checkpoint::required_rows(
+                    &self.sort_keys,
+                    checkpoint::binary_column(batch, "sort")?,
+                )?;
+                let rows = checkpoint::required_rows(
+                    &self.rows,
+                    checkpoint::binary_column(batch, "row")?,
+                )?;
                 let counts = checkpoint::int64_column(batch, "count")?;
-                for (((p, s), r), n) in partitions.into_iter().zip(sort).zip(rows).zip(counts.values()) {
+                for (((p, s), r), n) in partitions
+                    .into_iter()
+                    .zip(sort)
+                    .zip(rows)
+                    .zip(counts.values())
+                {
                     self.state.entry(p).or_default().insert((s, r), *n);
                 }
             }
             "emitted" => {
-                let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
-                let (ranks, counts) = (checkpoint::int64_column(batch, "rank")?, checkpoint::int64_column(batch, "count")?);
+                let rows = checkpoint::required_rows(
+                    &self.rows,
+                    checkpoint::binary_column(batch, "row")?,
+                )?;
+                let (ranks, counts) = (
+                    checkpoint::int64_column(batch, "rank")?,
+                    checkpoint::int64_column(batch, "count")?,
+                );
                 for (i, (p, r)) in partitions.into_iter().zip(rows).enumerate() {
-                    self.emitted.entry(p).or_default().insert((r, ranks.value(i) as u64), counts.value(i));
+                    self.emitted
+                        .entry(p)
+                        .or_default()
+                        .insert((r, ranks.value(i) as u64), counts.value(i));
                 }
             }
             "expiry" => {
-                for (p, t) in partitions.into_iter().zip(checkpoint::int64_column(batch, "time")?.values()) {
+                for (p, t) in partitions
+                    .into_iter()
+                    .zip(checkpoint::int64_column(batch, "time")?.values())
+                {
                     self.expiry.entry(*t).or_default().push(p);
                 }
             }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use eddy_common::{Error, ObjectId, Result, SqlState};
 use eddy_sql::ast::{self, ColumnOption, Expr, TableConstraint};
+pub use eddy_sql::normalize_ident;
 use eddy_sql::types::{self, PG_TYPE_KEY};
 use eddy_sql::{CreateTable, QualifiedName};
-pub use eddy_sql::normalize_ident;
 use serde::{Deserialize, Serialize};
 
 /// Most partitions a table may have.
@@ -121,12 +121,17 @@ impl ObjectDef {
     }
 
     pub fn encode(&self) -> Result<Vec<u8>> {
-        serde_json::to_vec(self).map_err(|e| Error::internal(format!("encoding a catalog entry: {e}")))
+        serde_json::to_vec(self)
+            .map_err(|e| Error::internal(format!("encoding a catalog entry: {e}")))
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self> {
-        serde_json::from_slice(bytes)
-            .map_err(|e| Error::new(SqlState::DATA_CORRUPTED, format!("unreadable catalog entry: {e}")))
+        serde_json::from_slice(bytes).map_err(|e| {
+            Error::new(
+                SqlState::DATA_CORRUPTED,
+                format!("unreadable catalog entry: {e}"),
+            )
+        })
     }
 }
 
@@ -142,7 +147,10 @@ impl TableDef {
             .iter()
             .map(|c| {
                 let data_type = DataType::from_str(&c.arrow_type).map_err(|e| {
-                    Error::new(SqlState::DATA_CORRUPTED, format!("column {} has unreadable type: {e}", c.name))
+                    Error::new(
+                        SqlState::DATA_CORRUPTED,
+                        format!("column {} has unreadable type: {e}", c.name),
+                    )
                 })?;
                 Ok(Field::new(&c.name, data_type, c.nullable)
                     .with_metadata(HashMap::from([(PG_TYPE_KEY.to_owned(), c.pg_type.clone())])))
@@ -162,7 +170,12 @@ impl TableDef {
         let mut parts: Vec<String> = self.columns[..declared]
             .iter()
             .map(|c| {
-                let not_null = if c.nullable || self.primary_key.iter().any(|&i| self.columns[i].name == c.name) {
+                let not_null = if c.nullable
+                    || self
+                        .primary_key
+                        .iter()
+                        .any(|&i| self.columns[i].name == c.name)
+                {
                     ""
                 } else {
                     " NOT NULL"
@@ -172,13 +185,25 @@ impl TableDef {
             })
             .collect();
         if !self.primary_key.is_empty() {
-            let names: Vec<String> = self.primary_key.iter().map(|&i| quote_ident(&self.columns[i].name)).collect();
+            let names: Vec<String> = self
+                .primary_key
+                .iter()
+                .map(|&i| quote_ident(&self.columns[i].name))
+                .collect();
             parts.push(format!("PRIMARY KEY ({})", names.join(", ")));
         }
         if let Some(w) = &self.watermark {
-            parts.push(format!("WATERMARK FOR {} AS {}", quote_ident(&w.column), w.expr));
+            parts.push(format!(
+                "WATERMARK FOR {} AS {}",
+                quote_ident(&w.column),
+                w.expr
+            ));
         }
-        let mut sql = format!("CREATE {kind} {} ({})", sql_name(&self.qualified()), parts.join(", "));
+        let mut sql = format!(
+            "CREATE {kind} {} ({})",
+            sql_name(&self.qualified()),
+            parts.join(", ")
+        );
         if self.append_only && kind == "TABLE" {
             sql.push_str(" APPEND ONLY");
         }
@@ -186,7 +211,11 @@ impl TableDef {
             sql.push_str(&format!(" INCLUDE {what} AS {}", quote_ident(&column.name)));
         }
         if !self.options.is_empty() {
-            let options: Vec<String> = self.options.iter().map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''"))).collect();
+            let options: Vec<String> = self
+                .options
+                .iter()
+                .map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''")))
+                .collect();
             sql.push_str(&format!(" WITH ({})", options.join(", ")));
         }
         if let Some((envelope, encoding)) = &self.format {
@@ -198,24 +227,45 @@ impl TableDef {
     /// The option `key`, as given.
     /// `retention` (µs) and `retention.bytes` (per partition), when set.
     pub fn retention(&self) -> Result<(Option<i64>, Option<u64>)> {
-        let time = self.option("retention").map(eddy_sql::windows::duration_micros).transpose()?;
-        let bytes = self.option("retention.bytes").map(|b| b.parse::<u64>().map_err(|_| Error::invalid_parameter(format!("retention.bytes is not a number: {b}")))).transpose()?;
+        let time = self
+            .option("retention")
+            .map(eddy_sql::windows::duration_micros)
+            .transpose()?;
+        let bytes = self
+            .option("retention.bytes")
+            .map(|b| {
+                b.parse::<u64>().map_err(|_| {
+                    Error::invalid_parameter(format!("retention.bytes is not a number: {b}"))
+                })
+            })
+            .transpose()?;
         Ok((time, bytes))
     }
 
     pub fn option(&self, key: &str) -> Option<&str> {
-        self.options.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.options
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The Nexmark generator's settings, for a table or source with `connector = 'nexmark'`.
     /// It splits its events over `nexmark.split.num` partitions (default: the table's).
     pub fn nexmark(&self) -> Result<Option<eddy_connectors::nexmark::NexmarkConfig>> {
-        use eddy_connectors::nexmark::{DEFAULT_BASE_TIME_MS, DEFAULT_EVENT_RATE, EventKind, NexmarkConfig};
+        use eddy_connectors::nexmark::{
+            DEFAULT_BASE_TIME_MS, DEFAULT_EVENT_RATE, EventKind, NexmarkConfig,
+        };
         if self.option("connector") != Some("nexmark") {
             return Ok(None);
         }
         let number = |key: &str| -> Result<Option<u64>> {
-            self.option(key).map(|v| v.parse::<u64>().map_err(|_| Error::invalid_parameter(format!("{key} must be a whole number, not '{v}'")))).transpose()
+            self.option(key)
+                .map(|v| {
+                    v.parse::<u64>().map_err(|_| {
+                        Error::invalid_parameter(format!("{key} must be a whole number, not '{v}'"))
+                    })
+                })
+                .transpose()
         };
         let rate = number("nexmark.events.per.second")?.unwrap_or(0);
         Ok(Some(NexmarkConfig {
@@ -223,7 +273,8 @@ impl TableDef {
             seed: number("nexmark.seed")?.unwrap_or(0),
             event_rate: if rate == 0 { DEFAULT_EVENT_RATE } else { rate },
             event_num: number("nexmark.event.num")?.filter(|n| *n > 0),
-            base_time_ms: number("nexmark.base.time.millis")?.map_or(DEFAULT_BASE_TIME_MS, |b| b as i64),
+            base_time_ms: number("nexmark.base.time.millis")?
+                .map_or(DEFAULT_BASE_TIME_MS, |b| b as i64),
             splits: number("nexmark.split.num")?.map_or(self.partitions, |n| n as u32),
         }))
     }
@@ -235,7 +286,9 @@ impl TableDef {
         if self.option("nexmark.rate.limited") == Some("false") {
             return 0;
         }
-        self.option("nexmark.events.per.second").and_then(|v| v.parse().ok()).unwrap_or(0)
+        self.option("nexmark.events.per.second")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
 
     /// How decoding failures are handled (`on_error`).
@@ -254,8 +307,17 @@ impl TableDef {
             None if csv => eddy_connectors::Format::PLAIN_CSV,
             None => eddy_connectors::Format::PLAIN_JSON,
         };
-        let includes = self.includes.iter().map(|i| eddy_connectors::Include::parse(i)).collect::<Result<Vec<_>>>()?;
-        eddy_connectors::RecordDecoder::new(Arc::clone(schema), &includes, &self.primary_key, format)
+        let includes = self
+            .includes
+            .iter()
+            .map(|i| eddy_connectors::Include::parse(i))
+            .collect::<Result<Vec<_>>>()?;
+        eddy_connectors::RecordDecoder::new(
+            Arc::clone(schema),
+            &includes,
+            &self.primary_key,
+            format,
+        )
     }
 }
 
@@ -272,18 +334,35 @@ pub enum OnError {
 
 /// Quotes an identifier when PostgreSQL would need it to read it back unchanged.
 pub fn quote_ident(name: &str) -> String {
-    let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain { name.to_owned() } else { format!("\"{}\"", name.replace('"', "\"\"")) }
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_owned()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
 }
 
 /// A name as `SHOW CREATE` writes it: bare in `public`, `schema.name` elsewhere.
 pub fn sql_name(name: &QualifiedName) -> String {
-    if name.schema == eddy_sql::PUBLIC_SCHEMA { quote_ident(&name.name) } else { format!("{}.{}", quote_ident(&name.schema), quote_ident(&name.name)) }
+    if name.schema == eddy_sql::PUBLIC_SCHEMA {
+        quote_ident(&name.name)
+    } else {
+        format!("{}.{}", quote_ident(&name.schema), quote_ident(&name.name))
+    }
 }
 
 /// Binds `CREATE TABLE` into a definition, validating everything a user can get wrong.
-pub fn bind_create_table(create: &CreateTable, id: ObjectId, name: QualifiedName) -> Result<TableDef> {
+pub fn bind_create_table(
+    create: &CreateTable,
+    id: ObjectId,
+    name: QualifiedName,
+) -> Result<TableDef> {
     let QualifiedName { schema, name } = name;
     let mut columns: Vec<ColumnDef> = Vec::new();
     let mut primary_key: Option<Vec<usize>> = None;
@@ -291,12 +370,18 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId, name: QualifiedName
         return Err(Error::syntax("a table needs at least one column"));
     }
     if create.columns.len() > eddy_common::limits::TABLE_COLUMNS_MAX {
-        return Err(Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "tables can have at most 1600 columns"));
+        return Err(Error::new(
+            SqlState::PROGRAM_LIMIT_EXCEEDED,
+            "tables can have at most 1600 columns",
+        ));
     }
     for (index, column) in create.columns.iter().enumerate() {
         let column_name = normalize_ident(&column.name);
         if columns.iter().any(|c| c.name == column_name) {
-            return Err(Error::new(SqlState::DUPLICATE_COLUMN, format!("column \"{column_name}\" specified more than once")));
+            return Err(Error::new(
+                SqlState::DUPLICATE_COLUMN,
+                format!("column \"{column_name}\" specified more than once"),
+            ));
         }
         let column_type = types::column_type(&column.data_type)?;
         let mut nullable = true;
@@ -305,14 +390,24 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId, name: QualifiedName
                 ColumnOption::NotNull => nullable = false,
                 ColumnOption::Null => nullable = true,
                 ColumnOption::PrimaryKey(_) => set_primary_key(&mut primary_key, vec![index])?,
-                other => return Err(Error::unsupported(format!("column option {other} is not supported"))),
+                other => {
+                    return Err(Error::unsupported(format!(
+                        "column option {other} is not supported"
+                    )));
+                }
             }
         }
-        let proctime = create.proctime.iter().any(|p| normalize_ident(p) == column_name);
+        let proctime = create
+            .proctime
+            .iter()
+            .any(|p| normalize_ident(p) == column_name);
         if proctime && !column_type.arrow.to_string().starts_with("Timestamp(") {
             return Err(Error::new(
                 SqlState::DATATYPE_MISMATCH,
-                format!("column \"{column_name}\" AS PROCTIME() must be a timestamp or timestamptz, not {}", column_type.pg_name),
+                format!(
+                    "column \"{column_name}\" AS PROCTIME() must be a timestamp or timestamptz, not {}",
+                    column_type.pg_name
+                ),
             ));
         }
         columns.push(ColumnDef {
@@ -332,27 +427,47 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId, name: QualifiedName
                         return Err(Error::unsupported("PRIMARY KEY takes column names"));
                     };
                     let column_name = normalize_ident(ident);
-                    let index = columns.iter().position(|c| c.name == column_name).ok_or_else(|| {
-                        Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column_name}\" named in key does not exist"))
-                    })?;
+                    let index = columns
+                        .iter()
+                        .position(|c| c.name == column_name)
+                        .ok_or_else(|| {
+                            Error::new(
+                                SqlState::UNDEFINED_COLUMN,
+                                format!("column \"{column_name}\" named in key does not exist"),
+                            )
+                        })?;
                     indexes.push(index);
                 }
                 set_primary_key(&mut primary_key, indexes)?;
             }
-            other => return Err(Error::unsupported(format!("constraint {other} is not supported"))),
+            other => {
+                return Err(Error::unsupported(format!(
+                    "constraint {other} is not supported"
+                )));
+            }
         }
     }
     let primary_key = primary_key.unwrap_or_default();
     for &i in &primary_key {
         columns[i].nullable = false;
     }
-    if create.source && create.options.iter().any(|(k, _)| k == "partitions" || k.starts_with("retention")) {
-        return Err(Error::invalid_parameter("a source is not stored by Eddy: partitions and retention are the external system's")
-            .with_hint("use CREATE TABLE to keep the records in Eddy's log"));
+    if create.source
+        && create
+            .options
+            .iter()
+            .any(|(k, _)| k == "partitions" || k.starts_with("retention"))
+    {
+        return Err(Error::invalid_parameter(
+            "a source is not stored by Eddy: partitions and retention are the external system's",
+        )
+        .with_hint("use CREATE TABLE to keep the records in Eddy's log"));
     }
     if create.append_only && !primary_key.is_empty() {
-        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "an APPEND ONLY table cannot have a PRIMARY KEY")
-            .with_hint("drop APPEND ONLY for a table whose rows are updated by key"));
+        return Err(Error::new(
+            SqlState::INVALID_TABLE_DEFINITION,
+            "an APPEND ONLY table cannot have a PRIMARY KEY",
+        )
+        .with_hint("drop APPEND ONLY for a table whose rows are updated by key"));
     }
     let watermark = match &create.watermark {
         None => None,
@@ -366,43 +481,92 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId, name: QualifiedName
     let mut includes = Vec::new();
     for (what, alias) in &create.includes {
         let include = eddy_connectors::Include::parse(what)?;
-        let column_name = alias.as_ref().map_or_else(|| include.default_column(), normalize_ident);
+        let column_name = alias
+            .as_ref()
+            .map_or_else(|| include.default_column(), normalize_ident);
         if columns.iter().any(|c| c.name == column_name) {
-            return Err(Error::new(SqlState::DUPLICATE_COLUMN, format!("column \"{column_name}\" specified more than once")));
+            return Err(Error::new(
+                SqlState::DUPLICATE_COLUMN,
+                format!("column \"{column_name}\" specified more than once"),
+            ));
         }
         let column_type = types::column_type_named(include.pg_type())?;
-        columns.push(ColumnDef { name: column_name, pg_type: column_type.pg_name, arrow_type: column_type.arrow.to_string(), nullable: true, proctime: false });
+        columns.push(ColumnDef {
+            name: column_name,
+            pg_type: column_type.pg_name,
+            arrow_type: column_type.arrow.to_string(),
+            nullable: true,
+            proctime: false,
+        });
         includes.push(include.name().to_owned());
     }
-    let connector = options.iter().find(|(k, _)| k == "connector").map(|(_, v)| v.clone());
+    let connector = options
+        .iter()
+        .find(|(k, _)| k == "connector")
+        .map(|(_, v)| v.clone());
     if !includes.is_empty() && connector.is_none() {
-        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "INCLUDE needs a connector (WITH (connector = ...))"));
+        return Err(Error::new(
+            SqlState::INVALID_TABLE_DEFINITION,
+            "INCLUDE needs a connector (WITH (connector = ...))",
+        ));
     }
     let generated = connector.as_deref() == Some("nexmark");
     if generated && (create.format.is_some() || !includes.is_empty()) {
-        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "the nexmark connector generates rows: it takes no FORMAT and no INCLUDE"));
+        return Err(Error::new(
+            SqlState::INVALID_TABLE_DEFINITION,
+            "the nexmark connector generates rows: it takes no FORMAT and no INCLUDE",
+        ));
     }
     let format = match &create.format {
         None if generated => None,
         Some((envelope, encoding)) => {
             let format = eddy_connectors::Format::parse(envelope, encoding)?;
-            Some((format.envelope_name().to_owned(), format.encoding_name().to_owned()))
+            Some((
+                format.envelope_name().to_owned(),
+                format.encoding_name().to_owned(),
+            ))
         }
         None if connector.is_some() => {
-            return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "a table with a connector needs FORMAT ... ENCODE ..."));
+            return Err(Error::new(
+                SqlState::INVALID_TABLE_DEFINITION,
+                "a table with a connector needs FORMAT ... ENCODE ...",
+            ));
         }
         None => None,
     };
     if create.append_only && format.as_ref().is_some_and(|(e, _)| e != "PLAIN") {
-        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "an APPEND ONLY table takes FORMAT PLAIN only (UPSERT and DEBEZIUM update and delete rows)"));
+        return Err(Error::new(
+            SqlState::INVALID_TABLE_DEFINITION,
+            "an APPEND ONLY table takes FORMAT PLAIN only (UPSERT and DEBEZIUM update and delete rows)",
+        ));
     }
     if create.source && connector.is_none() {
-        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "a source needs a connector (WITH (connector = 'kafka' | 'file', ...))")
-            .with_hint("a relation written with INSERT, COPY or HTTP ingest is a table: CREATE TABLE"));
+        return Err(Error::new(
+            SqlState::INVALID_TABLE_DEFINITION,
+            "a source needs a connector (WITH (connector = 'kafka' | 'file', ...))",
+        )
+        .with_hint(
+            "a relation written with INSERT, COPY or HTTP ingest is a table: CREATE TABLE",
+        ));
     }
     // A source of plain (or generated) records without a key only ever inserts: a stream.
-    let append_only = create.append_only || (create.source && primary_key.is_empty() && (generated || format.as_ref().is_some_and(|(e, _)| e == "PLAIN")));
-    let def = TableDef { id, schema, name, columns, primary_key, append_only, watermark, options, partitions, format, includes };
+    let append_only = create.append_only
+        || (create.source
+            && primary_key.is_empty()
+            && (generated || format.as_ref().is_some_and(|(e, _)| e == "PLAIN")));
+    let def = TableDef {
+        id,
+        schema,
+        name,
+        columns,
+        primary_key,
+        append_only,
+        watermark,
+        options,
+        partitions,
+        format,
+        includes,
+    };
     // A declared format must be able to decode every column type (plain tables find out at
     // their first HTTP ingest); a generator must know every column.
     if def.format.is_some() {
@@ -419,33 +583,60 @@ pub fn bind_create_table(create: &CreateTable, id: ObjectId, name: QualifiedName
 pub fn bind_added_column(def: &TableDef, column: &ast::ColumnDef) -> Result<ColumnDef> {
     let name = normalize_ident(&column.name);
     if def.columns.iter().any(|c| c.name == name) {
-        return Err(Error::new(SqlState::DUPLICATE_COLUMN, format!("column \"{name}\" of relation \"{}\" already exists", def.name)));
+        return Err(Error::new(
+            SqlState::DUPLICATE_COLUMN,
+            format!(
+                "column \"{name}\" of relation \"{}\" already exists",
+                def.name
+            ),
+        ));
     }
     if !def.includes.is_empty() {
-        return Err(Error::unsupported("ADD COLUMN on a table with INCLUDE columns is not supported"));
+        return Err(Error::unsupported(
+            "ADD COLUMN on a table with INCLUDE columns is not supported",
+        ));
     }
     if def.columns.len() >= eddy_common::limits::TABLE_COLUMNS_MAX {
-        return Err(Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "tables can have at most 1600 columns"));
+        return Err(Error::new(
+            SqlState::PROGRAM_LIMIT_EXCEEDED,
+            "tables can have at most 1600 columns",
+        ));
     }
     for option in &column.options {
         match &option.option {
             ColumnOption::Null => {}
-            other => return Err(Error::unsupported(format!("ADD COLUMN ... {other} is not supported (an added column is nullable, NULL in existing rows)"))),
+            other => {
+                return Err(Error::unsupported(format!(
+                    "ADD COLUMN ... {other} is not supported (an added column is nullable, NULL in existing rows)"
+                )));
+            }
         }
     }
     let column_type = types::column_type(&column.data_type)?;
-    Ok(ColumnDef { name, pg_type: column_type.pg_name, arrow_type: column_type.arrow.to_string(), nullable: true, proctime: false })
+    Ok(ColumnDef {
+        name,
+        pg_type: column_type.pg_name,
+        arrow_type: column_type.arrow.to_string(),
+        nullable: true,
+        proctime: false,
+    })
 }
 
 fn set_primary_key(slot: &mut Option<Vec<usize>>, columns: Vec<usize>) -> Result<()> {
     if slot.is_some() {
-        return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, "multiple primary keys for table are not allowed"));
+        return Err(Error::new(
+            SqlState::INVALID_TABLE_DEFINITION,
+            "multiple primary keys for table are not allowed",
+        ));
     }
     let mut seen = columns.clone();
     seen.sort();
     seen.dedup();
     if seen.len() != columns.len() {
-        return Err(Error::new(SqlState::DUPLICATE_COLUMN, "a column appears twice in the primary key"));
+        return Err(Error::new(
+            SqlState::DUPLICATE_COLUMN,
+            "a column appears twice in the primary key",
+        ));
     }
     *slot = Some(columns);
     Ok(())
@@ -454,21 +645,33 @@ fn set_primary_key(slot: &mut Option<Vec<usize>>, columns: Vec<usize>) -> Result
 /// `WATERMARK FOR ts AS ts` or `ts - INTERVAL '...'` over a timestamp column.
 fn bind_watermark(columns: &[ColumnDef], column: &ast::Ident, expr: &Expr) -> Result<WatermarkDef> {
     let column_name = normalize_ident(column);
-    let def = columns.iter().find(|c| c.name == column_name).ok_or_else(|| {
-        Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column_name}\" named in WATERMARK FOR does not exist"))
-    })?;
+    let def = columns
+        .iter()
+        .find(|c| c.name == column_name)
+        .ok_or_else(|| {
+            Error::new(
+                SqlState::UNDEFINED_COLUMN,
+                format!("column \"{column_name}\" named in WATERMARK FOR does not exist"),
+            )
+        })?;
     if !def.arrow_type.starts_with("Timestamp(") {
         return Err(Error::new(
             SqlState::DATATYPE_MISMATCH,
-            format!("WATERMARK FOR needs a timestamp column, but \"{column_name}\" is {}", def.pg_type),
+            format!(
+                "WATERMARK FOR needs a timestamp column, but \"{column_name}\" is {}",
+                def.pg_type
+            ),
         ));
     }
-    let refers_to_column = |e: &Expr| matches!(e, Expr::Identifier(i) if normalize_ident(i) == column_name);
+    let refers_to_column =
+        |e: &Expr| matches!(e, Expr::Identifier(i) if normalize_ident(i) == column_name);
     let valid = match expr {
         e if refers_to_column(e) => true,
-        Expr::BinaryOp { left, op: ast::BinaryOperator::Minus, right } => {
-            refers_to_column(left) && matches!(right.as_ref(), Expr::Interval(_))
-        }
+        Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Minus,
+            right,
+        } => refers_to_column(left) && matches!(right.as_ref(), Expr::Interval(_)),
         _ => false,
     };
     if !valid {
@@ -476,7 +679,10 @@ fn bind_watermark(columns: &[ColumnDef], column: &ast::Ident, expr: &Expr) -> Re
             "WATERMARK FOR {column_name} AS {expr}: the watermark must be `{column_name}` or `{column_name} - INTERVAL '...'`"
         )));
     }
-    Ok(WatermarkDef { column: column_name, expr: expr.to_string() })
+    Ok(WatermarkDef {
+        column: column_name,
+        expr: expr.to_string(),
+    })
 }
 
 fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, String)>, u32)> {
@@ -496,21 +702,36 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
                 eddy_sql::windows::duration_micros(value)?;
             }
             "retention.bytes" => {
-                value.parse::<u64>().map_err(|_| Error::invalid_parameter(format!("retention.bytes must be a whole number of bytes, not '{value}'")))?;
+                value.parse::<u64>().map_err(|_| {
+                    Error::invalid_parameter(format!(
+                        "retention.bytes must be a whole number of bytes, not '{value}'"
+                    ))
+                })?;
             }
             "connector" => match value.as_str() {
                 "file" | "kafka" | "nexmark" => {}
-                other => return Err(Error::unsupported(format!("connector '{other}' is not supported (file, kafka or nexmark)"))),
+                other => {
+                    return Err(Error::unsupported(format!(
+                        "connector '{other}' is not supported (file, kafka or nexmark)"
+                    )));
+                }
             },
             "nexmark.table.type" => {
                 eddy_connectors::nexmark::EventKind::parse(value)?;
             }
-            "nexmark.event.num" | "nexmark.events.per.second" | "nexmark.seed" | "nexmark.base.time.millis" => {
-                value.parse::<u64>().map_err(|_| Error::invalid_parameter(format!("{key} must be a whole number, not '{value}'")))?;
+            "nexmark.event.num"
+            | "nexmark.events.per.second"
+            | "nexmark.seed"
+            | "nexmark.base.time.millis" => {
+                value.parse::<u64>().map_err(|_| {
+                    Error::invalid_parameter(format!("{key} must be a whole number, not '{value}'"))
+                })?;
             }
             "nexmark.rate.limited" => {
                 if !["true", "false"].contains(&value.as_str()) {
-                    return Err(Error::invalid_parameter(format!("nexmark.rate.limited must be 'true' or 'false', not '{value}'")));
+                    return Err(Error::invalid_parameter(format!(
+                        "nexmark.rate.limited must be 'true' or 'false', not '{value}'"
+                    )));
                 }
             }
             "nexmark.split.num" => {
@@ -520,30 +741,58 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
             }
             "on_error" => {
                 if !["dead_letter", "skip", "fail"].contains(&value.as_str()) {
-                    return Err(Error::invalid_parameter(format!("on_error must be 'dead_letter', 'skip' or 'fail', not '{value}'")));
+                    return Err(Error::invalid_parameter(format!(
+                        "on_error must be 'dead_letter', 'skip' or 'fail', not '{value}'"
+                    )));
                 }
             }
             "path" | "topic" | "properties.bootstrap.server" | "scan.startup.timestamp.millis" => {}
             "scan.startup.mode" => {
                 if !["earliest", "latest", "timestamp"].contains(&value.as_str()) {
-                    return Err(Error::invalid_parameter(format!("scan.startup.mode must be 'earliest', 'latest' or 'timestamp', not '{value}'")));
+                    return Err(Error::invalid_parameter(format!(
+                        "scan.startup.mode must be 'earliest', 'latest' or 'timestamp', not '{value}'"
+                    )));
                 }
             }
-            other => return Err(Error::invalid_parameter(format!("unrecognized table option \"{other}\""))),
+            other => {
+                return Err(Error::invalid_parameter(format!(
+                    "unrecognized table option \"{other}\""
+                )));
+            }
         }
         kept.push((key.clone(), value.clone()));
     }
     let has = |key: &str| kept.iter().any(|(k, _)| k == key);
-    match kept.iter().find(|(k, _)| k == "connector").map(|(_, v)| v.as_str()) {
-        Some("file") if !has("path") => return Err(Error::invalid_parameter("connector 'file' needs path = '...'")),
-        Some("nexmark") if !has("nexmark.table.type") => return Err(Error::invalid_parameter("connector 'nexmark' needs nexmark.table.type = 'person' | 'auction' | 'bid'")),
+    match kept
+        .iter()
+        .find(|(k, _)| k == "connector")
+        .map(|(_, v)| v.as_str())
+    {
+        Some("file") if !has("path") => {
+            return Err(Error::invalid_parameter(
+                "connector 'file' needs path = '...'",
+            ));
+        }
+        Some("nexmark") if !has("nexmark.table.type") => {
+            return Err(Error::invalid_parameter(
+                "connector 'nexmark' needs nexmark.table.type = 'person' | 'auction' | 'bid'",
+            ));
+        }
         Some("kafka") if !has("topic") || !has("properties.bootstrap.server") => {
-            return Err(Error::invalid_parameter("connector 'kafka' needs topic = '...' and properties.bootstrap.server = '...'"));
+            return Err(Error::invalid_parameter(
+                "connector 'kafka' needs topic = '...' and properties.bootstrap.server = '...'",
+            ));
         }
         _ => {}
     }
-    if kept.iter().any(|(k, v)| k == "scan.startup.mode" && v == "timestamp") && !has("scan.startup.timestamp.millis") {
-        return Err(Error::invalid_parameter("scan.startup.mode = 'timestamp' needs scan.startup.timestamp.millis"));
+    if kept
+        .iter()
+        .any(|(k, v)| k == "scan.startup.mode" && v == "timestamp")
+        && !has("scan.startup.timestamp.millis")
+    {
+        return Err(Error::invalid_parameter(
+            "scan.startup.mode = 'timestamp' needs scan.startup.timestamp.millis",
+        ));
     }
     Ok((kept, partitions))
 }
@@ -556,13 +805,19 @@ mod schema_tests {
     #[test]
     fn entries_without_a_schema_are_in_public() {
         let table = r#"{"kind":"table","id":3,"name":"t","columns":[],"primary_key":[],"append_only":false,"watermark":null,"options":[],"partitions":1}"#;
-        let ObjectDef::Table(def) = ObjectDef::decode(table.as_bytes()).unwrap() else { panic!("not a table") };
+        let ObjectDef::Table(def) = ObjectDef::decode(table.as_bytes()).unwrap() else {
+            panic!("not a table")
+        };
         assert_eq!(def.qualified(), eddy_sql::QualifiedName::public("t"));
         let view = r#"{"kind":"materialized_view","id":4,"name":"v","sql":"CREATE MATERIALIZED VIEW v AS SELECT 1","dependencies":[3]}"#;
-        let ObjectDef::MaterializedView(def) = ObjectDef::decode(view.as_bytes()).unwrap() else { panic!("not a view") };
+        let ObjectDef::MaterializedView(def) = ObjectDef::decode(view.as_bytes()).unwrap() else {
+            panic!("not a view")
+        };
         assert_eq!(def.schema, "public");
         let sink = r#"{"kind":"sink","id":5,"name":"s","view":4,"options":[],"sql":"","key":[],"columns":[]}"#;
-        let ObjectDef::Sink(def) = ObjectDef::decode(sink.as_bytes()).unwrap() else { panic!("not a sink") };
+        let ObjectDef::Sink(def) = ObjectDef::decode(sink.as_bytes()).unwrap() else {
+            panic!("not a sink")
+        };
         assert_eq!(def.schema, "public");
     }
 }

@@ -151,7 +151,13 @@ impl Checkpointer {
                     let epoch = checkpoint.epoch;
                     let (reply, result) = write(&dir, &meta, checkpoint);
                     match &result {
-                        Ok(info) => tracing::info!(epoch, bytes = info.bytes, duration_ms = info.duration.as_millis() as u64, pause_ms = info.pause.as_millis() as u64, "checkpoint committed"),
+                        Ok(info) => tracing::info!(
+                            epoch,
+                            bytes = info.bytes,
+                            duration_ms = info.duration.as_millis() as u64,
+                            pause_ms = info.pause.as_millis() as u64,
+                            "checkpoint committed"
+                        ),
                         Err(e) => tracing::error!(epoch, error = %e, "writing a checkpoint failed"),
                     }
                     if let Some(reply) = reply {
@@ -160,17 +166,25 @@ impl Checkpointer {
                 }
             })
             .map_err(|e| Error::internal(format!("starting the checkpoint writer: {e}")))?;
-        Ok(Checkpointer { queue: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)) })
+        Ok(Checkpointer {
+            queue: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
     /// Hands a checkpoint to the writer. Unless `wait`, gives it back when one is still
     /// being written; also when the writer stopped.
-    pub fn submit(&self, checkpoint: Checkpoint, wait: bool) -> std::result::Result<(), Checkpoint> {
+    pub fn submit(
+        &self,
+        checkpoint: Checkpoint,
+        wait: bool,
+    ) -> std::result::Result<(), Checkpoint> {
         let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         match queue.as_ref() {
             Some(tx) if wait => tx.send(checkpoint).map_err(|e| e.0),
             Some(tx) => tx.try_send(checkpoint).map_err(|e| match e {
-                std::sync::mpsc::TrySendError::Full(c) | std::sync::mpsc::TrySendError::Disconnected(c) => c,
+                std::sync::mpsc::TrySendError::Full(c)
+                | std::sync::mpsc::TrySendError::Disconnected(c) => c,
             }),
             None => Err(checkpoint),
         }
@@ -186,8 +200,21 @@ impl Checkpointer {
 }
 
 /// Writes one checkpoint; returns the reply to send and the outcome.
-fn write(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> (Option<oneshot::Sender<Result<u64>>>, Result<CheckpointInfo>) {
-    let Checkpoint { epoch, started_at_micros, pause, started, workers, views, clocks, reply } = checkpoint;
+fn write(
+    dir: &Path,
+    meta: &MetaStore,
+    checkpoint: Checkpoint,
+) -> (Option<oneshot::Sender<Result<u64>>>, Result<CheckpointInfo>) {
+    let Checkpoint {
+        epoch,
+        started_at_micros,
+        pause,
+        started,
+        workers,
+        views,
+        clocks,
+        reply,
+    } = checkpoint;
     let result = (|| -> Result<CheckpointInfo> {
         let target = dir.join(epoch.to_string());
         if target.exists() {
@@ -198,11 +225,17 @@ fn write(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> (Option<onesho
         let mut total = 0u64;
         for view in views {
             let mut files = Vec::new();
-            let contents = view.contents.into_iter().map(|b| ("contents".to_owned(), b));
+            let contents = view
+                .contents
+                .into_iter()
+                .map(|b| ("contents".to_owned(), b));
             // Parts of one name (view contents in several batches) go to one file.
             let mut named: Vec<(String, Vec<RecordBatch>)> = Vec::new();
             for (part, batch) in view.parts.into_iter().chain(contents) {
-                match named.iter_mut().find(|(p, b)| *p == part && b[0].schema() == batch.schema()) {
+                match named
+                    .iter_mut()
+                    .find(|(p, b)| *p == part && b[0].schema() == batch.schema())
+                {
                     Some((_, batches)) => batches.push(batch),
                     None => named.push((part, vec![batch])),
                 }
@@ -215,11 +248,23 @@ fn write(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> (Option<onesho
                 f.write_all(&bytes).map_err(|e| io("write", &path, e))?;
                 f.sync_all().map_err(|e| io("sync", &path, e))?;
                 total += bytes.len() as u64;
-                files.push(FileEntry { part, file, bytes: bytes.len() as u64, crc32: crc32fast::hash(&bytes) });
+                files.push(FileEntry {
+                    part,
+                    file,
+                    bytes: bytes.len() as u64,
+                    crc32: crc32fast::hash(&bytes),
+                });
             }
-            entries.push(ViewEntry { id: view.id, files, committed: view.committed, watermarks: view.watermarks });
+            entries.push(ViewEntry {
+                id: view.id,
+                files,
+                committed: view.committed,
+                watermarks: view.watermarks,
+            });
         }
-        std::fs::File::open(&target).and_then(|d| d.sync_all()).map_err(|e| io("sync", &target, e))?;
+        std::fs::File::open(&target)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("sync", &target, e))?;
         let manifest = Manifest {
             format: FORMAT,
             epoch,
@@ -231,9 +276,15 @@ fn write(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> (Option<onesho
             views: entries,
             clocks,
         };
-        let encoded = serde_json::to_vec(&manifest).map_err(|e| Error::internal(format!("encoding a checkpoint manifest: {e}")))?;
+        let encoded = serde_json::to_vec(&manifest)
+            .map_err(|e| Error::internal(format!("encoding a checkpoint manifest: {e}")))?;
         // The commit point: one write of the metadata store, which also drops older manifests.
-        let older: Vec<u64> = meta.checkpoints()?.into_iter().map(|(e, _)| e).filter(|e| *e != epoch).collect();
+        let older: Vec<u64> = meta
+            .checkpoints()?
+            .into_iter()
+            .map(|(e, _)| e)
+            .filter(|e| *e != epoch)
+            .collect();
         meta.commit_checkpoint(epoch, &encoded, &older)?;
         for e in older {
             let old = dir.join(e.to_string());
@@ -250,12 +301,20 @@ fn write(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> (Option<onesho
 
 fn encode(batches: &[RecordBatch]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    let schema = batches.first().map(|b| b.schema()).ok_or_else(|| Error::internal("an empty checkpoint part"))?;
-    let mut writer = arrow::ipc::writer::FileWriter::try_new(&mut out, &schema).map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
+    let schema = batches
+        .first()
+        .map(|b| b.schema())
+        .ok_or_else(|| Error::internal("an empty checkpoint part"))?;
+    let mut writer = arrow::ipc::writer::FileWriter::try_new(&mut out, &schema)
+        .map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
     for batch in batches {
-        writer.write(batch).map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
+        writer
+            .write(batch)
+            .map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
     }
-    writer.finish().map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
+    writer
+        .finish()
+        .map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
     drop(writer);
     Ok(out)
 }
@@ -268,7 +327,8 @@ fn corrupted(message: String) -> Error {
 pub fn list(meta: &MetaStore) -> Result<Vec<CheckpointInfo>> {
     let mut out = Vec::new();
     for (_, bytes) in meta.checkpoints()? {
-        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| corrupted(format!("a checkpoint manifest does not decode: {e}")))?;
+        let manifest: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| corrupted(format!("a checkpoint manifest does not decode: {e}")))?;
         out.push(CheckpointInfo::from(&manifest));
     }
     Ok(out)
@@ -280,9 +340,19 @@ pub type Reads = Vec<(ObjectId, u32, u64)>;
 /// What each view in the newest checkpoint had read: view -> (table or source, partition,
 /// offset). Empty when there is no checkpoint.
 pub fn latest_reads(meta: &MetaStore) -> Result<HashMap<ObjectId, Reads>> {
-    let Some((epoch, bytes)) = meta.checkpoints()?.pop() else { return Ok(HashMap::new()) };
-    let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| corrupted(format!("checkpoint {epoch}: the manifest does not decode: {e}")))?;
-    Ok(manifest.views.into_iter().map(|v| (v.id, v.committed)).collect())
+    let Some((epoch, bytes)) = meta.checkpoints()?.pop() else {
+        return Ok(HashMap::new());
+    };
+    let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
+        corrupted(format!(
+            "checkpoint {epoch}: the manifest does not decode: {e}"
+        ))
+    })?;
+    Ok(manifest
+        .views
+        .into_iter()
+        .map(|v| (v.id, v.committed))
+        .collect())
 }
 
 /// Reads the newest complete checkpoint (`None` when there is none) and deletes checkpoint
@@ -292,17 +362,30 @@ pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>
     let manifests = meta.checkpoints()?;
     if let Ok(entries) = std::fs::read_dir(&dir) {
         for entry in entries.flatten() {
-            let named = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok()).is_some_and(|e| manifests.iter().any(|(m, _)| *m == e));
+            let named = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|e| manifests.iter().any(|(m, _)| *m == e));
             if !named {
                 tracing::info!(path = %entry.path().display(), "deleting an incomplete checkpoint");
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
     }
-    let Some((epoch, bytes)) = manifests.last() else { return Ok(None) };
-    let manifest: Manifest = serde_json::from_slice(bytes).map_err(|e| corrupted(format!("checkpoint {epoch}: the manifest does not decode: {e}")))?;
+    let Some((epoch, bytes)) = manifests.last() else {
+        return Ok(None);
+    };
+    let manifest: Manifest = serde_json::from_slice(bytes).map_err(|e| {
+        corrupted(format!(
+            "checkpoint {epoch}: the manifest does not decode: {e}"
+        ))
+    })?;
     if manifest.format != FORMAT {
-        return Err(corrupted(format!("checkpoint {epoch} has format {}, this build reads {FORMAT}", manifest.format)));
+        return Err(corrupted(format!(
+            "checkpoint {epoch} has format {}, this build reads {FORMAT}",
+            manifest.format
+        )));
     }
     let target = dir.join(epoch.to_string());
     let mut views = HashMap::new();
@@ -313,12 +396,16 @@ pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>
             let path = target.join(&file.file);
             let bytes = std::fs::read(&path).map_err(|e| io("read", &path, e))?;
             if bytes.len() as u64 != file.bytes || crc32fast::hash(&bytes) != file.crc32 {
-                return Err(corrupted(format!("checkpoint file {} does not match its checksum", path.display())));
+                return Err(corrupted(format!(
+                    "checkpoint file {} does not match its checksum",
+                    path.display()
+                )));
             }
             let reader = arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(bytes), None)
                 .map_err(|e| corrupted(format!("checkpoint file {}: {e}", path.display())))?;
             for batch in reader {
-                let batch = batch.map_err(|e| corrupted(format!("checkpoint file {}: {e}", path.display())))?;
+                let batch = batch
+                    .map_err(|e| corrupted(format!("checkpoint file {}: {e}", path.display())))?;
                 if file.part == "contents" {
                     contents.push(batch);
                 } else {
@@ -326,7 +413,21 @@ pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>
                 }
             }
         }
-        views.insert(view.id, ViewState { id: view.id, parts, contents, committed: view.committed, watermarks: view.watermarks });
+        views.insert(
+            view.id,
+            ViewState {
+                id: view.id,
+                parts,
+                contents,
+                committed: view.committed,
+                watermarks: view.watermarks,
+            },
+        );
     }
-    Ok(Some(Restored { epoch: manifest.epoch, workers: manifest.workers, views, clocks: manifest.clocks }))
+    Ok(Some(Restored {
+        epoch: manifest.epoch,
+        workers: manifest.workers,
+        views,
+        clocks: manifest.clocks,
+    }))
 }

@@ -41,19 +41,32 @@ pub(crate) struct StreamClock {
 impl StreamClock {
     pub(crate) fn new(spec: ClockSpec) -> Self {
         let n = spec.partitions.max(1) as usize;
-        StreamClock { spec, partitions: vec![None; n], watermark: None, last_data: vec![Instant::now(); n], requested: None }
+        StreamClock {
+            spec,
+            partitions: vec![None; n],
+            watermark: None,
+            last_data: vec![Instant::now(); n],
+            requested: None,
+        }
     }
 
     /// A clock that reads a log: raised by its data and marks only, never by idleness (the
     /// marks hold the idle decisions the live clock made).
     pub(crate) fn replaying(spec: ClockSpec) -> Self {
-        StreamClock::new(ClockSpec { idle_timeout: None, ..spec })
+        StreamClock::new(ClockSpec {
+            idle_timeout: None,
+            ..spec
+        })
     }
 
     /// The least watermark over partitions that are not idle (`None` while one of them has
     /// none yet); when every partition is idle, the least over those that have one.
     pub(crate) fn merged(&self, now: Instant) -> Option<i64> {
-        let active = |p: usize| self.spec.idle_timeout.is_none_or(|t| now.duration_since(self.last_data[p]) < t);
+        let active = |p: usize| {
+            self.spec
+                .idle_timeout
+                .is_none_or(|t| now.duration_since(self.last_data[p]) < t)
+        };
         let any_active = (0..self.partitions.len()).any(active);
         let mut merged: Option<i64> = None;
         for (p, w) in self.partitions.iter().enumerate() {
@@ -97,7 +110,11 @@ impl StreamClock {
     }
 
     /// Advances with a batch read from `partition`; returns the watermark when it moved.
-    pub(crate) fn observe(&mut self, partition: u32, batches: &[ChangeBatch]) -> Result<Option<i64>> {
+    pub(crate) fn observe(
+        &mut self,
+        partition: u32,
+        batches: &[ChangeBatch],
+    ) -> Result<Option<i64>> {
         let mut top: Option<i64> = None;
         for changes in batches {
             let times = eddy_dataflow::event_time::micros(changes.rows().column(self.spec.column))?;
@@ -128,14 +145,24 @@ mod tests {
     use super::*;
 
     fn spec(idle: Option<Duration>) -> ClockSpec {
-        ClockSpec { column: 0, delay_micros: 10, partitions: 2, idle_timeout: idle }
+        ClockSpec {
+            column: 0,
+            delay_micros: 10,
+            partitions: 2,
+            idle_timeout: idle,
+        }
     }
 
     fn rows(times: &[i64]) -> Vec<ChangeBatch> {
         use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-        let schema = std::sync::Arc::new(Schema::new(vec![Field::new("t", DataType::Timestamp(TimeUnit::Microsecond, None), true)]));
+        let schema = std::sync::Arc::new(Schema::new(vec![Field::new(
+            "t",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            true,
+        )]));
         let times = arrow::array::TimestampMicrosecondArray::from(times.to_vec());
-        let batch = arrow::array::RecordBatch::try_new(schema, vec![std::sync::Arc::new(times)]).unwrap();
+        let batch =
+            arrow::array::RecordBatch::try_new(schema, vec![std::sync::Arc::new(times)]).unwrap();
         vec![ChangeBatch::inserts(batch)]
     }
 

@@ -14,8 +14,17 @@ use eddy_common::{Error, Result, SqlState};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum CopyFormat {
-    Text { delimiter: char, null: String, header: bool },
-    Csv { delimiter: char, quote: char, null: String, header: bool },
+    Text {
+        delimiter: char,
+        null: String,
+        header: bool,
+    },
+    Csv {
+        delimiter: char,
+        quote: char,
+        null: String,
+        header: bool,
+    },
     /// PostgreSQL's binary COPY format (`PGCOPY` signature, binary values).
     Binary,
 }
@@ -33,28 +42,58 @@ pub struct CopyIn {
 impl CopyIn {
     /// Parses the whole data stream into rows of the table.
     pub fn rows(&self, data: &[u8]) -> Result<RecordBatch> {
-        let text = std::str::from_utf8(data)
-            .map_err(|e| Error::new(SqlState::CHARACTER_NOT_IN_REPERTOIRE, format!("invalid byte sequence for encoding \"UTF8\": {e}")))?;
+        let text = std::str::from_utf8(data).map_err(|e| {
+            Error::new(
+                SqlState::CHARACTER_NOT_IN_REPERTOIRE,
+                format!("invalid byte sequence for encoding \"UTF8\": {e}"),
+            )
+        })?;
         let records = match &self.format {
-            CopyFormat::Text { delimiter, null, header } => parse_text(text, *delimiter, null, *header)?,
-            CopyFormat::Csv { delimiter, quote, null, header } => parse_csv(text, *delimiter, *quote, null, *header)?,
-            CopyFormat::Binary => return Err(Error::unsupported("COPY FROM in binary format is not supported: use text or CSV")),
+            CopyFormat::Text {
+                delimiter,
+                null,
+                header,
+            } => parse_text(text, *delimiter, null, *header)?,
+            CopyFormat::Csv {
+                delimiter,
+                quote,
+                null,
+                header,
+            } => parse_csv(text, *delimiter, *quote, null, *header)?,
+            CopyFormat::Binary => {
+                return Err(Error::unsupported(
+                    "COPY FROM in binary format is not supported: use text or CSV",
+                ));
+            }
         };
         for (line, record) in records.iter().enumerate() {
             if record.len() != self.columns.len() {
-                let what = if record.len() < self.columns.len() { "missing data for a column" } else { "extra data after last expected column" };
-                return Err(Error::new(SqlState::BAD_COPY_FILE_FORMAT, format!("{what} (line {})", line + 1)));
+                let what = if record.len() < self.columns.len() {
+                    "missing data for a column"
+                } else {
+                    "extra data after last expected column"
+                };
+                return Err(Error::new(
+                    SqlState::BAD_COPY_FILE_FORMAT,
+                    format!("{what} (line {})", line + 1),
+                ));
             }
         }
         let n = records.len();
-        let mut columns: Vec<ArrayRef> =
-            self.schema.fields().iter().map(|f| new_null_array(f.data_type(), n)).collect();
+        let mut columns: Vec<ArrayRef> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), n))
+            .collect();
         for (position, &column) in self.columns.iter().enumerate() {
             let field = self.schema.field(column);
             let values = records.iter().map(|r| r[position].as_deref());
             columns[column] = text_to_array(values, field.data_type(), n)
                 .and_then(|c| eddy_sql::pg::assign::to_declared(&c, field))
-                .map_err(|e| Error::new(e.state, format!("{} (column {})", e.message, field.name())))?;
+                .map_err(|e| {
+                    Error::new(e.state, format!("{} (column {})", e.message, field.name()))
+                })?;
         }
         RecordBatch::try_new(Arc::clone(&self.schema), columns)
             .map_err(|e| Error::internal(format!("COPY batch: {e}")))
@@ -63,30 +102,53 @@ impl CopyIn {
 
 /// Builds a column of `data_type` from PostgreSQL text values, read with PostgreSQL's input
 /// syntax (the one a cast from text uses; timestamps without a zone are in UTC).
-pub fn text_to_array<'a>(values: impl Iterator<Item = Option<&'a str>>, data_type: &DataType, n: usize) -> Result<ArrayRef> {
+pub fn text_to_array<'a>(
+    values: impl Iterator<Item = Option<&'a str>>,
+    data_type: &DataType,
+    n: usize,
+) -> Result<ArrayRef> {
     let mut builder = StringBuilder::with_capacity(n, 0);
     for v in values {
         builder.append_option(v);
     }
     let strings = builder.finish();
-    if let Some(parsed) = eddy_sql::pg::cast::parse_text(&strings, data_type, eddy_sql::pg::TimeZone::UTC) {
+    if let Some(parsed) =
+        eddy_sql::pg::cast::parse_text(&strings, data_type, eddy_sql::pg::TimeZone::UTC)
+    {
         return parsed;
     }
     let strings: ArrayRef = Arc::new(strings);
     if *data_type == DataType::Utf8 {
         return Ok(strings);
     }
-    let options = CastOptions { safe: false, ..Default::default() };
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
     cast_with_options(&strings, data_type, &options).map_err(|e| {
-        Error::new(SqlState::INVALID_TEXT_REPRESENTATION, format!("invalid input for type {data_type}: {}", strip_arrow(&e.to_string())))
+        Error::new(
+            SqlState::INVALID_TEXT_REPRESENTATION,
+            format!(
+                "invalid input for type {data_type}: {}",
+                strip_arrow(&e.to_string())
+            ),
+        )
     })
 }
 
 fn strip_arrow(message: &str) -> &str {
-    message.strip_prefix("Cast error: ").or_else(|| message.strip_prefix("Parser error: ")).unwrap_or(message)
+    message
+        .strip_prefix("Cast error: ")
+        .or_else(|| message.strip_prefix("Parser error: "))
+        .unwrap_or(message)
 }
 
-fn parse_text(text: &str, delimiter: char, null: &str, header: bool) -> Result<Vec<Vec<Option<String>>>> {
+fn parse_text(
+    text: &str,
+    delimiter: char,
+    null: &str,
+    header: bool,
+) -> Result<Vec<Vec<Option<String>>>> {
     let mut records = Vec::new();
     // With HEADER the first line names the columns and is skipped.
     for line in text.split('\n').skip(usize::from(header)) {
@@ -99,7 +161,13 @@ fn parse_text(text: &str, delimiter: char, null: &str, header: bool) -> Result<V
         }
         let record = line
             .split(delimiter)
-            .map(|field| if field == null { Ok(None) } else { unescape_text(field).map(Some) })
+            .map(|field| {
+                if field == null {
+                    Ok(None)
+                } else {
+                    unescape_text(field).map(Some)
+                }
+            })
             .collect::<Result<Vec<_>>>()?;
         records.push(record);
     }
@@ -139,16 +207,27 @@ fn unescape_text(field: &str) -> Result<String> {
             }
             Some(other) => out.push(other),
             None => {
-                return Err(Error::new(SqlState::BAD_COPY_FILE_FORMAT, "end-of-copy marker corrupt: a field ends in a backslash"));
+                return Err(Error::new(
+                    SqlState::BAD_COPY_FILE_FORMAT,
+                    "end-of-copy marker corrupt: a field ends in a backslash",
+                ));
             }
         }
     }
     Ok(out)
 }
 
-fn parse_csv(text: &str, delimiter: char, quote: char, null: &str, header: bool) -> Result<Vec<Vec<Option<String>>>> {
+fn parse_csv(
+    text: &str,
+    delimiter: char,
+    quote: char,
+    null: &str,
+    header: bool,
+) -> Result<Vec<Vec<Option<String>>>> {
     let one_byte = |c: char, what: &str| {
-        u8::try_from(u32::from(c)).map_err(|_| Error::invalid_parameter(format!("COPY {what} must be a single one-byte character")))
+        u8::try_from(u32::from(c)).map_err(|_| {
+            Error::invalid_parameter(format!("COPY {what} must be a single one-byte character"))
+        })
     };
     let text = match text.find("\n\\.") {
         Some(end) => &text[..end + 1],
@@ -162,11 +241,21 @@ fn parse_csv(text: &str, delimiter: char, quote: char, null: &str, header: bool)
         .from_reader(text.as_bytes());
     let mut records = Vec::new();
     for record in reader.records() {
-        let record = record.map_err(|e| Error::new(SqlState::BAD_COPY_FILE_FORMAT, format!("malformed CSV: {e}")))?;
+        let record = record.map_err(|e| {
+            Error::new(
+                SqlState::BAD_COPY_FILE_FORMAT,
+                format!("malformed CSV: {e}"),
+            )
+        })?;
         // csv does not tell quoted from unquoted fields; PostgreSQL's default NULL is the
         // unquoted empty string, and `""` (a quoted empty string) is rare enough in practice
         // that we read every empty field as NULL when NULL is ''.
-        records.push(record.iter().map(|f| if f == null { None } else { Some(f.to_owned()) }).collect());
+        records.push(
+            record
+                .iter()
+                .map(|f| if f == null { None } else { Some(f.to_owned()) })
+                .collect(),
+        );
     }
     Ok(records)
 }
@@ -182,22 +271,40 @@ mod tests {
             Field::new("name", DataType::Utf8, true),
             Field::new("ok", DataType::Boolean, true),
         ]));
-        CopyIn { table: eddy_sql::QualifiedName::public("t"), columns: vec![0, 1, 2], schema, format }
+        CopyIn {
+            table: eddy_sql::QualifiedName::public("t"),
+            columns: vec![0, 1, 2],
+            schema,
+            format,
+        }
     }
 
     #[test]
     fn text_format_with_nulls_and_escapes() {
-        let c = copy(CopyFormat::Text { delimiter: '\t', null: "\\N".into(), header: false });
+        let c = copy(CopyFormat::Text {
+            delimiter: '\t',
+            null: "\\N".into(),
+            header: false,
+        });
         let batch = c.rows(b"1\ta\\tb\tt\n2\t\\N\tf\n\\.\n").unwrap();
         assert_eq!(batch.num_rows(), 2);
-        let names = batch.column(1).as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
+        let names = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .unwrap();
         assert_eq!(names.value(0), "a\tb");
         assert!(arrow::array::Array::is_null(names, 1));
     }
 
     #[test]
     fn csv_with_header_and_bad_value() {
-        let c = copy(CopyFormat::Csv { delimiter: ',', quote: '"', null: String::new(), header: true });
+        let c = copy(CopyFormat::Csv {
+            delimiter: ',',
+            quote: '"',
+            null: String::new(),
+            header: true,
+        });
         let batch = c.rows(b"id,name,ok\n1,\"x, y\",true\n2,,false\n").unwrap();
         assert_eq!(batch.num_rows(), 2);
         let err = c.rows(b"id,name,ok\nnope,a,true\n").unwrap_err();
@@ -209,11 +316,21 @@ mod tests {
     #[test]
     fn text_values_read_like_postgres() {
         use arrow::array::AsArray;
-        let bytes = text_to_array(["\\x0aff", "a\\\\b\\001"].into_iter().map(Some), &DataType::Binary, 2).unwrap();
+        let bytes = text_to_array(
+            ["\\x0aff", "a\\\\b\\001"].into_iter().map(Some),
+            &DataType::Binary,
+            2,
+        )
+        .unwrap();
         assert_eq!(bytes.as_binary::<i32>().value(0), [10, 255]);
         assert_eq!(bytes.as_binary::<i32>().value(1), b"a\\b\x01");
         assert!(text_to_array(std::iter::once(Some("\\x0")), &DataType::Binary, 1).is_err());
-        let interval = text_to_array(std::iter::once(Some("1 day 02:03:04")), &DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano), 1).unwrap();
+        let interval = text_to_array(
+            std::iter::once(Some("1 day 02:03:04")),
+            &DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano),
+            1,
+        )
+        .unwrap();
         assert_eq!(interval.len(), 1);
     }
 }

@@ -75,11 +75,19 @@ impl ConnectorProgress {
 
     /// Every partition the connector has looked at.
     pub(crate) fn partitions(&self) -> Vec<(u32, PartitionProgress)> {
-        self.lock().iter().filter(|(_, p)| p.end.is_some()).map(|(n, p)| (*n, *p)).collect()
+        self.lock()
+            .iter()
+            .filter(|(_, p)| p.end.is_some())
+            .map(|(n, p)| (*n, *p))
+            .collect()
     }
 
     fn known(&self) -> BTreeSet<u32> {
-        self.lock().iter().filter(|(_, p)| p.next.is_some()).map(|(n, _)| *n).collect()
+        self.lock()
+            .iter()
+            .filter(|(_, p)| p.next.is_some())
+            .map(|(n, _)| *n)
+            .collect()
     }
 }
 
@@ -198,7 +206,9 @@ const CHUNK_BYTES: usize = 4 << 20;
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 fn now_micros() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 impl Engine {
@@ -216,26 +226,53 @@ impl Engine {
     ) -> Result<IngestReport> {
         let guard = self.lock_writes().await;
         // The table as it is now (ALTER TABLE replaces its definition).
-        let table = &self.table_by_id(table.def.id).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.name)))?;
+        let table = &self.table_by_id(table.def.id).ok_or_else(|| {
+            Error::new(
+                SqlState::UNDEFINED_TABLE,
+                format!("table \"{}\" was dropped", table.def.name),
+            )
+        })?;
         if decoded.rows.num_columns() != table.schema.fields().len() {
             // ALTER TABLE changed the columns after this chunk was decoded: the caller reads
             // it again with the new definition.
-            return Err(Error::new(SqlState::SERIALIZATION_FAILURE, format!("table \"{}\" was altered while records were decoded", table.def.name)));
+            return Err(Error::new(
+                SqlState::SERIALIZATION_FAILURE,
+                format!(
+                    "table \"{}\" was altered while records were decoded",
+                    table.def.name
+                ),
+            ));
         }
         let (changes, conflicts) = table.read().resolve(&decoded.rows, &decoded.kinds)?;
         let mut rejected = decoded.rejected;
-        rejected.extend(conflicts.into_iter().map(|(row, why)| (decoded.origins[row], why)));
+        rejected.extend(
+            conflicts
+                .into_iter()
+                .map(|(row, why)| (decoded.origins[row], why)),
+        );
         rejected.sort_by_key(|r| r.0);
         rejected.dedup_by_key(|r| r.0);
         self.set_aside(&table.def, records, &rejected, on_error)?;
         let accepted = records.len() - rejected.len();
-        self.commit(guard, vec![(Arc::clone(table), vec![changes])], positions, partition).await?;
+        self.commit(
+            guard,
+            vec![(Arc::clone(table), vec![changes])],
+            positions,
+            partition,
+        )
+        .await?;
         Ok(IngestReport { accepted, rejected })
     }
 
     /// Deals with the records of a chunk that were set aside (index in `records`, why) as
     /// `on_error` says: an error for the whole chunk, nothing, or dead letters stored durably.
-    pub(crate) fn set_aside(&self, def: &TableDef, records: &[RawRecord<'_>], rejected: &[(usize, String)], on_error: OnError) -> Result<()> {
+    pub(crate) fn set_aside(
+        &self,
+        def: &TableDef,
+        records: &[RawRecord<'_>],
+        rejected: &[(usize, String)],
+        on_error: OnError,
+    ) -> Result<()> {
         if rejected.is_empty() {
             return Ok(());
         }
@@ -274,15 +311,31 @@ impl Engine {
             Some((schema, name)) => crate::QualifiedName::new(schema, name),
             None => crate::QualifiedName::public(table),
         };
-        let table = self.table(&name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{table}\" does not exist")))?;
+        let table = self.table(&name).ok_or_else(|| {
+            Error::new(
+                SqlState::UNDEFINED_TABLE,
+                format!("table \"{table}\" does not exist"),
+            )
+        })?;
         let decoder = table.def.decoder(&table.schema, csv)?;
         let records: Vec<RawRecord<'_>> = body
             .split(|b| *b == b'\n')
             .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
             .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
-            .map(|line| RawRecord { value: Some(line), ..RawRecord::default() })
+            .map(|line| RawRecord {
+                value: Some(line),
+                ..RawRecord::default()
+            })
             .collect();
-        self.ingest_records(&table, decoder.decode(&records)?, &records, &[], table.def.on_error(), None).await
+        self.ingest_records(
+            &table,
+            decoder.decode(&records)?,
+            &records,
+            &[],
+            table.def.on_error(),
+            None,
+        )
+        .await
     }
 
     /// `ALTER TABLE t REPLAY DEAD LETTERS`: decodes the table's dead letters again with its
@@ -296,19 +349,43 @@ impl Engine {
         let decoder = table.def.decoder(&table.schema, false)?;
         let records = letter_records(&letters);
         // Failures are kept as they are (their letters stay), not stored again.
-        let report = self.ingest_records(table, decoder.decode(&records)?, &records, &[], OnError::Skip, None).await?;
+        let report = self
+            .ingest_records(
+                table,
+                decoder.decode(&records)?,
+                &records,
+                &[],
+                OnError::Skip,
+                None,
+            )
+            .await?;
         self.settle_replayed(&letters, &report.rejected)
     }
 
     /// Removes the letters that a replay applied and records the new error of the others.
     /// Returns (replayed, left).
-    pub(crate) fn settle_replayed(&self, letters: &[(eddy_storage::meta::DeadLetterKey, DeadLetter)], rejected: &[(usize, String)]) -> Result<(usize, usize)> {
-        let failed: std::collections::HashMap<usize, &String> = rejected.iter().map(|(i, why)| (*i, why)).collect();
-        let done: Vec<_> = letters.iter().enumerate().filter(|(i, _)| !failed.contains_key(i)).map(|(_, (key, _))| key.clone()).collect();
+    pub(crate) fn settle_replayed(
+        &self,
+        letters: &[(eddy_storage::meta::DeadLetterKey, DeadLetter)],
+        rejected: &[(usize, String)],
+    ) -> Result<(usize, usize)> {
+        let failed: std::collections::HashMap<usize, &String> =
+            rejected.iter().map(|(i, why)| (*i, why)).collect();
+        let done: Vec<_> = letters
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !failed.contains_key(i))
+            .map(|(_, (key, _))| key.clone())
+            .collect();
         let updated: Vec<DeadLetter> = letters
             .iter()
             .enumerate()
-            .filter_map(|(i, (_, l))| failed.get(&i).map(|why| DeadLetter { error: (*why).clone(), ..l.clone() }))
+            .filter_map(|(i, (_, l))| {
+                failed.get(&i).map(|why| DeadLetter {
+                    error: (*why).clone(),
+                    ..l.clone()
+                })
+            })
             .filter(|l| l.offset.is_some())
             .collect();
         self.meta.delete_dead_letters(&done)?;
@@ -318,7 +395,12 @@ impl Engine {
 
     /// Every stored dead letter.
     pub(crate) fn dead_letters(&self) -> Result<Vec<DeadLetter>> {
-        Ok(self.meta.dead_letters(None)?.into_iter().map(|(_, l)| l).collect())
+        Ok(self
+            .meta
+            .dead_letters(None)?
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect())
     }
 
     /// Starts the connector of every table that has one (start-up). A broker that cannot be
@@ -332,7 +414,11 @@ impl Engine {
 
     /// Starts `table`'s connector, if it has one, resuming where the log says it got to. With
     /// `validate` (CREATE TABLE) the source must be reachable now.
-    pub(crate) async fn start_connector(self: &Arc<Self>, table: &Arc<Table>, validate: bool) -> Result<()> {
+    pub(crate) async fn start_connector(
+        self: &Arc<Self>,
+        table: &Arc<Table>,
+        validate: bool,
+    ) -> Result<()> {
         if table.def.option("connector").is_none() {
             return Ok(());
         }
@@ -342,7 +428,9 @@ impl Engine {
             match self.start_positions(&table.def, validate).await {
                 Ok(positions) => self.record_positions(table, &positions).await?,
                 Err(e) if validate => return Err(e),
-                Err(e) => tracing::warn!(table = %table.def.name, error = %e, "the connector's source cannot be reached; retrying"),
+                Err(e) => {
+                    tracing::warn!(table = %table.def.name, error = %e, "the connector's source cannot be reached; retrying")
+                }
             }
         }
         self.follow(Feed::Table(Arc::clone(table)));
@@ -352,7 +440,11 @@ impl Engine {
     /// Where each source partition of a connector starts, unless it is the earliest record:
     /// the end of the file or topic for `latest`, the first record at the time for
     /// `timestamp`. With `validate` a Kafka topic must be reachable (CREATE).
-    pub(crate) async fn start_positions(&self, def: &TableDef, validate: bool) -> Result<Vec<(u32, u64)>> {
+    pub(crate) async fn start_positions(
+        &self,
+        def: &TableDef,
+        validate: bool,
+    ) -> Result<Vec<(u32, u64)>> {
         match def.option("connector") {
             Some("file") => {
                 let path = def.option("path").unwrap_or_default();
@@ -376,7 +468,9 @@ impl Engine {
                 Ok(positions)
             }
             Some("nexmark") => Ok(Vec::new()),
-            Some(other) => Err(Error::unsupported(format!("connector '{other}' is not supported"))),
+            Some(other) => Err(Error::unsupported(format!(
+                "connector '{other}' is not supported"
+            ))),
             None => Ok(Vec::new()),
         }
     }
@@ -387,7 +481,13 @@ impl Engine {
             return Ok(());
         }
         let guard = self.lock_writes().await;
-        self.commit(guard, vec![(Arc::clone(table), Vec::new())], positions, None).await
+        self.commit(
+            guard,
+            vec![(Arc::clone(table), Vec::new())],
+            positions,
+            None,
+        )
+        .await
     }
 
     /// Runs the connector of `feed` in the background until its object is dropped.
@@ -414,11 +514,25 @@ impl Engine {
     /// Hands a chunk's rows (decoded from `records`) to the feed's destination; counts what
     /// `on_error = 'skip'` dropped. `pin` keeps a source partition's records in one log
     /// partition.
-    async fn deliver(&self, feed: &Feed, decoded: Decoded, records: &[RawRecord<'_>], positions: &[(u32, u64)], partition: u32, pin: Option<u32>) -> Result<()> {
+    async fn deliver(
+        &self,
+        feed: &Feed,
+        decoded: Decoded,
+        records: &[RawRecord<'_>],
+        positions: &[(u32, u64)],
+        partition: u32,
+        pin: Option<u32>,
+    ) -> Result<()> {
         let on_error = feed.def().on_error();
         let report = match feed {
-            Feed::Table(table) => self.ingest_records(table, decoded, records, positions, on_error, pin).await?,
-            Feed::Reader(source, reader) => self.read_into_view(source, reader, decoded, records, positions, on_error).await?,
+            Feed::Table(table) => {
+                self.ingest_records(table, decoded, records, positions, on_error, pin)
+                    .await?
+            }
+            Feed::Reader(source, reader) => {
+                self.read_into_view(source, reader, decoded, records, positions, on_error)
+                    .await?
+            }
         };
         if on_error == OnError::Skip && !report.rejected.is_empty() {
             tracing::debug!(object = %feed.name(), skipped = report.rejected.len(), "skipping undecodable records");
@@ -440,7 +554,8 @@ impl Engine {
                 return Ok(());
             }
             let lines = {
-                let t = std::mem::replace(&mut tail, eddy_connectors::file::FileTail::new(&path, 0));
+                let t =
+                    std::mem::replace(&mut tail, eddy_connectors::file::FileTail::new(&path, 0));
                 let (t, lines) = tokio::task::spawn_blocking(move || {
                     let mut t = t;
                     let lines = t.next_lines(CHUNK_BYTES);
@@ -462,15 +577,26 @@ impl Engine {
             let records: Vec<RawRecord<'_>> = lines
                 .lines
                 .iter()
-                .map(|(offset, line)| RawRecord { value: Some(line), partition: Some(0), offset: Some(*offset), ..RawRecord::default() })
+                .map(|(offset, line)| RawRecord {
+                    value: Some(line),
+                    partition: Some(0),
+                    offset: Some(*offset),
+                    ..RawRecord::default()
+                })
                 .collect();
             let decoded = decoder.decode(&records)?;
-            match self.deliver(&feed, decoded, &records, &[(0, lines.end)], 0, None).await {
+            match self
+                .deliver(&feed, decoded, &records, &[(0, lines.end)], 0, None)
+                .await
+            {
                 Ok(()) => {}
                 Err(e) if e.state == SqlState::UNDEFINED_TABLE => return Ok(()),
                 Err(e) if e.state == SqlState::SERIALIZATION_FAILURE => {
                     // Read the chunk again (with the table's new definition).
-                    tail = eddy_connectors::file::FileTail::new(&path, feed.progress().next(0).unwrap_or(start));
+                    tail = eddy_connectors::file::FileTail::new(
+                        &path,
+                        feed.progress().next(0).unwrap_or(start),
+                    );
                 }
                 Err(e) => return Err(e),
             }
@@ -521,7 +647,12 @@ impl Engine {
         }
     }
 
-    async fn follow_kafka_partition(&self, mut feed: Feed, topic: &KafkaTopic, partition: u32) -> Result<()> {
+    async fn follow_kafka_partition(
+        &self,
+        mut feed: Feed,
+        topic: &KafkaTopic,
+        partition: u32,
+    ) -> Result<()> {
         let reader = topic.reader(partition).await?;
         let mut offset = match feed.progress().next(partition) {
             Some(offset) => offset,
@@ -551,7 +682,15 @@ impl Engine {
                     timestamp_micros: Some(r.timestamp_micros),
                 })
                 .collect();
-            self.deliver(&feed, decoder.decode(&raw)?, &raw, &[(partition, next)], partition, pin).await?;
+            self.deliver(
+                &feed,
+                decoder.decode(&raw)?,
+                &raw,
+                &[(partition, next)],
+                partition,
+                pin,
+            )
+            .await?;
             offset = next;
             if next >= high {
                 feed.reached_end(Some(partition));
@@ -564,7 +703,9 @@ impl Engine {
     /// The Nexmark generator: one task per split, each generating its share of the event ids
     /// from where the feed got to, until a finite run ends or the object is dropped.
     async fn follow_nexmark(self: &Arc<Self>, feed: Feed) -> Result<()> {
-        let Some(config) = feed.def().nexmark()? else { return Ok(()) };
+        let Some(config) = feed.def().nexmark()? else {
+            return Ok(());
+        };
         if let Feed::Reader(_, reader) = &feed {
             // The stream's watermark is the least over the splits.
             reader.set_partitions(config.splits as usize);
@@ -586,7 +727,10 @@ impl Engine {
     /// `nexmark.events.per.second` (shared by the splits) when it is set.
     async fn follow_nexmark_split(&self, mut feed: Feed, split: u32) -> Result<()> {
         let generator = |feed: &Feed| -> Result<NexmarkGenerator> {
-            let config = feed.def().nexmark()?.ok_or_else(|| Error::internal("not a nexmark connector"))?;
+            let config = feed
+                .def()
+                .nexmark()?
+                .ok_or_else(|| Error::internal("not a nexmark connector"))?;
             NexmarkGenerator::new(config, Arc::clone(feed.schema()), split)
         };
         let mut nexmark = generator(&feed)?;
@@ -596,7 +740,11 @@ impl Engine {
         let (started, first) = (tokio::time::Instant::now(), position);
         // Paced: a millisecond's worth of events at a time, so that no event is generated
         // much before its time.
-        let chunk = if per_split_rate > 0.0 { ((per_split_rate / 1000.0) as u64).clamp(1, NEXMARK_CHUNK) } else { NEXMARK_CHUNK };
+        let chunk = if per_split_rate > 0.0 {
+            ((per_split_rate / 1000.0) as u64).clamp(1, NEXMARK_CHUNK)
+        } else {
+            NEXMARK_CHUNK
+        };
         let pin = matches!(feed, Feed::Table(_)).then_some(split);
         tracing::info!(object = %feed.name(), split, position, "generating Nexmark events");
         loop {
@@ -610,15 +758,23 @@ impl Engine {
                 return Ok(());
             }
             if per_split_rate > 0.0 {
-                let due = started + Duration::from_secs_f64((position - first) as f64 / per_split_rate);
+                let due =
+                    started + Duration::from_secs_f64((position - first) as f64 / per_split_rate);
                 tokio::time::sleep_until(due).await;
             }
             let (rows, next) = nexmark.generate(position, chunk)?;
             let n = rows.num_rows();
-            let decoded = Decoded { rows, kinds: vec![eddy_connectors::RowKind::Insert; n], origins: (0..n).collect(), rejected: Vec::new() };
-            self.deliver(&feed, decoded, &[], &[(split, next)], split, pin).await?;
+            let decoded = Decoded {
+                rows,
+                kinds: vec![eddy_connectors::RowKind::Insert; n],
+                origins: (0..n).collect(),
+                rejected: Vec::new(),
+            };
+            self.deliver(&feed, decoded, &[], &[(split, next)], split, pin)
+                .await?;
             position = next;
-            feed.progress().set_end(split, nexmark.end().unwrap_or(position));
+            feed.progress()
+                .set_end(split, nexmark.end().unwrap_or(position));
         }
     }
 }
@@ -627,10 +783,18 @@ impl Engine {
 const NEXMARK_CHUNK: u64 = 16_384;
 
 /// Dead letters as records to decode again.
-pub(crate) fn letter_records(letters: &[(eddy_storage::meta::DeadLetterKey, DeadLetter)]) -> Vec<RawRecord<'_>> {
+pub(crate) fn letter_records(
+    letters: &[(eddy_storage::meta::DeadLetterKey, DeadLetter)],
+) -> Vec<RawRecord<'_>> {
     letters
         .iter()
-        .map(|(_, l)| RawRecord { key: l.key.as_deref(), value: l.raw.as_deref(), partition: l.partition, offset: l.offset, ..RawRecord::default() })
+        .map(|(_, l)| RawRecord {
+            key: l.key.as_deref(),
+            value: l.raw.as_deref(),
+            partition: l.partition,
+            offset: l.offset,
+            ..RawRecord::default()
+        })
         .collect()
 }
 
@@ -650,12 +814,21 @@ impl KafkaSpec {
             None | Some("earliest") => Startup::Earliest,
             Some("latest") => Startup::Latest,
             Some(_) => {
-                let ms = def.option("scan.startup.timestamp.millis").unwrap_or_default();
-                Startup::Timestamp(ms.parse().map_err(|_| Error::invalid_parameter(format!("scan.startup.timestamp.millis must be a number, not '{ms}'")))?)
+                let ms = def
+                    .option("scan.startup.timestamp.millis")
+                    .unwrap_or_default();
+                Startup::Timestamp(ms.parse().map_err(|_| {
+                    Error::invalid_parameter(format!(
+                        "scan.startup.timestamp.millis must be a number, not '{ms}'"
+                    ))
+                })?)
             }
         };
         Ok(KafkaSpec {
-            bootstrap: def.option("properties.bootstrap.server").unwrap_or_default().to_owned(),
+            bootstrap: def
+                .option("properties.bootstrap.server")
+                .unwrap_or_default()
+                .to_owned(),
             topic: def.option("topic").unwrap_or_default().to_owned(),
             startup,
         })

@@ -13,13 +13,13 @@ mod checkpoint;
 mod clock;
 mod copy;
 mod dropping;
-mod names;
-mod plain_views;
-mod schemas;
 mod ingest;
+mod names;
 mod pg_objects;
+mod plain_views;
 mod recovery;
 mod retention;
+mod schemas;
 mod session;
 mod session_catalog;
 mod sink;
@@ -37,30 +37,36 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Offset, PartitionId, Result, SqlState};
-use eddy_storage::log::{LogStore, Write, decode_changes, decode_positions, decode_watermark, encode_changes_at, encode_watermark};
+use eddy_storage::log::{
+    LogStore, Write, decode_changes, decode_positions, decode_watermark, encode_changes_at,
+    encode_watermark,
+};
 use eddy_storage::meta::MetaStore;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use catalog::{TableDef, quote_ident};
-pub use eddy_sql::QualifiedName;
 pub use copy::{CopyFormat, CopyIn, text_to_array};
-pub use ingest::IngestReport;
+pub use eddy_sql::QualifiedName;
 pub use eddy_sql::types::{PG_TYPE_KEY, pg_type_name};
 pub use eddy_sql::{Parsed, SessionInfo, Statement, Subscribe, parse_statements};
+pub use ingest::IngestReport;
 pub use session::{Outcome, Session, StatementDescription, SubscriptionStream};
 pub use variables::{TimeZone, Variables};
 
 use catalog::{ObjectDef, ViewDef};
 use ingest::ConnectorProgress;
-use views::{View, ViewRuntime};
 use table::TableData;
+use views::{View, ViewRuntime};
 
 /// The PostgreSQL version Eddy reports to drivers, and its own.
 pub const PG_VERSION: &str = "15.0";
 pub const EDDY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub fn version_string() -> String {
-    format!("PostgreSQL {PG_VERSION} (Eddy {EDDY_VERSION}) on {}-linux, a streaming SQL database", std::env::consts::ARCH)
+    format!(
+        "PostgreSQL {PG_VERSION} (Eddy {EDDY_VERSION}) on {}-linux, a streaming SQL database",
+        std::env::consts::ARCH
+    )
 }
 
 #[derive(Debug, Clone)]
@@ -75,7 +81,6 @@ pub struct EngineConfig {
     /// Bytes of changes a sink may have waiting (`None`: the default).
     pub sink_buffer_bytes: Option<usize>,
 }
-
 
 /// A table: its definition, schema and current contents.
 pub struct Table {
@@ -93,13 +98,26 @@ pub struct Table {
 
 /// The watermark clock of a table definition.
 fn clock_of(def: &TableDef) -> Result<Option<clock::ClockSpec>> {
-    let Some(w) = &def.watermark else { return Ok(None) };
-    let column = def.columns.iter().position(|c| c.name == w.column).ok_or_else(|| Error::internal("watermark column missing"))?;
+    let Some(w) = &def.watermark else {
+        return Ok(None);
+    };
+    let column = def
+        .columns
+        .iter()
+        .position(|c| c.name == w.column)
+        .ok_or_else(|| Error::internal("watermark column missing"))?;
     let idle_timeout = match def.options.iter().find(|(k, _)| k == "idle_timeout") {
-        Some((_, v)) => Some(std::time::Duration::from_micros(eddy_sql::windows::duration_micros(v)?.max(0) as u64)),
+        Some((_, v)) => Some(std::time::Duration::from_micros(
+            eddy_sql::windows::duration_micros(v)?.max(0) as u64,
+        )),
         None => None,
     };
-    Ok(Some(clock::ClockSpec { column, delay_micros: eddy_sql::windows::watermark_delay_micros(&w.expr)?, partitions: def.partitions, idle_timeout }))
+    Ok(Some(clock::ClockSpec {
+        column,
+        delay_micros: eddy_sql::windows::watermark_delay_micros(&w.expr)?,
+        partitions: def.partitions,
+        idle_timeout,
+    }))
 }
 
 impl Table {
@@ -127,16 +145,26 @@ impl Table {
             };
             return Ok(vec![(partition, changes)]);
         }
-        let key: Vec<usize> =
-            if self.def.primary_key.is_empty() { (0..self.schema.fields().len()).collect() } else { self.def.primary_key.clone() };
+        let key: Vec<usize> = if self.def.primary_key.is_empty() {
+            (0..self.schema.fields().len()).collect()
+        } else {
+            self.def.primary_key.clone()
+        };
         let parts = eddy_dataflow::partition_by_key(&changes, &key, n)?;
-        Ok(parts.into_iter().enumerate().filter(|(_, p)| !p.is_empty()).map(|(i, p)| (i as u32, p)).collect())
+        Ok(parts
+            .into_iter()
+            .enumerate()
+            .filter(|(_, p)| !p.is_empty())
+            .map(|(i, p)| (i as u32, p))
+            .collect())
     }
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("tables", &self.table_names()).finish()
+        f.debug_struct("Engine")
+            .field("tables", &self.table_names())
+            .finish()
     }
 }
 
@@ -209,7 +237,10 @@ impl Engine {
             let object = ObjectDef::decode(&bytes)?;
             let named = object.id();
             if named != id {
-                return Err(Error::new(SqlState::DATA_CORRUPTED, format!("catalog entry {id} names object id {named}")));
+                return Err(Error::new(
+                    SqlState::DATA_CORRUPTED,
+                    format!("catalog entry {id} names object id {named}"),
+                ));
             }
             match object {
                 ObjectDef::Table(def) => defs.push(def),
@@ -227,7 +258,13 @@ impl Engine {
             }
         }
         let log_objects: Vec<(ObjectId, u32)> = defs.iter().map(|d| (d.id, d.partitions)).collect();
-        let log = LogStore::open_with(&dir.join("log"), &log_objects, config.log_segment_bytes.unwrap_or(eddy_common::limits::LOG_SEGMENT_BYTES_TARGET))?;
+        let log = LogStore::open_with(
+            &dir.join("log"),
+            &log_objects,
+            config
+                .log_segment_bytes
+                .unwrap_or(eddy_common::limits::LOG_SEGMENT_BYTES_TARGET),
+        )?;
         let mut tables = BTreeMap::new();
         let mut clocks = Vec::new();
         for def in defs {
@@ -236,9 +273,14 @@ impl Engine {
             tables.insert(table.def.qualified(), table);
         }
         let checkpoints = Arc::new(checkpoint::Checkpointer::start(dir, Arc::clone(&meta))?);
-        let (marks, mark_requests) = tokio::sync::mpsc::channel(eddy_common::limits::WATERMARK_MARKS_IN_FLIGHT_MAX);
+        let (marks, mark_requests) =
+            tokio::sync::mpsc::channel(eddy_common::limits::WATERMARK_MARKS_IN_FLIGHT_MAX);
         let runtime = ViewRuntime::start(
-            Some(views::Checkpoints { writer: Arc::clone(&checkpoints), interval: config.checkpoint_interval, workers: config.workers.max(1) }),
+            Some(views::Checkpoints {
+                writer: Arc::clone(&checkpoints),
+                interval: config.checkpoint_interval,
+                workers: config.workers.max(1),
+            }),
             Some(marks),
         )?;
         runtime.seed_clocks(clocks)?;
@@ -261,9 +303,13 @@ impl Engine {
             recovery: tokio::sync::watch::Sender::new(None),
             mark_requests: std::sync::Mutex::new(Some(mark_requests)),
             restored_from: RwLock::new(HashMap::new()),
-            sink_buffer_bytes: config.sink_buffer_bytes.unwrap_or(eddy_common::limits::SINK_BUFFER_BYTES),
+            sink_buffer_bytes: config
+                .sink_buffer_bytes
+                .unwrap_or(eddy_common::limits::SINK_BUFFER_BYTES),
             sessions: pg_objects::Sessions::default(),
-            started_at_micros: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64),
+            started_at_micros: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as i64),
             write_lock: Arc::new(Mutex::new(())),
         }))
     }
@@ -278,7 +324,11 @@ impl Engine {
     /// Ends the epoch and checkpoints every view (`CHECKPOINT`); returns the checkpoint's epoch
     /// once it is committed.
     pub async fn checkpoint(&self) -> Result<u64> {
-        let epoch = self.runtime.checkpoint()?.await.map_err(|_| Error::internal("the view runtime stopped"))??;
+        let epoch = self
+            .runtime
+            .checkpoint()?
+            .await
+            .map_err(|_| Error::internal("the view runtime stopped"))??;
         self.enforce_retention().await?;
         Ok(epoch)
     }
@@ -289,11 +339,20 @@ impl Engine {
     }
 
     pub fn table(&self, name: &QualifiedName) -> Option<Arc<Table>> {
-        self.tables.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 
     pub(crate) fn tables(&self) -> Vec<Arc<Table>> {
-        self.tables.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// The offset the next record of a table partition gets.
@@ -303,16 +362,30 @@ impl Engine {
 
     /// The tables, in every schema.
     pub fn table_names(&self) -> Vec<QualifiedName> {
-        self.tables.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 
     pub(crate) fn view(&self, name: &QualifiedName) -> Option<Arc<View>> {
-        self.views.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        self.views
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 
     /// The materialized views, in every schema.
     pub fn view_names(&self) -> Vec<QualifiedName> {
-        self.views.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+        self.views
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// Whether any object (a relation or a sink) has this name.
@@ -321,28 +394,80 @@ impl Engine {
             || self.view(name).is_some()
             || self.source(name).is_some()
             || self.plain_view(name).is_some()
-            || self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(name)
+            || self
+                .sinks
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(name)
     }
 
     /// Creates a sink writing out materialized view `view` (its columns and key given), and
     /// starts it from the view's contents.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn create_sink(self: &Arc<Self>, name: QualifiedName, view: &QualifiedName, options: Vec<(String, String)>, format: Option<(String, String)>, sql: String, key: Vec<usize>, if_not_exists: bool) -> Result<()> {
+    pub(crate) async fn create_sink(
+        self: &Arc<Self>,
+        name: QualifiedName,
+        view: &QualifiedName,
+        options: Vec<(String, String)>,
+        format: Option<(String, String)>,
+        sql: String,
+        key: Vec<usize>,
+        if_not_exists: bool,
+    ) -> Result<()> {
         let guard = self.lock_writes().await;
         if self.name_taken(&name) {
-            if if_not_exists && self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(&name) {
+            if if_not_exists
+                && self
+                    .sinks
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains_key(&name)
+            {
                 return Ok(());
             }
-            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{}\" already exists", name.name)));
+            return Err(Error::new(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{}\" already exists", name.name),
+            ));
         }
-        let view = self.view(view).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{}\" does not exist", view.display())))?;
+        let view = self.view(view).ok_or_else(|| {
+            Error::new(
+                SqlState::UNDEFINED_TABLE,
+                format!("materialized view \"{}\" does not exist", view.display()),
+            )
+        })?;
         sink::SinkDef::validate(&options, format.as_ref())?;
-        let columns = view.schema.fields().iter().map(|f| (f.name().clone(), eddy_sql::types::pg_type_name(f))).collect();
-        let def = sink::SinkDef { id: self.meta.allocate_object_id()?, schema: name.schema.clone(), name: name.name.clone(), view: view.def.id, options, format, sql, key, columns };
-        let (sink, _, feed) = sink::Sink::start(def.clone(), true, Arc::clone(&self.meta), self.sink_buffer_bytes).await?;
-        self.meta.put_object(def.id, &ObjectDef::Sink(def.clone()).encode()?)?;
+        let columns = view
+            .schema
+            .fields()
+            .iter()
+            .map(|f| (f.name().clone(), eddy_sql::types::pg_type_name(f)))
+            .collect();
+        let def = sink::SinkDef {
+            id: self.meta.allocate_object_id()?,
+            schema: name.schema.clone(),
+            name: name.name.clone(),
+            view: view.def.id,
+            options,
+            format,
+            sql,
+            key,
+            columns,
+        };
+        let (sink, _, feed) = sink::Sink::start(
+            def.clone(),
+            true,
+            Arc::clone(&self.meta),
+            self.sink_buffer_bytes,
+        )
+        .await?;
+        self.meta
+            .put_object(def.id, &ObjectDef::Sink(def.clone()).encode()?)?;
         self.runtime.add_sink(def.id, def.view, None, feed).await?;
-        self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
+        self.sinks
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, sink);
         drop(guard);
         Ok(())
     }
@@ -361,12 +486,19 @@ impl Engine {
             let name = def.qualified();
             match self.start_stored_sink(&def).await {
                 Ok(sink) => {
-                    self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink);
+                    self.sinks
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(name, sink);
                 }
                 Err(e) => {
                     tracing::error!(sink = %name.display(), error = %e, "starting a sink failed; retrying in the background");
-                    let retry = tokio::spawn(Self::start_sink_later(Arc::downgrade(self), def.clone()));
-                    self.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(name, sink::Sink::waiting(def, e.message, retry));
+                    let retry =
+                        tokio::spawn(Self::start_sink_later(Arc::downgrade(self), def.clone()));
+                    self.sinks
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(name, sink::Sink::waiting(def, e.message, retry));
                 }
             }
         }
@@ -375,8 +507,16 @@ impl Engine {
 
     /// Starts a stored sink (its progress decides what it writes first) and hands it its view.
     async fn start_stored_sink(&self, def: &sink::SinkDef) -> Result<sink::Sink> {
-        let (sink, resume, feed) = sink::Sink::start(def.clone(), false, Arc::clone(&self.meta), self.sink_buffer_bytes).await?;
-        self.runtime.add_sink(def.id, def.view, resume, feed).await?;
+        let (sink, resume, feed) = sink::Sink::start(
+            def.clone(),
+            false,
+            Arc::clone(&self.meta),
+            self.sink_buffer_bytes,
+        )
+        .await?;
+        self.runtime
+            .add_sink(def.id, def.view, resume, feed)
+            .await?;
         Ok(sink)
     }
 
@@ -384,16 +524,27 @@ impl Engine {
     async fn start_sink_later(engine: std::sync::Weak<Engine>, def: sink::SinkDef) {
         loop {
             tokio::time::sleep(sink::START_RETRY).await;
-            let Some(engine) = engine.upgrade() else { return };
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
             let _guard = engine.lock_writes().await;
-            let still_waiting = engine.sinks.read().unwrap_or_else(|p| p.into_inner()).get(&def.qualified()).is_some_and(|s| s.def.id == def.id);
+            let still_waiting = engine
+                .sinks
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&def.qualified())
+                .is_some_and(|s| s.def.id == def.id);
             if !still_waiting {
                 return;
             }
             match engine.start_stored_sink(&def).await {
                 Ok(sink) => {
                     tracing::info!(sink = %def.name, "the sink started");
-                    let waiting = engine.sinks.write().unwrap_or_else(|p| p.into_inner()).insert(def.qualified(), sink);
+                    let waiting = engine
+                        .sinks
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(def.qualified(), sink);
                     // This task is the waiting sink's: let it end by itself rather than abort it.
                     if let Some(waiting) = waiting {
                         waiting.detach();
@@ -402,7 +553,12 @@ impl Engine {
                 }
                 Err(e) => {
                     tracing::warn!(sink = %def.name, error = %e, "starting a sink failed; retrying");
-                    if let Some(s) = engine.sinks.read().unwrap_or_else(|p| p.into_inner()).get(&def.qualified()) {
+                    if let Some(s) = engine
+                        .sinks
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&def.qualified())
+                    {
                         s.status.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.message);
                     }
                 }
@@ -412,17 +568,33 @@ impl Engine {
 
     /// Drops sinks by name.
     /// Drops sinks by name; returns the NOTICEs for those missing under `IF EXISTS`.
-    pub(crate) async fn drop_sinks(&self, names: &[QualifiedName], if_exists: bool) -> Result<Vec<session::Notice>> {
+    pub(crate) async fn drop_sinks(
+        &self,
+        names: &[QualifiedName],
+        if_exists: bool,
+    ) -> Result<Vec<session::Notice>> {
         let _guard = self.lock_writes().await;
         let mut notices = Vec::new();
         for name in names {
-            if !self.sinks.read().unwrap_or_else(|p| p.into_inner()).contains_key(name) {
+            if !self
+                .sinks
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(name)
+            {
                 if if_exists {
                     notices.push(format!("sink \"{}\" does not exist, skipping", name.name).into());
                     continue;
                 }
-                let state = if self.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_OBJECT };
-                return Err(Error::new(state, format!("sink \"{}\" does not exist", name.display())));
+                let state = if self.name_taken(name) {
+                    SqlState::WRONG_OBJECT_TYPE
+                } else {
+                    SqlState::UNDEFINED_OBJECT
+                };
+                return Err(Error::new(
+                    state,
+                    format!("sink \"{}\" does not exist", name.display()),
+                ));
             }
             self.drop_sink_now(name)?;
         }
@@ -430,7 +602,11 @@ impl Engine {
     }
 
     fn drop_sink_now(&self, name: &QualifiedName) -> Result<()> {
-        let sink = self.sinks.write().unwrap_or_else(|p| p.into_inner()).remove(name);
+        let sink = self
+            .sinks
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
         if let Some(sink) = sink {
             self.meta.delete_object(sink.def.id)?;
             self.meta.delete_sink_progress(sink.def.id)?;
@@ -441,11 +617,22 @@ impl Engine {
 
     /// `SHOW CREATE SINK`: the statement as written (without the password).
     pub(crate) fn sink_sql(&self, name: &QualifiedName) -> Result<String> {
-        let sql = self.sinks.read().unwrap_or_else(|p| p.into_inner()).get(name).map(|s| s.def.sql.clone());
+        let sql = self
+            .sinks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .map(|s| s.def.sql.clone());
         match sql {
             Some(sql) => Ok(sql),
-            None if self.name_taken(name) => Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{}\" is not a sink", name.display()))),
-            None => Err(Error::new(SqlState::UNDEFINED_OBJECT, format!("sink \"{}\" does not exist", name.display()))),
+            None if self.name_taken(name) => Err(Error::new(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("\"{}\" is not a sink", name.display()),
+            )),
+            None => Err(Error::new(
+                SqlState::UNDEFINED_OBJECT,
+                format!("sink \"{}\" does not exist", name.display()),
+            )),
         }
     }
 
@@ -463,7 +650,10 @@ impl Engine {
                     self.object_name(s.def.view).unwrap_or_default(),
                     s.def.option("connector").unwrap_or_default(),
                     target,
-                    status.committed_epoch.map(|e| e.to_string()).unwrap_or_default(),
+                    status
+                        .committed_epoch
+                        .map(|e| e.to_string())
+                        .unwrap_or_default(),
                     status.rows.to_string(),
                     status.error.unwrap_or_default(),
                 ]
@@ -473,7 +663,10 @@ impl Engine {
 
     /// Waits until every view reflects everything committed before the call.
     pub async fn flush(&self) -> Result<u64> {
-        self.runtime.flush()?.await.map_err(|_| Error::internal("the view runtime stopped"))?
+        self.runtime
+            .flush()?
+            .await
+            .map_err(|_| Error::internal("the view runtime stopped"))?
     }
 
     pub(crate) fn runtime(&self) -> &ViewRuntime {
@@ -497,14 +690,22 @@ impl Engine {
     ) -> Result<(usize, usize)> {
         let guard = self.lock_writes().await;
         if self.name_taken(&name) {
-            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{}\" already exists", name.name)));
+            return Err(Error::new(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{}\" already exists", name.name),
+            ));
         }
         self.check_schema_for_create(&name)?;
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
         let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
         let tables = self.backfill_inputs(&sources).await?;
-        let backfill_rows: usize = tables.iter().flat_map(|b| b.batches.iter()).flat_map(|r| r.changes.iter()).map(|b| b.len()).sum();
+        let backfill_rows: usize = tables
+            .iter()
+            .flat_map(|b| b.batches.iter())
+            .flat_map(|r| r.changes.iter())
+            .map(|b| b.len())
+            .sum();
         let is_new = id.is_none();
         let id = match id {
             Some(id) => id,
@@ -513,24 +714,47 @@ impl Engine {
         let readers = self.new_readers(id, &sources, None)?;
         let mut dependencies = sources.clone();
         dependencies.extend(plan.views.iter().copied().filter(|v| !sources.contains(v)));
-        let def = ViewDef { id, schema: name.schema.clone(), name: name.name.clone(), sql, dependencies };
+        let def = ViewDef {
+            id,
+            schema: name.schema.clone(),
+            name: name.name.clone(),
+            sql,
+            dependencies,
+        };
         if is_new {
-            self.meta.put_object(id, &ObjectDef::MaterializedView(def.clone()).encode()?)?;
+            self.meta
+                .put_object(id, &ObjectDef::MaterializedView(def.clone()).encode()?)?;
         }
-        let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
-        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::clone(&view));
-        let done = self.runtime.add_view(view, dataflow, event_time, sources, tables, progress)?;
+        let view = Arc::new(View {
+            def,
+            schema: plan.schema,
+            watermark: plan.watermark,
+        });
+        self.views
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), Arc::clone(&view));
+        let done = self
+            .runtime
+            .add_view(view, dataflow, event_time, sources, tables, progress)?;
         let caught_up = self.start_readers(readers);
         drop(guard);
-        let result = done.await.map_err(|_| Error::internal("the view runtime stopped"))?;
+        let result = done
+            .await
+            .map_err(|_| Error::internal("the view runtime stopped"))?;
         if let Err(e) = result {
             if is_new {
                 // A new view that cannot be built is not kept.
-                let _ = self.drop_objects(&[name], true, true, ObjectKind::MaterializedView).await;
+                let _ = self
+                    .drop_objects(&[name], true, true, ObjectKind::MaterializedView)
+                    .await;
             } else {
                 // A stored one keeps its catalog entry: recovery marks it failed.
                 self.stop_readers(id);
-                self.views.write().unwrap_or_else(|p| p.into_inner()).remove(&name);
+                self.views
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&name);
                 let _ = self.runtime.drop_view(id);
             }
             return Err(e);
@@ -548,20 +772,38 @@ impl Engine {
 
     /// A view that lives only as long as a subscription: not in the catalog, not visible by
     /// name. Returns its id; drop it with [`Engine::drop_temporary_view`].
-    pub(crate) async fn create_temporary_view(self: &Arc<Self>, plan: eddy_sql::ViewPlan) -> Result<ObjectId> {
+    pub(crate) async fn create_temporary_view(
+        self: &Arc<Self>,
+        plan: eddy_sql::ViewPlan,
+    ) -> Result<ObjectId> {
         let guard = self.lock_writes().await;
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
         let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
         let tables = self.backfill_inputs(&sources).await?;
         let id = self.meta.allocate_object_id()?;
-        let def = ViewDef { id, schema: eddy_sql::PUBLIC_SCHEMA.to_owned(), name: format!("subscription {id}"), sql: String::new(), dependencies: sources.clone() };
-        let view = Arc::new(View { def, schema: plan.schema, watermark: plan.watermark });
+        let def = ViewDef {
+            id,
+            schema: eddy_sql::PUBLIC_SCHEMA.to_owned(),
+            name: format!("subscription {id}"),
+            sql: String::new(),
+            dependencies: sources.clone(),
+        };
+        let view = Arc::new(View {
+            def,
+            schema: plan.schema,
+            watermark: plan.watermark,
+        });
         let readers = self.new_readers(id, &sources, None)?;
-        let done = self.runtime.add_view(view, dataflow, event_time, sources, tables, None)?;
+        let done = self
+            .runtime
+            .add_view(view, dataflow, event_time, sources, tables, None)?;
         self.start_readers(readers);
         drop(guard);
-        if let Err(e) = done.await.map_err(|_| Error::internal("the view runtime stopped"))? {
+        if let Err(e) = done
+            .await
+            .map_err(|_| Error::internal("the view runtime stopped"))?
+        {
             self.drop_temporary_view(id);
             return Err(e);
         }
@@ -573,7 +815,11 @@ impl Engine {
         let _ = self.runtime.drop_view(id);
     }
 
-    pub(crate) async fn subscribe(&self, view: ObjectId, snapshot: bool) -> Result<views::Subscription> {
+    pub(crate) async fn subscribe(
+        &self,
+        view: ObjectId,
+        snapshot: bool,
+    ) -> Result<views::Subscription> {
         self.runtime.subscribe(view, snapshot).await
     }
 
@@ -584,21 +830,40 @@ impl Engine {
     async fn backfill_inputs(&self, sources: &[ObjectId]) -> Result<Vec<views::Backfill>> {
         // Commits queued before the write lock was taken may not be in the log files yet (their
         // changes already reached the runtime): an empty commit returns once they are.
-        self.log.commit(Vec::new()).await.map_err(|_| Error::internal("the log committer stopped without answering"))??;
-        let tables: Vec<Arc<Table>> = self.tables.read().unwrap_or_else(|p| p.into_inner()).values().filter(|t| sources.contains(&t.def.id)).cloned().collect();
+        self.log
+            .commit(Vec::new())
+            .await
+            .map_err(|_| Error::internal("the log committer stopped without answering"))??;
+        let tables: Vec<Arc<Table>> = self
+            .tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|t| sources.contains(&t.def.id))
+            .cloned()
+            .collect();
         let mut out = Vec::with_capacity(tables.len());
         for table in tables {
             let mut records: Vec<views::LogRecord> = Vec::new();
-            let start = (0..table.def.partitions).map(|p| Ok((p, self.log.start_offset(table.def.id, PartitionId(p))?.0))).collect::<Result<Vec<_>>>()?;
+            let start = (0..table.def.partitions)
+                .map(|p| Ok((p, self.log.start_offset(table.def.id, PartitionId(p))?.0)))
+                .collect::<Result<Vec<_>>>()?;
             for p in 0..table.def.partitions {
-                self.log.scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
-                    records.push(views::LogRecord::decode(&record, p, &table.schema)?);
-                    Ok(())
-                })?;
+                self.log
+                    .scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
+                        records.push(views::LogRecord::decode(&record, p, &table.schema)?);
+                        Ok(())
+                    })?;
             }
             records.sort_by_key(|r| (r.txn, r.partition));
             let batches = records;
-            out.push(views::Backfill { object: table.def.id, name: table.def.qualified().display(), clock: table.clock, start, batches });
+            out.push(views::Backfill {
+                object: table.def.id,
+                name: table.def.qualified().display(),
+                clock: table.clock,
+                start,
+                batches,
+            });
         }
         Ok(out)
     }
@@ -606,11 +871,18 @@ impl Engine {
     /// Applies tables' retention every [`retention::RETENTION_INTERVAL`] from now on, and
     /// records the view runtime's idle decisions about watermarks in the tables' logs.
     pub fn start_background(self: &Arc<Self>) {
-        if let Some(mut requests) = self.mark_requests.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(mut requests) = self
+            .mark_requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             let engine = Arc::downgrade(self);
             tokio::spawn(async move {
                 while let Some((object, watermark)) = requests.recv().await {
-                    let Some(engine) = engine.upgrade() else { return };
+                    let Some(engine) = engine.upgrade() else {
+                        return;
+                    };
                     if let Err(e) = engine.commit_watermark(object, watermark).await {
                         tracing::error!(error = %e, "recording a watermark in a table's log failed");
                     }
@@ -623,7 +895,9 @@ impl Engine {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                let Some(engine) = engine.upgrade() else { return };
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
                 if let Err(e) = engine.enforce_retention().await {
                     tracing::error!(error = %e, "applying retention failed");
                 }
@@ -636,12 +910,21 @@ impl Engine {
     /// view runtime in commit order: replays and later backfills meet it at the same place.
     async fn commit_watermark(&self, object: ObjectId, watermark: i64) -> Result<()> {
         let guard = self.lock_writes().await;
-        let Some(table) = self.table_by_id(object) else { return Ok(()) };
+        let Some(table) = self.table_by_id(object) else {
+            return Ok(());
+        };
         let payload = encode_watermark(&table.schema, watermark)?;
-        let ticket = self.log.commit(vec![Write { object, partition: PartitionId(0), payload }]);
+        let ticket = self.log.commit(vec![Write {
+            object,
+            partition: PartitionId(0),
+            payload,
+        }]);
         self.runtime.watermark(object, watermark)?;
         drop(guard);
-        ticket.await.map_err(|_| Error::internal("the log committer stopped without answering"))?.map(|_| ())
+        ticket
+            .await
+            .map_err(|_| Error::internal("the log committer stopped without answering"))?
+            .map(|_| ())
     }
 
     pub(crate) async fn lock_writes(&self) -> WriteGuard {
@@ -650,12 +933,19 @@ impl Engine {
 
     /// Binds `CREATE TABLE | SOURCE` to a definition with a new id (call under the write
     /// lock); `None` when the name exists and `IF NOT EXISTS` was given.
-    fn bind_new_relation(&self, create: &eddy_sql::CreateTable, name: &QualifiedName) -> Result<Option<TableDef>> {
+    fn bind_new_relation(
+        &self,
+        create: &eddy_sql::CreateTable,
+        name: &QualifiedName,
+    ) -> Result<Option<TableDef>> {
         if self.name_taken(name) {
             if create.if_not_exists {
                 return Ok(None);
             }
-            return Err(Error::new(SqlState::DUPLICATE_TABLE, format!("relation \"{}\" already exists", name.name)));
+            return Err(Error::new(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{}\" already exists", name.name),
+            ));
         }
         self.check_schema_for_create(name)?;
         let id = self.meta.allocate_object_id()?;
@@ -663,18 +953,35 @@ impl Engine {
     }
 
     /// Creates table `name`; `None` when it exists and `IF NOT EXISTS` was given.
-    pub(crate) async fn create_table(&self, create: &eddy_sql::CreateTable, name: &QualifiedName) -> Result<Option<Arc<Table>>> {
+    pub(crate) async fn create_table(
+        &self,
+        create: &eddy_sql::CreateTable,
+        name: &QualifiedName,
+    ) -> Result<Option<Arc<Table>>> {
         let _guard = self.lock_writes().await;
-        let Some(def) = self.bind_new_relation(create, name)? else { return Ok(None) };
+        let Some(def) = self.bind_new_relation(create, name)? else {
+            return Ok(None);
+        };
         let (id, name) = (def.id, def.qualified());
         let schema = def.schema()?;
         // The log first: a crash before the catalog entry leaves an orphan the next start removes.
         self.log.create_object(id, def.partitions)?;
-        self.meta.put_object(id, &ObjectDef::Table(def.clone()).encode()?)?;
+        self.meta
+            .put_object(id, &ObjectDef::Table(def.clone()).encode()?)?;
         let data = TableData::new(&def, Arc::clone(&schema))?;
         let clock = clock_of(&def)?;
-        let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, progress: Default::default() });
-        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name, Arc::clone(&table));
+        let table = Arc::new(Table {
+            def,
+            schema,
+            data: RwLock::new(data),
+            next_partition: AtomicU64::new(0),
+            clock,
+            progress: Default::default(),
+        });
+        self.tables
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, Arc::clone(&table));
         Ok(Some(table))
     }
 
@@ -682,18 +989,41 @@ impl Engine {
     /// from now on (the usual fix before replaying dead letters that lacked it).
     pub(crate) async fn drop_not_null(&self, name: &QualifiedName, column: &str) -> Result<()> {
         let _guard = self.lock_writes().await;
-        let old = self.table(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" does not exist", name.display())))?;
-        let mut def = old.def.clone();
-        let index = def.columns.iter().position(|c| c.name == column).ok_or_else(|| {
-            Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column}\" of relation \"{}\" does not exist", name.name))
+        let old = self.table(name).ok_or_else(|| {
+            Error::new(
+                SqlState::UNDEFINED_TABLE,
+                format!("table \"{}\" does not exist", name.display()),
+            )
         })?;
+        let mut def = old.def.clone();
+        let index = def
+            .columns
+            .iter()
+            .position(|c| c.name == column)
+            .ok_or_else(|| {
+                Error::new(
+                    SqlState::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{column}\" of relation \"{}\" does not exist",
+                        name.name
+                    ),
+                )
+            })?;
         if def.primary_key.contains(&index) {
-            return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, format!("column \"{column}\" is in a primary key")));
+            return Err(Error::new(
+                SqlState::INVALID_TABLE_DEFINITION,
+                format!("column \"{column}\" is in a primary key"),
+            ));
         }
         def.columns[index].nullable = true;
         let schema = def.schema()?;
-        self.meta.put_object(def.id, &ObjectDef::Table(def.clone()).encode()?)?;
-        let data = std::mem::replace(&mut *old.write(), TableData::new(&def, Arc::clone(&schema))?).relabel(Arc::clone(&schema));
+        self.meta
+            .put_object(def.id, &ObjectDef::Table(def.clone()).encode()?)?;
+        let data = std::mem::replace(
+            &mut *old.write(),
+            TableData::new(&def, Arc::clone(&schema))?,
+        )
+        .relabel(Arc::clone(&schema));
         let table = Table {
             def,
             schema,
@@ -702,36 +1032,70 @@ impl Engine {
             clock: old.clock,
             progress: Arc::clone(&old.progress),
         };
-        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::new(table));
+        self.tables
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), Arc::new(table));
         Ok(())
     }
 
     /// `ALTER TABLE name ADD COLUMN`: the table is rebuilt from its log under the new
     /// definition (older records read the column as NULL). Views keep the columns they were
     /// planned with.
-    pub(crate) async fn add_column(&self, name: &QualifiedName, column: &eddy_sql::ast::ColumnDef, if_not_exists: bool) -> Result<()> {
+    pub(crate) async fn add_column(
+        &self,
+        name: &QualifiedName,
+        column: &eddy_sql::ast::ColumnDef,
+        if_not_exists: bool,
+    ) -> Result<()> {
         let _guard = self.lock_writes().await;
-        let old = self.table(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" does not exist", name.display())))?;
-        if if_not_exists && old.def.columns.iter().any(|c| c.name == catalog::normalize_ident(&column.name)) {
+        let old = self.table(name).ok_or_else(|| {
+            Error::new(
+                SqlState::UNDEFINED_TABLE,
+                format!("table \"{}\" does not exist", name.display()),
+            )
+        })?;
+        if if_not_exists
+            && old
+                .def
+                .columns
+                .iter()
+                .any(|c| c.name == catalog::normalize_ident(&column.name))
+        {
             return Ok(());
         }
         let mut def = old.def.clone();
         def.columns.push(catalog::bind_added_column(&def, column)?);
         // Commits queued before the lock may not be in the log files yet.
-        self.log.commit(Vec::new()).await.map_err(|_| Error::internal("the log committer stopped without answering"))??;
+        self.log
+            .commit(Vec::new())
+            .await
+            .map_err(|_| Error::internal("the log committer stopped without answering"))??;
         let (mut table, _) = load_table(&self.log, def.clone())?;
-        self.meta.put_object(def.id, &ObjectDef::Table(def).encode()?)?;
+        self.meta
+            .put_object(def.id, &ObjectDef::Table(def).encode()?)?;
         if let Some(table) = Arc::get_mut(&mut table) {
             table.progress = Arc::clone(&old.progress);
         }
-        table.next_partition.store(old.next_partition.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), table);
+        table.next_partition.store(
+            old.next_partition.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        self.tables
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), table);
         Ok(())
     }
 
     /// The current table with this id (a table is replaced when its definition changes).
     pub(crate) fn table_by_id(&self, id: ObjectId) -> Option<Arc<Table>> {
-        self.tables.read().unwrap_or_else(|p| p.into_inner()).values().find(|t| t.def.id == id).cloned()
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find(|t| t.def.id == id)
+            .cloned()
     }
 
     /// Checks, logs and applies one transaction's changes. Takes the write guard and releases
@@ -743,42 +1107,82 @@ impl Engine {
     /// are written even when no row changed.
     /// `partition` pins an append-only table's write to one partition (a connector keeps a
     /// source partition's records in one log partition).
-    pub(crate) async fn commit(&self, guard: WriteGuard, writes: Vec<(Arc<Table>, Vec<ChangeBatch>)>, positions: &[(u32, u64)], partition: Option<u32>) -> Result<()> {
-        let writes: Vec<_> = writes.into_iter().filter(|(_, c)| !positions.is_empty() || c.iter().any(|b| !b.is_empty())).collect();
+    pub(crate) async fn commit(
+        &self,
+        guard: WriteGuard,
+        writes: Vec<(Arc<Table>, Vec<ChangeBatch>)>,
+        positions: &[(u32, u64)],
+        partition: Option<u32>,
+    ) -> Result<()> {
+        let writes: Vec<_> = writes
+            .into_iter()
+            .filter(|(_, c)| !positions.is_empty() || c.iter().any(|b| !b.is_empty()))
+            .collect();
         if writes.is_empty() {
             return Ok(());
         }
-        let writes = writes.into_iter().map(|(t, c)| Ok((Arc::clone(&t), fill_proctime(&t.def, &t.schema, c)?))).collect::<Result<Vec<_>>>()?;
+        let writes = writes
+            .into_iter()
+            .map(|(t, c)| Ok((Arc::clone(&t), fill_proctime(&t.def, &t.schema, c)?)))
+            .collect::<Result<Vec<_>>>()?;
         let mut log_writes = Vec::with_capacity(writes.len());
         let mut routed: Vec<Vec<(u32, ChangeBatch)>> = Vec::with_capacity(writes.len());
         for (table, changes) in &writes {
             match self.table_by_id(table.def.id) {
-                None => return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("table \"{}\" was dropped", table.def.qualified().display()))),
+                None => {
+                    return Err(Error::new(
+                        SqlState::UNDEFINED_TABLE,
+                        format!("table \"{}\" was dropped", table.def.qualified().display()),
+                    ));
+                }
                 // ALTER TABLE replaced the table since this statement read it.
                 Some(now) if !Arc::ptr_eq(&now, table) => {
-                    return Err(Error::new(SqlState::SERIALIZATION_FAILURE, format!("table \"{}\" was altered while the statement ran; run it again", table.def.name)));
+                    return Err(Error::new(
+                        SqlState::SERIALIZATION_FAILURE,
+                        format!(
+                            "table \"{}\" was altered while the statement ran; run it again",
+                            table.def.name
+                        ),
+                    ));
                 }
                 Some(_) => {}
             }
             table.read().check(changes)?;
             let mut parts = table.route(concat_changes(&table.schema, changes)?, partition)?;
             if parts.is_empty() {
-                parts.push((0, ChangeBatch::inserts(RecordBatch::new_empty(Arc::clone(&table.schema)))));
+                parts.push((
+                    0,
+                    ChangeBatch::inserts(RecordBatch::new_empty(Arc::clone(&table.schema))),
+                ));
             }
             for (partition, part) in &parts {
-                log_writes.push(Write { object: table.def.id, partition: PartitionId(*partition), payload: encode_changes_at(part, positions)? });
+                log_writes.push(Write {
+                    object: table.def.id,
+                    partition: PartitionId(*partition),
+                    payload: encode_changes_at(part, positions)?,
+                });
             }
             routed.push(parts);
         }
         // Room in the view runtime's queue first: while views are behind, writers wait here.
-        let bytes: usize = routed.iter().flatten().map(|(_, p)| p.rows().get_array_memory_size()).sum();
+        let bytes: usize = routed
+            .iter()
+            .flatten()
+            .map(|(_, p)| p.rows().get_array_memory_size())
+            .sum();
         let mut budget = Some(self.runtime.reserve(bytes).await?);
         let ticket = self.log.commit(log_writes);
         for ((table, changes), parts) in writes.iter().zip(routed) {
             table.write().apply(changes)?;
             table.progress.advance(positions);
             for (partition, part) in parts {
-                self.runtime.changes(table.def.id, partition, table.clock, vec![part], budget.take())?;
+                self.runtime.changes(
+                    table.def.id,
+                    partition,
+                    table.clock,
+                    vec![part],
+                    budget.take(),
+                )?;
             }
         }
         drop(guard);
@@ -790,26 +1194,50 @@ impl Engine {
 }
 
 /// Sets the `AS PROCTIME()` columns of inserted rows (where they are NULL) to now.
-fn fill_proctime(def: &TableDef, schema: &SchemaRef, changes: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
-    let columns: Vec<usize> = def.columns.iter().enumerate().filter(|(_, c)| c.proctime).map(|(i, _)| i).collect();
+fn fill_proctime(
+    def: &TableDef,
+    schema: &SchemaRef,
+    changes: Vec<ChangeBatch>,
+) -> Result<Vec<ChangeBatch>> {
+    let columns: Vec<usize> = def
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.proctime)
+        .map(|(i, _)| i)
+        .collect();
     if columns.is_empty() {
         return Ok(changes);
     }
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
     changes
         .into_iter()
         .map(|c| {
             let (rows, diffs) = c.into_parts();
             let mut arrays = rows.columns().to_vec();
             for &i in &columns {
-                let arrow::datatypes::DataType::Timestamp(_, tz) = schema.field(i).data_type().clone() else { continue };
-                let old = arrow::compute::cast(&arrays[i], &arrow::datatypes::DataType::Int64).map_err(|e| Error::internal(format!("proctime: {e}")))?;
-                let old = old.as_any().downcast_ref::<Int64Array>().ok_or_else(|| Error::internal("proctime column"))?;
-                let filled: arrow::array::TimestampMicrosecondArray =
-                    old.iter().zip(diffs.values()).map(|(v, d)| if *d > 0 && v.is_none() { Some(now) } else { v }).collect();
+                let arrow::datatypes::DataType::Timestamp(_, tz) =
+                    schema.field(i).data_type().clone()
+                else {
+                    continue;
+                };
+                let old = arrow::compute::cast(&arrays[i], &arrow::datatypes::DataType::Int64)
+                    .map_err(|e| Error::internal(format!("proctime: {e}")))?;
+                let old = old
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .ok_or_else(|| Error::internal("proctime column"))?;
+                let filled: arrow::array::TimestampMicrosecondArray = old
+                    .iter()
+                    .zip(diffs.values())
+                    .map(|(v, d)| if *d > 0 && v.is_none() { Some(now) } else { v })
+                    .collect();
                 arrays[i] = Arc::new(filled.with_timezone_opt(tz));
             }
-            let rows = RecordBatch::try_new(rows.schema(), arrays).map_err(|e| Error::internal(format!("proctime: {e}")))?;
+            let rows = RecordBatch::try_new(rows.schema(), arrays)
+                .map_err(|e| Error::internal(format!("proctime: {e}")))?;
             Ok(ChangeBatch::new(rows, diffs))
         })
         .collect()
@@ -822,7 +1250,10 @@ fn concat_changes(schema: &SchemaRef, changes: &[ChangeBatch]) -> Result<ChangeB
     let rows: Vec<&RecordBatch> = changes.iter().map(|c| c.rows()).collect();
     let rows = arrow::compute::concat_batches(schema, rows)
         .map_err(|e| Error::internal(format!("concatenating changes: {e}")))?;
-    let diffs: Vec<i64> = changes.iter().flat_map(|c| c.diffs().values().iter().copied()).collect();
+    let diffs: Vec<i64> = changes
+        .iter()
+        .flat_map(|c| c.diffs().values().iter().copied())
+        .collect();
     Ok(ChangeBatch::new(rows, Int64Array::from(diffs)))
 }
 
@@ -837,18 +1268,34 @@ fn load_table(log: &LogStore, def: TableDef) -> Result<(Arc<Table>, Option<clock
     if let (Some(c), Some(spec)) = (stream_clock.as_mut(), clock) {
         c.spec = spec;
     }
-    let table = Arc::new(Table { def, schema, data: RwLock::new(data), next_partition: AtomicU64::new(0), clock, progress: Arc::new(ConnectorProgress::at(positions)) });
+    let table = Arc::new(Table {
+        def,
+        schema,
+        data: RwLock::new(data),
+        next_partition: AtomicU64::new(0),
+        clock,
+        progress: Arc::new(ConnectorProgress::at(positions)),
+    });
     Ok((table, stream_clock))
 }
 
 /// A table's contents as its log holds them, and (for a table fed by a connector) the source
 /// position each source partition was read to.
-fn load_contents(log: &LogStore, def: &TableDef, schema: &SchemaRef) -> Result<(TableData, Vec<(u32, u64)>)> {
+fn load_contents(
+    log: &LogStore,
+    def: &TableDef,
+    schema: &SchemaRef,
+) -> Result<(TableData, Vec<(u32, u64)>)> {
     load_contents_with(log, def, schema, None)
 }
 
 /// [`load_contents`], also raising `clock` with every record's data and watermark marks.
-fn load_contents_with(log: &LogStore, def: &TableDef, schema: &SchemaRef, mut clock: Option<&mut clock::StreamClock>) -> Result<(TableData, Vec<(u32, u64)>)> {
+fn load_contents_with(
+    log: &LogStore,
+    def: &TableDef,
+    schema: &SchemaRef,
+    mut clock: Option<&mut clock::StreamClock>,
+) -> Result<(TableData, Vec<(u32, u64)>)> {
     let mut data = TableData::new(def, Arc::clone(schema))?;
     let mut records = 0u64;
     // Per source partition: the position written by the latest transaction.
@@ -884,5 +1331,8 @@ fn load_contents_with(log: &LogStore, def: &TableDef, schema: &SchemaRef, mut cl
         })?;
     }
     tracing::info!(table = %def.qualified().display(), records, rows = data.row_count(), "table restored from its log");
-    Ok((data, positions.into_iter().map(|(p, (_, o))| (p, o)).collect()))
+    Ok((
+        data,
+        positions.into_iter().map(|(p, (_, o))| (p, o)).collect(),
+    ))
 }

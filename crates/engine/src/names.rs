@@ -26,14 +26,21 @@ pub(crate) struct SearchPath {
 
 impl SearchPath {
     pub(crate) fn new(text: &str, user: &str) -> Self {
-        SearchPath { listed: parse(text), user: user.to_owned() }
+        SearchPath {
+            listed: parse(text),
+            user: user.to_owned(),
+        }
     }
 
     /// The listed schemas that exist, `$user` expanded, in order.
     fn existing(&self, engine: &Engine) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for schema in &self.listed {
-            let schema = if schema == "$user" { self.user.clone() } else { schema.clone() };
+            let schema = if schema == "$user" {
+                self.user.clone()
+            } else {
+                schema.clone()
+            };
             if (engine.schema_exists(&schema) || schema == PG_CATALOG) && !out.contains(&schema) {
                 out.push(schema);
             }
@@ -56,10 +63,12 @@ impl SearchPath {
 
     /// The schema a new object named without one goes to.
     pub(crate) fn creation_schema(&self, engine: &Engine) -> Result<String> {
-        self.existing(engine)
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::new(SqlState::INVALID_SCHEMA_NAME, "no schema has been selected to create in"))
+        self.existing(engine).into_iter().next().ok_or_else(|| {
+            Error::new(
+                SqlState::INVALID_SCHEMA_NAME,
+                "no schema has been selected to create in",
+            )
+        })
     }
 }
 
@@ -100,18 +109,31 @@ impl Session {
                 return Ok(candidate);
             }
         }
-        let fallback = path.into_iter().find(|s| s == eddy_sql::PUBLIC_SCHEMA).or_else(|| self.view.path().existing(&self.engine).into_iter().next());
-        Ok(QualifiedName::new(fallback.unwrap_or_else(|| eddy_sql::PUBLIC_SCHEMA.to_owned()), relation))
+        let fallback = path
+            .into_iter()
+            .find(|s| s == eddy_sql::PUBLIC_SCHEMA)
+            .or_else(|| self.view.path().existing(&self.engine).into_iter().next());
+        Ok(QualifiedName::new(
+            fallback.unwrap_or_else(|| eddy_sql::PUBLIC_SCHEMA.to_owned()),
+            relation,
+        ))
     }
 
     /// Existing names for a DROP: with `IF EXISTS`, a name whose schema does not exist is
     /// skipped with PostgreSQL's NOTICE.
-    pub(crate) fn existing_names(&self, names: &[ObjectName], if_exists: bool, notices: &mut Vec<crate::session::Notice>) -> Result<Vec<QualifiedName>> {
+    pub(crate) fn existing_names(
+        &self,
+        names: &[ObjectName],
+        if_exists: bool,
+        notices: &mut Vec<crate::session::Notice>,
+    ) -> Result<Vec<QualifiedName>> {
         let mut out = Vec::new();
         for name in names {
             match self.existing_name(name) {
                 Ok(name) => out.push(name),
-                Err(e) if if_exists && e.state == SqlState::INVALID_SCHEMA_NAME => notices.push(format!("{}, skipping", e.message).into()),
+                Err(e) if if_exists && e.state == SqlState::INVALID_SCHEMA_NAME => {
+                    notices.push(format!("{}, skipping", e.message).into())
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -122,7 +144,9 @@ impl Session {
     pub(crate) fn new_name(&self, name: &ObjectName) -> Result<QualifiedName> {
         let (schema, relation) = name_parts(name)?;
         let schema = match schema {
-            Some(schema) if !self.engine.schema_exists(&schema) && schema != PG_CATALOG => return Err(schema_missing(&schema)),
+            Some(schema) if !self.engine.schema_exists(&schema) && schema != PG_CATALOG => {
+                return Err(schema_missing(&schema));
+            }
             Some(schema) => schema,
             None => self.view.path().creation_schema(&self.engine)?,
         };
@@ -133,12 +157,20 @@ impl Session {
 impl Session {
     /// A `CREATE MATERIALIZED VIEW` as the catalog keeps it: named by its schema when that is
     /// not `public`, its query's names qualified where a restart's `public` path needs it.
-    pub(crate) fn stored_form(&self, create: &eddy_sql::ast::CreateView, name: &QualifiedName) -> Result<eddy_sql::ast::CreateView> {
+    pub(crate) fn stored_form(
+        &self,
+        create: &eddy_sql::ast::CreateView,
+        name: &QualifiedName,
+    ) -> Result<eddy_sql::ast::CreateView> {
         let mut stored = create.clone();
         self.planner.qualify_for_storage(&mut stored.query)?;
         if name.schema != eddy_sql::PUBLIC_SCHEMA {
             let ident = |part: &str| {
-                if crate::quote_ident(part) == part { eddy_sql::ast::Ident::new(part) } else { eddy_sql::ast::Ident::with_quote('"', part) }
+                if crate::quote_ident(part) == part {
+                    eddy_sql::ast::Ident::new(part)
+                } else {
+                    eddy_sql::ast::Ident::with_quote('"', part)
+                }
             };
             stored.name = ObjectName::from(vec![ident(&name.schema), ident(&name.name)]);
         }
@@ -147,7 +179,10 @@ impl Session {
 }
 
 fn schema_missing(schema: &str) -> Error {
-    Error::new(SqlState::INVALID_SCHEMA_NAME, format!("schema \"{schema}\" does not exist"))
+    Error::new(
+        SqlState::INVALID_SCHEMA_NAME,
+        format!("schema \"{schema}\" does not exist"),
+    )
 }
 
 #[cfg(test)]
@@ -155,7 +190,10 @@ mod tests {
     #[test]
     fn search_paths_parse_as_postgres_reads_them() {
         assert_eq!(super::parse("\"$user\", public"), vec!["$user", "public"]);
-        assert_eq!(super::parse("Analytics,\"Mixed\" , x"), vec!["analytics", "Mixed", "x"]);
+        assert_eq!(
+            super::parse("Analytics,\"Mixed\" , x"),
+            vec!["analytics", "Mixed", "x"]
+        );
         assert!(super::parse("").is_empty());
     }
 }

@@ -30,9 +30,22 @@ fn objects(engine: &Engine) -> Vec<Object> {
     let mut out = Vec::new();
     for table in engine.tables() {
         let def = &table.def;
-        out.push(Object { id: def.id, name: def.qualified(), kind: RelationKind::Table, columns: table.schema.clone(), primary_key: def.primary_key.clone(), definition: None, inputs: Vec::new() });
+        out.push(Object {
+            id: def.id,
+            name: def.qualified(),
+            kind: RelationKind::Table,
+            columns: table.schema.clone(),
+            primary_key: def.primary_key.clone(),
+            definition: None,
+            inputs: Vec::new(),
+        });
     }
-    for view in engine.views.read().unwrap_or_else(|p| p.into_inner()).values() {
+    for view in engine
+        .views
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+    {
         let def = &view.def;
         out.push(Object {
             id: def.id,
@@ -44,16 +57,42 @@ fn objects(engine: &Engine) -> Vec<Object> {
             inputs: def.dependencies.clone(),
         });
     }
-    for source in engine.sources.read().unwrap_or_else(|p| p.into_inner()).values() {
+    for source in engine
+        .sources
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+    {
         let def = &source.def;
-        out.push(Object { id: def.id, name: def.qualified(), kind: RelationKind::Source, columns: source.schema.clone(), primary_key: def.primary_key.clone(), definition: None, inputs: Vec::new() });
+        out.push(Object {
+            id: def.id,
+            name: def.qualified(),
+            kind: RelationKind::Source,
+            columns: source.schema.clone(),
+            primary_key: def.primary_key.clone(),
+            definition: None,
+            inputs: Vec::new(),
+        });
     }
-    for view in engine.plain_views.read().unwrap_or_else(|p| p.into_inner()).values() {
+    for view in engine
+        .plain_views
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+    {
         let columns = view.arrow_schema().unwrap_or_else(|e| {
             tracing::error!(view = %view.qualified().display(), error = %e, "a plain view's columns are unreadable");
             std::sync::Arc::new(arrow::datatypes::Schema::empty())
         });
-        out.push(Object { id: view.id, name: view.qualified(), kind: RelationKind::View, columns, primary_key: Vec::new(), definition: Some(view.query.clone()), inputs: view.dependencies.clone() });
+        out.push(Object {
+            id: view.id,
+            name: view.qualified(),
+            kind: RelationKind::View,
+            columns,
+            primary_key: Vec::new(),
+            definition: Some(view.query.clone()),
+            inputs: view.dependencies.clone(),
+        });
     }
     out
 }
@@ -62,7 +101,9 @@ fn objects(engine: &Engine) -> Vec<Object> {
 fn view_query(sql: &str) -> Option<String> {
     let parsed = eddy_sql::parse_statements(sql).ok()?;
     match &parsed.first()?.statement {
-        eddy_sql::Statement::CreateMaterializedView { create, .. } => Some(create.query.to_string()),
+        eddy_sql::Statement::CreateMaterializedView { create, .. } => {
+            Some(create.query.to_string())
+        }
         _ => None,
     }
 }
@@ -71,7 +112,10 @@ fn view_query(sql: &str) -> Option<String> {
 pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
     let objects = objects(engine);
     let ids: Vec<ObjectId> = objects.iter().map(|o| o.id).collect();
-    let oids = match engine.meta.object_oids(&ids, OIDS_PER_OBJECT, FIRST_USER_OID) {
+    let oids = match engine
+        .meta
+        .object_oids(&ids, OIDS_PER_OBJECT, FIRST_USER_OID)
+    {
         Ok(oids) => oids,
         Err(e) => {
             tracing::error!(error = %e, "allocating OIDs failed; the catalogs list no relations");
@@ -79,20 +123,31 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
         }
     };
     let oid_of: BTreeMap<ObjectId, u32> = ids.iter().copied().zip(oids.iter().copied()).collect();
-    let namespaces: BTreeMap<String, u32> = engine.namespaces().into_iter().map(|n| (n.name, n.oid)).collect();
+    let namespaces: BTreeMap<String, u32> = engine
+        .namespaces()
+        .into_iter()
+        .map(|n| (n.name, n.oid))
+        .collect();
     objects
         .into_iter()
         .zip(oids)
         .map(|(o, oid)| Relation {
             oid,
-            namespace_oid: namespaces.get(&o.name.schema).copied().unwrap_or(PUBLIC_OID),
+            namespace_oid: namespaces
+                .get(&o.name.schema)
+                .copied()
+                .unwrap_or(PUBLIC_OID),
             schema: o.name.schema,
             name: o.name.name,
             kind: o.kind,
             columns: o.columns,
             primary_key: o.primary_key,
             definition: o.definition,
-            inputs: o.inputs.iter().filter_map(|i| oid_of.get(i).copied()).collect(),
+            inputs: o
+                .inputs
+                .iter()
+                .filter_map(|i| oid_of.get(i).copied())
+                .collect(),
         })
         .collect()
 }
@@ -101,14 +156,27 @@ pub(crate) fn relations(engine: &Engine) -> Vec<Relation> {
 pub(crate) fn relation_size(engine: &Engine, oid: u32) -> Option<u64> {
     let objects = objects(engine);
     let ids: Vec<ObjectId> = objects.iter().map(|o| o.id).collect();
-    let oids = engine.meta.object_oids(&ids, OIDS_PER_OBJECT, FIRST_USER_OID).ok()?;
-    let object = objects.iter().zip(oids).find(|(_, o)| *o == oid).map(|(o, _)| o)?;
+    let oids = engine
+        .meta
+        .object_oids(&ids, OIDS_PER_OBJECT, FIRST_USER_OID)
+        .ok()?;
+    let object = objects
+        .iter()
+        .zip(oids)
+        .find(|(_, o)| *o == oid)
+        .map(|(o, _)| o)?;
     match object.kind {
         RelationKind::Table => Some(engine.log.object_bytes(object.id)),
         RelationKind::MaterializedView => {
             let operators = engine.runtime().operators().ok()?;
             let name = object.name.display();
-            Some(operators.iter().filter(|(view, _)| *view == name).map(|(_, s)| s.state_bytes as u64).sum())
+            Some(
+                operators
+                    .iter()
+                    .filter(|(view, _)| *view == name)
+                    .map(|(_, s)| s.state_bytes as u64)
+                    .sum(),
+            )
         }
         RelationKind::Source | RelationKind::View => Some(0),
     }
@@ -121,7 +189,9 @@ pub(crate) struct Sessions {
 }
 
 fn now_micros() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 impl Sessions {
@@ -141,18 +211,32 @@ impl Sessions {
             state: "idle".into(),
             query: String::new(),
         };
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner()).insert(info.backend_pid, activity);
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(info.backend_pid, activity);
     }
 
     pub(crate) fn remove(&self, pid: i32) {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&pid);
     }
 
     /// A statement starts (`query` is its text) or ends (`None`); `in_transaction` says
     /// whether a transaction block is open.
-    pub(crate) fn update(&self, pid: i32, query: Option<String>, in_transaction: bool, application_name: &str) {
+    pub(crate) fn update(
+        &self,
+        pid: i32,
+        query: Option<String>,
+        in_transaction: bool,
+        application_name: &str,
+    ) {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(s) = sessions.get_mut(&pid) else { return };
+        let Some(s) = sessions.get_mut(&pid) else {
+            return;
+        };
         let now = now_micros();
         application_name.clone_into(&mut s.application_name);
         s.state_change_micros = Some(now);
@@ -168,11 +252,23 @@ impl Sessions {
                 s.query_start_micros = Some(now);
                 s.state = "active".into();
             }
-            None => s.state = if in_transaction { "idle in transaction" } else { "idle" }.into(),
+            None => {
+                s.state = if in_transaction {
+                    "idle in transaction"
+                } else {
+                    "idle"
+                }
+                .into()
+            }
         }
     }
 
     pub(crate) fn list(&self) -> Vec<Activity> {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 }

@@ -43,7 +43,9 @@ fn failpoint(step: &str, view: &str) -> Result<()> {
     if !cfg!(debug_assertions) {
         return Ok(());
     }
-    let Ok(points) = std::env::var("EDDY_FAILPOINTS") else { return Ok(()) };
+    let Ok(points) = std::env::var("EDDY_FAILPOINTS") else {
+        return Ok(());
+    };
     for point in points.split(',') {
         let mut parts = point.split(':');
         if parts.next() == Some(step) && parts.next() == Some(view) {
@@ -71,20 +73,42 @@ impl Engine {
     /// again and backfilled from the start of the logs. Fails only when the logs cannot be
     /// replayed; a view that cannot be restored is marked failed instead.
     pub async fn restore_views(self: &Arc<Self>) -> Result<()> {
-        let defs = std::mem::take(&mut *self.stored_views.lock().unwrap_or_else(|p| p.into_inner()));
+        let defs =
+            std::mem::take(&mut *self.stored_views.lock().unwrap_or_else(|p| p.into_inner()));
         if defs.is_empty() {
             return Ok(());
         }
-        let info = eddy_sql::SessionInfo { database: "eddy".into(), user: "eddy".into(), version: crate::version_string(), backend_pid: 0 };
+        let info = eddy_sql::SessionInfo {
+            database: "eddy".into(),
+            user: "eddy".into(),
+            version: crate::version_string(),
+            backend_pid: 0,
+        };
         let mut session = Session::new(Arc::clone(self), &info)?;
         // Stored definitions name what is not in `public` by its schema.
         session.set_variable("search_path", eddy_sql::PUBLIC_SCHEMA)?;
         let from_checkpoint = self.restore_from_checkpoint(&mut session, &defs).await?;
         let rest = &defs[from_checkpoint..];
         for (i, def) in rest.iter().enumerate() {
-            self.recovering(format!("rebuilding materialized view \"{}\" from the log ({} of {})", def.name, i + 1, rest.len()));
-            if let Some(failed) = rest[..i].iter().find(|d| def.dependencies.contains(&d.id) && self.view(&d.qualified()).is_some_and(|v| self.view_failure(&v).is_some())) {
-                let e = Error::new(SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, format!("it reads materialized view \"{}\", which failed", failed.name));
+            self.recovering(format!(
+                "rebuilding materialized view \"{}\" from the log ({} of {})",
+                def.name,
+                i + 1,
+                rest.len()
+            ));
+            if let Some(failed) = rest[..i].iter().find(|d| {
+                def.dependencies.contains(&d.id)
+                    && self
+                        .view(&d.qualified())
+                        .is_some_and(|v| self.view_failure(&v).is_some())
+            }) {
+                let e = Error::new(
+                    SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!(
+                        "it reads materialized view \"{}\", which failed",
+                        failed.name
+                    ),
+                );
                 self.mark_view_failed(def, None, e);
                 continue;
             }
@@ -94,7 +118,9 @@ impl Engine {
             })
             .catch_unwind()
             .await;
-            match rebuilt.unwrap_or_else(|panic| Err(panic_error("rebuilding the view", panic.as_ref()))) {
+            match rebuilt
+                .unwrap_or_else(|panic| Err(panic_error("rebuilding the view", panic.as_ref())))
+            {
                 Ok(()) => {
                     self.set_restored_from(def.id, "log".to_owned());
                     tracing::info!(view = %def.name, "materialized view rebuilt from the log");
@@ -110,12 +136,20 @@ impl Engine {
 
     /// Restores the longest prefix of `defs` (creation order) that the newest checkpoint can
     /// restore, then replays the logs past it; returns how many views it restored.
-    async fn restore_from_checkpoint(self: &Arc<Self>, session: &mut Session, defs: &[ViewDef]) -> Result<usize> {
+    async fn restore_from_checkpoint(
+        self: &Arc<Self>,
+        session: &mut Session,
+        defs: &[ViewDef],
+    ) -> Result<usize> {
         let started = Instant::now();
         let mut restored = match checkpoint::load_latest(&self.data_dir, &self.meta) {
             Ok(Some(r)) if r.workers == self.workers.count() => r,
             Ok(Some(r)) => {
-                tracing::warn!(checkpoint_workers = r.workers, workers = self.workers.count(), "the checkpoint was taken with another number of workers: views are rebuilt from the log");
+                tracing::warn!(
+                    checkpoint_workers = r.workers,
+                    workers = self.workers.count(),
+                    "the checkpoint was taken with another number of workers: views are rebuilt from the log"
+                );
                 return Ok(0);
             }
             Ok(None) => return Ok(0),
@@ -128,20 +162,42 @@ impl Engine {
         // source keeping per-reader state (an upsert source's reader is not saved).
         let restorable = defs
             .iter()
-            .take_while(|d| restored.views.contains_key(&d.id) && d.dependencies.iter().all(|s| self.source_by_id(*s).is_none_or(|src| src.def.append_only)))
+            .take_while(|d| {
+                restored.views.contains_key(&d.id)
+                    && d.dependencies
+                        .iter()
+                        .all(|s| self.source_by_id(*s).is_none_or(|src| src.def.append_only))
+            })
             .count();
         if restorable == 0 {
             return Ok(0);
         }
-        tracing::info!(epoch = restored.epoch, views = restorable, "restoring views from the checkpoint");
-        self.recovering(format!("restoring {restorable} materialized views from checkpoint {}", restored.epoch));
+        tracing::info!(
+            epoch = restored.epoch,
+            views = restorable,
+            "restoring views from the checkpoint"
+        );
+        self.recovering(format!(
+            "restoring {restorable} materialized views from checkpoint {}",
+            restored.epoch
+        ));
         let mut done = 0;
         let mut committed_by_view = Vec::new();
         for def in &defs[..restorable] {
-            let state = restored.views.remove(&def.id).ok_or_else(|| Error::internal("a restored view vanished"))?;
+            let state = restored
+                .views
+                .remove(&def.id)
+                .ok_or_else(|| Error::internal("a restored view vanished"))?;
             committed_by_view.push(state.committed.clone());
-            let attempt = AssertUnwindSafe(self.restore_one(session, def, state)).catch_unwind().await;
-            match attempt.unwrap_or_else(|panic| Err(panic_error("restoring the view from the checkpoint", panic.as_ref()))) {
+            let attempt = AssertUnwindSafe(self.restore_one(session, def, state))
+                .catch_unwind()
+                .await;
+            match attempt.unwrap_or_else(|panic| {
+                Err(panic_error(
+                    "restoring the view from the checkpoint",
+                    panic.as_ref(),
+                ))
+            }) {
                 Ok(()) => {
                     self.set_restored_from(def.id, format!("checkpoint {}", restored.epoch));
                     done += 1;
@@ -156,8 +212,14 @@ impl Engine {
         let from_checkpoint = &defs[..done];
         // The streams the restored views read go back to the checkpoint's watermarks, which
         // the replay raises again; the others keep theirs as their logs end.
-        let read: Vec<ObjectId> = from_checkpoint.iter().flat_map(|d| d.dependencies.iter().copied()).collect();
-        let clocks = std::mem::take(&mut restored.clocks).into_iter().filter(|c| c.reader.is_some() || read.contains(&c.object)).collect();
+        let read: Vec<ObjectId> = from_checkpoint
+            .iter()
+            .flat_map(|d| d.dependencies.iter().copied())
+            .collect();
+        let clocks = std::mem::take(&mut restored.clocks)
+            .into_iter()
+            .filter(|c| c.reader.is_some() || read.contains(&c.object))
+            .collect();
         self.runtime.restore_clocks(restored.epoch, clocks)?;
         // Every view that reads a table has read every partition of it to the same place:
         // the checkpoint's (a partition it has read nothing of: offset 0).
@@ -165,25 +227,45 @@ impl Engine {
         for (def, committed) in from_checkpoint.iter().zip(&committed_by_view) {
             for table in def.dependencies.iter().filter_map(|d| self.table_by_id(*d)) {
                 for partition in 0..table.def.partitions {
-                    let offset = committed.iter().find(|(o, p, _)| *o == table.def.id && *p == partition).map_or(0, |(_, _, n)| *n);
+                    let offset = committed
+                        .iter()
+                        .find(|(o, p, _)| *o == table.def.id && *p == partition)
+                        .map_or(0, |(_, _, n)| *n);
                     if *replay.entry((table.def.id, partition)).or_insert(offset) != offset {
-                        return Err(Error::new(SqlState::DATA_CORRUPTED, format!("checkpoint {}: views read table {} to different offsets", restored.epoch, table.def.name)));
+                        return Err(Error::new(
+                            SqlState::DATA_CORRUPTED,
+                            format!(
+                                "checkpoint {}: views read table {} to different offsets",
+                                restored.epoch, table.def.name
+                            ),
+                        ));
                     }
                 }
             }
         }
         // Sinks of the restored views wait through the replay (or replace their tables).
         let restored_ids: Vec<ObjectId> = from_checkpoint.iter().map(|d| d.id).collect();
-        self.start_stored_sinks(|view| restored_ids.contains(&view)).await?;
+        self.start_stored_sinks(|view| restored_ids.contains(&view))
+            .await?;
         self.replay_tables(&replay).await?;
         self.flush_restored().await?;
-        tracing::info!(epoch = restored.epoch, views = done, seconds = started.elapsed().as_secs_f64(), "views restored from the checkpoint");
+        tracing::info!(
+            epoch = restored.epoch,
+            views = done,
+            seconds = started.elapsed().as_secs_f64(),
+            "views restored from the checkpoint"
+        );
         Ok(done)
     }
 
     /// Plans one stored view and registers it with the state the checkpoint saved; its source
     /// readers start where the view had read to. Nothing of it is kept when this fails.
-    async fn restore_one(self: &Arc<Self>, session: &mut Session, def: &ViewDef, state: checkpoint::ViewState) -> Result<()> {
+    async fn restore_one(
+        self: &Arc<Self>,
+        session: &mut Session,
+        def: &ViewDef,
+        state: checkpoint::ViewState,
+    ) -> Result<()> {
         failpoint("restore_view", &def.name)?;
         let plan = session.plan_stored_view(def).await?;
         let sources = plan.node.sources();
@@ -196,13 +278,40 @@ impl Engine {
             eddy_dataflow::checkpoint::load(dataflow.as_mut(), state.parts)?;
             Ok(dataflow)
         })
-        .map_err(|e| Error::new(e.state, format!("restoring materialized view \"{}\" from the checkpoint: {}", def.name, e.message)))?;
-        let committed: HashMap<(ObjectId, u32), u64> = state.committed.iter().map(|(o, p, n)| ((*o, *p), *n)).collect();
+        .map_err(|e| {
+            Error::new(
+                e.state,
+                format!(
+                    "restoring materialized view \"{}\" from the checkpoint: {}",
+                    def.name, e.message
+                ),
+            )
+        })?;
+        let committed: HashMap<(ObjectId, u32), u64> = state
+            .committed
+            .iter()
+            .map(|(o, p, n)| ((*o, *p), *n))
+            .collect();
         let readers = self.new_readers(def.id, &sources, Some(&committed))?;
-        let view = Arc::new(View { def: def.clone(), schema: plan.schema, watermark: plan.watermark });
-        let done = self.runtime.restore_view(Arc::clone(&view), dataflow, event_time, sources, state.contents, committed)?;
-        done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
-        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.qualified(), view);
+        let view = Arc::new(View {
+            def: def.clone(),
+            schema: plan.schema,
+            watermark: plan.watermark,
+        });
+        let done = self.runtime.restore_view(
+            Arc::clone(&view),
+            dataflow,
+            event_time,
+            sources,
+            state.contents,
+            committed,
+        )?;
+        done.await
+            .map_err(|_| Error::internal("the view runtime stopped"))??;
+        self.views
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(def.qualified(), view);
         self.start_readers(readers);
         Ok(())
     }
@@ -211,7 +320,14 @@ impl Engine {
     /// failed (FLUSH reports it); the others go on.
     async fn flush_restored(&self) -> Result<()> {
         match self.flush().await {
-            Err(e) if !self.runtime.failures().read().unwrap_or_else(|p| p.into_inner()).is_empty() => {
+            Err(e)
+                if !self
+                    .runtime
+                    .failures()
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_empty() =>
+            {
                 tracing::error!(error = %e, "a restored view failed on the changes past the checkpoint");
                 Ok(())
             }
@@ -224,22 +340,49 @@ impl Engine {
     async fn replay_tables(self: &Arc<Self>, from: &BTreeMap<(ObjectId, u32), u64>) -> Result<()> {
         let mut records: Vec<(Arc<Table>, LogRecord)> = Vec::new();
         for ((object, partition), offset) in from {
-            let Some(table) = self.table_by_id(*object) else { continue };
-            self.log.scan(*object, PartitionId(*partition), Offset(*offset), |_, record| {
-                records.push((Arc::clone(&table), LogRecord::decode(&record, *partition, &table.schema)?));
-                Ok(())
-            })?;
+            let Some(table) = self.table_by_id(*object) else {
+                continue;
+            };
+            self.log.scan(
+                *object,
+                PartitionId(*partition),
+                Offset(*offset),
+                |_, record| {
+                    records.push((
+                        Arc::clone(&table),
+                        LogRecord::decode(&record, *partition, &table.schema)?,
+                    ));
+                    Ok(())
+                },
+            )?;
         }
         records.sort_by_key(|(table, r)| (r.txn, table.def.id, r.partition));
-        let rows: usize = records.iter().flat_map(|(_, r)| r.changes.iter()).map(ChangeBatch::len).sum();
-        tracing::info!(records = records.len(), rows, "replaying the logs past the checkpoint");
-        self.recovering(format!("replaying {} records ({rows} rows) of the logs past the checkpoint", records.len()));
+        let rows: usize = records
+            .iter()
+            .flat_map(|(_, r)| r.changes.iter())
+            .map(ChangeBatch::len)
+            .sum();
+        tracing::info!(
+            records = records.len(),
+            rows,
+            "replaying the logs past the checkpoint"
+        );
+        self.recovering(format!(
+            "replaying {} records ({rows} rows) of the logs past the checkpoint",
+            records.len()
+        ));
         let engine = Arc::clone(self);
         tokio::task::spawn_blocking(move || -> Result<()> {
             for (table, record) in records {
                 match record.watermark {
                     Some(w) => engine.runtime.watermark(table.def.id, w)?,
-                    None => engine.runtime.changes(table.def.id, record.partition, table.clock, record.changes, None)?,
+                    None => engine.runtime.changes(
+                        table.def.id,
+                        record.partition,
+                        table.clock,
+                        record.changes,
+                        None,
+                    )?,
                 }
             }
             Ok(())
@@ -250,23 +393,56 @@ impl Engine {
 
     /// Keeps a stored view that could not be restored: its name stays taken, its catalog entry
     /// stays (a restart tries again), and `error` is what reading it answers until it is dropped.
-    fn mark_view_failed(&self, def: &ViewDef, schema: Option<arrow::datatypes::SchemaRef>, error: Error) {
+    fn mark_view_failed(
+        &self,
+        def: &ViewDef,
+        schema: Option<arrow::datatypes::SchemaRef>,
+        error: Error,
+    ) {
         tracing::error!(view = %def.name, error = %error, "a materialized view could not be restored; it is marked failed, the other objects serve");
-        let error = Error::new(error.state, format!("materialized view \"{}\" could not be restored: {}", def.name, error.message))
-            .with_hint(format!("DROP MATERIALIZED VIEW {} and create it again; a restart tries to restore it again", def.qualified().display()));
-        self.runtime.failures().write().unwrap_or_else(|p| p.into_inner()).insert(def.id, error);
+        let error = Error::new(
+            error.state,
+            format!(
+                "materialized view \"{}\" could not be restored: {}",
+                def.name, error.message
+            ),
+        )
+        .with_hint(format!(
+            "DROP MATERIALIZED VIEW {} and create it again; a restart tries to restore it again",
+            def.qualified().display()
+        ));
+        self.runtime
+            .failures()
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(def.id, error);
         let schema = schema.unwrap_or_else(|| Arc::new(Schema::empty()));
-        let view = Arc::new(View { def: def.clone(), schema, watermark: None });
-        self.views.write().unwrap_or_else(|p| p.into_inner()).insert(def.qualified(), view);
+        let view = Arc::new(View {
+            def: def.clone(),
+            schema,
+            watermark: None,
+        });
+        self.views
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(def.qualified(), view);
     }
 
     fn set_restored_from(&self, view: ObjectId, from: String) {
-        self.restored_from.write().unwrap_or_else(|p| p.into_inner()).insert(view, from);
+        self.restored_from
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(view, from);
     }
 
     /// Why `view` cannot answer, if it failed (at start-up or since).
     pub(crate) fn view_failure(&self, view: &View) -> Option<Error> {
-        self.runtime.failures().read().unwrap_or_else(|p| p.into_inner()).get(&view.def.id).cloned()
+        self.runtime
+            .failures()
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&view.def.id)
+            .cloned()
     }
 
     /// Every materialized view by name: its status (`running` or `failed`), its error, and
@@ -283,7 +459,11 @@ impl Engine {
                 let failure = failures.get(&v.def.id);
                 ViewStatus {
                     name: v.def.qualified().display(),
-                    status: if failure.is_some() { "failed" } else { "running" },
+                    status: if failure.is_some() {
+                        "failed"
+                    } else {
+                        "running"
+                    },
                     error: failure.map(|e| e.message.clone()),
                     restored_from: restored.get(&v.def.id).cloned(),
                 }
@@ -295,7 +475,10 @@ impl Engine {
     /// [`Engine::recovered`], with NOTICEs of each step.
     pub fn recovering(&self, what: impl Into<String>) {
         let what = what.into();
-        self.recovery.send_replace(Some(RecoveryStep { what, since: Instant::now() }));
+        self.recovery.send_replace(Some(RecoveryStep {
+            what,
+            since: Instant::now(),
+        }));
     }
 
     /// Lets statements run, and periodic checkpoints start.
@@ -308,14 +491,20 @@ impl Engine {
 
     /// Waits until the server has recovered, telling `notices` each step it waits through, and
     /// again every [`RECOVERY_STEP_REPORT_INTERVAL`] a step runs on.
-    pub(crate) async fn wait_recovered(&self, notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>) {
+    pub(crate) async fn wait_recovered(
+        &self,
+        notices: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
+    ) {
         let mut state = self.recovery.subscribe();
         let mut waited: Option<Instant> = None;
         loop {
             let step = state.borrow_and_update().clone();
             let Some(step) = step else {
                 if let (Some(started), Some(notices)) = (waited, notices) {
-                    let _ = notices.send(format!("recovery finished after {:.1} s", started.elapsed().as_secs_f64()));
+                    let _ = notices.send(format!(
+                        "recovery finished after {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    ));
                 }
                 return;
             };
@@ -331,7 +520,10 @@ impl Engine {
                         let seconds = step.since.elapsed().as_secs();
                         tracing::warn!(step = %step.what, seconds, "a recovery step is still running");
                         if let Some(notices) = notices {
-                            let _ = notices.send(format!("still waiting for recovery after {seconds} s: {}", step.what));
+                            let _ = notices.send(format!(
+                                "still waiting for recovery after {seconds} s: {}",
+                                step.what
+                            ));
                         }
                     }
                 }

@@ -21,7 +21,9 @@ use arrow::array::{ArrayRef, AsArray, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::row::{RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, ObjectId, Offset, PartitionId, Result};
-use eddy_storage::log::{LogStore, Record, SealedSegment, decode_changes, decode_positions, encode_changes_at};
+use eddy_storage::log::{
+    LogStore, Record, SealedSegment, decode_changes, decode_positions, encode_changes_at,
+};
 
 use arrow::datatypes::SchemaRef;
 
@@ -39,28 +41,58 @@ impl Engine {
         let mut compacted = self.compacted.lock().await;
         let reads = checkpoint::latest_reads(&self.meta)?;
         let mut done = 0;
-        for table in self.tables().into_iter().filter(|t| !t.def.primary_key.is_empty()) {
+        for table in self
+            .tables()
+            .into_iter()
+            .filter(|t| !t.def.primary_key.is_empty())
+        {
             done += self.compact(&table, &reads, &mut compacted)?;
         }
-        let tables: Vec<Arc<Table>> = self.tables().into_iter().filter(|t| t.def.append_only && t.def.option("retention").or(t.def.option("retention.bytes")).is_some()).collect();
+        let tables: Vec<Arc<Table>> = self
+            .tables()
+            .into_iter()
+            .filter(|t| {
+                t.def.append_only
+                    && t.def
+                        .option("retention")
+                        .or(t.def.option("retention.bytes"))
+                        .is_some()
+            })
+            .collect();
         if tables.is_empty() {
             return Ok(done);
         }
         let mut deleted = 0;
         for table in tables {
-            let readers: Vec<ObjectId> = self.views.read().unwrap_or_else(|p| p.into_inner()).values().filter(|v| v.def.dependencies.contains(&table.def.id)).map(|v| v.def.id).collect();
+            let readers: Vec<ObjectId> = self
+                .views
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .filter(|v| v.def.dependencies.contains(&table.def.id))
+                .map(|v| v.def.id)
+                .collect();
             let (time, bytes) = table.def.retention()?;
             let mut trimmed = 0;
             for p in 0..table.def.partitions {
                 let needed = needed_offset(&readers, &reads, table.def.id, p);
-                let cut = policy_cut(&self.log.sealed_segments(table.def.id, PartitionId(p))?, time, bytes).min(needed);
-                trimmed += self.log.delete_segments_before(table.def.id, PartitionId(p), Offset(cut))?;
+                let cut = policy_cut(
+                    &self.log.sealed_segments(table.def.id, PartitionId(p))?,
+                    time,
+                    bytes,
+                )
+                .min(needed);
+                trimmed +=
+                    self.log
+                        .delete_segments_before(table.def.id, PartitionId(p), Offset(cut))?;
             }
             if trimmed > 0 {
                 tracing::info!(table = %table.def.name, segments = trimmed, "retention deleted old log segments");
                 // The contents follow the log: rebuilt from what it keeps, with writes held.
                 let _guard = self.lock_writes().await;
-                self.log.commit(Vec::new()).await.map_err(|_| eddy_common::Error::internal("the log committer stopped without answering"))??;
+                self.log.commit(Vec::new()).await.map_err(|_| {
+                    eddy_common::Error::internal("the log committer stopped without answering")
+                })??;
                 let (data, _) = load_contents(&self.log, &table.def, &table.schema)?;
                 *table.write() = data;
                 deleted += trimmed;
@@ -70,20 +102,35 @@ impl Engine {
     }
 
     fn readers_of(&self, table: ObjectId) -> Vec<ObjectId> {
-        self.views.read().unwrap_or_else(|p| p.into_inner()).values().filter(|v| v.def.dependencies.contains(&table)).map(|v| v.def.id).collect()
+        self.views
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|v| v.def.dependencies.contains(&table))
+            .map(|v| v.def.id)
+            .collect()
     }
 
     /// Compacts the sealed segments of a keyed table's partitions that lie before what the
     /// newest checkpoint needs, when new ones got there since the last compaction.
-    fn compact(&self, table: &Table, reads: &HashMap<ObjectId, Vec<(ObjectId, u32, u64)>>, compacted: &mut HashMap<(ObjectId, u32), u64>) -> Result<usize> {
+    fn compact(
+        &self,
+        table: &Table,
+        reads: &HashMap<ObjectId, Vec<(ObjectId, u32, u64)>>,
+        compacted: &mut HashMap<(ObjectId, u32), u64>,
+    ) -> Result<usize> {
         let readers = self.readers_of(table.def.id);
         let mut rewritten = 0;
         for p in 0..table.def.partitions {
             let needed = needed_offset(&readers, reads, table.def.id, p);
             let sealed = self.log.sealed_segments(table.def.id, PartitionId(p))?;
-            let prefix: Vec<&SealedSegment> = sealed.iter().take_while(|s| s.end.0 <= needed).collect();
+            let prefix: Vec<&SealedSegment> =
+                sealed.iter().take_while(|s| s.end.0 <= needed).collect();
             let Some(last) = prefix.last() else { continue };
-            if compacted.get(&(table.def.id, p)).is_some_and(|done| *done >= last.end.0) {
+            if compacted
+                .get(&(table.def.id, p))
+                .is_some_and(|done| *done >= last.end.0)
+            {
                 continue;
             }
             rewritten += compact_partition(&self.log, &table.def, &table.schema, p, &prefix)?;
@@ -98,40 +145,79 @@ impl Engine {
 
 /// Rewrites `segments` (the oldest of a partition, contiguous) so that they keep only the rows
 /// live at their end; returns how many changed.
-fn compact_partition(log: &LogStore, def: &TableDef, schema: &SchemaRef, partition: u32, segments: &[&SealedSegment]) -> Result<usize> {
-    let (Some(first), Some(last)) = (segments.first(), segments.last()) else { return Ok(0) };
-    let key_fields = def.primary_key.iter().map(|k| SortField::new(schema.field(*k).data_type().clone())).collect();
-    let converter = RowConverter::new(key_fields).map_err(|e| Error::internal(format!("compaction: {e}")))?;
-    let whole = RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect()).map_err(|e| Error::internal(format!("compaction: {e}")))?;
+fn compact_partition(
+    log: &LogStore,
+    def: &TableDef,
+    schema: &SchemaRef,
+    partition: u32,
+    segments: &[&SealedSegment],
+) -> Result<usize> {
+    let (Some(first), Some(last)) = (segments.first(), segments.last()) else {
+        return Ok(0);
+    };
+    let key_fields = def
+        .primary_key
+        .iter()
+        .map(|k| SortField::new(schema.field(*k).data_type().clone()))
+        .collect();
+    let converter =
+        RowConverter::new(key_fields).map_err(|e| Error::internal(format!("compaction: {e}")))?;
+    let whole = RowConverter::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )
+    .map_err(|e| Error::internal(format!("compaction: {e}")))?;
     // The records, decoded, and which (record, row) holds each key's live row at the end (with
     // the row's encoding: a retraction removes it only if it names that very row).
     let mut records: Vec<(Record, ChangeBatch)> = Vec::new();
     let mut live: HashMap<Vec<u8>, (usize, usize, Vec<u8>)> = HashMap::new();
-    log.scan(def.id, PartitionId(partition), first.start, |offset, record| {
-        if offset >= last.end {
-            return Ok(());
-        }
-        let batches = decode_changes(&record.payload, schema)?;
-        let changes = match batches.len() {
-            1 => batches.into_iter().next().ok_or_else(|| Error::internal("a decoded batch vanished"))?,
-            _ => concat_changes(schema, &batches)?,
-        };
-        let keys: Vec<ArrayRef> = def.primary_key.iter().map(|k| Arc::clone(changes.rows().column(*k))).collect();
-        let encoded = converter.convert_columns(&keys).map_err(|e| Error::internal(format!("compaction: {e}")))?;
-        let rows = whole.convert_columns(changes.rows().columns()).map_err(|e| Error::internal(format!("compaction: {e}")))?;
-        let at = records.len();
-        for (i, d) in changes.diffs().values().iter().enumerate() {
-            let key = encoded.row(i).as_ref().to_vec();
-            let row = rows.row(i).as_ref().to_vec();
-            if *d > 0 {
-                live.insert(key, (at, i, row));
-            } else if live.get(&key).is_some_and(|(_, _, current)| *current == row) {
-                live.remove(&key);
+    log.scan(
+        def.id,
+        PartitionId(partition),
+        first.start,
+        |offset, record| {
+            if offset >= last.end {
+                return Ok(());
             }
-        }
-        records.push((record, changes));
-        Ok(())
-    })?;
+            let batches = decode_changes(&record.payload, schema)?;
+            let changes = match batches.len() {
+                1 => batches
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| Error::internal("a decoded batch vanished"))?,
+                _ => concat_changes(schema, &batches)?,
+            };
+            let keys: Vec<ArrayRef> = def
+                .primary_key
+                .iter()
+                .map(|k| Arc::clone(changes.rows().column(*k)))
+                .collect();
+            let encoded = converter
+                .convert_columns(&keys)
+                .map_err(|e| Error::internal(format!("compaction: {e}")))?;
+            let rows = whole
+                .convert_columns(changes.rows().columns())
+                .map_err(|e| Error::internal(format!("compaction: {e}")))?;
+            let at = records.len();
+            for (i, d) in changes.diffs().values().iter().enumerate() {
+                let key = encoded.row(i).as_ref().to_vec();
+                let row = rows.row(i).as_ref().to_vec();
+                if *d > 0 {
+                    live.insert(key, (at, i, row));
+                } else if live
+                    .get(&key)
+                    .is_some_and(|(_, _, current)| *current == row)
+                {
+                    live.remove(&key);
+                }
+            }
+            records.push((record, changes));
+            Ok(())
+        },
+    )?;
     let mut keep: Vec<Vec<u32>> = vec![Vec::new(); records.len()];
     for (r, i, _) in live.into_values() {
         keep[r].push(i as u32);
@@ -143,17 +229,31 @@ fn compact_partition(log: &LogStore, def: &TableDef, schema: &SchemaRef, partiti
         let slice = &mut records[at..at + n];
         let kept = &mut keep[at..at + n];
         at += n;
-        if slice.iter().zip(kept.iter()).all(|((_, c), k)| k.len() == c.len() && c.diffs().values().iter().all(|d| *d > 0)) {
+        if slice
+            .iter()
+            .zip(kept.iter())
+            .all(|((_, c), k)| k.len() == c.len() && c.diffs().values().iter().all(|d| *d > 0))
+        {
             continue; // nothing in this segment is superseded
         }
         let mut new = Vec::with_capacity(n);
         for ((record, changes), kept) in slice.iter().zip(kept.iter_mut()) {
             kept.sort_unstable();
-            let rows = take_record_batch(changes.rows(), &UInt32Array::from(kept.clone())).map_err(|e| Error::internal(format!("compaction: {e}")))?;
-            let diffs = arrow::compute::take(changes.diffs(), &UInt32Array::from(kept.clone()), None).map_err(|e| Error::internal(format!("compaction: {e}")))?;
-            let kept_changes = ChangeBatch::new(rows, diffs.as_primitive::<arrow::datatypes::Int64Type>().clone());
+            let rows = take_record_batch(changes.rows(), &UInt32Array::from(kept.clone()))
+                .map_err(|e| Error::internal(format!("compaction: {e}")))?;
+            let diffs =
+                arrow::compute::take(changes.diffs(), &UInt32Array::from(kept.clone()), None)
+                    .map_err(|e| Error::internal(format!("compaction: {e}")))?;
+            let kept_changes = ChangeBatch::new(
+                rows,
+                diffs.as_primitive::<arrow::datatypes::Int64Type>().clone(),
+            );
             let payload = encode_changes_at(&kept_changes, &decode_positions(&record.payload)?)?;
-            new.push(Record { txn_id: record.txn_id, participants: record.participants.clone(), payload });
+            new.push(Record {
+                txn_id: record.txn_id,
+                participants: record.participants.clone(),
+                payload,
+            });
         }
         log.rewrite_segment(def.id, PartitionId(partition), segment.start, &new)?;
         rewritten += 1;
@@ -161,13 +261,22 @@ fn compact_partition(log: &LogStore, def: &TableDef, schema: &SchemaRef, partiti
     Ok(rewritten)
 }
 
-
 /// The oldest offset of table partition (table, p) that a view reading the table may read
 /// again after a restart: what the newest checkpoint says it had read (0 when it is not in it).
-fn needed_offset(readers: &[ObjectId], reads: &HashMap<ObjectId, Vec<(ObjectId, u32, u64)>>, table: ObjectId, p: u32) -> u64 {
+fn needed_offset(
+    readers: &[ObjectId],
+    reads: &HashMap<ObjectId, Vec<(ObjectId, u32, u64)>>,
+    table: ObjectId,
+    p: u32,
+) -> u64 {
     readers
         .iter()
-        .map(|v| reads.get(v).and_then(|r| r.iter().find(|(o, q, _)| *o == table && *q == p)).map_or(0, |(_, _, n)| *n))
+        .map(|v| {
+            reads
+                .get(v)
+                .and_then(|r| r.iter().find(|(o, q, _)| *o == table && *q == p))
+                .map_or(0, |(_, _, n)| *n)
+        })
         .min()
         .unwrap_or(u64::MAX)
 }
@@ -175,9 +284,17 @@ fn needed_offset(readers: &[ObjectId], reads: &HashMap<ObjectId, Vec<(ObjectId, 
 /// The offset before which the policy lets segments go: the end of the longest prefix of
 /// sealed segments older than `time` (µs) or beyond the newest `bytes`.
 fn policy_cut(sealed: &[SealedSegment], time: Option<i64>, bytes: Option<u64>) -> u64 {
-    let Some(first) = sealed.first() else { return 0 };
+    let Some(first) = sealed.first() else {
+        return 0;
+    };
     let now = SystemTime::now();
-    let old = |s: &SealedSegment| time.is_some_and(|t| s.modified.and_then(|m| now.duration_since(m).ok()).is_some_and(|age| age.as_micros() as i64 > t));
+    let old = |s: &SealedSegment| {
+        time.is_some_and(|t| {
+            s.modified
+                .and_then(|m| now.duration_since(m).ok())
+                .is_some_and(|age| age.as_micros() as i64 > t)
+        })
+    };
     let by_time = sealed.iter().take_while(|s| old(s)).count();
     let by_bytes = match bytes {
         Some(limit) => {
@@ -212,12 +329,21 @@ mod tests {
     use crate::catalog::ColumnDef;
 
     fn def() -> TableDef {
-        let column = |name: &str, arrow: &str, pg: &str| ColumnDef { name: name.into(), pg_type: pg.into(), arrow_type: arrow.into(), nullable: true, proctime: false };
+        let column = |name: &str, arrow: &str, pg: &str| ColumnDef {
+            name: name.into(),
+            pg_type: pg.into(),
+            arrow_type: arrow.into(),
+            nullable: true,
+            proctime: false,
+        };
         TableDef {
             id: ObjectId(7),
             schema: "public".into(),
             name: "kv".into(),
-            columns: vec![column("k", "Int32", "integer"), column("v", "Int64", "bigint")],
+            columns: vec![
+                column("k", "Int32", "integer"),
+                column("v", "Int64", "bigint"),
+            ],
             primary_key: vec![0],
             append_only: false,
             watermark: None,
@@ -237,7 +363,14 @@ mod tests {
         log.scan(ObjectId(7), PartitionId(0), Offset(0), |offset, record| {
             let mut rows = Vec::new();
             for c in decode_changes(&record.payload, schema)? {
-                let (k, v) = (c.rows().column(0).as_primitive::<arrow::datatypes::Int32Type>(), c.rows().column(1).as_primitive::<arrow::datatypes::Int64Type>());
+                let (k, v) = (
+                    c.rows()
+                        .column(0)
+                        .as_primitive::<arrow::datatypes::Int32Type>(),
+                    c.rows()
+                        .column(1)
+                        .as_primitive::<arrow::datatypes::Int64Type>(),
+                );
                 for i in 0..c.len() {
                     rows.push((k.value(i), v.value(i), c.diffs().value(i)));
                 }

@@ -14,11 +14,13 @@ use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
 use eddy_sql::ast::{self, CopyTarget, ObjectType};
-use eddy_sql::{CatalogSource, Planned, QualifiedName, QueryPlan, SessionInfo, SessionPlanner, Statement};
+use eddy_sql::{
+    CatalogSource, Planned, QualifiedName, QueryPlan, SessionInfo, SessionPlanner, Statement,
+};
 
 use crate::catalog::normalize_ident;
-use crate::session_catalog::SessionCatalog;
 use crate::copy::{CopyFormat, CopyIn};
+use crate::session_catalog::SessionCatalog;
 use crate::variables::Variables;
 use crate::{Engine, ObjectKind, Table};
 
@@ -34,24 +36,48 @@ use transaction::Transaction;
 /// What a statement produced.
 #[derive(Debug)]
 pub enum Outcome {
-    Rows { schema: SchemaRef, batches: Vec<RecordBatch> },
+    Rows {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
     /// Rows with a command tag other than SELECT (`FETCH n`, `INSERT 0 n` with RETURNING);
     /// `binary` for a BINARY cursor.
-    TaggedRows { tag: &'static str, schema: SchemaRef, batches: Vec<RecordBatch>, binary: bool },
+    TaggedRows {
+        tag: &'static str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        binary: bool,
+    },
     /// A completed command; `rows` is appended to the tag (`INSERT 0 3`, `DELETE 2`).
-    Command { tag: &'static str, rows: Option<usize> },
+    Command {
+        tag: &'static str,
+        rows: Option<usize>,
+    },
     TransactionStart,
     /// `COMMIT` or `ROLLBACK` (a failed transaction's COMMIT reports ROLLBACK).
-    TransactionEnd { tag: &'static str },
+    TransactionEnd {
+        tag: &'static str,
+    },
     /// The server must now read the COPY data and call [`Session::copy_in`].
     CopyIn(CopyIn),
     /// `COPY ... TO STDOUT`: the rows, to send as COPY data in `format`.
-    CopyOut { schema: SchemaRef, batches: Vec<RecordBatch>, format: CopyFormat },
+    CopyOut {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        format: CopyFormat,
+    },
     /// A warning to show the client, with the statement's outcome.
-    Warning { message: String, then: Box<Outcome> },
+    Warning {
+        message: String,
+        then: Box<Outcome>,
+    },
     /// Progress information or PostgreSQL's NOTICE (`... does not exist, skipping`), with the
     /// statement's outcome.
-    Notice { message: String, detail: Option<String>, then: Box<Outcome> },
+    Notice {
+        message: String,
+        detail: Option<String>,
+        then: Box<Outcome>,
+    },
 }
 
 /// A NOTICE a statement sends before its outcome.
@@ -63,7 +89,10 @@ pub struct Notice {
 
 impl From<String> for Notice {
     fn from(message: String) -> Self {
-        Notice { message, detail: None }
+        Notice {
+            message,
+            detail: None,
+        }
     }
 }
 
@@ -107,10 +136,23 @@ impl Session {
     pub fn new(engine: Arc<Engine>, info: &SessionInfo) -> Result<Self> {
         let variables = Variables::default();
         let path = crate::names::SearchPath::new(&variables.get("search_path")?.1, &info.user);
-        let view = Arc::new(SessionCatalog::new(Arc::clone(&engine), path, info.backend_pid));
+        let view = Arc::new(SessionCatalog::new(
+            Arc::clone(&engine),
+            path,
+            info.backend_pid,
+        ));
         engine.sessions.register(info);
         let planner = SessionPlanner::new(Arc::clone(&view) as Arc<dyn CatalogSource>, info)?;
-        Ok(Session { cursors: HashMap::new(), engine, planner, view, variables, transaction: None, notices: None, user: info.user.clone() })
+        Ok(Session {
+            cursors: HashMap::new(),
+            engine,
+            planner,
+            view,
+            variables,
+            transaction: None,
+            notices: None,
+            user: info.user.clone(),
+        })
     }
 
     /// Sets a session variable outside of SQL (start-up parameters such as application_name).
@@ -125,7 +167,10 @@ impl Session {
             self.sync_time_zone()?;
         }
         if name.eq_ignore_ascii_case("search_path") {
-            self.view.set_path(crate::names::SearchPath::new(&self.variables.get("search_path")?.1, &self.user));
+            self.view.set_path(crate::names::SearchPath::new(
+                &self.variables.get("search_path")?.1,
+                &self.user,
+            ));
         }
         Ok(())
     }
@@ -153,10 +198,15 @@ impl Session {
             ));
         }
         let result = match self.variables.statement_timeout() {
-            Some(limit) => match tokio::time::timeout(limit, self.execute_inner(statement, params)).await {
-                Ok(result) => result,
-                Err(_) => Err(Error::new(SqlState::QUERY_CANCELED, "canceling statement due to statement timeout")),
-            },
+            Some(limit) => {
+                match tokio::time::timeout(limit, self.execute_inner(statement, params)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(Error::new(
+                        SqlState::QUERY_CANCELED,
+                        "canceling statement due to statement timeout",
+                    )),
+                }
+            }
             None => self.execute_inner(statement, params).await,
         };
         if result.is_err()
@@ -167,7 +217,11 @@ impl Session {
         result
     }
 
-    async fn execute_inner(&mut self, statement: &Statement, params: &[ArrayRef]) -> Result<Outcome> {
+    async fn execute_inner(
+        &mut self,
+        statement: &Statement,
+        params: &[ArrayRef],
+    ) -> Result<Outcome> {
         // One statement reads one published moment of every view.
         self.view.begin_statement();
         self.catalog_statement_begins(statement);
@@ -182,73 +236,162 @@ impl Session {
         Ok(outcome)
     }
 
-    async fn execute_statement(&mut self, statement: &Statement, params: &[ArrayRef]) -> Result<Outcome> {
+    async fn execute_statement(
+        &mut self,
+        statement: &Statement,
+        params: &[ArrayRef],
+    ) -> Result<Outcome> {
         match statement {
             Statement::Flush => {
                 self.engine.flush().await?;
-                Ok(Outcome::Command { tag: "FLUSH", rows: None })
+                Ok(Outcome::Command {
+                    tag: "FLUSH",
+                    rows: None,
+                })
             }
             Statement::Checkpoint => {
                 self.engine.checkpoint().await?;
-                Ok(Outcome::Command { tag: "CHECKPOINT", rows: None })
+                Ok(Outcome::Command {
+                    tag: "CHECKPOINT",
+                    rows: None,
+                })
             }
             Statement::Subscribe(_) | Statement::CopySubscribe(_) => Err(Error::unsupported(
                 "SUBSCRIBE streams to a client connection; inside a function or a script use DECLARE c CURSOR FOR SUBSCRIBE ...; FETCH n c",
             )),
-            Statement::DeclareSubscribeCursor { cursor, subscribe } => self.declare_subscribe(cursor, subscribe).await,
-            Statement::Fetch { cursor, count, timeout_ms, skip } => self.fetch(cursor, *count, *timeout_ms, *skip).await,
+            Statement::DeclareSubscribeCursor { cursor, subscribe } => {
+                self.declare_subscribe(cursor, subscribe).await
+            }
+            Statement::Fetch {
+                cursor,
+                count,
+                timeout_ms,
+                skip,
+            } => self.fetch(cursor, *count, *timeout_ms, *skip).await,
             Statement::ShowMaterializedViews => {
-                let rows = self.engine.view_statuses().into_iter().map(|v| vec![v.name, v.status.to_owned(), v.error.unwrap_or_default()]).collect();
+                let rows = self
+                    .engine
+                    .view_statuses()
+                    .into_iter()
+                    .map(|v| vec![v.name, v.status.to_owned(), v.error.unwrap_or_default()])
+                    .collect();
                 rows_of_text(&["name", "status", "error"], rows)
             }
             Statement::ShowCreateMaterializedView(name) => {
                 let name = self.existing_name(name)?;
                 let view = self.engine.view(&name).ok_or_else(|| {
-                    Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{}\" does not exist", name.name))
+                    Error::new(
+                        SqlState::UNDEFINED_TABLE,
+                        format!("materialized view \"{}\" does not exist", name.name),
+                    )
                 })?;
-                rows_of_text(&["name", "create_sql"], vec![vec![name.display(), eddy_sql::display_temporal(&view.def.sql)]])
+                rows_of_text(
+                    &["name", "create_sql"],
+                    vec![vec![
+                        name.display(),
+                        eddy_sql::display_temporal(&view.def.sql),
+                    ]],
+                )
             }
             Statement::CreateTable(create) if create.source => {
-                let done = Outcome::Command { tag: "CREATE SOURCE", rows: None };
+                let done = Outcome::Command {
+                    tag: "CREATE SOURCE",
+                    rows: None,
+                };
                 let name = self.new_name(&create.name)?;
                 if self.engine.create_source(create, &name).await?.is_some() {
                     Ok(done)
                 } else {
-                    Ok(Outcome::Warning { message: format!("relation \"{}\" already exists, skipping", name.name), then: Box::new(done) })
+                    Ok(Outcome::Warning {
+                        message: format!("relation \"{}\" already exists, skipping", name.name),
+                        then: Box::new(done),
+                    })
                 }
             }
             Statement::CreateTable(create) => {
                 let name = self.new_name(&create.name)?;
                 let created = self.engine.create_table(create, &name).await?;
-                let done = Outcome::Command { tag: "CREATE TABLE", rows: None };
+                let done = Outcome::Command {
+                    tag: "CREATE TABLE",
+                    rows: None,
+                };
                 if let Some(table) = created {
                     if let Err(e) = self.engine.start_connector(&table, true).await {
                         // A table whose source cannot be read is not kept.
-                        let _ = self.engine.drop_objects(std::slice::from_ref(&name), true, false, ObjectKind::Table).await;
+                        let _ = self
+                            .engine
+                            .drop_objects(
+                                std::slice::from_ref(&name),
+                                true,
+                                false,
+                                ObjectKind::Table,
+                            )
+                            .await;
                         return Err(e);
                     }
                     Ok(done)
                 } else {
-                    Ok(Outcome::Warning { message: format!("relation \"{}\" already exists, skipping", name.name), then: Box::new(done) })
+                    Ok(Outcome::Warning {
+                        message: format!("relation \"{}\" already exists, skipping", name.name),
+                        then: Box::new(done),
+                    })
                 }
             }
-            Statement::CreateMaterializedView { create, emit_on_close } => self.create_materialized_view(create, *emit_on_close).await,
-            Statement::CreateTableAs { name, if_not_exists, query, with_data } => self.create_table_as(name, *if_not_exists, query, *with_data, params).await,
-            Statement::CreateTableLike { name, if_not_exists, like, including } => self.create_table_like(name, *if_not_exists, like, including).await,
-            Statement::ReplayDeadLetters { name, source: false } => {
+            Statement::CreateMaterializedView {
+                create,
+                emit_on_close,
+            } => self.create_materialized_view(create, *emit_on_close).await,
+            Statement::CreateTableAs {
+                name,
+                if_not_exists,
+                query,
+                with_data,
+            } => {
+                self.create_table_as(name, *if_not_exists, query, *with_data, params)
+                    .await
+            }
+            Statement::CreateTableLike {
+                name,
+                if_not_exists,
+                like,
+                including,
+            } => {
+                self.create_table_like(name, *if_not_exists, like, including)
+                    .await
+            }
+            Statement::ReplayDeadLetters {
+                name,
+                source: false,
+            } => {
                 let name = self.existing_name(name)?;
                 let table = self.writable_table(&name)?;
                 let (replayed, left) = self.engine.replay_dead_letters(&table).await?;
-                let done = Outcome::Command { tag: "ALTER TABLE", rows: None };
-                Ok(Outcome::Notice { message: format!("replayed {replayed} dead letters of \"{}\"; {left} still fail and stay", name.display()), detail: None, then: Box::new(done) })
+                let done = Outcome::Command {
+                    tag: "ALTER TABLE",
+                    rows: None,
+                };
+                Ok(Outcome::Notice {
+                    message: format!(
+                        "replayed {replayed} dead letters of \"{}\"; {left} still fail and stay",
+                        name.display()
+                    ),
+                    detail: None,
+                    then: Box::new(done),
+                })
             }
             Statement::ReplayDeadLetters { name, source: true } => {
                 let name = self.existing_name(name)?;
                 let source = self.named_source(&name)?;
                 let (replayed, left) = self.engine.replay_source_dead_letters(&source).await?;
-                let done = Outcome::Command { tag: "ALTER SOURCE", rows: None };
+                let done = Outcome::Command {
+                    tag: "ALTER SOURCE",
+                    rows: None,
+                };
                 Ok(Outcome::Notice {
-                    message: format!("replayed {replayed} dead letters of \"{}\" into the views reading it; {left} still fail and stay", name.display()),
+                    message: format!(
+                        "replayed {replayed} dead letters of \"{}\" into the views reading it; {left} still fail and stay",
+                        name.display()
+                    ),
                     detail: None,
                     then: Box::new(done),
                 })
@@ -256,14 +399,43 @@ impl Session {
             Statement::AlterSourceDropNotNull { name, column } => {
                 let name = self.existing_name(name)?;
                 self.named_source(&name)?;
-                self.engine.drop_source_not_null(&name, &normalize_ident(column)).await?;
-                Ok(Outcome::Command { tag: "ALTER SOURCE", rows: None })
+                self.engine
+                    .drop_source_not_null(&name, &normalize_ident(column))
+                    .await?;
+                Ok(Outcome::Command {
+                    tag: "ALTER SOURCE",
+                    rows: None,
+                })
             }
-            Statement::DropSource { names, if_exists, cascade } => self.drop_statement(names, *if_exists, *cascade, ObjectKind::Source, "DROP SOURCE").await,
-            Statement::CreateSink { name, from, options, format, if_not_exists } => {
+            Statement::DropSource {
+                names,
+                if_exists,
+                cascade,
+            } => {
+                self.drop_statement(
+                    names,
+                    *if_exists,
+                    *cascade,
+                    ObjectKind::Source,
+                    "DROP SOURCE",
+                )
+                .await
+            }
+            Statement::CreateSink {
+                name,
+                from,
+                options,
+                format,
+                if_not_exists,
+            } => {
                 let name = self.new_name(name)?;
                 let from = self.existing_name(from)?;
-                let view = self.engine.view(&from).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("materialized view \"{}\" does not exist", from.name)))?;
+                let view = self.engine.view(&from).ok_or_else(|| {
+                    Error::new(
+                        SqlState::UNDEFINED_TABLE,
+                        format!("materialized view \"{}\" does not exist", from.name),
+                    )
+                })?;
                 let key = match options.iter().find(|(k, _)| k == "primary_key") {
                     Some((_, columns)) => columns
                         .split(',')
@@ -275,26 +447,79 @@ impl Session {
                     None => self.plan_stored_view(&view.def).await?.node.unique_key().unwrap_or_default(),
                 };
                 // As SHOW CREATE would give it, without the password.
-                let shown: Vec<String> = options.iter().filter(|(k, _)| k != "password").map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''"))).collect();
-                let mut sql = format!("CREATE SINK {} FROM {} WITH ({})", crate::catalog::sql_name(&name), crate::catalog::sql_name(&from), shown.join(", "));
+                let shown: Vec<String> = options
+                    .iter()
+                    .filter(|(k, _)| k != "password")
+                    .map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''")))
+                    .collect();
+                let mut sql = format!(
+                    "CREATE SINK {} FROM {} WITH ({})",
+                    crate::catalog::sql_name(&name),
+                    crate::catalog::sql_name(&from),
+                    shown.join(", ")
+                );
                 if let Some((envelope, encode)) = format {
-                    sql.push_str(&format!(" FORMAT {} ENCODE {}", envelope.to_uppercase(), encode.to_uppercase()));
+                    sql.push_str(&format!(
+                        " FORMAT {} ENCODE {}",
+                        envelope.to_uppercase(),
+                        encode.to_uppercase()
+                    ));
                 }
-                self.engine.create_sink(name, &from, options.clone(), format.clone(), sql, key, *if_not_exists).await?;
-                Ok(Outcome::Command { tag: "CREATE SINK", rows: None })
+                self.engine
+                    .create_sink(
+                        name,
+                        &from,
+                        options.clone(),
+                        format.clone(),
+                        sql,
+                        key,
+                        *if_not_exists,
+                    )
+                    .await?;
+                Ok(Outcome::Command {
+                    tag: "CREATE SINK",
+                    rows: None,
+                })
             }
             Statement::DropSink { names, if_exists } => {
                 let mut notices = Vec::new();
                 let names = self.existing_names(names, *if_exists, &mut notices)?;
                 notices.extend(self.engine.drop_sinks(&names, *if_exists).await?);
-                Ok(with_notices(notices, Outcome::Command { tag: "DROP SINK", rows: None }))
+                Ok(with_notices(
+                    notices,
+                    Outcome::Command {
+                        tag: "DROP SINK",
+                        rows: None,
+                    },
+                ))
             }
-            Statement::ShowSinks => rows_of_text(&["name", "from", "connector", "target", "committed_epoch", "rows", "error"], self.engine.sink_rows()),
-            Statement::ShowSources => rows_of_text(&["name"], self.engine.source_names().into_iter().map(|n| vec![n.display()]).collect()),
+            Statement::ShowSinks => rows_of_text(
+                &[
+                    "name",
+                    "from",
+                    "connector",
+                    "target",
+                    "committed_epoch",
+                    "rows",
+                    "error",
+                ],
+                self.engine.sink_rows(),
+            ),
+            Statement::ShowSources => rows_of_text(
+                &["name"],
+                self.engine
+                    .source_names()
+                    .into_iter()
+                    .map(|n| vec![n.display()])
+                    .collect(),
+            ),
             Statement::ShowCreateSource(name) => {
                 let name = self.existing_name(name)?;
                 let source = self.named_source(&name)?;
-                rows_of_text(&["name", "create_sql"], vec![vec![name.display(), source.def.create_sql_as("SOURCE")]])
+                rows_of_text(
+                    &["name", "create_sql"],
+                    vec![vec![name.display(), source.def.create_sql_as("SOURCE")]],
+                )
             }
             Statement::ShowCreateSink(name) => {
                 let name = self.existing_name(name)?;
@@ -400,8 +625,14 @@ impl Session {
     /// Describes a statement without running it (extended protocol).
     pub async fn describe(&mut self, statement: &Statement) -> Result<StatementDescription> {
         self.engine.wait_recovered(self.notices.as_ref()).await;
-        let no_rows = StatementDescription { parameters: Vec::new(), columns: None };
-        let rows = |schema: SchemaRef| StatementDescription { parameters: Vec::new(), columns: Some(schema) };
+        let no_rows = StatementDescription {
+            parameters: Vec::new(),
+            columns: None,
+        };
+        let rows = |schema: SchemaRef| StatementDescription {
+            parameters: Vec::new(),
+            columns: Some(schema),
+        };
         let sql = match statement {
             Statement::Sql(sql) => sql,
             Statement::Subscribe(subscribe) => {
@@ -410,14 +641,39 @@ impl Session {
             }
             Statement::Fetch { skip: true, .. } => return Ok(no_rows),
             Statement::Fetch { cursor, .. } => return Ok(rows(self.cursor_schema(cursor)?)),
-            Statement::ShowMaterializedViews => return Ok(rows(text_schema(&["name", "status", "error"]))),
+            Statement::ShowMaterializedViews => {
+                return Ok(rows(text_schema(&["name", "status", "error"])));
+            }
             Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
-            Statement::ShowSinks => return Ok(rows(text_schema(&["name", "from", "connector", "target", "committed_epoch", "rows", "error"]))),
-            Statement::ShowCreateMaterializedView(_) | Statement::ShowCreateSource(_) | Statement::ShowCreateSink(_) => return Ok(rows(text_schema(&["name", "create_sql"]))),
+            Statement::ShowSinks => {
+                return Ok(rows(text_schema(&[
+                    "name",
+                    "from",
+                    "connector",
+                    "target",
+                    "committed_epoch",
+                    "rows",
+                    "error",
+                ])));
+            }
+            Statement::ShowCreateMaterializedView(_)
+            | Statement::ShowCreateSource(_)
+            | Statement::ShowCreateSink(_) => {
+                return Ok(rows(text_schema(&["name", "create_sql"])));
+            }
             Statement::CreateMaterializedView { .. }
-            | Statement::Flush | Statement::Checkpoint | Statement::CreateTable(_) | Statement::CreateTableAs { .. } | Statement::CreateTableLike { .. } | Statement::CopySubscribe(_) | Statement::DeclareSubscribeCursor { .. }
-            | Statement::ReplayDeadLetters { .. } | Statement::AlterSourceDropNotNull { .. } | Statement::DropSource { .. }
-            | Statement::CreateSink { .. } | Statement::DropSink { .. } => {
+            | Statement::Flush
+            | Statement::Checkpoint
+            | Statement::CreateTable(_)
+            | Statement::CreateTableAs { .. }
+            | Statement::CreateTableLike { .. }
+            | Statement::CopySubscribe(_)
+            | Statement::DeclareSubscribeCursor { .. }
+            | Statement::ReplayDeadLetters { .. }
+            | Statement::AlterSourceDropNotNull { .. }
+            | Statement::DropSource { .. }
+            | Statement::CreateSink { .. }
+            | Statement::DropSink { .. } => {
                 return Ok(no_rows);
             }
         };
@@ -425,12 +681,23 @@ impl Session {
         match sql.as_ref() {
             S::Query(_) | S::Explain { .. } | S::Insert(_) | S::Update(_) | S::Delete(_) => {
                 match self.planner.plan(sql).await? {
-                    Planned::Query(q) => Ok(StatementDescription { parameters: q.parameter_types()?, columns: Some(q.schema()) }),
+                    Planned::Query(q) => Ok(StatementDescription {
+                        parameters: q.parameter_types()?,
+                        columns: Some(q.schema()),
+                    }),
                     Planned::Insert { source: q, .. } | Planned::Delete { old_rows: q, .. } => {
-                        Ok(StatementDescription { parameters: q.parameter_types()?, columns: None })
+                        Ok(StatementDescription {
+                            parameters: q.parameter_types()?,
+                            columns: None,
+                        })
                     }
-                    Planned::UpdateJoined { rows, .. } => Ok(StatementDescription { parameters: rows.parameter_types()?, columns: None }),
-                    Planned::Update { old_rows, new_rows, .. } => {
+                    Planned::UpdateJoined { rows, .. } => Ok(StatementDescription {
+                        parameters: rows.parameter_types()?,
+                        columns: None,
+                    }),
+                    Planned::Update {
+                        old_rows, new_rows, ..
+                    } => {
                         let mut parameters = new_rows.parameter_types()?;
                         for (i, t) in old_rows.parameter_types()?.into_iter().enumerate() {
                             if parameters.len() <= i {
@@ -440,24 +707,50 @@ impl Session {
                                 parameters[i] = t;
                             }
                         }
-                        Ok(StatementDescription { parameters, columns: None })
+                        Ok(StatementDescription {
+                            parameters,
+                            columns: None,
+                        })
                     }
                 }
             }
-            S::Declare { stmts } if let [ast::Declare { for_query: Some(query), .. }] = stmts.as_slice() => {
+            S::Declare { stmts }
+                if let [
+                    ast::Declare {
+                        for_query: Some(query),
+                        ..
+                    },
+                ] = stmts.as_slice() =>
+            {
                 // A cursor's query may take parameters; DECLARE itself returns no rows.
                 let query = ast::Statement::Query(query.clone());
                 match self.planner.plan(&query).await? {
-                    Planned::Query(q) => Ok(StatementDescription { parameters: q.parameter_types()?, columns: None }),
+                    Planned::Query(q) => Ok(StatementDescription {
+                        parameters: q.parameter_types()?,
+                        columns: None,
+                    }),
                     _ => Ok(no_rows),
                 }
             }
-            S::ShowTables { .. } => Ok(StatementDescription { parameters: Vec::new(), columns: Some(text_schema(&["name"])) }),
-            S::ShowCreate { .. } => Ok(StatementDescription { parameters: Vec::new(), columns: Some(text_schema(&["name", "create_sql"])) }),
+            S::ShowTables { .. } => Ok(StatementDescription {
+                parameters: Vec::new(),
+                columns: Some(text_schema(&["name"])),
+            }),
+            S::ShowCreate { .. } => Ok(StatementDescription {
+                parameters: Vec::new(),
+                columns: Some(text_schema(&["name", "create_sql"])),
+            }),
             S::ShowVariable { variable } => {
                 let name = variable_name(variable);
-                let column = if name.eq_ignore_ascii_case("all") { vec!["name", "setting"] } else { vec![self.variables.get(&name)?.0] };
-                Ok(StatementDescription { parameters: Vec::new(), columns: Some(text_schema(&column)) })
+                let column = if name.eq_ignore_ascii_case("all") {
+                    vec!["name", "setting"]
+                } else {
+                    vec![self.variables.get(&name)?.0]
+                };
+                Ok(StatementDescription {
+                    parameters: Vec::new(),
+                    columns: Some(text_schema(&column)),
+                })
             }
             _ => Ok(no_rows),
         }
@@ -483,12 +776,19 @@ impl Session {
             return Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{}\" is a source, not a table", name.name))
                 .with_hint("a source's records come from its connector; ALTER SOURCE and SHOW CREATE SOURCE apply to it"));
         }
-        Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{}\" does not exist", name.display())))
+        Err(Error::new(
+            SqlState::UNDEFINED_TABLE,
+            format!("relation \"{}\" does not exist", name.display()),
+        ))
     }
 
     fn named_source(&self, name: &QualifiedName) -> Result<Arc<crate::source::Source>> {
         self.engine.source(name).ok_or_else(|| {
-            let state = if self.engine.name_taken(name) { SqlState::WRONG_OBJECT_TYPE } else { SqlState::UNDEFINED_TABLE };
+            let state = if self.engine.name_taken(name) {
+                SqlState::WRONG_OBJECT_TYPE
+            } else {
+                SqlState::UNDEFINED_TABLE
+            };
             Error::new(state, format!("source \"{}\" does not exist", name.name))
         })
     }
@@ -507,42 +807,70 @@ impl Session {
         Ok(out)
     }
 
-    async fn create_materialized_view(&mut self, create: &ast::CreateView, emit_on_close: bool) -> Result<Outcome> {
+    async fn create_materialized_view(
+        &mut self,
+        create: &ast::CreateView,
+        emit_on_close: bool,
+    ) -> Result<Outcome> {
         let name = self.new_name(&create.name)?;
         if self.engine.name_taken(&name) && create.if_not_exists {
             return Ok(Outcome::Warning {
                 message: format!("relation \"{}\" already exists, skipping", name.name),
-                then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
+                then: Box::new(Outcome::Command {
+                    tag: "CREATE MATERIALIZED VIEW",
+                    rows: None,
+                }),
             });
         }
         if create.or_replace {
-            return Err(Error::unsupported("CREATE OR REPLACE MATERIALIZED VIEW is not supported: drop the view first"));
+            return Err(Error::unsupported(
+                "CREATE OR REPLACE MATERIALIZED VIEW is not supported: drop the view first",
+            ));
         }
         if !create.columns.is_empty() {
-            return Err(Error::unsupported("column names after the view name are not supported: alias the columns in the query"));
+            return Err(Error::unsupported(
+                "column names after the view name are not supported: alias the columns in the query",
+            ));
         }
         let options = eddy_sql::windows::view_options(&create.options, emit_on_close)?;
         let plan = self.planner.plan_view(&create.query, &options).await?;
         let started = std::time::Instant::now();
         let stored = self.stored_form(create, &name)?;
-        let sql = if emit_on_close { format!("{stored} EMIT ON WINDOW CLOSE") } else { stored.to_string() };
-        let (rows, sources) = self.engine.create_view(name.clone(), sql, plan, None, self.notices.clone()).await?;
+        let sql = if emit_on_close {
+            format!("{stored} EMIT ON WINDOW CLOSE")
+        } else {
+            stored.to_string()
+        };
+        let (rows, sources) = self
+            .engine
+            .create_view(name.clone(), sql, plan, None, self.notices.clone())
+            .await?;
         let sources = match sources {
             0 => String::new(),
             1 => " and read its source to the end".to_owned(),
             n => format!(" and read its {n} sources to the end"),
         };
         Ok(Outcome::Notice {
-            message: format!("materialized view \"{}\" backfilled from {rows} rows{sources} in {} ms", name.display(), started.elapsed().as_millis()),
+            message: format!(
+                "materialized view \"{}\" backfilled from {rows} rows{sources} in {} ms",
+                name.display(),
+                started.elapsed().as_millis()
+            ),
             detail: None,
-            then: Box::new(Outcome::Command { tag: "CREATE MATERIALIZED VIEW", rows: None }),
+            then: Box::new(Outcome::Command {
+                tag: "CREATE MATERIALIZED VIEW",
+                rows: None,
+            }),
         })
     }
 
     /// Plans a stored view again at start-up, under its original id.
     pub(crate) async fn restore_view(&mut self, def: &crate::catalog::ViewDef) -> Result<()> {
         let plan = self.plan_stored_view(def).await?;
-        self.engine.create_view(def.qualified(), def.sql.clone(), plan, Some(def.id), None).await.map(|_| ())
+        self.engine
+            .create_view(def.qualified(), def.sql.clone(), plan, Some(def.id), None)
+            .await
+            .map(|_| ())
     }
 
     /// A write to a materialized view or a source is refused as PostgreSQL refuses writes to
@@ -559,7 +887,8 @@ impl Session {
             },
             ast::Statement::Update(update) => relation(&update.table),
             ast::Statement::Delete(delete) => match &delete.from {
-                ast::FromTable::WithFromKeyword(tables) | ast::FromTable::WithoutKeyword(tables) => tables.first().and_then(relation),
+                ast::FromTable::WithFromKeyword(tables)
+                | ast::FromTable::WithoutKeyword(tables) => tables.first().and_then(relation),
             },
             _ => None,
         };
@@ -572,15 +901,28 @@ impl Session {
         } else {
             return Ok(());
         };
-        Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("cannot change {what} \"{}\"", name.name)))
+        Err(Error::new(
+            SqlState::WRONG_OBJECT_TYPE,
+            format!("cannot change {what} \"{}\"", name.name),
+        ))
     }
 
     /// Plans a view stored in the catalog from its SQL.
-    pub(crate) async fn plan_stored_view(&mut self, def: &crate::catalog::ViewDef) -> Result<eddy_sql::ViewPlan> {
+    pub(crate) async fn plan_stored_view(
+        &mut self,
+        def: &crate::catalog::ViewDef,
+    ) -> Result<eddy_sql::ViewPlan> {
         let parsed = eddy_sql::parse_statements(&def.sql)?;
         let (create, emit_on_close) = match parsed.first().map(|p| &p.statement) {
-            Some(Statement::CreateMaterializedView { create, emit_on_close }) => (create.clone(), *emit_on_close),
-            _ => return Err(Error::internal("stored view does not parse to one CREATE MATERIALIZED VIEW")),
+            Some(Statement::CreateMaterializedView {
+                create,
+                emit_on_close,
+            }) => (create.clone(), *emit_on_close),
+            _ => {
+                return Err(Error::internal(
+                    "stored view does not parse to one CREATE MATERIALIZED VIEW",
+                ));
+            }
         };
         let options = eddy_sql::windows::view_options(&create.options, emit_on_close)?;
         self.planner.plan_view(&create.query, &options).await
@@ -588,7 +930,10 @@ impl Session {
 
     /// Resolves a SUBSCRIBE target to a view (a temporary one for queries and tables) and
     /// subscribes to it. Returns the subscription, the output schema and the temporary view.
-    async fn start_subscription(&mut self, subscribe: &eddy_sql::Subscribe) -> Result<(crate::views::Subscription, SchemaRef, Option<ObjectId>)> {
+    async fn start_subscription(
+        &mut self,
+        subscribe: &eddy_sql::Subscribe,
+    ) -> Result<(crate::views::Subscription, SchemaRef, Option<ObjectId>)> {
         let (schema, target) = self.subscription_target(subscribe, true).await?;
         let (view_id, temporary) = match target {
             Some(SubscriptionTarget::View(id)) => (id, None),
@@ -604,29 +949,53 @@ impl Session {
                 return Err(e);
             }
         };
-        Ok((subscription, subscription_schema(&schema, subscribe.progress), temporary))
+        Ok((
+            subscription,
+            subscription_schema(&schema, subscribe.progress),
+            temporary,
+        ))
     }
 
     /// The columns a SUBSCRIBE target has, and (when `create`) the view to subscribe to: the
     /// named view, or a temporary view made for a query or a table.
-    async fn subscription_target(&mut self, subscribe: &eddy_sql::Subscribe, create: bool) -> Result<(SchemaRef, Option<SubscriptionTarget>)> {
+    async fn subscription_target(
+        &mut self,
+        subscribe: &eddy_sql::Subscribe,
+        create: bool,
+    ) -> Result<(SchemaRef, Option<SubscriptionTarget>)> {
         let query = match &subscribe.target {
             eddy_sql::SubscribeTarget::Name(name) => {
                 let name = self.existing_name(name)?;
                 if let Some(view) = self.engine.view(&name) {
-                    return Ok((Arc::clone(&view.schema), Some(SubscriptionTarget::View(view.def.id))));
+                    return Ok((
+                        Arc::clone(&view.schema),
+                        Some(SubscriptionTarget::View(view.def.id)),
+                    ));
                 }
-                if self.engine.table(&name).is_none() && self.engine.source(&name).is_none() && self.engine.plain_view(&name).is_none() {
-                    return Err(Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{}\" does not exist", name.display())));
+                if self.engine.table(&name).is_none()
+                    && self.engine.source(&name).is_none()
+                    && self.engine.plain_view(&name).is_none()
+                {
+                    return Err(Error::new(
+                        SqlState::UNDEFINED_TABLE,
+                        format!("relation \"{}\" does not exist", name.display()),
+                    ));
                 }
                 let parsed = eddy_sql::parse_statements(&format!("SELECT * FROM {name}"))?;
-                let Some(Statement::Sql(q)) = parsed.into_iter().next().map(|p| p.statement) else { return Err(Error::internal("subscribe query")) };
-                let ast::Statement::Query(q) = *q else { return Err(Error::internal("subscribe query")) };
+                let Some(Statement::Sql(q)) = parsed.into_iter().next().map(|p| p.statement) else {
+                    return Err(Error::internal("subscribe query"));
+                };
+                let ast::Statement::Query(q) = *q else {
+                    return Err(Error::internal("subscribe query"));
+                };
                 q
             }
             eddy_sql::SubscribeTarget::Query(query) => query.clone(),
         };
-        let plan = self.planner.plan_view(&query, &eddy_sql::ViewOptions::default()).await?;
+        let plan = self
+            .planner
+            .plan_view(&query, &eddy_sql::ViewOptions::default())
+            .await?;
         let schema = Arc::clone(&plan.schema);
         if !create {
             return Ok((schema, None));
@@ -636,10 +1005,19 @@ impl Session {
     }
 
     /// A never-ending change stream (streaming SUBSCRIBE and COPY (SUBSCRIBE) TO STDOUT).
-    pub async fn open_subscription(&mut self, subscribe: &eddy_sql::Subscribe) -> Result<SubscriptionStream> {
+    pub async fn open_subscription(
+        &mut self,
+        subscribe: &eddy_sql::Subscribe,
+    ) -> Result<SubscriptionStream> {
         self.engine.wait_recovered(self.notices.as_ref()).await;
         let (subscription, schema, temporary_view) = self.start_subscription(subscribe).await?;
-        Ok(SubscriptionStream { subscription, schema, progress: subscribe.progress, temporary_view, engine: Arc::clone(&self.engine) })
+        Ok(SubscriptionStream {
+            subscription,
+            schema,
+            progress: subscribe.progress,
+            temporary_view,
+            engine: Arc::clone(&self.engine),
+        })
     }
 
     /// Finishes a `COPY FROM STDIN` with all of its data.
@@ -662,11 +1040,15 @@ impl Session {
         };
         let count = rows.num_rows();
         let rows = conform(&table, rows)?;
-        self.write(guard, table, vec![ChangeBatch::inserts(rows)]).await?;
+        self.write(guard, table, vec![ChangeBatch::inserts(rows)])
+            .await?;
         if self.variables.implicit_flush() && self.transaction.is_none() {
             self.engine.flush().await?;
         }
-        Ok(Outcome::Command { tag: "COPY", rows: Some(count) })
+        Ok(Outcome::Command {
+            tag: "COPY",
+            rows: Some(count),
+        })
     }
 
     /// Marks the open transaction failed (after a COPY the client aborted, for instance).
@@ -677,23 +1059,39 @@ impl Session {
     }
 
     fn show_tables(&self) -> Outcome {
-        let names: Vec<String> = self.engine.table_names().iter().map(QualifiedName::display).collect();
+        let names: Vec<String> = self
+            .engine
+            .table_names()
+            .iter()
+            .map(QualifiedName::display)
+            .collect();
         let schema = text_schema(&["name"]);
         let column: ArrayRef = Arc::new(StringArray::from(names));
-        let batch = RecordBatch::try_new(Arc::clone(&schema), vec![column]).map_or_else(|_| Vec::new(), |b| vec![b]);
-        Outcome::Rows { schema, batches: batch }
+        let batch = RecordBatch::try_new(Arc::clone(&schema), vec![column])
+            .map_or_else(|_| Vec::new(), |b| vec![b]);
+        Outcome::Rows {
+            schema,
+            batches: batch,
+        }
     }
 
     fn show_create_table(&self, name: &ast::ObjectName) -> Result<Outcome> {
         let name = self.existing_name(name)?;
         let table = self.writable_table(&name)?;
-        rows_of_text(&["name", "create_sql"], vec![vec![name.display(), table.def.create_sql()]])
+        rows_of_text(
+            &["name", "create_sql"],
+            vec![vec![name.display(), table.def.create_sql()]],
+        )
     }
 
     fn show_variable(&self, variable: &[ast::Ident]) -> Result<Outcome> {
         let name = variable_name(variable);
         if name.eq_ignore_ascii_case("all") {
-            let rows = self.variables.all().map(|(k, v)| vec![k.to_owned(), v.to_owned()]).collect();
+            let rows = self
+                .variables
+                .all()
+                .map(|(k, v)| vec![k.to_owned(), v.to_owned()])
+                .collect();
             return rows_of_text(&["name", "setting"], rows);
         }
         let (canonical, value) = self.variables.get(&name)?;
@@ -702,9 +1100,14 @@ impl Session {
 
     fn set(&mut self, set: &ast::Set) -> Result<Outcome> {
         use ast::Set;
-        let done = Outcome::Command { tag: "SET", rows: None };
+        let done = Outcome::Command {
+            tag: "SET",
+            rows: None,
+        };
         match set {
-            Set::SingleAssignment { variable, values, .. } => {
+            Set::SingleAssignment {
+                variable, values, ..
+            } => {
                 let name = variable.to_string();
                 let value = set_value(values)?;
                 self.variables.set(&name, value)?;
@@ -718,7 +1121,8 @@ impl Session {
                 Ok(done)
             }
             Set::SetNames { charset_name, .. } => {
-                self.variables.set("client_encoding", Some(charset_name.value.clone()))?;
+                self.variables
+                    .set("client_encoding", Some(charset_name.value.clone()))?;
                 Ok(done)
             }
             Set::SetTransaction { .. } | Set::SetSessionParam(_) => Ok(done),
@@ -732,22 +1136,54 @@ impl Session {
     fn catalog_statement_begins(&self, statement: &Statement) {
         let text = match statement {
             Statement::Sql(sql) => sql.to_string(),
-            other => format!("{other:?}").split(['(', ' ', '{']).next().unwrap_or_default().to_owned(),
+            other => format!("{other:?}")
+                .split(['(', ' ', '{'])
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
         };
-        *self.view.variables.lock().unwrap_or_else(|p| p.into_inner()) = self.variables.clone();
-        let application = self.variables.get("application_name").map(|v| v.1).unwrap_or_default();
-        self.engine.sessions.update(self.view.pid, Some(text), self.transaction.is_some(), &application);
+        *self
+            .view
+            .variables
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = self.variables.clone();
+        let application = self
+            .variables
+            .get("application_name")
+            .map(|v| v.1)
+            .unwrap_or_default();
+        self.engine.sessions.update(
+            self.view.pid,
+            Some(text),
+            self.transaction.is_some(),
+            &application,
+        );
     }
 
     /// Applies the settings `set_config()` made during the statement.
     fn catalog_statement_ends(&mut self) -> Result<()> {
-        let pending = std::mem::take(&mut *self.view.pending_settings.lock().unwrap_or_else(|p| p.into_inner()));
+        let pending = std::mem::take(
+            &mut *self
+                .view
+                .pending_settings
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
         let mut result = Ok(());
         for (name, value) in pending {
             result = result.and(self.set_variable(&name, &value));
         }
-        let application = self.variables.get("application_name").map(|v| v.1).unwrap_or_default();
-        self.engine.sessions.update(self.view.pid, None, self.transaction.is_some(), &application);
+        let application = self
+            .variables
+            .get("application_name")
+            .map(|v| v.1)
+            .unwrap_or_default();
+        self.engine.sessions.update(
+            self.view.pid,
+            None,
+            self.transaction.is_some(),
+            &application,
+        );
         result
     }
 
@@ -774,10 +1210,19 @@ impl SubscriptionStream {
     pub async fn next(&mut self) -> Result<Option<Vec<RecordBatch>>> {
         match self.subscription.events.recv().await {
             Some(event) => change_rows(&self.schema, self.progress, &event).map(Some),
-            None if self.subscription.lagged.load(std::sync::atomic::Ordering::Relaxed) => Err(Error::new(
-                SqlState::INSUFFICIENT_RESOURCES,
-                format!("subscription fell more than {} epochs behind and was dropped", eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX),
-            )),
+            None if self
+                .subscription
+                .lagged
+                .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                Err(Error::new(
+                    SqlState::INSUFFICIENT_RESOURCES,
+                    format!(
+                        "subscription fell more than {} epochs behind and was dropped",
+                        eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX
+                    ),
+                ))
+            }
             None => Ok(None),
         }
     }
@@ -792,29 +1237,58 @@ impl Drop for SubscriptionStream {
 }
 
 /// One epoch of changes as cursor rows: epoch, diff, [progressed], the view's columns.
-fn change_rows(schema: &SchemaRef, progress: bool, event: &crate::views::EpochChanges) -> Result<Vec<RecordBatch>> {
+fn change_rows(
+    schema: &SchemaRef,
+    progress: bool,
+    event: &crate::views::EpochChanges,
+) -> Result<Vec<RecordBatch>> {
     use arrow::array::{BooleanArray, Int64Array};
     let mut out = Vec::new();
     let epoch = event.epoch as i64;
     if let Some(changes) = &event.changes {
         let n = changes.len();
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![epoch; n])), Arc::new(changes.diffs().clone())];
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![epoch; n])),
+            Arc::new(changes.diffs().clone()),
+        ];
         if progress {
             columns.push(Arc::new(BooleanArray::from(vec![false; n])));
         }
         columns.extend(changes.rows().columns().iter().cloned());
-        out.push(RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| Error::internal(format!("cursor rows: {e}")))?);
+        out.push(
+            RecordBatch::try_new(Arc::clone(schema), columns)
+                .map_err(|e| Error::internal(format!("cursor rows: {e}")))?,
+        );
     }
     if progress {
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![epoch])), Arc::new(Int64Array::from(vec![None::<i64>])), Arc::new(BooleanArray::from(vec![true]))];
-        columns.extend(schema.fields().iter().skip(3).map(|f| arrow::array::new_null_array(f.data_type(), 1)));
-        out.push(RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| Error::internal(format!("progress row: {e}")))?);
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![epoch])),
+            Arc::new(Int64Array::from(vec![None::<i64>])),
+            Arc::new(BooleanArray::from(vec![true])),
+        ];
+        columns.extend(
+            schema
+                .fields()
+                .iter()
+                .skip(3)
+                .map(|f| arrow::array::new_null_array(f.data_type(), 1)),
+        );
+        out.push(
+            RecordBatch::try_new(Arc::clone(schema), columns)
+                .map_err(|e| Error::internal(format!("progress row: {e}")))?,
+        );
     }
     Ok(out)
 }
 
 fn is_write(outcome: &Outcome) -> bool {
-    matches!(outcome, Outcome::Command { tag: "INSERT" | "UPDATE" | "DELETE" | "COPY", .. } | Outcome::TransactionEnd { tag: "COMMIT" })
+    matches!(
+        outcome,
+        Outcome::Command {
+            tag: "INSERT" | "UPDATE" | "DELETE" | "COPY",
+            ..
+        } | Outcome::TransactionEnd { tag: "COMMIT" }
+    )
 }
 
 fn is_transaction_end(statement: &Statement) -> bool {
@@ -845,7 +1319,11 @@ fn conform(table: &Table, batch: RecordBatch) -> Result<RecordBatch> {
         if !field.is_nullable() && column.null_count() > 0 {
             return Err(Error::new(
                 SqlState::NOT_NULL_VIOLATION,
-                format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", field.name(), table.def.name),
+                format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                    field.name(),
+                    table.def.name
+                ),
             ));
         }
         if column.data_type() != field.data_type() {
@@ -857,12 +1335,23 @@ fn conform(table: &Table, batch: RecordBatch) -> Result<RecordBatch> {
             )));
         }
     }
-    let columns = table.schema.fields().iter().zip(batch.columns()).map(|(field, column)| eddy_sql::pg::assign::to_declared(column, field)).collect::<Result<Vec<_>>>()?;
-    RecordBatch::try_new(Arc::clone(&table.schema), columns).map_err(|e| Error::internal(format!("labelling rows of \"{}\": {e}", table.def.name)))
+    let columns = table
+        .schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(field, column)| eddy_sql::pg::assign::to_declared(column, field))
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(Arc::clone(&table.schema), columns)
+        .map_err(|e| Error::internal(format!("labelling rows of \"{}\": {e}", table.def.name)))
 }
 
 fn variable_name(variable: &[ast::Ident]) -> String {
-    variable.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(" ")
+    variable
+        .iter()
+        .map(|i| i.value.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The value of `SET x = v`: literals and identifiers as text, `DEFAULT` as `None`.
@@ -877,11 +1366,23 @@ fn set_value(values: &[ast::Expr]) -> Result<Option<String>> {
                 Value::Boolean(b) => b.to_string(),
                 other => other.to_string(),
             },
-            Expr::Identifier(i) if i.value.eq_ignore_ascii_case("default") && i.quote_style.is_none() => return Ok(None),
+            Expr::Identifier(i)
+                if i.value.eq_ignore_ascii_case("default") && i.quote_style.is_none() =>
+            {
+                return Ok(None);
+            }
             Expr::Identifier(i) => i.value.clone(),
-            Expr::UnaryOp { op: ast::UnaryOperator::Minus, expr } => format!("-{expr}"),
-            Expr::UnaryOp { op: ast::UnaryOperator::Plus, expr } => format!("+{expr}"),
-            Expr::Interval(_) => return Err(Error::unsupported("SET ... TO INTERVAL is not supported")),
+            Expr::UnaryOp {
+                op: ast::UnaryOperator::Minus,
+                expr,
+            } => format!("-{expr}"),
+            Expr::UnaryOp {
+                op: ast::UnaryOperator::Plus,
+                expr,
+            } => format!("+{expr}"),
+            Expr::Interval(_) => {
+                return Err(Error::unsupported("SET ... TO INTERVAL is not supported"));
+            }
             other => other.to_string(),
         };
         parts.push(text);
@@ -896,7 +1397,10 @@ enum SubscriptionTarget {
 
 /// `eddy_epoch`, `eddy_diff` (and `eddy_progressed` with PROGRESS), then the view's columns.
 fn subscription_schema(view: &SchemaRef, progress: bool) -> SchemaRef {
-    let mut fields = vec![Field::new("eddy_epoch", DataType::Int64, false), Field::new("eddy_diff", DataType::Int64, true)];
+    let mut fields = vec![
+        Field::new("eddy_epoch", DataType::Int64, false),
+        Field::new("eddy_diff", DataType::Int64, true),
+    ];
     if progress {
         fields.push(Field::new("eddy_progressed", DataType::Boolean, true));
     }
@@ -905,19 +1409,39 @@ fn subscription_schema(view: &SchemaRef, progress: bool) -> SchemaRef {
 }
 
 fn text_schema(names: &[&str]) -> SchemaRef {
-    Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::Utf8, true)).collect::<Vec<_>>()))
+    Arc::new(Schema::new(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ))
 }
 
 /// `done`, preceded by NOTICEs.
 pub(crate) fn with_notices(notices: Vec<Notice>, done: Outcome) -> Outcome {
-    notices.into_iter().rev().fold(done, |then, n| Outcome::Notice { message: n.message, detail: n.detail, then: Box::new(then) })
+    notices
+        .into_iter()
+        .rev()
+        .fold(done, |then, n| Outcome::Notice {
+            message: n.message,
+            detail: n.detail,
+            then: Box::new(then),
+        })
 }
 
 pub(crate) fn rows_of_text(names: &[&str], rows: Vec<Vec<String>>) -> Result<Outcome> {
     let schema = text_schema(names);
     let columns: Vec<ArrayRef> = (0..names.len())
-        .map(|c| Arc::new(StringArray::from(rows.iter().map(|r| r[c].clone()).collect::<Vec<_>>())) as ArrayRef)
+        .map(|c| {
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r[c].clone()).collect::<Vec<_>>(),
+            )) as ArrayRef
+        })
         .collect();
-    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| Error::internal(e.to_string()))?;
-    Ok(Outcome::Rows { schema, batches: vec![batch] })
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    Ok(Outcome::Rows {
+        schema,
+        batches: vec![batch],
+    })
 }

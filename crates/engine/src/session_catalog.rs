@@ -47,7 +47,11 @@ pub(crate) struct Local<'a> {
 
 impl Drop for Local<'_> {
     fn drop(&mut self) {
-        self.catalog.locals.lock().unwrap_or_else(|p| p.into_inner()).remove(self.name);
+        self.catalog
+            .locals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(self.name);
     }
 }
 
@@ -66,14 +70,36 @@ impl SessionCatalog {
     }
 
     /// Makes `rows` readable as the relation `name` until the returned guard drops.
-    pub(crate) fn local(&self, name: &'static str, schema: SchemaRef, rows: Vec<RecordBatch>) -> Local<'_> {
-        let table = SnapshotTable { id: ObjectId(0), kind: "BASE TABLE", schema, snapshot: Some(Arc::new(rows)), watermark: None, append_only: false };
-        self.locals.lock().unwrap_or_else(|p| p.into_inner()).insert(name, Arc::new(table));
-        Local { catalog: self, name }
+    pub(crate) fn local(
+        &self,
+        name: &'static str,
+        schema: SchemaRef,
+        rows: Vec<RecordBatch>,
+    ) -> Local<'_> {
+        let table = SnapshotTable {
+            id: ObjectId(0),
+            kind: "BASE TABLE",
+            schema,
+            snapshot: Some(Arc::new(rows)),
+            watermark: None,
+            append_only: false,
+        };
+        self.locals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, Arc::new(table));
+        Local {
+            catalog: self,
+            name,
+        }
     }
 
     /// Runs `f` on the table's contents as this session sees them (its transaction's copy).
-    pub(crate) fn with_table_data<R>(&self, table: &Table, f: impl FnOnce(&TableData) -> R) -> Result<R> {
+    pub(crate) fn with_table_data<R>(
+        &self,
+        table: &Table,
+        f: impl FnOnce(&TableData) -> R,
+    ) -> Result<R> {
         let forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
         Ok(match forks.get(&table.def.id) {
             Some(fork) => f(fork),
@@ -81,7 +107,11 @@ impl SessionCatalog {
         })
     }
 
-    pub(crate) fn with_table_data_mut<R>(&self, table: &Table, f: impl FnOnce(&mut TableData) -> R) -> Result<R> {
+    pub(crate) fn with_table_data_mut<R>(
+        &self,
+        table: &Table,
+        f: impl FnOnce(&mut TableData) -> R,
+    ) -> Result<R> {
         let mut forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
         Ok(match forks.get_mut(&table.def.id) {
             Some(fork) => f(fork),
@@ -108,16 +138,38 @@ impl SessionCatalog {
 
     fn view_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
         let view = self.engine.view(name)?;
-        let snapshots = self.views.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| self.engine.view_snapshots()).clone();
-        let snapshot = snapshots.get(&view.def.id).cloned().unwrap_or_else(|| Arc::new(Vec::new()));
+        let snapshots = self
+            .views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| self.engine.view_snapshots())
+            .clone();
+        let snapshot = snapshots
+            .get(&view.def.id)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Vec::new()));
         let watermark = view.watermark.as_ref().map(|(column, _)| column.clone());
-        Some(Arc::new(SnapshotTable { id: view.def.id, kind: "VIEW", schema: Arc::clone(&view.schema), snapshot: Some(snapshot), watermark, append_only: false }))
+        Some(Arc::new(SnapshotTable {
+            id: view.def.id,
+            kind: "VIEW",
+            schema: Arc::clone(&view.schema),
+            snapshot: Some(snapshot),
+            watermark,
+            append_only: false,
+        }))
     }
 
     fn plain_view_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
         let view = self.engine.plain_view(name)?;
         let schema = view.arrow_schema().map_err(|e| tracing::error!(view = %name.display(), error = %e, "a plain view's columns are unreadable")).ok()?;
-        Some(Arc::new(SnapshotTable { id: view.id, kind: "VIEW", schema, snapshot: None, watermark: None, append_only: false }))
+        Some(Arc::new(SnapshotTable {
+            id: view.id,
+            kind: "VIEW",
+            schema,
+            snapshot: None,
+            watermark: None,
+            append_only: false,
+        }))
     }
 
     fn table_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
@@ -136,40 +188,76 @@ impl SessionCatalog {
             Arc::new(Vec::new())
         });
         let watermark = table.def.watermark.as_ref().map(|w| w.column.clone());
-        Some(Arc::new(SnapshotTable { id: table.def.id, kind: "BASE TABLE", schema: Arc::clone(&table.schema), snapshot: Some(snapshot), watermark, append_only: table.def.append_only }))
+        Some(Arc::new(SnapshotTable {
+            id: table.def.id,
+            kind: "BASE TABLE",
+            schema: Arc::clone(&table.schema),
+            snapshot: Some(snapshot),
+            watermark,
+            append_only: table.def.append_only,
+        }))
     }
 }
 
 impl CatalogSource for SessionCatalog {
     fn table(&self, schema: &str, name: &str) -> Option<Arc<dyn TableSource>> {
-        if let Some(local) = self.locals.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+        if let Some(local) = self
+            .locals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
             return Some(Arc::clone(local));
         }
         if schema == EDDY_CATALOG_SCHEMA {
             let (schema, batch) = crate::system::table(&self.engine, name)?;
-            return Some(Arc::new(SnapshotTable { id: ObjectId(0), kind: "BASE TABLE", schema, snapshot: Some(Arc::new(batch)), watermark: None, append_only: false }));
+            return Some(Arc::new(SnapshotTable {
+                id: ObjectId(0),
+                kind: "BASE TABLE",
+                schema,
+                snapshot: Some(Arc::new(batch)),
+                watermark: None,
+                append_only: false,
+            }));
         }
         let name = QualifiedName::new(schema, name);
         if let Some(source) = self.engine.source(&name) {
             let watermark = source.def.watermark.as_ref().map(|w| w.column.clone());
-            return Some(Arc::new(SnapshotTable { id: source.def.id, kind: "FOREIGN", schema: Arc::clone(&source.schema), snapshot: None, watermark, append_only: source.def.append_only }));
+            return Some(Arc::new(SnapshotTable {
+                id: source.def.id,
+                kind: "FOREIGN",
+                schema: Arc::clone(&source.schema),
+                snapshot: None,
+                watermark,
+                append_only: source.def.append_only,
+            }));
         }
-        self.table_table(&name).or_else(|| self.view_table(&name)).or_else(|| self.plain_view_table(&name))
+        self.table_table(&name)
+            .or_else(|| self.view_table(&name))
+            .or_else(|| self.plain_view_table(&name))
     }
 
     fn failure(&self, schema: &str, name: &str) -> Option<Error> {
-        self.engine.view_failure(&*self.engine.view(&QualifiedName::new(schema, name))?)
+        self.engine
+            .view_failure(&*self.engine.view(&QualifiedName::new(schema, name))?)
     }
 
     fn table_names(&self, schema: &str) -> Vec<String> {
         if schema == EDDY_CATALOG_SCHEMA {
-            return crate::system::NAMES.iter().map(|n| (*n).to_owned()).collect();
+            return crate::system::NAMES
+                .iter()
+                .map(|n| (*n).to_owned())
+                .collect();
         }
         let mut names: Vec<QualifiedName> = self.engine.table_names();
         names.extend(self.engine.view_names());
         names.extend(self.engine.source_names());
         names.extend(self.engine.plain_view_names());
-        names.into_iter().filter(|n| n.schema == schema).map(|n| n.name).collect()
+        names
+            .into_iter()
+            .filter(|n| n.schema == schema)
+            .map(|n| n.name)
+            .collect()
     }
 
     fn namespaces(&self) -> Vec<Namespace> {
@@ -189,14 +277,22 @@ impl CatalogSource for SessionCatalog {
     }
 
     fn settings(&self) -> Vec<(String, String)> {
-        self.variables.lock().unwrap_or_else(|p| p.into_inner()).all().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+        self.variables
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .all()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
     }
 
     fn set_setting(&self, name: &str, value: &str) -> Result<String> {
         let mut variables = self.variables.lock().unwrap_or_else(|p| p.into_inner());
         variables.set(name, Some(value.to_owned()))?;
         let (canonical, value) = variables.get(name)?;
-        self.pending_settings.lock().unwrap_or_else(|p| p.into_inner()).push((canonical.to_owned(), value.clone()));
+        self.pending_settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((canonical.to_owned(), value.clone()));
         Ok(value)
     }
 
@@ -210,7 +306,11 @@ impl CatalogSource for SessionCatalog {
 
     fn view_definition(&self, schema: &str, name: &str) -> Option<ViewDefinition> {
         let view = self.engine.plain_view(&QualifiedName::new(schema, name))?;
-        Some(ViewDefinition { id: view.id, query: view.query.clone(), columns: view.columns.iter().map(|c| c.name.clone()).collect() })
+        Some(ViewDefinition {
+            id: view.id,
+            query: view.query.clone(),
+            columns: view.columns.iter().map(|c| c.name.clone()).collect(),
+        })
     }
 }
 
@@ -259,6 +359,8 @@ impl TableSource for SnapshotTable {
 
 impl std::fmt::Debug for TableData {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TableData").field("rows", &self.row_count()).finish()
+        f.debug_struct("TableData")
+            .field("rows", &self.row_count())
+            .finish()
     }
 }

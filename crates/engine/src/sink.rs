@@ -50,8 +50,23 @@ pub struct SinkDef {
 }
 
 /// The options each connector knows.
-const POSTGRES_OPTIONS: [&str; 9] = ["connector", "hostname", "port", "username", "password", "database.name", "schema.name", "table.name", "primary_key"];
-const KAFKA_OPTIONS: [&str; 4] = ["connector", "topic", "properties.bootstrap.server", "primary_key"];
+const POSTGRES_OPTIONS: [&str; 9] = [
+    "connector",
+    "hostname",
+    "port",
+    "username",
+    "password",
+    "database.name",
+    "schema.name",
+    "table.name",
+    "primary_key",
+];
+const KAFKA_OPTIONS: [&str; 4] = [
+    "connector",
+    "topic",
+    "properties.bootstrap.server",
+    "primary_key",
+];
 const FILE_OPTIONS: [&str; 3] = ["connector", "path", "rollover_seconds"];
 
 /// Where a sink writes, by connector.
@@ -67,30 +82,60 @@ impl SinkDef {
     }
 
     pub fn option(&self, name: &str) -> Option<String> {
-        self.options.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        self.options
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
     }
 
     /// Checks the options (connector, required and unknown ones) and the format.
-    pub fn validate(options: &[(String, String)], format: Option<&(String, String)>) -> Result<Target> {
-        let option = |name: &str| options.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        let connector = option("connector").ok_or_else(|| Error::invalid_parameter("a sink needs the option connector = 'postgres' | 'kafka' | 'file'"))?;
+    pub fn validate(
+        options: &[(String, String)],
+        format: Option<&(String, String)>,
+    ) -> Result<Target> {
+        let option = |name: &str| {
+            options
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let connector = option("connector").ok_or_else(|| {
+            Error::invalid_parameter(
+                "a sink needs the option connector = 'postgres' | 'kafka' | 'file'",
+            )
+        })?;
         let known: &[&str] = match connector.as_str() {
             "postgres" => &POSTGRES_OPTIONS,
             "kafka" => &KAFKA_OPTIONS,
             "file" => &FILE_OPTIONS,
-            c => return Err(Error::invalid_parameter(format!("unknown sink connector '{c}' (available: 'postgres', 'kafka', 'file')"))),
+            c => {
+                return Err(Error::invalid_parameter(format!(
+                    "unknown sink connector '{c}' (available: 'postgres', 'kafka', 'file')"
+                )));
+            }
         };
         if let Some((k, _)) = options.iter().find(|(k, _)| !known.contains(&k.as_str())) {
-            return Err(Error::invalid_parameter(format!("unknown option {k} for a {connector} sink (known: {})", known.join(", "))));
+            return Err(Error::invalid_parameter(format!(
+                "unknown option {k} for a {connector} sink (known: {})",
+                known.join(", ")
+            )));
         }
         if connector != "kafka"
             && let Some((envelope, encode)) = format
         {
-            return Err(Error::new(SqlState::SYNTAX_ERROR, format!("a {connector} sink takes no FORMAT {envelope} ENCODE {encode} (only kafka sinks do)")));
+            return Err(Error::new(
+                SqlState::SYNTAX_ERROR,
+                format!(
+                    "a {connector} sink takes no FORMAT {envelope} ENCODE {encode} (only kafka sinks do)"
+                ),
+            ));
         }
         match connector.as_str() {
             "postgres" => PostgresTarget::from_options(option).map(Target::Postgres),
-            "kafka" => KafkaTarget::from_options(option, format.map(|(e, c)| (e.as_str(), c.as_str()))).map(Target::Kafka),
+            "kafka" => {
+                KafkaTarget::from_options(option, format.map(|(e, c)| (e.as_str(), c.as_str())))
+                    .map(Target::Kafka)
+            }
             _ => FileTarget::from_options(option).map(Target::File),
         }
     }
@@ -106,15 +151,39 @@ impl SinkDef {
     }
 
     fn writer(&self, meta: Arc<MetaStore>) -> Result<Writer> {
-        let progress = Progress { meta, sink: self.id };
-        Ok(match SinkDef::validate(&self.options, self.format.as_ref())? {
-            Target::Postgres(target) => {
-                let columns = self.columns.iter().map(|(name, pg_type)| SinkColumn { name: name.clone(), pg_type: pg_type.clone() }).collect();
-                Writer::Postgres(PostgresSink::new(self.name.clone(), target, columns, self.key.clone()))
-            }
-            Target::Kafka(target) => Writer::Kafka(KafkaSink::new(self.name.clone(), target, self.key.clone())?, progress),
-            Target::File(target) => Writer::File { sink: Arc::new(Mutex::new(FileSink::new(self.name.clone(), target))), progress, unrolled: None },
-        })
+        let progress = Progress {
+            meta,
+            sink: self.id,
+        };
+        Ok(
+            match SinkDef::validate(&self.options, self.format.as_ref())? {
+                Target::Postgres(target) => {
+                    let columns = self
+                        .columns
+                        .iter()
+                        .map(|(name, pg_type)| SinkColumn {
+                            name: name.clone(),
+                            pg_type: pg_type.clone(),
+                        })
+                        .collect();
+                    Writer::Postgres(PostgresSink::new(
+                        self.name.clone(),
+                        target,
+                        columns,
+                        self.key.clone(),
+                    ))
+                }
+                Target::Kafka(target) => Writer::Kafka(
+                    KafkaSink::new(self.name.clone(), target, self.key.clone())?,
+                    progress,
+                ),
+                Target::File(target) => Writer::File {
+                    sink: Arc::new(Mutex::new(FileSink::new(self.name.clone(), target))),
+                    progress,
+                    unrolled: None,
+                },
+            },
+        )
     }
 }
 
@@ -122,11 +191,20 @@ impl SinkDef {
 pub type Offsets = BTreeMap<(ObjectId, u32), u64>;
 
 pub fn encode_offsets(offsets: &Offsets) -> String {
-    offsets.iter().map(|((o, p), n)| format!("{}:{p}:{n}", o.0)).collect::<Vec<_>>().join(",")
+    offsets
+        .iter()
+        .map(|((o, p), n)| format!("{}:{p}:{n}", o.0))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 pub fn decode_offsets(text: &str) -> Result<Offsets> {
-    let bad = || Error::new(SqlState::DATA_CORRUPTED, format!("sink progress offsets do not parse: {text}"));
+    let bad = || {
+        Error::new(
+            SqlState::DATA_CORRUPTED,
+            format!("sink progress offsets do not parse: {text}"),
+        )
+    };
     let mut out = Offsets::new();
     for entry in text.split(',').filter(|e| !e.is_empty()) {
         let mut parts = entry.split(':').map(str::parse::<u64>);
@@ -176,21 +254,38 @@ impl Ready {
     /// Consolidates what was handed (`weighted`: a sink that writes rows with weights, where
     /// insert-only changes need no consolidation, only to be put together).
     async fn from(handed: SinkEpoch, weighted: bool) -> Result<Ready> {
-        let SinkEpoch { epoch, offsets, handed, bytes } = handed;
+        let SinkEpoch {
+            epoch,
+            offsets,
+            handed,
+            bytes,
+        } = handed;
         let write = tokio::task::spawn_blocking(move || -> Result<SinkWrite> {
             let consolidate = |batches: Vec<ChangeBatch>| match batches.first() {
                 Some(first) => eddy_dataflow::consolidate(&first.rows().schema(), &batches),
                 None => Ok(None),
             };
             Ok(match handed {
-                Handed::Changes(batches) if weighted && batches.iter().all(|b| b.diffs().values().iter().all(|d| *d > 0)) => SinkWrite::Changes(ChangeBatch::concat(&batches)?),
+                Handed::Changes(batches)
+                    if weighted
+                        && batches
+                            .iter()
+                            .all(|b| b.diffs().values().iter().all(|d| *d > 0)) =>
+                {
+                    SinkWrite::Changes(ChangeBatch::concat(&batches)?)
+                }
                 Handed::Changes(batches) => SinkWrite::Changes(consolidate(batches)?),
                 Handed::Contents(batches) => SinkWrite::Replace(consolidate(batches)?),
             })
         })
         .await
         .map_err(|e| Error::internal(format!("consolidating a sink's changes: {e}")))??;
-        Ok(Ready { epoch, offsets, write, bytes })
+        Ok(Ready {
+            epoch,
+            offsets,
+            write,
+            bytes,
+        })
     }
 }
 
@@ -292,21 +387,65 @@ impl Sink {
     /// Connects, creates the target when missing and reads the sink's progress (`fresh`:
     /// forgets it: a new sink starts over). Then starts the task that writes epochs; returns the
     /// sink, what it had written and the sender the runtime hands epochs to.
-    pub async fn start(def: SinkDef, fresh: bool, meta: Arc<MetaStore>, buffer_bytes: usize) -> Result<(Sink, Option<Resume>, SinkFeed)> {
+    pub async fn start(
+        def: SinkDef,
+        fresh: bool,
+        meta: Arc<MetaStore>,
+        buffer_bytes: usize,
+    ) -> Result<(Sink, Option<Resume>, SinkFeed)> {
         let mut writer = def.writer(meta)?;
-        let (resume, committed_epoch) = tokio::time::timeout(Duration::from_secs(15), writer.prepare(fresh))
-            .await
-            .map_err(|_| Error::new(SqlState::CONNECTION_EXCEPTION, format!("sink \"{}\": its target did not answer within 15 s", def.name)))??;
+        let (resume, committed_epoch) =
+            tokio::time::timeout(Duration::from_secs(15), writer.prepare(fresh))
+                .await
+                .map_err(|_| {
+                    Error::new(
+                        SqlState::CONNECTION_EXCEPTION,
+                        format!(
+                            "sink \"{}\": its target did not answer within 15 s",
+                            def.name
+                        ),
+                    )
+                })??;
         let (tx, rx) = mpsc::unbounded_channel();
-        let status = Arc::new(Mutex::new(SinkStatus { committed_epoch, rows: 0, error: None }));
+        let status = Arc::new(Mutex::new(SinkStatus {
+            committed_epoch,
+            rows: 0,
+            error: None,
+        }));
         let backlog = Arc::new(Backlog::default());
-        let task = tokio::spawn(run(def.name.clone(), writer, rx, Arc::clone(&status), Arc::clone(&backlog)));
-        Ok((Sink { def, status, task: Some(task) }, resume, SinkFeed { epochs: tx, backlog, limit: buffer_bytes }))
+        let task = tokio::spawn(run(
+            def.name.clone(),
+            writer,
+            rx,
+            Arc::clone(&status),
+            Arc::clone(&backlog),
+        ));
+        Ok((
+            Sink {
+                def,
+                status,
+                task: Some(task),
+            },
+            resume,
+            SinkFeed {
+                epochs: tx,
+                backlog,
+                limit: buffer_bytes,
+            },
+        ))
     }
 
     /// A stored sink not started yet: `error` is why, `retry` the task trying again.
     pub fn waiting(def: SinkDef, error: String, retry: tokio::task::JoinHandle<()>) -> Sink {
-        Sink { def, status: Arc::new(Mutex::new(SinkStatus { committed_epoch: None, rows: 0, error: Some(error) })), task: Some(retry) }
+        Sink {
+            def,
+            status: Arc::new(Mutex::new(SinkStatus {
+                committed_epoch: None,
+                rows: 0,
+                error: Some(error),
+            })),
+            task: Some(retry),
+        }
     }
 
     /// Lets the task run on after the sink is dropped.
@@ -317,7 +456,13 @@ impl Sink {
 
 /// Writes epochs in order (and rolls files when due); a failed write is retried, with growing
 /// pauses, until it succeeds.
-async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiver<SinkEpoch>, status: Arc<Mutex<SinkStatus>>, backlog: Arc<Backlog>) {
+async fn run(
+    name: String,
+    mut writer: Writer,
+    mut epochs: mpsc::UnboundedReceiver<SinkEpoch>,
+    status: Arc<Mutex<SinkStatus>>,
+    backlog: Arc<Backlog>,
+) {
     loop {
         let due = writer.roll_due();
         let next = tokio::select! {
@@ -335,7 +480,8 @@ async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiv
                     Err(e) => {
                         // A bug, not the target's fault: the epoch cannot be written.
                         tracing::error!(sink = %name, epoch = number, error = %e, "consolidating an epoch for the sink failed");
-                        status.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.message.clone());
+                        status.lock().unwrap_or_else(|p| p.into_inner()).error =
+                            Some(e.message.clone());
                         backlog.written(bytes);
                         continue;
                     }
@@ -364,7 +510,8 @@ async fn run(name: String, mut writer: Writer, mut epochs: mpsc::UnboundedReceiv
                 }
                 Err(e) => {
                     tracing::warn!(sink = %name, epoch = next.as_ref().map(|e| e.epoch), error = %e, "writing to the sink failed; retrying");
-                    status.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.message.clone());
+                    status.lock().unwrap_or_else(|p| p.into_inner()).error =
+                        Some(e.message.clone());
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RETRY_MAX);
                 }
@@ -392,20 +539,30 @@ struct Progress {
 impl Progress {
     fn get(&self) -> Result<Option<Stored>> {
         match self.meta.sink_progress(self.sink)? {
-            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::new(SqlState::DATA_CORRUPTED, format!("sink progress does not parse: {e}"))),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                Error::new(
+                    SqlState::DATA_CORRUPTED,
+                    format!("sink progress does not parse: {e}"),
+                )
+            }),
             None => Ok(None),
         }
     }
 
     fn put(&self, stored: &Stored, durable: bool) -> Result<()> {
-        let bytes = serde_json::to_vec(stored).map_err(|e| Error::internal(format!("encoding sink progress: {e}")))?;
+        let bytes = serde_json::to_vec(stored)
+            .map_err(|e| Error::internal(format!("encoding sink progress: {e}")))?;
         self.meta.put_sink_progress(self.sink, &bytes, durable)
     }
 
     /// Stored progress as the runtime weighs it, and the epoch last committed; `committed`:
     /// whether the write it marks in flight is known to have completed after all; `fresh`:
     /// forgets it instead.
-    fn resume(&self, fresh: bool, committed: impl Fn(&Stored) -> bool) -> Result<(Option<Resume>, Option<u64>)> {
+    fn resume(
+        &self,
+        fresh: bool,
+        committed: impl Fn(&Stored) -> bool,
+    ) -> Result<(Option<Resume>, Option<u64>)> {
         if fresh {
             self.meta.delete_sink_progress(self.sink)?;
             return Ok((None, None));
@@ -413,7 +570,13 @@ impl Progress {
         Ok(match self.get()? {
             Some(s) => {
                 let clean = s.done || committed(&s);
-                (Some(Resume { offsets: decode_offsets(&s.offsets)?, clean }), clean.then_some(s.epoch))
+                (
+                    Some(Resume {
+                        offsets: decode_offsets(&s.offsets)?,
+                        clean,
+                    }),
+                    clean.then_some(s.epoch),
+                )
             }
             None => (None, None),
         })
@@ -429,11 +592,18 @@ enum Writer {
     /// Epochs go to the open file; rolling it marks the file in flight (durably), renames it,
     /// and marks it done. `unrolled`: the last epoch and offsets not yet rolled, and the rows
     /// written since the last roll.
-    File { sink: Arc<Mutex<FileSink>>, progress: Progress, unrolled: Option<(u64, Offsets, u64)> },
+    File {
+        sink: Arc<Mutex<FileSink>>,
+        progress: Progress,
+        unrolled: Option<(u64, Offsets, u64)>,
+    },
 }
 
 /// Runs file-system work off the async threads.
-async fn blocking<T: Send + 'static>(sink: &Arc<Mutex<FileSink>>, work: impl FnOnce(&mut FileSink) -> Result<T> + Send + 'static) -> Result<T> {
+async fn blocking<T: Send + 'static>(
+    sink: &Arc<Mutex<FileSink>>,
+    work: impl FnOnce(&mut FileSink) -> Result<T> + Send + 'static,
+) -> Result<T> {
     let sink = Arc::clone(sink);
     tokio::task::spawn_blocking(move || work(&mut sink.lock().unwrap_or_else(|p| p.into_inner())))
         .await
@@ -452,7 +622,13 @@ impl Writer {
                     return Ok((None, None));
                 }
                 Ok(match progress {
-                    Some(p) => (Some(Resume { offsets: decode_offsets(&p.offsets)?, clean: true }), Some(p.epoch)),
+                    Some(p) => (
+                        Some(Resume {
+                            offsets: decode_offsets(&p.offsets)?,
+                            clean: true,
+                        }),
+                        Some(p.epoch),
+                    ),
                     None => (None, None),
                 })
             }
@@ -463,7 +639,11 @@ impl Writer {
             Writer::File { sink, progress, .. } => {
                 blocking(sink, FileSink::prepare).await?;
                 let files = Arc::clone(sink);
-                progress.resume(fresh, move |s| s.file.as_deref().is_some_and(|f| files.lock().unwrap_or_else(|p| p.into_inner()).committed(f)))
+                progress.resume(fresh, move |s| {
+                    s.file.as_deref().is_some_and(|f| {
+                        files.lock().unwrap_or_else(|p| p.into_inner()).committed(f)
+                    })
+                })
             }
         }
     }
@@ -478,11 +658,23 @@ impl Writer {
         };
         match self {
             Writer::Postgres(sink) => {
-                sink.write(&epoch.write, &SinkProgress { epoch: epoch.epoch, offsets }).await?;
+                sink.write(
+                    &epoch.write,
+                    &SinkProgress {
+                        epoch: epoch.epoch,
+                        offsets,
+                    },
+                )
+                .await?;
                 Ok(Some((epoch.epoch, rows)))
             }
             Writer::Kafka(sink, progress) => {
-                let mut stored = Stored { epoch: epoch.epoch, offsets, done: false, file: None };
+                let mut stored = Stored {
+                    epoch: epoch.epoch,
+                    offsets,
+                    done: false,
+                    file: None,
+                };
                 if !matches!(epoch.write, SinkWrite::Changes(None)) {
                     progress.put(&stored, true)?;
                     sink.write(epoch.epoch, &epoch.write).await?;
@@ -509,9 +701,15 @@ impl Writer {
     /// When the open file is due to be rolled (file sinks).
     fn roll_due(&self) -> Option<tokio::time::Instant> {
         match self {
-            Writer::File { sink, unrolled: Some(_), .. } => {
+            Writer::File {
+                sink,
+                unrolled: Some(_),
+                ..
+            } => {
                 let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
-                let due = sink.opened_at().map_or_else(std::time::Instant::now, |at| at + sink.target().rollover);
+                let due = sink
+                    .opened_at()
+                    .map_or_else(std::time::Instant::now, |at| at + sink.target().rollover);
                 Some(tokio::time::Instant::from_std(due))
             }
             _ => None,
@@ -520,10 +718,27 @@ impl Writer {
 
     /// Commits the open file (file sinks) and records the progress it carries.
     async fn roll(&mut self) -> Result<Option<(u64, u64)>> {
-        let Writer::File { sink, progress, unrolled } = self else { return Ok(None) };
-        let Some((epoch, offsets, rows)) = unrolled.clone() else { return Ok(None) };
-        let file = sink.lock().unwrap_or_else(|p| p.into_inner()).pending_name();
-        let mut stored = Stored { epoch, offsets: encode_offsets(&offsets), done: false, file };
+        let Writer::File {
+            sink,
+            progress,
+            unrolled,
+        } = self
+        else {
+            return Ok(None);
+        };
+        let Some((epoch, offsets, rows)) = unrolled.clone() else {
+            return Ok(None);
+        };
+        let file = sink
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending_name();
+        let mut stored = Stored {
+            epoch,
+            offsets: encode_offsets(&offsets),
+            done: false,
+            file,
+        };
         if stored.file.is_some() {
             progress.put(&stored, true)?;
             blocking(sink, FileSink::commit).await?;

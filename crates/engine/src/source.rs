@@ -17,9 +17,9 @@ use eddy_connectors::{Decoded, RawRecord};
 use tokio::sync::oneshot;
 
 use crate::catalog::{ObjectDef, OnError, SourceDef, TableDef};
+use crate::clock::ClockSpec;
 use crate::ingest::{ConnectorProgress, Feed, IngestReport, PartitionProgress};
 use crate::table::TableData;
-use crate::clock::ClockSpec;
 use crate::views::ReaderPosition;
 use crate::{Engine, QualifiedName, clock_of, fill_proctime};
 
@@ -38,16 +38,30 @@ impl Source {
     pub(crate) fn new(def: SourceDef) -> Result<Source> {
         let schema = def.table.schema()?;
         let clock = clock_of(&def.table)?;
-        Ok(Source { def: def.table, schema, clock, start: def.start, readers: Default::default() })
+        Ok(Source {
+            def: def.table,
+            schema,
+            clock,
+            start: def.start,
+            readers: Default::default(),
+        })
     }
 
     fn stored(&self) -> SourceDef {
-        SourceDef { table: self.def.clone(), start: self.start.clone() }
+        SourceDef {
+            table: self.def.clone(),
+            start: self.start.clone(),
+        }
     }
 
     /// Every view's reader.
     pub(crate) fn readers(&self) -> Vec<Arc<SourceReader>> {
-        self.readers.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.readers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 }
 
@@ -130,61 +144,125 @@ impl SourceReader {
 
     /// The watermark clock of this reader's stream: one partition per source partition.
     fn clock(&self, source: &Source) -> Option<ClockSpec> {
-        let partitions = self.catch_up.lock().unwrap_or_else(|p| p.into_inner()).partitions.unwrap_or(1) as u32;
-        source.clock.map(|c| ClockSpec { partitions: partitions.max(1), ..c })
+        let partitions = self
+            .catch_up
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .partitions
+            .unwrap_or(1) as u32;
+        source.clock.map(|c| ClockSpec {
+            partitions: partitions.max(1),
+            ..c
+        })
     }
 }
 
 impl Engine {
     pub(crate) fn source(&self, name: &QualifiedName) -> Option<Arc<Source>> {
-        self.sources.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        self.sources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 
     pub(crate) fn source_by_id(&self, id: ObjectId) -> Option<Arc<Source>> {
-        self.sources.read().unwrap_or_else(|p| p.into_inner()).values().find(|s| s.def.id == id).cloned()
+        self.sources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find(|s| s.def.id == id)
+            .cloned()
     }
 
     pub(crate) fn sources(&self) -> Vec<Arc<Source>> {
-        self.sources.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.sources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 
     pub fn source_names(&self) -> Vec<QualifiedName> {
-        self.sources.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+        self.sources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// `CREATE SOURCE`: checks that the source can be read (a Kafka topic must exist) and
     /// records where it starts. `None` when it exists and `IF NOT EXISTS` was given.
-    pub(crate) async fn create_source(&self, create: &eddy_sql::CreateTable, name: &QualifiedName) -> Result<Option<Arc<Source>>> {
+    pub(crate) async fn create_source(
+        &self,
+        create: &eddy_sql::CreateTable,
+        name: &QualifiedName,
+    ) -> Result<Option<Arc<Source>>> {
         let _guard = self.lock_writes().await;
-        let Some(table) = self.bind_new_relation(create, name)? else { return Ok(None) };
+        let Some(table) = self.bind_new_relation(create, name)? else {
+            return Ok(None);
+        };
         let (id, name) = (table.id, table.qualified());
         let start = self.start_positions(&table, true).await?;
         let source = Arc::new(Source::new(SourceDef { table, start })?);
-        self.meta.put_object(id, &ObjectDef::Source(source.stored()).encode()?)?;
-        self.sources.write().unwrap_or_else(|p| p.into_inner()).insert(name, Arc::clone(&source));
+        self.meta
+            .put_object(id, &ObjectDef::Source(source.stored()).encode()?)?;
+        self.sources
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, Arc::clone(&source));
         Ok(Some(source))
     }
 
     /// `ALTER SOURCE name ALTER COLUMN column DROP NOT NULL`: the readers decode records
     /// lacking the column from now on (and views built again read them from the start).
-    pub(crate) async fn drop_source_not_null(&self, name: &QualifiedName, column: &str) -> Result<()> {
+    pub(crate) async fn drop_source_not_null(
+        &self,
+        name: &QualifiedName,
+        column: &str,
+    ) -> Result<()> {
         let _guard = self.lock_writes().await;
-        let old = self.source(name).ok_or_else(|| Error::new(SqlState::UNDEFINED_TABLE, format!("source \"{}\" does not exist", name.display())))?;
-        let mut def = old.stored();
-        let index = def.table.columns.iter().position(|c| c.name == column).ok_or_else(|| {
-            Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column}\" of relation \"{}\" does not exist", name.name))
+        let old = self.source(name).ok_or_else(|| {
+            Error::new(
+                SqlState::UNDEFINED_TABLE,
+                format!("source \"{}\" does not exist", name.display()),
+            )
         })?;
+        let mut def = old.stored();
+        let index = def
+            .table
+            .columns
+            .iter()
+            .position(|c| c.name == column)
+            .ok_or_else(|| {
+                Error::new(
+                    SqlState::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{column}\" of relation \"{}\" does not exist",
+                        name.name
+                    ),
+                )
+            })?;
         if def.table.primary_key.contains(&index) {
-            return Err(Error::new(SqlState::INVALID_TABLE_DEFINITION, format!("column \"{column}\" is in a primary key")));
+            return Err(Error::new(
+                SqlState::INVALID_TABLE_DEFINITION,
+                format!("column \"{column}\" is in a primary key"),
+            ));
         }
         def.table.columns[index].nullable = true;
-        self.meta.put_object(def.table.id, &ObjectDef::Source(def.clone()).encode()?)?;
+        self.meta
+            .put_object(def.table.id, &ObjectDef::Source(def.clone()).encode()?)?;
         let mut source = Source::new(def)?;
         source.readers = Arc::clone(&old.readers);
         for reader in source.readers() {
             reader.relabel(&source.def, &source.schema)?;
         }
-        self.sources.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::new(source));
+        self.sources
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), Arc::new(source));
         Ok(())
     }
 
@@ -192,35 +270,67 @@ impl Engine {
     /// the view is registered with the runtime (so that none of their changes is missed).
     /// Readers of `inputs`' sources for `view`, from each source's start, or from `resume`
     /// (per (source, partition), the offset to read next: a view restored from a checkpoint).
-    pub(crate) fn new_readers(&self, view: ObjectId, inputs: &[ObjectId], resume: Option<&HashMap<(ObjectId, u32), u64>>) -> Result<Vec<NewReader>> {
+    pub(crate) fn new_readers(
+        &self,
+        view: ObjectId,
+        inputs: &[ObjectId],
+        resume: Option<&HashMap<(ObjectId, u32), u64>>,
+    ) -> Result<Vec<NewReader>> {
         let mut readers = Vec::new();
         for source in inputs.iter().filter_map(|id| self.source_by_id(*id)) {
             let mut start: BTreeMap<u32, u64> = source.start.iter().copied().collect();
             if let Some(positions) = resume {
-                start.extend(positions.iter().filter(|((o, _), _)| *o == source.def.id).map(|((_, p), n)| (*p, *n)));
+                start.extend(
+                    positions
+                        .iter()
+                        .filter(|((o, _), _)| *o == source.def.id)
+                        .map(|((_, p), n)| (*p, *n)),
+                );
             }
             let (done, caught_up) = oneshot::channel();
             let partitions = (source.def.option("connector") == Some("file")).then_some(1);
-            let state = if source.def.append_only { None } else { Some(Mutex::new(TableData::new(&source.def, Arc::clone(&source.schema))?)) };
+            let state = if source.def.append_only {
+                None
+            } else {
+                Some(Mutex::new(TableData::new(
+                    &source.def,
+                    Arc::clone(&source.schema),
+                )?))
+            };
             let reader = Arc::new(SourceReader {
                 view,
                 progress: ConnectorProgress::at(start),
                 state,
                 stopped: AtomicBool::new(false),
-                catch_up: Mutex::new(CatchUp { partitions, reached: BTreeSet::new(), done: Some(done) }),
+                catch_up: Mutex::new(CatchUp {
+                    partitions,
+                    reached: BTreeSet::new(),
+                    done: Some(done),
+                }),
             });
-            readers.push(NewReader { source, reader, caught_up });
+            readers.push(NewReader {
+                source,
+                reader,
+                caught_up,
+            });
         }
         Ok(readers)
     }
 
     /// Starts readers; the receivers resolve once each has read what its source holds now (or
     /// found it unreachable).
-    pub(crate) fn start_readers(self: &Arc<Self>, readers: Vec<NewReader>) -> Vec<oneshot::Receiver<()>> {
+    pub(crate) fn start_readers(
+        self: &Arc<Self>,
+        readers: Vec<NewReader>,
+    ) -> Vec<oneshot::Receiver<()>> {
         readers
             .into_iter()
             .map(|new| {
-                new.source.readers.lock().unwrap_or_else(|p| p.into_inner()).insert(new.reader.view, Arc::clone(&new.reader));
+                new.source
+                    .readers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(new.reader.view, Arc::clone(&new.reader));
                 self.follow(Feed::Reader(new.source, new.reader));
                 new.caught_up
             })
@@ -230,7 +340,12 @@ impl Engine {
     /// Stops the readers of `view` (dropped).
     pub(crate) fn stop_readers(&self, view: ObjectId) {
         for source in self.sources() {
-            if let Some(reader) = source.readers.lock().unwrap_or_else(|p| p.into_inner()).remove(&view) {
+            if let Some(reader) = source
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&view)
+            {
                 reader.stopped.store(true, Ordering::Relaxed);
             }
         }
@@ -255,7 +370,11 @@ impl Engine {
                 let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
                 let (changes, conflicts) = state.resolve(&decoded.rows, &decoded.kinds)?;
                 state.apply(std::slice::from_ref(&changes))?;
-                rejected.extend(conflicts.into_iter().map(|(row, why)| (decoded.origins[row], why)));
+                rejected.extend(
+                    conflicts
+                        .into_iter()
+                        .map(|(row, why)| (decoded.origins[row], why)),
+                );
                 changes
             }
         };
@@ -263,17 +382,41 @@ impl Engine {
         rejected.dedup_by_key(|r| r.0);
         self.set_aside(&source.def, records, &rejected, on_error)?;
         let changes = fill_proctime(&source.def, &source.schema, vec![changes])?;
-        let budget = self.runtime.reserve(changes.iter().map(|c| c.rows().get_array_memory_size()).sum()).await?;
-        let position = ReaderPosition { view: reader.view, positions: positions.to_vec() };
-        self.runtime.reader_changes(source.def.id, partition, reader.clock(source), changes, budget, position)?;
+        let budget = self
+            .runtime
+            .reserve(
+                changes
+                    .iter()
+                    .map(|c| c.rows().get_array_memory_size())
+                    .sum(),
+            )
+            .await?;
+        let position = ReaderPosition {
+            view: reader.view,
+            positions: positions.to_vec(),
+        };
+        self.runtime.reader_changes(
+            source.def.id,
+            partition,
+            reader.clock(source),
+            changes,
+            budget,
+            position,
+        )?;
         reader.progress.advance(positions);
-        Ok(IngestReport { accepted: records.len() - rejected.len(), rejected })
+        Ok(IngestReport {
+            accepted: records.len() - rejected.len(),
+            rejected,
+        })
     }
 
     /// `ALTER SOURCE s REPLAY DEAD LETTERS`: decodes the source's dead letters again with its
     /// current definition and hands what now succeeds to every view reading it; those letters
     /// are removed, the others stay. Returns (replayed, left).
-    pub(crate) async fn replay_source_dead_letters(&self, source: &Arc<Source>) -> Result<(usize, usize)> {
+    pub(crate) async fn replay_source_dead_letters(
+        &self,
+        source: &Arc<Source>,
+    ) -> Result<(usize, usize)> {
         let letters = self.meta.dead_letters(Some(source.def.id))?;
         if letters.is_empty() {
             return Ok((0, 0));
@@ -284,7 +427,15 @@ impl Engine {
         // duplicate key) is that view's and does not keep the letter.
         let rejected = decoder.decode(&records)?.rejected;
         for reader in source.readers() {
-            self.read_into_view(source, &reader, decoder.decode(&records)?, &records, &[], OnError::Skip).await?;
+            self.read_into_view(
+                source,
+                &reader,
+                decoder.decode(&records)?,
+                &records,
+                &[],
+                OnError::Skip,
+            )
+            .await?;
         }
         self.settle_replayed(&letters, &rejected)
     }
@@ -294,7 +445,11 @@ impl Engine {
         let mut out = Vec::new();
         for source in self.sources() {
             for reader in source.readers() {
-                out.push((Arc::clone(&source), reader.view, reader.progress.partitions()));
+                out.push((
+                    Arc::clone(&source),
+                    reader.view,
+                    reader.progress.partitions(),
+                ));
             }
         }
         out

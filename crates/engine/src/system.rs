@@ -6,14 +6,27 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, IntervalMonthDayNanoArray, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array};
-use arrow::datatypes::{DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit};
+use arrow::array::{
+    ArrayRef, IntervalMonthDayNanoArray, RecordBatch, StringArray, TimestampMicrosecondArray,
+    UInt32Array, UInt64Array,
+};
+use arrow::datatypes::{
+    DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit,
+};
 use eddy_common::{Error, Result};
 
 use crate::Engine;
 
 /// The tables of `eddy_catalog`.
-pub(crate) const NAMES: [&str; 7] = ["eddy_checkpoints", "eddy_dead_letters", "eddy_late_events", "eddy_operators", "eddy_source_offsets", "eddy_views", "eddy_watermarks"];
+pub(crate) const NAMES: [&str; 7] = [
+    "eddy_checkpoints",
+    "eddy_dead_letters",
+    "eddy_late_events",
+    "eddy_operators",
+    "eddy_source_offsets",
+    "eddy_views",
+    "eddy_watermarks",
+];
 
 /// The system table `name` as (schema, rows).
 pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<RecordBatch>)> {
@@ -48,13 +61,22 @@ fn empty_schema(name: &str) -> SchemaRef {
     }
 }
 
-fn batch(name: &str, schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<(SchemaRef, RecordBatch)> {
-    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| Error::internal(format!("{name}: {e}")))?;
+fn batch(
+    name: &str,
+    schema: SchemaRef,
+    columns: Vec<ArrayRef>,
+) -> Result<(SchemaRef, RecordBatch)> {
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)
+        .map_err(|e| Error::internal(format!("{name}: {e}")))?;
     Ok((schema, batch))
 }
 
 fn timestamp(nullable: bool, name: &str) -> Field {
-    Field::new(name, DataType::Timestamp(TimeUnit::Microsecond, None), nullable)
+    Field::new(
+        name,
+        DataType::Timestamp(TimeUnit::Microsecond, None),
+        nullable,
+    )
 }
 
 fn views_schema() -> SchemaRef {
@@ -73,8 +95,12 @@ fn views(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(rows.iter().map(|v| &v.name))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|v| v.status))),
-        Arc::new(StringArray::from_iter(rows.iter().map(|v| v.error.as_deref()))),
-        Arc::new(StringArray::from_iter(rows.iter().map(|v| v.restored_from.as_deref()))),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|v| v.error.as_deref()),
+        )),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|v| v.restored_from.as_deref()),
+        )),
     ];
     batch("eddy_views", views_schema(), columns)
 }
@@ -96,14 +122,36 @@ fn operators_schema() -> SchemaRef {
 fn operators(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let rows = engine.runtime().operators()?;
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(rows.iter().map(|(v, _)| v.clone()).collect::<Vec<_>>())),
-        Arc::new(StringArray::from(rows.iter().map(|(_, s)| s.path.clone()).collect::<Vec<_>>())),
-        Arc::new(StringArray::from(rows.iter().map(|(_, s)| s.name.clone()).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_in).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.rows_out).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_rows as u64).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|(_, s)| s.state_bytes as u64).collect::<Vec<_>>())),
-        Arc::new(UInt32Array::from(rows.iter().map(|(_, s)| s.shards as u32).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(
+            rows.iter().map(|(v, _)| v.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|(_, s)| s.path.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|(_, s)| s.name.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter().map(|(_, s)| s.rows_in).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter().map(|(_, s)| s.rows_out).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter()
+                .map(|(_, s)| s.state_rows as u64)
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter()
+                .map(|(_, s)| s.state_bytes as u64)
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt32Array::from(
+            rows.iter()
+                .map(|(_, s)| s.shards as u32)
+                .collect::<Vec<_>>(),
+        )),
     ];
     batch("eddy_operators", operators_schema(), columns)
 }
@@ -122,17 +170,28 @@ fn watermarks(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let mut rows = engine.runtime().watermarks()?;
     for row in &mut rows {
         // A stream's id, with the view reading it for a source: "7 (v)".
-        let (id, reader) = row.object.split_once(' ').map_or((row.object.as_str(), None), |(id, r)| (id, Some(r)));
+        let (id, reader) = row
+            .object
+            .split_once(' ')
+            .map_or((row.object.as_str(), None), |(id, r)| (id, Some(r)));
         if let Ok(id) = id.parse::<u64>() {
-            let name = engine.object_name(eddy_common::ObjectId(id)).unwrap_or_else(|| format!("object {id}"));
+            let name = engine
+                .object_name(eddy_common::ObjectId(id))
+                .unwrap_or_else(|| format!("object {id}"));
             row.object = reader.map_or_else(|| name.clone(), |r| format!("{name} {r}"));
         }
     }
     rows.sort_by(|a, b| (&a.object, a.partition).cmp(&(&b.object, b.partition)));
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(rows.iter().map(|r| r.object.clone()).collect::<Vec<_>>())),
-        Arc::new(UInt32Array::from(rows.iter().map(|r| r.partition).collect::<Vec<_>>())),
-        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.watermark).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.object.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt32Array::from(
+            rows.iter().map(|r| r.partition).collect::<Vec<_>>(),
+        )),
+        Arc::new(TimestampMicrosecondArray::from(
+            rows.iter().map(|r| r.watermark).collect::<Vec<_>>(),
+        )),
     ];
     batch("eddy_watermarks", watermarks_schema(), columns)
 }
@@ -140,9 +199,21 @@ fn watermarks(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
 fn checkpoints_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("epoch", DataType::UInt64, false),
-        Field::new("started_at", DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())), false),
-        Field::new("duration", DataType::Interval(IntervalUnit::MonthDayNano), false),
-        Field::new("pause", DataType::Interval(IntervalUnit::MonthDayNano), false),
+        Field::new(
+            "started_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())),
+            false,
+        ),
+        Field::new(
+            "duration",
+            DataType::Interval(IntervalUnit::MonthDayNano),
+            false,
+        ),
+        Field::new(
+            "pause",
+            DataType::Interval(IntervalUnit::MonthDayNano),
+            false,
+        ),
         Field::new("bytes", DataType::UInt64, false),
     ]))
 }
@@ -153,11 +224,26 @@ fn checkpoints(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let rows = engine.checkpoint_list()?;
     let interval = |d: std::time::Duration| IntervalMonthDayNano::new(0, 0, d.as_nanos() as i64);
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(UInt64Array::from(rows.iter().map(|r| r.epoch).collect::<Vec<_>>())),
-        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.started_at_micros).collect::<Vec<_>>()).with_timezone(eddy_sql::types::UTC)),
-        Arc::new(IntervalMonthDayNanoArray::from(rows.iter().map(|r| interval(r.duration)).collect::<Vec<_>>())),
-        Arc::new(IntervalMonthDayNanoArray::from(rows.iter().map(|r| interval(r.pause)).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|r| r.bytes).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(
+            rows.iter().map(|r| r.epoch).collect::<Vec<_>>(),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from(
+                rows.iter().map(|r| r.started_at_micros).collect::<Vec<_>>(),
+            )
+            .with_timezone(eddy_sql::types::UTC),
+        ),
+        Arc::new(IntervalMonthDayNanoArray::from(
+            rows.iter()
+                .map(|r| interval(r.duration))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(IntervalMonthDayNanoArray::from(
+            rows.iter().map(|r| interval(r.pause)).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter().map(|r| r.bytes).collect::<Vec<_>>(),
+        )),
     ];
     batch("eddy_checkpoints", checkpoints_schema(), columns)
 }
@@ -168,7 +254,11 @@ fn late_events_schema() -> SchemaRef {
         Field::new("row", DataType::Utf8, false),
         timestamp(true, "event_time"),
         timestamp(false, "watermark"),
-        Field::new("received_at", DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())), false),
+        Field::new(
+            "received_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())),
+            false,
+        ),
         Field::new("action", DataType::Utf8, false),
     ]))
 }
@@ -178,15 +268,29 @@ fn late_events(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let rows = engine.runtime().late_events()?;
     let received = rows
         .iter()
-        .map(|r| r.received_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64))
+        .map(|r| {
+            r.received_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as i64)
+        })
         .collect::<Vec<_>>();
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(rows.iter().map(|r| r.view.clone()).collect::<Vec<_>>())),
-        Arc::new(StringArray::from(rows.iter().map(|r| r.event.row.clone()).collect::<Vec<_>>())),
-        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.event.event_time).collect::<Vec<_>>())),
-        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.event.watermark).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.view.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.event.row.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(TimestampMicrosecondArray::from(
+            rows.iter().map(|r| r.event.event_time).collect::<Vec<_>>(),
+        )),
+        Arc::new(TimestampMicrosecondArray::from(
+            rows.iter().map(|r| r.event.watermark).collect::<Vec<_>>(),
+        )),
         Arc::new(TimestampMicrosecondArray::from(received).with_timezone(eddy_sql::types::UTC)),
-        Arc::new(StringArray::from(rows.iter().map(|r| r.event.action).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.event.action).collect::<Vec<_>>(),
+        )),
     ];
     batch("eddy_late_events", late_events_schema(), columns)
 }
@@ -211,45 +315,105 @@ fn source_offsets_schema() -> SchemaRef {
 fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let consumers = engine.runtime().offsets()?;
     // (object, partition, consumer, committed offset, end, skipped)
-    type Row = (String, u32, Option<String>, Option<u64>, Option<u64>, Option<u64>);
+    type Row = (
+        String,
+        u32,
+        Option<String>,
+        Option<u64>,
+        Option<u64>,
+        Option<u64>,
+    );
     let mut rows: Vec<Row> = Vec::new();
     for table in engine.tables() {
         for p in 0..table.def.partitions {
             let end = engine.log_end(table.def.id, p)?;
-            let readers: Vec<_> = consumers.iter().filter(|c| c.sources.contains(&table.def.id)).collect();
+            let readers: Vec<_> = consumers
+                .iter()
+                .filter(|c| c.sources.contains(&table.def.id))
+                .collect();
             if readers.is_empty() {
-                rows.push((table.def.qualified().display(), p, None, None, Some(end), None));
+                rows.push((
+                    table.def.qualified().display(),
+                    p,
+                    None,
+                    None,
+                    Some(end),
+                    None,
+                ));
             }
             for reader in readers {
-                let committed = reader.committed.get(&(table.def.id, p)).copied().unwrap_or(0);
-                rows.push((table.def.qualified().display(), p, Some(reader.view.clone()), Some(committed), Some(end), None));
+                let committed = reader
+                    .committed
+                    .get(&(table.def.id, p))
+                    .copied()
+                    .unwrap_or(0);
+                rows.push((
+                    table.def.qualified().display(),
+                    p,
+                    Some(reader.view.clone()),
+                    Some(committed),
+                    Some(end),
+                    None,
+                ));
             }
         }
         // The connector feeding the table: per source partition, how far it has read (kept in
         // the table's log) and where the source ends.
         if let Some(connector) = table.def.option("connector") {
             for (p, progress) in table.progress.partitions() {
-                rows.push((table.def.qualified().display(), p, Some(format!("connector {connector}")), progress.next, progress.end, Some(progress.skipped)));
+                rows.push((
+                    table.def.qualified().display(),
+                    p,
+                    Some(format!("connector {connector}")),
+                    progress.next,
+                    progress.end,
+                    Some(progress.skipped),
+                ));
             }
         }
     }
     // Each view reading a source: the source offset its committed state reflects.
     for (source, view, partitions) in engine.reader_progress() {
-        let Some(consumer) = consumers.iter().find(|c| c.id == view) else { continue };
+        let Some(consumer) = consumers.iter().find(|c| c.id == view) else {
+            continue;
+        };
         for (p, progress) in partitions {
             let committed = consumer.committed.get(&(source.def.id, p)).copied();
-            rows.push((source.def.qualified().display(), p, Some(consumer.view.clone()), committed, progress.end, Some(progress.skipped)));
+            rows.push((
+                source.def.qualified().display(),
+                p,
+                Some(consumer.view.clone()),
+                committed,
+                progress.end,
+                Some(progress.skipped),
+            ));
         }
     }
     rows.sort();
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>())),
-        Arc::new(UInt32Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
-        Arc::new(StringArray::from(rows.iter().map(|r| r.2.clone()).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|r| r.3).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|r| r.4).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|r| Some(r.4?.saturating_sub(r.3?))).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|r| r.5).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt32Array::from(
+            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.2.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter().map(|r| r.3).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter().map(|r| r.4).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter()
+                .map(|r| Some(r.4?.saturating_sub(r.3?)))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter().map(|r| r.5).collect::<Vec<_>>(),
+        )),
     ];
     batch("eddy_source_offsets", source_offsets_schema(), columns)
 }
@@ -261,7 +425,11 @@ fn dead_letters_schema() -> SchemaRef {
         Field::new("offset", DataType::UInt64, true),
         Field::new("raw", DataType::Binary, true),
         Field::new("error", DataType::Utf8, false),
-        Field::new("received_at", DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())), false),
+        Field::new(
+            "received_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some(eddy_sql::types::UTC.into())),
+            false,
+        ),
         Field::new("key", DataType::Binary, true),
     ]))
 }
@@ -271,24 +439,70 @@ fn dead_letters_schema() -> SchemaRef {
 /// record's value (NULL for a Kafka tombstone), `key` its key.
 fn dead_letters(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     // (object, partition, offset, raw, error, received at, key)
-    type Row = (String, Option<u32>, Option<u64>, Option<Vec<u8>>, String, i64, Option<Vec<u8>>);
+    type Row = (
+        String,
+        Option<u32>,
+        Option<u64>,
+        Option<Vec<u8>>,
+        String,
+        i64,
+        Option<Vec<u8>>,
+    );
     let mut rows: Vec<Row> = engine
         .dead_letters()?
         .into_iter()
-        .map(|l| (engine.object_name(l.object).unwrap_or_else(|| format!("object {}", l.object)), l.partition, l.offset, l.raw, l.error, l.received_at_micros, l.key))
+        .map(|l| {
+            (
+                engine
+                    .object_name(l.object)
+                    .unwrap_or_else(|| format!("object {}", l.object)),
+                l.partition,
+                l.offset,
+                l.raw,
+                l.error,
+                l.received_at_micros,
+                l.key,
+            )
+        })
         .collect();
     for l in engine.runtime().dead_letters()? {
-        let at = l.received_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
-        rows.push((l.view, None, None, Some(l.row.into_bytes()), l.error, at, None));
+        let at = l
+            .received_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        rows.push((
+            l.view,
+            None,
+            None,
+            Some(l.row.into_bytes()),
+            l.error,
+            at,
+            None,
+        ));
     }
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>())),
-        Arc::new(UInt32Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
-        Arc::new(arrow::array::BinaryArray::from(rows.iter().map(|r| r.3.as_deref()).collect::<Vec<_>>())),
-        Arc::new(StringArray::from(rows.iter().map(|r| r.4.clone()).collect::<Vec<_>>())),
-        Arc::new(TimestampMicrosecondArray::from(rows.iter().map(|r| r.5).collect::<Vec<_>>()).with_timezone(eddy_sql::types::UTC)),
-        Arc::new(arrow::array::BinaryArray::from(rows.iter().map(|r| r.6.as_deref()).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt32Array::from(
+            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+        )),
+        Arc::new(arrow::array::BinaryArray::from(
+            rows.iter().map(|r| r.3.as_deref()).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.4.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from(rows.iter().map(|r| r.5).collect::<Vec<_>>())
+                .with_timezone(eddy_sql::types::UTC),
+        ),
+        Arc::new(arrow::array::BinaryArray::from(
+            rows.iter().map(|r| r.6.as_deref()).collect::<Vec<_>>(),
+        )),
     ];
     batch("eddy_dead_letters", dead_letters_schema(), columns)
 }

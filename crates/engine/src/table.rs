@@ -65,8 +65,13 @@ impl TableData {
         let rows = if def.append_only {
             Rows::AppendOnly(Vec::new())
         } else {
-            let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-            let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
+            let fields = schema
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect();
+            let converter =
+                RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
             let primary_key = if def.primary_key.is_empty() {
                 None
             } else {
@@ -77,40 +82,76 @@ impl TableData {
                     .collect();
                 Some(PrimaryKey {
                     columns: def.primary_key.clone(),
-                    converter: RowConverter::new(fields).map_err(|e| arrow_error("key converter", e))?,
+                    converter: RowConverter::new(fields)
+                        .map_err(|e| arrow_error("key converter", e))?,
                     index: HashMap::default(),
                     constraint_name: format!("{}_pkey", def.name),
-                    column_names: def.primary_key.iter().map(|&i| schema.field(i).name().clone()).collect(),
+                    column_names: def
+                        .primary_key
+                        .iter()
+                        .map(|&i| schema.field(i).name().clone())
+                        .collect(),
                 })
             };
-            Rows::Multiset(Box::new(Multiset { converter, counts: HashMap::default(), primary_key }))
+            Rows::Multiset(Box::new(Multiset {
+                converter,
+                counts: HashMap::default(),
+                primary_key,
+            }))
         };
-        Ok(TableData { schema, rows, snapshot: None })
+        Ok(TableData {
+            schema,
+            rows,
+            snapshot: None,
+        })
     }
 
     /// The contents of a materialized view: its output batches as they come while it only
     /// inserts (no row encoding, no hashing: a pass-through or filter view costs a copy of
     /// pointers), a multiset of rows from its first retraction on.
     pub fn for_view(schema: SchemaRef) -> Self {
-        TableData { schema, rows: Rows::AppendOnly(Vec::new()), snapshot: None }
+        TableData {
+            schema,
+            rows: Rows::AppendOnly(Vec::new()),
+            snapshot: None,
+        }
     }
 
     /// Checks a view's epoch output against its contents: a retraction of a row the view does
     /// not hold is a bug in the dataflow, never a user error.
     pub fn check_view_output(&mut self, changes: &[ChangeBatch]) -> Result<()> {
-        if matches!(self.rows, Rows::AppendOnly(_)) && changes.iter().any(|c| c.diffs().values().iter().any(|d| *d != 1)) {
+        if matches!(self.rows, Rows::AppendOnly(_))
+            && changes
+                .iter()
+                .any(|c| c.diffs().values().iter().any(|d| *d != 1))
+        {
             self.make_multiset()?;
         }
-        self.check(changes)
-            .map_err(|e| Error::internal(format!("a view's dataflow retracted a row the view does not hold ({})", e.message)))
+        self.check(changes).map_err(|e| {
+            Error::internal(format!(
+                "a view's dataflow retracted a row the view does not hold ({})",
+                e.message
+            ))
+        })
     }
 
     /// Turns batches of inserted rows into a multiset (a view's first retraction or repeat).
     fn make_multiset(&mut self) -> Result<()> {
-        let Rows::AppendOnly(batches) = &self.rows else { return Ok(()) };
-        let fields = self.schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let Rows::AppendOnly(batches) = &self.rows else {
+            return Ok(());
+        };
+        let fields = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
         let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
-        let mut multiset = Multiset { converter, counts: HashMap::default(), primary_key: None };
+        let mut multiset = Multiset {
+            converter,
+            counts: HashMap::default(),
+            primary_key: None,
+        };
         let inserts: Vec<ChangeBatch> = batches.iter().cloned().map(ChangeBatch::inserts).collect();
         multiset.apply(&inserts)?;
         self.rows = Rows::Multiset(Box::new(multiset));
@@ -143,8 +184,13 @@ impl TableData {
     pub fn check(&self, changes: &[ChangeBatch]) -> Result<()> {
         match &self.rows {
             Rows::AppendOnly(_) => {
-                if changes.iter().any(|c| c.diffs().values().iter().any(|d| *d < 0)) {
-                    return Err(Error::unsupported("an APPEND ONLY table accepts only inserts"));
+                if changes
+                    .iter()
+                    .any(|c| c.diffs().values().iter().any(|d| *d < 0))
+                {
+                    return Err(Error::unsupported(
+                        "an APPEND ONLY table accepts only inserts",
+                    ));
                 }
                 Ok(())
             }
@@ -157,10 +203,22 @@ impl TableData {
         self.snapshot = None;
         match &mut self.rows {
             Rows::AppendOnly(batches) => {
-                for rows in changes.iter().filter(|c| !c.is_empty()).map(ChangeBatch::rows) {
+                for rows in changes
+                    .iter()
+                    .filter(|c| !c.is_empty())
+                    .map(ChangeBatch::rows)
+                {
                     // Under this table's (or view's) column names.
-                    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
-                    batches.push(RecordBatch::try_new_with_options(Arc::clone(&self.schema), rows.columns().to_vec(), &options).map_err(|e| arrow_error("appended rows", e))?);
+                    let options = arrow::array::RecordBatchOptions::new()
+                        .with_row_count(Some(rows.num_rows()));
+                    batches.push(
+                        RecordBatch::try_new_with_options(
+                            Arc::clone(&self.schema),
+                            rows.columns().to_vec(),
+                            &options,
+                        )
+                        .map_err(|e| arrow_error("appended rows", e))?,
+                    );
                 }
                 Ok(())
             }
@@ -173,22 +231,39 @@ impl TableData {
     /// it (the last record of a key within the chunk wins); a retraction removes one copy of
     /// its exact row. Rows that cannot apply (a duplicate key, a retraction of a row the table
     /// does not hold) are returned as (row, why) and left out.
-    pub fn resolve(&self, rows: &RecordBatch, kinds: &[RowKind]) -> Result<(ChangeBatch, Vec<(usize, String)>)> {
+    pub fn resolve(
+        &self,
+        rows: &RecordBatch,
+        kinds: &[RowKind],
+    ) -> Result<(ChangeBatch, Vec<(usize, String)>)> {
         let labelled = |columns: Vec<ArrayRef>, diffs: Vec<i64>| -> Result<ChangeBatch> {
             let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(diffs.len()));
-            let rows = RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options).map_err(|e| arrow_error("connector rows", e))?;
-            Ok(ChangeBatch::new(rows, arrow::array::Int64Array::from(diffs)))
+            let rows =
+                RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)
+                    .map_err(|e| arrow_error("connector rows", e))?;
+            Ok(ChangeBatch::new(
+                rows,
+                arrow::array::Int64Array::from(diffs),
+            ))
         };
         let m = match &self.rows {
             Rows::AppendOnly(_) => {
                 if kinds.iter().any(|k| *k != RowKind::Insert) {
-                    return Err(Error::internal("an append-only table got a change that is not an insert"));
+                    return Err(Error::internal(
+                        "an append-only table got a change that is not an insert",
+                    ));
                 }
-                return Ok((labelled(rows.columns().to_vec(), vec![1; rows.num_rows()])?, Vec::new()));
+                return Ok((
+                    labelled(rows.columns().to_vec(), vec![1; rows.num_rows()])?,
+                    Vec::new(),
+                ));
             }
             Rows::Multiset(m) => m,
         };
-        let encoded = m.converter.convert_columns(rows.columns()).map_err(|e| arrow_error("encode rows", e))?;
+        let encoded = m
+            .converter
+            .convert_columns(rows.columns())
+            .map_err(|e| arrow_error("encode rows", e))?;
         let mut rejected = Vec::new();
         let mut inserts: Vec<u32> = Vec::new();
         let mut retracts: Vec<Box<[u8]>> = Vec::new();
@@ -198,13 +273,16 @@ impl TableData {
                 let mut available: HashMap<&[u8], i64> = HashMap::default();
                 for (i, kind) in kinds.iter().enumerate() {
                     let row = encoded.row(i).data();
-                    let count = available.entry(row).or_insert_with(|| m.counts.get(row).copied().unwrap_or(0));
+                    let count = available
+                        .entry(row)
+                        .or_insert_with(|| m.counts.get(row).copied().unwrap_or(0));
                     match kind {
                         RowKind::Retract if *count > 0 => {
                             *count -= 1;
                             retracts.push(row.into());
                         }
-                        RowKind::Retract | RowKind::Delete => rejected.push((i, "a delete of a row the table does not hold".to_owned())),
+                        RowKind::Retract | RowKind::Delete => rejected
+                            .push((i, "a delete of a row the table does not hold".to_owned())),
                         RowKind::Insert | RowKind::Upsert => {
                             *count += 1;
                             inserts.push(i as u32);
@@ -213,14 +291,23 @@ impl TableData {
                 }
             }
             Some(pk) => {
-                let keys: Vec<ArrayRef> = pk.columns.iter().map(|&c| Arc::clone(rows.column(c))).collect();
-                let keys = pk.converter.convert_columns(&keys).map_err(|e| arrow_error("encode keys", e))?;
+                let keys: Vec<ArrayRef> = pk
+                    .columns
+                    .iter()
+                    .map(|&c| Arc::clone(rows.column(c)))
+                    .collect();
+                let keys = pk
+                    .converter
+                    .convert_columns(&keys)
+                    .map_err(|e| arrow_error("encode keys", e))?;
                 // Final value per key (None: deleted), in order of first appearance.
                 let mut state: HashMap<&[u8], Option<usize>> = HashMap::default();
                 let mut order: Vec<&[u8]> = Vec::new();
                 for (i, kind) in kinds.iter().enumerate() {
                     let key = keys.row(i).data();
-                    let held = state.get(key).map_or_else(|| pk.index.contains_key(key), |s| s.is_some());
+                    let held = state
+                        .get(key)
+                        .map_or_else(|| pk.index.contains_key(key), |s| s.is_some());
                     let value = match kind {
                         RowKind::Insert if held => {
                             rejected.push((i, duplicate_key(pk, rows, i).message));
@@ -251,12 +338,20 @@ impl TableData {
             }
         }
         let parser = m.converter.parser();
-        let old = m.converter.convert_rows(retracts.iter().map(|r| parser.parse(r))).map_err(|e| arrow_error("decode rows", e))?;
-        let new = arrow::compute::take_record_batch(rows, &arrow::array::UInt32Array::from(inserts)).map_err(|e| arrow_error("take rows", e))?;
+        let old = m
+            .converter
+            .convert_rows(retracts.iter().map(|r| parser.parse(r)))
+            .map_err(|e| arrow_error("decode rows", e))?;
+        let new =
+            arrow::compute::take_record_batch(rows, &arrow::array::UInt32Array::from(inserts))
+                .map_err(|e| arrow_error("take rows", e))?;
         let columns = old
             .iter()
             .zip(new.columns())
-            .map(|(a, b)| arrow::compute::concat(&[a.as_ref(), b.as_ref()]).map_err(|e| arrow_error("concat rows", e)))
+            .map(|(a, b)| {
+                arrow::compute::concat(&[a.as_ref(), b.as_ref()])
+                    .map_err(|e| arrow_error("concat rows", e))
+            })
             .collect::<Result<Vec<_>>>()?;
         let mut diffs = vec![-1; retracts.len()];
         diffs.resize(retracts.len() + new.num_rows(), 1);
@@ -266,12 +361,21 @@ impl TableData {
     /// Of the rows an `UPDATE ... FROM` matched (`old`, one per matching FROM row), the ones
     /// to update: each held row once (the first match), as PostgreSQL updates it once.
     pub fn first_matches(&self, old: &RecordBatch) -> Result<Vec<u32>> {
-        let Rows::Multiset(m) = &self.rows else { return Ok((0..old.num_rows() as u32).collect()) };
+        let Rows::Multiset(m) = &self.rows else {
+            return Ok((0..old.num_rows() as u32).collect());
+        };
         let mut keep = Vec::with_capacity(old.num_rows());
         match &m.primary_key {
             Some(pk) => {
-                let keys: Vec<ArrayRef> = pk.columns.iter().map(|&c| Arc::clone(old.column(c))).collect();
-                let keys = pk.converter.convert_columns(&keys).map_err(|e| arrow_error("encode keys", e))?;
+                let keys: Vec<ArrayRef> = pk
+                    .columns
+                    .iter()
+                    .map(|&c| Arc::clone(old.column(c)))
+                    .collect();
+                let keys = pk
+                    .converter
+                    .convert_columns(&keys)
+                    .map_err(|e| arrow_error("encode keys", e))?;
                 let mut seen: HashSet<&[u8]> = HashSet::new();
                 for i in 0..old.num_rows() {
                     if seen.insert(keys.row(i).data()) {
@@ -280,7 +384,10 @@ impl TableData {
                 }
             }
             None => {
-                let rows = m.converter.convert_columns(old.columns()).map_err(|e| arrow_error("encode rows", e))?;
+                let rows = m
+                    .converter
+                    .convert_columns(old.columns())
+                    .map_err(|e| arrow_error("encode rows", e))?;
                 let mut taken: HashMap<&[u8], i64> = HashMap::default();
                 for i in 0..old.num_rows() {
                     let row = rows.row(i).data();
@@ -300,12 +407,18 @@ impl TableData {
     pub fn relabel(mut self, schema: SchemaRef) -> TableData {
         if let Rows::AppendOnly(batches) = &mut self.rows {
             for b in batches.iter_mut() {
-                if let Ok(relabelled) = RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec()) {
+                if let Ok(relabelled) =
+                    RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec())
+                {
                     *b = relabelled;
                 }
             }
         }
-        TableData { schema, rows: self.rows, snapshot: None }
+        TableData {
+            schema,
+            rows: self.rows,
+            snapshot: None,
+        }
     }
 
     /// A private copy for an open transaction.
@@ -314,37 +427,65 @@ impl TableData {
             Rows::AppendOnly(b) => Rows::AppendOnly(b.clone()),
             Rows::Multiset(m) => Rows::Multiset(Box::new(m.fork(&self.schema)?)),
         };
-        Ok(TableData { schema: Arc::clone(&self.schema), rows, snapshot: self.snapshot.clone() })
+        Ok(TableData {
+            schema: Arc::clone(&self.schema),
+            rows,
+            snapshot: self.snapshot.clone(),
+        })
     }
 }
 
 impl Multiset {
     fn fork(&self, schema: &SchemaRef) -> Result<Multiset> {
-        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
         let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
         let primary_key = match &self.primary_key {
             None => None,
             Some(pk) => {
-                let fields = pk.columns.iter().map(|&i| SortField::new(schema.field(i).data_type().clone())).collect();
+                let fields = pk
+                    .columns
+                    .iter()
+                    .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+                    .collect();
                 Some(PrimaryKey {
                     columns: pk.columns.clone(),
-                    converter: RowConverter::new(fields).map_err(|e| arrow_error("key converter", e))?,
+                    converter: RowConverter::new(fields)
+                        .map_err(|e| arrow_error("key converter", e))?,
                     index: pk.index.clone(),
                     constraint_name: pk.constraint_name.clone(),
                     column_names: pk.column_names.clone(),
                 })
             }
         };
-        Ok(Multiset { converter, counts: self.counts.clone(), primary_key })
+        Ok(Multiset {
+            converter,
+            counts: self.counts.clone(),
+            primary_key,
+        })
     }
 
     fn encode(&self, batch: &ChangeBatch) -> Result<(arrow::row::Rows, Option<arrow::row::Rows>)> {
-        let rows = self.converter.convert_columns(batch.rows().columns()).map_err(|e| arrow_error("encode rows", e))?;
+        let rows = self
+            .converter
+            .convert_columns(batch.rows().columns())
+            .map_err(|e| arrow_error("encode rows", e))?;
         let keys = match &self.primary_key {
             None => None,
             Some(pk) => {
-                let columns: Vec<ArrayRef> = pk.columns.iter().map(|&i| Arc::clone(batch.rows().column(i))).collect();
-                Some(pk.converter.convert_columns(&columns).map_err(|e| arrow_error("encode keys", e))?)
+                let columns: Vec<ArrayRef> = pk
+                    .columns
+                    .iter()
+                    .map(|&i| Arc::clone(batch.rows().column(i)))
+                    .collect();
+                Some(
+                    pk.converter
+                        .convert_columns(&columns)
+                        .map_err(|e| arrow_error("encode keys", e))?,
+                )
             }
         };
         Ok((rows, keys))
@@ -387,12 +528,20 @@ impl Multiset {
                 ));
             }
         }
-        let Some(pk) = &self.primary_key else { return Ok(()) };
+        let Some(pk) = &self.primary_key else {
+            return Ok(());
+        };
         // Retractions first, so that an update may move a row onto a key it frees.
-        let freed: HashSet<&[u8]> = net.iter().filter(|c| c.diff < 0).filter_map(|c| c.key.as_deref()).collect();
+        let freed: HashSet<&[u8]> = net
+            .iter()
+            .filter(|c| c.diff < 0)
+            .filter_map(|c| c.key.as_deref())
+            .collect();
         let mut added: HashSet<&[u8]> = HashSet::new();
         for change in net.iter().filter(|c| c.diff > 0) {
-            let Some(key) = change.key.as_deref() else { continue };
+            let Some(key) = change.key.as_deref() else {
+                continue;
+            };
             let taken = pk.index.contains_key(key) && !freed.contains(key);
             if change.diff > 1 || taken || !added.insert(key) {
                 let (b, i) = change.origin;
@@ -418,11 +567,17 @@ impl Multiset {
 
     fn retract(&mut self, row: &[u8], count: i64, key: Option<&[u8]>) -> Result<()> {
         let Some(current) = self.counts.get_mut(row) else {
-            return Err(Error::new(SqlState::DATA_CORRUPTED, "the log retracts a row the table does not hold"));
+            return Err(Error::new(
+                SqlState::DATA_CORRUPTED,
+                "the log retracts a row the table does not hold",
+            ));
         };
         *current -= count;
         if *current < 0 {
-            return Err(Error::new(SqlState::DATA_CORRUPTED, "the log retracts a row more often than it was inserted"));
+            return Err(Error::new(
+                SqlState::DATA_CORRUPTED,
+                "the log retracts a row more often than it was inserted",
+            ));
         }
         if *current == 0 {
             self.counts.remove(row);
@@ -441,8 +596,14 @@ impl Multiset {
             if pending.is_empty() {
                 return Ok(());
             }
-            let columns = self.converter.convert_rows(pending.drain(..)).map_err(|e| arrow_error("decode rows", e))?;
-            out.push(RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| arrow_error("snapshot batch", e))?);
+            let columns = self
+                .converter
+                .convert_rows(pending.drain(..))
+                .map_err(|e| arrow_error("decode rows", e))?;
+            out.push(
+                RecordBatch::try_new(Arc::clone(schema), columns)
+                    .map_err(|e| arrow_error("snapshot batch", e))?,
+            );
             Ok(())
         };
         for (bytes, count) in &self.counts {
@@ -467,13 +628,21 @@ fn duplicate_key(pk: &PrimaryKey, rows: &RecordBatch, row: usize) -> Error {
             if column.is_null(row) {
                 "null".to_owned()
             } else {
-                arrow::util::display::array_value_to_string(column, row).unwrap_or_else(|_| "?".into())
+                arrow::util::display::array_value_to_string(column, row)
+                    .unwrap_or_else(|_| "?".into())
             }
         })
         .collect();
     Error::new(
         SqlState::UNIQUE_VIOLATION,
-        format!("duplicate key value violates unique constraint \"{}\"", pk.constraint_name),
+        format!(
+            "duplicate key value violates unique constraint \"{}\"",
+            pk.constraint_name
+        ),
     )
-    .with_detail(format!("Key ({})=({}) already exists.", pk.column_names.join(", "), values.join(", ")))
+    .with_detail(format!(
+        "Key ({})=({}) already exists.",
+        pk.column_names.join(", "),
+        values.join(", ")
+    ))
 }

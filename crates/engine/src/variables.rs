@@ -13,30 +13,126 @@ struct Spec {
 }
 
 const SPECS: &[Spec] = &[
-    Spec { name: "application_name", default: "", settable: true },
-    Spec { name: "client_encoding", default: "UTF8", settable: true },
-    Spec { name: "client_min_messages", default: "notice", settable: true },
-    Spec { name: "DateStyle", default: "ISO, MDY", settable: true },
-    Spec { name: "default_table_access_method", default: "heap", settable: true },
-    Spec { name: "default_transaction_isolation", default: "read committed", settable: true },
-    Spec { name: "default_transaction_read_only", default: "off", settable: true },
-    Spec { name: "extra_float_digits", default: "1", settable: true },
-    Spec { name: "idle_in_transaction_session_timeout", default: "0", settable: true },
-    Spec { name: "implicit_flush", default: "off", settable: true },
-    Spec { name: "integer_datetimes", default: "on", settable: false },
-    Spec { name: "IntervalStyle", default: "postgres", settable: true },
-    Spec { name: "lock_timeout", default: "0", settable: true },
-    Spec { name: "max_identifier_length", default: "63", settable: false },
-    Spec { name: "search_path", default: "\"$user\", public", settable: true },
-    Spec { name: "server_encoding", default: "UTF8", settable: false },
-    Spec { name: "server_version", default: crate::PG_VERSION, settable: false },
-    Spec { name: "server_version_num", default: "150000", settable: false },
-    Spec { name: "standard_conforming_strings", default: "on", settable: true },
-    Spec { name: "statement_timeout", default: "0", settable: true },
-    Spec { name: "TimeZone", default: "UTC", settable: true },
-    Spec { name: "transaction_isolation", default: "read committed", settable: true },
-    Spec { name: "transaction_read_only", default: "off", settable: true },
-    Spec { name: "eddy_version", default: crate::EDDY_VERSION, settable: false },
+    Spec {
+        name: "application_name",
+        default: "",
+        settable: true,
+    },
+    Spec {
+        name: "client_encoding",
+        default: "UTF8",
+        settable: true,
+    },
+    Spec {
+        name: "client_min_messages",
+        default: "notice",
+        settable: true,
+    },
+    Spec {
+        name: "DateStyle",
+        default: "ISO, MDY",
+        settable: true,
+    },
+    Spec {
+        name: "default_table_access_method",
+        default: "heap",
+        settable: true,
+    },
+    Spec {
+        name: "default_transaction_isolation",
+        default: "read committed",
+        settable: true,
+    },
+    Spec {
+        name: "default_transaction_read_only",
+        default: "off",
+        settable: true,
+    },
+    Spec {
+        name: "extra_float_digits",
+        default: "1",
+        settable: true,
+    },
+    Spec {
+        name: "idle_in_transaction_session_timeout",
+        default: "0",
+        settable: true,
+    },
+    Spec {
+        name: "implicit_flush",
+        default: "off",
+        settable: true,
+    },
+    Spec {
+        name: "integer_datetimes",
+        default: "on",
+        settable: false,
+    },
+    Spec {
+        name: "IntervalStyle",
+        default: "postgres",
+        settable: true,
+    },
+    Spec {
+        name: "lock_timeout",
+        default: "0",
+        settable: true,
+    },
+    Spec {
+        name: "max_identifier_length",
+        default: "63",
+        settable: false,
+    },
+    Spec {
+        name: "search_path",
+        default: "\"$user\", public",
+        settable: true,
+    },
+    Spec {
+        name: "server_encoding",
+        default: "UTF8",
+        settable: false,
+    },
+    Spec {
+        name: "server_version",
+        default: crate::PG_VERSION,
+        settable: false,
+    },
+    Spec {
+        name: "server_version_num",
+        default: "150000",
+        settable: false,
+    },
+    Spec {
+        name: "standard_conforming_strings",
+        default: "on",
+        settable: true,
+    },
+    Spec {
+        name: "statement_timeout",
+        default: "0",
+        settable: true,
+    },
+    Spec {
+        name: "TimeZone",
+        default: "UTC",
+        settable: true,
+    },
+    Spec {
+        name: "transaction_isolation",
+        default: "read committed",
+        settable: true,
+    },
+    Spec {
+        name: "transaction_read_only",
+        default: "off",
+        settable: true,
+    },
+    Spec {
+        name: "eddy_version",
+        default: crate::EDDY_VERSION,
+        settable: false,
+    },
 ];
 
 fn spec(name: &str) -> Option<&'static Spec> {
@@ -57,7 +153,12 @@ pub struct Variables {
 
 impl Default for Variables {
     fn default() -> Self {
-        Variables { values: SPECS.iter().map(|s| (s.name, s.default.to_owned())).collect() }
+        Variables {
+            values: SPECS
+                .iter()
+                .map(|s| (s.name, s.default.to_owned()))
+                .collect(),
+        }
     }
 }
 
@@ -65,14 +166,20 @@ impl Variables {
     /// `SHOW name`. Unknown names are 42704, as in PostgreSQL.
     pub fn get(&self, name: &str) -> Result<(&'static str, String)> {
         let spec = spec(name).ok_or_else(|| unknown(name))?;
-        Ok((spec.name, self.values.get(spec.name).cloned().unwrap_or_default()))
+        Ok((
+            spec.name,
+            self.values.get(spec.name).cloned().unwrap_or_default(),
+        ))
     }
 
     /// `SET name = value` (or `TO value`, `DEFAULT` as the empty value).
     pub fn set(&mut self, name: &str, value: Option<String>) -> Result<()> {
         let spec = spec(name).ok_or_else(|| unknown(name))?;
         if !spec.settable {
-            return Err(Error::new(SqlState::FEATURE_NOT_SUPPORTED, format!("parameter \"{}\" cannot be changed", spec.name)));
+            return Err(Error::new(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                format!("parameter \"{}\" cannot be changed", spec.name),
+            ));
         }
         let value = match value {
             None => spec.default.to_owned(),
@@ -104,52 +211,80 @@ impl Variables {
     }
 
     pub fn extra_float_digits(&self) -> i32 {
-        self.values.get("extra_float_digits").and_then(|v| v.parse().ok()).unwrap_or(1)
+        self.values
+            .get("extra_float_digits")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
     }
 }
 
 fn unknown(name: &str) -> Error {
-    Error::new(SqlState::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))
+    Error::new(
+        SqlState::UNDEFINED_OBJECT,
+        format!("unrecognized configuration parameter \"{name}\""),
+    )
 }
 
 fn invalid(name: &str, value: &str, hint: &str) -> Error {
-    Error::invalid_parameter(format!("invalid value for parameter \"{name}\": \"{value}\"")).with_hint(hint.to_owned())
+    Error::invalid_parameter(format!(
+        "invalid value for parameter \"{name}\": \"{value}\""
+    ))
+    .with_hint(hint.to_owned())
 }
 
 fn normalize(name: &str, value: String) -> Result<String> {
     match name {
-        "implicit_flush" | "standard_conforming_strings" | "transaction_read_only" | "default_transaction_read_only" => {
-            match value.to_lowercase().as_str() {
-                "on" | "true" | "1" | "yes" | "t" => Ok("on".into()),
-                "off" | "false" | "0" | "no" | "f" => Ok("off".into()),
-                _ => Err(invalid(name, &value, "use on or off")),
-            }
-        }
+        "implicit_flush"
+        | "standard_conforming_strings"
+        | "transaction_read_only"
+        | "default_transaction_read_only" => match value.to_lowercase().as_str() {
+            "on" | "true" | "1" | "yes" | "t" => Ok("on".into()),
+            "off" | "false" | "0" | "no" | "f" => Ok("off".into()),
+            _ => Err(invalid(name, &value, "use on or off")),
+        },
         "extra_float_digits" => match value.parse::<i32>() {
             Ok(d) if (-15..=3).contains(&d) => Ok(d.to_string()),
             _ => Err(invalid(name, &value, "an integer from -15 to 3")),
         },
-        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => parse_duration_ms(&value)
-            .map(|d| d.as_millis().to_string())
-            .ok_or_else(|| invalid(name, &value, "milliseconds, or a number with a unit such as '5s'")),
+        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => {
+            parse_duration_ms(&value)
+                .map(|d| d.as_millis().to_string())
+                .ok_or_else(|| {
+                    invalid(
+                        name,
+                        &value,
+                        "milliseconds, or a number with a unit such as '5s'",
+                    )
+                })
+        }
         "TimeZone" => {
             if value.eq_ignore_ascii_case("utc") || value.eq_ignore_ascii_case("z") {
                 Ok("UTC".into())
             } else if parse_time_zone(&value).is_some() {
                 Ok(value)
             } else {
-                Err(invalid(name, &value, "a time zone name such as 'Europe/Paris', or an offset such as '+02:00'"))
+                Err(invalid(
+                    name,
+                    &value,
+                    "a time zone name such as 'Europe/Paris', or an offset such as '+02:00'",
+                ))
             }
         }
         "client_encoding" => match value.to_uppercase().replace('-', "").as_str() {
             "UTF8" | "UNICODE" => Ok("UTF8".into()),
-            _ => Err(Error::unsupported(format!("client_encoding {value} is not supported: Eddy speaks UTF8"))),
+            _ => Err(Error::unsupported(format!(
+                "client_encoding {value} is not supported: Eddy speaks UTF8"
+            ))),
         },
         "transaction_isolation" | "default_transaction_isolation" => {
             let v = value.to_lowercase();
             match v.as_str() {
                 "read uncommitted" | "read committed" | "repeatable read" | "serializable" => Ok(v),
-                _ => Err(invalid(name, &value, "read committed, repeatable read or serializable")),
+                _ => Err(invalid(
+                    name,
+                    &value,
+                    "read committed, repeatable read or serializable",
+                )),
             }
         }
         _ => Ok(value),

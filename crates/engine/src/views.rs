@@ -24,8 +24,8 @@ use tokio::sync::oneshot;
 
 use crate::catalog::ViewDef;
 use crate::checkpoint::{Checkpoint, Checkpointer, ClockState, ViewState};
-use crate::sink::{Handed, Offsets, Resume, RuntimeSink, SinkEpoch, SinkFeed};
 use crate::clock::{ClockSpec, StreamClock};
+use crate::sink::{Handed, Offsets, Resume, RuntimeSink, SinkEpoch, SinkFeed};
 use crate::table::TableData;
 
 /// How often an epoch ends while changes are flowing (`barrier_interval`).
@@ -51,7 +51,10 @@ pub type ViewFailures = Arc<RwLock<BTreeMap<ObjectId, Error>>>;
 
 /// Whether view `id` failed.
 fn is_failed(failures: &ViewFailures, id: ObjectId) -> bool {
-    failures.read().unwrap_or_else(|p| p.into_inner()).contains_key(&id)
+    failures
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains_key(&id)
 }
 
 struct Published {
@@ -108,13 +111,22 @@ pub struct LogRecord {
 
 impl LogRecord {
     /// Decodes a record of `object`'s log read from `partition`.
-    pub fn decode(record: &eddy_storage::log::Record, partition: u32, schema: &SchemaRef) -> Result<LogRecord> {
+    pub fn decode(
+        record: &eddy_storage::log::Record,
+        partition: u32,
+        schema: &SchemaRef,
+    ) -> Result<LogRecord> {
         let watermark = eddy_storage::log::decode_watermark(&record.payload)?;
         let changes = match watermark {
             Some(_) => Vec::new(),
             None => eddy_storage::log::decode_changes(&record.payload, schema)?,
         };
-        Ok(LogRecord { txn: record.txn_id.0, partition, changes, watermark })
+        Ok(LogRecord {
+            txn: record.txn_id.0,
+            partition,
+            changes,
+            watermark,
+        })
     }
 }
 
@@ -176,8 +188,21 @@ struct Subscriber {
 }
 
 enum Message {
-    Subscribe { view: ObjectId, snapshot: bool, subscriber_events: tokio::sync::mpsc::Sender<EpochChanges>, lagged: Arc<std::sync::atomic::AtomicBool>, reply: oneshot::Sender<Result<()>> },
-    Changes { object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>, budget: Option<QueueBudget>, reader: Option<ReaderPosition> },
+    Subscribe {
+        view: ObjectId,
+        snapshot: bool,
+        subscriber_events: tokio::sync::mpsc::Sender<EpochChanges>,
+        lagged: Arc<std::sync::atomic::AtomicBool>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Changes {
+        object: ObjectId,
+        partition: u32,
+        clock: Option<ClockSpec>,
+        batches: Vec<ChangeBatch>,
+        budget: Option<QueueBudget>,
+        reader: Option<ReaderPosition>,
+    },
     AddView {
         view: Arc<View>,
         dataflow: Box<dyn Operator>,
@@ -187,33 +212,73 @@ enum Message {
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
         reply: oneshot::Sender<Result<()>>,
     },
-    LateEvents { reply: mpsc::Sender<Vec<LateRecord>> },
-    DeadLetters { reply: mpsc::Sender<Vec<FailedRow>> },
-    Watermarks { reply: mpsc::Sender<Vec<WatermarkRow>> },
-    DropView { id: ObjectId },
-    Flush { reply: oneshot::Sender<Result<u64>> },
-    Operators { reply: mpsc::Sender<Vec<(String, eddy_dataflow::OperatorStats)>> },
-    Offsets { reply: mpsc::Sender<Vec<ConsumerOffsets>> },
+    LateEvents {
+        reply: mpsc::Sender<Vec<LateRecord>>,
+    },
+    DeadLetters {
+        reply: mpsc::Sender<Vec<FailedRow>>,
+    },
+    Watermarks {
+        reply: mpsc::Sender<Vec<WatermarkRow>>,
+    },
+    DropView {
+        id: ObjectId,
+    },
+    Flush {
+        reply: oneshot::Sender<Result<u64>>,
+    },
+    Operators {
+        reply: mpsc::Sender<Vec<(String, eddy_dataflow::OperatorStats)>>,
+    },
+    Offsets {
+        reply: mpsc::Sender<Vec<ConsumerOffsets>>,
+    },
     /// Wakes an idle runtime to answer [`SnapshotRequests`].
     Wake,
     /// Ends the epoch and checkpoints (`CHECKPOINT`); answered once the checkpoint is committed.
-    Checkpoint { reply: oneshot::Sender<Result<u64>> },
+    Checkpoint {
+        reply: oneshot::Sender<Result<u64>>,
+    },
     /// Recovery is over: periodic checkpoints may start (one taken earlier would lack the views
     /// still being restored).
     Recovered,
     /// A table's watermark mark, in commit order: live, an idle decision the log now holds;
     /// in a replay, one read from the log. It takes a record's place in partition 0.
-    Watermark { object: ObjectId, watermark: i64 },
+    Watermark {
+        object: ObjectId,
+        watermark: i64,
+    },
     /// Start-up: the tables' clocks as their logs end.
-    SeedClocks { clocks: Vec<(ObjectId, StreamClock)> },
+    SeedClocks {
+        clocks: Vec<(ObjectId, StreamClock)>,
+    },
     /// Recovery: the epoch to go on from and the streams' watermarks.
-    RestoreClocks { epoch: u64, clocks: Vec<ClockState> },
+    RestoreClocks {
+        epoch: u64,
+        clocks: Vec<ClockState>,
+    },
     /// Starts handing a view's epochs to a sink; `resume` is what the sink last committed
     /// (`None`: a new sink, which starts from the view's contents).
-    AddSink { id: ObjectId, view: ObjectId, resume: Option<Resume>, feed: SinkFeed, reply: oneshot::Sender<Result<()>> },
-    DropSink { id: ObjectId },
+    AddSink {
+        id: ObjectId,
+        view: ObjectId,
+        resume: Option<Resume>,
+        feed: SinkFeed,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    DropSink {
+        id: ObjectId,
+    },
     /// Recovery: a view whose dataflow holds its checkpointed state; it has read `committed`.
-    RestoreView { view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, contents: Vec<RecordBatch>, committed: HashMap<(ObjectId, u32), u64>, reply: oneshot::Sender<Result<()>> },
+    RestoreView {
+        view: Arc<View>,
+        dataflow: Box<dyn Operator>,
+        event_time: Arc<EventTime>,
+        sources: Vec<ObjectId>,
+        contents: Vec<RecordBatch>,
+        committed: HashMap<(ObjectId, u32), u64>,
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 /// Changes that one view's reader of a source read: only that view receives them, and they
@@ -250,9 +315,15 @@ impl ViewRuntime {
     /// Idle decisions about tables' watermarks go to `marks` (table, watermark): the engine
     /// records each in the table's log and sends it back as [`ViewRuntime::watermark`] (`None`:
     /// applied at once, for tests without a log).
-    pub fn start(checkpoints: Option<Checkpoints>, marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>) -> Result<ViewRuntime> {
+    pub fn start(
+        checkpoints: Option<Checkpoints>,
+        marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>,
+    ) -> Result<ViewRuntime> {
         let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
-        let published = Arc::new(RwLock::new(Published { snapshots: Arc::new(HashMap::new()), stale: false }));
+        let published = Arc::new(RwLock::new(Published {
+            snapshots: Arc::new(HashMap::new()),
+            stale: false,
+        }));
         let requests = Arc::new(SnapshotRequests::default());
         let failures = ViewFailures::default();
         let state = RuntimeState {
@@ -279,14 +350,26 @@ impl ViewRuntime {
             .spawn(move || state.run(&rx))
             .map_err(|e| Error::io("start the view runtime", e))?;
         let budget = Arc::new(tokio::sync::Semaphore::new(RUNTIME_QUEUE_KIB as usize));
-        Ok(ViewRuntime { queue: Mutex::new(Some(tx)), published, requests, thread: Mutex::new(Some(thread)), budget, failures })
+        Ok(ViewRuntime {
+            queue: Mutex::new(Some(tx)),
+            published,
+            requests,
+            thread: Mutex::new(Some(thread)),
+            budget,
+            failures,
+        })
     }
 
     fn send(&self, message: Message) -> Result<()> {
         let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         match queue.as_ref() {
-            Some(tx) => tx.send(message).map_err(|_| Error::internal("the view runtime stopped")),
-            None => Err(Error::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down")),
+            Some(tx) => tx
+                .send(message)
+                .map_err(|_| Error::internal("the view runtime stopped")),
+            None => Err(Error::new(
+                SqlState::ADMIN_SHUTDOWN,
+                "the server is shutting down",
+            )),
         }
     }
 
@@ -294,19 +377,51 @@ impl ViewRuntime {
     /// behind (a reservation larger than the whole queue waits for all of it).
     pub async fn reserve(&self, bytes: usize) -> Result<QueueBudget> {
         let kib = (bytes / 1024).clamp(1, RUNTIME_QUEUE_KIB as usize) as u32;
-        let permit = Arc::clone(&self.budget).acquire_many_owned(kib).await.map_err(|_| Error::internal("the view runtime stopped"))?;
+        let permit = Arc::clone(&self.budget)
+            .acquire_many_owned(kib)
+            .await
+            .map_err(|_| Error::internal("the view runtime stopped"))?;
         Ok(QueueBudget(permit))
     }
 
     /// Committed changes of a table, in commit order (call under the engine's write lock);
     /// `budget` is released once the runtime has processed them.
-    pub fn changes(&self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>, budget: Option<QueueBudget>) -> Result<()> {
-        self.send(Message::Changes { object, partition, clock, batches, budget, reader: None })
+    pub fn changes(
+        &self,
+        object: ObjectId,
+        partition: u32,
+        clock: Option<ClockSpec>,
+        batches: Vec<ChangeBatch>,
+        budget: Option<QueueBudget>,
+    ) -> Result<()> {
+        self.send(Message::Changes {
+            object,
+            partition,
+            clock,
+            batches,
+            budget,
+            reader: None,
+        })
     }
 
     /// Changes of a source for the one view whose reader read them (source `partition`).
-    pub fn reader_changes(&self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: Vec<ChangeBatch>, budget: QueueBudget, reader: ReaderPosition) -> Result<()> {
-        self.send(Message::Changes { object, partition, clock, batches, budget: Some(budget), reader: Some(reader) })
+    pub fn reader_changes(
+        &self,
+        object: ObjectId,
+        partition: u32,
+        clock: Option<ClockSpec>,
+        batches: Vec<ChangeBatch>,
+        budget: QueueBudget,
+        reader: ReaderPosition,
+    ) -> Result<()> {
+        self.send(Message::Changes {
+            object,
+            partition,
+            clock,
+            batches,
+            budget: Some(budget),
+            reader: Some(reader),
+        })
     }
 
     /// Every late row the views dropped (`eddy_late_events`).
@@ -340,9 +455,12 @@ impl ViewRuntime {
     fn ask<T>(&self, message: impl FnOnce(mpsc::Sender<T>) -> Message) -> Result<T> {
         let (reply, answer) = mpsc::channel();
         self.send(message(reply))?;
-        answer
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| Error::new(SqlState::INSUFFICIENT_RESOURCES, "the view runtime did not answer within 10 s"))
+        answer.recv_timeout(Duration::from_secs(10)).map_err(|_| {
+            Error::new(
+                SqlState::INSUFFICIENT_RESOURCES,
+                "the view runtime did not answer within 10 s",
+            )
+        })
     }
 
     /// Registers a view; `tables` are the logged commits of the tables it reads (taken under
@@ -358,7 +476,15 @@ impl ViewRuntime {
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<oneshot::Receiver<Result<()>>> {
         let (reply, done) = oneshot::channel();
-        self.send(Message::AddView { view, dataflow, event_time, sources, tables, progress, reply })?;
+        self.send(Message::AddView {
+            view,
+            dataflow,
+            event_time,
+            sources,
+            tables,
+            progress,
+            reply,
+        })?;
         Ok(done)
     }
 
@@ -368,8 +494,15 @@ impl ViewRuntime {
         let (tx, rx) = tokio::sync::mpsc::channel(eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX);
         let lagged = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (reply, done) = oneshot::channel();
-        self.send(Message::Subscribe { view, snapshot, subscriber_events: tx, lagged: Arc::clone(&lagged), reply })?;
-        done.await.map_err(|_| Error::internal("the view runtime stopped"))??;
+        self.send(Message::Subscribe {
+            view,
+            snapshot,
+            subscriber_events: tx,
+            lagged: Arc::clone(&lagged),
+            reply,
+        })?;
+        done.await
+            .map_err(|_| Error::internal("the view runtime stopped"))??;
         Ok(Subscription { events: rx, lagged })
     }
 
@@ -388,10 +521,23 @@ impl ViewRuntime {
     }
 
     /// Hands the view's epochs to a sink from now on (see `sink.rs` for `resume`).
-    pub async fn add_sink(&self, id: ObjectId, view: ObjectId, resume: Option<Resume>, feed: SinkFeed) -> Result<()> {
+    pub async fn add_sink(
+        &self,
+        id: ObjectId,
+        view: ObjectId,
+        resume: Option<Resume>,
+        feed: SinkFeed,
+    ) -> Result<()> {
         let (reply, done) = oneshot::channel();
-        self.send(Message::AddSink { id, view, resume, feed, reply })?;
-        done.await.map_err(|_| Error::internal("the view runtime stopped"))?
+        self.send(Message::AddSink {
+            id,
+            view,
+            resume,
+            feed,
+            reply,
+        })?;
+        done.await
+            .map_err(|_| Error::internal("the view runtime stopped"))?
     }
 
     pub fn drop_sink(&self, id: ObjectId) -> Result<()> {
@@ -427,7 +573,15 @@ impl ViewRuntime {
         committed: HashMap<(ObjectId, u32), u64>,
     ) -> Result<oneshot::Receiver<Result<()>>> {
         let (reply, done) = oneshot::channel();
-        self.send(Message::RestoreView { view, dataflow, event_time, sources, contents, committed, reply })?;
+        self.send(Message::RestoreView {
+            view,
+            dataflow,
+            event_time,
+            sources,
+            contents,
+            committed,
+            reply,
+        })?;
         Ok(done)
     }
 
@@ -460,16 +614,37 @@ impl ViewRuntime {
             }
         }
         let (reply, answer) = mpsc::channel();
-        self.requests.waiting.lock().unwrap_or_else(|p| p.into_inner()).push(reply);
-        self.requests.pending.store(true, std::sync::atomic::Ordering::Release);
+        self.requests
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(reply);
+        self.requests
+            .pending
+            .store(true, std::sync::atomic::Ordering::Release);
         // An idle runtime waits on its queue; a full queue means it is busy and looks soon.
-        if let Some(queue) = self.queue.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(queue) = self
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             let _ = queue.try_send(Message::Wake);
         }
-        answer.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
-            tracing::warn!("the view runtime did not publish within 10 s; reading earlier snapshots");
-            Arc::clone(&self.published.read().unwrap_or_else(|p| p.into_inner()).snapshots)
-        })
+        answer
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| {
+                tracing::warn!(
+                    "the view runtime did not publish within 10 s; reading earlier snapshots"
+                );
+                Arc::clone(
+                    &self
+                        .published
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .snapshots,
+                )
+            })
     }
 
     pub fn shutdown(&self) {
@@ -535,12 +710,20 @@ impl RuntimeState {
         let mut last_epoch = Instant::now();
         loop {
             // Idle, wait for work; with changes pending, wait only until the barrier is due.
-            let wait = if self.dirty { BARRIER_INTERVAL.saturating_sub(last_epoch.elapsed()) } else { BARRIER_INTERVAL };
+            let wait = if self.dirty {
+                BARRIER_INTERVAL.saturating_sub(last_epoch.elapsed())
+            } else {
+                BARRIER_INTERVAL
+            };
             match queue.recv_timeout(wait) {
                 Ok(message) => self.handle(message, &mut last_epoch),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    self.requests.waiting.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                    self.requests
+                        .waiting
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clear();
                     return;
                 }
             }
@@ -556,10 +739,19 @@ impl RuntimeState {
             }
             // A sink that fell behind gets the view's contents once it has caught up, even when
             // no epoch ends (between epochs, contents and offsets agree).
-            if !self.dirty && self.sinks.iter().any(|s| s.waiting.is_some() && s.feed.drained()) {
+            if !self.dirty
+                && self
+                    .sinks
+                    .iter()
+                    .any(|s| s.waiting.is_some() && s.feed.drained())
+            {
                 self.feed_sinks(&HashMap::new());
             }
-            let due = self.checkpoints.as_ref().and_then(|c| c.interval).is_some_and(|i| self.last_checkpoint.elapsed() >= i);
+            let due = self
+                .checkpoints
+                .as_ref()
+                .and_then(|c| c.interval)
+                .is_some_and(|i| self.last_checkpoint.elapsed() >= i);
             if due && self.recovered && self.changed_since_checkpoint && !self.dirty {
                 self.checkpoint(None);
             }
@@ -573,12 +765,16 @@ impl RuntimeState {
         self.sink_progress();
         let Some(checkpoints) = &self.checkpoints else {
             if let Some(reply) = reply {
-                let _ = reply.send(Err(Error::unsupported("this server does not write checkpoints")));
+                let _ = reply.send(Err(Error::unsupported(
+                    "this server does not write checkpoints",
+                )));
             }
             return;
         };
         let started = Instant::now();
-        let started_at_micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        let started_at_micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
         let mut views = Vec::new();
         for entry in self.views.iter_mut().filter(|e| !e.view.def.sql.is_empty()) {
             let id = entry.view.def.id;
@@ -590,9 +786,15 @@ impl RuntimeState {
             let state = (|| -> Result<ViewState> {
                 Ok(ViewState {
                     id,
-                    parts: catch_panic("saving a view's state", || eddy_dataflow::checkpoint::save(entry.dataflow.as_mut()))?,
+                    parts: catch_panic("saving a view's state", || {
+                        eddy_dataflow::checkpoint::save(entry.dataflow.as_mut())
+                    })?,
                     contents: entry.contents.snapshot()?.as_ref().clone(),
-                    committed: entry.committed.iter().map(|((o, p), n)| (*o, *p, *n)).collect(),
+                    committed: entry
+                        .committed
+                        .iter()
+                        .map(|((o, p), n)| (*o, *p, *n))
+                        .collect(),
                     watermarks: entry.event_time.watermarks(),
                 })
             })();
@@ -611,10 +813,24 @@ impl RuntimeState {
         let clocks = self
             .clocks
             .iter()
-            .map(|((object, reader), c)| ClockState { object: *object, reader: *reader, partitions: c.partitions.clone(), watermark: c.watermark })
+            .map(|((object, reader), c)| ClockState {
+                object: *object,
+                reader: *reader,
+                partitions: c.partitions.clone(),
+                watermark: c.watermark,
+            })
             .collect();
         let wait = reply.is_some();
-        let checkpoint = Checkpoint { epoch: self.epoch, started_at_micros, pause: started.elapsed(), started, workers: checkpoints.workers, views, clocks, reply };
+        let checkpoint = Checkpoint {
+            epoch: self.epoch,
+            started_at_micros,
+            pause: started.elapsed(),
+            started,
+            workers: checkpoints.workers,
+            views,
+            clocks,
+            reply,
+        };
         match checkpoints.writer.submit(checkpoint, wait) {
             Ok(()) => {
                 self.last_checkpoint = Instant::now();
@@ -622,7 +838,10 @@ impl RuntimeState {
             }
             Err(c) => {
                 if let Some(reply) = c.reply {
-                    let _ = reply.send(Err(Error::new(SqlState::ADMIN_SHUTDOWN, "the checkpoint writer stopped")));
+                    let _ = reply.send(Err(Error::new(
+                        SqlState::ADMIN_SHUTDOWN,
+                        "the checkpoint writer stopped",
+                    )));
                 }
             }
         }
@@ -635,31 +854,54 @@ impl RuntimeState {
     fn feed_sinks(&mut self, outputs: &HashMap<ObjectId, Vec<ChangeBatch>>) {
         let epoch = self.epoch;
         for sink in &mut self.sinks {
-            let Some(entry) = self.views.iter_mut().find(|e| e.view.def.id == sink.view) else { continue };
+            let Some(entry) = self.views.iter_mut().find(|e| e.view.def.id == sink.view) else {
+                continue;
+            };
             if is_failed(&self.failures, sink.view) {
                 continue;
             }
             let read = entry.committed_offsets();
             let handed = match &sink.waiting {
-                Some(until) if sink.feed.drained() && until.as_ref().is_none_or(|s| crate::sink::at_least(&read, s)) => match entry.contents.snapshot() {
-                    Ok(rows) => {
-                        sink.waiting = None;
-                        tracing::info!(view = %entry.view.def.name, sink = %sink.id, epoch, "the sink is handed the view's whole contents");
-                        Handed::Contents(rows.iter().filter(|b| b.num_rows() > 0).cloned().map(ChangeBatch::inserts).collect())
+                Some(until)
+                    if sink.feed.drained()
+                        && until
+                            .as_ref()
+                            .is_none_or(|s| crate::sink::at_least(&read, s)) =>
+                {
+                    match entry.contents.snapshot() {
+                        Ok(rows) => {
+                            sink.waiting = None;
+                            tracing::info!(view = %entry.view.def.name, sink = %sink.id, epoch, "the sink is handed the view's whole contents");
+                            Handed::Contents(
+                                rows.iter()
+                                    .filter(|b| b.num_rows() > 0)
+                                    .cloned()
+                                    .map(ChangeBatch::inserts)
+                                    .collect(),
+                            )
+                        }
+                        Err(e) => {
+                            tracing::error!(view = %entry.view.def.name, error = %e, "reading a view's contents for its sink failed");
+                            continue;
+                        }
                     }
-                    Err(e) => {
-                        tracing::error!(view = %entry.view.def.name, error = %e, "reading a view's contents for its sink failed");
-                        continue;
-                    }
-                },
+                }
                 Some(_) => continue,
                 None => match outputs.get(&sink.view) {
-                    Some(out) if out.iter().any(|b| !b.is_empty()) => Handed::Changes(out.iter().filter(|b| !b.is_empty()).cloned().collect()),
+                    Some(out) if out.iter().any(|b| !b.is_empty()) => {
+                        Handed::Changes(out.iter().filter(|b| !b.is_empty()).cloned().collect())
+                    }
                     _ => continue,
                 },
             };
             let bytes = match &handed {
-                Handed::Changes(batches) => batches.iter().map(|c| c.rows().get_array_memory_size() + arrow::array::Array::get_array_memory_size(c.diffs())).sum(),
+                Handed::Changes(batches) => batches
+                    .iter()
+                    .map(|c| {
+                        c.rows().get_array_memory_size()
+                            + arrow::array::Array::get_array_memory_size(c.diffs())
+                    })
+                    .sum(),
                 Handed::Contents(_) => 0,
             };
             if sink.feed.full(bytes) {
@@ -667,7 +909,12 @@ impl RuntimeState {
                 sink.waiting = Some(None);
                 continue;
             }
-            sink.feed.send(SinkEpoch { epoch, offsets: read.clone(), handed, bytes });
+            sink.feed.send(SinkEpoch {
+                epoch,
+                offsets: read.clone(),
+                handed,
+                bytes,
+            });
             sink.sent = Some(read);
         }
     }
@@ -677,62 +924,134 @@ impl RuntimeState {
     fn sink_progress(&mut self) {
         let epoch = self.epoch;
         for sink in self.sinks.iter_mut().filter(|s| s.waiting.is_none()) {
-            let Some(entry) = self.views.iter().find(|e| e.view.def.id == sink.view) else { continue };
+            let Some(entry) = self.views.iter().find(|e| e.view.def.id == sink.view) else {
+                continue;
+            };
             let read = entry.committed_offsets();
             if sink.sent.as_ref() != Some(&read) {
-                sink.feed.send(SinkEpoch { epoch, offsets: read.clone(), handed: Handed::Changes(Vec::new()), bytes: 0 });
+                sink.feed.send(SinkEpoch {
+                    epoch,
+                    offsets: read.clone(),
+                    handed: Handed::Changes(Vec::new()),
+                    bytes: 0,
+                });
                 sink.sent = Some(read);
             }
         }
     }
 
     /// Recovery: registers a view restored from a checkpoint.
-    fn restore_view(&mut self, view: Arc<View>, dataflow: Box<dyn Operator>, event_time: Arc<EventTime>, sources: Vec<ObjectId>, contents: Vec<RecordBatch>, committed: HashMap<(ObjectId, u32), u64>) -> Result<()> {
+    fn restore_view(
+        &mut self,
+        view: Arc<View>,
+        dataflow: Box<dyn Operator>,
+        event_time: Arc<EventTime>,
+        sources: Vec<ObjectId>,
+        contents: Vec<RecordBatch>,
+        committed: HashMap<(ObjectId, u32), u64>,
+    ) -> Result<()> {
         let mut data = TableData::for_view(Arc::clone(&view.schema));
-        let inserts: Vec<ChangeBatch> = contents.into_iter().filter(|b| b.num_rows() > 0).map(ChangeBatch::inserts).collect();
+        let inserts: Vec<ChangeBatch> = contents
+            .into_iter()
+            .filter(|b| b.num_rows() > 0)
+            .map(ChangeBatch::inserts)
+            .collect();
         if !inserts.is_empty() {
             data.apply(&inserts)?;
         }
-        self.views.push(Entry { view, dataflow, event_time, sources, pending: Vec::new(), contents: data, read: committed.clone(), committed });
+        self.views.push(Entry {
+            view,
+            dataflow,
+            event_time,
+            sources,
+            pending: Vec::new(),
+            contents: data,
+            read: committed.clone(),
+            committed,
+        });
         self.mark_stale();
         Ok(())
     }
 
     fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
         match message {
-            Message::Changes { object, partition, clock, batches, budget, reader } => {
+            Message::Changes {
+                object,
+                partition,
+                clock,
+                batches,
+                budget,
+                reader,
+            } => {
                 let view = reader.as_ref().map(|r| r.view);
                 for entry in self.views.iter_mut().filter(|e| receives(e, object, view)) {
                     match &reader {
-                        Some(r) => entry.read.extend(r.positions.iter().map(|(p, offset)| ((object, *p), *offset))),
+                        Some(r) => entry.read.extend(
+                            r.positions
+                                .iter()
+                                .map(|(p, offset)| ((object, *p), *offset)),
+                        ),
                         None => *entry.read.entry((object, partition)).or_default() += 1,
                     }
                 }
                 self.push(object, partition, clock, &batches, view);
                 drop(budget);
             }
-            Message::AddView { view, dataflow, event_time, sources, tables, progress, reply } => {
-                let result = self.add_view(view, dataflow, event_time, sources, tables, progress.as_ref());
+            Message::AddView {
+                view,
+                dataflow,
+                event_time,
+                sources,
+                tables,
+                progress,
+                reply,
+            } => {
+                let result = self.add_view(
+                    view,
+                    dataflow,
+                    event_time,
+                    sources,
+                    tables,
+                    progress.as_ref(),
+                );
                 *last_epoch = Instant::now();
                 let _ = reply.send(result);
             }
-            Message::Subscribe { view, snapshot, subscriber_events, lagged, reply } => {
+            Message::Subscribe {
+                view,
+                snapshot,
+                subscriber_events,
+                lagged,
+                reply,
+            } => {
                 let result = self.subscribe(view, snapshot, subscriber_events, lagged);
                 let _ = reply.send(result);
             }
             Message::DropView { id } => {
                 // Catalog views that read `id` were dropped before it; what still reads it are
                 // subscriptions' temporary views, whose streams end with it.
-                let gone: Vec<String> = self.views.iter().filter(|v| v.view.def.id == id || v.sources.contains(&id)).map(|v| v.view.def.name.clone()).collect();
+                let gone: Vec<String> = self
+                    .views
+                    .iter()
+                    .filter(|v| v.view.def.id == id || v.sources.contains(&id))
+                    .map(|v| v.view.def.name.clone())
+                    .collect();
                 self.late.retain(|r| !gone.contains(&r.view));
                 self.failed.retain(|r| !gone.contains(&r.view));
-                self.views.retain(|v| v.view.def.id != id && !v.sources.contains(&id));
+                self.views
+                    .retain(|v| v.view.def.id != id && !v.sources.contains(&id));
                 let views = &self.views;
-                self.sinks.retain(|s| views.iter().any(|v| v.view.def.id == s.view));
-                self.clocks.retain(|(object, reader), _| *object != id && *reader != Some(id));
+                self.sinks
+                    .retain(|s| views.iter().any(|v| v.view.def.id == s.view));
+                self.clocks
+                    .retain(|(object, reader), _| *object != id && *reader != Some(id));
                 let views = &self.views;
-                self.subscribers.retain(|s| views.iter().any(|v| v.view.def.id == s.view));
-                self.failures.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                self.subscribers
+                    .retain(|s| views.iter().any(|v| v.view.def.id == s.view));
+                self.failures
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
                 self.mark_stale();
             }
             Message::LateEvents { reply } => {
@@ -750,7 +1069,12 @@ impl RuntimeState {
                     .views
                     .iter()
                     .filter(|v| !v.view.def.sql.is_empty())
-                    .map(|v| ConsumerOffsets { id: v.view.def.id, view: v.view.def.qualified().display(), sources: v.sources.clone(), committed: v.committed.clone() })
+                    .map(|v| ConsumerOffsets {
+                        id: v.view.def.id,
+                        view: v.view.def.qualified().display(),
+                        sources: v.sources.clone(),
+                        committed: v.committed.clone(),
+                    })
                     .collect();
                 let _ = reply.send(rows);
             }
@@ -759,7 +1083,11 @@ impl RuntimeState {
                     .views
                     .iter()
                     .filter(|v| !v.view.def.sql.is_empty())
-                    .flat_map(|v| eddy_dataflow::stats(v.dataflow.as_ref()).into_iter().map(|s| (v.view.def.qualified().display(), s)))
+                    .flat_map(|v| {
+                        eddy_dataflow::stats(v.dataflow.as_ref())
+                            .into_iter()
+                            .map(|s| (v.view.def.qualified().display(), s))
+                    })
                     .collect();
                 let _ = reply.send(rows);
             }
@@ -774,7 +1102,13 @@ impl RuntimeState {
                     }
                 }
             }
-            Message::AddSink { id, view, resume, feed, reply } => {
+            Message::AddSink {
+                id,
+                view,
+                resume,
+                feed,
+                reply,
+            } => {
                 let result = match self.views.iter().find(|e| e.view.def.id == view) {
                     Some(entry) => {
                         let read = entry.committed_offsets();
@@ -785,7 +1119,13 @@ impl RuntimeState {
                             Some(r) => Some(Some(r.offsets)),
                         };
                         tracing::info!(view = %entry.view.def.name, sink = %id, live = waiting.is_none(), waits = matches!(waiting, Some(Some(_))), "a sink starts");
-                        self.sinks.push(RuntimeSink { id, view, waiting, feed, sent: None });
+                        self.sinks.push(RuntimeSink {
+                            id,
+                            view,
+                            waiting,
+                            feed,
+                            sent: None,
+                        });
                         self.feed_sinks(&HashMap::new());
                         Ok(())
                     }
@@ -816,15 +1156,33 @@ impl RuntimeState {
                 }
             }
             Message::Watermark { object, watermark } => self.apply_mark(object, watermark),
-            Message::RestoreView { view, dataflow, event_time, sources, contents, committed, reply } => {
-                let _ = reply.send(self.restore_view(view, dataflow, event_time, sources, contents, committed));
+            Message::RestoreView {
+                view,
+                dataflow,
+                event_time,
+                sources,
+                contents,
+                committed,
+                reply,
+            } => {
+                let _ = reply.send(
+                    self.restore_view(view, dataflow, event_time, sources, contents, committed),
+                );
             }
             Message::Flush { reply } => {
                 let result = self.end_epoch();
                 *last_epoch = Instant::now();
-                let first_failure = self.failures.read().unwrap_or_else(|p| p.into_inner()).iter().next().map(|(id, e)| (*id, e.clone()));
+                let first_failure = self
+                    .failures
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .next()
+                    .map(|(id, e)| (*id, e.clone()));
                 let result = match (first_failure, result) {
-                    (Some((_, e)), _) => Err(e.with_hint("the view stopped updating; drop it (and fix its query) to go on")),
+                    (Some((_, e)), _) => Err(e.with_hint(
+                        "the view stopped updating; drop it (and fix its query) to go on",
+                    )),
                     (None, r) => r.map(|_| self.epoch),
                 };
                 let _ = reply.send(result);
@@ -833,22 +1191,47 @@ impl RuntimeState {
     }
 
     fn name_of(&self, id: ObjectId) -> String {
-        self.views.iter().find(|v| v.view.def.id == id).map_or_else(|| id.to_string(), |v| v.view.def.qualified().display())
+        self.views
+            .iter()
+            .find(|v| v.view.def.id == id)
+            .map_or_else(|| id.to_string(), |v| v.view.def.qualified().display())
     }
 
     fn fail(&mut self, view: ObjectId, error: Error) {
         tracing::error!(view = %self.name_of(view), error = %error, "a view's dataflow failed; it stops updating");
-        let error = Error::new(error.state, format!("materialized view {} failed: {}", self.name_of(view), error.message));
-        self.failures.write().unwrap_or_else(|p| p.into_inner()).entry(view).or_insert(error);
+        let error = Error::new(
+            error.state,
+            format!(
+                "materialized view {} failed: {}",
+                self.name_of(view),
+                error.message
+            ),
+        );
+        self.failures
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(view)
+            .or_insert(error);
     }
 
     /// Feeds a table's or view's changes to every view reading it (a source's to the one view
     /// whose reader read them); a view whose dataflow fails stops, the others go on. Then
     /// advances the stream's watermark: rows are judged against the watermark as it stood
     /// before their batch.
-    fn push(&mut self, object: ObjectId, partition: u32, clock: Option<ClockSpec>, batches: &[ChangeBatch], reader: Option<ObjectId>) {
+    fn push(
+        &mut self,
+        object: ObjectId,
+        partition: u32,
+        clock: Option<ClockSpec>,
+        batches: &[ChangeBatch],
+        reader: Option<ObjectId>,
+    ) {
         let mut failed = Vec::new();
-        for entry in self.views.iter_mut().filter(|e| receives(e, object, reader)) {
+        for entry in self
+            .views
+            .iter_mut()
+            .filter(|e| receives(e, object, reader))
+        {
             if is_failed(&self.failures, entry.view.def.id) {
                 continue;
             }
@@ -866,7 +1249,11 @@ impl RuntimeState {
         for (view, e) in failed {
             self.fail(view, e);
         }
-        let late: Vec<(String, Arc<EventTime>)> = self.views.iter().map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time))).collect();
+        let late: Vec<(String, Arc<EventTime>)> = self
+            .views
+            .iter()
+            .map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time)))
+            .collect();
         for (name, event_time) in late {
             self.collect_late(&name, &event_time);
         }
@@ -901,7 +1288,9 @@ impl RuntimeState {
         let now = Instant::now();
         let mut raised = Vec::new();
         for (key, clock) in &mut self.clocks {
-            let Some(w) = clock.idle_raise(now) else { continue };
+            let Some(w) = clock.idle_raise(now) else {
+                continue;
+            };
             match (&self.marks, key.1) {
                 (Some(marks), None) => {
                     // Full: asked again at the next look.
@@ -947,8 +1336,18 @@ impl RuntimeState {
         let failed = event_time.take_failed_rows();
         if !failed.is_empty() {
             let now = std::time::SystemTime::now();
-            tracing::warn!(view, rows = failed.len(), "rows a view could not evaluate went to eddy_dead_letters");
-            self.failed.extend(failed.into_iter().map(|(row, error)| FailedRow { view: view.to_owned(), row, error, received_at: now }));
+            tracing::warn!(
+                view,
+                rows = failed.len(),
+                "rows a view could not evaluate went to eddy_dead_letters"
+            );
+            self.failed
+                .extend(failed.into_iter().map(|(row, error)| FailedRow {
+                    view: view.to_owned(),
+                    row,
+                    error,
+                    received_at: now,
+                }));
             let max = eddy_common::limits::LATE_EVENTS_KEPT_MAX;
             if self.failed.len() > max {
                 let excess = self.failed.len() - max;
@@ -960,7 +1359,11 @@ impl RuntimeState {
             return;
         }
         let now = std::time::SystemTime::now();
-        self.late.extend(events.into_iter().map(|event| LateRecord { view: view.to_owned(), event, received_at: now }));
+        self.late.extend(events.into_iter().map(|event| LateRecord {
+            view: view.to_owned(),
+            event,
+            received_at: now,
+        }));
         // Bounded: the oldest records go first.
         let max = eddy_common::limits::LATE_EVENTS_KEPT_MAX;
         if self.late.len() > max {
@@ -977,9 +1380,17 @@ impl RuntimeState {
                 Some(view) => format!("{id} ({})", self.name_of(*view)),
                 None => id.to_string(),
             };
-            rows.push(WatermarkRow { object: object.clone(), partition: None, watermark: clock.watermark });
+            rows.push(WatermarkRow {
+                object: object.clone(),
+                partition: None,
+                watermark: clock.watermark,
+            });
             for (p, w) in clock.partitions.iter().enumerate() {
-                rows.push(WatermarkRow { object: object.clone(), partition: Some(p as u32), watermark: *w });
+                rows.push(WatermarkRow {
+                    object: object.clone(),
+                    partition: Some(p as u32),
+                    watermark: *w,
+                });
             }
         }
         // A view's watermark: that of its watermark column, else the least over the streams
@@ -995,7 +1406,10 @@ impl RuntimeState {
                         .filter(|s| {
                             self.clocks.contains_key(&(*s, None))
                                 || self.clocks.contains_key(&(*s, Some(entry.view.def.id)))
-                                || self.views.iter().any(|v| v.view.def.id == *s && v.view.watermark.is_some())
+                                || self
+                                    .views
+                                    .iter()
+                                    .any(|v| v.view.def.id == *s && v.view.watermark.is_some())
                         })
                         .collect();
                     if timed.is_empty() {
@@ -1004,7 +1418,11 @@ impl RuntimeState {
                     entry.event_time.min_of(&timed)
                 }
             };
-            rows.push(WatermarkRow { object: entry.view.def.name.clone(), partition: None, watermark });
+            rows.push(WatermarkRow {
+                object: entry.view.def.name.clone(),
+                partition: None,
+                watermark,
+            });
         }
         rows
     }
@@ -1041,11 +1459,33 @@ impl RuntimeState {
         let mut inputs = tables;
         for source in &sources {
             if let Some(upstream) = self.views.iter_mut().find(|e| e.view.def.id == *source) {
-                let batches = upstream.contents.snapshot()?.iter().cloned().map(|b| LogRecord { txn: 0, partition: 0, changes: vec![ChangeBatch::inserts(b)], watermark: None }).collect();
-                inputs.push(Backfill { object: *source, name: upstream.view.def.name.clone(), clock: None, start: Vec::new(), batches });
+                let batches = upstream
+                    .contents
+                    .snapshot()?
+                    .iter()
+                    .cloned()
+                    .map(|b| LogRecord {
+                        txn: 0,
+                        partition: 0,
+                        changes: vec![ChangeBatch::inserts(b)],
+                        watermark: None,
+                    })
+                    .collect();
+                inputs.push(Backfill {
+                    object: *source,
+                    name: upstream.view.def.name.clone(),
+                    clock: None,
+                    start: Vec::new(),
+                    batches,
+                });
             }
         }
-        let rows: usize = inputs.iter().flat_map(|b| b.batches.iter()).flat_map(|r| r.changes.iter()).map(|b| b.len()).sum();
+        let rows: usize = inputs
+            .iter()
+            .flat_map(|b| b.batches.iter())
+            .flat_map(|r| r.changes.iter())
+            .map(|b| b.len())
+            .sum();
         tracing::info!(view = %view.def.name, rows, "backfilling a materialized view");
         let started = Instant::now();
         let mut reported = Instant::now();
@@ -1054,12 +1494,20 @@ impl RuntimeState {
         // Every table's commits in commit order (views' contents first), each stream with its
         // own clock so that its watermark moves as it did live: by the data and the log's
         // watermark marks, never by the wall clock.
-        let mut clocks: HashMap<ObjectId, StreamClock> = inputs.iter().filter_map(|i| Some((i.object, StreamClock::replaying(i.clock?)))).collect();
-        let mut commits: Vec<(ObjectId, &LogRecord)> = inputs.iter().flat_map(|i| i.batches.iter().map(move |r| (i.object, r))).collect();
+        let mut clocks: HashMap<ObjectId, StreamClock> = inputs
+            .iter()
+            .filter_map(|i| Some((i.object, StreamClock::replaying(i.clock?))))
+            .collect();
+        let mut commits: Vec<(ObjectId, &LogRecord)> = inputs
+            .iter()
+            .flat_map(|i| i.batches.iter().map(move |r| (i.object, r)))
+            .collect();
         commits.sort_by_key(|(object, r)| (r.txn, *object, r.partition));
         for (object, record) in commits {
             for batch in &record.changes {
-                pending.extend(catch_panic("a view's operators", || dataflow.push(object, batch))?);
+                pending.extend(catch_panic("a view's operators", || {
+                    dataflow.push(object, batch)
+                })?);
                 done += batch.len();
                 since_epoch += batch.len();
             }
@@ -1093,7 +1541,11 @@ impl RuntimeState {
         for input in &inputs {
             let live = match self.clocks.get(&(input.object, None)) {
                 Some(clock) => clock.watermark,
-                None => self.views.iter().find(|e| e.view.def.id == input.object).and_then(Entry::watermark),
+                None => self
+                    .views
+                    .iter()
+                    .find(|e| e.view.def.id == input.object)
+                    .and_then(Entry::watermark),
             };
             if let Some(live) = live {
                 event_time.advance(input.object, live);
@@ -1101,20 +1553,47 @@ impl RuntimeState {
         }
         self.collect_late(&view.def.name, &event_time);
         let contents = TableData::for_view(Arc::clone(&view.schema));
-        self.views.push(Entry { view, dataflow, event_time, sources, pending, contents, committed: HashMap::new(), read });
+        self.views.push(Entry {
+            view,
+            dataflow,
+            event_time,
+            sources,
+            pending,
+            contents,
+            committed: HashMap::new(),
+            read,
+        });
         self.dirty = true;
         self.end_epoch()
     }
 
-    fn subscribe(&mut self, view: ObjectId, snapshot: bool, events: tokio::sync::mpsc::Sender<EpochChanges>, lagged: Arc<std::sync::atomic::AtomicBool>) -> Result<()> {
-        let entry = self.views.iter_mut().find(|e| e.view.def.id == view).ok_or_else(|| Error::internal("subscribing to an unknown view"))?;
+    fn subscribe(
+        &mut self,
+        view: ObjectId,
+        snapshot: bool,
+        events: tokio::sync::mpsc::Sender<EpochChanges>,
+        lagged: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<()> {
+        let entry = self
+            .views
+            .iter_mut()
+            .find(|e| e.view.def.id == view)
+            .ok_or_else(|| Error::internal("subscribing to an unknown view"))?;
         if snapshot {
             let contents = entry.contents.snapshot()?;
-            let batches: Vec<ChangeBatch> = contents.iter().cloned().map(ChangeBatch::inserts).collect();
+            let batches: Vec<ChangeBatch> =
+                contents.iter().cloned().map(ChangeBatch::inserts).collect();
             let changes = eddy_dataflow::consolidate(&entry.view.schema, &batches)?;
-            let _ = events.try_send(EpochChanges { epoch: self.epoch, changes });
+            let _ = events.try_send(EpochChanges {
+                epoch: self.epoch,
+                changes,
+            });
         }
-        self.subscribers.push(Subscriber { view, events, lagged });
+        self.subscribers.push(Subscriber {
+            view,
+            events,
+            lagged,
+        });
         Ok(())
     }
 
@@ -1161,7 +1640,12 @@ impl RuntimeState {
             let upstream: Vec<(ObjectId, i64)> = self.views[i]
                 .sources
                 .iter()
-                .filter_map(|s| self.views[..i].iter().find(|e| e.view.def.id == *s).and_then(|e| Some((*s, e.watermark()?))))
+                .filter_map(|s| {
+                    self.views[..i]
+                        .iter()
+                        .find(|e| e.view.def.id == *s)
+                        .and_then(|e| Some((*s, e.watermark()?)))
+                })
                 .collect();
             let entry = &mut self.views[i];
             if is_failed(&self.failures, entry.view.def.id) {
@@ -1173,14 +1657,18 @@ impl RuntimeState {
                 for source in entry.sources.clone() {
                     if let Some(upstream) = outputs.get(&source) {
                         for batch in upstream {
-                            out.extend(catch_panic("a view's operators", || entry.dataflow.push(source, batch))?);
+                            out.extend(catch_panic("a view's operators", || {
+                                entry.dataflow.push(source, batch)
+                            })?);
                         }
                     }
                 }
                 for (source, watermark) in &upstream {
                     entry.event_time.advance(*source, *watermark);
                 }
-                out.extend(catch_panic("a view's operators", || entry.dataflow.end_epoch())?);
+                out.extend(catch_panic("a view's operators", || {
+                    entry.dataflow.end_epoch()
+                })?);
                 entry.contents.check_view_output(&out)?;
                 Ok(out)
             })();
@@ -1204,7 +1692,11 @@ impl RuntimeState {
                 changed = true;
             }
         }
-        let late: Vec<(String, Arc<EventTime>)> = self.views.iter().map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time))).collect();
+        let late: Vec<(String, Arc<EventTime>)> = self
+            .views
+            .iter()
+            .map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time)))
+            .collect();
         for (name, event_time) in late {
             self.collect_late(&name, &event_time);
         }
@@ -1217,7 +1709,15 @@ impl RuntimeState {
         if !self.sinks.is_empty() {
             self.feed_sinks(&outputs);
         }
-        if changed || self.published.read().unwrap_or_else(|p| p.into_inner()).snapshots.len() != self.views.len() {
+        if changed
+            || self
+                .published
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .snapshots
+                .len()
+                != self.views.len()
+        {
             self.mark_stale();
         }
         Ok(())
@@ -1225,20 +1725,44 @@ impl RuntimeState {
 
     /// Some view's contents changed: the next reader has snapshots built.
     fn mark_stale(&self) {
-        self.published.write().unwrap_or_else(|p| p.into_inner()).stale = true;
+        self.published
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .stale = true;
     }
 
     /// When readers wait for snapshots: publishes fresh ones (if an epoch changed something)
     /// and hands them to every waiting reader.
     fn answer_snapshot_requests(&mut self) {
-        if !self.requests.pending.swap(false, std::sync::atomic::Ordering::AcqRel) {
+        if !self
+            .requests
+            .pending
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
             return;
         }
-        if self.published.read().unwrap_or_else(|p| p.into_inner()).stale {
+        if self
+            .published
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .stale
+        {
             self.publish();
         }
-        let snapshots = Arc::clone(&self.published.read().unwrap_or_else(|p| p.into_inner()).snapshots);
-        for reader in self.requests.waiting.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        let snapshots = Arc::clone(
+            &self
+                .published
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .snapshots,
+        );
+        for reader in self
+            .requests
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
             let _ = reader.send(Arc::clone(&snapshots));
         }
     }
@@ -1250,10 +1774,15 @@ impl RuntimeState {
                 Ok(s) => {
                     map.insert(entry.view.def.id, s);
                 }
-                Err(e) => tracing::error!(view = %entry.view.def.name, error = %e, "building a view snapshot failed"),
+                Err(e) => {
+                    tracing::error!(view = %entry.view.def.name, error = %e, "building a view snapshot failed")
+                }
             }
         }
-        *self.published.write().unwrap_or_else(|p| p.into_inner()) = Published { snapshots: Arc::new(map), stale: false };
+        *self.published.write().unwrap_or_else(|p| p.into_inner()) = Published {
+            snapshots: Arc::new(map),
+            stale: false,
+        };
     }
 }
 
@@ -1269,7 +1798,9 @@ mod tests {
         let all = runtime.reserve(usize::MAX).await.unwrap();
         assert!(runtime.reserve(4096).now_or_never().is_none());
         // ...until the runtime has processed those changes.
-        runtime.changes(ObjectId(1), 0, None, Vec::new(), Some(all)).unwrap();
+        runtime
+            .changes(ObjectId(1), 0, None, Vec::new(), Some(all))
+            .unwrap();
         runtime.flush().unwrap().await.unwrap().unwrap();
         assert!(runtime.reserve(4096).now_or_never().is_some());
         runtime.shutdown();

@@ -19,7 +19,13 @@ use crate::encode::encode_column;
 
 /// Sends a whole COPY TO STDOUT: CopyOutResponse, the data, CopyDone. Returns the row count
 /// (the caller sends CommandComplete `COPY n`).
-pub async fn send<C>(client: &mut C, schema: &Schema, batches: &[RecordBatch], format: &CopyFormat, tz: TimeZone) -> PgWireResult<usize>
+pub async fn send<C>(
+    client: &mut C,
+    schema: &Schema,
+    batches: &[RecordBatch],
+    format: &CopyFormat,
+    tz: TimeZone,
+) -> PgWireResult<usize>
 where
     C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
@@ -27,21 +33,37 @@ where
 {
     let columns = schema.fields().len();
     let code = i8::from(matches!(format, CopyFormat::Binary));
-    client.send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(code, columns as i16, vec![i16::from(code); columns]))).await?;
+    client
+        .send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+            code,
+            columns as i16,
+            vec![i16::from(code); columns],
+        )))
+        .await?;
     if let Some(header) = header(schema, format) {
-        client.feed(PgWireBackendMessage::CopyData(CopyData::new(header.into()))).await?;
+        client
+            .feed(PgWireBackendMessage::CopyData(CopyData::new(header.into())))
+            .await?;
     }
     let mut rows = 0;
     for batch in batches {
         for line in lines(batch, format, tz).map_err(crate::handler::to_pgwire)? {
-            client.feed(PgWireBackendMessage::CopyData(CopyData::new(line.into()))).await?;
+            client
+                .feed(PgWireBackendMessage::CopyData(CopyData::new(line.into())))
+                .await?;
         }
         rows += batch.num_rows();
     }
     if matches!(format, CopyFormat::Binary) {
-        client.feed(PgWireBackendMessage::CopyData(CopyData::new(bytes::Bytes::from_static(&[0xFF, 0xFF])))).await?;
+        client
+            .feed(PgWireBackendMessage::CopyData(CopyData::new(
+                bytes::Bytes::from_static(&[0xFF, 0xFF]),
+            )))
+            .await?;
     }
-    client.send(PgWireBackendMessage::CopyDone(CopyDone::new())).await?;
+    client
+        .send(PgWireBackendMessage::CopyDone(CopyDone::new()))
+        .await?;
     Ok(rows)
 }
 
@@ -50,7 +72,9 @@ fn header(schema: &Schema, format: &CopyFormat) -> Option<Vec<u8>> {
     let names = || schema.fields().iter().map(|f| f.name().as_str());
     match format {
         CopyFormat::Text { header: false, .. } | CopyFormat::Csv { header: false, .. } => None,
-        CopyFormat::Text { delimiter, null, .. } => {
+        CopyFormat::Text {
+            delimiter, null, ..
+        } => {
             let mut line = Vec::new();
             for (i, name) in names().enumerate() {
                 if i > 0 {
@@ -61,7 +85,12 @@ fn header(schema: &Schema, format: &CopyFormat) -> Option<Vec<u8>> {
             line.push(b'\n');
             Some(line)
         }
-        CopyFormat::Csv { delimiter, quote, null, .. } => {
+        CopyFormat::Csv {
+            delimiter,
+            quote,
+            null,
+            ..
+        } => {
             let mut line = Vec::new();
             for (i, name) in names().enumerate() {
                 if i > 0 {
@@ -85,7 +114,11 @@ fn header(schema: &Schema, format: &CopyFormat) -> Option<Vec<u8>> {
 pub fn lines(batch: &RecordBatch, format: &CopyFormat, tz: TimeZone) -> Result<Vec<Vec<u8>>> {
     let n = batch.num_rows();
     let schema = batch.schema();
-    let value_format = if matches!(format, CopyFormat::Binary) { FieldFormat::Binary } else { FieldFormat::Text };
+    let value_format = if matches!(format, CopyFormat::Binary) {
+        FieldFormat::Binary
+    } else {
+        FieldFormat::Text
+    };
     let mut out = vec![Vec::new(); n];
     if matches!(format, CopyFormat::Binary) {
         for line in &mut out {
@@ -103,22 +136,37 @@ pub fn lines(batch: &RecordBatch, format: &CopyFormat, tz: TimeZone) -> Result<V
                         line.extend_from_slice(&bytes);
                     }
                 },
-                CopyFormat::Text { delimiter, null, .. } => {
+                CopyFormat::Text {
+                    delimiter, null, ..
+                } => {
                     if c > 0 {
                         push_char(line, *delimiter);
                     }
                     match value {
                         None => line.extend_from_slice(null.as_bytes()),
-                        Some(bytes) => text_field(line, &String::from_utf8_lossy(&bytes), *delimiter, null),
+                        Some(bytes) => {
+                            text_field(line, &String::from_utf8_lossy(&bytes), *delimiter, null)
+                        }
                     }
                 }
-                CopyFormat::Csv { delimiter, quote, null, .. } => {
+                CopyFormat::Csv {
+                    delimiter,
+                    quote,
+                    null,
+                    ..
+                } => {
                     if c > 0 {
                         push_char(line, *delimiter);
                     }
                     match value {
                         None => line.extend_from_slice(null.as_bytes()),
-                        Some(bytes) => csv_field(line, &String::from_utf8_lossy(&bytes), *delimiter, *quote, null),
+                        Some(bytes) => csv_field(
+                            line,
+                            &String::from_utf8_lossy(&bytes),
+                            *delimiter,
+                            *quote,
+                            null,
+                        ),
                     }
                 }
             }
@@ -166,7 +214,11 @@ fn text_field(out: &mut Vec<u8>, value: &str, delimiter: char, _null: &str) {
 /// A value in CSV, quoted as PostgreSQL's `CopyAttributeOutCSV` does: when it holds the
 /// delimiter, the quote, a line break, is the NULL string, or is the end-of-data marker.
 fn csv_field(out: &mut Vec<u8>, value: &str, delimiter: char, quote: char, null: &str) {
-    let needs_quotes = value == null || value == "\\." || value.chars().any(|c| c == delimiter || c == quote || c == '\n' || c == '\r');
+    let needs_quotes = value == null
+        || value == "\\."
+        || value
+            .chars()
+            .any(|c| c == delimiter || c == quote || c == '\n' || c == '\r');
     if !needs_quotes {
         out.extend_from_slice(value.as_bytes());
         return;
@@ -191,7 +243,10 @@ mod tests {
     use super::*;
 
     fn batch() -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, true), Field::new("t", DataType::Utf8, true)]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, true),
+            Field::new("t", DataType::Utf8, true),
+        ]));
         let ids = Int32Array::from(vec![Some(1), None, Some(3)]);
         let texts = StringArray::from(vec![Some("a\tb\\c"), Some(""), Some("x,\"y\"")]);
         RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(texts)]).unwrap()
@@ -199,18 +254,40 @@ mod tests {
 
     #[test]
     fn text_and_csv_as_postgres_writes_them() {
-        let text = CopyFormat::Text { delimiter: '\t', null: "\\N".into(), header: false };
-        let rendered: Vec<String> = lines(&batch(), &text, TimeZone::Named(chrono_tz::UTC)).unwrap().into_iter().map(|l| String::from_utf8(l).unwrap()).collect();
+        let text = CopyFormat::Text {
+            delimiter: '\t',
+            null: "\\N".into(),
+            header: false,
+        };
+        let rendered: Vec<String> = lines(&batch(), &text, TimeZone::Named(chrono_tz::UTC))
+            .unwrap()
+            .into_iter()
+            .map(|l| String::from_utf8(l).unwrap())
+            .collect();
         assert_eq!(rendered, ["1\ta\\tb\\\\c\n", "\\N\t\n", "3\tx,\"y\"\n"]);
-        let csv = CopyFormat::Csv { delimiter: ',', quote: '"', null: String::new(), header: true };
-        let rendered: Vec<String> = lines(&batch(), &csv, TimeZone::Named(chrono_tz::UTC)).unwrap().into_iter().map(|l| String::from_utf8(l).unwrap()).collect();
+        let csv = CopyFormat::Csv {
+            delimiter: ',',
+            quote: '"',
+            null: String::new(),
+            header: true,
+        };
+        let rendered: Vec<String> = lines(&batch(), &csv, TimeZone::Named(chrono_tz::UTC))
+            .unwrap()
+            .into_iter()
+            .map(|l| String::from_utf8(l).unwrap())
+            .collect();
         assert_eq!(rendered, ["1,a\tb\\c\n", ",\"\"\n", "3,\"x,\"\"y\"\"\"\n"]);
         assert_eq!(header(&batch().schema(), &csv).unwrap(), b"id,t\n");
     }
 
     #[test]
     fn binary_rows_carry_lengths() {
-        let rows = lines(&batch(), &CopyFormat::Binary, TimeZone::Named(chrono_tz::UTC)).unwrap();
+        let rows = lines(
+            &batch(),
+            &CopyFormat::Binary,
+            TimeZone::Named(chrono_tz::UTC),
+        )
+        .unwrap();
         assert_eq!(rows[1], [0, 2, 255, 255, 255, 255, 0, 0, 0, 0]);
         assert_eq!(&rows[0][..10], [0, 2, 0, 0, 0, 4, 0, 0, 0, 1]);
     }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{
-    DataType, Date32Type, Decimal128Type, Field, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
-    IntervalMonthDayNanoType, IntervalUnit, Time64MicrosecondType, TimeUnit, UInt8Type, UInt16Type, UInt32Type,
-    UInt64Type,
+    DataType, Date32Type, Decimal128Type, Field, Float32Type, Float64Type, Int8Type, Int16Type,
+    Int32Type, Int64Type, IntervalMonthDayNanoType, IntervalUnit, Time64MicrosecondType, TimeUnit,
+    UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use bytes::{BufMut, BytesMut};
 use eddy_common::{Error, Result};
@@ -34,7 +34,11 @@ pub fn pg_type(field: &Field) -> Type {
             _ => {}
         }
     }
-    if let Some(declared) = field.metadata().get(PG_TYPE_KEY).and_then(|d| declared_type(d)) {
+    if let Some(declared) = field
+        .metadata()
+        .get(PG_TYPE_KEY)
+        .and_then(|d| declared_type(d))
+    {
         return declared;
     }
     match field.data_type() {
@@ -45,16 +49,25 @@ pub fn pg_type(field: &Field) -> Type {
         DataType::Float16 | DataType::Float32 => Type::FLOAT4,
         DataType::Float64 => Type::FLOAT8,
         DataType::Decimal128(..) | DataType::Decimal256(..) => Type::NUMERIC,
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => Type::BYTEA,
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => Type::BYTEA,
         DataType::Date32 | DataType::Date64 => Type::DATE,
         DataType::Time32(_) | DataType::Time64(_) => Type::TIME,
         DataType::Timestamp(_, None) => Type::TIMESTAMP,
         DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
         DataType::Interval(_) | DataType::Duration(_) => Type::INTERVAL,
         // A multidimensional array is an array of its innermost element type, as in PostgreSQL.
-        DataType::List(element) | DataType::LargeList(element) | DataType::FixedSizeList(element, _) => {
+        DataType::List(element)
+        | DataType::LargeList(element)
+        | DataType::FixedSizeList(element, _) => {
             let element = pg_type(element);
-            if element_of(&element).is_some() { element } else { array_of(&element).unwrap_or(Type::TEXT) }
+            if element_of(&element).is_some() {
+                element
+            } else {
+                array_of(&element).unwrap_or(Type::TEXT)
+            }
         }
         _ => Type::TEXT,
     }
@@ -150,7 +163,9 @@ pub fn arrow_type(pg: &Type) -> DataType {
         Type::TIMESTAMPTZ => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
         Type::INTERVAL => DataType::Interval(IntervalUnit::MonthDayNano),
         _ => match element_of(pg) {
-            Some(element) => DataType::List(Arc::new(Field::new_list_field(arrow_type(&element), true))),
+            Some(element) => {
+                DataType::List(Arc::new(Field::new_list_field(arrow_type(&element), true)))
+            }
             None => DataType::Utf8,
         },
     }
@@ -159,13 +174,35 @@ pub fn arrow_type(pg: &Type) -> DataType {
 /// The element type of an array type (`int4` of `int4[]`), the inverse of [`array_of`].
 pub fn element_of(array: &Type) -> Option<Type> {
     const ELEMENTS: [Type; 19] = [
-        Type::BOOL, Type::INT2, Type::INT4, Type::INT8, Type::FLOAT4, Type::FLOAT8, Type::NUMERIC, Type::TEXT, Type::VARCHAR, Type::BPCHAR,
-        Type::NAME, Type::BYTEA, Type::DATE, Type::TIME, Type::TIMESTAMP, Type::TIMESTAMPTZ, Type::INTERVAL, Type::JSON, Type::JSONB,
+        Type::BOOL,
+        Type::INT2,
+        Type::INT4,
+        Type::INT8,
+        Type::FLOAT4,
+        Type::FLOAT8,
+        Type::NUMERIC,
+        Type::TEXT,
+        Type::VARCHAR,
+        Type::BPCHAR,
+        Type::NAME,
+        Type::BYTEA,
+        Type::DATE,
+        Type::TIME,
+        Type::TIMESTAMP,
+        Type::TIMESTAMPTZ,
+        Type::INTERVAL,
+        Type::JSON,
+        Type::JSONB,
     ];
-    ELEMENTS.into_iter().find(|e| array_of(e).as_ref() == Some(array))
+    ELEMENTS
+        .into_iter()
+        .find(|e| array_of(e).as_ref() == Some(array))
 }
 
-pub fn field_infos(schema: &arrow::datatypes::Schema, format_for: impl Fn(usize) -> FieldFormat) -> Vec<FieldInfo> {
+pub fn field_infos(
+    schema: &arrow::datatypes::Schema,
+    format_for: impl Fn(usize) -> FieldFormat,
+) -> Vec<FieldInfo> {
     schema
         .fields()
         .iter()
@@ -175,7 +212,11 @@ pub fn field_infos(schema: &arrow::datatypes::Schema, format_for: impl Fn(usize)
 }
 
 /// Encodes every row of a batch into DataRows.
-pub fn encode_batch(batch: &RecordBatch, formats: &[FieldFormat], tz: TimeZone) -> Result<Vec<DataRow>> {
+pub fn encode_batch(
+    batch: &RecordBatch,
+    formats: &[FieldFormat],
+    tz: TimeZone,
+) -> Result<Vec<DataRow>> {
     let n = batch.num_rows();
     let columns = batch.num_columns();
     // Render column by column into per-row buffers.
@@ -202,28 +243,51 @@ pub fn encode_batch(batch: &RecordBatch, formats: &[FieldFormat], tz: TimeZone) 
     Ok(rows)
 }
 
-pub(crate) fn encode_column(column: &ArrayRef, field: &Field, format: FieldFormat, tz: TimeZone) -> Result<Vec<Option<Vec<u8>>>> {
+pub(crate) fn encode_column(
+    column: &ArrayRef,
+    field: &Field,
+    format: FieldFormat,
+    tz: TimeZone,
+) -> Result<Vec<Option<Vec<u8>>>> {
     let n = column.len();
     let mut out = Vec::with_capacity(n);
     let options = TextOptions::output_of(field, tz);
     // A blank-padded character(n) is its padded text in binary too.
-    let format = if options.blank_pad.is_some() { FieldFormat::Text } else { format };
+    let format = if options.blank_pad.is_some() {
+        FieldFormat::Text
+    } else {
+        format
+    };
     match format {
         FieldFormat::Text => {
             for i in 0..n {
-                out.push(if is_null(column, i) { None } else { Some(text_value(column, i, options)?.into_bytes()) });
+                out.push(if is_null(column, i) {
+                    None
+                } else {
+                    Some(text_value(column, i, options)?.into_bytes())
+                });
             }
         }
         FieldFormat::Binary if pg_type(field) == Type::OID => {
             // An OID is 4 bytes unsigned on the wire (other UInt32 columns go out as int8).
             let oids = column.as_primitive::<UInt32Type>();
-            out.extend((0..n).map(|i| (!is_null(column, i)).then(|| oids.value(i).to_be_bytes().to_vec())));
+            out.extend(
+                (0..n).map(|i| (!is_null(column, i)).then(|| oids.value(i).to_be_bytes().to_vec())),
+            );
         }
         FieldFormat::Binary => {
             // jsonb's binary form is a version byte, 1, then its text.
-            let version: &[u8] = if pg_type(field) == Type::JSONB { &[1] } else { &[] };
+            let version: &[u8] = if pg_type(field) == Type::JSONB {
+                &[1]
+            } else {
+                &[]
+            };
             for i in 0..n {
-                out.push(if is_null(column, i) { None } else { Some([version, &binary_value(column, i, tz)?].concat()) });
+                out.push(if is_null(column, i) {
+                    None
+                } else {
+                    Some([version, &binary_value(column, i, tz)?].concat())
+                });
             }
         }
     }
@@ -234,23 +298,63 @@ pub(crate) fn encode_column(column: &ArrayRef, field: &Field, format: FieldForma
 fn binary_value(column: &ArrayRef, i: usize, tz: TimeZone) -> Result<Vec<u8>> {
     let v = match column.data_type() {
         DataType::Boolean => vec![u8::from(column.as_boolean().value(i))],
-        DataType::Int8 => i16::from(column.as_primitive::<Int8Type>().value(i)).to_be_bytes().to_vec(),
-        DataType::UInt8 => i16::from(column.as_primitive::<UInt8Type>().value(i)).to_be_bytes().to_vec(),
-        DataType::Int16 => column.as_primitive::<Int16Type>().value(i).to_be_bytes().to_vec(),
-        DataType::UInt16 => i32::from(column.as_primitive::<UInt16Type>().value(i)).to_be_bytes().to_vec(),
-        DataType::Int32 => column.as_primitive::<Int32Type>().value(i).to_be_bytes().to_vec(),
-        DataType::UInt32 => i64::from(column.as_primitive::<UInt32Type>().value(i)).to_be_bytes().to_vec(),
-        DataType::Int64 => column.as_primitive::<Int64Type>().value(i).to_be_bytes().to_vec(),
-        DataType::UInt64 => (column.as_primitive::<UInt64Type>().value(i) as i64).to_be_bytes().to_vec(),
-        DataType::Float32 => column.as_primitive::<Float32Type>().value(i).to_be_bytes().to_vec(),
-        DataType::Float64 => column.as_primitive::<Float64Type>().value(i).to_be_bytes().to_vec(),
-        DataType::Decimal128(_, scale) => numeric_binary(column.as_primitive::<Decimal128Type>().value(i), *scale),
+        DataType::Int8 => i16::from(column.as_primitive::<Int8Type>().value(i))
+            .to_be_bytes()
+            .to_vec(),
+        DataType::UInt8 => i16::from(column.as_primitive::<UInt8Type>().value(i))
+            .to_be_bytes()
+            .to_vec(),
+        DataType::Int16 => column
+            .as_primitive::<Int16Type>()
+            .value(i)
+            .to_be_bytes()
+            .to_vec(),
+        DataType::UInt16 => i32::from(column.as_primitive::<UInt16Type>().value(i))
+            .to_be_bytes()
+            .to_vec(),
+        DataType::Int32 => column
+            .as_primitive::<Int32Type>()
+            .value(i)
+            .to_be_bytes()
+            .to_vec(),
+        DataType::UInt32 => i64::from(column.as_primitive::<UInt32Type>().value(i))
+            .to_be_bytes()
+            .to_vec(),
+        DataType::Int64 => column
+            .as_primitive::<Int64Type>()
+            .value(i)
+            .to_be_bytes()
+            .to_vec(),
+        DataType::UInt64 => (column.as_primitive::<UInt64Type>().value(i) as i64)
+            .to_be_bytes()
+            .to_vec(),
+        DataType::Float32 => column
+            .as_primitive::<Float32Type>()
+            .value(i)
+            .to_be_bytes()
+            .to_vec(),
+        DataType::Float64 => column
+            .as_primitive::<Float64Type>()
+            .value(i)
+            .to_be_bytes()
+            .to_vec(),
+        DataType::Decimal128(_, scale) => {
+            numeric_binary(column.as_primitive::<Decimal128Type>().value(i), *scale)
+        }
         DataType::Binary => column.as_binary::<i32>().value(i).to_vec(),
         DataType::LargeBinary => column.as_binary::<i64>().value(i).to_vec(),
         DataType::BinaryView => column.as_binary_view().value(i).to_vec(),
-        DataType::Date32 => (column.as_primitive::<Date32Type>().value(i) - PG_EPOCH_OFFSET_DAYS).to_be_bytes().to_vec(),
-        DataType::Time64(TimeUnit::Microsecond) => column.as_primitive::<Time64MicrosecondType>().value(i).to_be_bytes().to_vec(),
-        DataType::Timestamp(unit, _) => (timestamp_us(column, i, *unit) - PG_EPOCH_OFFSET_US).to_be_bytes().to_vec(),
+        DataType::Date32 => (column.as_primitive::<Date32Type>().value(i) - PG_EPOCH_OFFSET_DAYS)
+            .to_be_bytes()
+            .to_vec(),
+        DataType::Time64(TimeUnit::Microsecond) => column
+            .as_primitive::<Time64MicrosecondType>()
+            .value(i)
+            .to_be_bytes()
+            .to_vec(),
+        DataType::Timestamp(unit, _) => (timestamp_us(column, i, *unit) - PG_EPOCH_OFFSET_US)
+            .to_be_bytes()
+            .to_vec(),
         DataType::Interval(IntervalUnit::MonthDayNano) => {
             let v = column.as_primitive::<IntervalMonthDayNanoType>().value(i);
             let mut out = Vec::with_capacity(16);
@@ -259,7 +363,11 @@ fn binary_value(column: &ArrayRef, i: usize, tz: TimeZone) -> Result<Vec<u8>> {
             out.extend_from_slice(&v.months.to_be_bytes());
             out
         }
-        DataType::List(element) | DataType::LargeList(element) | DataType::FixedSizeList(element, _) if array_of(&pg_type(element)).is_some() => {
+        DataType::List(element)
+        | DataType::LargeList(element)
+        | DataType::FixedSizeList(element, _)
+            if array_of(&pg_type(element)).is_some() =>
+        {
             array_binary(column, i, element, tz)?
         }
         // Text-typed values (text, varchar, json) are their UTF-8 bytes in binary too.
@@ -274,9 +382,15 @@ pub fn numeric_binary(value: i128, scale: i8) -> Vec<u8> {
     let negative = value < 0;
     let digits = value.unsigned_abs().to_string();
     let (int_part, frac_part) = if digits.len() > scale {
-        (digits[..digits.len() - scale].to_owned(), digits[digits.len() - scale..].to_owned())
+        (
+            digits[..digits.len() - scale].to_owned(),
+            digits[digits.len() - scale..].to_owned(),
+        )
     } else {
-        ("0".to_owned(), format!("{}{}", "0".repeat(scale - digits.len()), digits))
+        (
+            "0".to_owned(),
+            format!("{}{}", "0".repeat(scale - digits.len()), digits),
+        )
     };
     let int_part = int_part.trim_start_matches('0');
     // Group the integer part from the right, the fraction from the left, in 4-digit groups.
@@ -285,7 +399,11 @@ pub fn numeric_binary(value: i128, scale: i8) -> Vec<u8> {
     let frac_pad = (4 - frac_part.len() % 4) % 4;
     let frac_digits = format!("{}{}", frac_part, "0".repeat(frac_pad));
     let mut groups: Vec<i16> = Vec::new();
-    for chunk in int_digits.as_bytes().chunks(4).chain(frac_digits.as_bytes().chunks(4)) {
+    for chunk in int_digits
+        .as_bytes()
+        .chunks(4)
+        .chain(frac_digits.as_bytes().chunks(4))
+    {
         let s = std::str::from_utf8(chunk).unwrap_or("0");
         groups.push(s.parse().unwrap_or(0));
     }
@@ -303,7 +421,14 @@ pub fn numeric_binary(value: i128, scale: i8) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + 2 * groups.len());
     out.extend_from_slice(&(groups.len() as i16).to_be_bytes());
     out.extend_from_slice(&weight.to_be_bytes());
-    out.extend_from_slice(&(if negative && !groups.is_empty() { 0x4000u16 } else { 0 }).to_be_bytes());
+    out.extend_from_slice(
+        &(if negative && !groups.is_empty() {
+            0x4000u16
+        } else {
+            0
+        })
+        .to_be_bytes(),
+    );
     out.extend_from_slice(&(scale as u16).to_be_bytes());
     for g in groups {
         out.extend_from_slice(&g.to_be_bytes());
@@ -314,33 +439,64 @@ pub fn numeric_binary(value: i128, scale: i8) -> Vec<u8> {
 /// Decodes a binary parameter of PostgreSQL type `pg` into a one-row Arrow array.
 pub fn decode_binary_param(pg: &Type, bytes: &[u8]) -> Result<ArrayRef> {
     use arrow::array::*;
-    let bad = || Error::new(eddy_common::SqlState::INVALID_BINARY_REPRESENTATION, format!("incorrect binary data format for a {pg} parameter"));
-    let fixed = |n: usize| -> Result<&[u8]> { if bytes.len() == n { Ok(bytes) } else { Err(bad()) } };
+    let bad = || {
+        Error::new(
+            eddy_common::SqlState::INVALID_BINARY_REPRESENTATION,
+            format!("incorrect binary data format for a {pg} parameter"),
+        )
+    };
+    let fixed = |n: usize| -> Result<&[u8]> {
+        if bytes.len() == n {
+            Ok(bytes)
+        } else {
+            Err(bad())
+        }
+    };
     let array: ArrayRef = match *pg {
         Type::BOOL => Arc::new(BooleanArray::from(vec![fixed(1)?[0] != 0])),
-        Type::INT2 => Arc::new(Int16Array::from(vec![i16::from_be_bytes(fixed(2)?.try_into().map_err(|_| bad())?)])),
-        Type::INT4 | Type::OID => Arc::new(Int32Array::from(vec![i32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?)])),
-        Type::INT8 => Arc::new(Int64Array::from(vec![i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?)])),
-        Type::FLOAT4 => Arc::new(Float32Array::from(vec![f32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?)])),
-        Type::FLOAT8 => Arc::new(Float64Array::from(vec![f64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?)])),
+        Type::INT2 => Arc::new(Int16Array::from(vec![i16::from_be_bytes(
+            fixed(2)?.try_into().map_err(|_| bad())?,
+        )])),
+        Type::INT4 | Type::OID => Arc::new(Int32Array::from(vec![i32::from_be_bytes(
+            fixed(4)?.try_into().map_err(|_| bad())?,
+        )])),
+        Type::INT8 => Arc::new(Int64Array::from(vec![i64::from_be_bytes(
+            fixed(8)?.try_into().map_err(|_| bad())?,
+        )])),
+        Type::FLOAT4 => Arc::new(Float32Array::from(vec![f32::from_be_bytes(
+            fixed(4)?.try_into().map_err(|_| bad())?,
+        )])),
+        Type::FLOAT8 => Arc::new(Float64Array::from(vec![f64::from_be_bytes(
+            fixed(8)?.try_into().map_err(|_| bad())?,
+        )])),
         Type::BYTEA => Arc::new(BinaryArray::from(vec![bytes])),
-        Type::DATE => Arc::new(Date32Array::from(vec![i32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?) + PG_EPOCH_OFFSET_DAYS])),
+        Type::DATE => Arc::new(Date32Array::from(vec![
+            i32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?) + PG_EPOCH_OFFSET_DAYS,
+        ])),
         Type::TIMESTAMP => Arc::new(TimestampMicrosecondArray::from(vec![
             i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?) + PG_EPOCH_OFFSET_US,
         ])),
         Type::TIMESTAMPTZ => Arc::new(
-            TimestampMicrosecondArray::from(vec![i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?) + PG_EPOCH_OFFSET_US])
-                .with_timezone("UTC"),
+            TimestampMicrosecondArray::from(vec![
+                i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?) + PG_EPOCH_OFFSET_US,
+            ])
+            .with_timezone("UTC"),
         ),
-        Type::TIME => Arc::new(Time64MicrosecondArray::from(vec![i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?)])),
+        Type::TIME => Arc::new(Time64MicrosecondArray::from(vec![i64::from_be_bytes(
+            fixed(8)?.try_into().map_err(|_| bad())?,
+        )])),
         Type::NUMERIC => return numeric_from_binary(bytes).ok_or_else(bad),
         // jsonb's binary form: version 1, then the text.
         Type::JSONB => match bytes.split_first() {
-            Some((1, text)) => Arc::new(StringArray::from(vec![std::str::from_utf8(text).map_err(|_| bad())?])),
+            Some((1, text)) => Arc::new(StringArray::from(vec![
+                std::str::from_utf8(text).map_err(|_| bad())?,
+            ])),
             _ => return Err(bad()),
         },
         _ if element_of(pg).is_some() => return array_from_binary(pg, bytes).ok_or_else(bad)?,
-        _ => Arc::new(StringArray::from(vec![std::str::from_utf8(bytes).map_err(|_| bad())?])),
+        _ => Arc::new(StringArray::from(vec![
+            std::str::from_utf8(bytes).map_err(|_| bad())?,
+        ])),
     };
     Ok(array)
 }
@@ -348,14 +504,20 @@ pub fn decode_binary_param(pg: &Type, bytes: &[u8]) -> Result<ArrayRef> {
 /// PostgreSQL's binary array (see [`array_binary`]) of one dimension (or none) as a one-row
 /// list; `None` when the bytes are not one.
 fn array_from_binary(pg: &Type, bytes: &[u8]) -> Option<Result<ArrayRef>> {
-    let int = |at: usize| -> Option<i32> { Some(i32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?)) };
+    let int = |at: usize| -> Option<i32> {
+        Some(i32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
     let dimensions = int(0)?;
     let element = element_of(pg)?;
     let item = Arc::new(Field::new_list_field(arrow_type(&element), true));
     let (length, mut at) = match dimensions {
         0 => (0, 12),
         1 => (usize::try_from(int(12)?).ok()?, 20),
-        _ => return Some(Err(Error::unsupported("multidimensional arrays are not supported"))),
+        _ => {
+            return Some(Err(Error::unsupported(
+                "multidimensional arrays are not supported",
+            )));
+        }
     };
     let mut values: Vec<ArrayRef> = Vec::with_capacity(length);
     for _ in 0..length {
@@ -367,19 +529,32 @@ fn array_from_binary(pg: &Type, bytes: &[u8]) -> Option<Result<ArrayRef>> {
         }
         let value = bytes.get(at..at + size as usize)?;
         at += size as usize;
-        match decode_binary_param(&element, value).and_then(|v| arrow::compute::cast(&v, item.data_type()).map_err(|e| Error::internal(e.to_string()))) {
+        match decode_binary_param(&element, value).and_then(|v| {
+            arrow::compute::cast(&v, item.data_type()).map_err(|e| Error::internal(e.to_string()))
+        }) {
             Ok(v) => values.push(v),
             Err(e) => return Some(Err(e)),
         }
     }
     let refs: Vec<&dyn Array> = values.iter().map(|v| v.as_ref()).collect();
-    let flat = if refs.is_empty() { arrow::array::new_empty_array(item.data_type()) } else { arrow::compute::concat(&refs).ok()? };
-    let offsets = arrow::buffer::OffsetBuffer::new(vec![0i32, i32::try_from(flat.len()).ok()?].into());
-    Some(arrow::array::ListArray::try_new(item, offsets, flat, None).map(|l| Arc::new(l) as ArrayRef).map_err(|e| Error::internal(e.to_string())))
+    let flat = if refs.is_empty() {
+        arrow::array::new_empty_array(item.data_type())
+    } else {
+        arrow::compute::concat(&refs).ok()?
+    };
+    let offsets =
+        arrow::buffer::OffsetBuffer::new(vec![0i32, i32::try_from(flat.len()).ok()?].into());
+    Some(
+        arrow::array::ListArray::try_new(item, offsets, flat, None)
+            .map(|l| Arc::new(l) as ArrayRef)
+            .map_err(|e| Error::internal(e.to_string())),
+    )
 }
 
 fn numeric_from_binary(bytes: &[u8]) -> Option<ArrayRef> {
-    let read = |at: usize| -> Option<i16> { Some(i16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?])) };
+    let read = |at: usize| -> Option<i16> {
+        Some(i16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]))
+    };
     let ndigits = read(0)? as usize;
     let weight = read(2)?;
     let sign = read(4)? as u16;
@@ -388,12 +563,18 @@ fn numeric_from_binary(bytes: &[u8]) -> Option<ArrayRef> {
     if sign == 0x4000 {
         text.push('-');
     }
-    let digits: Vec<i16> = (0..ndigits).map(|i| read(8 + 2 * i)).collect::<Option<_>>()?;
+    let digits: Vec<i16> = (0..ndigits)
+        .map(|i| read(8 + 2 * i))
+        .collect::<Option<_>>()?;
     let mut int_part = String::new();
     let mut frac_part = String::new();
     for (i, d) in digits.iter().enumerate() {
         let position = weight as i32 - i as i32;
-        if position >= 0 { int_part.push_str(&format!("{d:04}")) } else { frac_part.push_str(&format!("{d:04}")) }
+        if position >= 0 {
+            int_part.push_str(&format!("{d:04}"))
+        } else {
+            frac_part.push_str(&format!("{d:04}"))
+        }
     }
     for _ in 0..(weight as i32 + 1 - ndigits as i32).max(0) {
         int_part.push_str("0000");
@@ -413,7 +594,11 @@ fn numeric_from_binary(bytes: &[u8]) -> Option<ArrayRef> {
         text.push_str(&f);
     }
     let strings: ArrayRef = Arc::new(arrow::array::StringArray::from(vec![text]));
-    arrow::compute::cast(&strings, &DataType::Decimal128(38, dscale.clamp(0, 38) as i8)).ok()
+    arrow::compute::cast(
+        &strings,
+        &DataType::Decimal128(38, dscale.clamp(0, 38) as i8),
+    )
+    .ok()
 }
 
 #[cfg(test)]
@@ -426,8 +611,14 @@ mod tests {
         for (v, s) in [(12345i128, 2i8), (-5, 3), (0, 0), (10_000_000, 0), (1, 10)] {
             let bytes = numeric_binary(v, s);
             let back = numeric_from_binary(&bytes).unwrap();
-            let options = TextOptions { trim_numeric: true, ..TextOptions::output(TimeZone::UTC) };
-            assert_eq!(text_value(&back, 0, options).unwrap(), trim_decimal(decimal_text(v, s)));
+            let options = TextOptions {
+                trim_numeric: true,
+                ..TextOptions::output(TimeZone::UTC)
+            };
+            assert_eq!(
+                text_value(&back, 0, options).unwrap(),
+                trim_decimal(decimal_text(v, s))
+            );
         }
     }
 }

@@ -11,23 +11,34 @@ use arrow::datatypes::DataType;
 use async_trait::async_trait;
 use bytes::BytesMut;
 use eddy_common::{Error, SqlState};
-use eddy_engine::{CopyIn, Engine, Outcome, Parsed, Session, StatementDescription, parse_statements};
+use eddy_engine::{
+    CopyIn, Engine, Outcome, Parsed, Session, StatementDescription, parse_statements,
+};
 use futures::{FutureExt, Sink, SinkExt, stream};
-use pgwire::api::auth::{ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata};
+use pgwire::api::auth::{
+    ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
+    save_startup_parameters_to_metadata,
+};
 use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{CopyResponse, DescribePortalResponse, DescribeStatementResponse, FieldFormat, QueryResponse, Response, Tag};
+use pgwire::api::results::{
+    CopyResponse, DescribePortalResponse, DescribeStatementResponse, FieldFormat, QueryResponse,
+    Response, Tag,
+};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireConnectionState, PgWireServerHandlers, Type};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireConnectionState,
+    PgWireServerHandlers, Type,
+};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
-use pgwire::messages::simplequery::Query;
 use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::{ParameterStatus, SecretKey};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::Mutex;
@@ -47,7 +58,13 @@ struct SessionSlot {
 }
 
 /// Session variables PostgreSQL reports to the client whenever they change (GUC_REPORT).
-const REPORTED_VARIABLES: [&str; 5] = ["application_name", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone"];
+const REPORTED_VARIABLES: [&str; 5] = [
+    "application_name",
+    "client_encoding",
+    "DateStyle",
+    "IntervalStyle",
+    "TimeZone",
+];
 
 fn reported_values(session: &Session) -> Vec<(&'static str, String)> {
     REPORTED_VARIABLES
@@ -140,7 +157,10 @@ fn command_line_settings(text: &str) -> Vec<(String, String)> {
     while let Some(w) = words.next() {
         let setting = match w.as_str() {
             "-c" => words.next(),
-            other => other.strip_prefix("--").or_else(|| other.strip_prefix("-c")).map(str::to_owned),
+            other => other
+                .strip_prefix("--")
+                .or_else(|| other.strip_prefix("-c"))
+                .map(str::to_owned),
         };
         if let Some((name, value)) = setting.as_deref().and_then(|s| s.split_once('=')) {
             out.push((name.replace('-', "_"), value.to_owned()));
@@ -162,7 +182,11 @@ fn error_info(err: Error) -> ErrorInfo {
 }
 
 fn notice(severity: &str, state: SqlState, message: String) -> PgWireBackendMessage {
-    PgWireBackendMessage::NoticeResponse(NoticeResponse::from(ErrorInfo::new(severity.to_owned(), state.code().to_owned(), message)))
+    PgWireBackendMessage::NoticeResponse(NoticeResponse::from(ErrorInfo::new(
+        severity.to_owned(),
+        state.code().to_owned(),
+        message,
+    )))
 }
 
 fn slot<C: ClientInfo>(client: &C) -> PgWireResult<Arc<SessionSlot>> {
@@ -178,9 +202,19 @@ struct EddyParameters {
 }
 
 impl ServerParameterProvider for EddyParameters {
-    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<std::collections::HashMap<String, String>> {
+    fn server_parameters<C: ClientInfo>(
+        &self,
+        client: &C,
+    ) -> Option<std::collections::HashMap<String, String>> {
         let mut p = std::collections::HashMap::new();
-        p.insert("server_version".into(), format!("{} (Eddy {})", eddy_engine::PG_VERSION, eddy_engine::EDDY_VERSION));
+        p.insert(
+            "server_version".into(),
+            format!(
+                "{} (Eddy {})",
+                eddy_engine::PG_VERSION,
+                eddy_engine::EDDY_VERSION
+            ),
+        );
         p.insert("server_encoding".into(), "UTF8".into());
         p.insert("client_encoding".into(), "UTF8".into());
         p.insert("DateStyle".into(), "ISO, MDY".into());
@@ -192,7 +226,14 @@ impl ServerParameterProvider for EddyParameters {
         p.insert("default_transaction_read_only".into(), "off".into());
         p.insert("in_hot_standby".into(), "off".into());
         p.insert("search_path".into(), "\"$user\", public".into());
-        p.insert("application_name".into(), client.metadata().get("application_name").cloned().unwrap_or_default());
+        p.insert(
+            "application_name".into(),
+            client
+                .metadata()
+                .get("application_name")
+                .cloned()
+                .unwrap_or_default(),
+        );
         if let Some(user) = client.metadata().get("user") {
             p.insert("session_authorization".into(), user.clone());
         }
@@ -205,40 +246,69 @@ impl ServerParameterProvider for EddyParameters {
 
 #[async_trait]
 impl StartupHandler for Conn {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let PgWireFrontendMessage::Startup(ref startup) = message else { return Ok(()) };
+        let PgWireFrontendMessage::Startup(ref startup) = message else {
+            return Ok(());
+        };
         protocol_negotiation(client, startup).await?;
         save_startup_parameters_to_metadata(client, startup);
         let secret = SecretKey::I32(rand_secret(self.pid));
         client.set_pid_and_secret_key(self.pid, secret.clone());
         let (handle, guard) = self.connections.register(self.pid, secret);
-        client.session_extensions().insert::<Arc<ConnectionHandle>>(handle);
+        client
+            .session_extensions()
+            .insert::<Arc<ConnectionHandle>>(handle);
         client.session_extensions().insert(guard);
-        let user = client.metadata().get("user").cloned().unwrap_or_else(|| "eddy".into());
-        let database = client.metadata().get("database").cloned().unwrap_or_else(|| user.clone());
-        let info = eddy_engine::SessionInfo { database, user, version: eddy_engine::version_string(), backend_pid: self.pid };
+        let user = client
+            .metadata()
+            .get("user")
+            .cloned()
+            .unwrap_or_else(|| "eddy".into());
+        let database = client
+            .metadata()
+            .get("database")
+            .cloned()
+            .unwrap_or_else(|| user.clone());
+        let info = eddy_engine::SessionInfo {
+            database,
+            user,
+            version: eddy_engine::version_string(),
+            backend_pid: self.pid,
+        };
         let mut session = Session::new(Arc::clone(&self.engine), &info).map_err(to_pgwire)?;
         // Drivers pass settings in the startup packet (JDBC: TimeZone, extra_float_digits).
-        let mut options: Vec<(String, String)> = client.metadata().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut options: Vec<(String, String)> = client
+            .metadata()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         // libpq's `options` (PGOPTIONS): `-c name=value` and `--name=value` settings.
         if let Some((_, text)) = options.iter().find(|(k, _)| k == "options") {
             let settings = command_line_settings(text);
             options.extend(settings);
         }
         for (name, value) in options {
-            if !matches!(name.as_str(), "user" | "database" | "options" | "replication")
-                && let Err(e) = session.set_variable(&name, &value)
+            if !matches!(
+                name.as_str(),
+                "user" | "database" | "options" | "replication"
+            ) && let Err(e) = session.set_variable(&name, &value)
             {
                 tracing::debug!(parameter = %name, error = %e, "ignoring a startup parameter");
             }
         }
         let reported = reported_values(&session);
-        let parameters = EddyParameters { session: reported.clone() };
+        let parameters = EddyParameters {
+            session: reported.clone(),
+        };
         let (notice_sink, notices) = tokio::sync::mpsc::unbounded_channel();
         session.set_notice_sink(notice_sink);
         client.session_extensions().insert(SessionSlot {
@@ -253,14 +323,24 @@ impl StartupHandler for Conn {
 }
 
 fn rand_secret(pid: i32) -> i32 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
     (nanos as i32) ^ pid.rotate_left(13)
 }
 
 /// Runs one statement, turning a panic into XX000 so the connection and server survive.
-async fn run_guarded(session: &mut Session, parsed: &Parsed, params: &[ArrayRef]) -> Result<Outcome, Error> {
+async fn run_guarded(
+    session: &mut Session,
+    parsed: &Parsed,
+    params: &[ArrayRef],
+) -> Result<Outcome, Error> {
     let span = tracing::info_span!("statement", sql = %truncate(&parsed.text, 200));
-    let result = match AssertUnwindSafe(session.execute(&parsed.statement, params)).catch_unwind().instrument(span).await {
+    let result = match AssertUnwindSafe(session.execute(&parsed.statement, params))
+        .catch_unwind()
+        .instrument(span)
+        .await
+    {
         Ok(result) => result,
         Err(panic) => {
             let error = eddy_common::panic::panic_error("statement", panic.as_ref());
@@ -306,17 +386,32 @@ where
             let tz = slot.session.lock().await.variables().time_zone();
             let mut rows = Vec::new();
             for batch in &batches {
-                rows.extend(encode::encode_batch(batch, &field_formats, tz).map_err(to_pgwire)?.into_iter().map(Ok));
+                rows.extend(
+                    encode::encode_batch(batch, &field_formats, tz)
+                        .map_err(to_pgwire)?
+                        .into_iter()
+                        .map(Ok),
+                );
             }
             Response::Query(QueryResponse::new(fields, stream::iter(rows)))
         }
-        Outcome::TaggedRows { tag, schema, batches, .. } => {
+        Outcome::TaggedRows {
+            tag,
+            schema,
+            batches,
+            ..
+        } => {
             let fields = Arc::new(encode::field_infos(&schema, formats));
             let field_formats: Vec<FieldFormat> = fields.iter().map(|f| f.format()).collect();
             let tz = slot.session.lock().await.variables().time_zone();
             let mut rows = Vec::new();
             for batch in &batches {
-                rows.extend(encode::encode_batch(batch, &field_formats, tz).map_err(to_pgwire)?.into_iter().map(Ok));
+                rows.extend(
+                    encode::encode_batch(batch, &field_formats, tz)
+                        .map_err(to_pgwire)?
+                        .into_iter()
+                        .map(Ok),
+                );
             }
             let mut response = QueryResponse::new(fields, stream::iter(rows));
             response.set_command_tag(tag);
@@ -333,7 +428,11 @@ where
                 None => t,
             })
         }
-        Outcome::CopyOut { schema, batches, format } => {
+        Outcome::CopyOut {
+            schema,
+            batches,
+            format,
+        } => {
             let tz = slot.session.lock().await.variables().time_zone();
             let rows = crate::copy_out::send(client, &schema, &batches, &format, tz).await?;
             Response::Execution(Tag::new("COPY").with_rows(rows))
@@ -346,13 +445,27 @@ where
             Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
         }
         Outcome::Warning { message, then } => {
-            client.send(notice("WARNING", SqlState::WARNING, message)).await?;
+            client
+                .send(notice("WARNING", SqlState::WARNING, message))
+                .await?;
             Box::pin(respond(client, slot, *then, formats)).await?
         }
-        Outcome::Notice { message, detail, then } => {
-            let mut info = ErrorInfo::new("NOTICE".to_owned(), SqlState::SUCCESSFUL_COMPLETION.code().to_owned(), message);
+        Outcome::Notice {
+            message,
+            detail,
+            then,
+        } => {
+            let mut info = ErrorInfo::new(
+                "NOTICE".to_owned(),
+                SqlState::SUCCESSFUL_COMPLETION.code().to_owned(),
+                message,
+            );
             info.detail = detail;
-            client.send(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(info))).await?;
+            client
+                .send(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
+                    info,
+                )))
+                .await?;
             Box::pin(respond(client, slot, *then, formats)).await?
         }
     })
@@ -373,7 +486,12 @@ where
         changed
     };
     for (name, value) in changed {
-        client.send(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(name.to_owned(), value))).await?;
+        client
+            .send(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                name.to_owned(),
+                value,
+            )))
+            .await?;
     }
     Ok(())
 }
@@ -401,7 +519,9 @@ impl SimpleQueryHandler for Conn {
         // and ROLLBACK TO, so it stays failed unless one of those succeeds).
         if let Ok(slot) = slot(client) {
             let status = match transaction_status(&*slot.session.lock().await) {
-                TransactionStatus::Error if !query.query.trim().is_empty() => TransactionStatus::Transaction,
+                TransactionStatus::Error if !query.query.trim().is_empty() => {
+                    TransactionStatus::Transaction
+                }
                 status => status,
             };
             client.set_transaction_status(status);
@@ -437,7 +557,14 @@ impl SimpleQueryHandler for Conn {
                 for response in responses.drain(..) {
                     send_response(client, response).await?;
                 }
-                let mode = if as_copy { Streaming::Copy } else { Streaming::Rows { describe: true, formats: Vec::new() } };
+                let mode = if as_copy {
+                    Streaming::Copy
+                } else {
+                    Streaming::Rows {
+                        describe: true,
+                        formats: Vec::new(),
+                    }
+                };
                 if let Err(e) = stream_subscription(client, &slot, subscribe, mode, true).await {
                     responses.push(Response::Error(Box::new(error_info(e))));
                 }
@@ -458,7 +585,11 @@ impl SimpleQueryHandler for Conn {
                         }
                     }
                     // A BINARY cursor's rows are binary in the simple protocol (Bind decides otherwise).
-                    let format = if matches!(outcome, Outcome::TaggedRows { binary: true, .. }) { FieldFormat::Binary } else { FieldFormat::Text };
+                    let format = if matches!(outcome, Outcome::TaggedRows { binary: true, .. }) {
+                        FieldFormat::Binary
+                    } else {
+                        FieldFormat::Text
+                    };
                     responses.push(respond(client, &slot, outcome, &|_| format).await?);
                     if is_copy {
                         break;
@@ -475,7 +606,11 @@ impl SimpleQueryHandler for Conn {
 }
 
 /// Runs a statement while forwarding the NOTICEs it raises to the client as they come.
-async fn with_notices<C, T>(client: &mut C, slot: &SessionSlot, run: impl std::future::Future<Output = T>) -> PgWireResult<T>
+async fn with_notices<C, T>(
+    client: &mut C,
+    slot: &SessionSlot,
+    run: impl std::future::Future<Output = T>,
+) -> PgWireResult<T>
 where
     C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
@@ -492,7 +627,9 @@ where
         }
     };
     while let Ok(message) = notices.try_recv() {
-        client.send(notice("NOTICE", SqlState::SUCCESSFUL_COMPLETION, message)).await?;
+        client
+            .send(notice("NOTICE", SqlState::SUCCESSFUL_COMPLETION, message))
+            .await?;
     }
     Ok(outcome)
 }
@@ -505,11 +642,18 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     match response {
-        Response::Query(results) => pgwire::api::query::send_query_response(client, results, true).await,
-        Response::Execution(tag) | Response::TransactionStart(tag) | Response::TransactionEnd(tag) => {
+        Response::Query(results) => {
+            pgwire::api::query::send_query_response(client, results, true).await
+        }
+        Response::Execution(tag)
+        | Response::TransactionStart(tag)
+        | Response::TransactionEnd(tag) => {
             pgwire::api::query::send_execution_response(client, tag).await
         }
-        Response::Error(e) => client.send(PgWireBackendMessage::ErrorResponse((*e).into())).await.map_err(Into::into),
+        Response::Error(e) => client
+            .send(PgWireBackendMessage::ErrorResponse((*e).into()))
+            .await
+            .map_err(Into::into),
         _ => Ok(()),
     }
 }
@@ -520,7 +664,10 @@ enum Streaming {
     Copy,
     /// Data rows; preceded by a RowDescription when `describe` (the simple protocol; in the
     /// extended protocol Describe sent it). `formats` per column, text when empty.
-    Rows { describe: bool, formats: Vec<FieldFormat> },
+    Rows {
+        describe: bool,
+        formats: Vec<FieldFormat>,
+    },
 }
 
 /// Streams a subscription until the view is dropped or the client cancels: each epoch's rows
@@ -537,7 +684,12 @@ where
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let wire = |e: PgWireError| Error::new(SqlState::PROTOCOL_VIOLATION, format!("sending to the client: {e}"));
+    let wire = |e: PgWireError| {
+        Error::new(
+            SqlState::PROTOCOL_VIOLATION,
+            format!("sending to the client: {e}"),
+        )
+    };
     let (mut stream, tz) = {
         let mut session = slot.session.lock().await;
         let tz = session.variables().time_zone();
@@ -547,16 +699,29 @@ where
     let as_copy = matches!(mode, Streaming::Copy);
     let formats = match mode {
         Streaming::Copy => {
-            let response = pgwire::messages::copy::CopyOutResponse::new(0, columns as i16, vec![0; columns]);
-            client.send(PgWireBackendMessage::CopyOutResponse(response)).await.map_err(|e| wire(e.into()))?;
+            let response =
+                pgwire::messages::copy::CopyOutResponse::new(0, columns as i16, vec![0; columns]);
+            client
+                .send(PgWireBackendMessage::CopyOutResponse(response))
+                .await
+                .map_err(|e| wire(e.into()))?;
             Vec::new()
         }
         Streaming::Rows { describe, formats } => {
-            let formats = if formats.is_empty() { vec![FieldFormat::Text; columns] } else { formats };
+            let formats = if formats.is_empty() {
+                vec![FieldFormat::Text; columns]
+            } else {
+                formats
+            };
             if describe {
                 let fields = encode::field_infos(&stream.schema, |i| formats[i]);
-                let description = pgwire::messages::data::RowDescription::new(fields.iter().map(Into::into).collect());
-                client.send(PgWireBackendMessage::RowDescription(description)).await.map_err(|e| wire(e.into()))?;
+                let description = pgwire::messages::data::RowDescription::new(
+                    fields.iter().map(Into::into).collect(),
+                );
+                client
+                    .send(PgWireBackendMessage::RowDescription(description))
+                    .await
+                    .map_err(|e| wire(e.into()))?;
             }
             formats
         }
@@ -566,11 +731,17 @@ where
         for batch in &batches {
             if as_copy {
                 for line in crate::copy_out::lines(batch, &copy_text(), tz)? {
-                    client.feed(PgWireBackendMessage::CopyData(CopyData::new(line.into()))).await.map_err(|e| wire(e.into()))?;
+                    client
+                        .feed(PgWireBackendMessage::CopyData(CopyData::new(line.into())))
+                        .await
+                        .map_err(|e| wire(e.into()))?;
                 }
             } else {
                 for row in encode::encode_batch(batch, &formats, tz)? {
-                    client.feed(PgWireBackendMessage::DataRow(row)).await.map_err(|e| wire(e.into()))?;
+                    client
+                        .feed(PgWireBackendMessage::DataRow(row))
+                        .await
+                        .map_err(|e| wire(e.into()))?;
                 }
             }
             rows += batch.num_rows();
@@ -579,18 +750,28 @@ where
     }
     // The view was dropped: the stream ends normally.
     if as_copy {
-        client.send(PgWireBackendMessage::CopyDone(CopyDone::new())).await.map_err(|e| wire(e.into()))?;
+        client
+            .send(PgWireBackendMessage::CopyDone(CopyDone::new()))
+            .await
+            .map_err(|e| wire(e.into()))?;
     }
     if send_complete {
         let tag = Tag::new(if as_copy { "COPY" } else { "SUBSCRIBE" }).with_rows(rows);
-        client.send(PgWireBackendMessage::CommandComplete(tag.into())).await.map_err(|e| wire(e.into()))?;
+        client
+            .send(PgWireBackendMessage::CommandComplete(tag.into()))
+            .await
+            .map_err(|e| wire(e.into()))?;
     }
     Ok(rows)
 }
 
 /// `COPY (SUBSCRIBE ...)` writes PostgreSQL's default text format.
 fn copy_text() -> eddy_engine::CopyFormat {
-    eddy_engine::CopyFormat::Text { delimiter: '\t', null: "\\N".into(), header: false }
+    eddy_engine::CopyFormat::Text {
+        delimiter: '\t',
+        null: "\\N".into(),
+        header: false,
+    }
 }
 
 /// Parses at Parse time; planning happens at Describe and Execute, against the catalog then.
@@ -601,7 +782,12 @@ pub struct EddyQueryParser;
 impl QueryParser for EddyQueryParser {
     type Statement = Arc<Parsed>;
 
-    async fn parse_sql<C>(&self, _client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<Self::Statement>>
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Self::Statement>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
@@ -612,7 +798,9 @@ impl QueryParser for EddyQueryParser {
         match statements.len() {
             0 => Ok(None),
             1 => Ok(statements.pop().map(Arc::new)),
-            _ => Err(to_pgwire(Error::syntax("cannot insert multiple commands into a prepared statement"))),
+            _ => Err(to_pgwire(Error::syntax(
+                "cannot insert multiple commands into a prepared statement",
+            ))),
         }
     }
 
@@ -620,46 +808,78 @@ impl QueryParser for EddyQueryParser {
         Ok(Vec::new())
     }
 
-    fn get_result_schema(&self, _stmt: &Self::Statement, _format: Option<&Format>) -> PgWireResult<Vec<pgwire::api::results::FieldInfo>> {
+    fn get_result_schema(
+        &self,
+        _stmt: &Self::Statement,
+        _format: Option<&Format>,
+    ) -> PgWireResult<Vec<pgwire::api::results::FieldInfo>> {
         Ok(Vec::new())
     }
 }
 
 /// Parameter types: the client's where it gave them, else what planning inferred, else text.
-fn parameter_types(client_types: &[Option<Type>], described: &StatementDescription, count: usize) -> Vec<Type> {
-    (0..count.max(client_types.len()).max(described.parameters.len()))
+fn parameter_types(
+    client_types: &[Option<Type>],
+    described: &StatementDescription,
+    count: usize,
+) -> Vec<Type> {
+    (0..count
+        .max(client_types.len())
+        .max(described.parameters.len()))
         .map(|i| {
             client_types
                 .get(i)
                 .cloned()
                 .flatten()
                 .filter(|t| *t != Type::UNKNOWN)
-                .or_else(|| described.parameters.get(i).cloned().flatten().map(|dt| encode::pg_type(&arrow::datatypes::Field::new("p", dt, true))))
+                .or_else(|| {
+                    described
+                        .parameters
+                        .get(i)
+                        .cloned()
+                        .flatten()
+                        .map(|dt| encode::pg_type(&arrow::datatypes::Field::new("p", dt, true)))
+                })
                 .unwrap_or(Type::TEXT)
         })
         .collect()
 }
 
 /// Decodes the bound parameter values into one-row arrays of the inferred types.
-fn decode_parameters(portal: &Portal<Arc<Parsed>>, types: &[Type], described: &StatementDescription) -> Result<Vec<ArrayRef>, Error> {
+fn decode_parameters(
+    portal: &Portal<Arc<Parsed>>,
+    types: &[Type],
+    described: &StatementDescription,
+) -> Result<Vec<ArrayRef>, Error> {
     let mut out = Vec::with_capacity(portal.parameters.len());
     for (i, value) in portal.parameters.iter().enumerate() {
         let pg = types.get(i).cloned().unwrap_or(Type::TEXT);
         let wire_type = encode::arrow_type(&pg);
         let array = match value {
             None => arrow::array::new_null_array(&wire_type, 1),
-            Some(bytes) if portal.parameter_format.is_binary(i) => encode::decode_binary_param(&pg, bytes)?,
+            Some(bytes) if portal.parameter_format.is_binary(i) => {
+                encode::decode_binary_param(&pg, bytes)?
+            }
             Some(bytes) => {
-                let text = std::str::from_utf8(bytes)
-                    .map_err(|_| Error::new(SqlState::CHARACTER_NOT_IN_REPERTOIRE, "parameter is not valid UTF-8"))?;
+                let text = std::str::from_utf8(bytes).map_err(|_| {
+                    Error::new(
+                        SqlState::CHARACTER_NOT_IN_REPERTOIRE,
+                        "parameter is not valid UTF-8",
+                    )
+                })?;
                 eddy_engine::text_to_array(std::iter::once(Some(text)), &wire_type, 1)?
             }
         };
         let target: Option<DataType> = described.parameters.get(i).cloned().flatten();
         let array = match target {
-            Some(t) if &t != array.data_type() => arrow::compute::cast(&array, &t).map_err(|e| {
-                Error::new(SqlState::DATATYPE_MISMATCH, format!("parameter ${} cannot be used as {t}: {e}", i + 1))
-            })?,
+            Some(t) if &t != array.data_type() => {
+                arrow::compute::cast(&array, &t).map_err(|e| {
+                    Error::new(
+                        SqlState::DATATYPE_MISMATCH,
+                        format!("parameter ${} cannot be used as {t}: {e}", i + 1),
+                    )
+                })?
+            }
             _ => array,
         };
         out.push(array);
@@ -692,7 +912,11 @@ impl ExtendedQueryHandler for Conn {
             let schema = slot.session.lock().await.open_cursor(name);
             if let Some(schema) = schema {
                 let fields = encode::field_infos(&schema, |_| FieldFormat::Text);
-                return pgwire::api::query::send_describe_response(client, &DescribePortalResponse::new(fields)).await;
+                return pgwire::api::query::send_describe_response(
+                    client,
+                    &DescribePortalResponse::new(fields),
+                )
+                .await;
             }
         }
         self._on_describe(client, message).await
@@ -715,7 +939,11 @@ impl ExtendedQueryHandler for Conn {
         result
     }
 
-    async fn do_describe_statement<C>(&self, client: &mut C, target: &StoredStatement<Self::Statement>) -> PgWireResult<DescribeStatementResponse>
+    async fn do_describe_statement<C>(
+        &self,
+        client: &mut C,
+        target: &StoredStatement<Self::Statement>,
+    ) -> PgWireResult<DescribeStatementResponse>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
@@ -723,13 +951,27 @@ impl ExtendedQueryHandler for Conn {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let slot = slot(client)?;
-        let described = slot.session.lock().await.describe(&target.statement.statement).await.map_err(to_pgwire)?;
+        let described = slot
+            .session
+            .lock()
+            .await
+            .describe(&target.statement.statement)
+            .await
+            .map_err(to_pgwire)?;
         let types = parameter_types(&target.parameter_types, &described, 0);
-        let fields = described.columns.as_ref().map(|s| encode::field_infos(s, |_| FieldFormat::Text)).unwrap_or_default();
+        let fields = described
+            .columns
+            .as_ref()
+            .map(|s| encode::field_infos(s, |_| FieldFormat::Text))
+            .unwrap_or_default();
         Ok(DescribeStatementResponse::new(types, fields))
     }
 
-    async fn do_describe_portal<C>(&self, client: &mut C, portal: &Portal<Self::Statement>) -> PgWireResult<DescribePortalResponse>
+    async fn do_describe_portal<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+    ) -> PgWireResult<DescribePortalResponse>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
@@ -737,13 +979,28 @@ impl ExtendedQueryHandler for Conn {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let slot = slot(client)?;
-        let described = slot.session.lock().await.describe(&portal.statement.statement.statement).await.map_err(to_pgwire)?;
+        let described = slot
+            .session
+            .lock()
+            .await
+            .describe(&portal.statement.statement.statement)
+            .await
+            .map_err(to_pgwire)?;
         let format = portal.result_column_format.clone();
-        let fields = described.columns.as_ref().map(|s| encode::field_infos(s, |i| format.format_for(i))).unwrap_or_default();
+        let fields = described
+            .columns
+            .as_ref()
+            .map(|s| encode::field_infos(s, |i| format.format_for(i)))
+            .unwrap_or_default();
         Ok(DescribePortalResponse::new(fields))
     }
 
-    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Self::Statement>, _max_rows: usize) -> PgWireResult<Response>
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
@@ -755,16 +1012,32 @@ impl ExtendedQueryHandler for Conn {
         match &parsed.statement {
             eddy_engine::Statement::CopySubscribe(subscribe) => {
                 // COPY (SUBSCRIBE ...) TO STDOUT streams here; pgwire sends the final CommandComplete.
-                let rows = stream_subscription(client, &slot, subscribe, Streaming::Copy, false).await.map_err(to_pgwire)?;
+                let rows = stream_subscription(client, &slot, subscribe, Streaming::Copy, false)
+                    .await
+                    .map_err(to_pgwire)?;
                 return Ok(Response::Execution(Tag::new("COPY").with_rows(rows)));
             }
             eddy_engine::Statement::Subscribe(subscribe) => {
                 // Describe sent the row description; rows stream until the view is dropped.
-                let columns = slot.session.lock().await.describe(&parsed.statement).await.map_err(to_pgwire)?.columns;
+                let columns = slot
+                    .session
+                    .lock()
+                    .await
+                    .describe(&parsed.statement)
+                    .await
+                    .map_err(to_pgwire)?
+                    .columns;
                 let count = columns.map_or(0, |c| c.fields().len());
-                let formats = (0..count).map(|i| portal.result_column_format.format_for(i)).collect();
-                let mode = Streaming::Rows { describe: false, formats };
-                let rows = stream_subscription(client, &slot, subscribe, mode, false).await.map_err(to_pgwire)?;
+                let formats = (0..count)
+                    .map(|i| portal.result_column_format.format_for(i))
+                    .collect();
+                let mode = Streaming::Rows {
+                    describe: false,
+                    formats,
+                };
+                let rows = stream_subscription(client, &slot, subscribe, mode, false)
+                    .await
+                    .map_err(to_pgwire)?;
                 return Ok(Response::Execution(Tag::new("SUBSCRIBE").with_rows(rows)));
             }
             _ => {}
@@ -776,7 +1049,11 @@ impl ExtendedQueryHandler for Conn {
             } else {
                 match session.describe(&parsed.statement).await {
                     Ok(described) => {
-                        let types = parameter_types(&portal.statement.parameter_types, &described, portal.parameters.len());
+                        let types = parameter_types(
+                            &portal.statement.parameter_types,
+                            &described,
+                            portal.parameters.len(),
+                        );
                         decode_parameters(portal, &types, &described)
                     }
                     Err(e) => Err(e),
@@ -813,14 +1090,22 @@ impl CopyHandler for Conn {
         let mut copy = slot.copy.lock().await;
         match copy.as_mut() {
             Some((_, buffer)) => {
-                if buffer.len() + copy_data.data.len() > eddy_common::limits::STATEMENT_BYTES_MAX * 64 {
+                if buffer.len() + copy_data.data.len()
+                    > eddy_common::limits::STATEMENT_BYTES_MAX * 64
+                {
                     *copy = None;
-                    return Err(to_pgwire(Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "COPY data exceeds 1 GiB; split it into several COPY statements")));
+                    return Err(to_pgwire(Error::new(
+                        SqlState::PROGRAM_LIMIT_EXCEEDED,
+                        "COPY data exceeds 1 GiB; split it into several COPY statements",
+                    )));
                 }
                 buffer.extend_from_slice(&copy_data.data);
                 Ok(())
             }
-            None => Err(to_pgwire(Error::new(SqlState::PROTOCOL_VIOLATION, "unexpected COPY data"))),
+            None => Err(to_pgwire(Error::new(
+                SqlState::PROTOCOL_VIOLATION,
+                "unexpected COPY data",
+            ))),
         }
     }
 
@@ -832,11 +1117,17 @@ impl CopyHandler for Conn {
     {
         let slot = slot(client)?;
         let Some((copy, data)) = slot.copy.lock().await.take() else {
-            return Err(to_pgwire(Error::new(SqlState::PROTOCOL_VIOLATION, "COPY done without COPY in progress")));
+            return Err(to_pgwire(Error::new(
+                SqlState::PROTOCOL_VIOLATION,
+                "COPY done without COPY in progress",
+            )));
         };
         let result = {
             let mut session = slot.session.lock().await;
-            match AssertUnwindSafe(session.copy_in(&copy, &data)).catch_unwind().await {
+            match AssertUnwindSafe(session.copy_in(&copy, &data))
+                .catch_unwind()
+                .await
+            {
                 Ok(r) => r,
                 Err(panic) => Err(eddy_common::panic::panic_error("COPY", panic.as_ref())),
             }
@@ -844,10 +1135,14 @@ impl CopyHandler for Conn {
         match result {
             Ok(Outcome::Command { rows, .. }) => {
                 let tag = Tag::new("COPY").with_rows(rows.unwrap_or(0));
-                client.send(PgWireBackendMessage::CommandComplete(tag.into())).await?;
+                client
+                    .send(PgWireBackendMessage::CommandComplete(tag.into()))
+                    .await?;
                 Ok(())
             }
-            Ok(_) => Err(to_pgwire(Error::internal("COPY produced an unexpected outcome"))),
+            Ok(_) => Err(to_pgwire(Error::internal(
+                "COPY produced an unexpected outcome",
+            ))),
             Err(e) => Err(to_pgwire(e)),
         }
     }
@@ -862,7 +1157,10 @@ impl CopyHandler for Conn {
             slot.copy.lock().await.take();
             slot.session.lock().await.fail_transaction();
         }
-        to_pgwire(Error::new(SqlState::QUERY_CANCELED, format!("COPY from stdin failed: {}", fail.message)))
+        to_pgwire(Error::new(
+            SqlState::QUERY_CANCELED,
+            format!("COPY from stdin failed: {}", fail.message),
+        ))
     }
 }
 

@@ -21,12 +21,26 @@ use tokio::net::TcpListener;
 const BODY_BYTES_MAX: usize = 256 * 1024 * 1024;
 
 /// Serves HTTP until `shutdown` resolves.
-pub async fn serve_http(engine: Arc<Engine>, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-    let app = Router::new().route("/ingest/{table}", post(ingest)).layer(DefaultBodyLimit::max(BODY_BYTES_MAX)).with_state(engine);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+pub async fn serve_http(
+    engine: Arc<Engine>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/ingest/{table}", post(ingest))
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .with_state(engine);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
-async fn ingest(State(engine): State<Arc<Engine>>, Path(table): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn ingest(
+    State(engine): State<Arc<Engine>>,
+    Path(table): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let csv = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -36,10 +50,25 @@ async fn ingest(State(engine): State<Arc<Engine>>, Path(table): Path<String>, he
             let rejected: Vec<String> = report
                 .rejected
                 .iter()
-                .map(|(i, why)| format!("{{\"line\":{},\"error\":{}}}", i + 1, eddy_common::json_string(why)))
+                .map(|(i, why)| {
+                    format!(
+                        "{{\"line\":{},\"error\":{}}}",
+                        i + 1,
+                        eddy_common::json_string(why)
+                    )
+                })
                 .collect();
-            let body = format!("{{\"accepted\":{},\"rejected\":[{}]}}\n", report.accepted, rejected.join(","));
-            (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+            let body = format!(
+                "{{\"accepted\":{},\"rejected\":[{}]}}\n",
+                report.accepted,
+                rejected.join(",")
+            );
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response()
         }
         Err(e) => error_response(&e),
     }
@@ -55,7 +84,10 @@ fn error_response(e: &Error) -> Response {
     } else {
         StatusCode::INTERNAL_SERVER_ERROR
     };
-    let body = format!("{{\"error\":{},\"sqlstate\":\"{}\"}}\n", eddy_common::json_string(&e.message), e.state.code());
+    let body = format!(
+        "{{\"error\":{},\"sqlstate\":\"{}\"}}\n",
+        eddy_common::json_string(&e.message),
+        e.state.code()
+    );
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
-

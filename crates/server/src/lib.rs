@@ -21,7 +21,11 @@ pub use handler::Handlers;
 pub use http::serve_http;
 
 /// Accepts connections until `shutdown` resolves.
-pub async fn serve(engine: Arc<Engine>, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+pub async fn serve(
+    engine: Arc<Engine>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let handlers = Arc::new(Handlers::new(engine));
     tokio::pin!(shutdown);
     loop {

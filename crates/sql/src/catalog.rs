@@ -8,8 +8,8 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
-use datafusion::catalog::{Session, TableProvider};
 use datafusion::catalog::SchemaProvider;
+use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result as DfResult;
@@ -74,7 +74,11 @@ pub trait CatalogSource: Send + Sync + fmt::Debug {
     /// session's `search_path` places it), `eddy_catalog` (likewise), then the existing
     /// schemas of `search_path` (`$user` expanded). What `current_schemas(true)` returns.
     fn search_path(&self) -> Vec<String> {
-        vec!["pg_catalog".to_owned(), EDDY_CATALOG_SCHEMA.to_owned(), PUBLIC_SCHEMA.to_owned()]
+        vec![
+            "pg_catalog".to_owned(),
+            EDDY_CATALOG_SCHEMA.to_owned(),
+            PUBLIC_SCHEMA.to_owned(),
+        ]
     }
     /// The definition of plain view `schema.name`, `None` when it is not one.
     fn view_definition(&self, _schema: &str, _name: &str) -> Option<ViewDefinition> {
@@ -98,7 +102,10 @@ pub trait CatalogSource: Send + Sync + fmt::Debug {
     /// The schemas users' objects live in (`public`, `eddy_catalog` and those made with
     /// `CREATE SCHEMA`), each with an OID kept across restarts, in OID order.
     fn namespaces(&self) -> Vec<Namespace> {
-        vec![Namespace { oid: crate::pg_catalog::PUBLIC_OID, name: "public".into() }]
+        vec![Namespace {
+            oid: crate::pg_catalog::PUBLIC_OID,
+            name: "public".into(),
+        }]
     }
     /// Bytes a relation takes, its log and its state (`pg_total_relation_size`); `None` for an
     /// OID that is not one of the engine's relations.
@@ -116,7 +123,9 @@ pub trait CatalogSource: Send + Sync + fmt::Debug {
     /// `set_config(name, value, is_local)`: sets a setting for the session (once the statement
     /// ends) and returns the value as it will read, or fails as `SET` would.
     fn set_setting(&self, name: &str, _value: &str) -> eddy_common::Result<String> {
-        Err(Error::unsupported(format!("set_config({name}) is not supported here")))
+        Err(Error::unsupported(format!(
+            "set_config({name}) is not supported here"
+        )))
     }
     /// When the server started, in µs since the Unix epoch (`pg_postmaster_start_time()`).
     fn server_start_micros(&self) -> i64 {
@@ -140,7 +149,10 @@ impl SchemaProvider for SchemaBridge {
         if let Some(e) = self.source.failure(&self.schema, name) {
             return Err(datafusion::error::DataFusionError::External(Box::new(e)));
         }
-        Ok(self.source.table(&self.schema, name).map(|t| Arc::new(TableBridge::new(t)) as Arc<dyn TableProvider>))
+        Ok(self
+            .source
+            .table(&self.schema, name)
+            .map(|t| Arc::new(TableBridge::new(t)) as Arc<dyn TableProvider>))
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -158,24 +170,48 @@ pub(crate) struct CatalogBridge {
 
 impl datafusion::catalog::CatalogProvider for CatalogBridge {
     fn schema_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.fixed.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        let mut names: Vec<String> = self
+            .fixed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
         names.extend(self.source.namespaces().into_iter().map(|s| s.name));
         names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        if let Some(fixed) = self.fixed.read().unwrap_or_else(|p| p.into_inner()).get(name) {
+        if let Some(fixed) = self
+            .fixed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
             return Some(Arc::clone(fixed));
         }
         self.source
             .namespaces()
             .iter()
             .any(|s| s.name == name)
-            .then(|| Arc::new(SchemaBridge { source: Arc::clone(&self.source), schema: name.to_owned() }) as Arc<dyn SchemaProvider>)
+            .then(|| {
+                Arc::new(SchemaBridge {
+                    source: Arc::clone(&self.source),
+                    schema: name.to_owned(),
+                }) as Arc<dyn SchemaProvider>
+            })
     }
 
-    fn register_schema(&self, name: &str, schema: Arc<dyn SchemaProvider>) -> DfResult<Option<Arc<dyn SchemaProvider>>> {
-        Ok(self.fixed.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), schema))
+    fn register_schema(
+        &self,
+        name: &str,
+        schema: Arc<dyn SchemaProvider>,
+    ) -> DfResult<Option<Arc<dyn SchemaProvider>>> {
+        Ok(self
+            .fixed
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_owned(), schema))
     }
 }
 
@@ -191,9 +227,15 @@ pub(crate) struct TableBridge {
 impl TableBridge {
     fn new(source: Arc<dyn TableSource>) -> Self {
         let table = source.schema();
-        let fields: Vec<arrow::datatypes::Field> =
-            table.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-        let schema = Arc::new(arrow::datatypes::Schema::new_with_metadata(fields, table.metadata().clone()));
+        let fields: Vec<arrow::datatypes::Field> = table
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            table.metadata().clone(),
+        ));
         TableBridge { source, schema }
     }
 }
@@ -222,7 +264,8 @@ impl TableProvider for TableBridge {
             .iter()
             .map(|b| b.clone().with_schema(Arc::clone(&self.schema)))
             .collect::<Result<_, _>>()?;
-        let exec = MemorySourceConfig::try_new_exec(&[batches], self.schema(), projection.cloned())?;
+        let exec =
+            MemorySourceConfig::try_new_exec(&[batches], self.schema(), projection.cloned())?;
         Ok(exec)
     }
 }

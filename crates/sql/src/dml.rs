@@ -9,7 +9,9 @@ use eddy_common::{Error, Result};
 /// USING list satisfies `cond`: exactly `DELETE FROM t WHERE EXISTS (SELECT 1 FROM u, v
 /// WHERE cond)`, which DataFusion plans (as a semi-join).
 pub(crate) fn delete_using_as_exists(delete: &mut ast::Delete) -> Result<()> {
-    let Some(using) = delete.using.take() else { return Ok(()) };
+    let Some(using) = delete.using.take() else {
+        return Ok(());
+    };
     let from: Vec<String> = using.iter().map(ToString::to_string).collect();
     let mut text = format!("SELECT 1 FROM {}", from.join(", "));
     if let Some(selection) = &delete.selection {
@@ -19,7 +21,10 @@ pub(crate) fn delete_using_as_exists(delete: &mut ast::Delete) -> Result<()> {
         .try_with_sql(&text)
         .and_then(|mut p| p.parse_query())
         .map_err(|e| Error::internal(format!("DELETE ... USING as EXISTS: {e}")))?;
-    delete.selection = Some(ast::Expr::Exists { subquery: query, negated: false });
+    delete.selection = Some(ast::Expr::Exists {
+        subquery: query,
+        negated: false,
+    });
     Ok(())
 }
 
@@ -31,9 +36,14 @@ pub(crate) fn update_from_as_select(update: &ast::Update) -> Result<(String, ast
         return Err(Error::unsupported("UPDATE of something other than a table"));
     };
     if !update.table.joins.is_empty() {
-        return Err(Error::unsupported("UPDATE with a JOIN in its target: list the other tables in FROM"));
+        return Err(Error::unsupported(
+            "UPDATE with a JOIN in its target: list the other tables in FROM",
+        ));
     }
-    let target = alias.as_ref().map_or_else(|| name.0.last().map(ToString::to_string).unwrap_or_default(), |a| a.name.to_string());
+    let target = alias.as_ref().map_or_else(
+        || name.0.last().map(ToString::to_string).unwrap_or_default(),
+        |a| a.name.to_string(),
+    );
     let from = match &update.from {
         Some(ast::UpdateTableFromKind::BeforeSet(f) | ast::UpdateTableFromKind::AfterSet(f)) => f,
         None => return Err(Error::internal("UPDATE without FROM")),
@@ -41,19 +51,31 @@ pub(crate) fn update_from_as_select(update: &ast::Update) -> Result<(String, ast
     let mut sets = Vec::with_capacity(update.assignments.len());
     for assignment in &update.assignments {
         let ast::AssignmentTarget::ColumnName(column) = &assignment.target else {
-            return Err(Error::unsupported("UPDATE ... SET (a, b) = (...) is not supported: assign each column"));
+            return Err(Error::unsupported(
+                "UPDATE ... SET (a, b) = (...) is not supported: assign each column",
+            ));
         };
-        let column = column.0.last().and_then(|p| p.as_ident()).cloned().ok_or_else(|| Error::syntax("empty column name in SET"))?;
+        let column = column
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .cloned()
+            .ok_or_else(|| Error::syntax("empty column name in SET"))?;
         sets.push((normalize(&column), assignment.value.to_string()));
     }
     // The new values are named `eddy_set_<column>`; the engine matches them to the columns.
     let mut list = vec![format!("{target}.*")];
-    list.extend(sets.iter().map(|(column, value)| format!("({value}) AS \"eddy_set_{}\"", column.replace('"', "\"\""))));
+    list.extend(sets.iter().map(|(column, value)| {
+        format!("({value}) AS \"eddy_set_{}\"", column.replace('"', "\"\""))
+    }));
     let mut text = format!(
         // Named as written (the target is schema-qualified by now): `t.*` reads it.
         "SELECT {} FROM {name} AS {target} , {}",
         list.join(", "),
-        from.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        from.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     if let Some(selection) = &update.selection {
         text.push_str(&format!(" WHERE {selection}"));
@@ -70,5 +92,9 @@ pub(crate) fn update_from_as_select(update: &ast::Update) -> Result<(String, ast
 }
 
 fn normalize(ident: &ast::Ident) -> String {
-    if ident.quote_style.is_some() { ident.value.clone() } else { ident.value.to_lowercase() }
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
 }

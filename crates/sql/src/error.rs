@@ -9,9 +9,13 @@ use eddy_common::{Error, SqlState};
 /// prefixes; internal errors keep saying they are bugs.
 pub fn from_datafusion(err: DataFusionError) -> Error {
     match err {
-        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => from_datafusion(*inner),
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            from_datafusion(*inner)
+        }
         DataFusionError::Shared(inner) => from_datafusion(clone_shared(&inner)),
-        DataFusionError::Collection(mut errors) if !errors.is_empty() => from_datafusion(errors.remove(0)),
+        DataFusionError::Collection(mut errors) if !errors.is_empty() => {
+            from_datafusion(errors.remove(0))
+        }
         DataFusionError::SQL(e, _) => Error::syntax(format!("syntax error: {e}")),
         DataFusionError::NotImplemented(m) => Error::unsupported(format!("not supported: {m}")),
         DataFusionError::SchemaError(e, _) => schema_error(&e),
@@ -41,13 +45,16 @@ fn clone_shared(err: &DataFusionError) -> DataFusionError {
 fn schema_error(err: &SchemaError) -> Error {
     let message = strip(&err.to_string());
     match err {
-        SchemaError::FieldNotFound { field, .. } => {
-            Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{}\" does not exist", field.name))
-        }
-        SchemaError::AmbiguousReference { field } => {
-            Error::new(SqlState::AMBIGUOUS_COLUMN, format!("column reference \"{}\" is ambiguous", field.name))
-        }
-        SchemaError::DuplicateQualifiedField { .. } | SchemaError::DuplicateUnqualifiedField { .. } => {
+        SchemaError::FieldNotFound { field, .. } => Error::new(
+            SqlState::UNDEFINED_COLUMN,
+            format!("column \"{}\" does not exist", field.name),
+        ),
+        SchemaError::AmbiguousReference { field } => Error::new(
+            SqlState::AMBIGUOUS_COLUMN,
+            format!("column reference \"{}\" is ambiguous", field.name),
+        ),
+        SchemaError::DuplicateQualifiedField { .. }
+        | SchemaError::DuplicateUnqualifiedField { .. } => {
             Error::new(SqlState::DUPLICATE_COLUMN, message)
         }
     }
@@ -56,13 +63,19 @@ fn schema_error(err: &SchemaError) -> Error {
 fn arrow_error(err: &ArrowError) -> Error {
     match err {
         ArrowError::DivideByZero => Error::new(SqlState::DIVISION_BY_ZERO, "division by zero"),
-        ArrowError::CastError(m) if m.contains("Can't cast value") || m.contains("overflow") || m.contains("out of range") => {
+        ArrowError::CastError(m)
+            if m.contains("Can't cast value")
+                || m.contains("overflow")
+                || m.contains("out of range") =>
+        {
             Error::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, strip(m))
         }
         ArrowError::CastError(m) | ArrowError::ParseError(m) => {
             Error::new(SqlState::INVALID_TEXT_REPRESENTATION, strip(m))
         }
-        ArrowError::ArithmeticOverflow(m) => Error::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, strip(m)),
+        ArrowError::ArithmeticOverflow(m) => {
+            Error::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, strip(m))
+        }
         ArrowError::ComputeError(m) if m.to_lowercase().contains("overflow") => {
             Error::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, strip(m))
         }
@@ -75,8 +88,18 @@ fn plan_error(message: String) -> Error {
     let m = strip(&message);
     let lower = m.to_lowercase();
     if lower.starts_with("table '") && lower.contains("' not found") {
-        let name = m.split('\'').nth(1).unwrap_or("").rsplit('.').next().unwrap_or("").to_owned();
-        return Error::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"));
+        let name = m
+            .split('\'')
+            .nth(1)
+            .unwrap_or("")
+            .rsplit('.')
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        return Error::new(
+            SqlState::UNDEFINED_TABLE,
+            format!("relation \"{name}\" does not exist"),
+        );
     }
     // No function or operator takes these argument types: PostgreSQL's "function f(integer)
     // does not exist" and "operator does not exist: date + date" (42883).
@@ -88,7 +111,10 @@ fn plan_error(message: String) -> Error {
         || lower.contains("unary operator") && lower.contains("only supports")
     {
         // DataFusion's "Invalid function 'f'. Did you mean 'g'?" names no argument types.
-        let message = match m.strip_prefix("Invalid function '").and_then(|rest| rest.split_once('\'')) {
+        let message = match m
+            .strip_prefix("Invalid function '")
+            .and_then(|rest| rest.split_once('\''))
+        {
             Some((name, _)) => format!("function {name} does not exist"),
             None => m.to_owned(),
         };
@@ -108,7 +134,9 @@ fn plan_error(message: String) -> Error {
     {
         return Error::new(SqlState::DATATYPE_MISMATCH, m);
     }
-    if lower.contains("must appear in the group by") || lower.contains("projection references non-aggregate") {
+    if lower.contains("must appear in the group by")
+        || lower.contains("projection references non-aggregate")
+    {
         return Error::new(SqlState::GROUPING_ERROR, m);
     }
     if lower.contains("not supported") || lower.contains("unsupported") {
@@ -126,8 +154,11 @@ fn execution_error(message: String) -> Error {
     if lower.contains("overflow") || lower.contains("can't cast value") {
         return Error::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, m);
     }
-    if lower.contains("cast error") || lower.contains("cannot cast") || lower.contains("parse error")
-        || lower.contains("invalid") && (lower.contains("timestamp") || lower.contains("date") || lower.contains("number"))
+    if lower.contains("cast error")
+        || lower.contains("cannot cast")
+        || lower.contains("parse error")
+        || lower.contains("invalid")
+            && (lower.contains("timestamp") || lower.contains("date") || lower.contains("number"))
     {
         return Error::new(SqlState::INVALID_TEXT_REPRESENTATION, m);
     }

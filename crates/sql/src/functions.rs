@@ -16,7 +16,11 @@ fn constant_text(name: &str, value: String) -> ScalarUDF {
         vec![],
         DataType::Utf8,
         Volatility::Stable,
-        Arc::new(move |_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(value.as_ref().clone()))))),
+        Arc::new(move |_args: &[ColumnarValue]| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                value.as_ref().clone(),
+            ))))
+        }),
     )
 }
 
@@ -29,7 +33,11 @@ fn constant_name(name: &str, value: String) -> ScalarUDF {
         name,
         datafusion::logical_expr::Signature::exact(vec![], Volatility::Stable),
         |_| Ok(pg_field("", DataType::Utf8, "name")),
-        move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(value.as_ref().clone())))),
+        move |_| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                value.as_ref().clone(),
+            ))))
+        },
     )
     .udf()
 }
@@ -49,6 +57,8 @@ pub fn register(ctx: &SessionContext, info: &SessionInfo) {
         vec![],
         DataType::Int32,
         Volatility::Stable,
-        Arc::new(move |_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(pid))))),
+        Arc::new(move |_args: &[ColumnarValue]| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(pid))))
+        }),
     ));
 }

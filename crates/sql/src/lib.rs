@@ -20,11 +20,17 @@ mod planner;
 pub mod types;
 pub mod windows;
 
-pub use catalog::{CatalogSource, EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, PUBLIC_SCHEMA, TableSource, ViewDefinition};
-pub use names::{QualifiedName, name_parts, normalize_ident};
+pub use catalog::{
+    CatalogSource, EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, PUBLIC_SCHEMA, TableSource,
+    ViewDefinition,
+};
 pub use datafusion::sql::sqlparser::ast;
-pub use error::from_datafusion;
-pub use parser::{CreateTable, Parsed, Statement, Subscribe, SubscribeTarget, display_temporal, parse_statements, parse_with_options, syntax_error};
-pub use lower::ViewOptions;
-pub use planner::{Planned, QueryPlan, SessionInfo, SessionPlanner, ViewPlan};
 pub use eddy_dataflow as dataflow;
+pub use error::from_datafusion;
+pub use lower::ViewOptions;
+pub use names::{QualifiedName, name_parts, normalize_ident};
+pub use parser::{
+    CreateTable, Parsed, Statement, Subscribe, SubscribeTarget, display_temporal, parse_statements,
+    parse_with_options, syntax_error,
+};
+pub use planner::{Planned, QueryPlan, SessionInfo, SessionPlanner, ViewPlan};

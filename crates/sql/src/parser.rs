@@ -27,36 +27,76 @@ pub enum Statement {
     /// `COPY (SUBSCRIBE ...) TO STDOUT`: the change stream as COPY data, until cancelled.
     CopySubscribe(Subscribe),
     /// `DECLARE c CURSOR FOR SUBSCRIBE ...`.
-    DeclareSubscribeCursor { cursor: String, subscribe: Subscribe },
+    DeclareSubscribeCursor {
+        cursor: String,
+        subscribe: Subscribe,
+    },
     /// `FETCH | MOVE [NEXT | FORWARD [n | ALL] | n | ALL] [FROM | IN] c [WITH (timeout = '1s')]`;
     /// `count` None is ALL; `skip`: MOVE (the rows are passed over, not returned).
-    Fetch { cursor: String, count: Option<u64>, timeout_ms: Option<u64>, skip: bool },
+    Fetch {
+        cursor: String,
+        count: Option<u64>,
+        timeout_ms: Option<u64>,
+        skip: bool,
+    },
     /// `SHOW MATERIALIZED VIEWS`.
     ShowMaterializedViews,
     /// `SHOW CREATE MATERIALIZED VIEW name`.
     ShowCreateMaterializedView(ObjectName),
     /// `ALTER TABLE | SOURCE name REPLAY DEAD LETTERS`: decode the dead letters again.
-    ReplayDeadLetters { name: ObjectName, source: bool },
+    ReplayDeadLetters {
+        name: ObjectName,
+        source: bool,
+    },
     /// `ALTER SOURCE name ALTER COLUMN column DROP NOT NULL`.
-    AlterSourceDropNotNull { name: ObjectName, column: Ident },
+    AlterSourceDropNotNull {
+        name: ObjectName,
+        column: Ident,
+    },
     /// `DROP SOURCE [IF EXISTS] name, ... [CASCADE | RESTRICT]`.
-    DropSource { names: Vec<ObjectName>, if_exists: bool, cascade: bool },
+    DropSource {
+        names: Vec<ObjectName>,
+        if_exists: bool,
+        cascade: bool,
+    },
     /// `SHOW SOURCES`.
     ShowSources,
     /// `SHOW CREATE SOURCE name`.
     ShowCreateSource(ObjectName),
     ShowCreateSink(ObjectName),
     /// `CREATE TABLE [IF NOT EXISTS] t AS query [WITH [NO] DATA]`.
-    CreateTableAs { name: ObjectName, if_not_exists: bool, query: Box<ast::Query>, with_data: bool },
+    CreateTableAs {
+        name: ObjectName,
+        if_not_exists: bool,
+        query: Box<ast::Query>,
+        with_data: bool,
+    },
     /// `CREATE TABLE [IF NOT EXISTS] t (LIKE s [INCLUDING | EXCLUDING what ...])`; `including`
     /// names what INCLUDING asked for.
-    CreateTableLike { name: ObjectName, if_not_exists: bool, like: ObjectName, including: Vec<String> },
+    CreateTableLike {
+        name: ObjectName,
+        if_not_exists: bool,
+        like: ObjectName,
+        including: Vec<String>,
+    },
     /// `CREATE MATERIALIZED VIEW ... AS query [EMIT ON WINDOW CLOSE]`.
-    CreateMaterializedView { create: Box<ast::CreateView>, emit_on_close: bool },
+    CreateMaterializedView {
+        create: Box<ast::CreateView>,
+        emit_on_close: bool,
+    },
     /// `CREATE SINK [IF NOT EXISTS] name FROM view WITH (...)`.
-    CreateSink { name: ObjectName, from: ObjectName, options: Vec<(String, String)>, format: Option<(String, String)>, if_not_exists: bool },
+    CreateSink {
+        name: ObjectName,
+        from: ObjectName,
+        options: Vec<(String, String)>,
+        format: Option<(String, String)>,
+        if_not_exists: bool,
+    },
     /// `DROP SINK [IF EXISTS] name, ...`.
-    DropSink { names: Vec<ObjectName>, if_exists: bool },
+    DropSink {
+        names: Vec<ObjectName>,
+        if_exists: bool,
+    },
     /// `SHOW SINKS`.
     ShowSinks,
 }
@@ -115,7 +155,10 @@ fn mark_temporal_tables(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     const CLAUSE: [&str; 5] = ["FOR", "SYSTEM_TIME", "AS", "OF", "PROCTIME"];
     // The next significant tokens after `i`.
     let following = |i: usize, n: usize| -> Vec<usize> {
-        (i + 1..tokens.len()).filter(|&j| !matches!(tokens[j].token, Token::Whitespace(_))).take(n).collect()
+        (i + 1..tokens.len())
+            .filter(|&j| !matches!(tokens[j].token, Token::Whitespace(_)))
+            .take(n)
+            .collect()
     };
     let word = |i: usize, w: &str| matches!(&tokens[i].token, Token::Word(x) if x.value.eq_ignore_ascii_case(w));
     let mut out = Vec::with_capacity(tokens.len());
@@ -129,7 +172,10 @@ fn mark_temporal_tables(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
                 && tokens[next[6]].token == Token::RParen;
             if clause {
                 let span = tokens[i].span;
-                out.push(TokenWithSpan::new(Token::make_word(TEMPORAL_MARK, None), span));
+                out.push(TokenWithSpan::new(
+                    Token::make_word(TEMPORAL_MARK, None),
+                    span,
+                ));
                 out.push(TokenWithSpan::new(Token::LParen, span));
                 out.push(tokens[i].clone());
                 out.push(TokenWithSpan::new(Token::RParen, span));
@@ -164,7 +210,11 @@ pub fn parse_statements(sql: &str) -> Result<Vec<Parsed>> {
     if sql.len() > limits::STATEMENT_BYTES_MAX {
         return Err(Error::new(
             eddy_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
-            format!("statement is {} bytes, more than the limit of {}", sql.len(), limits::STATEMENT_BYTES_MAX),
+            format!(
+                "statement is {} bytes, more than the limit of {}",
+                sql.len(),
+                limits::STATEMENT_BYTES_MAX
+            ),
         ));
     }
     let dialect = PostgreSqlDialect {};
@@ -211,27 +261,41 @@ fn refuse(parser: &Parser<'_>) -> Option<Error> {
         _ => String::new(),
     };
     // Cursors scan forward only (NO SCROLL), and PostgreSQL says so as 55000.
-    if matches!(word(0).as_str(), "FETCH" | "MOVE") && matches!(word(1).as_str(), "PRIOR" | "BACKWARD" | "FIRST" | "LAST" | "ABSOLUTE" | "RELATIVE") {
+    if matches!(word(0).as_str(), "FETCH" | "MOVE")
+        && matches!(
+            word(1).as_str(),
+            "PRIOR" | "BACKWARD" | "FIRST" | "LAST" | "ABSOLUTE" | "RELATIVE"
+        )
+    {
         return Some(
-            Error::new(eddy_common::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, "cursor can only scan forward")
-                .with_hint("Eddy's cursors are NO SCROLL: read the rows again with a new cursor"),
+            Error::new(
+                eddy_common::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "cursor can only scan forward",
+            )
+            .with_hint("Eddy's cursors are NO SCROLL: read the rows again with a new cursor"),
         );
     }
     if (word(0).as_str(), word(1).as_str(), word(2).as_str()) == ("ALTER", "MATERIALIZED", "VIEW") {
-        return Some(Error::unsupported("ALTER MATERIALIZED VIEW is not supported: drop the view and create it again"));
+        return Some(Error::unsupported(
+            "ALTER MATERIALIZED VIEW is not supported: drop the view and create it again",
+        ));
     }
     None
 }
 
 /// sqlparser does not parse `BETWEEN SYMMETRIC`: say so rather than "syntax error". One pass
 /// over the tokens, before parsing.
-fn refuse_between_symmetric(tokens: &[datafusion::sql::sqlparser::tokenizer::TokenWithSpan]) -> Result<()> {
+fn refuse_between_symmetric(
+    tokens: &[datafusion::sql::sqlparser::tokenizer::TokenWithSpan],
+) -> Result<()> {
     let mut after_between = false;
     for t in tokens {
         match &t.token {
             Token::Whitespace(_) => continue,
             Token::Word(w) if after_between && w.value.eq_ignore_ascii_case("SYMMETRIC") => {
-                return Err(Error::unsupported("BETWEEN SYMMETRIC is not supported: write the bounds in ascending order"));
+                return Err(Error::unsupported(
+                    "BETWEEN SYMMETRIC is not supported: write the bounds in ascending order",
+                ));
             }
             Token::Word(w) => after_between = w.value.eq_ignore_ascii_case("BETWEEN"),
             _ => after_between = false,
@@ -247,7 +311,12 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             parser.next_token();
             return Ok(Statement::Flush);
         }
-        if w.value.eq_ignore_ascii_case("CHECKPOINT") && matches!(parser.peek_nth_token(1).token, Token::EOF | Token::SemiColon) {
+        if w.value.eq_ignore_ascii_case("CHECKPOINT")
+            && matches!(
+                parser.peek_nth_token(1).token,
+                Token::EOF | Token::SemiColon
+            )
+        {
             parser.next_token();
             return Ok(Statement::Checkpoint);
         }
@@ -290,10 +359,14 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                 return Ok(Statement::ShowMaterializedViews);
             }
             if parse_words(parser, &["SHOW", "CREATE", "MATERIALIZED", "VIEW"]) {
-                return Ok(Statement::ShowCreateMaterializedView(parser.parse_object_name(false)?));
+                return Ok(Statement::ShowCreateMaterializedView(
+                    parser.parse_object_name(false)?,
+                ));
             }
         }
-        if w.keyword == Keyword::ALTER && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.keyword == Keyword::TABLE) {
+        if w.keyword == Keyword::ALTER
+            && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.keyword == Keyword::TABLE)
+        {
             let end = clause_end(parser, false);
             let replay = ["REPLAY", "DEAD", "LETTERS"].map(Token::make_keyword);
             if ends_with(parser, end, &replay) {
@@ -301,15 +374,23 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                 inner.expect_keywords(&[Keyword::ALTER, Keyword::TABLE])?;
                 let name = inner.parse_object_name(false)?;
                 if inner.peek_token().token != Token::EOF {
-                    return Err(ParserError::ParserError(format!("Expected: REPLAY DEAD LETTERS, found: {}", inner.peek_token().token)));
+                    return Err(ParserError::ParserError(format!(
+                        "Expected: REPLAY DEAD LETTERS, found: {}",
+                        inner.peek_token().token
+                    )));
                 }
                 for _ in 0..end {
                     parser.next_token();
                 }
-                return Ok(Statement::ReplayDeadLetters { name, source: false });
+                return Ok(Statement::ReplayDeadLetters {
+                    name,
+                    source: false,
+                });
             }
         }
-        if w.keyword == Keyword::ALTER && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SOURCE")) {
+        if w.keyword == Keyword::ALTER
+            && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SOURCE"))
+        {
             parser.next_token();
             parser.next_token();
             let name = parser.parse_object_name(false)?;
@@ -328,7 +409,9 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                 parser.peek_token().token
             )));
         }
-        if w.keyword == Keyword::DROP && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SOURCE")) {
+        if w.keyword == Keyword::DROP
+            && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SOURCE"))
+        {
             parser.next_token();
             parser.next_token();
             let if_exists = parser.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
@@ -337,12 +420,19 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             if !cascade {
                 let _ = parser.parse_keyword(Keyword::RESTRICT);
             }
-            return Ok(Statement::DropSource { names, if_exists, cascade });
+            return Ok(Statement::DropSource {
+                names,
+                if_exists,
+                cascade,
+            });
         }
-        if w.keyword == Keyword::CREATE && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SINK")) {
+        if w.keyword == Keyword::CREATE
+            && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SINK"))
+        {
             parser.next_token();
             parser.next_token();
-            let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+            let if_not_exists =
+                parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
             let name = parser.parse_object_name(false)?;
             parser.expect_keyword(Keyword::FROM)?;
             let from = parser.parse_object_name(false)?;
@@ -351,15 +441,26 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
             let format = if parse_words(parser, &["FORMAT"]) {
                 let envelope = parser.parse_identifier()?.value;
                 if !parse_words(parser, &["ENCODE"]) {
-                    return Err(ParserError::ParserError(format!("Expected: ENCODE after FORMAT {envelope}, found: {}", parser.peek_token().token)));
+                    return Err(ParserError::ParserError(format!(
+                        "Expected: ENCODE after FORMAT {envelope}, found: {}",
+                        parser.peek_token().token
+                    )));
                 }
                 Some((envelope, parser.parse_identifier()?.value))
             } else {
                 None
             };
-            return Ok(Statement::CreateSink { name, from, options, format, if_not_exists });
+            return Ok(Statement::CreateSink {
+                name,
+                from,
+                options,
+                format,
+                if_not_exists,
+            });
         }
-        if w.keyword == Keyword::DROP && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SINK")) {
+        if w.keyword == Keyword::DROP
+            && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SINK"))
+        {
             parser.next_token();
             parser.next_token();
             let if_exists = parser.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
@@ -374,7 +475,9 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                 return Ok(Statement::ShowSources);
             }
             if parse_words(parser, &["SHOW", "CREATE", "SOURCE"]) {
-                return Ok(Statement::ShowCreateSource(parser.parse_object_name(false)?));
+                return Ok(Statement::ShowCreateSource(
+                    parser.parse_object_name(false)?,
+                ));
             }
             if parse_words(parser, &["SHOW", "CREATE", "SINK"]) {
                 return Ok(Statement::ShowCreateSink(parser.parse_object_name(false)?));
@@ -395,7 +498,10 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                 let mut query = sub_parser(parser, end - 4);
                 let statement = query.parse_statement()?;
                 if query.peek_token().token != Token::EOF {
-                    return Err(ParserError::ParserError(format!("Expected: EMIT ON WINDOW CLOSE, found: {}", query.peek_token().token)));
+                    return Err(ParserError::ParserError(format!(
+                        "Expected: EMIT ON WINDOW CLOSE, found: {}",
+                        query.peek_token().token
+                    )));
                 }
                 for _ in 0..end {
                     parser.next_token();
@@ -405,12 +511,19 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                 parser.parse_statement()?
             };
             let ast::Statement::CreateView(create) = statement else {
-                return Err(ParserError::ParserError("expected CREATE MATERIALIZED VIEW".into()));
+                return Err(ParserError::ParserError(
+                    "expected CREATE MATERIALIZED VIEW".into(),
+                ));
             };
-            return Ok(Statement::CreateMaterializedView { create: Box::new(create), emit_on_close });
+            return Ok(Statement::CreateMaterializedView {
+                create: Box::new(create),
+                emit_on_close,
+            });
         }
     }
-    parser.parse_statement().map(|s| Statement::Sql(Box::new(s)))
+    parser
+        .parse_statement()
+        .map(|s| Statement::Sql(Box::new(s)))
 }
 
 fn parse_subscribe(parser: &mut Parser<'_>) -> Result<Subscribe, ParserError> {
@@ -422,18 +535,30 @@ fn parse_subscribe(parser: &mut Parser<'_>) -> Result<Subscribe, ParserError> {
     } else {
         SubscribeTarget::Name(parser.parse_object_name(false)?)
     };
-    let mut subscribe = Subscribe { target, snapshot: true, progress: false };
+    let mut subscribe = Subscribe {
+        target,
+        snapshot: true,
+        progress: false,
+    };
     if parser.parse_keyword(Keyword::WITH) {
         for (key, value) in parse_with_options(parser)? {
             let flag = match value.to_lowercase().as_str() {
                 "true" | "on" | "1" => true,
                 "false" | "off" | "0" => false,
-                _ => return Err(ParserError::ParserError(format!("SUBSCRIBE option {key} takes true or false, not {value}"))),
+                _ => {
+                    return Err(ParserError::ParserError(format!(
+                        "SUBSCRIBE option {key} takes true or false, not {value}"
+                    )));
+                }
             };
             match key.as_str() {
                 "snapshot" => subscribe.snapshot = flag,
                 "progress" => subscribe.progress = flag,
-                other => return Err(ParserError::ParserError(format!("unknown SUBSCRIBE option {other}"))),
+                other => {
+                    return Err(ParserError::ParserError(format!(
+                        "unknown SUBSCRIBE option {other}"
+                    )));
+                }
             }
         }
     }
@@ -449,24 +574,41 @@ fn parse_fetch(parser: &mut Parser<'_>, skip: bool) -> Result<Statement, ParserE
         None
     } else if let Token::Number(n, _) = parser.peek_token().token {
         parser.next_token();
-        Some(n.parse::<u64>().map_err(|_| ParserError::ParserError(format!("FETCH count {n} is not a whole number")))?)
+        Some(n.parse::<u64>().map_err(|_| {
+            ParserError::ParserError(format!("FETCH count {n} is not a whole number"))
+        })?)
     } else {
         Some(1)
     };
     // Optional `FROM` / `IN` before the cursor name.
     let _ = parser.parse_keyword(Keyword::FROM) || parser.parse_keyword(Keyword::IN);
     let cursor = parser.parse_identifier()?;
-    let cursor = if cursor.quote_style.is_some() { cursor.value } else { cursor.value.to_lowercase() };
+    let cursor = if cursor.quote_style.is_some() {
+        cursor.value
+    } else {
+        cursor.value.to_lowercase()
+    };
     let mut timeout_ms = None;
     if parser.parse_keyword(Keyword::WITH) {
         for (key, value) in parse_with_options(parser)? {
             if key != "timeout" {
-                return Err(ParserError::ParserError(format!("unknown FETCH option {key}")));
+                return Err(ParserError::ParserError(format!(
+                    "unknown FETCH option {key}"
+                )));
             }
-            timeout_ms = Some(parse_duration_ms(&value).ok_or_else(|| ParserError::ParserError(format!("FETCH timeout '{value}' is not a duration such as '1s'")))?);
+            timeout_ms = Some(parse_duration_ms(&value).ok_or_else(|| {
+                ParserError::ParserError(format!(
+                    "FETCH timeout '{value}' is not a duration such as '1s'"
+                ))
+            })?);
         }
     }
-    Ok(Statement::Fetch { cursor, count, timeout_ms, skip })
+    Ok(Statement::Fetch {
+        cursor,
+        count,
+        timeout_ms,
+        skip,
+    })
 }
 
 /// `250ms`, `1s`, `2min`, or a bare number of milliseconds.
@@ -503,7 +645,12 @@ fn parse_create_table(parser: &mut Parser<'_>) -> Result<Statement, ParserError>
             let _ = parse_words(parser, &["WITH", "DATA"]);
             true
         };
-        return Ok(Statement::CreateTableAs { name, if_not_exists, query, with_data });
+        return Ok(Statement::CreateTableAs {
+            name,
+            if_not_exists,
+            query,
+            with_data,
+        });
     }
     if !source
         && parser.peek_token().token == Token::LParen
@@ -527,12 +674,23 @@ fn parse_create_table(parser: &mut Parser<'_>) -> Result<Statement, ParserError>
             }
         }
         parser.expect_token(&Token::RParen)?;
-        return Ok(Statement::CreateTableLike { name, if_not_exists, like, including });
+        return Ok(Statement::CreateTableLike {
+            name,
+            if_not_exists,
+            like,
+            including,
+        });
     }
-    parse_create_table_columns(parser, source, if_not_exists, name).map(|c| Statement::CreateTable(Box::new(c)))
+    parse_create_table_columns(parser, source, if_not_exists, name)
+        .map(|c| Statement::CreateTable(Box::new(c)))
 }
 
-fn parse_create_table_columns(parser: &mut Parser<'_>, source: bool, if_not_exists: bool, name: ObjectName) -> Result<CreateTable, ParserError> {
+fn parse_create_table_columns(
+    parser: &mut Parser<'_>,
+    source: bool,
+    if_not_exists: bool,
+    name: ObjectName,
+) -> Result<CreateTable, ParserError> {
     let mut columns = Vec::new();
     let mut constraints = Vec::new();
     let mut watermark = None;
@@ -544,14 +702,25 @@ fn parse_create_table_columns(parser: &mut Parser<'_>, source: bool, if_not_exis
             parser.expect_keyword(Keyword::AS)?;
             let expr = parser.parse_expr()?;
             if watermark.replace((column, expr)).is_some() {
-                return Err(ParserError::ParserError("a table takes at most one WATERMARK FOR".into()));
+                return Err(ParserError::ParserError(
+                    "a table takes at most one WATERMARK FOR".into(),
+                ));
             }
         } else if let Some(constraint) = parser.parse_optional_table_constraint()? {
             constraints.push(constraint);
         } else if matches!(parser.peek_token().token, Token::Word(_)) {
             // `name type AS PROCTIME()`: stock sqlparser would read `AS` as a generated column.
             let end = clause_end(parser, true);
-            if ends_with(parser, end, &[Token::make_keyword("AS"), Token::make_keyword("PROCTIME"), Token::LParen, Token::RParen]) {
+            if ends_with(
+                parser,
+                end,
+                &[
+                    Token::make_keyword("AS"),
+                    Token::make_keyword("PROCTIME"),
+                    Token::LParen,
+                    Token::RParen,
+                ],
+            ) {
                 let column = sub_parser(parser, end - 4).parse_column_def()?;
                 for _ in 0..end {
                     parser.next_token();
@@ -584,19 +753,38 @@ fn parse_create_table_columns(parser: &mut Parser<'_>, source: bool, if_not_exis
             options = parse_with_options(parser)?;
         } else if parse_words(parser, &["INCLUDE"]) {
             let what = parser.parse_identifier()?.value;
-            let name = if parser.parse_keyword(Keyword::AS) { Some(parser.parse_identifier()?) } else { None };
+            let name = if parser.parse_keyword(Keyword::AS) {
+                Some(parser.parse_identifier()?)
+            } else {
+                None
+            };
             includes.push((what, name));
         } else if parse_words(parser, &["FORMAT"]) {
             let envelope = parser.parse_identifier()?.value;
             if !parse_words(parser, &["ENCODE"]) {
-                return Err(ParserError::ParserError(format!("Expected: ENCODE after FORMAT {envelope}, found: {}", parser.peek_token().token)));
+                return Err(ParserError::ParserError(format!(
+                    "Expected: ENCODE after FORMAT {envelope}, found: {}",
+                    parser.peek_token().token
+                )));
             }
             format = Some((envelope, parser.parse_identifier()?.value));
         } else {
             break;
         }
     }
-    Ok(CreateTable { source, name, if_not_exists, columns, constraints, watermark, proctime, append_only, options, includes, format })
+    Ok(CreateTable {
+        source,
+        name,
+        if_not_exists,
+        columns,
+        constraints,
+        watermark,
+        proctime,
+        append_only,
+        options,
+        includes,
+        format,
+    })
 }
 
 /// Consumes `words` (matched case-insensitively, keywords or not) if they come next.
@@ -670,7 +858,11 @@ pub fn parse_with_options(parser: &mut Parser<'_>) -> Result<Vec<(String, String
                 Token::Word(w) => w.value,
                 Token::Minus => match parser.next_token().token {
                     Token::Number(n, _) => format!("-{n}"),
-                    other => return Err(ParserError::ParserError(format!("Expected: a number, found: {other}"))),
+                    other => {
+                        return Err(ParserError::ParserError(format!(
+                            "Expected: a number, found: {other}"
+                        )));
+                    }
                 },
                 other => {
                     return Err(ParserError::ParserError(format!(
@@ -690,9 +882,17 @@ pub fn parse_with_options(parser: &mut Parser<'_>) -> Result<Vec<(String, String
     }
 }
 
-fn slice_between(sql: &str, start: datafusion::sql::sqlparser::tokenizer::Location, end: datafusion::sql::sqlparser::tokenizer::Location) -> String {
+fn slice_between(
+    sql: &str,
+    start: datafusion::sql::sqlparser::tokenizer::Location,
+    end: datafusion::sql::sqlparser::tokenizer::Location,
+) -> String {
     let from = byte_index(sql, start.line, start.column).unwrap_or(0);
-    let to = if end.line == 0 { sql.len() } else { byte_index(sql, end.line, end.column).unwrap_or(sql.len()) };
+    let to = if end.line == 0 {
+        sql.len()
+    } else {
+        byte_index(sql, end.line, end.column).unwrap_or(sql.len())
+    };
     sql.get(from..to.max(from)).unwrap_or("").trim().to_owned()
 }
 
@@ -722,7 +922,10 @@ pub fn syntax_error(sql: &str, err: &ParserError) -> Error {
     let text = match err {
         ParserError::TokenizerError(s) | ParserError::ParserError(s) => s.clone(),
         ParserError::RecursionLimitExceeded => {
-            return Error::new(eddy_common::SqlState::PROGRAM_LIMIT_EXCEEDED, "statement is nested too deeply");
+            return Error::new(
+                eddy_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
+                "statement is nested too deeply",
+            );
         }
     };
     let (message, position) = match text.rfind(" at Line: ") {
@@ -741,7 +944,10 @@ pub fn syntax_error(sql: &str, err: &ParserError) -> Error {
         None if text.ends_with("found: EOF") => (text, Some(sql.chars().count() + 1)),
         None => (text, None),
     };
-    let message = format!("syntax error: {}", message.trim_start_matches("sql parser error: "));
+    let message = format!(
+        "syntax error: {}",
+        message.trim_start_matches("sql parser error: ")
+    );
     let error = Error::syntax(message);
     match position {
         Some(p) => error.with_position(p),
@@ -768,12 +974,17 @@ mod tests {
                    WATERMARK FOR ts AS ts - INTERVAL '5 seconds', PRIMARY KEY (user_id)) \
                    APPEND ONLY WITH (partitions = 4, retention = '7 days', properties.bootstrap.server = 'x:1')";
         let parsed = parse_statements(sql).unwrap();
-        let Statement::CreateTable(t) = &parsed[0].statement else { panic!("not a create table") };
+        let Statement::CreateTable(t) = &parsed[0].statement else {
+            panic!("not a create table")
+        };
         assert!(t.if_not_exists && t.append_only);
         assert_eq!(t.columns.len(), 3);
         assert_eq!(t.constraints.len(), 1);
         assert_eq!(t.watermark.as_ref().unwrap().0.value, "ts");
-        assert_eq!(t.options[2], ("properties.bootstrap.server".into(), "x:1".into()));
+        assert_eq!(
+            t.options[2],
+            ("properties.bootstrap.server".into(), "x:1".into())
+        );
     }
 
     #[test]

@@ -18,9 +18,9 @@ use eddy_common::{Error, Result};
 use futures::TryStreamExt;
 
 use crate::catalog::{CatalogBridge, CatalogSource};
-use crate::names::{Mode, QualifiedName};
 use crate::error::from_datafusion;
 use crate::functions;
+use crate::names::{Mode, QualifiedName};
 
 pub const CATALOG_NAME: &str = "eddy";
 pub const SCHEMA_NAME: &str = "public";
@@ -39,15 +39,28 @@ pub struct SessionInfo {
 pub enum Planned {
     Query(QueryPlan),
     /// Insert the rows `source` produces (already cast to the table's columns, in order).
-    Insert { table: QualifiedName, source: QueryPlan },
+    Insert {
+        table: QualifiedName,
+        source: QueryPlan,
+    },
     /// Retract the rows `old_rows` produces.
-    Delete { table: QualifiedName, old_rows: QueryPlan },
+    Delete {
+        table: QualifiedName,
+        old_rows: QueryPlan,
+    },
     /// Retract `old_rows` and insert `new_rows` (the same rows with the assignments applied).
-    Update { table: QualifiedName, old_rows: QueryPlan, new_rows: QueryPlan },
+    Update {
+        table: QualifiedName,
+        old_rows: QueryPlan,
+        new_rows: QueryPlan,
+    },
     /// `UPDATE ... FROM`: `rows` has the table's columns (the row replaced) then its new
     /// values (not yet cast to the columns' types), once per matching FROM row (PostgreSQL
     /// updates a row once, with one of its matches).
-    UpdateJoined { table: QualifiedName, rows: QueryPlan },
+    UpdateJoined {
+        table: QualifiedName,
+        rows: QueryPlan,
+    },
 }
 
 /// An optimizable, executable query.
@@ -69,7 +82,11 @@ impl QueryPlan {
             .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
             .map(|p| std::sync::Arc::clone(p.schema()))
             .unwrap_or_else(|_| std::sync::Arc::clone(plan.schema()));
-        QueryPlan { plan, analyzed, names: None }
+        QueryPlan {
+            plan,
+            analyzed,
+            names: None,
+        }
     }
 
     /// The result columns (Arrow field metadata carries declared PostgreSQL types).
@@ -84,11 +101,19 @@ impl QueryPlan {
             .map(|(i, f)| {
                 // The name the query as written gives (PostgreSQL's), else an alias DataFusion
                 // kept (`AS "ICU Locale"`), else PostgreSQL's name for DataFusion's.
-                let written = self.names.as_ref().filter(|n| n.len() == schema.fields().len()).and_then(|n| n[i].clone());
+                let written = self
+                    .names
+                    .as_ref()
+                    .filter(|n| n.len() == schema.fields().len())
+                    .and_then(|n| n[i].clone());
                 match written {
                     Some(name) => f.as_ref().clone().with_name(name),
                     // (`count(*)` is DataFusion's own alias of `count(1)`.)
-                    None if aliased.get(i).copied().unwrap_or(false) && !f.name().ends_with("(*)") => f.as_ref().clone(),
+                    None if aliased.get(i).copied().unwrap_or(false)
+                        && !f.name().ends_with("(*)") =>
+                    {
+                        f.as_ref().clone()
+                    }
                     None => f.as_ref().clone().with_name(pg_column_name(f.name())),
                 }
             })
@@ -101,10 +126,9 @@ impl QueryPlan {
         let types = self.plan.get_parameter_types().map_err(from_datafusion)?;
         let mut out = Vec::new();
         for (name, ty) in types {
-            let index: usize = name
-                .trim_start_matches('$')
-                .parse()
-                .map_err(|_| Error::unsupported(format!("named parameter {name}: use $1, $2, ...")))?;
+            let index: usize = name.trim_start_matches('$').parse().map_err(|_| {
+                Error::unsupported(format!("named parameter {name}: use $1, $2, ..."))
+            })?;
             if index == 0 {
                 return Err(Error::syntax("parameters are numbered from $1"));
             }
@@ -120,7 +144,11 @@ impl QueryPlan {
                 e.apply(|e| {
                     if let datafusion::logical_expr::Expr::Cast(cast) = e
                         && let datafusion::logical_expr::Expr::Placeholder(p) = cast.expr.as_ref()
-                        && let Some(index) = p.id.trim_start_matches('$').parse::<usize>().ok().filter(|i| *i > 0)
+                        && let Some(index) =
+                            p.id.trim_start_matches('$')
+                                .parse::<usize>()
+                                .ok()
+                                .filter(|i| *i > 0)
                     {
                         casts.push((index, cast.field.data_type().clone()));
                     }
@@ -146,10 +174,16 @@ impl QueryPlan {
             .iter()
             .map(|a| ScalarValue::try_from_array(a, 0).map_err(from_datafusion))
             .collect::<Result<Vec<_>>>()?;
-        let plan = self.plan.with_param_values(ParamValues::from(scalars)).map_err(from_datafusion)?;
-        Ok(QueryPlan { plan, analyzed: self.analyzed, names: self.names })
+        let plan = self
+            .plan
+            .with_param_values(ParamValues::from(scalars))
+            .map_err(from_datafusion)?;
+        Ok(QueryPlan {
+            plan,
+            analyzed: self.analyzed,
+            names: self.names,
+        })
     }
-
 }
 
 /// A view's dataflow and its output schema (PostgreSQL-style column names).
@@ -182,28 +216,61 @@ impl SessionPlanner {
         functions::register(&ctx, info);
         crate::windows::register(&ctx);
         let system = crate::pg_catalog::register(&ctx, &catalog, info)?;
-        let mut fixed: std::collections::BTreeMap<String, Arc<dyn datafusion::catalog::SchemaProvider>> = std::collections::BTreeMap::new();
-        fixed.insert(crate::pg_catalog::INFORMATION_SCHEMA.to_owned(), crate::pg_catalog::information_schema(&catalog, &system));
+        let mut fixed: std::collections::BTreeMap<
+            String,
+            Arc<dyn datafusion::catalog::SchemaProvider>,
+        > = std::collections::BTreeMap::new();
+        fixed.insert(
+            crate::pg_catalog::INFORMATION_SCHEMA.to_owned(),
+            crate::pg_catalog::information_schema(&catalog, &system),
+        );
         fixed.insert(crate::pg_catalog::SCHEMA.to_owned(), system);
-        let eddy = Arc::new(CatalogBridge { source: catalog, fixed: std::sync::RwLock::new(fixed) });
-        ctx.register_catalog(CATALOG_NAME, Arc::clone(&eddy) as Arc<dyn datafusion::catalog::CatalogProvider>);
+        let eddy = Arc::new(CatalogBridge {
+            source: catalog,
+            fixed: std::sync::RwLock::new(fixed),
+        });
+        ctx.register_catalog(
+            CATALOG_NAME,
+            Arc::clone(&eddy) as Arc<dyn datafusion::catalog::CatalogProvider>,
+        );
         Ok(SessionPlanner { ctx, catalog: eddy })
     }
     /// Qualifies, in place, the relation names of a definition about to be stored (a view's
     /// query) that a restart's planner, whose search path is `public`, would not find the
     /// same way. Returns the ids of the relations and plain views it names.
-    pub fn qualify_for_storage(&self, query: &mut ast::Query) -> Result<Vec<eddy_common::ObjectId>> {
+    pub fn qualify_for_storage(
+        &self,
+        query: &mut ast::Query,
+    ) -> Result<Vec<eddy_common::ObjectId>> {
         let mut statement = ast::Statement::Query(Box::new(query.clone()));
-        let resolution = crate::names::resolve(&mut statement, &self.catalog, self.catalog.source.search_path(), Mode::Store)?;
+        let resolution = crate::names::resolve(
+            &mut statement,
+            &self.catalog,
+            self.catalog.source.search_path(),
+            Mode::Store,
+        )?;
         if let ast::Statement::Query(q) = statement {
             *query = *q;
         }
-        Ok(resolution.relations.into_iter().chain(resolution.views).collect())
+        Ok(resolution
+            .relations
+            .into_iter()
+            .chain(resolution.views)
+            .collect())
     }
 
     /// Qualifies every relation name and expands plain views (see [`crate::names`]).
-    fn resolve(&self, statement: &mut ast::Statement, for_view: bool) -> Result<crate::names::Resolution> {
-        crate::names::resolve(statement, &self.catalog, self.catalog.source.search_path(), Mode::Plan { for_view })
+    fn resolve(
+        &self,
+        statement: &mut ast::Statement,
+        for_view: bool,
+    ) -> Result<crate::names::Resolution> {
+        crate::names::resolve(
+            statement,
+            &self.catalog,
+            self.catalog.source.search_path(),
+            Mode::Plan { for_view },
+        )
     }
 
     fn state(&self) -> SessionState {
@@ -219,17 +286,27 @@ impl SessionPlanner {
             _ => false,
         };
         if returning {
-            return Err(Error::internal("RETURNING and ON CONFLICT are the engine's to take apart before planning"));
+            return Err(Error::internal(
+                "RETURNING and ON CONFLICT are the engine's to take apart before planning",
+            ));
         }
         if let ast::Statement::Update(update) = statement
             && update.from.is_some()
         {
             let mut qualified = statement.clone();
-            let table = crate::names::qualify_dml_target(&mut qualified, &self.catalog, self.catalog.source.search_path())?
-                .ok_or_else(|| Error::unsupported("UPDATE of something other than a table"))?;
-            let ast::Statement::Update(update) = &qualified else { return Err(Error::internal("UPDATE ... FROM")) };
+            let table = crate::names::qualify_dml_target(
+                &mut qualified,
+                &self.catalog,
+                self.catalog.source.search_path(),
+            )?
+            .ok_or_else(|| Error::unsupported("UPDATE of something other than a table"))?;
+            let ast::Statement::Update(update) = &qualified else {
+                return Err(Error::internal("UPDATE ... FROM"));
+            };
             let (_, select) = crate::dml::update_from_as_select(update)?;
-            let Planned::Query(rows) = Box::pin(self.plan(&select)).await? else { return Err(Error::internal("UPDATE ... FROM as a query")) };
+            let Planned::Query(rows) = Box::pin(self.plan(&select)).await? else {
+                return Err(Error::internal("UPDATE ... FROM as a query"));
+            };
             return Ok(Planned::UpdateJoined { table, rows });
         }
         let mut rewritten = statement.clone();
@@ -247,11 +324,17 @@ impl SessionPlanner {
         }
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(rewritten));
         let state = self.state();
-        let plan = state.statement_to_plan(df_statement).await.map_err(from_datafusion)?;
+        let plan = state
+            .statement_to_plan(df_statement)
+            .await
+            .map_err(from_datafusion)?;
         match plan {
             LogicalPlan::Dml(dml) => dml_plan(dml, &state),
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => {
-                Err(Error::unsupported(format!("statement not supported: {}", first_words(statement))))
+                Err(Error::unsupported(format!(
+                    "statement not supported: {}",
+                    first_words(statement)
+                )))
             }
             plan => {
                 let mut query = QueryPlan::new(plan, &state);
@@ -275,14 +358,21 @@ impl SessionPlanner {
         query: QueryPlan,
     ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
         let state = self.state();
-        let physical = state.create_physical_plan(&query.plan).await.map_err(from_datafusion)?;
+        let physical = state
+            .create_physical_plan(&query.plan)
+            .await
+            .map_err(from_datafusion)?;
         let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())
             .map_err(from_datafusion)?;
         Ok(Box::pin(stream.map_err(from_datafusion)))
     }
 
     /// Plans the query of a materialized view into a dataflow.
-    pub async fn plan_view(&self, query: &ast::Query, options: &crate::ViewOptions) -> Result<ViewPlan> {
+    pub async fn plan_view(
+        &self,
+        query: &ast::Query,
+        options: &crate::ViewOptions,
+    ) -> Result<ViewPlan> {
         let mut statement = ast::Statement::Query(Box::new(query.clone()));
         crate::pg::ast::rewrite(&mut statement)?;
         let mut temporal = crate::windows::rewrite(&mut statement, true)?;
@@ -291,8 +381,15 @@ impl SessionPlanner {
         crate::windows::rewrite_now(&mut statement);
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
         let state = self.state();
-        let plan = state.statement_to_plan(df_statement).await.map_err(from_datafusion)?;
-        if !plan.get_parameter_types().map_err(from_datafusion)?.is_empty() {
+        let plan = state
+            .statement_to_plan(df_statement)
+            .await
+            .map_err(from_datafusion)?;
+        if !plan
+            .get_parameter_types()
+            .map_err(from_datafusion)?
+            .is_empty()
+        {
             return Err(Error::unsupported("parameters ($1) in a materialized view"));
         }
         let optimized = state.optimize(&plan).map_err(from_datafusion)?;
@@ -306,8 +403,13 @@ impl SessionPlanner {
         let mut node = lowering.lower(&optimized)?;
         // The unoptimized plan too: the optimizer drops a SESSION whose bounds nothing reads,
         // which would silently turn sessions per key into one group per key.
-        if !lowering.sessions.get() && (lowering.trace_sessions_anywhere(&optimized) || lowering.trace_sessions_anywhere(&plan)) {
-            return Err(Error::unsupported("SESSION windows need GROUP BY window_start or window_end (sessions are per group key)"));
+        if !lowering.sessions.get()
+            && (lowering.trace_sessions_anywhere(&optimized)
+                || lowering.trace_sessions_anywhere(&plan))
+        {
+            return Err(Error::unsupported(
+                "SESSION windows need GROUP BY window_start or window_end (sessions are per group key)",
+            ));
         }
         if options.emit_on_close && !lowering.windowed.get() {
             // Rows of a watermarked stream, released in event-time order as the watermark passes.
@@ -316,16 +418,30 @@ impl SessionPlanner {
                     "EMIT ON WINDOW CLOSE needs a GROUP BY over window_start or window_end of TUMBLE or HOP, or a watermark column among the view's columns, of a table with a WATERMARK",
                 ));
             };
-            node = eddy_dataflow::plan::Node::Release { input: Box::new(node), time, sources, lateness: options.lateness };
+            node = eddy_dataflow::plan::Node::Release {
+                input: Box::new(node),
+                time,
+                sources,
+                lateness: options.lateness,
+            };
         }
         // The view's columns as execution types them (after coercion).
-        let analyzed = state.analyzer().execute_and_check(plan.clone(), state.config_options(), |_, _| {}).map_err(from_datafusion)?;
+        let analyzed = state
+            .analyzer()
+            .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
+            .map_err(from_datafusion)?;
         let schema = crate::lower::view_schema(&analyzed);
         if schema.fields().len() != node.schema().fields().len() {
             return Err(Error::internal("view schema and dataflow schema disagree"));
         }
-        let watermark = crate::lower::release_time(&optimized).map(|(column, _, sources)| (schema.field(column).name().clone(), sources));
-        Ok(ViewPlan { node, schema, watermark, views: resolution.views })
+        let watermark = crate::lower::release_time(&optimized)
+            .map(|(column, _, sources)| (schema.field(column).name().clone(), sources));
+        Ok(ViewPlan {
+            node,
+            schema,
+            watermark,
+            views: resolution.views,
+        })
     }
 
     /// Sets the session time zone used by `now()` and casts to `timestamptz`.
@@ -343,11 +459,21 @@ impl SessionPlanner {
 /// Which result columns the query named with `AS`.
 fn aliased_columns(plan: &LogicalPlan) -> Vec<bool> {
     match plan {
-        LogicalPlan::Projection(p) => p.expr.iter().map(|e| matches!(e, datafusion::logical_expr::Expr::Alias(_))).collect(),
+        LogicalPlan::Projection(p) => p
+            .expr
+            .iter()
+            .map(|e| matches!(e, datafusion::logical_expr::Expr::Alias(_)))
+            .collect(),
         LogicalPlan::Sort(s) => aliased_columns(&s.input),
         LogicalPlan::Limit(l) => aliased_columns(&l.input),
-        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => aliased_columns(input),
-        LogicalPlan::Union(u) => u.inputs.first().map(|i| aliased_columns(i)).unwrap_or_default(),
+        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => {
+            aliased_columns(input)
+        }
+        LogicalPlan::Union(u) => u
+            .inputs
+            .first()
+            .map(|i| aliased_columns(i))
+            .unwrap_or_default(),
         _ => Vec::new(),
     }
 }
@@ -355,27 +481,45 @@ fn aliased_columns(plan: &LogicalPlan) -> Vec<bool> {
 /// `INSERT ... SELECT x, x` is valid SQL, but DataFusion wants unique projection names: the
 /// rows to insert are positional, so repeated names get aliases.
 fn alias_repeated_columns(query: &mut ast::Query) {
-    let ast::SetExpr::Select(select) = query.body.as_mut() else { return };
+    let ast::SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
     let mut seen = std::collections::HashSet::new();
     for (i, item) in select.projection.iter_mut().enumerate() {
-        let ast::SelectItem::UnnamedExpr(expr) = item else { continue };
+        let ast::SelectItem::UnnamedExpr(expr) = item else {
+            continue;
+        };
         let name = match &*expr {
             ast::Expr::Identifier(id) => id.value.clone(),
-            ast::Expr::CompoundIdentifier(parts) => parts.last().map(|p| p.value.clone()).unwrap_or_default(),
+            ast::Expr::CompoundIdentifier(parts) => {
+                parts.last().map(|p| p.value.clone()).unwrap_or_default()
+            }
             other => other.to_string(),
         };
         if !seen.insert(name) {
-            *item = ast::SelectItem::ExprWithAlias { expr: expr.clone(), alias: ast::Ident::new(format!("eddy_column_{i}")) };
+            *item = ast::SelectItem::ExprWithAlias {
+                expr: expr.clone(),
+                alias: ast::Ident::new(format!("eddy_column_{i}")),
+            };
         }
     }
 }
 
 fn dml_plan(dml: DmlStatement, state: &SessionState) -> Result<Planned> {
-    let table = QualifiedName::new(dml.table_name.schema().unwrap_or(SCHEMA_NAME), dml.table_name.table());
+    let table = QualifiedName::new(
+        dml.table_name.schema().unwrap_or(SCHEMA_NAME),
+        dml.table_name.table(),
+    );
     let input = Arc::unwrap_or_clone(dml.input);
     match dml.op {
-        WriteOp::Insert(_) => Ok(Planned::Insert { table, source: QueryPlan::new(input, state) }),
-        WriteOp::Delete => Ok(Planned::Delete { table, old_rows: QueryPlan::new(input, state) }),
+        WriteOp::Insert(_) => Ok(Planned::Insert {
+            table,
+            source: QueryPlan::new(input, state),
+        }),
+        WriteOp::Delete => Ok(Planned::Delete {
+            table,
+            old_rows: QueryPlan::new(input, state),
+        }),
         WriteOp::Update => {
             // DataFusion plans UPDATE as Projection(assignments) over Filter(scan): the
             // projection's input is exactly the rows being replaced.
@@ -383,27 +527,42 @@ fn dml_plan(dml: DmlStatement, state: &SessionState) -> Result<Planned> {
                 return Err(Error::internal("UPDATE plan is not a projection"));
             };
             let old_rows = QueryPlan::new(projection.input.as_ref().clone(), state);
-            Ok(Planned::Update { table, old_rows, new_rows: QueryPlan::new(input, state) })
+            Ok(Planned::Update {
+                table,
+                old_rows,
+                new_rows: QueryPlan::new(input, state),
+            })
         }
         other => Err(Error::unsupported(format!("{other} is not supported"))),
     }
 }
 
 fn first_words(statement: &ast::Statement) -> String {
-    statement.to_string().split_whitespace().take(2).collect::<Vec<_>>().join(" ")
+    statement
+        .to_string()
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The column name PostgreSQL would show for an output column DataFusion named after its
 /// expression: `count(*)` is `count`, `t.a` is `a`, other expressions are `?column?`.
 pub fn pg_column_name(name: &str) -> String {
     let is_ident = |s: &str| {
-        s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
     if let Some((head, _)) = name.split_once('(') {
         if is_ident(head) {
             // DataFusion's functions are lowercase; `Int64(1)`, `Utf8("x")` are literals.
-            return if head.starts_with(|c: char| c.is_ascii_uppercase()) { "?column?".into() } else { head.to_owned() };
+            return if head.starts_with(|c: char| c.is_ascii_uppercase()) {
+                "?column?".into()
+            } else {
+                head.to_owned()
+            };
         }
         return "?column?".into();
     }
@@ -411,7 +570,9 @@ pub fn pg_column_name(name: &str) -> String {
         return "?column?".into();
     }
     match name.rsplit_once('.') {
-        Some((qualifier, column)) if !qualifier.is_empty() && !column.is_empty() => column.to_owned(),
+        Some((qualifier, column)) if !qualifier.is_empty() && !column.is_empty() => {
+            column.to_owned()
+        }
         _ => name.to_owned(),
     }
 }

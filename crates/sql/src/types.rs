@@ -30,13 +30,18 @@ pub struct ColumnType {
 
 impl ColumnType {
     fn new(arrow: DataType, pg_name: impl Into<String>) -> Self {
-        ColumnType { arrow, pg_name: pg_name.into() }
+        ColumnType {
+            arrow,
+            pg_name: pg_name.into(),
+        }
     }
 
     /// The Arrow field for a column of this type.
     pub fn field(&self, name: &str, nullable: bool) -> Field {
-        Field::new(name, self.arrow.clone(), nullable)
-            .with_metadata(HashMap::from([(PG_TYPE_KEY.to_owned(), self.pg_name.clone())]))
+        Field::new(name, self.arrow.clone(), nullable).with_metadata(HashMap::from([(
+            PG_TYPE_KEY.to_owned(),
+            self.pg_name.clone(),
+        )]))
     }
 }
 
@@ -62,7 +67,9 @@ pub fn column_type(sql: &ast::DataType) -> Result<ColumnType> {
         T::DoublePrecision | T::Float8 | T::Double(ExactNumberInfo::None) => {
             ColumnType::new(DataType::Float64, "double precision")
         }
-        T::Float(ExactNumberInfo::Precision(p)) if *p <= 24 => ColumnType::new(DataType::Float32, "real"),
+        T::Float(ExactNumberInfo::Precision(p)) if *p <= 24 => {
+            ColumnType::new(DataType::Float32, "real")
+        }
         T::Float(_) => ColumnType::new(DataType::Float64, "double precision"),
         T::Numeric(info) | T::Decimal(info) | T::Dec(info) => numeric(info)?,
         T::Text | T::String(None) => ColumnType::new(DataType::Utf8, "text"),
@@ -80,23 +87,36 @@ pub fn column_type(sql: &ast::DataType) -> Result<ColumnType> {
         },
         T::Bytea => ColumnType::new(DataType::Binary, "bytea"),
         T::Date => ColumnType::new(DataType::Date32, "date"),
-        T::Time(_, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone) => {
-            ColumnType::new(DataType::Time64(TimeUnit::Microsecond), "time without time zone")
-        }
-        T::Timestamp(_, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone) => {
-            ColumnType::new(DataType::Timestamp(TimeUnit::Microsecond, None), "timestamp without time zone")
-        }
+        T::Time(_, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone) => ColumnType::new(
+            DataType::Time64(TimeUnit::Microsecond),
+            "time without time zone",
+        ),
+        T::Timestamp(_, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone) => ColumnType::new(
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            "timestamp without time zone",
+        ),
         T::Timestamp(_, TimezoneInfo::WithTimeZone | TimezoneInfo::Tz) => ColumnType::new(
             DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
             "timestamp with time zone",
         ),
-        T::Interval { .. } => ColumnType::new(DataType::Interval(IntervalUnit::MonthDayNano), "interval"),
-        T::Array(ast::ArrayElemTypeDef::SquareBracket(element, _) | ast::ArrayElemTypeDef::AngleBracket(element) | ast::ArrayElemTypeDef::Parenthesis(element)) => {
+        T::Interval { .. } => {
+            ColumnType::new(DataType::Interval(IntervalUnit::MonthDayNano), "interval")
+        }
+        T::Array(
+            ast::ArrayElemTypeDef::SquareBracket(element, _)
+            | ast::ArrayElemTypeDef::AngleBracket(element)
+            | ast::ArrayElemTypeDef::Parenthesis(element),
+        ) => {
             let element = column_type(element)?;
             if matches!(element.arrow, DataType::List(_)) {
-                return Err(Error::unsupported("multidimensional array types are not supported"));
+                return Err(Error::unsupported(
+                    "multidimensional array types are not supported",
+                ));
             }
-            ColumnType::new(DataType::List(Arc::new(Field::new_list_field(element.arrow, true))), format!("{}[]", element.pg_name))
+            ColumnType::new(
+                DataType::List(Arc::new(Field::new_list_field(element.arrow, true))),
+                format!("{}[]", element.pg_name),
+            )
         }
         T::JSON => ColumnType::new(DataType::Utf8, "json"),
         T::JSONB => ColumnType::new(DataType::Utf8, "jsonb"),
@@ -110,20 +130,42 @@ pub fn column_type(sql: &ast::DataType) -> Result<ColumnType> {
                     "type {name} is not supported yet: declare the column BIGINT and supply the values"
                 )));
             }
-            other => return Err(Error::unsupported(format!("type \"{other}\" is not supported"))),
+            other => {
+                return Err(Error::unsupported(format!(
+                    "type \"{other}\" is not supported"
+                )));
+            }
         },
-        other => return Err(Error::unsupported(format!("type \"{other}\" is not supported"))),
+        other => {
+            return Err(Error::unsupported(format!(
+                "type \"{other}\" is not supported"
+            )));
+        }
     };
     Ok(t)
 }
 
 fn numeric(info: &ExactNumberInfo) -> Result<ColumnType> {
     let (precision, scale, name) = match *info {
-        ExactNumberInfo::None => (NUMERIC_PRECISION_MAX, NUMERIC_DEFAULT_SCALE, "numeric".to_owned()),
-        ExactNumberInfo::Precision(p) => (u8::try_from(p).unwrap_or(u8::MAX), 0, format!("numeric({p},0)")),
+        ExactNumberInfo::None => (
+            NUMERIC_PRECISION_MAX,
+            NUMERIC_DEFAULT_SCALE,
+            "numeric".to_owned(),
+        ),
+        ExactNumberInfo::Precision(p) => (
+            u8::try_from(p).unwrap_or(u8::MAX),
+            0,
+            format!("numeric({p},0)"),
+        ),
         ExactNumberInfo::PrecisionAndScale(p, s) => {
-            let s = i8::try_from(s).map_err(|_| Error::invalid_parameter(format!("NUMERIC scale {s} is out of range")))?;
-            (u8::try_from(p).unwrap_or(u8::MAX), s, format!("numeric({p},{s})"))
+            let s = i8::try_from(s).map_err(|_| {
+                Error::invalid_parameter(format!("NUMERIC scale {s} is out of range"))
+            })?;
+            (
+                u8::try_from(p).unwrap_or(u8::MAX),
+                s,
+                format!("numeric({p},{s})"),
+            )
         }
     };
     if precision == 0 || precision > NUMERIC_PRECISION_MAX {
@@ -136,7 +178,10 @@ fn numeric(info: &ExactNumberInfo) -> Result<ColumnType> {
             "NUMERIC scale {scale} must be between 0 and precision {precision}"
         )));
     }
-    Ok(ColumnType::new(DataType::Decimal128(precision, scale), name))
+    Ok(ColumnType::new(
+        DataType::Decimal128(precision, scale),
+        name,
+    ))
 }
 
 /// The PostgreSQL name of a field's type: the declared one if known, else derived from Arrow.
@@ -153,14 +198,19 @@ pub fn pg_type_name(field: &Field) -> String {
         DataType::Float64 => "double precision".into(),
         DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p},{s})"),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => "bytea".into(),
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => "bytea".into(),
         DataType::Date32 | DataType::Date64 => "date".into(),
         DataType::Time32(_) | DataType::Time64(_) => "time without time zone".into(),
         DataType::Timestamp(_, None) => "timestamp without time zone".into(),
         DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
         DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
         DataType::Null => "text".into(),
-        DataType::List(element) | DataType::LargeList(element) | DataType::FixedSizeList(element, _) => format!("{}[]", pg_type_name(element)),
+        DataType::List(element)
+        | DataType::LargeList(element)
+        | DataType::FixedSizeList(element, _) => format!("{}[]", pg_type_name(element)),
         other => other.to_string().to_lowercase(),
     }
 }
@@ -175,10 +225,18 @@ mod tests {
         let sql = "CREATE TABLE t (a int, b numeric(10,2), c numeric, d varchar(5), e timestamptz, \
                    f timestamp with time zone, g jsonb, h double precision, i interval, j bytea)";
         let parsed = parse_statements(sql).unwrap();
-        let crate::Statement::CreateTable(t) = &parsed[0].statement else { panic!() };
-        let types: Vec<String> =
-            t.columns.iter().map(|c| column_type(&c.data_type).unwrap().pg_name).collect();
+        let crate::Statement::CreateTable(t) = &parsed[0].statement else {
+            panic!()
+        };
+        let types: Vec<String> = t
+            .columns
+            .iter()
+            .map(|c| column_type(&c.data_type).unwrap().pg_name)
+            .collect();
         insta::assert_snapshot!(types.join(", "), @"integer, numeric(10,2), numeric, character varying(5), timestamp with time zone, timestamp with time zone, jsonb, double precision, interval, bytea");
-        assert_eq!(column_type(&t.columns[1].data_type).unwrap().arrow, DataType::Decimal128(10, 2));
+        assert_eq!(
+            column_type(&t.columns[1].data_type).unwrap().arrow,
+            DataType::Decimal128(10, 2)
+        );
     }
 }

@@ -12,7 +12,9 @@ use std::ops::ControlFlow;
 use arrow::array::{ArrayRef, AsArray, PrimitiveArray};
 use arrow::datatypes::{DataType, Int64Type, TimeUnit};
 use datafusion::common::ScalarValue;
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{self, VisitMut, VisitorMut};
 use eddy_common::{Error, Result, SqlState};
@@ -55,7 +57,10 @@ impl WindowBound {
     }
 
     pub fn is_end(self) -> bool {
-        matches!(self, WindowBound::TumbleEnd | WindowBound::HopEnd | WindowBound::SessionEnd)
+        matches!(
+            self,
+            WindowBound::TumbleEnd | WindowBound::HopEnd | WindowBound::SessionEnd
+        )
     }
 
     pub fn is_session(self) -> bool {
@@ -72,11 +77,17 @@ pub fn register(ctx: &SessionContext) {
     for bound in WindowBound::ALL {
         // tumble_start(ts, size [, offset]) is also callable directly, as in RisingWave.
         let signature = match bound {
-            WindowBound::TumbleStart | WindowBound::TumbleEnd => {
-                Signature::one_of(vec![datafusion::logical_expr::TypeSignature::Any(2), datafusion::logical_expr::TypeSignature::Any(3)], Volatility::Immutable)
-            }
+            WindowBound::TumbleStart | WindowBound::TumbleEnd => Signature::one_of(
+                vec![
+                    datafusion::logical_expr::TypeSignature::Any(2),
+                    datafusion::logical_expr::TypeSignature::Any(3),
+                ],
+                Volatility::Immutable,
+            ),
             WindowBound::HopStart | WindowBound::HopEnd => Signature::any(5, Volatility::Immutable),
-            WindowBound::SessionStart | WindowBound::SessionEnd => Signature::any(2, Volatility::Immutable),
+            WindowBound::SessionStart | WindowBound::SessionEnd => {
+                Signature::any(2, Volatility::Immutable)
+            }
         };
         ctx.register_udf(ScalarUDF::new_from_impl(BoundFunction { bound, signature }));
     }
@@ -87,8 +98,13 @@ pub fn register(ctx: &SessionContext) {
         DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())),
         Volatility::Stable,
         std::sync::Arc::new(|_args: &[ColumnarValue]| {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
-            Ok(ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(Some(now), Some("+00:00".into()))))
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64);
+            Ok(ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(
+                Some(now),
+                Some("+00:00".into()),
+            )))
         }),
     ));
     ctx.register_udf(datafusion::logical_expr::create_udf(
@@ -97,8 +113,13 @@ pub fn register(ctx: &SessionContext) {
         DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())),
         Volatility::Volatile,
         std::sync::Arc::new(|_args: &[ColumnarValue]| {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
-            Ok(ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(Some(now), Some("+00:00".into()))))
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64);
+            Ok(ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(
+                Some(now),
+                Some("+00:00".into()),
+            )))
         }),
     ));
 }
@@ -110,10 +131,17 @@ pub fn rewrite_now(statement: &mut ast::Statement) {
         type Break = ();
         fn post_visit_expr(&mut self, expr: &mut ast::Expr) -> ControlFlow<()> {
             if let ast::Expr::Function(f) = expr
-                && matches!(f.name.to_string().to_lowercase().as_str(), "now" | "current_timestamp" | "proctime")
+                && matches!(
+                    f.name.to_string().to_lowercase().as_str(),
+                    "now" | "current_timestamp" | "proctime"
+                )
             {
                 f.name = ast::ObjectName::from(vec![ast::Ident::new(VIEW_NOW)]);
-                f.args = ast::FunctionArguments::List(ast::FunctionArgumentList { duplicate_treatment: None, args: Vec::new(), clauses: Vec::new() });
+                f.args = ast::FunctionArguments::List(ast::FunctionArgumentList {
+                    duplicate_treatment: None,
+                    args: Vec::new(),
+                    clauses: Vec::new(),
+                });
             }
             ControlFlow::Continue(())
         }
@@ -140,24 +168,48 @@ impl ScalarUDFImpl for BoundFunction {
         match args.first() {
             Some(t @ DataType::Timestamp(_, _)) => Ok(t.clone()),
             other => {
-                let found = other.map_or_else(|| "nothing".to_owned(), |t| crate::types::pg_type_name(&arrow::datatypes::Field::new("", t.clone(), true)));
-                let window = self.bound.name().split('_').next().unwrap_or_default().to_uppercase();
-                Err(datafusion::error::DataFusionError::External(Box::new(Error::new(
-                    SqlState::DATATYPE_MISMATCH,
-                    format!("{window}: the time column must be a timestamp or timestamptz, not {found}"),
-                ))))
+                let found = other.map_or_else(
+                    || "nothing".to_owned(),
+                    |t| {
+                        crate::types::pg_type_name(&arrow::datatypes::Field::new(
+                            "",
+                            t.clone(),
+                            true,
+                        ))
+                    },
+                );
+                let window = self
+                    .bound
+                    .name()
+                    .split('_')
+                    .next()
+                    .unwrap_or_default()
+                    .to_uppercase();
+                Err(datafusion::error::DataFusionError::External(Box::new(
+                    Error::new(
+                        SqlState::DATATYPE_MISMATCH,
+                        format!(
+                            "{window}: the time column must be a timestamp or timestamptz, not {found}"
+                        ),
+                    ),
+                )))
             }
         }
     }
 
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
         if self.bound.is_session() {
             // The row's own time; sessions are computed by the view's session aggregate.
             return Ok(args.args[0].clone());
         }
         let interval = |i: usize| -> datafusion::error::Result<i64> {
             match &args.args[i] {
-                ColumnarValue::Scalar(ScalarValue::IntervalMonthDayNano(Some(v))) if v.months == 0 => {
+                ColumnarValue::Scalar(ScalarValue::IntervalMonthDayNano(Some(v)))
+                    if v.months == 0 =>
+                {
                     Ok(i64::from(v.days) * 86_400_000_000 + v.nanoseconds / 1000)
                 }
                 ColumnarValue::Scalar(ScalarValue::Int64(Some(v))) => Ok(*v),
@@ -172,20 +224,36 @@ impl ScalarUDFImpl for BoundFunction {
                 let offset = if args.args.len() > 2 { interval(2)? } else { 0 };
                 (interval(1)?, interval(1)?, offset, 0)
             }
-            WindowBound::HopStart | WindowBound::HopEnd => (interval(1)?, interval(2)?, interval(3)?, interval(4)?),
+            WindowBound::HopStart | WindowBound::HopEnd => {
+                (interval(1)?, interval(2)?, interval(3)?, interval(4)?)
+            }
             WindowBound::SessionStart | WindowBound::SessionEnd => return Ok(args.args[0].clone()),
         };
         if slide <= 0 || size <= 0 {
-            return Err(datafusion::error::DataFusionError::Plan(format!("{}: window sizes must be positive", self.bound.name())));
+            return Err(datafusion::error::DataFusionError::Plan(format!(
+                "{}: window sizes must be positive",
+                self.bound.name()
+            )));
         }
         let times = args.args[0].to_array(args.number_rows)?;
         let DataType::Timestamp(unit, tz) = times.data_type().clone() else {
-            return Err(datafusion::error::DataFusionError::Plan(format!("{}: the time column must be a timestamp", self.bound.name())));
+            return Err(datafusion::error::DataFusionError::Plan(format!(
+                "{}: the time column must be a timestamp",
+                self.bound.name()
+            )));
         };
         // Work in the column's unit.
         let per_micro = match unit {
-            TimeUnit::Second => return Err(datafusion::error::DataFusionError::Plan("second-precision timestamps are not supported in windows".into())),
-            TimeUnit::Millisecond => return Err(datafusion::error::DataFusionError::Plan("millisecond-precision timestamps are not supported in windows".into())),
+            TimeUnit::Second => {
+                return Err(datafusion::error::DataFusionError::Plan(
+                    "second-precision timestamps are not supported in windows".into(),
+                ));
+            }
+            TimeUnit::Millisecond => {
+                return Err(datafusion::error::DataFusionError::Plan(
+                    "millisecond-precision timestamps are not supported in windows".into(),
+                ));
+            }
             TimeUnit::Microsecond => 1,
             TimeUnit::Nanosecond => 1000,
         };
@@ -205,9 +273,18 @@ impl ScalarUDFImpl for BoundFunction {
 /// Microseconds of a constant interval such as `INTERVAL '5 seconds'` or `INTERVAL '4' SECOND`
 /// (months are refused: they have no fixed length).
 pub fn interval_micros(expr: &ast::Expr) -> Result<i64> {
-    let bad = || Error::new(SqlState::INVALID_PARAMETER_VALUE, format!("{expr} is not a constant interval without months"));
-    let ast::Expr::Interval(interval) = expr else { return Err(bad()) };
-    let ast::Expr::Value(value) = interval.value.as_ref() else { return Err(bad()) };
+    let bad = || {
+        Error::new(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("{expr} is not a constant interval without months"),
+        )
+    };
+    let ast::Expr::Interval(interval) = expr else {
+        return Err(bad());
+    };
+    let ast::Expr::Value(value) = interval.value.as_ref() else {
+        return Err(bad());
+    };
     let text = match &value.value {
         ast::Value::SingleQuotedString(s) => s.clone(),
         ast::Value::Number(n, _) => n.clone(),
@@ -217,7 +294,8 @@ pub fn interval_micros(expr: &ast::Expr) -> Result<i64> {
         Some(unit) => format!("{text} {unit}"),
         None => text,
     };
-    let parsed = arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(&text).map_err(|_| bad())?;
+    let parsed = arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(&text)
+        .map_err(|_| bad())?;
     if parsed.months != 0 {
         return Err(bad());
     }
@@ -235,16 +313,36 @@ pub fn rewrite(statement: &mut ast::Statement, for_view: bool) -> Result<Vec<Str
     impl VisitorMut for Rewriter {
         type Break = Error;
         fn post_visit_table_factor(&mut self, factor: &mut ast::TableFactor) -> ControlFlow<Error> {
-            if let ast::TableFactor::Table { name, alias, args: Some(args), .. } = factor
-                && name.to_string().eq_ignore_ascii_case(crate::parser::TEMPORAL_MARK)
+            if let ast::TableFactor::Table {
+                name,
+                alias,
+                args: Some(args),
+                ..
+            } = factor
+                && name
+                    .to_string()
+                    .eq_ignore_ascii_case(crate::parser::TEMPORAL_MARK)
             {
                 let parts = match args.args.first() {
-                    Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ast::Expr::Identifier(table)))) => vec![table.clone()],
-                    Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ast::Expr::CompoundIdentifier(parts)))) if !parts.is_empty() => parts.clone(),
-                    _ => return ControlFlow::Break(Error::unsupported("FOR SYSTEM_TIME AS OF PROCTIME() needs a table name")),
+                    Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
+                        ast::Expr::Identifier(table),
+                    ))) => vec![table.clone()],
+                    Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
+                        ast::Expr::CompoundIdentifier(parts),
+                    ))) if !parts.is_empty() => parts.clone(),
+                    _ => {
+                        return ControlFlow::Break(Error::unsupported(
+                            "FOR SYSTEM_TIME AS OF PROCTIME() needs a table name",
+                        ));
+                    }
                 };
                 let table = parts[parts.len() - 1].clone();
-                let alias = alias.clone().unwrap_or(ast::TableAlias { explicit: true, at: None, name: table.clone(), columns: Vec::new() });
+                let alias = alias.clone().unwrap_or(ast::TableAlias {
+                    explicit: true,
+                    at: None,
+                    name: table.clone(),
+                    columns: Vec::new(),
+                });
                 self.temporal.push(alias.name.value.to_lowercase());
                 *factor = ast::TableFactor::Table {
                     name: ast::ObjectName::from(parts),
@@ -270,7 +368,10 @@ pub fn rewrite(statement: &mut ast::Statement, for_view: bool) -> Result<Vec<Str
             }
         }
     }
-    let mut rewriter = Rewriter { temporal: Vec::new(), for_view };
+    let mut rewriter = Rewriter {
+        temporal: Vec::new(),
+        for_view,
+    };
     match statement.visit(&mut rewriter) {
         ControlFlow::Break(e) => Err(e),
         ControlFlow::Continue(()) => Ok(rewriter.temporal),
@@ -278,7 +379,15 @@ pub fn rewrite(statement: &mut ast::Statement, for_view: bool) -> Result<Vec<Str
 }
 
 fn window_subquery(factor: &ast::TableFactor, for_view: bool) -> Result<Option<ast::TableFactor>> {
-    let ast::TableFactor::Table { name, alias, args: Some(args), .. } = factor else { return Ok(None) };
+    let ast::TableFactor::Table {
+        name,
+        alias,
+        args: Some(args),
+        ..
+    } = factor
+    else {
+        return Ok(None);
+    };
     let function = name.to_string().to_lowercase();
     if !matches!(function.as_str(), "tumble" | "hop" | "session") {
         return Ok(None);
@@ -288,14 +397,22 @@ fn window_subquery(factor: &ast::TableFactor, for_view: bool) -> Result<Option<a
         .iter()
         .map(|a| match a {
             ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Ok(e),
-            other => Err(Error::syntax(format!("{function}: unexpected argument {other}"))),
+            other => Err(Error::syntax(format!(
+                "{function}: unexpected argument {other}"
+            ))),
         })
         .collect::<Result<_>>()?;
     let usage = |form: &str| Error::new(SqlState::SYNTAX_ERROR, format!("{function} takes {form}"));
     let relation = |e: &ast::Expr| match e {
         ast::Expr::Identifier(i) => Ok(i.to_string()),
-        ast::Expr::CompoundIdentifier(parts) => Ok(parts.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(".")),
-        other => Err(Error::unsupported(format!("{function}: the first argument must name a table or view, not {other}"))),
+        ast::Expr::CompoundIdentifier(parts) => Ok(parts
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(".")),
+        other => Err(Error::unsupported(format!(
+            "{function}: the first argument must name a table or view, not {other}"
+        ))),
     };
     let (relation_sql, branches) = match function.as_str() {
         "tumble" => {
@@ -304,11 +421,21 @@ fn window_subquery(factor: &ast::TableFactor, for_view: bool) -> Result<Option<a
             }
             let size = interval_micros(args[2])?;
             if size <= 0 {
-                return Err(Error::new(SqlState::INVALID_PARAMETER_VALUE, "TUMBLE: the window size must be positive"));
+                return Err(Error::new(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "TUMBLE: the window size must be positive",
+                ));
             }
-            let offset = args.get(3).map_or("INTERVAL '0' SECOND".to_owned(), |o| o.to_string());
+            let offset = args
+                .get(3)
+                .map_or("INTERVAL '0' SECOND".to_owned(), |o| o.to_string());
             let (ts, size) = (args[1].to_string(), args[2].to_string());
-            (relation(args[0])?, vec![format!("tumble_start({ts}, {size}, {offset}) AS window_start, tumble_end({ts}, {size}, {offset}) AS window_end")])
+            (
+                relation(args[0])?,
+                vec![format!(
+                    "tumble_start({ts}, {size}, {offset}) AS window_start, tumble_end({ts}, {size}, {offset}) AS window_end"
+                )],
+            )
         }
         "hop" => {
             if !(4..=5).contains(&args.len()) {
@@ -316,13 +443,25 @@ fn window_subquery(factor: &ast::TableFactor, for_view: bool) -> Result<Option<a
             }
             let (slide_us, size_us) = (interval_micros(args[2])?, interval_micros(args[3])?);
             if slide_us <= 0 || size_us <= 0 {
-                return Err(Error::new(SqlState::INVALID_PARAMETER_VALUE, "HOP: the slide and the size must be positive"));
+                return Err(Error::new(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "HOP: the slide and the size must be positive",
+                ));
             }
             if size_us % slide_us != 0 {
-                return Err(Error::new(SqlState::INVALID_PARAMETER_VALUE, "HOP: the window size must be a multiple of the slide"));
+                return Err(Error::new(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "HOP: the window size must be a multiple of the slide",
+                ));
             }
-            let offset = args.get(4).map_or("INTERVAL '0' SECOND".to_owned(), |o| o.to_string());
-            let (ts, slide, size) = (args[1].to_string(), args[2].to_string(), args[3].to_string());
+            let offset = args
+                .get(4)
+                .map_or("INTERVAL '0' SECOND".to_owned(), |o| o.to_string());
+            let (ts, slide, size) = (
+                args[1].to_string(),
+                args[2].to_string(),
+                args[3].to_string(),
+            );
             let branches = (0..size_us / slide_us)
                 .map(|i| format!("hop_start({ts}, {slide}, {size}, {offset}, {i}) AS window_start, hop_end({ts}, {slide}, {size}, {offset}, {i}) AS window_end"))
                 .collect();
@@ -333,7 +472,10 @@ fn window_subquery(factor: &ast::TableFactor, for_view: bool) -> Result<Option<a
                 return Err(usage("(relation, time_column, gap)"));
             }
             if interval_micros(args[2])? <= 0 {
-                return Err(Error::new(SqlState::INVALID_PARAMETER_VALUE, "SESSION: the gap must be positive"));
+                return Err(Error::new(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "SESSION: the gap must be positive",
+                ));
             }
             if !for_view {
                 return Err(Error::unsupported(
@@ -342,15 +484,28 @@ fn window_subquery(factor: &ast::TableFactor, for_view: bool) -> Result<Option<a
             }
             // Placeholders: the lowering turns the GROUP BY over them into sessions per key.
             let (ts, gap) = (args[1].to_string(), args[2].to_string());
-            (relation(args[0])?, vec![format!("session_start({ts}, {gap}) AS window_start, session_end({ts}, {gap}) AS window_end")])
+            (
+                relation(args[0])?,
+                vec![format!(
+                    "session_start({ts}, {gap}) AS window_start, session_end({ts}, {gap}) AS window_end"
+                )],
+            )
         }
     };
-    let sql = branches.iter().map(|b| format!("SELECT *, {b} FROM {relation_sql}")).collect::<Vec<_>>().join(" UNION ALL ");
+    let sql = branches
+        .iter()
+        .map(|b| format!("SELECT *, {b} FROM {relation_sql}"))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
     let parsed = crate::parser::parse_statements(&sql)?;
-    let Some(crate::parser::Statement::Sql(statement)) = parsed.into_iter().next().map(|p| p.statement) else {
+    let Some(crate::parser::Statement::Sql(statement)) =
+        parsed.into_iter().next().map(|p| p.statement)
+    else {
         return Err(Error::internal("window rewrite did not parse"));
     };
-    let ast::Statement::Query(query) = *statement else { return Err(Error::internal("window rewrite is not a query")) };
+    let ast::Statement::Query(query) = *statement else {
+        return Err(Error::internal("window rewrite is not a query"));
+    };
     // Without an alias the subquery keeps the relation's name, so `t.column` still resolves.
     let alias = alias.clone().or_else(|| {
         let last = match args[0] {
@@ -358,23 +513,45 @@ fn window_subquery(factor: &ast::TableFactor, for_view: bool) -> Result<Option<a
             ast::Expr::CompoundIdentifier(parts) => parts.last()?.clone(),
             _ => return None,
         };
-        Some(ast::TableAlias { explicit: true, at: None, name: last, columns: Vec::new() })
+        Some(ast::TableAlias {
+            explicit: true,
+            at: None,
+            name: last,
+            columns: Vec::new(),
+        })
     });
-    Ok(Some(ast::TableFactor::Derived { lateral: false, subquery: query, alias, sample: None }))
+    Ok(Some(ast::TableFactor::Derived {
+        lateral: false,
+        subquery: query,
+        alias,
+        sample: None,
+    }))
 }
 
 /// A view's event-time options from `WITH (late_events = 'drop' | 'retract', allowed_lateness =
 /// '1 hour')` and `EMIT ON WINDOW CLOSE`.
-pub fn view_options(options: &ast::CreateTableOptions, emit_on_close: bool) -> Result<crate::ViewOptions> {
-    let mut out = crate::ViewOptions { emit_on_close, ..Default::default() };
+pub fn view_options(
+    options: &ast::CreateTableOptions,
+    emit_on_close: bool,
+) -> Result<crate::ViewOptions> {
+    let mut out = crate::ViewOptions {
+        emit_on_close,
+        ..Default::default()
+    };
     let list = match options {
         ast::CreateTableOptions::None => return Ok(out),
         ast::CreateTableOptions::With(list) => list,
-        other => return Err(Error::unsupported(format!("materialized view options {other}"))),
+        other => {
+            return Err(Error::unsupported(format!(
+                "materialized view options {other}"
+            )));
+        }
     };
     for option in list {
         let ast::SqlOption::KeyValue { key, value } = option else {
-            return Err(Error::syntax(format!("materialized view option {option}: expected key = value")));
+            return Err(Error::syntax(format!(
+                "materialized view option {option}: expected key = value"
+            )));
         };
         let text = match value {
             ast::Expr::Value(v) => match &v.value {
@@ -384,7 +561,12 @@ pub fn view_options(options: &ast::CreateTableOptions, emit_on_close: bool) -> R
             ast::Expr::Identifier(i) => i.value.clone(),
             other => other.to_string(),
         };
-        let invalid = |what: &str| Error::new(SqlState::INVALID_PARAMETER_VALUE, format!("invalid value for {}: \"{text}\" ({what})", key.value));
+        let invalid = |what: &str| {
+            Error::new(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("invalid value for {}: \"{text}\" ({what})", key.value),
+            )
+        };
         match key.value.to_lowercase().as_str() {
             "late_events" => {
                 out.lateness.retract = match text.to_lowercase().as_str() {
@@ -394,7 +576,8 @@ pub fn view_options(options: &ast::CreateTableOptions, emit_on_close: bool) -> R
                 }
             }
             "allowed_lateness" => {
-                out.lateness.allowed_micros = duration_micros(&text).map_err(|_| invalid("expected an interval such as '1 hour'"))?;
+                out.lateness.allowed_micros = duration_micros(&text)
+                    .map_err(|_| invalid("expected an interval such as '1 hour'"))?;
             }
             "unbounded_joins" => {
                 out.unbounded_joins = match text.to_lowercase().as_str() {
@@ -406,7 +589,9 @@ pub fn view_options(options: &ast::CreateTableOptions, emit_on_close: bool) -> R
             other => {
                 return Err(Error::new(
                     SqlState::INVALID_PARAMETER_VALUE,
-                    format!("unknown materialized view option \"{other}\" (expected late_events, allowed_lateness, unbounded_joins)"),
+                    format!(
+                        "unknown materialized view option \"{other}\" (expected late_events, allowed_lateness, unbounded_joins)"
+                    ),
                 ));
             }
         }
@@ -417,7 +602,12 @@ pub fn view_options(options: &ast::CreateTableOptions, emit_on_close: bool) -> R
 /// A non-negative duration written as an interval (`'5 seconds'`, `'1 hour'`, `'200ms'`), µs.
 pub fn duration_micros(text: &str) -> Result<i64> {
     let text = text.trim().trim_matches('\'');
-    let invalid = || Error::new(SqlState::INVALID_PARAMETER_VALUE, format!("\"{text}\" is not a duration such as '5 seconds'"));
+    let invalid = || {
+        Error::new(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("\"{text}\" is not a duration such as '5 seconds'"),
+        )
+    };
     // Accept the short units people write in options: 200ms, 5s, 1m, 1h.
     let expanded = match text.find(|c: char| c.is_ascii_alphabetic()) {
         Some(i) if text[..i].trim().parse::<f64>().is_ok() => {
@@ -433,7 +623,8 @@ pub fn duration_micros(text: &str) -> Result<i64> {
         }
         _ => text.to_owned(),
     };
-    let parsed = arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(&expanded).map_err(|_| invalid())?;
+    let parsed = arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(&expanded)
+        .map_err(|_| invalid())?;
     let micros = i64::from(parsed.days) * 86_400_000_000 + parsed.nanoseconds / 1000;
     if parsed.months != 0 || micros < 0 {
         return Err(invalid());
@@ -450,7 +641,11 @@ pub fn watermark_delay_micros(expr_sql: &str) -> Result<i64> {
         .and_then(|mut p| p.parse_expr())
         .map_err(|e| Error::internal(format!("stored watermark expression {expr_sql}: {e}")))?;
     match &expr {
-        ast::Expr::BinaryOp { op: ast::BinaryOperator::Minus, right, .. } => interval_micros(right),
+        ast::Expr::BinaryOp {
+            op: ast::BinaryOperator::Minus,
+            right,
+            ..
+        } => interval_micros(right),
         _ => Ok(0),
     }
 }

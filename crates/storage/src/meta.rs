@@ -59,10 +59,19 @@ const ABSENT: u32 = u32::MAX;
 impl DeadLetter {
     fn encode(&self) -> Vec<u8> {
         let (key, raw) = (self.key.as_deref(), self.raw.as_deref());
-        let mut out = Vec::with_capacity(29 + self.error.len() + key.map_or(0, <[u8]>::len) + raw.map_or(0, <[u8]>::len));
+        let mut out = Vec::with_capacity(
+            29 + self.error.len() + key.map_or(0, <[u8]>::len) + raw.map_or(0, <[u8]>::len),
+        );
         out.extend_from_slice(&self.received_at_micros.to_le_bytes());
         out.extend_from_slice(&self.offset.map_or(u64::MAX, |o| o).to_le_bytes());
-        out.push(LETTER_KEY_VALUE | if self.offset.is_some() { LETTER_HAS_OFFSET } else { 0 });
+        out.push(
+            LETTER_KEY_VALUE
+                | if self.offset.is_some() {
+                    LETTER_HAS_OFFSET
+                } else {
+                    0
+                },
+        );
         out.extend_from_slice(&(self.error.len() as u32).to_le_bytes());
         out.extend_from_slice(self.error.as_bytes());
         for section in [key, raw] {
@@ -77,11 +86,27 @@ impl DeadLetter {
         if key.len() != 20 || value.len() < 21 {
             return Err(corrupt());
         }
-        let u64_at = |b: &[u8], at: usize| b.get(at..at + 8).and_then(|s| s.try_into().ok()).map(u64::from_be_bytes);
+        let u64_at = |b: &[u8], at: usize| {
+            b.get(at..at + 8)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_be_bytes)
+        };
         let object = ObjectId(u64_at(key, 0).ok_or_else(corrupt)?);
         let partition = u32::from_be_bytes(key[8..12].try_into().map_err(|_| corrupt())?);
-        let le64 = |at: usize| value.get(at..at + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes).ok_or_else(corrupt);
-        let le32 = |at: usize| value.get(at..at + 4).and_then(|s| s.try_into().ok()).map(u32::from_le_bytes).ok_or_else(corrupt);
+        let le64 = |at: usize| {
+            value
+                .get(at..at + 8)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+                .ok_or_else(corrupt)
+        };
+        let le32 = |at: usize| {
+            value
+                .get(at..at + 4)
+                .and_then(|s| s.try_into().ok())
+                .map(u32::from_le_bytes)
+                .ok_or_else(corrupt)
+        };
         let received_at_micros = le64(0)? as i64;
         let flags = value[16];
         let offset = (flags & LETTER_HAS_OFFSET != 0).then_some(le64(8)?);
@@ -97,7 +122,10 @@ impl DeadLetter {
                 if len == ABSENT {
                     return Ok(None);
                 }
-                let bytes = value.get(at..at + len as usize).ok_or_else(corrupt)?.to_vec();
+                let bytes = value
+                    .get(at..at + len as usize)
+                    .ok_or_else(corrupt)?
+                    .to_vec();
                 at += len as usize;
                 Ok(Some(bytes))
             };
@@ -120,7 +148,10 @@ impl DeadLetter {
 pub struct DeadLetterKey(Vec<u8>);
 
 fn meta_error(context: &str, err: sled::Error) -> Error {
-    Error::new(SqlState::IO_ERROR, format!("metadata store: {context}: {err}"))
+    Error::new(
+        SqlState::IO_ERROR,
+        format!("metadata store: {context}: {err}"),
+    )
 }
 
 impl MetaStore {
@@ -130,12 +161,30 @@ impl MetaStore {
             .flush_every_ms(None)
             .open()
             .map_err(|e| meta_error("open", e))?;
-        let catalog = db.open_tree(CATALOG_TREE).map_err(|e| meta_error("open catalog", e))?;
-        let dead_letters = db.open_tree(DEAD_LETTERS_TREE).map_err(|e| meta_error("open dead letters", e))?;
-        let checkpoints = db.open_tree(CHECKPOINTS_TREE).map_err(|e| meta_error("open checkpoints", e))?;
-        let sink_progress = db.open_tree(SINK_PROGRESS_TREE).map_err(|e| meta_error("open sink progress", e))?;
-        let oids = db.open_tree(OIDS_TREE).map_err(|e| meta_error("open oids", e))?;
-        Ok(MetaStore { db, catalog, dead_letters, checkpoints, sink_progress, oids, oid_lock: std::sync::Mutex::new(()) })
+        let catalog = db
+            .open_tree(CATALOG_TREE)
+            .map_err(|e| meta_error("open catalog", e))?;
+        let dead_letters = db
+            .open_tree(DEAD_LETTERS_TREE)
+            .map_err(|e| meta_error("open dead letters", e))?;
+        let checkpoints = db
+            .open_tree(CHECKPOINTS_TREE)
+            .map_err(|e| meta_error("open checkpoints", e))?;
+        let sink_progress = db
+            .open_tree(SINK_PROGRESS_TREE)
+            .map_err(|e| meta_error("open sink progress", e))?;
+        let oids = db
+            .open_tree(OIDS_TREE)
+            .map_err(|e| meta_error("open oids", e))?;
+        Ok(MetaStore {
+            db,
+            catalog,
+            dead_letters,
+            checkpoints,
+            sink_progress,
+            oids,
+            oid_lock: std::sync::Mutex::new(()),
+        })
     }
 
     /// Stores dead letters durably (before the records around them are acknowledged).
@@ -148,7 +197,10 @@ impl MetaStore {
             // Key: object | partition | offset (or a fresh id for records without a position).
             let id = match letter.offset {
                 Some(o) => o,
-                None => self.db.generate_id().map_err(|e| meta_error("allocate id", e))?,
+                None => self
+                    .db
+                    .generate_id()
+                    .map_err(|e| meta_error("allocate id", e))?,
             };
             let mut key = Vec::with_capacity(20);
             key.extend_from_slice(&letter.object.0.to_be_bytes());
@@ -156,17 +208,27 @@ impl MetaStore {
             key.extend_from_slice(&id.to_be_bytes());
             batch.insert(key, letter.encode());
         }
-        self.dead_letters.apply_batch(batch).map_err(|e| meta_error("write dead letters", e))?;
+        self.dead_letters
+            .apply_batch(batch)
+            .map_err(|e| meta_error("write dead letters", e))?;
         self.flush()
     }
 
     /// Dead letters of `object` (every object when `None`), in object, partition, offset order.
-    pub fn dead_letters(&self, object: Option<ObjectId>) -> Result<Vec<(DeadLetterKey, DeadLetter)>> {
-        let prefix = object.map(|o| o.0.to_be_bytes().to_vec()).unwrap_or_default();
+    pub fn dead_letters(
+        &self,
+        object: Option<ObjectId>,
+    ) -> Result<Vec<(DeadLetterKey, DeadLetter)>> {
+        let prefix = object
+            .map(|o| o.0.to_be_bytes().to_vec())
+            .unwrap_or_default();
         let mut out = Vec::new();
         for entry in self.dead_letters.scan_prefix(prefix) {
             let (key, value) = entry.map_err(|e| meta_error("scan dead letters", e))?;
-            out.push((DeadLetterKey(key.to_vec()), DeadLetter::decode(&key, &value)?));
+            out.push((
+                DeadLetterKey(key.to_vec()),
+                DeadLetter::decode(&key, &value)?,
+            ));
         }
         Ok(out)
     }
@@ -176,24 +238,33 @@ impl MetaStore {
         for key in keys {
             batch.remove(key.0.as_slice());
         }
-        self.dead_letters.apply_batch(batch).map_err(|e| meta_error("delete dead letters", e))?;
+        self.dead_letters
+            .apply_batch(batch)
+            .map_err(|e| meta_error("delete dead letters", e))?;
         self.flush()
     }
 
     /// A fresh object id, never handed out before in this data directory.
     pub fn allocate_object_id(&self) -> Result<ObjectId> {
         // sled persists its id generator; ids start at 0, we start at 1.
-        let id = self.db.generate_id().map_err(|e| meta_error("allocate id", e))?;
+        let id = self
+            .db
+            .generate_id()
+            .map_err(|e| meta_error("allocate id", e))?;
         Ok(ObjectId(id + 1))
     }
 
     pub fn put_object(&self, id: ObjectId, definition: &[u8]) -> Result<()> {
-        self.catalog.insert(id.0.to_be_bytes(), definition).map_err(|e| meta_error("write", e))?;
+        self.catalog
+            .insert(id.0.to_be_bytes(), definition)
+            .map_err(|e| meta_error("write", e))?;
         self.flush()
     }
 
     pub fn delete_object(&self, id: ObjectId) -> Result<()> {
-        self.catalog.remove(id.0.to_be_bytes()).map_err(|e| meta_error("delete", e))?;
+        self.catalog
+            .remove(id.0.to_be_bytes())
+            .map_err(|e| meta_error("delete", e))?;
         self.flush()
     }
 
@@ -217,13 +288,19 @@ impl MetaStore {
     pub fn object_oids(&self, ids: &[ObjectId], block: u32, first: u32) -> Result<Vec<u32>> {
         let key = |id: ObjectId| id.0.to_be_bytes();
         let read = |bytes: &[u8]| -> Result<u32> {
-            let raw: [u8; 4] = bytes.try_into().map_err(|_| Error::new(SqlState::DATA_CORRUPTED, "stored OID is not 4 bytes"))?;
+            let raw: [u8; 4] = bytes
+                .try_into()
+                .map_err(|_| Error::new(SqlState::DATA_CORRUPTED, "stored OID is not 4 bytes"))?;
             Ok(u32::from_be_bytes(raw))
         };
         let mut out = Vec::with_capacity(ids.len());
         let mut missing = Vec::new();
         for (i, id) in ids.iter().enumerate() {
-            match self.oids.get(key(*id)).map_err(|e| meta_error("read oids", e))? {
+            match self
+                .oids
+                .get(key(*id))
+                .map_err(|e| meta_error("read oids", e))?
+            {
                 Some(v) => out.push(read(&v)?),
                 None => {
                     out.push(0);
@@ -235,23 +312,35 @@ impl MetaStore {
             return Ok(out);
         }
         let _guard = self.oid_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut next = match self.oids.get(NEXT_OID_KEY).map_err(|e| meta_error("read oids", e))? {
+        let mut next = match self
+            .oids
+            .get(NEXT_OID_KEY)
+            .map_err(|e| meta_error("read oids", e))?
+        {
             Some(v) => read(&v)?,
             None => first,
         };
         let mut batch = sled::Batch::default();
         for i in missing {
             // Another caller may have assigned it while this one waited for the lock.
-            if let Some(v) = self.oids.get(key(ids[i])).map_err(|e| meta_error("read oids", e))? {
+            if let Some(v) = self
+                .oids
+                .get(key(ids[i]))
+                .map_err(|e| meta_error("read oids", e))?
+            {
                 out[i] = read(&v)?;
                 continue;
             }
             out[i] = next;
             batch.insert(&key(ids[i]), &next.to_be_bytes());
-            next = next.checked_add(block).ok_or_else(|| Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "no OIDs left"))?;
+            next = next
+                .checked_add(block)
+                .ok_or_else(|| Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "no OIDs left"))?;
         }
         batch.insert(NEXT_OID_KEY, &next.to_be_bytes());
-        self.oids.apply_batch(batch).map_err(|e| meta_error("write oids", e))?;
+        self.oids
+            .apply_batch(batch)
+            .map_err(|e| meta_error("write oids", e))?;
         self.flush()?;
         Ok(out)
     }
@@ -264,7 +353,9 @@ impl MetaStore {
         for e in older {
             batch.remove(&e.to_be_bytes());
         }
-        self.checkpoints.apply_batch(batch).map_err(|e| meta_error("commit a checkpoint", e))?;
+        self.checkpoints
+            .apply_batch(batch)
+            .map_err(|e| meta_error("commit a checkpoint", e))?;
         self.flush()
     }
 
@@ -273,7 +364,9 @@ impl MetaStore {
         let mut out = Vec::new();
         for entry in self.checkpoints.iter() {
             let (key, value) = entry.map_err(|e| meta_error("scan checkpoints", e))?;
-            let key: [u8; 8] = key.as_ref().try_into().map_err(|_| Error::new(SqlState::DATA_CORRUPTED, "checkpoint key is not 8 bytes"))?;
+            let key: [u8; 8] = key.as_ref().try_into().map_err(|_| {
+                Error::new(SqlState::DATA_CORRUPTED, "checkpoint key is not 8 bytes")
+            })?;
             out.push((u64::from_be_bytes(key), value.to_vec()));
         }
         Ok(out)
@@ -281,16 +374,24 @@ impl MetaStore {
 
     /// Records a sink's progress; `durable`: flushed before returning (else with the next flush).
     pub fn put_sink_progress(&self, sink: ObjectId, progress: &[u8], durable: bool) -> Result<()> {
-        self.sink_progress.insert(sink.0.to_be_bytes(), progress).map_err(|e| meta_error("write sink progress", e))?;
+        self.sink_progress
+            .insert(sink.0.to_be_bytes(), progress)
+            .map_err(|e| meta_error("write sink progress", e))?;
         if durable { self.flush() } else { Ok(()) }
     }
 
     pub fn sink_progress(&self, sink: ObjectId) -> Result<Option<Vec<u8>>> {
-        Ok(self.sink_progress.get(sink.0.to_be_bytes()).map_err(|e| meta_error("read sink progress", e))?.map(|v| v.to_vec()))
+        Ok(self
+            .sink_progress
+            .get(sink.0.to_be_bytes())
+            .map_err(|e| meta_error("read sink progress", e))?
+            .map(|v| v.to_vec()))
     }
 
     pub fn delete_sink_progress(&self, sink: ObjectId) -> Result<()> {
-        self.sink_progress.remove(sink.0.to_be_bytes()).map_err(|e| meta_error("delete sink progress", e))?;
+        self.sink_progress
+            .remove(sink.0.to_be_bytes())
+            .map_err(|e| meta_error("delete sink progress", e))?;
         self.flush()
     }
 
@@ -342,38 +443,60 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = {
             let meta = MetaStore::open(dir.path()).unwrap();
-            let oids = meta.object_oids(&[ObjectId(7), ObjectId(3)], 4, 16384).unwrap();
+            let oids = meta
+                .object_oids(&[ObjectId(7), ObjectId(3)], 4, 16384)
+                .unwrap();
             assert_eq!(oids, vec![16384, 16388]);
-            assert_eq!(meta.object_oids(&[ObjectId(3)], 4, 16384).unwrap(), vec![16388]);
+            assert_eq!(
+                meta.object_oids(&[ObjectId(3)], 4, 16384).unwrap(),
+                vec![16388]
+            );
             oids
         };
         let meta = reopen(dir.path());
-        assert_eq!(meta.object_oids(&[ObjectId(3), ObjectId(9), ObjectId(7)], 4, 16384).unwrap(), vec![first[1], 16392, first[0]]);
+        assert_eq!(
+            meta.object_oids(&[ObjectId(3), ObjectId(9), ObjectId(7)], 4, 16384)
+                .unwrap(),
+            vec![first[1], 16392, first[0]]
+        );
     }
 
     #[test]
     fn dead_letters_are_keyed_by_position() {
         let dir = tempfile::tempdir().unwrap();
-        let letter = |object: u64, partition: Option<u32>, offset: Option<u64>, raw: &[u8]| DeadLetter {
-            object: ObjectId(object),
-            partition,
-            offset,
-            key: None,
-            raw: Some(raw.to_vec()),
-            error: "bad".into(),
-            received_at_micros: 7,
-        };
+        let letter =
+            |object: u64, partition: Option<u32>, offset: Option<u64>, raw: &[u8]| DeadLetter {
+                object: ObjectId(object),
+                partition,
+                offset,
+                key: None,
+                raw: Some(raw.to_vec()),
+                error: "bad".into(),
+                received_at_micros: 7,
+            };
         {
             let meta = MetaStore::open(dir.path()).unwrap();
-            meta.put_dead_letters(&[letter(1, Some(0), Some(5), b"x"), letter(1, None, None, b"y"), letter(2, Some(1), Some(0), b"z")]).unwrap();
+            meta.put_dead_letters(&[
+                letter(1, Some(0), Some(5), b"x"),
+                letter(1, None, None, b"y"),
+                letter(2, Some(1), Some(0), b"z"),
+            ])
+            .unwrap();
             // The same record read again after a crash replaces its letter.
-            meta.put_dead_letters(&[letter(1, Some(0), Some(5), b"x")]).unwrap();
+            meta.put_dead_letters(&[letter(1, Some(0), Some(5), b"x")])
+                .unwrap();
         }
         let meta = reopen(dir.path());
         let all = meta.dead_letters(None).unwrap();
         assert_eq!(all.len(), 3);
         let mine = meta.dead_letters(Some(ObjectId(1))).unwrap();
-        assert_eq!(mine.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>(), vec![letter(1, Some(0), Some(5), b"x"), letter(1, None, None, b"y")]);
+        assert_eq!(
+            mine.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>(),
+            vec![
+                letter(1, Some(0), Some(5), b"x"),
+                letter(1, None, None, b"y")
+            ]
+        );
         meta.delete_dead_letters(&[mine[0].0.clone()]).unwrap();
         assert_eq!(meta.dead_letters(None).unwrap().len(), 2);
     }
@@ -382,10 +505,29 @@ mod tests {
     fn dead_letters_keep_key_and_value_apart() {
         let dir = tempfile::tempdir().unwrap();
         let meta = MetaStore::open(dir.path()).unwrap();
-        let tombstone = DeadLetter { object: ObjectId(3), partition: Some(2), offset: Some(9), key: Some(b"{bad".to_vec()), raw: None, error: "bad key".into(), received_at_micros: 1 };
-        let empty = DeadLetter { offset: Some(10), key: None, raw: Some(Vec::new()), ..tombstone.clone() };
-        meta.put_dead_letters(&[tombstone.clone(), empty.clone()]).unwrap();
-        let stored: Vec<DeadLetter> = meta.dead_letters(Some(ObjectId(3))).unwrap().into_iter().map(|(_, l)| l).collect();
+        let tombstone = DeadLetter {
+            object: ObjectId(3),
+            partition: Some(2),
+            offset: Some(9),
+            key: Some(b"{bad".to_vec()),
+            raw: None,
+            error: "bad key".into(),
+            received_at_micros: 1,
+        };
+        let empty = DeadLetter {
+            offset: Some(10),
+            key: None,
+            raw: Some(Vec::new()),
+            ..tombstone.clone()
+        };
+        meta.put_dead_letters(&[tombstone.clone(), empty.clone()])
+            .unwrap();
+        let stored: Vec<DeadLetter> = meta
+            .dead_letters(Some(ObjectId(3)))
+            .unwrap()
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect();
         assert_eq!(stored, vec![tombstone, empty]);
     }
 
@@ -401,6 +543,9 @@ mod tests {
         key.extend_from_slice(&0u32.to_be_bytes());
         key.extend_from_slice(&3u64.to_be_bytes());
         let letter = DeadLetter::decode(&key, &value).unwrap();
-        assert_eq!((letter.offset, letter.key, letter.raw, letter.error.as_str()), (Some(3), None, Some(b"{\"a\":1}".to_vec()), "no"));
+        assert_eq!(
+            (letter.offset, letter.key, letter.raw, letter.error.as_str()),
+            (Some(3), None, Some(b"{\"a\":1}".to_vec()), "no")
+        );
     }
 }

@@ -27,8 +27,12 @@ fn tansu() -> Result<PathBuf> {
     if let Ok(path) = std::env::var("EDDY_TANSU") {
         return Ok(PathBuf::from(path));
     }
-    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).map(|d| d.join("tansu")).collect()).unwrap_or_default();
-    if let Some(home) = std::env::var_os("CARGO_HOME").or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo").into_os_string())) {
+    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("tansu")).collect())
+        .unwrap_or_default();
+    if let Some(home) = std::env::var_os("CARGO_HOME").or_else(|| {
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo").into_os_string())
+    }) {
         candidates.push(PathBuf::from(home).join("bin/tansu"));
     }
     candidates.into_iter().find(|p| p.is_file()).context("the Kafka-compatible broker `tansu` is not installed: run bin/test (it installs it), or `cargo install tansu --locked`")
@@ -37,10 +41,20 @@ fn tansu() -> Result<PathBuf> {
 impl KafkaBroker {
     /// Starts a broker and waits until it answers.
     pub async fn start() -> Result<KafkaBroker> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(tansu()?)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -48,7 +62,11 @@ impl KafkaBroker {
         let mut broker_child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         let client = loop {
-            let attempt = tokio::time::timeout(Duration::from_secs(5), ClientBuilder::new(vec![format!("127.0.0.1:{port}")]).build()).await;
+            let attempt = tokio::time::timeout(
+                Duration::from_secs(5),
+                ClientBuilder::new(vec![format!("127.0.0.1:{port}")]).build(),
+            )
+            .await;
             if let Ok(Ok(client)) = attempt
                 && client.list_topics().await.is_ok()
             {
@@ -63,7 +81,11 @@ impl KafkaBroker {
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let child = broker_child.context("broker process")?;
-        Ok(KafkaBroker { child, port, client })
+        Ok(KafkaBroker {
+            child,
+            port,
+            client,
+        })
     }
 
     pub fn bootstrap(&self) -> String {
@@ -71,13 +93,24 @@ impl KafkaBroker {
     }
 
     pub async fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
-        self.client.controller_client()?.create_topic(topic, partitions, 1, 5_000).await?;
+        self.client
+            .controller_client()?
+            .create_topic(topic, partitions, 1, 5_000)
+            .await?;
         Ok(())
     }
 
     /// Produces `(key, value)` records to one partition, in order.
-    pub async fn produce(&self, topic: &str, partition: i32, records: Vec<KeyValue<'_>>) -> Result<()> {
-        let client = self.client.partition_client(topic, partition, UnknownTopicHandling::Retry).await?;
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: Vec<KeyValue<'_>>,
+    ) -> Result<()> {
+        let client = self
+            .client
+            .partition_client(topic, partition, UnknownTopicHandling::Retry)
+            .await?;
         let records = records
             .into_iter()
             .map(|(key, value)| Record {
@@ -100,13 +133,24 @@ impl KafkaBroker {
     pub async fn records(&self, topic: &str, partitions: i32) -> Result<Vec<ReadRecord>> {
         let mut out = Vec::new();
         for partition in 0..partitions {
-            let client = self.client.partition_client(topic, partition, UnknownTopicHandling::Retry).await?;
-            let high = client.get_offset(rskafka::client::partition::OffsetAt::Latest).await?;
-            let mut offset = client.get_offset(rskafka::client::partition::OffsetAt::Earliest).await?;
+            let client = self
+                .client
+                .partition_client(topic, partition, UnknownTopicHandling::Retry)
+                .await?;
+            let high = client
+                .get_offset(rskafka::client::partition::OffsetAt::Latest)
+                .await?;
+            let mut offset = client
+                .get_offset(rskafka::client::partition::OffsetAt::Earliest)
+                .await?;
             while offset < high {
-                let (records, _) = client.fetch_records(offset, 1..4 * 1024 * 1024, 100).await?;
+                let (records, _) = client
+                    .fetch_records(offset, 1..4 * 1024 * 1024, 100)
+                    .await?;
                 if records.is_empty() {
-                    bail!("partition {partition} of {topic} returned nothing at offset {offset} below {high}");
+                    bail!(
+                        "partition {partition} of {topic} returned nothing at offset {offset} below {high}"
+                    );
                 }
                 let from = offset;
                 for r in records.into_iter().filter(|r| r.offset >= from) {

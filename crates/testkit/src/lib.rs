@@ -52,16 +52,36 @@ impl EddyProcess {
 
     /// [`EddyProcess::start`] with `--workers`.
     pub fn start_with(binary: &Path, data_dir: &Path, workers: Option<u32>) -> Result<Self> {
-        let args: Vec<String> = workers.map(|n| vec!["--workers".to_owned(), n.to_string()]).unwrap_or_default();
+        let args: Vec<String> = workers
+            .map(|n| vec!["--workers".to_owned(), n.to_string()])
+            .unwrap_or_default();
         EddyProcess::start_args(binary, data_dir, &args)
     }
 
-    fn spawn(binary: &Path, data_dir: &Path, args: &[String], envs: &[(String, String)]) -> Result<Child> {
+    fn spawn(
+        binary: &Path,
+        data_dir: &Path,
+        args: &[String],
+        envs: &[(String, String)],
+    ) -> Result<Child> {
         let mut command = Command::new(binary);
-        command.args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir).args(args);
+        command
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(data_dir)
+            .args(args);
         command.envs(envs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         command
-            .env("EDDY_LOG", std::env::var("EDDY_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "EDDY_LOG",
+                std::env::var("EDDY_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -74,7 +94,12 @@ impl EddyProcess {
     }
 
     /// [`EddyProcess::start_args`] with environment variables (`EDDY_FAILPOINTS`, ...).
-    pub fn start_env(binary: &Path, data_dir: &Path, args: &[String], envs: &[(String, String)]) -> Result<Self> {
+    pub fn start_env(
+        binary: &Path,
+        data_dir: &Path,
+        args: &[String],
+        envs: &[(String, String)],
+    ) -> Result<Self> {
         let mut child = EddyProcess::spawn(binary, data_dir, args, envs)?;
         let stdout = child.stdout.take().context("no stdout")?;
         let (tx, rx) = mpsc::channel();
@@ -83,7 +108,9 @@ impl EddyProcess {
             let mut line = String::new();
             let mut pg = None;
             while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
-                if pg.is_none() && let Some(rest) = line.split("listening on ").nth(1) {
+                if pg.is_none()
+                    && let Some(rest) = line.split("listening on ").nth(1)
+                {
                     pg = Some(rest.split_whitespace().next().unwrap_or("").to_owned());
                 }
                 if let (Some(pg), Some(rest)) = (&pg, line.split("HTTP ingest on http://").nth(1)) {
@@ -98,12 +125,28 @@ impl EddyProcess {
             Err(_) => {
                 let _ = child.kill();
                 let status = child.wait()?;
-                bail!("eddy did not start listening within {STARTUP_TIMEOUT:?} (exit status {status})");
+                bail!(
+                    "eddy did not start listening within {STARTUP_TIMEOUT:?} (exit status {status})"
+                );
             }
         };
-        let port_of = |addr: &str| addr.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad address {addr}"));
+        let port_of = |addr: &str| {
+            addr.rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(|| anyhow!("bad address {addr}"))
+        };
         let (port, http_port) = (port_of(&addr)?, port_of(&http)?);
-        Ok(EddyProcess { child, port, http_port, binary: binary.to_path_buf(), data_dir: data_dir.to_path_buf(), args: args.to_vec(), envs: envs.to_vec(), _owned_dir: None })
+        Ok(EddyProcess {
+            child,
+            port,
+            http_port,
+            binary: binary.to_path_buf(),
+            data_dir: data_dir.to_path_buf(),
+            args: args.to_vec(),
+            envs: envs.to_vec(),
+            _owned_dir: None,
+        })
     }
 
     /// Starts a server on a fresh temporary data directory that lives as long as it does.
@@ -113,7 +156,9 @@ impl EddyProcess {
 
     /// [`EddyProcess::start_fresh`] with `--workers`.
     pub fn start_fresh_with(binary: &Path, workers: Option<u32>) -> Result<Self> {
-        let args: Vec<String> = workers.map(|n| vec!["--workers".to_owned(), n.to_string()]).unwrap_or_default();
+        let args: Vec<String> = workers
+            .map(|n| vec!["--workers".to_owned(), n.to_string()])
+            .unwrap_or_default();
         EddyProcess::start_fresh_args(binary, &args)
     }
 
@@ -132,7 +177,12 @@ impl EddyProcess {
         // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
         let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
         // USER_HZ is 100 on every Linux configuration we run on.
         let cpu_seconds = (ticks(11) + ticks(12)) as f64 / 100.0;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -141,7 +191,10 @@ impl EddyProcess {
             .find_map(|l| l.strip_prefix("VmHWM:"))
             .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
             .unwrap_or(0);
-        Ok(ProcessStats { cpu_seconds, peak_rss_bytes: peak_kb * 1024 })
+        Ok(ProcessStats {
+            cpu_seconds,
+            peak_rss_bytes: peak_kb * 1024,
+        })
     }
 
     pub fn connection_string(&self) -> String {
@@ -149,7 +202,8 @@ impl EddyProcess {
     }
 
     pub async fn connect(&self) -> Result<Client> {
-        let (client, connection) = tokio_postgres::connect(&self.connection_string(), NoTls).await?;
+        let (client, connection) =
+            tokio_postgres::connect(&self.connection_string(), NoTls).await?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -157,16 +211,21 @@ impl EddyProcess {
     }
 
     /// A connection that collects the NOTICEs the server sends it (in order).
-    pub async fn connect_with_notices(&self) -> Result<(Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>)> {
+    pub async fn connect_with_notices(
+        &self,
+    ) -> Result<(Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>)> {
         use futures::StreamExt;
         let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (client, mut connection) = tokio_postgres::connect(&self.connection_string(), NoTls).await?;
+        let (client, mut connection) =
+            tokio_postgres::connect(&self.connection_string(), NoTls).await?;
         let seen = std::sync::Arc::clone(&notices);
         tokio::spawn(async move {
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(Ok(message)) = messages.next().await {
                 if let tokio_postgres::AsyncMessage::Notice(n) = message {
-                    seen.lock().unwrap_or_else(|p| p.into_inner()).push(n.message().to_owned());
+                    seen.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(n.message().to_owned());
                 }
             }
         });
@@ -186,8 +245,15 @@ impl EddyProcess {
         stream.write_all(body)?;
         let mut response = String::new();
         stream.read_to_string(&mut response)?;
-        let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| anyhow!("bad HTTP response: {response}"))?;
-        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow!("bad HTTP response: {response}"))?;
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
         Ok((status, body))
     }
 
@@ -200,7 +266,9 @@ impl EddyProcess {
 
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) -> Result<()> {
-        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
         if !status.success() {
             bail!("kill -TERM failed");
         }
@@ -214,7 +282,11 @@ impl EddyProcess {
     /// Stops this process (SIGTERM, or SIGKILL when `crash`) and starts a new one on the same
     /// data directory in its place (it keeps owning a temporary one).
     pub fn restart_in_place(&mut self, crash: bool) -> Result<()> {
-        if crash { self.kill()? } else { self.stop()? }
+        if crash {
+            self.kill()?
+        } else {
+            self.stop()?
+        }
         let next = EddyProcess::start_env(&self.binary, &self.data_dir, &self.args, &self.envs)?;
         let owned = self._owned_dir.take();
         let old = std::mem::replace(self, next);
@@ -230,7 +302,10 @@ impl EddyProcess {
 
     /// The environment of the processes that restart this one.
     pub fn set_envs(&mut self, envs: &[(&str, &str)]) {
-        self.envs = envs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        self.envs = envs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
     }
 
     /// Starts a new process on the same data directory (after this one was killed) and
@@ -261,7 +336,9 @@ pub struct Connection {
 }
 
 async fn connect_client(connection_string: &str) -> Result<Client, DbError> {
-    let (client, connection) = tokio_postgres::connect(connection_string, NoTls).await.map_err(DbError::Postgres)?;
+    let (client, connection) = tokio_postgres::connect(connection_string, NoTls)
+        .await
+        .map_err(DbError::Postgres)?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -298,11 +375,17 @@ impl AsyncDB for Connection {
         let command = sql.trim().trim_end_matches(';').trim();
         if command == "RESTART" || command == "CRASH" {
             let mut server = self.server.lock().await;
-            server.restart_in_place(command == "CRASH").map_err(|e| DbError::Restart(format!("{e:#}")))?;
+            server
+                .restart_in_place(command == "CRASH")
+                .map_err(|e| DbError::Restart(format!("{e:#}")))?;
             self.client = connect_client(&server.connection_string()).await?;
             return Ok(DBOutput::StatementComplete(0));
         }
-        let messages = self.client.simple_query(sql).await.map_err(DbError::Postgres)?;
+        let messages = self
+            .client
+            .simple_query(sql)
+            .await
+            .map_err(DbError::Postgres)?;
         let mut rows = Vec::new();
         let mut columns = None;
         let mut affected = 0;
@@ -326,7 +409,10 @@ impl AsyncDB for Connection {
             }
         }
         match columns {
-            Some(n) => Ok(DBOutput::Rows { types: vec![DefaultColumnType::Any; n], rows }),
+            Some(n) => Ok(DBOutput::Rows {
+                types: vec![DefaultColumnType::Any; n],
+                rows,
+            }),
             None => Ok(DBOutput::StatementComplete(affected)),
         }
     }
@@ -351,7 +437,10 @@ pub const TEST_WORKERS: u32 = 2;
 
 /// Runs one `.slt` file against a fresh server with its own data directory.
 pub async fn run_slt_file(binary: &Path, file: &Path) -> Result<()> {
-    let server = std::sync::Arc::new(tokio::sync::Mutex::new(EddyProcess::start_fresh_with(binary, Some(TEST_WORKERS))?));
+    let server = std::sync::Arc::new(tokio::sync::Mutex::new(EddyProcess::start_fresh_with(
+        binary,
+        Some(TEST_WORKERS),
+    )?));
     let shared = std::sync::Arc::clone(&server);
     let mut runner = sqllogictest::Runner::new(move || {
         let server = std::sync::Arc::clone(&shared);
@@ -361,7 +450,10 @@ pub async fn run_slt_file(binary: &Path, file: &Path) -> Result<()> {
             Ok::<_, DbError>(Connection { client, server })
         }
     });
-    runner.run_file_async(file).await.map_err(|e| anyhow!("{}", e.display(true)))?;
+    runner
+        .run_file_async(file)
+        .await
+        .map_err(|e| anyhow!("{}", e.display(true)))?;
     drop(runner);
     drop(server);
     Ok(())
@@ -372,7 +464,11 @@ pub async fn query_text(client: &Client, sql: &str) -> Result<Vec<Vec<Option<Str
     let mut rows = Vec::new();
     for message in client.simple_query(sql).await? {
         if let SimpleQueryMessage::Row(row) = message {
-            rows.push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect());
+            rows.push(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_owned))
+                    .collect(),
+            );
         }
     }
     Ok(rows)
@@ -389,22 +485,47 @@ pub async fn query_sorted(client: &Client, sql: &str) -> Result<Vec<Vec<Option<S
 /// newlines, cells by spaces, NULL as `NULL`. For state reached on a source's own schedule
 /// (connectors), where a test waits for the state rather than for a time.
 pub async fn eventually(server: &EddyProcess, sql: &str, want: &str) {
-    let client = server.connect().await.unwrap_or_else(|e| panic!("connecting: {e:#}"));
+    let client = server
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connecting: {e:#}"));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        client.batch_execute("FLUSH").await.unwrap_or_else(|e| panic!("FLUSH: {e:#}"));
-        let got = query_text(&client, sql).await.unwrap_or_else(|e| panic!("{sql}: {e:#}"));
-        let text = got.iter().map(|r| r.iter().map(|c| c.clone().unwrap_or_else(|| "NULL".into())).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join("\n");
+        client
+            .batch_execute("FLUSH")
+            .await
+            .unwrap_or_else(|e| panic!("FLUSH: {e:#}"));
+        let got = query_text(&client, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:#}"));
+        let text = got
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|c| c.clone().unwrap_or_else(|| "NULL".into()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
         if text == want {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "{sql}: still {text:?}, waiting for {want:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{sql}: still {text:?}, waiting for {want:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 /// The rows of `sql` as text, on a new connection; panics (a test helper) on failure.
 pub async fn rows(server: &EddyProcess, sql: &str) -> Vec<Vec<Option<String>>> {
-    let client = server.connect().await.unwrap_or_else(|e| panic!("connecting: {e:#}"));
-    query_text(&client, sql).await.unwrap_or_else(|e| panic!("{sql}: {e:#}"))
+    let client = server
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connecting: {e:#}"));
+    query_text(&client, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:#}"))
 }

@@ -45,23 +45,48 @@ pub struct KafkaTarget {
 impl KafkaTarget {
     /// Reads the connector options and `FORMAT ... ENCODE ...`; unknown options are the
     /// caller's to reject.
-    pub fn from_options(option: impl Fn(&str) -> Option<String>, format: Option<(&str, &str)>) -> Result<KafkaTarget> {
-        let required = |name: &str| option(name).ok_or_else(|| Error::invalid_parameter(format!("a kafka sink needs the option {name}")));
+    pub fn from_options(
+        option: impl Fn(&str) -> Option<String>,
+        format: Option<(&str, &str)>,
+    ) -> Result<KafkaTarget> {
+        let required = |name: &str| {
+            option(name).ok_or_else(|| {
+                Error::invalid_parameter(format!("a kafka sink needs the option {name}"))
+            })
+        };
         let envelope = match format {
             Some((envelope, encode)) => {
                 if !encode.eq_ignore_ascii_case("json") {
-                    return Err(Error::unsupported(format!("a kafka sink encodes JSON only, not {encode}")));
+                    return Err(Error::unsupported(format!(
+                        "a kafka sink encodes JSON only, not {encode}"
+                    )));
                 }
                 match envelope.to_ascii_lowercase().as_str() {
                     "upsert" => KafkaEnvelope::Upsert,
                     "debezium" => KafkaEnvelope::Debezium,
-                    "plain" => return Err(Error::unsupported("FORMAT PLAIN would lose a view's retractions; a kafka sink takes FORMAT UPSERT or FORMAT DEBEZIUM")),
-                    other => return Err(Error::invalid_parameter(format!("unknown format {other} (a kafka sink takes FORMAT UPSERT or FORMAT DEBEZIUM ENCODE JSON)"))),
+                    "plain" => {
+                        return Err(Error::unsupported(
+                            "FORMAT PLAIN would lose a view's retractions; a kafka sink takes FORMAT UPSERT or FORMAT DEBEZIUM",
+                        ));
+                    }
+                    other => {
+                        return Err(Error::invalid_parameter(format!(
+                            "unknown format {other} (a kafka sink takes FORMAT UPSERT or FORMAT DEBEZIUM ENCODE JSON)"
+                        )));
+                    }
                 }
             }
-            None => return Err(Error::invalid_parameter("a kafka sink needs FORMAT UPSERT ENCODE JSON or FORMAT DEBEZIUM ENCODE JSON")),
+            None => {
+                return Err(Error::invalid_parameter(
+                    "a kafka sink needs FORMAT UPSERT ENCODE JSON or FORMAT DEBEZIUM ENCODE JSON",
+                ));
+            }
         };
-        Ok(KafkaTarget { bootstrap: required("properties.bootstrap.server")?, topic: required("topic")?, envelope })
+        Ok(KafkaTarget {
+            bootstrap: required("properties.bootstrap.server")?,
+            topic: required("topic")?,
+            envelope,
+        })
     }
 }
 
@@ -84,9 +109,17 @@ pub struct KafkaSink {
 impl KafkaSink {
     pub fn new(name: String, target: KafkaTarget, key: Vec<usize>) -> Result<KafkaSink> {
         if key.is_empty() {
-            return Err(Error::invalid_parameter("a kafka sink needs a key: the view has no unique key (GROUP BY columns); name one with primary_key = 'column, ...'"));
+            return Err(Error::invalid_parameter(
+                "a kafka sink needs a key: the view has no unique key (GROUP BY columns); name one with primary_key = 'column, ...'",
+            ));
         }
-        Ok(KafkaSink { name, target, key, connection: None, pending: None })
+        Ok(KafkaSink {
+            name,
+            target,
+            key,
+            connection: None,
+            pending: None,
+        })
     }
 
     pub fn target(&self) -> &KafkaTarget {
@@ -103,8 +136,15 @@ impl KafkaSink {
             let topic = KafkaTopic::connect(&self.target.bootstrap, &self.target.topic).await?;
             let mut partitions = topic.partitions().await?;
             partitions.sort_unstable();
-            if partitions.is_empty() || partitions.iter().enumerate().any(|(i, p)| *p as usize != i) {
-                return Err(Error::new(SqlState::UNDEFINED_OBJECT, format!("kafka topic \"{}\" has partitions {partitions:?}, not 0..n", self.target.topic)));
+            if partitions.is_empty() || partitions.iter().enumerate().any(|(i, p)| *p as usize != i)
+            {
+                return Err(Error::new(
+                    SqlState::UNDEFINED_OBJECT,
+                    format!(
+                        "kafka topic \"{}\" has partitions {partitions:?}, not 0..n",
+                        self.target.topic
+                    ),
+                ));
             }
             let mut clients = Vec::with_capacity(partitions.len());
             for p in partitions {
@@ -112,7 +152,9 @@ impl KafkaSink {
             }
             self.connection = Some((topic, clients));
         }
-        self.connection.as_ref().ok_or_else(|| Error::internal("kafka sink without a connection"))
+        self.connection
+            .as_ref()
+            .ok_or_else(|| Error::internal("kafka sink without a connection"))
     }
 
     /// Writes one epoch: stages its records (once; a retry of the same epoch goes on with what
@@ -139,7 +181,9 @@ impl KafkaSink {
             let partitions = self.connection().await?.1.len();
             self.pending = Some((epoch, self.route(epoch, records, partitions)));
         }
-        let Some((_, mut pending)) = self.pending.take() else { return Ok(()) };
+        let Some((_, mut pending)) = self.pending.take() else {
+            return Ok(());
+        };
         let clients = match self.connection().await {
             Ok((_, clients)) => clients,
             Err(e) => {
@@ -147,15 +191,23 @@ impl KafkaSink {
                 return Err(e);
             }
         };
-        let results = futures::future::join_all(clients.iter().zip(pending.iter_mut()).map(|(client, chunks)| async move {
-            while let Some(chunk) = chunks.pop_front() {
-                if let Err(e) = client.produce(chunk.clone(), Compression::NoCompression).await {
-                    chunks.push_front(chunk);
-                    return Err(kafka_error(&format!("producing to partition {}", client.partition()), e));
+        let results = futures::future::join_all(clients.iter().zip(pending.iter_mut()).map(
+            |(client, chunks)| async move {
+                while let Some(chunk) = chunks.pop_front() {
+                    if let Err(e) = client
+                        .produce(chunk.clone(), Compression::NoCompression)
+                        .await
+                    {
+                        chunks.push_front(chunk);
+                        return Err(kafka_error(
+                            &format!("producing to partition {}", client.partition()),
+                            e,
+                        ));
+                    }
                 }
-            }
-            Ok(())
-        }))
+                Ok(())
+            },
+        ))
         .await;
         if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
             self.pending = Some((epoch, pending));
@@ -167,7 +219,9 @@ impl KafkaSink {
     /// The records for an epoch's consolidated changes: per key, its new row (or a delete).
     /// The key columns and the whole rows of `rows`, each as JSON lines.
     fn key_and_row_lines(&self, rows: &RecordBatch) -> Result<(Vec<u8>, Vec<u8>)> {
-        let keys = rows.project(&self.key).map_err(|e| Error::internal(format!("kafka sink key: {e}")))?;
+        let keys = rows
+            .project(&self.key)
+            .map_err(|e| Error::internal(format!("kafka sink key: {e}")))?;
         Ok((json_lines(&keys)?, json_lines(rows)?))
     }
 
@@ -177,11 +231,14 @@ impl KafkaSink {
         let keys: Vec<&[u8]> = split_lines(&key_lines).collect();
         let values: Vec<&[u8]> = split_lines(&row_lines).collect();
         if keys.len() != rows.num_rows() || values.len() != rows.num_rows() {
-            return Err(Error::internal("kafka sink: JSON lines do not match the rows"));
+            return Err(Error::internal(
+                "kafka sink: JSON lines do not match the rows",
+            ));
         }
         // Per key (in order of first appearance): the row retracted and the row inserted.
         let mut order: Vec<&[u8]> = Vec::new();
-        let mut by_key: HashMap<&[u8], (Option<usize>, Option<usize>)> = HashMap::with_capacity(keys.len());
+        let mut by_key: HashMap<&[u8], (Option<usize>, Option<usize>)> =
+            HashMap::with_capacity(keys.len());
         for (i, diff) in changes.diffs().values().iter().enumerate() {
             let entry = by_key.entry(keys[i]).or_insert_with(|| {
                 order.push(keys[i]);
@@ -205,18 +262,26 @@ impl KafkaSink {
 
     /// The records that make the topic hold `contents`, given the state it holds (`current`:
     /// each key's last row): only keys whose row differs.
-    fn reconcile(&self, epoch: u64, mut current: HashMap<Vec<u8>, Value>, contents: Option<&ChangeBatch>) -> Result<Vec<Keyed>> {
+    fn reconcile(
+        &self,
+        epoch: u64,
+        mut current: HashMap<Vec<u8>, Value>,
+        contents: Option<&ChangeBatch>,
+    ) -> Result<Vec<Keyed>> {
         let mut out = Vec::new();
         if let Some(contents) = contents {
             let (key_lines, row_lines) = self.key_and_row_lines(contents.rows())?;
             for (key, row) in split_lines(&key_lines).zip(split_lines(&row_lines)) {
-                let wanted: Value = serde_json::from_slice(row).map_err(|e| Error::internal(format!("kafka sink: {e}")))?;
+                let wanted: Value = serde_json::from_slice(row)
+                    .map_err(|e| Error::internal(format!("kafka sink: {e}")))?;
                 let before = current.remove(key);
                 if before.as_ref() == Some(&wanted) {
                     continue;
                 }
                 let before = before.map(|b| b.to_string());
-                if let Some(value) = self.value(epoch, before.as_deref().map(str::as_bytes), Some(row)) {
+                if let Some(value) =
+                    self.value(epoch, before.as_deref().map(str::as_bytes), Some(row))
+                {
                     out.push((key.to_vec(), value));
                 }
             }
@@ -234,7 +299,12 @@ impl KafkaSink {
 
     /// The record value for a key whose row went from `before` to `after` (JSON objects);
     /// the outer `None` when there is nothing to write.
-    fn value(&self, epoch: u64, before: Option<&[u8]>, after: Option<&[u8]>) -> Option<Option<Vec<u8>>> {
+    fn value(
+        &self,
+        epoch: u64,
+        before: Option<&[u8]>,
+        after: Option<&[u8]>,
+    ) -> Option<Option<Vec<u8>>> {
         match self.target.envelope {
             KafkaEnvelope::Upsert => match (before, after) {
                 (None, None) => None,
@@ -266,11 +336,20 @@ impl KafkaSink {
 
     /// Records per partition (murmur2 of the key, as Kafka's default partitioner), cut into
     /// produce requests.
-    fn route(&self, epoch: u64, records: Vec<Keyed>, partitions: usize) -> Vec<VecDeque<Vec<Record>>> {
-        let mut out: Vec<VecDeque<Vec<Record>>> = (0..partitions).map(|_| VecDeque::new()).collect();
+    fn route(
+        &self,
+        epoch: u64,
+        records: Vec<Keyed>,
+        partitions: usize,
+    ) -> Vec<VecDeque<Vec<Record>>> {
+        let mut out: Vec<VecDeque<Vec<Record>>> =
+            (0..partitions).map(|_| VecDeque::new()).collect();
         let mut sizes = vec![0usize; partitions];
         let now = chrono::Utc::now();
-        let headers = std::collections::BTreeMap::from([("eddy-sink".to_owned(), self.name.clone().into_bytes()), ("eddy-epoch".to_owned(), epoch.to_string().into_bytes())]);
+        let headers = std::collections::BTreeMap::from([
+            ("eddy-sink".to_owned(), self.name.clone().into_bytes()),
+            ("eddy-epoch".to_owned(), epoch.to_string().into_bytes()),
+        ]);
         for (key, value) in records {
             let p = (murmur2(&key) & 0x7fff_ffff) as usize % partitions;
             let size = key.len() + value.as_ref().map_or(0, Vec::len);
@@ -280,7 +359,12 @@ impl KafkaSink {
             }
             sizes[p] += size;
             if let Some(chunk) = out[p].back_mut() {
-                chunk.push(Record { key: Some(key), value, headers: headers.clone(), timestamp: now });
+                chunk.push(Record {
+                    key: Some(key),
+                    value,
+                    headers: headers.clone(),
+                    timestamp: now,
+                });
             }
         }
         out
@@ -295,21 +379,34 @@ impl KafkaSink {
             let reader = topic.reader(p).await?;
             let mut offset = reader.offset_at(Startup::Earliest).await?;
             loop {
-                let (records, high) = reader.fetch(offset, 4 * 1024 * 1024, Duration::from_millis(50)).await?;
+                let (records, high) = reader
+                    .fetch(offset, 4 * 1024 * 1024, Duration::from_millis(50))
+                    .await?;
                 if offset >= high {
                     break;
                 }
                 if records.is_empty() {
-                    tracing::warn!(topic = topic.topic(), partition = p, offset, high, "reading a kafka sink's topic back found nothing below its high watermark");
+                    tracing::warn!(
+                        topic = topic.topic(),
+                        partition = p,
+                        offset,
+                        high,
+                        "reading a kafka sink's topic back found nothing below its high watermark"
+                    );
                     break;
                 }
                 for r in records {
                     offset = r.offset + 1;
                     let Some(key) = r.key else { continue };
-                    let row = r.value.and_then(|v| serde_json::from_slice::<Value>(&v).ok()).and_then(|v| match envelope {
-                        KafkaEnvelope::Upsert => Some(v),
-                        KafkaEnvelope::Debezium => v.get("after").filter(|a| !a.is_null()).cloned(),
-                    });
+                    let row = r
+                        .value
+                        .and_then(|v| serde_json::from_slice::<Value>(&v).ok())
+                        .and_then(|v| match envelope {
+                            KafkaEnvelope::Upsert => Some(v),
+                            KafkaEnvelope::Debezium => {
+                                v.get("after").filter(|a| !a.is_null()).cloned()
+                            }
+                        });
                     match row {
                         Some(row) => state.insert(key, row),
                         None => state.remove(&key),
@@ -366,33 +463,62 @@ mod tests {
         assert_eq!(murmur2(b"foobar"), -790332482);
         assert_eq!(murmur2(b"a-little-bit-long-string"), -985981536);
         assert_eq!(murmur2(b"a-little-bit-longer-string"), -1486304829);
-        assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"), -58897971);
+        assert_eq!(
+            murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"),
+            -58897971
+        );
         assert_eq!(murmur2(b"abc"), 479470107);
     }
 
     fn sink(envelope: KafkaEnvelope) -> KafkaSink {
-        let target = KafkaTarget { bootstrap: "127.0.0.1:1".into(), topic: "t".into(), envelope };
+        let target = KafkaTarget {
+            bootstrap: "127.0.0.1:1".into(),
+            topic: "t".into(),
+            envelope,
+        };
         KafkaSink::new("s".into(), target, vec![0]).unwrap()
     }
 
     fn changes(rows: &[(i64, &str, i64)]) -> ChangeBatch {
-        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Utf8, true)]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Utf8, true),
+        ]));
         let batch = RecordBatch::try_new(
             schema,
-            vec![Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))), Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1)))],
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+            ],
         )
         .unwrap();
-        ChangeBatch::new(batch, Int64Array::from_iter_values(rows.iter().map(|r| r.2)))
+        ChangeBatch::new(
+            batch,
+            Int64Array::from_iter_values(rows.iter().map(|r| r.2)),
+        )
     }
 
     fn text(records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<(String, Option<String>)> {
-        records.iter().map(|(k, v)| (String::from_utf8(k.clone()).unwrap(), v.as_ref().map(|v| String::from_utf8(v.clone()).unwrap()))).collect()
+        records
+            .iter()
+            .map(|(k, v)| {
+                (
+                    String::from_utf8(k.clone()).unwrap(),
+                    v.as_ref().map(|v| String::from_utf8(v.clone()).unwrap()),
+                )
+            })
+            .collect()
     }
 
     #[test]
     fn upserts_and_tombstones_per_key() {
         let s = sink(KafkaEnvelope::Upsert);
-        let out = s.changes(7, &changes(&[(1, "a", -1), (1, "b", 1), (2, "x", -1), (3, "n", 1)])).unwrap();
+        let out = s
+            .changes(
+                7,
+                &changes(&[(1, "a", -1), (1, "b", 1), (2, "x", -1), (3, "n", 1)]),
+            )
+            .unwrap();
         assert_eq!(
             text(&out),
             vec![
@@ -406,8 +532,16 @@ mod tests {
     #[test]
     fn debezium_pairs_before_and_after() {
         let s = sink(KafkaEnvelope::Debezium);
-        let out = s.changes(7, &changes(&[(1, "a", -1), (1, "b", 1), (2, "x", -1), (3, "n", 1)])).unwrap();
-        let values: Vec<Value> = out.iter().map(|(_, v)| serde_json::from_slice(v.as_ref().unwrap()).unwrap()).collect();
+        let out = s
+            .changes(
+                7,
+                &changes(&[(1, "a", -1), (1, "b", 1), (2, "x", -1), (3, "n", 1)]),
+            )
+            .unwrap();
+        let values: Vec<Value> = out
+            .iter()
+            .map(|(_, v)| serde_json::from_slice(v.as_ref().unwrap()).unwrap())
+            .collect();
         assert_eq!(values[0]["op"], "u");
         assert_eq!(values[0]["before"], serde_json::json!({"k": 1, "v": "a"}));
         assert_eq!(values[0]["after"], serde_json::json!({"k": 1, "v": "b"}));
@@ -422,17 +556,41 @@ mod tests {
         for envelope in [KafkaEnvelope::Upsert, KafkaEnvelope::Debezium] {
             let s = sink(envelope);
             let current: HashMap<Vec<u8>, Value> = HashMap::from([
-                (br#"{"k":1}"#.to_vec(), serde_json::json!({"k": 1, "v": "a"})),
-                (br#"{"k":2}"#.to_vec(), serde_json::json!({"k": 2, "v": "old"})),
-                (br#"{"k":9}"#.to_vec(), serde_json::json!({"k": 9, "v": "gone"})),
+                (
+                    br#"{"k":1}"#.to_vec(),
+                    serde_json::json!({"k": 1, "v": "a"}),
+                ),
+                (
+                    br#"{"k":2}"#.to_vec(),
+                    serde_json::json!({"k": 2, "v": "old"}),
+                ),
+                (
+                    br#"{"k":9}"#.to_vec(),
+                    serde_json::json!({"k": 9, "v": "gone"}),
+                ),
             ]);
-            let out = s.reconcile(3, current, Some(&changes(&[(1, "a", 1), (2, "new", 1), (4, "added", 1)]))).unwrap();
+            let out = s
+                .reconcile(
+                    3,
+                    current,
+                    Some(&changes(&[(1, "a", 1), (2, "new", 1), (4, "added", 1)])),
+                )
+                .unwrap();
             let keys: Vec<String> = text(&out).into_iter().map(|(k, _)| k).collect();
-            assert_eq!(keys, vec![r#"{"k":2}"#, r#"{"k":4}"#, r#"{"k":9}"#], "{envelope:?}");
+            assert_eq!(
+                keys,
+                vec![r#"{"k":2}"#, r#"{"k":4}"#, r#"{"k":9}"#],
+                "{envelope:?}"
+            );
             if envelope == KafkaEnvelope::Upsert {
                 assert_eq!(out[2].1, None);
             } else {
-                let ops: Vec<Value> = out.iter().map(|(_, v)| serde_json::from_slice::<Value>(v.as_ref().unwrap()).unwrap()["op"].clone()).collect();
+                let ops: Vec<Value> = out
+                    .iter()
+                    .map(|(_, v)| {
+                        serde_json::from_slice::<Value>(v.as_ref().unwrap()).unwrap()["op"].clone()
+                    })
+                    .collect();
                 assert_eq!(ops, vec!["u", "c", "d"]);
             }
         }
@@ -441,11 +599,25 @@ mod tests {
     #[test]
     fn a_key_always_lands_in_the_same_partition() {
         let s = sink(KafkaEnvelope::Upsert);
-        let records = s.changes(1, &changes(&[(1, "a", 1), (2, "b", 1), (3, "c", 1), (4, "d", 1)])).unwrap();
+        let records = s
+            .changes(
+                1,
+                &changes(&[(1, "a", 1), (2, "b", 1), (3, "c", 1), (4, "d", 1)]),
+            )
+            .unwrap();
         let again = records.clone();
         let a = s.route(1, records, 3);
         let b = s.route(2, again, 3);
-        let keys = |r: &Vec<VecDeque<Vec<Record>>>| r.iter().map(|p| p.iter().flatten().map(|r| r.key.clone().unwrap()).collect::<Vec<_>>()).collect::<Vec<_>>();
+        let keys = |r: &Vec<VecDeque<Vec<Record>>>| {
+            r.iter()
+                .map(|p| {
+                    p.iter()
+                        .flatten()
+                        .map(|r| r.key.clone().unwrap())
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        };
         assert_eq!(keys(&a), keys(&b));
         assert_eq!(keys(&a).iter().map(Vec::len).sum::<usize>(), 4);
     }

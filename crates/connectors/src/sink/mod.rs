@@ -42,9 +42,15 @@ pub struct SinkProgress {
 /// `batch` as JSON lines: one object per row, nulls written out, each ending in `\n`.
 pub(crate) fn json_lines(batch: &RecordBatch) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(batch.num_rows() * 64);
-    let mut writer = WriterBuilder::new().with_explicit_nulls(true).build::<_, LineDelimited>(&mut out);
-    writer.write(batch).map_err(|e| Error::internal(format!("encoding rows as JSON: {e}")))?;
-    writer.finish().map_err(|e| Error::internal(format!("encoding rows as JSON: {e}")))?;
+    let mut writer = WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, LineDelimited>(&mut out);
+    writer
+        .write(batch)
+        .map_err(|e| Error::internal(format!("encoding rows as JSON: {e}")))?;
+    writer
+        .finish()
+        .map_err(|e| Error::internal(format!("encoding rows as JSON: {e}")))?;
     drop(writer);
     Ok(out)
 }
@@ -65,10 +71,26 @@ mod tests {
 
     #[test]
     fn json_lines_write_nulls_and_escape_newlines() {
-        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true), Field::new("s", DataType::Utf8, true)]));
-        let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![Some(1), None])), Arc::new(StringArray::from(vec![Some("a\nb"), None]))]).unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), None])),
+                Arc::new(StringArray::from(vec![Some("a\nb"), None])),
+            ],
+        )
+        .unwrap();
         let out = json_lines(&batch).unwrap();
         let lines: Vec<&[u8]> = split_lines(&out).collect();
-        assert_eq!(lines, vec![&br#"{"k":1,"s":"a\nb"}"#[..], &br#"{"k":null,"s":null}"#[..]]);
+        assert_eq!(
+            lines,
+            vec![
+                &br#"{"k":1,"s":"a\nb"}"#[..],
+                &br#"{"k":null,"s":null}"#[..]
+            ]
+        );
     }
 }

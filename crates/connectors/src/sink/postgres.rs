@@ -32,9 +32,15 @@ pub struct PostgresTarget {
 impl PostgresTarget {
     /// Reads the connector options; unknown ones are the caller's to reject.
     pub fn from_options(option: impl Fn(&str) -> Option<String>) -> Result<PostgresTarget> {
-        let required = |name: &str| option(name).ok_or_else(|| Error::invalid_parameter(format!("a postgres sink needs the option {name}")));
+        let required = |name: &str| {
+            option(name).ok_or_else(|| {
+                Error::invalid_parameter(format!("a postgres sink needs the option {name}"))
+            })
+        };
         let port = match option("port") {
-            Some(p) => p.parse().map_err(|_| Error::invalid_parameter(format!("port must be a number, not '{p}'")))?,
+            Some(p) => p.parse().map_err(|_| {
+                Error::invalid_parameter(format!("port must be a number, not '{p}'"))
+            })?,
             None => 5432,
         };
         Ok(PostgresTarget {
@@ -78,24 +84,47 @@ fn literal(text: &str) -> String {
 }
 
 fn sink_error(context: &str, e: tokio_postgres::Error) -> Error {
-    let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
-    Error::new(SqlState::CONNECTION_EXCEPTION, format!("postgres sink: {context}: {detail}"))
+    let detail = e
+        .as_db_error()
+        .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+    Error::new(
+        SqlState::CONNECTION_EXCEPTION,
+        format!("postgres sink: {context}: {detail}"),
+    )
 }
 
 impl PostgresSink {
-    pub fn new(name: String, target: PostgresTarget, columns: Vec<SinkColumn>, key: Vec<usize>) -> PostgresSink {
-        PostgresSink { name, target, columns, key, client: None }
+    pub fn new(
+        name: String,
+        target: PostgresTarget,
+        columns: Vec<SinkColumn>,
+        key: Vec<usize>,
+    ) -> PostgresSink {
+        PostgresSink {
+            name,
+            target,
+            columns,
+            key,
+            client: None,
+        }
     }
 
     async fn client(&mut self) -> Result<&Client> {
         if self.client.as_ref().is_none_or(Client::is_closed) {
             let mut config = tokio_postgres::Config::new();
-            config.host(&self.target.host).port(self.target.port).user(&self.target.user).dbname(&self.target.database);
+            config
+                .host(&self.target.host)
+                .port(self.target.port)
+                .user(&self.target.user)
+                .dbname(&self.target.database);
             if let Some(p) = &self.target.password {
                 config.password(p);
             }
             config.connect_timeout(std::time::Duration::from_secs(10));
-            let (client, connection) = config.connect(NoTls).await.map_err(|e| sink_error("connecting", e))?;
+            let (client, connection) = config
+                .connect(NoTls)
+                .await
+                .map_err(|e| sink_error("connecting", e))?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::warn!(error = %e, "postgres sink connection ended");
@@ -103,14 +132,20 @@ impl PostgresSink {
             });
             self.client = Some(client);
         }
-        self.client.as_ref().ok_or_else(|| Error::internal("postgres sink without a connection"))
+        self.client
+            .as_ref()
+            .ok_or_else(|| Error::internal("postgres sink without a connection"))
     }
 
     /// Connects, creates the progress table and the target table (with a unique index on the
     /// key) when missing, and returns the progress recorded for this sink (`None`: none).
     pub async fn prepare(&mut self) -> Result<Option<SinkProgress>> {
         let table = self.target.qualified();
-        let mut columns: Vec<String> = self.columns.iter().map(|c| format!("{} {}", ident(&c.name), c.pg_type)).collect();
+        let mut columns: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| format!("{} {}", ident(&c.name), c.pg_type))
+            .collect();
         if self.key.is_empty() {
             columns.push("eddy_count BIGINT NOT NULL".into());
         }
@@ -127,16 +162,32 @@ impl PostgresSink {
         let name = self.name.clone();
         let schema = ident(&self.target.schema);
         let client = self.client().await?;
-        client.batch_execute(&setup).await.map_err(|e| sink_error("creating the target table", e))?;
+        client
+            .batch_execute(&setup)
+            .await
+            .map_err(|e| sink_error("creating the target table", e))?;
         let row = client
-            .query_opt(&format!("SELECT epoch, offsets FROM {schema}.eddy_sink_progress WHERE sink = $1"), &[&name])
+            .query_opt(
+                &format!("SELECT epoch, offsets FROM {schema}.eddy_sink_progress WHERE sink = $1"),
+                &[&name],
+            )
             .await
             .map_err(|e| sink_error("reading progress", e))?;
-        Ok(row.map(|r| SinkProgress { epoch: r.get::<_, i64>(0) as u64, offsets: r.get(1) }))
+        Ok(row.map(|r| SinkProgress {
+            epoch: r.get::<_, i64>(0) as u64,
+            offsets: r.get(1),
+        }))
     }
 
     fn key_columns(&self) -> Vec<String> {
-        if self.key.is_empty() { self.columns.iter().map(|c| ident(&c.name)).collect() } else { self.key.iter().map(|k| ident(&self.columns[*k].name)).collect() }
+        if self.key.is_empty() {
+            self.columns.iter().map(|c| ident(&c.name)).collect()
+        } else {
+            self.key
+                .iter()
+                .map(|k| ident(&self.columns[*k].name))
+                .collect()
+        }
     }
 
     /// Writes one epoch and its progress in one transaction. After an error the connection is
@@ -144,7 +195,10 @@ impl PostgresSink {
     pub async fn write(&mut self, write: &SinkWrite, progress: &SinkProgress) -> Result<()> {
         let sql = self.statements(write, progress)?;
         let result = match self.client().await {
-            Ok(client) => client.batch_execute(&sql).await.map_err(|e| sink_error("writing an epoch", e)),
+            Ok(client) => client
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| sink_error("writing an epoch", e)),
             Err(e) => Err(e),
         };
         if result.is_err() {
@@ -170,8 +224,17 @@ impl PostgresSink {
             let all_columns: Vec<String> = self.columns.iter().map(|c| ident(&c.name)).collect();
             let key_columns = self.key_columns();
             let matches = |row: &[String]| -> String {
-                let positions: Vec<usize> = if self.key.is_empty() { (0..self.columns.len()).collect() } else { self.key.clone() };
-                positions.iter().zip(&key_columns).map(|(i, c)| format!("{c} IS NOT DISTINCT FROM {}", row[*i])).collect::<Vec<_>>().join(" AND ")
+                let positions: Vec<usize> = if self.key.is_empty() {
+                    (0..self.columns.len()).collect()
+                } else {
+                    self.key.clone()
+                };
+                positions
+                    .iter()
+                    .zip(&key_columns)
+                    .map(|(i, c)| format!("{c} IS NOT DISTINCT FROM {}", row[*i]))
+                    .collect::<Vec<_>>()
+                    .join(" AND ")
             };
             if self.key.is_empty() {
                 // Whole rows, counted: add the weights, then drop rows counted down to zero.
@@ -191,16 +254,44 @@ impl PostgresSink {
                 }
             } else {
                 // By key: a key with a row inserted is upserted; one only retracted is deleted.
-                let key_of = |row: &[String]| self.key.iter().map(|k| row[*k].clone()).collect::<Vec<_>>();
-                let upserted: std::collections::HashSet<Vec<String>> = rows.iter().zip(diffs).filter(|(_, d)| **d > 0).map(|(r, _)| key_of(r)).collect();
-                for (row, _) in rows.iter().zip(diffs).filter(|(r, d)| **d < 0 && !upserted.contains(&key_of(r))) {
+                let key_of =
+                    |row: &[String]| self.key.iter().map(|k| row[*k].clone()).collect::<Vec<_>>();
+                let upserted: std::collections::HashSet<Vec<String>> = rows
+                    .iter()
+                    .zip(diffs)
+                    .filter(|(_, d)| **d > 0)
+                    .map(|(r, _)| key_of(r))
+                    .collect();
+                for (row, _) in rows
+                    .iter()
+                    .zip(diffs)
+                    .filter(|(r, d)| **d < 0 && !upserted.contains(&key_of(r)))
+                {
                     let _ = writeln!(sql, "DELETE FROM {table} WHERE {};", matches(row));
                 }
-                let values: Vec<String> = rows.iter().zip(diffs).filter(|(_, d)| **d > 0).map(|(r, _)| format!("({})", r.join(", "))).collect();
+                let values: Vec<String> = rows
+                    .iter()
+                    .zip(diffs)
+                    .filter(|(_, d)| **d > 0)
+                    .map(|(r, _)| format!("({})", r.join(", ")))
+                    .collect();
                 if !values.is_empty() {
-                    let others: Vec<String> = (0..self.columns.len()).filter(|i| !self.key.contains(i)).map(|i| format!("{0} = EXCLUDED.{0}", all_columns[i])).collect();
-                    let action = if others.is_empty() { "NOTHING".to_owned() } else { format!("UPDATE SET {}", others.join(", ")) };
-                    let _ = writeln!(sql, "INSERT INTO {table} ({}) VALUES {} ON CONFLICT ({}) DO {action};", all_columns.join(", "), values.join(", "), key_columns.join(", "));
+                    let others: Vec<String> = (0..self.columns.len())
+                        .filter(|i| !self.key.contains(i))
+                        .map(|i| format!("{0} = EXCLUDED.{0}", all_columns[i]))
+                        .collect();
+                    let action = if others.is_empty() {
+                        "NOTHING".to_owned()
+                    } else {
+                        format!("UPDATE SET {}", others.join(", "))
+                    };
+                    let _ = writeln!(
+                        sql,
+                        "INSERT INTO {table} ({}) VALUES {} ON CONFLICT ({}) DO {action};",
+                        all_columns.join(", "),
+                        values.join(", "),
+                        key_columns.join(", ")
+                    );
                 }
             }
         }
@@ -219,11 +310,17 @@ impl PostgresSink {
     /// Every value as a SQL literal (`NULL`, or quoted text PostgreSQL casts to the column).
     fn render(&self, rows: &RecordBatch) -> Result<Vec<Vec<String>>> {
         let options = FormatOptions::default().with_display_error(true);
-        let mut out: Vec<Vec<String>> = vec![Vec::with_capacity(rows.num_columns()); rows.num_rows()];
+        let mut out: Vec<Vec<String>> =
+            vec![Vec::with_capacity(rows.num_columns()); rows.num_rows()];
         for column in rows.columns() {
-            let formatter = ArrayFormatter::try_new(column.as_ref(), &options).map_err(|e| Error::internal(format!("postgres sink: {e}")))?;
+            let formatter = ArrayFormatter::try_new(column.as_ref(), &options)
+                .map_err(|e| Error::internal(format!("postgres sink: {e}")))?;
             for (i, row) in out.iter_mut().enumerate() {
-                row.push(if column.is_null(i) { "NULL".to_owned() } else { literal(&formatter.value(i).to_string()) });
+                row.push(if column.is_null(i) {
+                    "NULL".to_owned()
+                } else {
+                    literal(&formatter.value(i).to_string())
+                });
             }
         }
         Ok(out)
@@ -234,7 +331,13 @@ impl PostgresSink {
         let schema = ident(&self.target.schema);
         let name = self.name.clone();
         let client = self.client().await?;
-        client.execute(&format!("DELETE FROM {schema}.eddy_sink_progress WHERE sink = $1"), &[&name]).await.map_err(|e| sink_error("resetting progress", e))?;
+        client
+            .execute(
+                &format!("DELETE FROM {schema}.eddy_sink_progress WHERE sink = $1"),
+                &[&name],
+            )
+            .await
+            .map_err(|e| sink_error("resetting progress", e))?;
         Ok(())
     }
 }

@@ -14,8 +14,17 @@ use crate::catalog::normalize_ident;
 use crate::copy::{CopyFormat, CopyIn};
 
 impl Session {
-    pub(super) fn copy_from_stdin(&self, source: &CopySource, options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Outcome> {
-        let CopySource::Table { table_name, columns } = source else {
+    pub(super) fn copy_from_stdin(
+        &self,
+        source: &CopySource,
+        options: &[CopyOption],
+        legacy: &[CopyLegacyOption],
+    ) -> Result<Outcome> {
+        let CopySource::Table {
+            table_name,
+            columns,
+        } = source
+        else {
             return Err(Error::unsupported("COPY (query) FROM is not valid"));
         };
         let name = self.existing_name(table_name)?;
@@ -28,37 +37,75 @@ impl Session {
                 .map(|c| {
                     let c = normalize_ident(c);
                     table.schema.index_of(&c).map_err(|_| {
-                        Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{c}\" of relation \"{}\" does not exist", name.name))
+                        Error::new(
+                            SqlState::UNDEFINED_COLUMN,
+                            format!(
+                                "column \"{c}\" of relation \"{}\" does not exist",
+                                name.name
+                            ),
+                        )
                     })
                 })
                 .collect::<Result<Vec<_>>>()?
         };
         let format = copy_format(options, legacy)?;
-        Ok(Outcome::CopyIn(CopyIn { table: name, columns, schema: Arc::clone(&table.schema), format }))
+        Ok(Outcome::CopyIn(CopyIn {
+            table: name,
+            columns,
+            schema: Arc::clone(&table.schema),
+            format,
+        }))
     }
 
-
     /// `COPY table [(columns)] TO STDOUT` and `COPY (query) TO STDOUT`, read at one moment.
-    pub(super) async fn copy_to_stdout(&mut self, source: &CopySource, options: &[CopyOption], legacy: &[CopyLegacyOption], params: &[ArrayRef]) -> Result<Outcome> {
+    pub(super) async fn copy_to_stdout(
+        &mut self,
+        source: &CopySource,
+        options: &[CopyOption],
+        legacy: &[CopyLegacyOption],
+        params: &[ArrayRef],
+    ) -> Result<Outcome> {
         let format = copy_format(options, legacy)?;
         let query = match source {
             CopySource::Query(query) => ast::Statement::Query(query.clone()),
-            CopySource::Table { table_name, columns } => {
-                let list = if columns.is_empty() { "*".to_owned() } else { columns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ") };
+            CopySource::Table {
+                table_name,
+                columns,
+            } => {
+                let list = if columns.is_empty() {
+                    "*".to_owned()
+                } else {
+                    columns
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
                 let sql = format!("SELECT {list} FROM {table_name}");
-                match eddy_sql::parse_statements(&sql)?.into_iter().next().map(|p| p.statement) {
+                match eddy_sql::parse_statements(&sql)?
+                    .into_iter()
+                    .next()
+                    .map(|p| p.statement)
+                {
                     Some(Statement::Sql(statement)) => *statement,
                     _ => return Err(Error::internal("COPY's query did not parse")),
                 }
             }
         };
         let Planned::Query(plan) = self.planner.plan(&query).await? else {
-            return Err(Error::new(SqlState::FEATURE_NOT_SUPPORTED, "COPY (query) TO must read rows: a write has no rows to copy"));
+            return Err(Error::new(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                "COPY (query) TO must read rows: a write has no rows to copy",
+            ));
         };
         let plan = plan.bind(params)?;
         let schema = plan.schema();
         let batches = self.planner.execute(plan).await?;
-        Ok(Outcome::CopyOut { schema, batches, format })
+        Ok(Outcome::CopyOut {
+            schema,
+            batches,
+            format,
+        })
     }
 }
 
@@ -75,14 +122,23 @@ fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Co
                 "csv" => csv = true,
                 "text" => csv = false,
                 "binary" => binary = true,
-                other => return Err(Error::unsupported(format!("COPY format \"{other}\" is not supported"))),
+                other => {
+                    return Err(Error::unsupported(format!(
+                        "COPY format \"{other}\" is not supported"
+                    )));
+                }
             },
             CopyOption::Delimiter(c) => delimiter = Some(*c),
             CopyOption::Null(n) => null = Some(n.clone()),
             CopyOption::Header(h) => header = *h,
             CopyOption::Quote(q) => quote = *q,
-            CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
-            other => return Err(Error::unsupported(format!("COPY option {other} is not supported"))),
+            CopyOption::Encoding(e)
+                if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
+            other => {
+                return Err(Error::unsupported(format!(
+                    "COPY option {other} is not supported"
+                )));
+            }
         }
     }
     for option in legacy {
@@ -93,24 +149,43 @@ fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Co
                     match o {
                         CopyLegacyCsvOption::Header => header = true,
                         CopyLegacyCsvOption::Quote(q) => quote = *q,
-                        other => return Err(Error::unsupported(format!("COPY option {other} is not supported"))),
+                        other => {
+                            return Err(Error::unsupported(format!(
+                                "COPY option {other} is not supported"
+                            )));
+                        }
                     }
                 }
             }
             CopyLegacyOption::Delimiter(c) => delimiter = Some(*c),
             CopyLegacyOption::Null(n) => null = Some(n.clone()),
-            other => return Err(Error::unsupported(format!("COPY option {other} is not supported"))),
+            other => {
+                return Err(Error::unsupported(format!(
+                    "COPY option {other} is not supported"
+                )));
+            }
         }
     }
     Ok(if binary {
         if csv || delimiter.is_some() || null.is_some() || header {
-            return Err(Error::new(SqlState::SYNTAX_ERROR, "cannot specify DELIMITER, NULL or HEADER in BINARY mode"));
+            return Err(Error::new(
+                SqlState::SYNTAX_ERROR,
+                "cannot specify DELIMITER, NULL or HEADER in BINARY mode",
+            ));
         }
         CopyFormat::Binary
     } else if csv {
-        CopyFormat::Csv { delimiter: delimiter.unwrap_or(','), quote, null: null.unwrap_or_default(), header }
+        CopyFormat::Csv {
+            delimiter: delimiter.unwrap_or(','),
+            quote,
+            null: null.unwrap_or_default(),
+            header,
+        }
     } else {
-        CopyFormat::Text { delimiter: delimiter.unwrap_or('\t'), null: null.unwrap_or_else(|| "\\N".into()), header }
+        CopyFormat::Text {
+            delimiter: delimiter.unwrap_or('\t'),
+            null: null.unwrap_or_else(|| "\\N".into()),
+            header,
+        }
     })
 }
-

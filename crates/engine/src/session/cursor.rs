@@ -47,47 +47,94 @@ enum CursorKind {
     },
     /// The query's remaining rows; `None` once they are all read.
     /// (In a mutex only to make the session `Sync`; it is reached through `get_mut`.)
-    Query { rows: std::sync::Mutex<Option<futures::stream::BoxStream<'static, Result<RecordBatch>>>> },
+    Query {
+        rows: std::sync::Mutex<Option<futures::stream::BoxStream<'static, Result<RecordBatch>>>>,
+    },
 }
 
 /// Refuses what Eddy's forward-only cursors cannot do, with PostgreSQL's SQLSTATEs.
 fn check_declare(declare: &ast::Declare) -> Result<()> {
     if declare.scroll == Some(true) {
-        return Err(Error::unsupported("SCROLL cursors are not supported: Eddy's cursors scan forward only (NO SCROLL)"));
+        return Err(Error::unsupported(
+            "SCROLL cursors are not supported: Eddy's cursors scan forward only (NO SCROLL)",
+        ));
     }
     if declare.names.len() != 1 {
-        return Err(Error::new(SqlState::SYNTAX_ERROR, "DECLARE names one cursor"));
+        return Err(Error::new(
+            SqlState::SYNTAX_ERROR,
+            "DECLARE names one cursor",
+        ));
     }
     Ok(())
 }
 
 impl Session {
-    fn insert_cursor(&mut self, name: String, schema: SchemaRef, kind: CursorKind, hold: bool, binary: bool) -> Result<Outcome> {
+    fn insert_cursor(
+        &mut self,
+        name: String,
+        schema: SchemaRef,
+        kind: CursorKind,
+        hold: bool,
+        binary: bool,
+    ) -> Result<Outcome> {
         if self.cursors.contains_key(&name) {
-            if let CursorKind::Subscribe { temporary_view: Some(id), .. } = kind {
+            if let CursorKind::Subscribe {
+                temporary_view: Some(id),
+                ..
+            } = kind
+            {
                 self.engine.drop_temporary_view(id);
             }
-            return Err(Error::new(SqlState::DUPLICATE_CURSOR, format!("cursor \"{name}\" already exists")));
+            return Err(Error::new(
+                SqlState::DUPLICATE_CURSOR,
+                format!("cursor \"{name}\" already exists"),
+            ));
         }
         let in_transaction = self.transaction.is_some();
         let savepoint_depth = self.transaction.as_ref().map_or(0, |t| t.savepoints.len());
-        self.cursors.insert(name, Cursor { schema, buffered: VecDeque::new(), kind, hold, binary, in_transaction, savepoint_depth });
-        Ok(Outcome::Command { tag: "DECLARE CURSOR", rows: None })
+        self.cursors.insert(
+            name,
+            Cursor {
+                schema,
+                buffered: VecDeque::new(),
+                kind,
+                hold,
+                binary,
+                in_transaction,
+                savepoint_depth,
+            },
+        );
+        Ok(Outcome::Command {
+            tag: "DECLARE CURSOR",
+            rows: None,
+        })
     }
 
     /// `DECLARE c CURSOR FOR <query>`.
-    pub(super) async fn declare_query(&mut self, declare: &ast::Declare, params: &[arrow::array::ArrayRef]) -> Result<Outcome> {
+    pub(super) async fn declare_query(
+        &mut self,
+        declare: &ast::Declare,
+        params: &[arrow::array::ArrayRef],
+    ) -> Result<Outcome> {
         check_declare(declare)?;
         let hold = declare.hold == Some(true);
         if !hold && self.transaction.is_none() {
-            return Err(Error::new(SqlState::NO_ACTIVE_SQL_TRANSACTION, "DECLARE CURSOR can only be used in transaction blocks"));
+            return Err(Error::new(
+                SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                "DECLARE CURSOR can only be used in transaction blocks",
+            ));
         }
         let Some(query) = &declare.for_query else {
-            return Err(Error::unsupported("DECLARE without a cursor (a variable) is not supported"));
+            return Err(Error::unsupported(
+                "DECLARE without a cursor (a variable) is not supported",
+            ));
         };
         let name = normalize_ident(&declare.names[0]);
         if self.cursors.contains_key(&name) {
-            return Err(Error::new(SqlState::DUPLICATE_CURSOR, format!("cursor \"{name}\" already exists")));
+            return Err(Error::new(
+                SqlState::DUPLICATE_CURSOR,
+                format!("cursor \"{name}\" already exists"),
+            ));
         }
         let statement = ast::Statement::Query(query.clone());
         let eddy_sql::Planned::Query(plan) = self.planner.plan(&statement).await? else {
@@ -97,16 +144,35 @@ impl Session {
         let schema = plan.schema();
         let rows = self.planner.execute_stream(plan).await?;
         let binary = declare.binary == Some(true);
-        self.insert_cursor(name, schema, CursorKind::Query { rows: std::sync::Mutex::new(Some(rows)) }, hold, binary)
+        self.insert_cursor(
+            name,
+            schema,
+            CursorKind::Query {
+                rows: std::sync::Mutex::new(Some(rows)),
+            },
+            hold,
+            binary,
+        )
     }
 
     /// `DECLARE c CURSOR FOR SUBSCRIBE ...`.
-    pub(super) async fn declare_subscribe(&mut self, cursor: &str, subscribe: &eddy_sql::Subscribe) -> Result<Outcome> {
+    pub(super) async fn declare_subscribe(
+        &mut self,
+        cursor: &str,
+        subscribe: &eddy_sql::Subscribe,
+    ) -> Result<Outcome> {
         if self.cursors.contains_key(cursor) {
-            return Err(Error::new(SqlState::DUPLICATE_CURSOR, format!("cursor \"{cursor}\" already exists")));
+            return Err(Error::new(
+                SqlState::DUPLICATE_CURSOR,
+                format!("cursor \"{cursor}\" already exists"),
+            ));
         }
         let (subscription, schema, temporary_view) = self.start_subscription(subscribe).await?;
-        let kind = CursorKind::Subscribe { subscription, progress: subscribe.progress, temporary_view };
+        let kind = CursorKind::Subscribe {
+            subscription,
+            progress: subscribe.progress,
+            temporary_view,
+        };
         self.insert_cursor(cursor.to_owned(), schema, kind, true, false)
     }
 
@@ -118,7 +184,10 @@ impl Session {
                 for name in names {
                     self.close_cursor(&name);
                 }
-                return Ok(Outcome::Command { tag: "CLOSE CURSOR ALL", rows: None });
+                return Ok(Outcome::Command {
+                    tag: "CLOSE CURSOR ALL",
+                    rows: None,
+                });
             }
             ast::CloseCursor::Specific { name } => {
                 let name = normalize_ident(name);
@@ -127,13 +196,20 @@ impl Session {
                 }
             }
         }
-        Ok(Outcome::Command { tag: "CLOSE CURSOR", rows: None })
+        Ok(Outcome::Command {
+            tag: "CLOSE CURSOR",
+            rows: None,
+        })
     }
 
     pub(super) fn close_cursor(&mut self, name: &str) -> bool {
         match self.cursors.remove(name) {
             Some(cursor) => {
-                if let CursorKind::Subscribe { temporary_view: Some(id), .. } = cursor.kind {
+                if let CursorKind::Subscribe {
+                    temporary_view: Some(id),
+                    ..
+                } = cursor.kind
+                {
                     self.engine.drop_temporary_view(id);
                 }
                 true
@@ -144,7 +220,12 @@ impl Session {
 
     /// The transaction ended: its cursors close, held ones survive a commit.
     pub(super) fn close_transaction_cursors(&mut self, committed: bool) {
-        let closing: Vec<String> = self.cursors.iter().filter(|(_, c)| c.in_transaction && !(committed && c.hold)).map(|(n, _)| n.clone()).collect();
+        let closing: Vec<String> = self
+            .cursors
+            .iter()
+            .filter(|(_, c)| c.in_transaction && !(committed && c.hold))
+            .map(|(n, _)| n.clone())
+            .collect();
         for name in closing {
             self.close_cursor(&name);
         }
@@ -156,7 +237,12 @@ impl Session {
     /// `ROLLBACK TO` a savepoint, leaving `open` savepoints (it among them): cursors declared
     /// after it close.
     pub(super) fn close_cursors_after(&mut self, open: usize) {
-        let closing: Vec<String> = self.cursors.iter().filter(|(_, c)| c.in_transaction && c.savepoint_depth >= open).map(|(n, _)| n.clone()).collect();
+        let closing: Vec<String> = self
+            .cursors
+            .iter()
+            .filter(|(_, c)| c.in_transaction && c.savepoint_depth >= open)
+            .map(|(n, _)| n.clone())
+            .collect();
         for name in closing {
             self.close_cursor(&name);
         }
@@ -179,10 +265,17 @@ impl Session {
 
     /// `FETCH` (or `MOVE`, when `skip`) up to `count` rows, all when `None`. A SUBSCRIBE cursor
     /// waits (up to `timeout_ms`, or forever) for its first row.
-    pub(super) async fn fetch(&mut self, name: &str, count: Option<u64>, timeout_ms: Option<u64>, skip: bool) -> Result<Outcome> {
+    pub(super) async fn fetch(
+        &mut self,
+        name: &str,
+        count: Option<u64>,
+        timeout_ms: Option<u64>,
+        skip: bool,
+    ) -> Result<Outcome> {
         let cursor = self.cursors.get_mut(name).ok_or_else(|| no_cursor(name))?;
         let limit = count.map_or(usize::MAX, |c| c as usize);
-        let deadline = timeout_ms.map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
+        let deadline =
+            timeout_ms.map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
         let mut out: Vec<RecordBatch> = Vec::new();
         let mut rows = 0usize;
         loop {
@@ -191,7 +284,9 @@ impl Session {
             {
                 let take = (limit - rows).min(batch.num_rows());
                 if take < batch.num_rows() {
-                    cursor.buffered.push_front(batch.slice(take, batch.num_rows() - take));
+                    cursor
+                        .buffered
+                        .push_front(batch.slice(take, batch.num_rows() - take));
                 }
                 rows += take;
                 if !skip {
@@ -213,40 +308,69 @@ impl Session {
                         }
                     }
                 }
-                CursorKind::Subscribe { subscription, progress, .. } => {
+                CursorKind::Subscribe {
+                    subscription,
+                    progress,
+                    ..
+                } => {
                     let event = match subscription.events.try_recv() {
                         Ok(event) => Some(event),
-                        Err(tokio::sync::mpsc::error::TryRecvError::Empty) if rows > 0 || skip => break,
+                        Err(tokio::sync::mpsc::error::TryRecvError::Empty) if rows > 0 || skip => {
+                            break;
+                        }
                         Err(tokio::sync::mpsc::error::TryRecvError::Empty) => match deadline {
-                            Some(deadline) => match tokio::time::timeout_at(deadline, subscription.events.recv()).await {
-                                Ok(event) => event,
-                                Err(_) => break,
-                            },
+                            Some(deadline) => {
+                                match tokio::time::timeout_at(deadline, subscription.events.recv())
+                                    .await
+                                {
+                                    Ok(event) => event,
+                                    Err(_) => break,
+                                }
+                            }
                             None => subscription.events.recv().await,
                         },
                         Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
                     };
                     let Some(event) = event else {
-                        if subscription.lagged.load(std::sync::atomic::Ordering::Relaxed) {
+                        if subscription
+                            .lagged
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                        {
                             return Err(Error::new(
                                 SqlState::INSUFFICIENT_RESOURCES,
-                                format!("subscription fell more than {} epochs behind and was dropped", eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX),
+                                format!(
+                                    "subscription fell more than {} epochs behind and was dropped",
+                                    eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX
+                                ),
                             ));
                         }
                         break;
                     };
-                    cursor.buffered.extend(change_rows(&cursor.schema, *progress, &event)?);
+                    cursor
+                        .buffered
+                        .extend(change_rows(&cursor.schema, *progress, &event)?);
                 }
             }
         }
         if skip {
-            return Ok(Outcome::Command { tag: "MOVE", rows: Some(rows) });
+            return Ok(Outcome::Command {
+                tag: "MOVE",
+                rows: Some(rows),
+            });
         }
         let schema = Arc::clone(&cursor.schema);
-        Ok(Outcome::TaggedRows { tag: "FETCH", schema, batches: out, binary: cursor.binary })
+        Ok(Outcome::TaggedRows {
+            tag: "FETCH",
+            schema,
+            batches: out,
+            binary: cursor.binary,
+        })
     }
 }
 
 fn no_cursor(name: &str) -> Error {
-    Error::new(SqlState::INVALID_CURSOR_NAME, format!("cursor \"{name}\" does not exist"))
+    Error::new(
+        SqlState::INVALID_CURSOR_NAME,
+        format!("cursor \"{name}\" does not exist"),
+    )
 }

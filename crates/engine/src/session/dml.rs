@@ -20,8 +20,8 @@ use eddy_sql::{Planned, Statement, ast};
 
 use super::{Outcome, Session, conform, refuse_append_only};
 use crate::Table;
-use crate::table::TableData;
 use crate::catalog::normalize_ident;
+use crate::table::TableData;
 
 /// The relation `ON CONFLICT DO UPDATE` reads the proposed rows from.
 const EXCLUDED: &str = "eddy_statement_excluded";
@@ -39,7 +39,11 @@ struct Written {
 
 impl Session {
     /// INSERT, UPDATE or DELETE, with their PostgreSQL clauses.
-    pub(super) async fn execute_write(&mut self, sql: &ast::Statement, params: &[ArrayRef]) -> Result<Outcome> {
+    pub(super) async fn execute_write(
+        &mut self,
+        sql: &ast::Statement,
+        params: &[ArrayRef],
+    ) -> Result<Outcome> {
         self.check_writable(sql)?;
         // Outside a transaction, a write holds the write lock from the moment it reads the
         // table until its commit is queued, so concurrent writes serialize.
@@ -54,8 +58,16 @@ impl Session {
             ast::Statement::Update(update) => (update.from.is_some(), update.returning.as_ref()),
             _ => (false, None),
         };
-        if joined && returning.is_some_and(|items| items.iter().any(|i| matches!(i, ast::SelectItem::Wildcard(_)))) {
-            return Err(Error::unsupported("RETURNING * with FROM or USING is not supported: name the target table's columns (RETURNING t.*)"));
+        if joined
+            && returning.is_some_and(|items| {
+                items
+                    .iter()
+                    .any(|i| matches!(i, ast::SelectItem::Wildcard(_)))
+            })
+        {
+            return Err(Error::unsupported(
+                "RETURNING * with FROM or USING is not supported: name the target table's columns (RETURNING t.*)",
+            ));
         }
         let mut statement = sql.clone();
         let (returning, alias) = take_returning(&mut statement);
@@ -76,10 +88,23 @@ impl Session {
                     None => {
                         let count = proposed.iter().map(RecordBatch::num_rows).sum();
                         let changes = proposed.iter().cloned().map(ChangeBatch::inserts).collect();
-                        Written { table, changes, tag: "INSERT", count, returned: proposed }
+                        Written {
+                            table,
+                            changes,
+                            tag: "INSERT",
+                            count,
+                            returned: proposed,
+                        }
                     }
-                    Some(ast::OnInsert::OnConflict(on)) => self.insert_on_conflict(table, proposed, &on, alias.as_deref(), params).await?,
-                    Some(other) => return Err(Error::unsupported(format!("INSERT ... {other} is not supported"))),
+                    Some(ast::OnInsert::OnConflict(on)) => {
+                        self.insert_on_conflict(table, proposed, &on, alias.as_deref(), params)
+                            .await?
+                    }
+                    Some(other) => {
+                        return Err(Error::unsupported(format!(
+                            "INSERT ... {other} is not supported"
+                        )));
+                    }
                 }
             }
             Planned::Delete { table, old_rows } => {
@@ -88,112 +113,237 @@ impl Session {
                 let old = self.collect_rows(&table, old_rows.bind(params)?).await?;
                 let count = old.iter().map(RecordBatch::num_rows).sum();
                 let changes = old.iter().cloned().map(ChangeBatch::retractions).collect();
-                Written { table, changes, tag: "DELETE", count, returned: old }
+                Written {
+                    table,
+                    changes,
+                    tag: "DELETE",
+                    count,
+                    returned: old,
+                }
             }
-            Planned::Update { table, old_rows, new_rows } => {
+            Planned::Update {
+                table,
+                old_rows,
+                new_rows,
+            } => {
                 let table = self.writable_table(&table)?;
                 refuse_append_only(&table, "UPDATE")?;
-                let concat = |batches: Vec<RecordBatch>| arrow::compute::concat_batches(&table.schema, &batches).map_err(|e| Error::internal(format!("updated rows: {e}")));
+                let concat = |batches: Vec<RecordBatch>| {
+                    arrow::compute::concat_batches(&table.schema, &batches)
+                        .map_err(|e| Error::internal(format!("updated rows: {e}")))
+                };
                 let old = concat(self.collect_rows(&table, old_rows.bind(params)?).await?)?;
                 let new = concat(self.collect_rows(&table, new_rows.bind(params)?).await?)?;
                 let count = old.num_rows();
-                let changes = vec![ChangeBatch::retractions(old), ChangeBatch::inserts(new.clone())];
-                Written { table, changes, tag: "UPDATE", count, returned: vec![new] }
+                let changes = vec![
+                    ChangeBatch::retractions(old),
+                    ChangeBatch::inserts(new.clone()),
+                ];
+                Written {
+                    table,
+                    changes,
+                    tag: "UPDATE",
+                    count,
+                    returned: vec![new],
+                }
             }
             Planned::UpdateJoined { table, rows } => {
                 let table = self.writable_table(&table)?;
                 refuse_append_only(&table, "UPDATE")?;
                 let (old, new) = self.joined_update(&table, rows.bind(params)?).await?;
                 let count = old.num_rows();
-                let changes = vec![ChangeBatch::retractions(old), ChangeBatch::inserts(new.clone())];
-                Written { table, changes, tag: "UPDATE", count, returned: vec![new] }
+                let changes = vec![
+                    ChangeBatch::retractions(old),
+                    ChangeBatch::inserts(new.clone()),
+                ];
+                Written {
+                    table,
+                    changes,
+                    tag: "UPDATE",
+                    count,
+                    returned: vec![new],
+                }
             }
-            Planned::Query(_) => return Err(Error::internal("a write statement planned as a query")),
+            Planned::Query(_) => {
+                return Err(Error::internal("a write statement planned as a query"));
+            }
         };
         let returned = match &returning {
-            Some(items) => Some(self.returning(&written.table, alias.as_deref(), items, written.returned, params).await?),
+            Some(items) => Some(
+                self.returning(
+                    &written.table,
+                    alias.as_deref(),
+                    items,
+                    written.returned,
+                    params,
+                )
+                .await?,
+            ),
             None => None,
         };
         self.write(guard, written.table, written.changes).await?;
         Ok(match returned {
             Some((schema, batches)) => {
-                let tag = if written.tag == "INSERT" { "INSERT 0" } else { written.tag };
-                Outcome::TaggedRows { tag, schema, batches, binary: false }
+                let tag = if written.tag == "INSERT" {
+                    "INSERT 0"
+                } else {
+                    written.tag
+                };
+                Outcome::TaggedRows {
+                    tag,
+                    schema,
+                    batches,
+                    binary: false,
+                }
             }
-            None => Outcome::Command { tag: written.tag, rows: Some(written.count) },
+            None => Outcome::Command {
+                tag: written.tag,
+                rows: Some(written.count),
+            },
         })
     }
 
     /// The rows an `UPDATE ... FROM` replaces and their new versions, each updated row once.
-    async fn joined_update(&self, table: &Table, rows: eddy_sql::QueryPlan) -> Result<(RecordBatch, RecordBatch)> {
+    async fn joined_update(
+        &self,
+        table: &Table,
+        rows: eddy_sql::QueryPlan,
+    ) -> Result<(RecordBatch, RecordBatch)> {
         let schema = rows.schema();
         let batches = self.planner.execute(rows).await?;
-        let rows = arrow::compute::concat_batches(&schema, &batches).map_err(|e| Error::internal(format!("updated rows: {e}")))?;
+        let rows = arrow::compute::concat_batches(&schema, &batches)
+            .map_err(|e| Error::internal(format!("updated rows: {e}")))?;
         let width = table.schema.fields().len();
-        let old = conform(table, RecordBatch::try_new_with_options(
-            Arc::new(arrow::datatypes::Schema::new(schema.fields()[..width].to_vec())),
-            rows.columns()[..width].to_vec(),
-            &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
-        ).map_err(|e| Error::internal(format!("updated rows: {e}")))?)?;
+        let old = conform(
+            table,
+            RecordBatch::try_new_with_options(
+                Arc::new(arrow::datatypes::Schema::new(
+                    schema.fields()[..width].to_vec(),
+                )),
+                rows.columns()[..width].to_vec(),
+                &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
+            )
+            .map_err(|e| Error::internal(format!("updated rows: {e}")))?,
+        )?;
         let mut columns = old.columns().to_vec();
         for (i, field) in schema.fields().iter().enumerate().skip(width) {
-            let Some(name) = field.name().strip_prefix("eddy_set_") else { continue };
-            let c = table.schema.index_of(name).map_err(|_| Error::new(SqlState::UNDEFINED_COLUMN, format!("column \"{name}\" of relation \"{}\" does not exist", table.def.name)))?;
-            let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
+            let Some(name) = field.name().strip_prefix("eddy_set_") else {
+                continue;
+            };
+            let c = table.schema.index_of(name).map_err(|_| {
+                Error::new(
+                    SqlState::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{name}\" of relation \"{}\" does not exist",
+                        table.def.name
+                    ),
+                )
+            })?;
+            let options = arrow::compute::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
             columns[c] = arrow::compute::cast_with_options(rows.column(i), table.schema.field(c).data_type(), &options)
                 .map_err(|e| Error::new(SqlState::DATATYPE_MISMATCH, format!("column \"{name}\" is of type {} but the new value cannot be cast to it: {e}", table.schema.field(c).data_type())))?;
         }
-        let new = conform(table, RecordBatch::try_new(Arc::clone(&table.schema), columns).map_err(|e| Error::internal(format!("updated rows: {e}")))?)?;
+        let new = conform(
+            table,
+            RecordBatch::try_new(Arc::clone(&table.schema), columns)
+                .map_err(|e| Error::internal(format!("updated rows: {e}")))?,
+        )?;
         if old.num_rows() <= 1 {
             return Ok((old, new));
         }
-        let keep = arrow::array::UInt32Array::from(self.view.with_table_data(table, |data| data.first_matches(&old))??);
-        let take = |b: &RecordBatch| arrow::compute::take_record_batch(b, &keep).map_err(|e| Error::internal(format!("updated rows: {e}")));
+        let keep = arrow::array::UInt32Array::from(
+            self.view
+                .with_table_data(table, |data| data.first_matches(&old))??,
+        );
+        let take = |b: &RecordBatch| {
+            arrow::compute::take_record_batch(b, &keep)
+                .map_err(|e| Error::internal(format!("updated rows: {e}")))
+        };
         Ok((take(&old)?, take(&new)?))
     }
 
-    async fn insert_on_conflict(&self, table: Arc<Table>, proposed: Vec<RecordBatch>, on: &ast::OnConflict, alias: Option<&str>, params: &[ArrayRef]) -> Result<Written> {
+    async fn insert_on_conflict(
+        &self,
+        table: Arc<Table>,
+        proposed: Vec<RecordBatch>,
+        on: &ast::OnConflict,
+        alias: Option<&str>,
+        params: &[ArrayRef],
+    ) -> Result<Written> {
         let name = table.def.name.clone();
         let key = &table.def.primary_key;
         if let Some(target) = &on.conflict_target {
             let matches = match target {
                 ast::ConflictTarget::Columns(columns) => {
-                    let mut named: Vec<usize> = columns.iter().filter_map(|c| table.schema.index_of(&normalize_ident(c)).ok()).collect();
+                    let mut named: Vec<usize> = columns
+                        .iter()
+                        .filter_map(|c| table.schema.index_of(&normalize_ident(c)).ok())
+                        .collect();
                     named.sort_unstable();
                     named.dedup();
                     let mut pk = key.clone();
                     pk.sort_unstable();
                     named.len() == columns.len() && named == pk
                 }
-                ast::ConflictTarget::OnConstraint(constraint) => eddy_sql::name_parts(constraint)?.1 == format!("{name}_pkey"),
+                ast::ConflictTarget::OnConstraint(constraint) => {
+                    eddy_sql::name_parts(constraint)?.1 == format!("{name}_pkey")
+                }
             };
             if !matches || key.is_empty() {
-                return Err(Error::new(SqlState::INVALID_COLUMN_REFERENCE, "there is no unique or exclusion constraint matching the ON CONFLICT specification"));
+                return Err(Error::new(
+                    SqlState::INVALID_COLUMN_REFERENCE,
+                    "there is no unique or exclusion constraint matching the ON CONFLICT specification",
+                ));
             }
         }
-        let proposed = arrow::compute::concat_batches(&table.schema, &proposed).map_err(|e| Error::internal(format!("proposed rows: {e}")))?;
+        let proposed = arrow::compute::concat_batches(&table.schema, &proposed)
+            .map_err(|e| Error::internal(format!("proposed rows: {e}")))?;
         if key.is_empty() {
             // Without a key nothing conflicts (PostgreSQL: no constraint to infer).
             if matches!(on.action, ast::OnConflictAction::DoUpdate(_)) {
-                return Err(Error::new(SqlState::INVALID_COLUMN_REFERENCE, "ON CONFLICT DO UPDATE requires inference specification or constraint name")
-                    .with_hint("For example, ON CONFLICT (column_name)."));
+                return Err(Error::new(
+                    SqlState::INVALID_COLUMN_REFERENCE,
+                    "ON CONFLICT DO UPDATE requires inference specification or constraint name",
+                )
+                .with_hint("For example, ON CONFLICT (column_name)."));
             }
             let count = proposed.num_rows();
-            return Ok(Written { table, changes: vec![ChangeBatch::inserts(proposed.clone())], tag: "INSERT", count, returned: vec![proposed] });
+            return Ok(Written {
+                table,
+                changes: vec![ChangeBatch::inserts(proposed.clone())],
+                tag: "INSERT",
+                count,
+                returned: vec![proposed],
+            });
         }
         // Rows whose key is held (or repeats an earlier proposed row) come back rejected.
         let kinds = vec![RowKind::Insert; proposed.num_rows()];
-        let (fresh, rejected) = self.view.with_table_data(&table, |data| data.resolve(&proposed, &kinds))??;
+        let (fresh, rejected) = self
+            .view
+            .with_table_data(&table, |data| data.resolve(&proposed, &kinds))??;
         let inserted = fresh.rows().clone();
         let assignments = match &on.action {
             ast::OnConflictAction::DoNothing => {
                 let count = inserted.num_rows();
-                return Ok(Written { table, changes: vec![fresh], tag: "INSERT", count, returned: vec![inserted] });
+                return Ok(Written {
+                    table,
+                    changes: vec![fresh],
+                    tag: "INSERT",
+                    count,
+                    returned: vec![inserted],
+                });
             }
             ast::OnConflictAction::DoUpdate(update) => update,
         };
         let conflicting: Vec<u32> = rejected.iter().map(|(i, _)| *i as u32).collect();
-        let excluded = arrow::compute::take_record_batch(&proposed, &arrow::array::UInt32Array::from(conflicting)).map_err(|e| Error::internal(format!("excluded rows: {e}")))?;
+        let excluded = arrow::compute::take_record_batch(
+            &proposed,
+            &arrow::array::UInt32Array::from(conflicting),
+        )
+        .map_err(|e| Error::internal(format!("excluded rows: {e}")))?;
         if has_repeated_key(&proposed, key)? {
             return Err(Error::new(SqlState::CARDINALITY_VIOLATION, "ON CONFLICT DO UPDATE command cannot affect row a second time")
                 .with_hint("Ensure that no rows proposed for insertion within the same command have duplicate constrained values."));
@@ -213,7 +363,12 @@ impl Session {
             let mut sql = format!(
                 "UPDATE {} AS {target} SET {} FROM {EXCLUDED} AS excluded WHERE {}",
                 crate::quote_ident(&name),
-                assignments.assignments.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+                assignments
+                    .assignments
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 on_key.join(" AND ")
             );
             if let Some(condition) = &assignments.selection {
@@ -223,7 +378,9 @@ impl Session {
             let view = Arc::clone(&self.view);
             let _excluded = view.local(EXCLUDED, Arc::clone(&table.schema), vec![excluded]);
             let Planned::UpdateJoined { rows, .. } = self.planner.plan(&update).await? else {
-                return Err(Error::internal("ON CONFLICT DO UPDATE did not plan as an UPDATE ... FROM"));
+                return Err(Error::internal(
+                    "ON CONFLICT DO UPDATE did not plan as an UPDATE ... FROM",
+                ));
             };
             let (old, new) = self.joined_update(&table, rows.bind(params)?).await?;
             count += old.num_rows();
@@ -231,18 +388,36 @@ impl Session {
             changes.push(ChangeBatch::inserts(new.clone()));
             returned.push(new);
         }
-        Ok(Written { table, changes, tag: "INSERT", count, returned })
+        Ok(Written {
+            table,
+            changes,
+            tag: "INSERT",
+            count,
+            returned,
+        })
     }
 
     /// Evaluates a RETURNING list over the rows written.
-    async fn returning(&self, table: &Table, alias: Option<&str>, items: &[ast::SelectItem], rows: Vec<RecordBatch>, params: &[ArrayRef]) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    async fn returning(
+        &self,
+        table: &Table,
+        alias: Option<&str>,
+        items: &[ast::SelectItem],
+        rows: Vec<RecordBatch>,
+        params: &[ArrayRef],
+    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let name = alias.map_or_else(|| crate::quote_ident(&table.def.name), crate::quote_ident);
         let list: Vec<String> = items.iter().map(ToString::to_string).collect();
-        let query = single_statement(&format!("SELECT {} FROM {WRITTEN} AS {name}", list.join(", ")))?;
+        let query = single_statement(&format!(
+            "SELECT {} FROM {WRITTEN} AS {name}",
+            list.join(", ")
+        ))?;
         let rows = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
         let view = Arc::clone(&self.view);
         let _written = view.local(WRITTEN, Arc::clone(&table.schema), rows);
-        let Planned::Query(plan) = self.planner.plan(&query).await? else { return Err(Error::internal("RETURNING did not plan as a query")) };
+        let Planned::Query(plan) = self.planner.plan(&query).await? else {
+            return Err(Error::internal("RETURNING did not plan as a query"));
+        };
         let plan = plan.bind(params)?;
         let schema = plan.schema();
         Ok((schema, self.planner.execute(plan).await?))
@@ -256,7 +431,10 @@ impl Session {
             let name = self.existing_name(&target.name)?;
             let table = self.writable_table(&name)?;
             if self.engine.view(&name).is_some() {
-                return Err(Error::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{}\" is not a table", name.name)));
+                return Err(Error::new(
+                    SqlState::WRONG_OBJECT_TYPE,
+                    format!("\"{}\" is not a table", name.name),
+                ));
             }
             refuse_append_only(&table, "TRUNCATE")?;
             tables.push(table);
@@ -267,8 +445,14 @@ impl Session {
         };
         let mut writes = Vec::with_capacity(tables.len());
         for table in tables {
-            let snapshot = self.view.with_table_data_mut(&table, TableData::snapshot)??;
-            let changes: Vec<ChangeBatch> = snapshot.iter().filter(|b| b.num_rows() > 0).map(|b| conform(&table, b.clone()).map(ChangeBatch::retractions)).collect::<Result<_>>()?;
+            let snapshot = self
+                .view
+                .with_table_data_mut(&table, TableData::snapshot)??;
+            let changes: Vec<ChangeBatch> = snapshot
+                .iter()
+                .filter(|b| b.num_rows() > 0)
+                .map(|b| conform(&table, b.clone()).map(ChangeBatch::retractions))
+                .collect::<Result<_>>()?;
             writes.push((table, changes));
         }
         match guard {
@@ -279,17 +463,30 @@ impl Session {
                 }
             }
         }
-        Ok(Outcome::Command { tag: "TRUNCATE TABLE", rows: None })
+        Ok(Outcome::Command {
+            tag: "TRUNCATE TABLE",
+            rows: None,
+        })
     }
 }
 
 /// Takes the RETURNING list off a write, with the name it reads the target by (its alias).
-fn take_returning(statement: &mut ast::Statement) -> (Option<Vec<ast::SelectItem>>, Option<String>) {
+fn take_returning(
+    statement: &mut ast::Statement,
+) -> (Option<Vec<ast::SelectItem>>, Option<String>) {
     match statement {
-        ast::Statement::Insert(insert) => (insert.returning.take(), insert.table_alias.as_ref().map(|a| normalize_ident(&a.alias))),
+        ast::Statement::Insert(insert) => (
+            insert.returning.take(),
+            insert
+                .table_alias
+                .as_ref()
+                .map(|a| normalize_ident(&a.alias)),
+        ),
         ast::Statement::Update(update) => {
             let alias = match &update.table.relation {
-                ast::TableFactor::Table { alias: Some(alias), .. } => Some(normalize_ident(&alias.name)),
+                ast::TableFactor::Table {
+                    alias: Some(alias), ..
+                } => Some(normalize_ident(&alias.name)),
                 _ => None,
             };
             (update.returning.take(), alias)
@@ -300,9 +497,15 @@ fn take_returning(statement: &mut ast::Statement) -> (Option<Vec<ast::SelectItem
 }
 
 fn single_statement(sql: &str) -> Result<ast::Statement> {
-    match eddy_sql::parse_statements(sql)?.into_iter().next().map(|p| p.statement) {
+    match eddy_sql::parse_statements(sql)?
+        .into_iter()
+        .next()
+        .map(|p| p.statement)
+    {
         Some(Statement::Sql(statement)) => Ok(*statement),
-        _ => Err(Error::internal(format!("{sql} did not parse to one statement"))),
+        _ => Err(Error::internal(format!(
+            "{sql} did not parse to one statement"
+        ))),
     }
 }
 
@@ -311,10 +514,16 @@ fn has_repeated_key(rows: &RecordBatch, key: &[usize]) -> Result<bool> {
     if rows.num_rows() < 2 {
         return Ok(false);
     }
-    let fields = key.iter().map(|&c| arrow::row::SortField::new(rows.schema().field(c).data_type().clone())).collect();
-    let converter = arrow::row::RowConverter::new(fields).map_err(|e| Error::internal(format!("key converter: {e}")))?;
+    let fields = key
+        .iter()
+        .map(|&c| arrow::row::SortField::new(rows.schema().field(c).data_type().clone()))
+        .collect();
+    let converter = arrow::row::RowConverter::new(fields)
+        .map_err(|e| Error::internal(format!("key converter: {e}")))?;
     let columns: Vec<ArrayRef> = key.iter().map(|&c| Arc::clone(rows.column(c))).collect();
-    let keys = converter.convert_columns(&columns).map_err(|e| Error::internal(format!("encode keys: {e}")))?;
+    let keys = converter
+        .convert_columns(&columns)
+        .map_err(|e| Error::internal(format!("encode keys: {e}")))?;
     let mut seen = std::collections::HashSet::with_capacity(rows.num_rows());
     Ok((0..rows.num_rows()).any(|i| !seen.insert(keys.row(i).data().to_vec())))
 }

@@ -37,7 +37,11 @@ impl Session {
                 then: Box::new(Outcome::TransactionStart),
             };
         }
-        self.transaction = Some(Transaction { failed: false, writes: BTreeMap::new(), savepoints: Vec::new() });
+        self.transaction = Some(Transaction {
+            failed: false,
+            writes: BTreeMap::new(),
+            savepoints: Vec::new(),
+        });
         Outcome::TransactionStart
     }
 
@@ -48,7 +52,11 @@ impl Session {
                 then: Box::new(Outcome::TransactionEnd { tag: "COMMIT" }),
             });
         };
-        self.view.forks.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.view
+            .forks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         self.close_transaction_cursors(!txn.failed);
         if txn.failed {
             return Ok(Outcome::TransactionEnd { tag: "ROLLBACK" });
@@ -60,7 +68,11 @@ impl Session {
     }
 
     pub(super) fn rollback(&mut self) -> Outcome {
-        self.view.forks.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.view
+            .forks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         if self.transaction.take().is_none() {
             return Outcome::Warning {
                 message: "there is no transaction in progress".into(),
@@ -72,17 +84,27 @@ impl Session {
     }
 
     fn open_transaction(&mut self, statement: &str) -> Result<&mut Transaction> {
-        self.transaction
-            .as_mut()
-            .ok_or_else(|| Error::new(SqlState::NO_ACTIVE_SQL_TRANSACTION, format!("{statement} can only be used in transaction blocks")))
+        self.transaction.as_mut().ok_or_else(|| {
+            Error::new(
+                SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                format!("{statement} can only be used in transaction blocks"),
+            )
+        })
     }
 
     /// `SAVEPOINT name`.
     pub(super) fn savepoint(&mut self, name: String) -> Result<Outcome> {
         let txn = self.open_transaction("SAVEPOINT")?;
-        let lengths = txn.writes.iter().map(|(id, (_, changes))| (*id, changes.len())).collect();
+        let lengths = txn
+            .writes
+            .iter()
+            .map(|(id, (_, changes))| (*id, changes.len()))
+            .collect();
         txn.savepoints.push(Savepoint { name, lengths });
-        Ok(Outcome::Command { tag: "SAVEPOINT", rows: None })
+        Ok(Outcome::Command {
+            tag: "SAVEPOINT",
+            rows: None,
+        })
     }
 
     /// `RELEASE [SAVEPOINT] name`: forgets it and every later savepoint; the writes stay.
@@ -90,15 +112,21 @@ impl Session {
         let txn = self.open_transaction("RELEASE SAVEPOINT")?;
         let at = find(txn, name)?;
         txn.savepoints.truncate(at);
-        Ok(Outcome::Command { tag: "RELEASE", rows: None })
+        Ok(Outcome::Command {
+            tag: "RELEASE",
+            rows: None,
+        })
     }
 
     /// `ROLLBACK TO [SAVEPOINT] name`: undoes what followed it (it stays set), and a failed
     /// transaction can go on.
     pub(super) fn rollback_to_savepoint(&mut self, name: &str) -> Result<Outcome> {
-        let txn = self.transaction
-            .as_mut()
-            .ok_or_else(|| Error::new(SqlState::NO_ACTIVE_SQL_TRANSACTION, "ROLLBACK TO SAVEPOINT can only be used in transaction blocks"))?;
+        let txn = self.transaction.as_mut().ok_or_else(|| {
+            Error::new(
+                SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                "ROLLBACK TO SAVEPOINT can only be used in transaction blocks",
+            )
+        })?;
         let at = find(txn, name)?;
         txn.savepoints.truncate(at + 1);
         let lengths = &txn.savepoints[at].lengths;
@@ -120,19 +148,29 @@ impl Session {
         }
         drop(forks);
         self.close_cursors_after(at + 1);
-        Ok(Outcome::Command { tag: "ROLLBACK", rows: None })
+        Ok(Outcome::Command {
+            tag: "ROLLBACK",
+            rows: None,
+        })
     }
 
     /// Writes `changes` to `table`: committed now outside a transaction, else kept in the
     /// transaction and applied to its private copy of the table.
-    pub(super) async fn write(&mut self, guard: Option<WriteGuard>, table: Arc<Table>, changes: Vec<ChangeBatch>) -> Result<()> {
+    pub(super) async fn write(
+        &mut self,
+        guard: Option<WriteGuard>,
+        table: Arc<Table>,
+        changes: Vec<ChangeBatch>,
+    ) -> Result<()> {
         match self.transaction.as_mut() {
             None => {
                 let guard = match guard {
                     Some(g) => g,
                     None => self.engine.lock_writes().await,
                 };
-                self.engine.commit(guard, vec![(table, changes)], &[], None).await
+                self.engine
+                    .commit(guard, vec![(table, changes)], &[], None)
+                    .await
             }
             Some(txn) => {
                 let mut forks = self.view.forks.lock().unwrap_or_else(|p| p.into_inner());
@@ -142,7 +180,11 @@ impl Session {
                 };
                 fork.check(&changes)?;
                 fork.apply(&changes)?;
-                txn.writes.entry(table.def.id).or_insert_with(|| (Arc::clone(&table), Vec::new())).1.extend(changes);
+                txn.writes
+                    .entry(table.def.id)
+                    .or_insert_with(|| (Arc::clone(&table), Vec::new()))
+                    .1
+                    .extend(changes);
                 Ok(())
             }
         }
@@ -154,5 +196,10 @@ fn find(txn: &Transaction, name: &str) -> Result<usize> {
     txn.savepoints
         .iter()
         .rposition(|s| s.name == name)
-        .ok_or_else(|| Error::new(SqlState::INVALID_SAVEPOINT_SPECIFICATION, format!("savepoint \"{name}\" does not exist")))
+        .ok_or_else(|| {
+            Error::new(
+                SqlState::INVALID_SAVEPOINT_SPECIFICATION,
+                format!("savepoint \"{name}\" does not exist"),
+            )
+        })
 }

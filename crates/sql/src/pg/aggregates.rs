@@ -14,12 +14,14 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, FieldRef};
 use arrow::array::ArrayRef;
+use arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::functions_aggregate::average::Avg;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{Accumulator, AggregateUDF, AggregateUDFImpl, GroupsAccumulator, ReversedUDAF, Signature};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, GroupsAccumulator, ReversedUDAF, Signature,
+};
 
 /// Decimal places of `avg(integer | numeric)`.
 const AVG_SCALE: i8 = 16;
@@ -35,13 +37,25 @@ impl PgAvg {
         Ok(match t {
             // Integers average as numerics; 20 digits hold any bigint, and keep DataFusion's
             // running sum in 128 bits.
-            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
-                DataType::Decimal128(20, 0)
-            }
+            DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64 => DataType::Decimal128(20, 0),
             DataType::Decimal128(..) | DataType::Duration(_) => t.clone(),
             DataType::Decimal32(p, s) | DataType::Decimal64(p, s) => DataType::Decimal128(*p, *s),
-            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Null => DataType::Float64,
-            other => return Err(crate::pg::udf::no_such_function("avg", std::slice::from_ref(other))),
+            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Null => {
+                DataType::Float64
+            }
+            other => {
+                return Err(crate::pg::udf::no_such_function(
+                    "avg",
+                    std::slice::from_ref(other),
+                ));
+            }
         })
     }
 }
@@ -67,9 +81,20 @@ impl AggregateUDFImpl for PgAvg {
     }
 
     fn return_field(&self, arg_fields: &[FieldRef]) -> Result<FieldRef> {
-        match self.return_type(&arg_fields.iter().map(|f| f.data_type().clone()).collect::<Vec<_>>())? {
-            DataType::Decimal128(_, s) => Ok(std::sync::Arc::new(crate::pg::text::numeric_field_at_scale(s).with_name(self.name()))),
-            other => Ok(std::sync::Arc::new(arrow::datatypes::Field::new(self.name(), other, true))),
+        match self.return_type(
+            &arg_fields
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect::<Vec<_>>(),
+        )? {
+            DataType::Decimal128(_, s) => Ok(std::sync::Arc::new(
+                crate::pg::text::numeric_field_at_scale(s).with_name(self.name()),
+            )),
+            other => Ok(std::sync::Arc::new(arrow::datatypes::Field::new(
+                self.name(),
+                other,
+                true,
+            ))),
         }
     }
 
@@ -82,7 +107,10 @@ impl AggregateUDFImpl for PgAvg {
 
     fn accumulator(&self, acc_args: AccumulatorArgs<'_>) -> Result<Box<dyn Accumulator>> {
         let output = acc_args.return_field.data_type().clone();
-        Ok(RoundingAvg::wrap(self.inner.accumulator(acc_args)?, &output))
+        Ok(RoundingAvg::wrap(
+            self.inner.accumulator(acc_args)?,
+            &output,
+        ))
     }
 
     fn state_fields(&self, args: StateFieldsArgs<'_>) -> Result<Vec<FieldRef>> {
@@ -92,16 +120,26 @@ impl AggregateUDFImpl for PgAvg {
     /// Not for numeric results: DataFusion's grouped average truncates (the per-group
     /// accumulator rounds).
     fn groups_accumulator_supported(&self, args: AccumulatorArgs<'_>) -> bool {
-        !matches!(args.return_field.data_type(), DataType::Decimal128(..)) && self.inner.groups_accumulator_supported(args)
+        !matches!(args.return_field.data_type(), DataType::Decimal128(..))
+            && self.inner.groups_accumulator_supported(args)
     }
 
-    fn create_groups_accumulator(&self, args: AccumulatorArgs<'_>) -> Result<Box<dyn GroupsAccumulator>> {
+    fn create_groups_accumulator(
+        &self,
+        args: AccumulatorArgs<'_>,
+    ) -> Result<Box<dyn GroupsAccumulator>> {
         self.inner.create_groups_accumulator(args)
     }
 
-    fn create_sliding_accumulator(&self, args: AccumulatorArgs<'_>) -> Result<Box<dyn Accumulator>> {
+    fn create_sliding_accumulator(
+        &self,
+        args: AccumulatorArgs<'_>,
+    ) -> Result<Box<dyn Accumulator>> {
         let output = args.return_field.data_type().clone();
-        Ok(RoundingAvg::wrap(self.inner.create_sliding_accumulator(args)?, &output))
+        Ok(RoundingAvg::wrap(
+            self.inner.create_sliding_accumulator(args)?,
+            &output,
+        ))
     }
 
     fn reverse_expr(&self) -> ReversedUDAF {
@@ -121,7 +159,11 @@ struct RoundingAvg {
 impl RoundingAvg {
     fn wrap(inner: Box<dyn Accumulator>, output: &DataType) -> Box<dyn Accumulator> {
         match output {
-            DataType::Decimal128(precision, scale) => Box::new(RoundingAvg { inner, precision: *precision, scale: *scale }),
+            DataType::Decimal128(precision, scale) => Box::new(RoundingAvg {
+                inner,
+                precision: *precision,
+                scale: *scale,
+            }),
             _ => inner,
         }
     }
@@ -135,18 +177,32 @@ impl Accumulator for RoundingAvg {
     fn evaluate(&mut self) -> Result<ScalarValue> {
         let state = self.inner.state()?;
         let (count, sum, sum_scale) = match state.as_slice() {
-            [ScalarValue::UInt64(count), ScalarValue::Decimal128(sum, _, s)] => (count.unwrap_or(0), *sum, *s),
-            [ScalarValue::UInt64(count), ScalarValue::Decimal256(sum, _, s)] => {
-                let sum = sum.map(|v| v.to_i128().ok_or_else(|| overflow(self.precision, self.scale))).transpose()?;
+            [
+                ScalarValue::UInt64(count),
+                ScalarValue::Decimal128(sum, _, s),
+            ] => (count.unwrap_or(0), *sum, *s),
+            [
+                ScalarValue::UInt64(count),
+                ScalarValue::Decimal256(sum, _, s),
+            ] => {
+                let sum = sum
+                    .map(|v| {
+                        v.to_i128()
+                            .ok_or_else(|| overflow(self.precision, self.scale))
+                    })
+                    .transpose()?;
                 (count.unwrap_or(0), sum, *s)
             }
             _ => return self.inner.evaluate(),
         };
         let value = match sum {
             Some(sum) if count > 0 => {
-                let shift = u32::try_from(self.scale - sum_scale).map_err(|_| overflow(self.precision, self.scale))?;
-                let count = i64::try_from(count).map_err(|_| overflow(self.precision, self.scale))?;
-                let value = eddy_dataflow::decimal::average(sum, count, shift).ok_or_else(|| overflow(self.precision, self.scale))?;
+                let shift = u32::try_from(self.scale - sum_scale)
+                    .map_err(|_| overflow(self.precision, self.scale))?;
+                let count =
+                    i64::try_from(count).map_err(|_| overflow(self.precision, self.scale))?;
+                let value = eddy_dataflow::decimal::average(sum, count, shift)
+                    .ok_or_else(|| overflow(self.precision, self.scale))?;
                 if value.unsigned_abs() >= 10u128.pow(u32::from(self.precision)) {
                     return Err(overflow(self.precision, self.scale));
                 }
@@ -222,14 +278,23 @@ impl AggregateUDFImpl for FloatsUngrouped {
     }
 
     fn groups_accumulator_supported(&self, args: AccumulatorArgs<'_>) -> bool {
-        !matches!(args.return_field.data_type(), DataType::Float16 | DataType::Float32 | DataType::Float64) && self.inner.groups_accumulator_supported(args)
+        !matches!(
+            args.return_field.data_type(),
+            DataType::Float16 | DataType::Float32 | DataType::Float64
+        ) && self.inner.groups_accumulator_supported(args)
     }
 
-    fn create_groups_accumulator(&self, args: AccumulatorArgs<'_>) -> Result<Box<dyn GroupsAccumulator>> {
+    fn create_groups_accumulator(
+        &self,
+        args: AccumulatorArgs<'_>,
+    ) -> Result<Box<dyn GroupsAccumulator>> {
         self.inner.create_groups_accumulator(args)
     }
 
-    fn create_sliding_accumulator(&self, args: AccumulatorArgs<'_>) -> Result<Box<dyn Accumulator>> {
+    fn create_sliding_accumulator(
+        &self,
+        args: AccumulatorArgs<'_>,
+    ) -> Result<Box<dyn Accumulator>> {
         self.inner.create_sliding_accumulator(args)
     }
 
@@ -245,7 +310,10 @@ impl AggregateUDFImpl for FloatsUngrouped {
         self.inner.is_descending()
     }
 
-    fn value_from_stats(&self, statistics_args: &datafusion::logical_expr::StatisticsArgs<'_>) -> Option<ScalarValue> {
+    fn value_from_stats(
+        &self,
+        statistics_args: &datafusion::logical_expr::StatisticsArgs<'_>,
+    ) -> Option<ScalarValue> {
         self.inner.value_from_stats(statistics_args)
     }
 
@@ -255,10 +323,24 @@ impl AggregateUDFImpl for FloatsUngrouped {
 }
 
 pub fn functions() -> Vec<Arc<AggregateUDF>> {
-    let variance = datafusion::functions_aggregate::variance::var_samp_udaf().as_ref().clone().with_aliases(["variance"]);
-    let mut out = vec![Arc::new(AggregateUDF::new_from_impl(PgAvg { inner: Avg::new(), signature: Signature::user_defined(datafusion::logical_expr::Volatility::Immutable) })), Arc::new(variance)];
-    for inner in [datafusion::functions_aggregate::min_max::min_udaf(), datafusion::functions_aggregate::min_max::max_udaf()] {
-        out.push(Arc::new(AggregateUDF::new_from_impl(FloatsUngrouped { inner })));
+    let variance = datafusion::functions_aggregate::variance::var_samp_udaf()
+        .as_ref()
+        .clone()
+        .with_aliases(["variance"]);
+    let mut out = vec![
+        Arc::new(AggregateUDF::new_from_impl(PgAvg {
+            inner: Avg::new(),
+            signature: Signature::user_defined(datafusion::logical_expr::Volatility::Immutable),
+        })),
+        Arc::new(variance),
+    ];
+    for inner in [
+        datafusion::functions_aggregate::min_max::min_udaf(),
+        datafusion::functions_aggregate::min_max::max_udaf(),
+    ] {
+        out.push(Arc::new(AggregateUDF::new_from_impl(FloatsUngrouped {
+            inner,
+        })));
     }
     out
 }

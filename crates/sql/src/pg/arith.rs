@@ -33,10 +33,16 @@ fn symbol(op: Operator) -> &'static str {
 }
 
 /// An integer kernel's result, its overflow reported as PostgreSQL does.
-fn integer_result(result: std::result::Result<ArrayRef, arrow::error::ArrowError>, t: &DataType) -> Result<ColumnarValue> {
+fn integer_result(
+    result: std::result::Result<ArrayRef, arrow::error::ArrowError>,
+    t: &DataType,
+) -> Result<ColumnarValue> {
     match result {
         Ok(out) => Ok(ColumnarValue::Array(out)),
-        Err(arrow::error::ArrowError::ArithmeticOverflow(_)) => Err(error(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, format!("{} out of range", int_name(t)))),
+        Err(arrow::error::ArrowError::ArithmeticOverflow(_)) => Err(error(
+            SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+            format!("{} out of range", int_name(t)),
+        )),
         Err(other) => Err(other.into()),
     }
 }
@@ -81,18 +87,30 @@ fn checked_float(name: &'static str, op: Operator) -> ScalarUDF {
                     Operator::Plus => l + r,
                     Operator::Minus => l - r,
                     Operator::Multiply => l * r,
-                    _ if r == 0.0 => return Err(error(SqlState::DIVISION_BY_ZERO, "division by zero")),
+                    _ if r == 0.0 => {
+                        return Err(error(SqlState::DIVISION_BY_ZERO, "division by zero"));
+                    }
                     _ => l / r,
                 };
                 let single = a[0].data_type() == &DataType::Float32;
-                let overflowed = if single { (v as f32).is_infinite() } else { v.is_infinite() };
+                let overflowed = if single {
+                    (v as f32).is_infinite()
+                } else {
+                    v.is_infinite()
+                };
                 if overflowed && l.is_finite() && r.is_finite() {
-                    return Err(error(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "value out of range: overflow"));
+                    return Err(error(
+                        SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                        "value out of range: overflow",
+                    ));
                 }
                 out.push(Some(v));
             }
             let result: ArrayRef = Arc::new(arrow::array::Float64Array::from(out));
-            Ok(ColumnarValue::Array(arrow::compute::cast(&result, a[0].data_type())?))
+            Ok(ColumnarValue::Array(arrow::compute::cast(
+                &result,
+                a[0].data_type(),
+            )?))
         },
     )
     .named(operator_name(symbol(op)))
@@ -100,7 +118,9 @@ fn checked_float(name: &'static str, op: Operator) -> ScalarUDF {
 }
 
 fn as_f64(array: &ArrayRef) -> Result<arrow::array::Float64Array> {
-    Ok(arrow::compute::cast(array, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
+    Ok(arrow::compute::cast(array, &DataType::Float64)?
+        .as_primitive::<Float64Type>()
+        .clone())
 }
 
 fn checked_negate() -> ScalarUDF {
@@ -110,7 +130,10 @@ fn checked_negate() -> ScalarUDF {
         first_argument_type,
         |args| {
             let a = arrays(args)?;
-            integer_result(arrow::compute::kernels::numeric::neg(&a[0]), a[0].data_type())
+            integer_result(
+                arrow::compute::kernels::numeric::neg(&a[0]),
+                a[0].data_type(),
+            )
         },
     )
     .named(operator_name("-"))
@@ -124,9 +147,17 @@ fn numeric_divide() -> ScalarUDF {
     PgFunction::with_return(
         NUMERIC_DIVIDE,
         Signature::any(2, IMMUTABLE),
-        |args| match (args.arg_fields[0].data_type(), args.arg_fields[1].data_type()) {
-            (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2)) => Ok(super::text::numeric_field_at_scale((*s1).max(*s2).max(QUOTIENT_SCALE))),
-            (l, r) => Err(super::udf::no_such_function(NUMERIC_DIVIDE, &[l.clone(), r.clone()])),
+        |args| match (
+            args.arg_fields[0].data_type(),
+            args.arg_fields[1].data_type(),
+        ) {
+            (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2)) => Ok(
+                super::text::numeric_field_at_scale((*s1).max(*s2).max(QUOTIENT_SCALE)),
+            ),
+            (l, r) => Err(super::udf::no_such_function(
+                NUMERIC_DIVIDE,
+                &[l.clone(), r.clone()],
+            )),
         },
         |args| {
             let a = arrays(args)?;
@@ -135,12 +166,21 @@ fn numeric_divide() -> ScalarUDF {
                 _ => 0,
             };
             let (s1, s2) = (scale(a[0].data_type()), scale(a[1].data_type()));
-            let DataType::Decimal128(p, target) = args.return_type().clone() else { return Err(error(SqlState::INTERNAL_ERROR, "numeric division result is not numeric")) };
+            let DataType::Decimal128(p, target) = args.return_type().clone() else {
+                return Err(error(
+                    SqlState::INTERNAL_ERROR,
+                    "numeric division result is not numeric",
+                ));
+            };
             // l / r at `target` = l * 10^(target + s2 - s1) / r, in 256 bits, rounded.
             let shift = i32::from(target) + i32::from(s2) - i32::from(s1);
             let ten = i256::from_i128(10);
-            let (x, y) = (a[0].as_primitive::<Decimal128Type>(), a[1].as_primitive::<Decimal128Type>());
-            let mut b = Decimal128Builder::with_capacity(x.len()).with_precision_and_scale(p, target)?;
+            let (x, y) = (
+                a[0].as_primitive::<Decimal128Type>(),
+                a[1].as_primitive::<Decimal128Type>(),
+            );
+            let mut b =
+                Decimal128Builder::with_capacity(x.len()).with_precision_and_scale(p, target)?;
             for i in 0..x.len() {
                 if x.is_null(i) || y.is_null(i) {
                     b.append_null();
@@ -152,14 +192,32 @@ fn numeric_divide() -> ScalarUDF {
                 }
                 let (mut numerator, mut denominator) = (l, r);
                 if shift >= 0 {
-                    numerator = numerator.checked_mul(ten.checked_pow(shift as u32).ok_or_else(overflow)?).ok_or_else(overflow)?;
+                    numerator = numerator
+                        .checked_mul(ten.checked_pow(shift as u32).ok_or_else(overflow)?)
+                        .ok_or_else(overflow)?;
                 } else {
-                    denominator = denominator.checked_mul(ten.checked_pow((-shift) as u32).ok_or_else(overflow)?).ok_or_else(overflow)?;
+                    denominator = denominator
+                        .checked_mul(ten.checked_pow((-shift) as u32).ok_or_else(overflow)?)
+                        .ok_or_else(overflow)?;
                 }
                 let (q, rem) = (numerator / denominator, numerator % denominator);
-                let twice = rem.wrapping_abs().checked_mul(i256::from_i128(2)).ok_or_else(overflow)?;
-                let rounded = if twice >= denominator.wrapping_abs() { if (numerator < i256::ZERO) != (denominator < i256::ZERO) { q - i256::ONE } else { q + i256::ONE } } else { q };
-                let value = rounded.to_i128().filter(|v| super::decimal::fits(*v, p)).ok_or_else(overflow)?;
+                let twice = rem
+                    .wrapping_abs()
+                    .checked_mul(i256::from_i128(2))
+                    .ok_or_else(overflow)?;
+                let rounded = if twice >= denominator.wrapping_abs() {
+                    if (numerator < i256::ZERO) != (denominator < i256::ZERO) {
+                        q - i256::ONE
+                    } else {
+                        q + i256::ONE
+                    }
+                } else {
+                    q
+                };
+                let value = rounded
+                    .to_i128()
+                    .filter(|v| super::decimal::fits(*v, p))
+                    .ok_or_else(overflow)?;
                 b.append_value(value);
             }
             Ok(ColumnarValue::Array(Arc::new(b.finish()) as ArrayRef))
@@ -170,7 +228,10 @@ fn numeric_divide() -> ScalarUDF {
 }
 
 fn overflow() -> datafusion::common::DataFusionError {
-    error(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "numeric field overflow")
+    error(
+        SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+        "numeric field overflow",
+    )
 }
 
 pub const NUMERIC_DIVIDE: &str = "eddy_numeric_divide";
@@ -189,7 +250,10 @@ pub struct ArithmeticFunctions {
 
 /// The checked operators, registered under their names (so plans can be displayed and
 /// views restored) and handed to [`super::rules::CheckedArithmetic`].
-pub fn arithmetic_functions(output_text: Arc<ScalarUDF>, cast: Arc<ScalarUDF>) -> ArithmeticFunctions {
+pub fn arithmetic_functions(
+    output_text: Arc<ScalarUDF>,
+    cast: Arc<ScalarUDF>,
+) -> ArithmeticFunctions {
     ArithmeticFunctions {
         output_text,
         cast,
@@ -211,7 +275,8 @@ pub fn arithmetic_functions(output_text: Arc<ScalarUDF>, cast: Arc<ScalarUDF>) -
 
 impl ArithmeticFunctions {
     pub fn all(&self) -> Vec<Arc<ScalarUDF>> {
-        let mut out: Vec<Arc<ScalarUDF>> = self.int.iter().chain(self.float.iter()).cloned().collect();
+        let mut out: Vec<Arc<ScalarUDF>> =
+            self.int.iter().chain(self.float.iter()).cloned().collect();
         out.push(Arc::clone(&self.negate));
         out.push(Arc::clone(&self.numeric_divide));
         out

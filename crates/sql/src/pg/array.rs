@@ -13,14 +13,20 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayBuilder, ArrayRef, AsArray, Int32Builder, ListArray, StringArray};
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, FieldRef};
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, Signature, TypeSignature};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, Signature, TypeSignature,
+};
 use eddy_common::{Error, Result, SqlState};
 
 use super::cast::external;
 use super::udf::{IMMUTABLE, PgFunction, arrays};
 
 fn malformed(text: &str, detail: &str) -> Error {
-    Error::new(SqlState::INVALID_TEXT_REPRESENTATION, format!("malformed array literal: \"{text}\"")).with_detail(detail.to_owned())
+    Error::new(
+        SqlState::INVALID_TEXT_REPRESENTATION,
+        format!("malformed array literal: \"{text}\""),
+    )
+    .with_detail(detail.to_owned())
 }
 
 /// The elements of a one-dimensional PostgreSQL array literal, as text (`None` for an
@@ -29,13 +35,22 @@ fn malformed(text: &str, detail: &str) -> Error {
 pub fn parse_literal(text: &str) -> Result<Vec<Option<String>>> {
     let mut body = text.trim_start();
     if body.starts_with('[') {
-        let Some((dims, rest)) = body.split_once('=') else { return Err(malformed(text, "Missing \"=\" after array dimensions.")) };
+        let Some((dims, rest)) = body.split_once('=') else {
+            return Err(malformed(text, "Missing \"=\" after array dimensions."));
+        };
         if !dims.trim().starts_with("[1:") || dims.matches('[').count() > 1 {
-            return Err(Error::unsupported("arrays with a lower bound other than 1, or of more than one dimension, are not supported"));
+            return Err(Error::unsupported(
+                "arrays with a lower bound other than 1, or of more than one dimension, are not supported",
+            ));
         }
         body = rest.trim_start();
     }
-    let Some(inner) = body.strip_prefix('{') else { return Err(malformed(text, "Array value must start with \"{\" or dimension information.")) };
+    let Some(inner) = body.strip_prefix('{') else {
+        return Err(malformed(
+            text,
+            "Array value must start with \"{\" or dimension information.",
+        ));
+    };
     let mut chars = inner.char_indices().peekable();
     let mut out = Vec::new();
     let skip_space = |chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>| {
@@ -51,7 +66,11 @@ pub fn parse_literal(text: &str) -> Result<Vec<Option<String>>> {
                 chars.next();
                 break;
             }
-            Some('{') => return Err(Error::unsupported("multidimensional arrays are not supported")),
+            Some('{') => {
+                return Err(Error::unsupported(
+                    "multidimensional arrays are not supported",
+                ));
+            }
             Some('"') => {
                 chars.next();
                 let mut s = String::new();
@@ -59,7 +78,12 @@ pub fn parse_literal(text: &str) -> Result<Vec<Option<String>>> {
                     match chars.next().map(|(_, c)| c) {
                         None => return Err(malformed(text, "Unexpected end of input.")),
                         Some('"') => break,
-                        Some('\\') => s.push(chars.next().map(|(_, c)| c).ok_or_else(|| malformed(text, "Unexpected end of input."))?),
+                        Some('\\') => s.push(
+                            chars
+                                .next()
+                                .map(|(_, c)| c)
+                                .ok_or_else(|| malformed(text, "Unexpected end of input."))?,
+                        ),
                         Some(c) => s.push(c),
                     }
                 }
@@ -73,10 +97,17 @@ pub fn parse_literal(text: &str) -> Result<Vec<Option<String>>> {
                 while let Some(&(_, c)) = chars.peek() {
                     match c {
                         ',' | '}' => break,
-                        '{' | '"' => return Err(malformed(text, "Unexpected \"{\" or quote character.")),
+                        '{' | '"' => {
+                            return Err(malformed(text, "Unexpected \"{\" or quote character."));
+                        }
                         '\\' => {
                             chars.next();
-                            s.push(chars.next().map(|(_, c)| c).ok_or_else(|| malformed(text, "Unexpected end of input."))?);
+                            s.push(
+                                chars
+                                    .next()
+                                    .map(|(_, c)| c)
+                                    .ok_or_else(|| malformed(text, "Unexpected end of input."))?,
+                            );
                             kept = s.len();
                             escaped_any = true;
                         }
@@ -93,7 +124,11 @@ pub fn parse_literal(text: &str) -> Result<Vec<Option<String>>> {
                 if s.is_empty() {
                     return Err(malformed(text, "Unexpected \",\" character."));
                 }
-                out.push(if !escaped_any && s.eq_ignore_ascii_case("null") { None } else { Some(s) });
+                out.push(if !escaped_any && s.eq_ignore_ascii_case("null") {
+                    None
+                } else {
+                    Some(s)
+                });
             }
         }
         skip_space(&mut chars);
@@ -112,7 +147,11 @@ pub fn parse_literal(text: &str) -> Result<Vec<Option<String>>> {
 
 /// Array literals to a list column of `element`: every literal's elements in one string
 /// column, read by `read_elements` with the element type's input syntax, then cut into lists.
-pub fn from_text(strings: &StringArray, element: &FieldRef, read_elements: impl FnOnce(&StringArray, &DataType) -> super::udf::Result<ArrayRef>) -> super::udf::Result<ArrayRef> {
+pub fn from_text(
+    strings: &StringArray,
+    element: &FieldRef,
+    read_elements: impl FnOnce(&StringArray, &DataType) -> super::udf::Result<ArrayRef>,
+) -> super::udf::Result<ArrayRef> {
     let mut texts: Vec<Option<String>> = Vec::new();
     let mut offsets: Vec<i32> = Vec::with_capacity(strings.len() + 1);
     offsets.push(0);
@@ -120,13 +159,23 @@ pub fn from_text(strings: &StringArray, element: &FieldRef, read_elements: impl 
         if let Some(s) = s {
             texts.extend(parse_literal(s).map_err(external)?);
         }
-        let end = i32::try_from(texts.len()).map_err(|_| external(Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "array size exceeds the maximum allowed")))?;
+        let end = i32::try_from(texts.len()).map_err(|_| {
+            external(Error::new(
+                SqlState::PROGRAM_LIMIT_EXCEEDED,
+                "array size exceeds the maximum allowed",
+            ))
+        })?;
         offsets.push(end);
     }
     let elements = StringArray::from(texts);
     let values = read_elements(&elements, element.data_type())?;
     let nulls = strings.nulls().cloned();
-    let list = ListArray::try_new(Arc::clone(element), OffsetBuffer::new(offsets.into()), values, nulls)?;
+    let list = ListArray::try_new(
+        Arc::clone(element),
+        OffsetBuffer::new(offsets.into()),
+        values,
+        nulls,
+    )?;
     Ok(Arc::new(list))
 }
 
@@ -144,35 +193,50 @@ fn lists(column: &ArrayRef) -> Option<(&OffsetBuffer<i32>, Option<&NullBuffer>)>
 /// `array_length(a, dim)`, `array_lower(a, dim)`, `array_upper(a, dim)`, `cardinality(a)`:
 /// integers, NULL for an empty array or a dimension it does not have, as PostgreSQL.
 fn dimension_function(name: &'static str, measure: fn(usize) -> i32) -> ScalarUDF {
-    let signatures = if name == "cardinality" { vec![TypeSignature::Any(1)] } else { vec![TypeSignature::Any(2)] };
-    PgFunction::new(name, Signature::one_of(signatures, IMMUTABLE), DataType::Int32, move |args| {
-        let a = arrays(args)?;
-        let column = arrow::compute::cast(&a[0], &DataType::List(list_item(a[0].data_type())))?;
-        let (offsets, nulls) = lists(&column).ok_or_else(|| external(Error::internal(format!("{name} of a non-array"))))?;
-        let dims = match a.get(1) {
-            Some(d) => Some(arrow::compute::cast(d, &DataType::Int64)?),
-            None => None,
-        };
-        let mut b = Int32Builder::with_capacity(column.len());
-        for i in 0..column.len() {
-            let len = (offsets[i + 1] - offsets[i]) as usize;
-            let dim_ok = dims.as_ref().is_none_or(|d| d.is_valid(i) && d.as_primitive::<arrow::datatypes::Int64Type>().value(i) == 1);
-            let null = nulls.is_some_and(|n| n.is_null(i));
-            if null || !dim_ok || (len == 0 && name != "cardinality") {
-                b.append_null();
-            } else {
-                b.append_value(measure(len));
+    let signatures = if name == "cardinality" {
+        vec![TypeSignature::Any(1)]
+    } else {
+        vec![TypeSignature::Any(2)]
+    };
+    PgFunction::new(
+        name,
+        Signature::one_of(signatures, IMMUTABLE),
+        DataType::Int32,
+        move |args| {
+            let a = arrays(args)?;
+            let column = arrow::compute::cast(&a[0], &DataType::List(list_item(a[0].data_type())))?;
+            let (offsets, nulls) = lists(&column)
+                .ok_or_else(|| external(Error::internal(format!("{name} of a non-array"))))?;
+            let dims = match a.get(1) {
+                Some(d) => Some(arrow::compute::cast(d, &DataType::Int64)?),
+                None => None,
+            };
+            let mut b = Int32Builder::with_capacity(column.len());
+            for i in 0..column.len() {
+                let len = (offsets[i + 1] - offsets[i]) as usize;
+                let dim_ok = dims.as_ref().is_none_or(|d| {
+                    d.is_valid(i) && d.as_primitive::<arrow::datatypes::Int64Type>().value(i) == 1
+                });
+                let null = nulls.is_some_and(|n| n.is_null(i));
+                if null || !dim_ok || (len == 0 && name != "cardinality") {
+                    b.append_null();
+                } else {
+                    b.append_value(measure(len));
+                }
             }
-        }
-        Ok(ColumnarValue::Array(Arc::new(b.finish())))
-    })
+            Ok(ColumnarValue::Array(Arc::new(b.finish())))
+        },
+    )
     .udf()
 }
 
 fn list_item(t: &DataType) -> FieldRef {
     match t {
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => Arc::clone(f),
-        _ => Arc::new(arrow::datatypes::Field::new_list_field(DataType::Null, true)),
+        _ => Arc::new(arrow::datatypes::Field::new_list_field(
+            DataType::Null,
+            true,
+        )),
     }
 }
 
@@ -180,52 +244,91 @@ pub const SUBSCRIPTS: &str = "eddy_array_subscripts";
 
 /// The subscripts of an array's dimension as a list (`generate_subscripts` unnests it).
 fn subscripts() -> ScalarUDF {
-    let item = Arc::new(arrow::datatypes::Field::new_list_field(DataType::Int32, true));
-    PgFunction::new(SUBSCRIPTS, Signature::any(2, IMMUTABLE), DataType::List(Arc::clone(&item)), move |args| {
-        let a = arrays(args)?;
-        let column = arrow::compute::cast(&a[0], &DataType::List(list_item(a[0].data_type())))?;
-        let (offsets, nulls) = lists(&column).ok_or_else(|| external(Error::internal("generate_subscripts of a non-array")))?;
-        let dims = arrow::compute::cast(&a[1], &DataType::Int64)?;
-        let dims = dims.as_primitive::<arrow::datatypes::Int64Type>();
-        let mut values = Int32Builder::new();
-        let mut out_offsets = vec![0i32];
-        for i in 0..column.len() {
-            let valid = nulls.is_none_or(|n| n.is_valid(i)) && dims.is_valid(i) && dims.value(i) == 1;
-            if valid {
-                let len = offsets[i + 1] - offsets[i];
-                (1..=len).for_each(|k| values.append_value(k));
+    let item = Arc::new(arrow::datatypes::Field::new_list_field(
+        DataType::Int32,
+        true,
+    ));
+    PgFunction::new(
+        SUBSCRIPTS,
+        Signature::any(2, IMMUTABLE),
+        DataType::List(Arc::clone(&item)),
+        move |args| {
+            let a = arrays(args)?;
+            let column = arrow::compute::cast(&a[0], &DataType::List(list_item(a[0].data_type())))?;
+            let (offsets, nulls) = lists(&column)
+                .ok_or_else(|| external(Error::internal("generate_subscripts of a non-array")))?;
+            let dims = arrow::compute::cast(&a[1], &DataType::Int64)?;
+            let dims = dims.as_primitive::<arrow::datatypes::Int64Type>();
+            let mut values = Int32Builder::new();
+            let mut out_offsets = vec![0i32];
+            for i in 0..column.len() {
+                let valid =
+                    nulls.is_none_or(|n| n.is_valid(i)) && dims.is_valid(i) && dims.value(i) == 1;
+                if valid {
+                    let len = offsets[i + 1] - offsets[i];
+                    (1..=len).for_each(|k| values.append_value(k));
+                }
+                out_offsets.push(i32::try_from(values.len()).unwrap_or(i32::MAX));
             }
-            out_offsets.push(i32::try_from(values.len()).unwrap_or(i32::MAX));
-        }
-        let list = ListArray::try_new(Arc::clone(&item), OffsetBuffer::new(out_offsets.into()), Arc::new(values.finish()), None)?;
-        Ok(ColumnarValue::Array(Arc::new(list)))
-    })
+            let list = ListArray::try_new(
+                Arc::clone(&item),
+                OffsetBuffer::new(out_offsets.into()),
+                Arc::new(values.finish()),
+                None,
+            )?;
+            Ok(ColumnarValue::Array(Arc::new(list)))
+        },
+    )
     .udf()
 }
 
 /// `array_dims(a)`: `[1:n]`, NULL for an empty array.
 fn dims() -> ScalarUDF {
-    PgFunction::new("array_dims", Signature::any(1, IMMUTABLE), DataType::Utf8, |args| {
-        let a = arrays(args)?;
-        let column = arrow::compute::cast(&a[0], &DataType::List(list_item(a[0].data_type())))?;
-        let (offsets, nulls) = lists(&column).ok_or_else(|| external(Error::internal("array_dims of a non-array")))?;
-        let mut b = arrow::array::StringBuilder::new();
-        for i in 0..column.len() {
-            let len = offsets[i + 1] - offsets[i];
-            if nulls.is_some_and(|n| n.is_null(i)) || len == 0 { b.append_null() } else { b.append_value(format!("[1:{len}]")) }
-        }
-        Ok(ColumnarValue::Array(Arc::new(b.finish())))
-    })
+    PgFunction::new(
+        "array_dims",
+        Signature::any(1, IMMUTABLE),
+        DataType::Utf8,
+        |args| {
+            let a = arrays(args)?;
+            let column = arrow::compute::cast(&a[0], &DataType::List(list_item(a[0].data_type())))?;
+            let (offsets, nulls) = lists(&column)
+                .ok_or_else(|| external(Error::internal("array_dims of a non-array")))?;
+            let mut b = arrow::array::StringBuilder::new();
+            for i in 0..column.len() {
+                let len = offsets[i + 1] - offsets[i];
+                if nulls.is_some_and(|n| n.is_null(i)) || len == 0 {
+                    b.append_null()
+                } else {
+                    b.append_value(format!("[1:{len}]"))
+                }
+            }
+            Ok(ColumnarValue::Array(Arc::new(b.finish())))
+        },
+    )
     .udf()
 }
 
 /// `array_position(a, x)`: DataFusion's, as an integer.
 fn position(df: Arc<ScalarUDF>) -> ScalarUDF {
-    PgFunction::new("array_position", Signature::one_of(vec![TypeSignature::Any(2), TypeSignature::Any(3)], IMMUTABLE), DataType::Int32, move |args| {
-        let inner = ScalarFunctionArgs { return_field: Arc::new(arrow::datatypes::Field::new("", DataType::UInt64, true)), ..args.clone() };
-        let result = df.invoke_with_args(inner)?;
-        Ok(ColumnarValue::Array(arrow::compute::cast(&result.to_array(args.number_rows)?, &DataType::Int32)?))
-    })
+    PgFunction::new(
+        "array_position",
+        Signature::one_of(
+            vec![TypeSignature::Any(2), TypeSignature::Any(3)],
+            IMMUTABLE,
+        ),
+        DataType::Int32,
+        move |args| {
+            let inner = ScalarFunctionArgs {
+                return_field: Arc::new(arrow::datatypes::Field::new("", DataType::UInt64, true)),
+                ..args.clone()
+            };
+            let result = df.invoke_with_args(inner)?;
+            Ok(ColumnarValue::Array(arrow::compute::cast(
+                &result.to_array(args.number_rows)?,
+                &DataType::Int32,
+            )?))
+        },
+    )
     .udf()
 }
 
@@ -247,7 +350,11 @@ mod tests {
     use super::*;
 
     fn parsed(text: &str) -> Vec<Option<&'static str>> {
-        parse_literal(text).unwrap().into_iter().map(|e| e.map(|s| &*s.leak())).collect()
+        parse_literal(text)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.map(|s| &*s.leak()))
+            .collect()
     }
 
     #[test]
@@ -255,13 +362,34 @@ mod tests {
         assert_eq!(parsed("{1,2}"), vec![Some("1"), Some("2")]);
         assert_eq!(parsed(" { 1 , 2 } "), vec![Some("1"), Some("2")]);
         assert_eq!(parsed("{}"), Vec::<Option<&str>>::new());
-        assert_eq!(parsed(r#"{"a b",NULL,c,"NULL",\N\ULL}"#), vec![Some("a b"), None, Some("c"), Some("NULL"), Some("NULL")]);
-        assert_eq!(parsed(r#"{"a\"b","x\\y",a b}"#), vec![Some("a\"b"), Some("x\\y"), Some("a b")]);
+        assert_eq!(
+            parsed(r#"{"a b",NULL,c,"NULL",\N\ULL}"#),
+            vec![Some("a b"), None, Some("c"), Some("NULL"), Some("NULL")]
+        );
+        assert_eq!(
+            parsed(r#"{"a\"b","x\\y",a b}"#),
+            vec![Some("a\"b"), Some("x\\y"), Some("a b")]
+        );
         assert_eq!(parsed("[1:2]={5,6}"), vec![Some("5"), Some("6")]);
-        assert_eq!(parse_literal("1,2").unwrap_err().state, SqlState::INVALID_TEXT_REPRESENTATION);
-        assert_eq!(parse_literal("{1,2").unwrap_err().state, SqlState::INVALID_TEXT_REPRESENTATION);
-        assert_eq!(parse_literal("{1,,2}").unwrap_err().state, SqlState::INVALID_TEXT_REPRESENTATION);
-        assert_eq!(parse_literal("{1} x").unwrap_err().state, SqlState::INVALID_TEXT_REPRESENTATION);
-        assert_eq!(parse_literal("{{1,2},{3,4}}").unwrap_err().state, SqlState::FEATURE_NOT_SUPPORTED);
+        assert_eq!(
+            parse_literal("1,2").unwrap_err().state,
+            SqlState::INVALID_TEXT_REPRESENTATION
+        );
+        assert_eq!(
+            parse_literal("{1,2").unwrap_err().state,
+            SqlState::INVALID_TEXT_REPRESENTATION
+        );
+        assert_eq!(
+            parse_literal("{1,,2}").unwrap_err().state,
+            SqlState::INVALID_TEXT_REPRESENTATION
+        );
+        assert_eq!(
+            parse_literal("{1} x").unwrap_err().state,
+            SqlState::INVALID_TEXT_REPRESENTATION
+        );
+        assert_eq!(
+            parse_literal("{{1,2},{3,4}}").unwrap_err().state,
+            SqlState::FEATURE_NOT_SUPPORTED
+        );
     }
 }

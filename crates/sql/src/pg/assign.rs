@@ -42,7 +42,9 @@ fn declared(field: &Field) -> Option<Declared> {
 
 /// `column` as stored in a column declared as `field` says.
 pub fn to_declared(column: &ArrayRef, field: &Field) -> Result<ArrayRef> {
-    let Some(declared) = declared(field) else { return Ok(Arc::clone(column)) };
+    let Some(declared) = declared(field) else {
+        return Ok(Arc::clone(column));
+    };
     if !matches!(column.data_type(), DataType::Utf8) {
         return Ok(Arc::clone(column));
     }
@@ -71,7 +73,10 @@ fn fit<'a>(v: &'a str, n: usize, type_name: &str) -> Result<&'a str> {
     match v.char_indices().nth(n) {
         None => Ok(v),
         Some((at, _)) if v[at..].bytes().all(|b| b == b' ') => Ok(&v[..at]),
-        Some(_) => Err(Error::new(SqlState::STRING_DATA_RIGHT_TRUNCATION, format!("value too long for type {type_name}({n})"))),
+        Some(_) => Err(Error::new(
+            SqlState::STRING_DATA_RIGHT_TRUNCATION,
+            format!("value too long for type {type_name}({n})"),
+        )),
     }
 }
 
@@ -85,6 +90,12 @@ mod tests {
         assert_eq!(fit("ab   ", 3, "character varying").unwrap(), "ab ");
         assert_eq!(fit("日本語", 3, "character varying").unwrap(), "日本語");
         let e = fit("abcd", 3, "character varying").unwrap_err();
-        assert_eq!((e.state, e.message.as_str()), (SqlState::STRING_DATA_RIGHT_TRUNCATION, "value too long for type character varying(3)"));
+        assert_eq!(
+            (e.state, e.message.as_str()),
+            (
+                SqlState::STRING_DATA_RIGHT_TRUNCATION,
+                "value too long for type character varying(3)"
+            )
+        );
     }
 }

@@ -15,8 +15,9 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    self, CastKind, CharacterLength, DataType, ExactNumberInfo, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
-    Ident, ObjectName, TableFactor, UnaryOperator, Value, VisitMut, VisitorMut, WindowFrameBound, WindowType,
+    self, CastKind, CharacterLength, DataType, ExactNumberInfo, Expr, FunctionArg, FunctionArgExpr,
+    FunctionArguments, Ident, ObjectName, TableFactor, UnaryOperator, Value, VisitMut, VisitorMut,
+    WindowFrameBound, WindowType,
 };
 use eddy_common::Result;
 
@@ -33,31 +34,66 @@ pub const TO_NUMERIC: &str = "eddy_to_numeric";
 /// named after the table alias, as a function returning a scalar is).
 const UNNESTED_FUNCTIONS: [(&str, &str, Option<&str>); 4] = [
     ("generate_subscripts", super::array::SUBSCRIPTS, None),
-    ("jsonb_array_elements", super::jsonb::ELEMENTS, Some("value")),
-    ("jsonb_array_elements_text", super::jsonb::ELEMENTS_TEXT, Some("value")),
+    (
+        "jsonb_array_elements",
+        super::jsonb::ELEMENTS,
+        Some("value"),
+    ),
+    (
+        "jsonb_array_elements_text",
+        super::jsonb::ELEMENTS_TEXT,
+        Some("value"),
+    ),
     ("jsonb_object_keys", super::jsonb::OBJECT_KEYS, None),
 ];
 
 /// `generate_subscripts(a, 1)` as `unnest(eddy_array_subscripts(a, 1))` (jsonb elements
 /// typed jsonb again, which unnest forgets), with the name PostgreSQL gives its column in FROM.
-fn unnested(name: &ObjectName, args: &[FunctionArg]) -> Option<(Expr, &'static str, Option<&'static str>)> {
-    let function = name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase())?;
+fn unnested(
+    name: &ObjectName,
+    args: &[FunctionArg],
+) -> Option<(Expr, &'static str, Option<&'static str>)> {
+    let function = name
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(|i| i.value.to_lowercase())?;
     let (name, list, column) = UNNESTED_FUNCTIONS.iter().find(|(f, _, _)| *f == function)?;
-    let inner: Vec<Expr> = args.iter().filter_map(|a| match a {
-        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
-        _ => None,
-    }).collect();
+    let inner: Vec<Expr> = args
+        .iter()
+        .filter_map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+            _ => None,
+        })
+        .collect();
     let unnest = call("unnest", vec![call(list, inner)]);
-    let expr = if *list == super::jsonb::ELEMENTS { call(TO_JSONB, vec![unnest]) } else { unnest };
+    let expr = if *list == super::jsonb::ELEMENTS {
+        call(TO_JSONB, vec![unnest])
+    } else {
+        unnest
+    };
     Some((expr, name, *column))
 }
 
 /// `FROM generate_subscripts(a, 1) AS s` as `FROM (SELECT unnest(...) AS s) AS s`: a derived
 /// table names and types its column as PostgreSQL does, where DataFusion's UNNEST would not.
 fn unnested_table(factor: &TableFactor) -> Option<TableFactor> {
-    let TableFactor::Table { name, args: Some(args), alias, .. } = factor else { return None };
+    let TableFactor::Table {
+        name,
+        args: Some(args),
+        alias,
+        ..
+    } = factor
+    else {
+        return None;
+    };
     let (expr, function, column) = unnested(name, &args.args)?;
-    let mut alias = alias.clone().unwrap_or_else(|| ast::TableAlias { explicit: false, name: Ident::new(function), columns: vec![], at: None });
+    let mut alias = alias.clone().unwrap_or_else(|| ast::TableAlias {
+        explicit: false,
+        name: Ident::new(function),
+        columns: vec![],
+        at: None,
+    });
     let column = match (alias.columns.first(), column) {
         (Some(c), _) => c.name.clone(),
         (None, Some(c)) => Ident::new(c),
@@ -65,8 +101,19 @@ fn unnested_table(factor: &TableFactor) -> Option<TableFactor> {
     };
     alias.columns.clear();
     let sql = format!("SELECT {expr} AS {column}");
-    let query = datafusion::sql::sqlparser::parser::Parser::new(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {}).try_with_sql(&sql).ok()?.parse_query().ok()?;
-    Some(TableFactor::Derived { lateral: false, subquery: query, alias: Some(alias), sample: None })
+    let query = datafusion::sql::sqlparser::parser::Parser::new(
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+    )
+    .try_with_sql(&sql)
+    .ok()?
+    .parse_query()
+    .ok()?;
+    Some(TableFactor::Derived {
+        lateral: false,
+        subquery: query,
+        alias: Some(alias),
+        sample: None,
+    })
 }
 
 /// Functions PostgreSQL names as DataFusion names another one.
@@ -99,7 +146,10 @@ fn protect(expr: &mut Expr) {
                 *long = true;
             }
         }
-        Expr::UnaryOp { op: UnaryOperator::Minus, expr } => protect(expr),
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => protect(expr),
         Expr::Nested(inner) => protect(inner),
         _ => {}
     }
@@ -107,7 +157,12 @@ fn protect(expr: &mut Expr) {
 
 fn protect_args(args: &mut [FunctionArg]) {
     for arg in args {
-        if let FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) | FunctionArg::Named { arg: FunctionArgExpr::Expr(e), .. } = arg {
+        if let FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
+        | FunctionArg::Named {
+            arg: FunctionArgExpr::Expr(e),
+            ..
+        } = arg
+        {
             protect(e);
         }
     }
@@ -121,7 +176,12 @@ fn function_args(f: &mut ast::Function) -> Option<&mut Vec<FunctionArg>> {
 }
 
 fn function_name(f: &ast::Function) -> String {
-    f.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()).unwrap_or_default()
+    f.name
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(|i| i.value.to_lowercase())
+        .unwrap_or_default()
 }
 
 fn call(name: &str, args: Vec<Expr>) -> Expr {
@@ -131,7 +191,10 @@ fn call(name: &str, args: Vec<Expr>) -> Expr {
         parameters: FunctionArguments::None,
         args: FunctionArguments::List(ast::FunctionArgumentList {
             duplicate_treatment: None,
-            args: args.into_iter().map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a))).collect(),
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
             clauses: vec![],
         }),
         filter: None,
@@ -158,13 +221,21 @@ fn cast_function(expr: Expr, data_type: &DataType) -> Option<Expr> {
     Some(match data_type {
         DataType::JSONB => call(TO_JSONB, vec![expr]),
         DataType::JSON => call(TO_JSON, vec![expr]),
-        DataType::Varchar(l) | DataType::CharacterVarying(l) | DataType::CharVarying(l) => match length(l) {
-            Some(n) => call(TO_VARCHAR, vec![expr, number(n)]),
-            None => call(TO_VARCHAR, vec![expr]),
-        },
-        DataType::Char(l) | DataType::Character(l) => call(TO_BPCHAR, vec![expr, number(length(l).unwrap_or(1))]),
-        DataType::Numeric(ExactNumberInfo::None) | DataType::Decimal(ExactNumberInfo::None) | DataType::Dec(ExactNumberInfo::None) => call(TO_NUMERIC, vec![expr]),
-        DataType::Custom(name, _) if name.to_string().eq_ignore_ascii_case("jsonb") => call(TO_JSONB, vec![expr]),
+        DataType::Varchar(l) | DataType::CharacterVarying(l) | DataType::CharVarying(l) => {
+            match length(l) {
+                Some(n) => call(TO_VARCHAR, vec![expr, number(n)]),
+                None => call(TO_VARCHAR, vec![expr]),
+            }
+        }
+        DataType::Char(l) | DataType::Character(l) => {
+            call(TO_BPCHAR, vec![expr, number(length(l).unwrap_or(1))])
+        }
+        DataType::Numeric(ExactNumberInfo::None)
+        | DataType::Decimal(ExactNumberInfo::None)
+        | DataType::Dec(ExactNumberInfo::None) => call(TO_NUMERIC, vec![expr]),
+        DataType::Custom(name, _) if name.to_string().eq_ignore_ascii_case("jsonb") => {
+            call(TO_JSONB, vec![expr])
+        }
         _ => return None,
     })
 }
@@ -174,12 +245,29 @@ fn typed_number(text: &str, negative: bool) -> Option<Expr> {
     if text.contains(['.', 'e', 'E']) {
         return decimal_literal(text);
     }
-    let signed = if negative { format!("-{text}") } else { text.to_owned() };
+    let signed = if negative {
+        format!("-{text}")
+    } else {
+        text.to_owned()
+    };
     let literal = || {
         let n = number(text);
-        if negative { Expr::UnaryOp { op: UnaryOperator::Minus, expr: Box::new(n) } } else { n }
+        if negative {
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus,
+                expr: Box::new(n),
+            }
+        } else {
+            n
+        }
     };
-    let cast = |expr: Expr, data_type: DataType| Expr::Cast { kind: CastKind::DoubleColon, expr: Box::new(expr), data_type, array: false, format: None };
+    let cast = |expr: Expr, data_type: DataType| Expr::Cast {
+        kind: CastKind::DoubleColon,
+        expr: Box::new(expr),
+        data_type,
+        array: false,
+        format: None,
+    };
     if signed.parse::<i32>().is_ok() {
         Some(cast(literal(), DataType::Int(None)))
     } else if signed.parse::<i64>().is_ok() {
@@ -193,14 +281,25 @@ fn typed_number(text: &str, negative: bool) -> Option<Expr> {
 /// A numeric literal a 38-digit decimal cannot hold (`1e308`) is a double, the nearest type
 /// Eddy has; the others stay DataFusion's decimals.
 fn decimal_literal(text: &str) -> Option<Expr> {
-    let exponent: i64 = text.find(['e', 'E']).and_then(|i| text[i + 1..].parse().ok()).unwrap_or(0);
+    let exponent: i64 = text
+        .find(['e', 'E'])
+        .and_then(|i| text[i + 1..].parse().ok())
+        .unwrap_or(0);
     let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
     let fraction = mantissa.split_once('.').map_or(0, |(_, f)| f.len()) as i64;
     let scale = (fraction - exponent).clamp(0, 38) as i8;
-    if super::decimal::parse(text, scale).is_ok_and(|v| super::decimal::fits(v, super::decimal::PRECISION_MAX)) {
+    if super::decimal::parse(text, scale)
+        .is_ok_and(|v| super::decimal::fits(v, super::decimal::PRECISION_MAX))
+    {
         return None;
     }
-    Some(Expr::Cast { kind: CastKind::DoubleColon, expr: Box::new(string(text)), data_type: DataType::DoublePrecision, array: false, format: None })
+    Some(Expr::Cast {
+        kind: CastKind::DoubleColon,
+        expr: Box::new(string(text)),
+        data_type: DataType::DoublePrecision,
+        array: false,
+        format: None,
+    })
 }
 
 /// `INTERVAL '1 day 02:03:04'` in the form DataFusion reads: months, days, microseconds
@@ -209,11 +308,19 @@ fn interval_literal(interval: &mut ast::Interval, negate: bool) -> Result<bool> 
     if interval.leading_field.is_some() || interval.last_field.is_some() {
         return Ok(false);
     }
-    let Expr::Value(v) = interval.value.as_ref() else { return Ok(false) };
-    let Value::SingleQuotedString(text) = &v.value else { return Ok(false) };
+    let Expr::Value(v) = interval.value.as_ref() else {
+        return Ok(false);
+    };
+    let Value::SingleQuotedString(text) = &v.value else {
+        return Ok(false);
+    };
     let parsed = datetime_in::parse_interval(text)?;
     let sign = if negate { -1 } else { 1 };
-    let (months, days, micros) = (i64::from(parsed.months) * sign, i64::from(parsed.days) * sign, parsed.micros * sign);
+    let (months, days, micros) = (
+        i64::from(parsed.months) * sign,
+        i64::from(parsed.days) * sign,
+        parsed.micros * sign,
+    );
     *interval.value = string(format!("{months} months {days} days {micros} microseconds"));
     Ok(true)
 }
@@ -221,15 +328,32 @@ fn interval_literal(interval: &mut ast::Interval, negate: bool) -> Result<bool> 
 /// `make_interval(days => 3)`: every parameter, positionally, 0 where omitted.
 fn make_interval_positional(args: &mut Vec<FunctionArg>) {
     const PARAMETERS: [&str; 7] = ["years", "months", "weeks", "days", "hours", "mins", "secs"];
-    if !args.iter().any(|a| matches!(a, FunctionArg::Named { .. } | FunctionArg::ExprNamed { .. })) {
+    if !args
+        .iter()
+        .any(|a| matches!(a, FunctionArg::Named { .. } | FunctionArg::ExprNamed { .. }))
+    {
         return;
     }
     let mut positional: Vec<Option<Expr>> = vec![None; PARAMETERS.len()];
     for (i, arg) in args.drain(..).enumerate() {
         match arg {
-            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if i < PARAMETERS.len() => positional[i] = Some(e),
-            FunctionArg::Named { name, arg: FunctionArgExpr::Expr(e), .. } | FunctionArg::ExprNamed { name: Expr::Identifier(name), arg: FunctionArgExpr::Expr(e), .. } => {
-                if let Some(k) = PARAMETERS.iter().position(|p| p.eq_ignore_ascii_case(&name.value)) {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if i < PARAMETERS.len() => {
+                positional[i] = Some(e)
+            }
+            FunctionArg::Named {
+                name,
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            }
+            | FunctionArg::ExprNamed {
+                name: Expr::Identifier(name),
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            } => {
+                if let Some(k) = PARAMETERS
+                    .iter()
+                    .position(|p| p.eq_ignore_ascii_case(&name.value))
+                {
                     positional[k] = Some(e);
                 }
             }
@@ -240,7 +364,11 @@ fn make_interval_positional(args: &mut Vec<FunctionArg>) {
     *args = positional
         .into_iter()
         .take(last + 1)
-        .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e.unwrap_or_else(|| Expr::value(Value::Number("0".into(), false))))))
+        .map(|e| {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(
+                e.unwrap_or_else(|| Expr::value(Value::Number("0".into(), false))),
+            ))
+        })
         .collect();
 }
 
@@ -249,13 +377,26 @@ fn make_interval_positional(args: &mut Vec<FunctionArg>) {
 const SINGLE_COLUMN_FUNCTIONS: [&str; 3] = ["generate_series", "range", "unnest"];
 
 fn name_function_column(name: &ObjectName, alias: &mut Option<ast::TableAlias>) {
-    let function = name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()).unwrap_or_default();
+    let function = name
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(|i| i.value.to_lowercase())
+        .unwrap_or_default();
     if !SINGLE_COLUMN_FUNCTIONS.contains(&function.as_str()) {
         return;
     }
-    let alias = alias.get_or_insert_with(|| ast::TableAlias { explicit: false, name: Ident::new(function.clone()), columns: vec![], at: None });
+    let alias = alias.get_or_insert_with(|| ast::TableAlias {
+        explicit: false,
+        name: Ident::new(function.clone()),
+        columns: vec![],
+        at: None,
+    });
     if alias.columns.is_empty() {
-        alias.columns = vec![ast::TableAliasColumnDef { name: alias.name.clone(), data_type: None }];
+        alias.columns = vec![ast::TableAliasColumnDef {
+            name: alias.name.clone(),
+            data_type: None,
+        }];
     }
 }
 
@@ -275,7 +416,8 @@ impl VisitorMut for Rewriter {
                 protect(&mut offset.value);
             }
         }
-        if let Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) = &mut query.limit_clause {
+        if let Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) = &mut query.limit_clause
+        {
             protect(offset);
             protect(limit);
         }
@@ -301,17 +443,38 @@ impl VisitorMut for Rewriter {
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
         match factor {
-            TableFactor::Table { .. } if let Some(derived) = unnested_table(factor) => *factor = derived,
-            TableFactor::Table { name, args: Some(args), alias, .. } => {
+            TableFactor::Table { .. } if let Some(derived) = unnested_table(factor) => {
+                *factor = derived
+            }
+            TableFactor::Table {
+                name,
+                args: Some(args),
+                alias,
+                ..
+            } => {
                 protect_args(&mut args.args);
                 name_function_column(name, alias);
             }
             TableFactor::Function { args, .. } => protect_args(args),
             // `FROM unnest(a)` has a column named `unnest`, as in PostgreSQL.
-            TableFactor::UNNEST { alias, array_exprs, with_offset: false, with_ordinality: false, .. } if array_exprs.len() == 1 => {
-                let alias = alias.get_or_insert_with(|| ast::TableAlias { explicit: false, name: Ident::new("unnest"), columns: vec![], at: None });
+            TableFactor::UNNEST {
+                alias,
+                array_exprs,
+                with_offset: false,
+                with_ordinality: false,
+                ..
+            } if array_exprs.len() == 1 => {
+                let alias = alias.get_or_insert_with(|| ast::TableAlias {
+                    explicit: false,
+                    name: Ident::new("unnest"),
+                    columns: vec![],
+                    at: None,
+                });
                 if alias.columns.is_empty() {
-                    alias.columns = vec![ast::TableAliasColumnDef { name: alias.name.clone(), data_type: None }];
+                    alias.columns = vec![ast::TableAliasColumnDef {
+                        name: alias.name.clone(),
+                        data_type: None,
+                    }];
                 }
             }
             _ => {}
@@ -325,8 +488,12 @@ impl VisitorMut for Rewriter {
                 if let Some(WindowType::WindowSpec(spec)) = &mut f.over
                     && let Some(frame) = &mut spec.window_frame
                 {
-                    for bound in std::iter::once(&mut frame.start_bound).chain(frame.end_bound.as_mut()) {
-                        if let WindowFrameBound::Preceding(Some(e)) | WindowFrameBound::Following(Some(e)) = bound {
+                    for bound in
+                        std::iter::once(&mut frame.start_bound).chain(frame.end_bound.as_mut())
+                    {
+                        if let WindowFrameBound::Preceding(Some(e))
+                        | WindowFrameBound::Following(Some(e)) = bound
+                        {
                             protect(e);
                         }
                     }
@@ -342,18 +509,34 @@ impl VisitorMut for Rewriter {
                     f.name = ObjectName::from(vec![Ident::new(new_name)]);
                 }
                 // Arguments that must be constants (and round's places, which type its result).
-                if matches!(name.as_str(), "lag" | "lead" | "ntile" | "nth_value" | "round" | "trunc") && let Some(args) = function_args(f) {
-                    let first = if name == "ntile" { 0 } else { 1.min(args.len()) };
+                if matches!(
+                    name.as_str(),
+                    "lag" | "lead" | "ntile" | "nth_value" | "round" | "trunc"
+                ) && let Some(args) = function_args(f)
+                {
+                    let first = if name == "ntile" {
+                        0
+                    } else {
+                        1.min(args.len())
+                    };
                     protect_args(&mut args[first..]);
                 }
-                if name == "make_interval" && let Some(args) = function_args(f) {
+                if name == "make_interval"
+                    && let Some(args) = function_args(f)
+                {
                     make_interval_positional(args);
                 }
-                if name == "age" && let Some(args) = function_args(f) && args.len() == 1 {
+                if name == "age"
+                    && let Some(args) = function_args(f)
+                    && args.len() == 1
+                {
                     // age(ts) is age(current_date, ts): midnight of today.
                     let today = Expr::Cast {
                         kind: CastKind::DoubleColon,
-                        expr: Box::new(call("date_trunc", vec![string("day"), call("now", vec![])])),
+                        expr: Box::new(call(
+                            "date_trunc",
+                            vec![string("day"), call("now", vec![])],
+                        )),
                         data_type: DataType::Timestamp(None, ast::TimezoneInfo::None),
                         array: false,
                         format: None,
@@ -361,7 +544,10 @@ impl VisitorMut for Rewriter {
                     args.insert(0, FunctionArg::Unnamed(FunctionArgExpr::Expr(today)));
                 }
             }
-            Expr::UnaryOp { op: UnaryOperator::Minus, expr: inner } => {
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus,
+                expr: inner,
+            } => {
                 if let Expr::Value(v) = inner.as_ref()
                     && let Value::Number(text, false) = &v.value
                     && let Some(typed) = typed_number(text, true)
@@ -398,7 +584,13 @@ impl VisitorMut for Rewriter {
                     *expr = typed;
                 }
             }
-            Expr::Cast { kind: CastKind::Cast | CastKind::DoubleColon, expr: inner, data_type, format: None, .. } => {
+            Expr::Cast {
+                kind: CastKind::Cast | CastKind::DoubleColon,
+                expr: inner,
+                data_type,
+                format: None,
+                ..
+            } => {
                 if let Some(f) = cast_function(inner.as_ref().clone(), data_type) {
                     *expr = f;
                 }
@@ -410,10 +602,22 @@ impl VisitorMut for Rewriter {
                 }
             }
             // DataFusion's LIKE knows only the backslash escape: rewrite the pattern to it.
-            Expr::Like { pattern, escape_char, .. } | Expr::ILike { pattern, escape_char, .. }
-                if escape_char.as_ref().is_some_and(|e| !matches!(&e.value, Value::SingleQuotedString(c) if c == "\\")) =>
+            Expr::Like {
+                pattern,
+                escape_char,
+                ..
+            }
+            | Expr::ILike {
+                pattern,
+                escape_char,
+                ..
+            } if escape_char.as_ref().is_some_and(
+                |e| !matches!(&e.value, Value::SingleQuotedString(c) if c == "\\"),
+            ) =>
             {
-                let Some(escape) = escape_char.take() else { return ControlFlow::Continue(()) };
+                let Some(escape) = escape_char.take() else {
+                    return ControlFlow::Continue(());
+                };
                 let args = vec![pattern.as_ref().clone(), Expr::Value(escape)];
                 **pattern = call(crate::pg::strings::LIKE_ESCAPE, args);
             }
@@ -445,17 +649,34 @@ mod tests {
 
     fn rewritten(sql: &str) -> String {
         let mut statements = crate::parse_statements(sql).unwrap();
-        let crate::Statement::Sql(statement) = &mut statements[0].statement else { panic!() };
+        let crate::Statement::Sql(statement) = &mut statements[0].statement else {
+            panic!()
+        };
         rewrite(statement).unwrap();
         statement.to_string()
     }
 
     #[test]
     fn literals_are_typed_like_postgres() {
-        assert_eq!(rewritten("SELECT 1, 2147483648, -2147483648, 9223372036854775808"), "SELECT 1::INT, 2147483648, -2147483648::INT, eddy_to_numeric('9223372036854775808')");
-        assert_eq!(rewritten("SELECT a FROM t GROUP BY 1 ORDER BY 1 LIMIT 5 OFFSET 2"), "SELECT a FROM t GROUP BY 1 ORDER BY 1 LIMIT 5 OFFSET 2");
-        assert_eq!(rewritten("SELECT '{}'::jsonb, x::varchar(3), y::numeric"), "SELECT eddy_to_jsonb('{}'), eddy_to_varchar(x, 3), eddy_to_numeric(y)");
-        assert_eq!(rewritten("SELECT make_interval(days => 3)"), "SELECT make_interval(0::INT, 0::INT, 0::INT, 3::INT)");
-        assert_eq!(rewritten("SELECT INTERVAL '1 day 02:00:00'"), "SELECT INTERVAL '0 months 1 days 7200000000 microseconds'");
+        assert_eq!(
+            rewritten("SELECT 1, 2147483648, -2147483648, 9223372036854775808"),
+            "SELECT 1::INT, 2147483648, -2147483648::INT, eddy_to_numeric('9223372036854775808')"
+        );
+        assert_eq!(
+            rewritten("SELECT a FROM t GROUP BY 1 ORDER BY 1 LIMIT 5 OFFSET 2"),
+            "SELECT a FROM t GROUP BY 1 ORDER BY 1 LIMIT 5 OFFSET 2"
+        );
+        assert_eq!(
+            rewritten("SELECT '{}'::jsonb, x::varchar(3), y::numeric"),
+            "SELECT eddy_to_jsonb('{}'), eddy_to_varchar(x, 3), eddy_to_numeric(y)"
+        );
+        assert_eq!(
+            rewritten("SELECT make_interval(days => 3)"),
+            "SELECT make_interval(0::INT, 0::INT, 0::INT, 3::INT)"
+        );
+        assert_eq!(
+            rewritten("SELECT INTERVAL '1 day 02:00:00'"),
+            "SELECT INTERVAL '0 months 1 days 7200000000 microseconds'"
+        );
     }
 }

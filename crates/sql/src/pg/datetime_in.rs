@@ -22,11 +22,17 @@ pub struct Interval {
 }
 
 fn syntax(kind: &str, text: &str) -> Error {
-    Error::new(SqlState::INVALID_DATETIME_FORMAT, format!("invalid input syntax for type {kind}: \"{text}\""))
+    Error::new(
+        SqlState::INVALID_DATETIME_FORMAT,
+        format!("invalid input syntax for type {kind}: \"{text}\""),
+    )
 }
 
 fn out_of_range(text: &str) -> Error {
-    Error::new(SqlState::DATETIME_FIELD_OVERFLOW, format!("date/time field value out of range: \"{text}\""))
+    Error::new(
+        SqlState::DATETIME_FIELD_OVERFLOW,
+        format!("date/time field value out of range: \"{text}\""),
+    )
 }
 
 /// The zone written after a timestamp: a fixed offset or a named zone.
@@ -47,13 +53,24 @@ impl WrittenTimestamp {
     /// The UTC instant, taking a timestamp without a zone to be in `session` time.
     pub fn utc_micros(&self, session: TimeZone) -> Option<i64> {
         let zone = match self.zone {
-            Some(Zone::Offset(seconds)) => return Some(self.local.and_utc().timestamp_micros() - i64::from(seconds) * MICROS_PER_SECOND),
+            Some(Zone::Offset(seconds)) => {
+                return Some(
+                    self.local.and_utc().timestamp_micros()
+                        - i64::from(seconds) * MICROS_PER_SECOND,
+                );
+            }
             Some(Zone::Named(zone)) => zone,
             None => session,
         };
         let local = match zone {
-            TimeZone::Named(tz) => tz.from_local_datetime(&self.local).earliest().map(|t| t.naive_utc()),
-            TimeZone::Fixed(fixed) => fixed.from_local_datetime(&self.local).earliest().map(|t| t.naive_utc()),
+            TimeZone::Named(tz) => tz
+                .from_local_datetime(&self.local)
+                .earliest()
+                .map(|t| t.naive_utc()),
+            TimeZone::Fixed(fixed) => fixed
+                .from_local_datetime(&self.local)
+                .earliest()
+                .map(|t| t.naive_utc()),
         };
         let utc = local.or_else(|| self.utc_after_gap(zone))?;
         Some(utc.and_utc().timestamp_micros())
@@ -64,13 +81,29 @@ impl WrittenTimestamp {
     fn utc_after_gap(&self, zone: TimeZone) -> Option<NaiveDateTime> {
         let later = self.local + chrono::Duration::hours(1);
         match zone {
-            TimeZone::Named(tz) => tz.from_local_datetime(&later).earliest().map(|t| t.naive_utc()),
+            TimeZone::Named(tz) => tz
+                .from_local_datetime(&later)
+                .earliest()
+                .map(|t| t.naive_utc()),
             TimeZone::Fixed(_) => None,
         }
     }
 }
 
-const MONTHS: [&str; 12] = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"];
+const MONTHS: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
 
 /// The month a name or its abbreviation (three letters or more) stands for, 1-based.
 fn month_named(word: &str) -> Option<u32> {
@@ -79,7 +112,10 @@ fn month_named(word: &str) -> Option<u32> {
         return None;
     }
     let w = if w == "sept" { "sep".to_owned() } else { w };
-    MONTHS.iter().position(|m| m.starts_with(&w)).map(|i| i as u32 + 1)
+    MONTHS
+        .iter()
+        .position(|m| m.starts_with(&w))
+        .map(|i| i as u32 + 1)
 }
 
 fn number(s: &str) -> Option<u32> {
@@ -96,7 +132,9 @@ fn ymd(year: i32, month: u32, day: u32) -> Option<NaiveDate> {
 
 /// Splits a date's text into its fields: numbers and words, separators dropped.
 fn date_fields(text: &str) -> Vec<&str> {
-    text.split(['-', '/', ' ', ',', '.']).filter(|f| !f.is_empty()).collect()
+    text.split(['-', '/', ' ', ',', '.'])
+        .filter(|f| !f.is_empty())
+        .collect()
 }
 
 /// The date part of a date or timestamp. Accepts `2026-03-05`, `20260305`, `03/05/2026`
@@ -107,21 +145,39 @@ fn parse_date_part(text: &str, kind: &str, whole: &str) -> Result<NaiveDate> {
     let year_of = |s: &str| -> Result<i32> {
         let y = number(s).ok_or_else(bad)? as i32;
         // Two-digit years: PostgreSQL picks the year nearest 2020.
-        Ok(if s.len() <= 2 { if y < 70 { 2000 + y } else { 1900 + y } } else { y })
+        Ok(if s.len() <= 2 {
+            if y < 70 { 2000 + y } else { 1900 + y }
+        } else {
+            y
+        })
     };
     let (year, month, day) = match fields.as_slice() {
-        [compact] if compact.len() == 8 && number(compact).is_some() => {
-            (year_of(&compact[..4])?, number(&compact[4..6]).ok_or_else(bad)?, number(&compact[6..]).ok_or_else(bad)?)
-        }
+        [compact] if compact.len() == 8 && number(compact).is_some() => (
+            year_of(&compact[..4])?,
+            number(&compact[4..6]).ok_or_else(bad)?,
+            number(&compact[6..]).ok_or_else(bad)?,
+        ),
         [a, b, c] => {
             if let Some(m) = month_named(a) {
                 (year_of(c)?, m, number(b).ok_or_else(bad)?)
             } else if let Some(m) = month_named(b) {
-                if a.len() >= 3 { (year_of(a)?, m, number(c).ok_or_else(bad)?) } else { (year_of(c)?, m, number(a).ok_or_else(bad)?) }
+                if a.len() >= 3 {
+                    (year_of(a)?, m, number(c).ok_or_else(bad)?)
+                } else {
+                    (year_of(c)?, m, number(a).ok_or_else(bad)?)
+                }
             } else if a.len() >= 3 {
-                (year_of(a)?, number(b).ok_or_else(bad)?, number(c).ok_or_else(bad)?)
+                (
+                    year_of(a)?,
+                    number(b).ok_or_else(bad)?,
+                    number(c).ok_or_else(bad)?,
+                )
             } else {
-                (year_of(c)?, number(a).ok_or_else(bad)?, number(b).ok_or_else(bad)?)
+                (
+                    year_of(c)?,
+                    number(a).ok_or_else(bad)?,
+                    number(b).ok_or_else(bad)?,
+                )
             }
         }
         _ => return Err(bad()),
@@ -134,9 +190,15 @@ fn parse_date_part(text: &str, kind: &str, whole: &str) -> Result<NaiveDate> {
 fn parse_time_part(text: &str, kind: &str, whole: &str) -> Result<i64> {
     let bad = || syntax(kind, whole);
     let lower = text.trim().to_ascii_lowercase();
-    let (clock, meridiem) = match lower.strip_suffix("am").or_else(|| lower.strip_suffix("a.m.")) {
+    let (clock, meridiem) = match lower
+        .strip_suffix("am")
+        .or_else(|| lower.strip_suffix("a.m."))
+    {
         Some(c) => (c.trim_end().to_owned(), Some(false)),
-        None => match lower.strip_suffix("pm").or_else(|| lower.strip_suffix("p.m.")) {
+        None => match lower
+            .strip_suffix("pm")
+            .or_else(|| lower.strip_suffix("p.m."))
+        {
             Some(c) => (c.trim_end().to_owned(), Some(true)),
             None => (lower.clone(), None),
         },
@@ -156,7 +218,11 @@ fn parse_time_part(text: &str, kind: &str, whole: &str) -> Result<i64> {
         Some(_) => return Err(out_of_range(whole)),
         None => hour,
     };
-    if minute > 59 || second > 60 || hour > 24 || (hour == 24 && (minute, second, micros) != (0, 0, 0)) {
+    if minute > 59
+        || second > 60
+        || hour > 24
+        || (hour == 24 && (minute, second, micros) != (0, 0, 0))
+    {
         return Err(out_of_range(whole));
     }
     Ok(((hour * 60 + minute) * 60 + second) * MICROS_PER_SECOND + micros)
@@ -186,14 +252,20 @@ fn fraction_micros(digits: &str) -> i64 {
 /// ` Europe/Paris`. Returns the rest and the zone.
 fn split_zone(text: &str) -> Result<(&str, Option<Zone>)> {
     let t = text.trim_end();
-    if let Some(rest) = t.strip_suffix('Z').or_else(|| t.strip_suffix('z')) && rest.ends_with(|c: char| c.is_ascii_digit()) {
+    if let Some(rest) = t.strip_suffix('Z').or_else(|| t.strip_suffix('z'))
+        && rest.ends_with(|c: char| c.is_ascii_digit())
+    {
         return Ok((rest, Some(Zone::Offset(0))));
     }
     // A sign after the time's digits starts an offset.
     if let Some(at) = t.rfind(['+', '-']) {
         let (head, offset) = t.split_at(at);
-        let head_is_time = head.contains(':') || head.trim_end().ends_with(|c: char| c.is_ascii_digit()) && head.contains(' ');
-        if head_is_time && offset.len() > 1 && offset[1..].bytes().all(|b| b.is_ascii_digit() || b == b':') {
+        let head_is_time = head.contains(':')
+            || head.trim_end().ends_with(|c: char| c.is_ascii_digit()) && head.contains(' ');
+        if head_is_time
+            && offset.len() > 1
+            && offset[1..].bytes().all(|b| b.is_ascii_digit() || b == b':')
+        {
             let sign = if offset.starts_with('-') { -1 } else { 1 };
             let digits = &offset[1..];
             let (h, m, s) = match digits.split(':').collect::<Vec<_>>().as_slice() {
@@ -203,20 +275,31 @@ fn split_zone(text: &str) -> Result<(&str, Option<Zone>)> {
                 [h, m, s] => (number(h), number(m), number(s)),
                 _ => (None, None, None),
             };
-            let (Some(h), Some(m), Some(s)) = (h, m, s) else { return Ok((t, None)) };
+            let (Some(h), Some(m), Some(s)) = (h, m, s) else {
+                return Ok((t, None));
+            };
             if h > 15 || m > 59 || s > 59 {
                 return Err(out_of_range(text));
             }
-            return Ok((head.trim_end(), Some(Zone::Offset(sign * (h * 3600 + m * 60 + s) as i32))));
+            return Ok((
+                head.trim_end(),
+                Some(Zone::Offset(sign * (h * 3600 + m * 60 + s) as i32)),
+            ));
         }
     }
     if let Some((head, word)) = t.rsplit_once(' ')
         && word.starts_with(|c: char| c.is_ascii_alphabetic())
         && month_named(word).is_none()
-        && !matches!(word.to_ascii_lowercase().as_str(), "am" | "pm" | "a.m." | "p.m.")
+        && !matches!(
+            word.to_ascii_lowercase().as_str(),
+            "am" | "pm" | "a.m." | "p.m."
+        )
     {
         let zone = parse_time_zone(word).ok_or_else(|| {
-            Error::new(SqlState::INVALID_PARAMETER_VALUE, format!("time zone \"{word}\" not recognized"))
+            Error::new(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("time zone \"{word}\" not recognized"),
+            )
         })?;
         return Ok((head.trim_end(), Some(Zone::Named(zone))));
     }
@@ -227,8 +310,14 @@ fn split_zone(text: &str) -> Result<(&str, Option<Zone>)> {
 /// view must not depend on.
 fn refuse_special(text: &str, kind: &str) -> Result<()> {
     let lower = text.trim().to_ascii_lowercase();
-    if matches!(lower.as_str(), "now" | "today" | "tomorrow" | "yesterday" | "infinity" | "-infinity" | "+infinity") {
-        return Err(Error::unsupported(format!("{kind} input \"{}\" is not supported: write the value, or use now() / current_date", text.trim())));
+    if matches!(
+        lower.as_str(),
+        "now" | "today" | "tomorrow" | "yesterday" | "infinity" | "-infinity" | "+infinity"
+    ) {
+        return Err(Error::unsupported(format!(
+            "{kind} input \"{}\" is not supported: write the value, or use now() / current_date",
+            text.trim()
+        )));
     }
     Ok(())
 }
@@ -241,7 +330,10 @@ pub fn parse_date(text: &str) -> Result<NaiveDate> {
         return Ok(NaiveDate::default());
     }
     // A time after the date is accepted and ignored, as PostgreSQL does.
-    let date_text = match t.find(['T', 't', ' ']).filter(|&i| t[..i].contains(['-', '/']) || i == 8) {
+    let date_text = match t
+        .find(['T', 't', ' '])
+        .filter(|&i| t[..i].contains(['-', '/']) || i == 8)
+    {
         Some(i) if t[i + 1..].contains(':') => &t[..i],
         _ => t,
     };
@@ -253,19 +345,29 @@ pub fn parse_timestamp(text: &str, kind: &str) -> Result<WrittenTimestamp> {
     refuse_special(text, kind)?;
     let t = text.trim();
     if t.eq_ignore_ascii_case("epoch") {
-        return Ok(WrittenTimestamp { local: NaiveDateTime::default(), zone: Some(Zone::Offset(0)) });
+        return Ok(WrittenTimestamp {
+            local: NaiveDateTime::default(),
+            zone: Some(Zone::Offset(0)),
+        });
     }
     let (rest, zone) = split_zone(t)?;
     // The time starts at the first field holding a colon; the date is everything before it.
     let (date_text, time_text) = match rest.find(':') {
         Some(colon) => {
             let start = rest[..colon].rfind([' ', 'T', 't']).map_or(0, |i| i + 1);
-            (rest[..start].trim_end_matches(['T', 't', ' ']), &rest[start..])
+            (
+                rest[..start].trim_end_matches(['T', 't', ' ']),
+                &rest[start..],
+            )
         }
         None => (rest, ""),
     };
     let date = parse_date_part(date_text, kind, t)?;
-    let micros = if time_text.is_empty() { 0 } else { parse_time_part(time_text, kind, t)? };
+    let micros = if time_text.is_empty() {
+        0
+    } else {
+        parse_time_part(time_text, kind, t)?
+    };
     let local = date.and_time(NaiveTime::MIN) + chrono::Duration::microseconds(micros);
     Ok(WrittenTimestamp { local, zone })
 }
@@ -326,7 +428,8 @@ fn interval_clock(token: &str) -> Option<i64> {
         [h, m] => (i64::from(number(h)?) * 60 + i64::from(number(m)?)) * 60 * MICROS_PER_SECOND,
         [h, m, s] => {
             let (secs, frac) = seconds_and_micros(s)?;
-            ((i64::from(number(h)?) * 60 + i64::from(number(m)?)) * 60 + secs) * MICROS_PER_SECOND + frac
+            ((i64::from(number(h)?) * 60 + i64::from(number(m)?)) * 60 + secs) * MICROS_PER_SECOND
+                + frac
         }
         _ => return None,
     };
@@ -357,10 +460,16 @@ pub fn parse_interval(text: &str) -> Result<Interval> {
             continue;
         }
         // A number may be written apart from its unit (`1 day`) or against it (`1day`).
-        let split = token.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(token.len());
+        let split = token
+            .find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(token.len());
         let (number_text, attached) = token.split_at(split);
         let amount: f64 = number_text.parse().map_err(|_| bad())?;
-        let unit_word = if attached.is_empty() { tokens.next_if(|w| interval_unit(w).is_some()) } else { Some(attached) };
+        let unit_word = if attached.is_empty() {
+            tokens.next_if(|w| interval_unit(w).is_some())
+        } else {
+            Some(attached)
+        };
         match unit_word {
             Some(word) => add_amount(&mut acc, amount, interval_unit(word).ok_or_else(bad)?),
             // A bare number is seconds.
@@ -371,7 +480,12 @@ pub fn parse_interval(text: &str) -> Result<Interval> {
         return Err(bad());
     }
     let sign = if ago { -1.0 } else { 1.0 };
-    finish_interval(acc, sign).ok_or_else(|| Error::new(SqlState::DATETIME_FIELD_OVERFLOW, format!("interval out of range: \"{text}\"")))
+    finish_interval(acc, sign).ok_or_else(|| {
+        Error::new(
+            SqlState::DATETIME_FIELD_OVERFLOW,
+            format!("interval out of range: \"{text}\""),
+        )
+    })
 }
 
 fn finish_interval(acc: (f64, f64, f64), sign: f64) -> Option<Interval> {
@@ -379,10 +493,17 @@ fn finish_interval(acc: (f64, f64, f64), sign: f64) -> Option<Interval> {
     let days = (acc.1 * sign).round();
     let micros = (acc.2 * sign).round();
     let fits = |v: f64, max: f64| v.is_finite() && v.abs() <= max;
-    if !fits(months, f64::from(i32::MAX)) || !fits(days, f64::from(i32::MAX)) || !fits(micros, 9.2e18) {
+    if !fits(months, f64::from(i32::MAX))
+        || !fits(days, f64::from(i32::MAX))
+        || !fits(micros, 9.2e18)
+    {
         return None;
     }
-    Some(Interval { months: months as i32, days: days as i32, micros: micros as i64 })
+    Some(Interval {
+        months: months as i32,
+        days: days as i32,
+        micros: micros as i64,
+    })
 }
 
 /// ISO 8601 durations after the `P`: `1Y2M3DT4H5M6.5S`, `T1H`, `2W`.
@@ -429,10 +550,14 @@ mod tests {
 
     fn ts(text: &str) -> String {
         let w = parse_timestamp(text, "timestamp").unwrap();
-        format!("{} {:?}", w.local, w.zone.map(|z| match z {
-            Zone::Offset(s) => s,
-            Zone::Named(_) => 9999,
-        }))
+        format!(
+            "{} {:?}",
+            w.local,
+            w.zone.map(|z| match z {
+                Zone::Offset(s) => s,
+                Zone::Named(_) => 9999,
+            })
+        )
     }
 
     #[test]
@@ -441,16 +566,36 @@ mod tests {
         assert_eq!(ts("2026-03-01T12:00:00.5"), "2026-03-01 12:00:00.500 None");
         assert_eq!(ts("2026-03-01"), "2026-03-01 00:00:00 None");
         assert_eq!(ts("2026-03-01 12:00+02"), "2026-03-01 12:00:00 Some(7200)");
-        assert_eq!(ts("2026-03-01 12:00:00-05:30"), "2026-03-01 12:00:00 Some(-19800)");
+        assert_eq!(
+            ts("2026-03-01 12:00:00-05:30"),
+            "2026-03-01 12:00:00 Some(-19800)"
+        );
         assert_eq!(ts("2026-03-01 12:00:00Z"), "2026-03-01 12:00:00 Some(0)");
-        assert_eq!(ts("2026-03-01 12:00:00 UTC"), "2026-03-01 12:00:00 Some(9999)");
+        assert_eq!(
+            ts("2026-03-01 12:00:00 UTC"),
+            "2026-03-01 12:00:00 Some(9999)"
+        );
         assert_eq!(ts("March 5, 2026 2:07 PM"), "2026-03-05 14:07:00 None");
         assert_eq!(ts("03/05/2026"), "2026-03-05 00:00:00 None");
         assert_eq!(ts("2026-03-01 24:00"), "2026-03-02 00:00:00 None");
-        assert_eq!(parse_timestamp("2026-03-01 25:00", "timestamp").unwrap_err().state, SqlState::DATETIME_FIELD_OVERFLOW);
-        assert_eq!(parse_timestamp("garbage", "timestamp").unwrap_err().state, SqlState::INVALID_DATETIME_FORMAT);
-        assert_eq!(parse_date("2026-02-30").unwrap_err().state, SqlState::DATETIME_FIELD_OVERFLOW);
-        assert_eq!(parse_date("20260305").unwrap(), NaiveDate::from_ymd_opt(2026, 3, 5).unwrap());
+        assert_eq!(
+            parse_timestamp("2026-03-01 25:00", "timestamp")
+                .unwrap_err()
+                .state,
+            SqlState::DATETIME_FIELD_OVERFLOW
+        );
+        assert_eq!(
+            parse_timestamp("garbage", "timestamp").unwrap_err().state,
+            SqlState::INVALID_DATETIME_FORMAT
+        );
+        assert_eq!(
+            parse_date("2026-02-30").unwrap_err().state,
+            SqlState::DATETIME_FIELD_OVERFLOW
+        );
+        assert_eq!(
+            parse_date("20260305").unwrap(),
+            NaiveDate::from_ymd_opt(2026, 3, 5).unwrap()
+        );
     }
 
     #[test]

@@ -15,7 +15,11 @@ use super::udf::{IMMUTABLE, PgFunction, arrays, pg_field};
 pub use super::jsonb::Json;
 
 fn invalid(text: &str) -> Error {
-    Error::new(SqlState::INVALID_TEXT_REPRESENTATION, "invalid input syntax for type json").with_detail(format!("Input: {text}"))
+    Error::new(
+        SqlState::INVALID_TEXT_REPRESENTATION,
+        "invalid input syntax for type json",
+    )
+    .with_detail(format!("Input: {text}"))
 }
 
 struct Parser<'a> {
@@ -26,7 +30,11 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn skip_whitespace(&mut self) {
-        while self.bytes.get(self.at).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
+        while self
+            .bytes
+            .get(self.at)
+            .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        {
             self.at += 1;
         }
     }
@@ -43,7 +51,10 @@ impl<'a> Parser<'a> {
 
     fn value(&mut self, depth: usize) -> Result<Json> {
         if depth > DEPTH_MAX {
-            return Err(Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "json value nested too deeply"));
+            return Err(Error::new(
+                SqlState::PROGRAM_LIMIT_EXCEEDED,
+                "json value nested too deeply",
+            ));
         }
         self.skip_whitespace();
         match self.bytes.get(self.at) {
@@ -150,7 +161,10 @@ impl<'a> Parser<'a> {
     }
 
     fn hex4(&mut self) -> Result<u32> {
-        let digits = self.text.get(self.at..self.at + 4).ok_or_else(|| invalid(self.text))?;
+        let digits = self
+            .text
+            .get(self.at..self.at + 4)
+            .ok_or_else(|| invalid(self.text))?;
         self.at += 4;
         u32::from_str_radix(digits, 16).map_err(|_| invalid(self.text))
     }
@@ -165,19 +179,26 @@ impl<'a> Parser<'a> {
             first
         };
         if code == 0 {
-            return Err(Error::new(SqlState::INVALID_TEXT_REPRESENTATION, "unsupported Unicode escape sequence").with_detail("\\u0000 cannot be converted to text."));
+            return Err(Error::new(
+                SqlState::INVALID_TEXT_REPRESENTATION,
+                "unsupported Unicode escape sequence",
+            )
+            .with_detail("\\u0000 cannot be converted to text."));
         }
         char::from_u32(code).ok_or_else(|| invalid(self.text))
     }
 
     fn number(&mut self) -> Result<Json> {
         let start = self.at;
-        let is_number_byte = |b: &u8| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E');
+        let is_number_byte =
+            |b: &u8| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E');
         while self.bytes.get(self.at).is_some_and(is_number_byte) {
             self.at += 1;
         }
         let text = &self.text[start..self.at];
-        Ok(Json::Number(normalize_number(text).ok_or_else(|| invalid(self.text))?))
+        Ok(Json::Number(
+            normalize_number(text).ok_or_else(|| invalid(self.text))?,
+        ))
     }
 }
 
@@ -195,7 +216,11 @@ fn normalize_number(text: &str) -> Option<String> {
         None => (body, 0),
     };
     let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let json_shape = !whole.is_empty() && whole.bytes().all(|b| b.is_ascii_digit()) && (whole == "0" || !whole.starts_with('0')) && fraction.bytes().all(|b| b.is_ascii_digit()) && (!mantissa.contains('.') || !fraction.is_empty());
+    let json_shape = !whole.is_empty()
+        && whole.bytes().all(|b| b.is_ascii_digit())
+        && (whole == "0" || !whole.starts_with('0'))
+        && fraction.bytes().all(|b| b.is_ascii_digit())
+        && (!mantissa.contains('.') || !fraction.is_empty());
     if !json_shape || exponent.abs() > 1000 {
         return None;
     }
@@ -225,12 +250,20 @@ fn normalize_number(text: &str) -> Option<String> {
     }
     let zero = int_part == "0" && frac_part.bytes().all(|b| b == b'0');
     let sign = if negative && !zero { "-" } else { "" };
-    Some(if scale == 0 { format!("{sign}{int_part}") } else { format!("{sign}{int_part}.{frac_part}") })
+    Some(if scale == 0 {
+        format!("{sign}{int_part}")
+    } else {
+        format!("{sign}{int_part}.{frac_part}")
+    })
 }
 
 /// Parses JSON text into its jsonb value (keys ordered, the last of duplicates kept).
 pub fn parse(text: &str) -> Result<Json> {
-    let mut p = Parser { text, bytes: text.as_bytes(), at: 0 };
+    let mut p = Parser {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
     let value = p.value(0)?;
     p.skip_whitespace();
     if p.at != text.len() {
@@ -244,7 +277,10 @@ pub fn normalize(text: &str) -> Result<String> {
     Ok(parse(text)?.to_string())
 }
 
-fn convert(args: &ScalarFunctionArgs, normalized: bool) -> datafusion::common::Result<ColumnarValue> {
+fn convert(
+    args: &ScalarFunctionArgs,
+    normalized: bool,
+) -> datafusion::common::Result<ColumnarValue> {
     let input = &arrays(args)?[0];
     let text = arrow::compute::cast(input, &DataType::Utf8)?;
     let mut b = StringBuilder::with_capacity(text.len(), text.len() * 16);
@@ -262,17 +298,34 @@ fn convert(args: &ScalarFunctionArgs, normalized: bool) -> datafusion::common::R
 
 pub fn functions() -> Vec<ScalarUDF> {
     let to = |name: &str, pg: &'static str, normalized: bool| {
-        PgFunction::with_return(name, Signature::any(1, IMMUTABLE), move |args| {
-            // Only text becomes JSON here; other types would need to_jsonb().
-            let t = args.arg_fields[0].data_type();
-            if !matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null) {
-                return Err(super::udf::error(SqlState::FEATURE_NOT_SUPPORTED, format!("cannot cast {} to {pg}", crate::types::pg_type_name(&args.arg_fields[0]))));
-            }
-            Ok(pg_field("", DataType::Utf8, pg))
-        }, move |args| convert(args, normalized))
+        PgFunction::with_return(
+            name,
+            Signature::any(1, IMMUTABLE),
+            move |args| {
+                // Only text becomes JSON here; other types would need to_jsonb().
+                let t = args.arg_fields[0].data_type();
+                if !matches!(
+                    t,
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null
+                ) {
+                    return Err(super::udf::error(
+                        SqlState::FEATURE_NOT_SUPPORTED,
+                        format!(
+                            "cannot cast {} to {pg}",
+                            crate::types::pg_type_name(&args.arg_fields[0])
+                        ),
+                    ));
+                }
+                Ok(pg_field("", DataType::Utf8, pg))
+            },
+            move |args| convert(args, normalized),
+        )
         .udf()
     };
-    vec![to(super::ast::TO_JSONB, "jsonb", true), to(super::ast::TO_JSON, "json", false)]
+    vec![
+        to(super::ast::TO_JSONB, "jsonb", true),
+        to(super::ast::TO_JSON, "json", false),
+    ]
 }
 
 #[cfg(test)]
@@ -281,10 +334,22 @@ mod tests {
 
     #[test]
     fn jsonb_normal_form() {
-        assert_eq!(normalize(r#"{"b": 2, "a": 1}"#).unwrap(), r#"{"a": 1, "b": 2}"#);
-        assert_eq!(normalize(r#"{"a":1,"b":[1,2]}"#).unwrap(), r#"{"a": 1, "b": [1, 2]}"#);
-        assert_eq!(normalize(r#"{"aa": 1, "b": 2, "a": 0, "a": 3}"#).unwrap(), r#"{"a": 3, "b": 2, "aa": 1}"#);
-        assert_eq!(normalize("[1e3, 1.50, -0, 1E-2, 2.5e1]").unwrap(), "[1000, 1.50, 0, 0.01, 25]");
+        assert_eq!(
+            normalize(r#"{"b": 2, "a": 1}"#).unwrap(),
+            r#"{"a": 1, "b": 2}"#
+        );
+        assert_eq!(
+            normalize(r#"{"a":1,"b":[1,2]}"#).unwrap(),
+            r#"{"a": 1, "b": [1, 2]}"#
+        );
+        assert_eq!(
+            normalize(r#"{"aa": 1, "b": 2, "a": 0, "a": 3}"#).unwrap(),
+            r#"{"a": 3, "b": 2, "aa": 1}"#
+        );
+        assert_eq!(
+            normalize("[1e3, 1.50, -0, 1E-2, 2.5e1]").unwrap(),
+            "[1000, 1.50, 0, 0.01, 25]"
+        );
         assert_eq!(normalize(r#""a\u00e9\n""#).unwrap(), "\"aé\\n\"");
         assert!(normalize("not json").is_err());
         assert!(normalize("{\"a\":}").is_err());

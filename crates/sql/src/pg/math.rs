@@ -9,12 +9,16 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Decimal128Builder, Float64Array};
 use arrow::datatypes::{DataType, Decimal128Type, Field, Float64Type, Int64Type};
-use datafusion::logical_expr::{ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, Signature};
 use datafusion::common::ScalarValue;
+use datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, Signature,
+};
 use eddy_common::SqlState;
 
 use super::decimal;
-use super::udf::{IMMUTABLE, PgFunction, Result, arrays, constant, error, first_argument_type, no_such_function};
+use super::udf::{
+    IMMUTABLE, PgFunction, Result, arrays, constant, error, first_argument_type, no_such_function,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rounding {
@@ -51,7 +55,9 @@ impl Rounding {
         let divisor = decimal::pow10(u32::from((from - to) as u8))?;
         let (q, r) = (value / divisor, value % divisor);
         let rounded = match self {
-            Rounding::Round => return decimal::rescale(value, from, to).and_then(|v| v.checked_mul(divisor)),
+            Rounding::Round => {
+                return decimal::rescale(value, from, to).and_then(|v| v.checked_mul(divisor));
+            }
             Rounding::Trunc => q,
             Rounding::Ceil => q + i128::from(r > 0),
             Rounding::Floor => q - i128::from(r < 0),
@@ -82,7 +88,9 @@ fn rounding(kind: Rounding) -> ScalarUDF {
         let out = match t {
             DataType::Decimal128(_, s) => DataType::Decimal128(38, places(args, *s)),
             // PostgreSQL has round(numeric, int) but no round(double precision, int).
-            DataType::Float32 | DataType::Float64 if with_places => return Err(no_such_function(kind.name(), &[t.clone(), DataType::Int32])),
+            DataType::Float32 | DataType::Float64 if with_places => {
+                return Err(no_such_function(kind.name(), &[t.clone(), DataType::Int32]));
+            }
             t if is_integer(t) && with_places => DataType::Decimal128(38, places(args, 0)),
             t if t.is_numeric() || t == &DataType::Null => DataType::Float64,
             t => return Err(no_such_function(kind.name(), std::slice::from_ref(t))),
@@ -94,20 +102,32 @@ fn rounding(kind: Rounding) -> ScalarUDF {
         let out: ArrayRef = match args.return_type() {
             DataType::Decimal128(p, target) => {
                 let (p, target) = (*p, *target);
-                let input = arrow::compute::cast(&a[0], &DataType::Decimal128(38, match a[0].data_type() {
-                    DataType::Decimal128(_, s) => *s,
-                    _ => 0,
-                }))?;
+                let input = arrow::compute::cast(
+                    &a[0],
+                    &DataType::Decimal128(
+                        38,
+                        match a[0].data_type() {
+                            DataType::Decimal128(_, s) => *s,
+                            _ => 0,
+                        },
+                    ),
+                )?;
                 let from = match input.data_type() {
                     DataType::Decimal128(_, s) => *s,
                     _ => 0,
                 };
-                let digits = a.get(1).map(|d| arrow::compute::cast(d, &DataType::Int64)).transpose()?;
-                let mut b = Decimal128Builder::with_capacity(input.len()).with_precision_and_scale(p, target)?;
+                let digits = a
+                    .get(1)
+                    .map(|d| arrow::compute::cast(d, &DataType::Int64))
+                    .transpose()?;
+                let mut b = Decimal128Builder::with_capacity(input.len())
+                    .with_precision_and_scale(p, target)?;
                 for (i, v) in input.as_primitive::<Decimal128Type>().iter().enumerate() {
                     let n = match &digits {
                         Some(d) if d.is_null(i) => None,
-                        Some(d) => Some(d.as_primitive::<Int64Type>().value(i).clamp(-38, 38) as i8),
+                        Some(d) => {
+                            Some(d.as_primitive::<Int64Type>().value(i).clamp(-38, 38) as i8)
+                        }
                         None => Some(0),
                     };
                     let value = match (v, n) {
@@ -123,19 +143,37 @@ fn rounding(kind: Rounding) -> ScalarUDF {
             }
             _ => {
                 let floats = arrow::compute::cast(&a[0], &DataType::Float64)?;
-                let out: Float64Array = floats.as_primitive::<Float64Type>().iter().map(|v| v.map(|v| kind.float(v))).collect();
+                let out: Float64Array = floats
+                    .as_primitive::<Float64Type>()
+                    .iter()
+                    .map(|v| v.map(|v| kind.float(v)))
+                    .collect();
                 Arc::new(out)
             }
         };
         Ok(ColumnarValue::Array(out))
     };
-    let signature = Signature::one_of(vec![datafusion::logical_expr::TypeSignature::Any(1), datafusion::logical_expr::TypeSignature::Any(2)], IMMUTABLE);
+    let signature = Signature::one_of(
+        vec![
+            datafusion::logical_expr::TypeSignature::Any(1),
+            datafusion::logical_expr::TypeSignature::Any(2),
+        ],
+        IMMUTABLE,
+    );
     let f = PgFunction::with_return(kind.name(), signature, returns, evaluate);
-    if kind == Rounding::Ceil { f.alias("ceiling") } else { f }.udf()
+    if kind == Rounding::Ceil {
+        f.alias("ceiling")
+    } else {
+        f
+    }
+    .udf()
 }
 
 fn overflow() -> datafusion::common::DataFusionError {
-    error(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "numeric field overflow")
+    error(
+        SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+        "numeric field overflow",
+    )
 }
 
 fn division_by_zero() -> datafusion::common::DataFusionError {
@@ -145,13 +183,23 @@ fn division_by_zero() -> datafusion::common::DataFusionError {
 /// The common type of two numbers for `mod` and `div`: a numeric if either is one, else the
 /// wider integer.
 fn common(args: &[DataType]) -> Result<Vec<DataType>> {
-    let [a, b] = args else { return Err(no_such_function("mod", args)) };
+    let [a, b] = args else {
+        return Err(no_such_function("mod", args));
+    };
     let t = match (a, b) {
-        (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2)) => DataType::Decimal128(38, (*s1).max(*s2)),
-        (DataType::Decimal128(_, s), t) | (t, DataType::Decimal128(_, s)) if is_integer(t) => DataType::Decimal128(38, *s),
+        (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2)) => {
+            DataType::Decimal128(38, (*s1).max(*s2))
+        }
+        (DataType::Decimal128(_, s), t) | (t, DataType::Decimal128(_, s)) if is_integer(t) => {
+            DataType::Decimal128(38, *s)
+        }
         (a, b) if is_integer(a) && is_integer(b) => {
             let width = |t: &DataType| t.primitive_width().unwrap_or(8);
-            if width(a) >= width(b) { a.clone() } else { b.clone() }
+            if width(a) >= width(b) {
+                a.clone()
+            } else {
+                b.clone()
+            }
         }
         _ => return Err(no_such_function("mod", args)),
     };
@@ -170,13 +218,23 @@ fn modulo(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
 /// `div(a, b)`: the integer quotient, truncated toward zero, as a numeric.
 fn div(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     let a = arrays(args)?;
-    let x = arrow::compute::cast(&a[0], &DataType::Decimal128(38, match a[0].data_type() {
-        DataType::Decimal128(_, s) => *s,
-        _ => 0,
-    }))?;
+    let x = arrow::compute::cast(
+        &a[0],
+        &DataType::Decimal128(
+            38,
+            match a[0].data_type() {
+                DataType::Decimal128(_, s) => *s,
+                _ => 0,
+            },
+        ),
+    )?;
     let y = arrow::compute::cast(&a[1], x.data_type())?;
     let mut b = Decimal128Builder::with_capacity(x.len()).with_precision_and_scale(38, 0)?;
-    for (l, r) in x.as_primitive::<Decimal128Type>().iter().zip(y.as_primitive::<Decimal128Type>().iter()) {
+    for (l, r) in x
+        .as_primitive::<Decimal128Type>()
+        .iter()
+        .zip(y.as_primitive::<Decimal128Type>().iter())
+    {
         match (l, r) {
             (Some(_), Some(0)) => return Err(division_by_zero()),
             (Some(l), Some(r)) => b.append_value(l / r),
@@ -190,7 +248,8 @@ fn sign(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     let input = &arrays(args)?[0];
     let out: ArrayRef = match input.data_type() {
         DataType::Decimal128(..) => {
-            let mut b = Decimal128Builder::with_capacity(input.len()).with_precision_and_scale(1, 0)?;
+            let mut b =
+                Decimal128Builder::with_capacity(input.len()).with_precision_and_scale(1, 0)?;
             for v in input.as_primitive::<Decimal128Type>().iter() {
                 b.append_option(v.map(i128::signum));
             }
@@ -198,7 +257,19 @@ fn sign(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
         }
         _ => {
             let floats = arrow::compute::cast(input, &DataType::Float64)?;
-            let out: Float64Array = floats.as_primitive::<Float64Type>().iter().map(|v| v.map(|v| if v == 0.0 || v.is_nan() { v } else { v.signum() })).collect();
+            let out: Float64Array = floats
+                .as_primitive::<Float64Type>()
+                .iter()
+                .map(|v| {
+                    v.map(|v| {
+                        if v == 0.0 || v.is_nan() {
+                            v
+                        } else {
+                            v.signum()
+                        }
+                    })
+                })
+                .collect();
             Arc::new(out)
         }
     };
@@ -207,8 +278,17 @@ fn sign(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
 
 /// Evaluates a double-precision function row by row, failing where PostgreSQL's does
 /// (`ln(0)`, `sqrt(-1)`, `exp(1000)`) instead of returning NaN or infinity.
-fn evaluate_floats(args: &ScalarFunctionArgs, f: fn(&[f64]) -> FloatResult) -> Result<ColumnarValue> {
-    let columns: Vec<Float64Array> = arrays(args)?.iter().map(|c| arrow::compute::cast(c, &DataType::Float64).map(|c| c.as_primitive::<Float64Type>().clone())).collect::<std::result::Result<_, _>>()?;
+fn evaluate_floats(
+    args: &ScalarFunctionArgs,
+    f: fn(&[f64]) -> FloatResult,
+) -> Result<ColumnarValue> {
+    let columns: Vec<Float64Array> = arrays(args)?
+        .iter()
+        .map(|c| {
+            arrow::compute::cast(c, &DataType::Float64)
+                .map(|c| c.as_primitive::<Float64Type>().clone())
+        })
+        .collect::<std::result::Result<_, _>>()?;
     let mut out = Vec::with_capacity(args.number_rows);
     let mut values = vec![0.0; columns.len()];
     for row in 0..args.number_rows {
@@ -221,7 +301,10 @@ fn evaluate_floats(args: &ScalarFunctionArgs, f: fn(&[f64]) -> FloatResult) -> R
         }
         let v = f(&values).map_err(|(state, message)| error(state, message))?;
         if v.is_infinite() && values.iter().all(|x| x.is_finite()) {
-            return Err(error(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "value out of range: overflow"));
+            return Err(error(
+                SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                "value out of range: overflow",
+            ));
         }
         out.push(Some(v));
     }
@@ -230,16 +313,25 @@ fn evaluate_floats(args: &ScalarFunctionArgs, f: fn(&[f64]) -> FloatResult) -> R
 
 fn float_function(name: &'static str, arity: usize, f: fn(&[f64]) -> FloatResult) -> ScalarUDF {
     let signature = Signature::uniform(arity, vec![DataType::Float64], IMMUTABLE);
-    PgFunction::new(name, signature, DataType::Float64, move |args| evaluate_floats(args, f)).udf()
+    PgFunction::new(name, signature, DataType::Float64, move |args| {
+        evaluate_floats(args, f)
+    })
+    .udf()
 }
 
 type FloatResult = std::result::Result<f64, (SqlState, &'static str)>;
 
 fn logarithm(x: f64) -> FloatResult {
     if x == 0.0 {
-        Err((SqlState::INVALID_ARGUMENT_FOR_LOGARITHM, "cannot take logarithm of zero"))
+        Err((
+            SqlState::INVALID_ARGUMENT_FOR_LOGARITHM,
+            "cannot take logarithm of zero",
+        ))
     } else if x < 0.0 {
-        Err((SqlState::INVALID_ARGUMENT_FOR_LOGARITHM, "cannot take logarithm of a negative number"))
+        Err((
+            SqlState::INVALID_ARGUMENT_FOR_LOGARITHM,
+            "cannot take logarithm of a negative number",
+        ))
     } else {
         Ok(x)
     }
@@ -248,31 +340,61 @@ fn logarithm(x: f64) -> FloatResult {
 fn power(v: &[f64]) -> FloatResult {
     let (a, b) = (v[0], v[1]);
     if a == 0.0 && b < 0.0 {
-        return Err((SqlState::INVALID_ARGUMENT_FOR_POWER_FUNCTION, "zero raised to a negative power is undefined"));
+        return Err((
+            SqlState::INVALID_ARGUMENT_FOR_POWER_FUNCTION,
+            "zero raised to a negative power is undefined",
+        ));
     }
     if a < 0.0 && b.fract() != 0.0 && b.is_finite() {
-        return Err((SqlState::INVALID_ARGUMENT_FOR_POWER_FUNCTION, "a negative number raised to a non-integer power yields a complex result"));
+        return Err((
+            SqlState::INVALID_ARGUMENT_FOR_POWER_FUNCTION,
+            "a negative number raised to a non-integer power yields a complex result",
+        ));
     }
     Ok(a.powf(b))
 }
 
 fn float_functions() -> Vec<ScalarUDF> {
     vec![
-        float_function("sqrt", 1, |v| if v[0] < 0.0 { Err((SqlState::INVALID_ARGUMENT_FOR_POWER_FUNCTION, "cannot take square root of a negative number")) } else { Ok(v[0].sqrt()) }),
+        float_function("sqrt", 1, |v| {
+            if v[0] < 0.0 {
+                Err((
+                    SqlState::INVALID_ARGUMENT_FOR_POWER_FUNCTION,
+                    "cannot take square root of a negative number",
+                ))
+            } else {
+                Ok(v[0].sqrt())
+            }
+        }),
         float_function("cbrt", 1, |v| Ok(v[0].cbrt())),
         float_function("exp", 1, |v| Ok(v[0].exp())),
         float_function("ln", 1, |v| logarithm(v[0]).map(f64::ln)),
         float_function("log10", 1, |v| logarithm(v[0]).map(f64::log10)),
         // log(x) is log10; log(b, x) the logarithm of x to base b.
-        PgFunction::new("log", Signature::one_of(vec![datafusion::logical_expr::TypeSignature::Uniform(1, vec![DataType::Float64]), datafusion::logical_expr::TypeSignature::Uniform(2, vec![DataType::Float64])], IMMUTABLE), DataType::Float64, |args| {
-            if args.args.len() == 1 {
-                return evaluate_floats(args, |v| logarithm(v[0]).map(f64::log10));
-            }
-            evaluate_floats(args, |v| {
-                let (base, x) = (logarithm(v[0])?, logarithm(v[1])?);
-                if base == 1.0 { Err((SqlState::DIVISION_BY_ZERO, "division by zero")) } else { Ok(x.ln() / base.ln()) }
-            })
-        })
+        PgFunction::new(
+            "log",
+            Signature::one_of(
+                vec![
+                    datafusion::logical_expr::TypeSignature::Uniform(1, vec![DataType::Float64]),
+                    datafusion::logical_expr::TypeSignature::Uniform(2, vec![DataType::Float64]),
+                ],
+                IMMUTABLE,
+            ),
+            DataType::Float64,
+            |args| {
+                if args.args.len() == 1 {
+                    return evaluate_floats(args, |v| logarithm(v[0]).map(f64::log10));
+                }
+                evaluate_floats(args, |v| {
+                    let (base, x) = (logarithm(v[0])?, logarithm(v[1])?);
+                    if base == 1.0 {
+                        Err((SqlState::DIVISION_BY_ZERO, "division by zero"))
+                    } else {
+                        Ok(x.ln() / base.ln())
+                    }
+                })
+            },
+        )
         .udf(),
         float_function("power", 2, power).with_aliases(["pow"]),
     ]
@@ -283,7 +405,19 @@ fn to_hex(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     let input = &arrays(args)?[0];
     let wide = arrow::compute::cast(input, &DataType::Int64)?;
     let narrow = input.data_type() != &DataType::Int64;
-    let out: arrow::array::StringArray = wide.as_primitive::<Int64Type>().iter().map(|v| v.map(|v| if narrow { format!("{:x}", v as i32 as u32) } else { format!("{:x}", v as u64) })).collect();
+    let out: arrow::array::StringArray = wide
+        .as_primitive::<Int64Type>()
+        .iter()
+        .map(|v| {
+            v.map(|v| {
+                if narrow {
+                    format!("{:x}", v as i32 as u32)
+                } else {
+                    format!("{:x}", v as u64)
+                }
+            })
+        })
+        .collect();
     Ok(ColumnarValue::Array(Arc::new(out)))
 }
 
@@ -294,8 +428,19 @@ fn factorial(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     for v in input.as_primitive::<Int64Type>().iter() {
         match v {
             None => b.append_null(),
-            Some(n) if n < 0 => return Err(error(SqlState::INVALID_PARAMETER_VALUE, "factorial of a negative number is undefined")),
-            Some(n) => b.append_value((1..=n as i128).try_fold(1i128, |acc, k| acc.checked_mul(k).filter(|v| decimal::fits(*v, 38))).ok_or_else(overflow)?),
+            Some(n) if n < 0 => {
+                return Err(error(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "factorial of a negative number is undefined",
+                ));
+            }
+            Some(n) => b.append_value(
+                (1..=n as i128)
+                    .try_fold(1i128, |acc, k| {
+                        acc.checked_mul(k).filter(|v| decimal::fits(*v, 38))
+                    })
+                    .ok_or_else(overflow)?,
+            ),
         }
     }
     Ok(ColumnarValue::Array(Arc::new(b.finish())))
@@ -311,31 +456,68 @@ fn gcd_i128(mut a: i128, mut b: i128) -> i128 {
 /// `gcd` and `lcm` of integers, in the arguments' common integer type.
 fn gcd_lcm(name: &'static str, lcm: bool) -> ScalarUDF {
     let coerce = move |types: &[DataType]| -> Result<Vec<DataType>> {
-        let t = if types.iter().any(|t| t == &DataType::Int64) { DataType::Int64 } else { DataType::Int32 };
-        if types.iter().all(|t| t.is_integer() || t == &DataType::Null) { Ok(vec![t.clone(), t]) } else { Err(no_such_function(if lcm { "lcm" } else { "gcd" }, types)) }
-    };
-    PgFunction::with_return(name, Signature::user_defined(IMMUTABLE), first_argument_type, move |args| {
-        let a = arrays(args)?;
-        let t = a[0].data_type().clone();
-        let (x, y) = (arrow::compute::cast(&a[0], &DataType::Int64)?, arrow::compute::cast(&a[1], &DataType::Int64)?);
-        let (lo, hi) = if t == DataType::Int32 { (i128::from(i32::MIN), i128::from(i32::MAX)) } else { (i128::from(i64::MIN), i128::from(i64::MAX)) };
-        let mut out = Vec::with_capacity(x.len());
-        for (l, r) in x.as_primitive::<Int64Type>().iter().zip(y.as_primitive::<Int64Type>().iter()) {
-            out.push(match (l, r) {
-                (Some(l), Some(r)) => {
-                    let g = gcd_i128(i128::from(l), i128::from(r));
-                    let v = if !lcm { g } else if g == 0 { 0 } else { (i128::from(l) / g * i128::from(r)).abs() };
-                    if v < lo || v > hi {
-                        return Err(error(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, if t == DataType::Int32 { "integer out of range" } else { "bigint out of range" }));
-                    }
-                    Some(v as i64)
-                }
-                _ => None,
-            });
+        let t = if types.iter().any(|t| t == &DataType::Int64) {
+            DataType::Int64
+        } else {
+            DataType::Int32
+        };
+        if types.iter().all(|t| t.is_integer() || t == &DataType::Null) {
+            Ok(vec![t.clone(), t])
+        } else {
+            Err(no_such_function(if lcm { "lcm" } else { "gcd" }, types))
         }
-        let out: ArrayRef = Arc::new(arrow::array::Int64Array::from(out));
-        Ok(ColumnarValue::Array(arrow::compute::cast(&out, &t)?))
-    })
+    };
+    PgFunction::with_return(
+        name,
+        Signature::user_defined(IMMUTABLE),
+        first_argument_type,
+        move |args| {
+            let a = arrays(args)?;
+            let t = a[0].data_type().clone();
+            let (x, y) = (
+                arrow::compute::cast(&a[0], &DataType::Int64)?,
+                arrow::compute::cast(&a[1], &DataType::Int64)?,
+            );
+            let (lo, hi) = if t == DataType::Int32 {
+                (i128::from(i32::MIN), i128::from(i32::MAX))
+            } else {
+                (i128::from(i64::MIN), i128::from(i64::MAX))
+            };
+            let mut out = Vec::with_capacity(x.len());
+            for (l, r) in x
+                .as_primitive::<Int64Type>()
+                .iter()
+                .zip(y.as_primitive::<Int64Type>().iter())
+            {
+                out.push(match (l, r) {
+                    (Some(l), Some(r)) => {
+                        let g = gcd_i128(i128::from(l), i128::from(r));
+                        let v = if !lcm {
+                            g
+                        } else if g == 0 {
+                            0
+                        } else {
+                            (i128::from(l) / g * i128::from(r)).abs()
+                        };
+                        if v < lo || v > hi {
+                            return Err(error(
+                                SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                                if t == DataType::Int32 {
+                                    "integer out of range"
+                                } else {
+                                    "bigint out of range"
+                                },
+                            ));
+                        }
+                        Some(v as i64)
+                    }
+                    _ => None,
+                });
+            }
+            let out: ArrayRef = Arc::new(arrow::array::Int64Array::from(out));
+            Ok(ColumnarValue::Array(arrow::compute::cast(&out, &t)?))
+        },
+    )
     .coerce(coerce)
     .udf()
 }
@@ -343,7 +525,15 @@ fn gcd_lcm(name: &'static str, lcm: bool) -> ScalarUDF {
 pub fn functions() -> Vec<ScalarUDF> {
     let sign_type = |args: &ReturnFieldArgs<'_>| {
         let t = args.arg_fields[0].data_type();
-        Ok(Field::new("", if matches!(t, DataType::Decimal128(..)) { DataType::Decimal128(1, 0) } else { DataType::Float64 }, true))
+        Ok(Field::new(
+            "",
+            if matches!(t, DataType::Decimal128(..)) {
+                DataType::Decimal128(1, 0)
+            } else {
+                DataType::Float64
+            },
+            true,
+        ))
     };
     vec![
         rounding(Rounding::Round),
@@ -351,10 +541,36 @@ pub fn functions() -> Vec<ScalarUDF> {
         rounding(Rounding::Ceil),
         rounding(Rounding::Floor),
         PgFunction::with_return("sign", Signature::any(1, IMMUTABLE), sign_type, sign).udf(),
-        PgFunction::with_return("mod", Signature::user_defined(IMMUTABLE), first_argument_type, modulo).coerce(common).udf(),
-        PgFunction::new("div", Signature::user_defined(IMMUTABLE), DataType::Decimal128(38, 0), div).coerce(common).udf(),
-        PgFunction::new("to_hex", Signature::uniform(1, vec![DataType::Int32, DataType::Int64], IMMUTABLE), DataType::Utf8, to_hex).udf(),
-        PgFunction::new("factorial", Signature::exact(vec![DataType::Int64], IMMUTABLE), DataType::Decimal128(38, 0), factorial).udf(),
+        PgFunction::with_return(
+            "mod",
+            Signature::user_defined(IMMUTABLE),
+            first_argument_type,
+            modulo,
+        )
+        .coerce(common)
+        .udf(),
+        PgFunction::new(
+            "div",
+            Signature::user_defined(IMMUTABLE),
+            DataType::Decimal128(38, 0),
+            div,
+        )
+        .coerce(common)
+        .udf(),
+        PgFunction::new(
+            "to_hex",
+            Signature::uniform(1, vec![DataType::Int32, DataType::Int64], IMMUTABLE),
+            DataType::Utf8,
+            to_hex,
+        )
+        .udf(),
+        PgFunction::new(
+            "factorial",
+            Signature::exact(vec![DataType::Int64], IMMUTABLE),
+            DataType::Decimal128(38, 0),
+            factorial,
+        )
+        .udf(),
         gcd_lcm("gcd", false),
         gcd_lcm("lcm", true),
     ]

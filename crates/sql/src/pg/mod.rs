@@ -40,12 +40,12 @@ pub mod udf;
 
 use std::sync::Arc;
 
+use datafusion::execution::FunctionRegistry;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::context::SessionState;
-use datafusion::logical_expr::planner::ExprPlanner;
 use datafusion::logical_expr::ScalarUDF;
+use datafusion::logical_expr::planner::ExprPlanner;
 use datafusion::optimizer::{Analyzer, AnalyzerRule};
-use datafusion::execution::FunctionRegistry;
 use datafusion::prelude::SessionConfig;
 use eddy_common::{Error, Result};
 
@@ -54,21 +54,44 @@ pub use text::{TimeZone, parse_time_zone};
 /// The SQL options PostgreSQL's reading of a statement needs: `1.5` is a numeric, not a
 /// double; `text` is Arrow's `Utf8` (the type Eddy stores).
 pub fn configure(config: SessionConfig) -> SessionConfig {
-    config.set_bool("datafusion.sql_parser.parse_float_as_decimal", true).set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false)
+    config
+        .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
+        .set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false)
 }
 
 fn find(functions: &[Arc<ScalarUDF>], name: &str) -> Result<Arc<ScalarUDF>> {
-    functions.iter().find(|f| f.name() == name).cloned().ok_or_else(|| Error::internal(format!("function {name} is not defined")))
+    functions
+        .iter()
+        .find(|f| f.name() == name)
+        .cloned()
+        .ok_or_else(|| Error::internal(format!("function {name} is not defined")))
 }
 
 /// A session state with DataFusion's defaults and Eddy's PostgreSQL layer.
 pub fn session_state(config: SessionConfig) -> Result<SessionState> {
-    let base = SessionStateBuilder::new().with_config(configure(config)).with_default_features().build();
+    let base = SessionStateBuilder::new()
+        .with_config(configure(config))
+        .with_default_features()
+        .build();
     let mut functions: Vec<Arc<ScalarUDF>> = Vec::new();
-    for group in [cast::functions(), interval::functions(), datetime_fn::functions(), to_char::functions(), to_timestamp::functions(), math::functions(), strings::functions(), json::functions(), jsonb::functions(), array::functions()] {
+    for group in [
+        cast::functions(),
+        interval::functions(),
+        datetime_fn::functions(),
+        to_char::functions(),
+        to_timestamp::functions(),
+        math::functions(),
+        strings::functions(),
+        json::functions(),
+        jsonb::functions(),
+        array::functions(),
+    ] {
         functions.extend(group.into_iter().map(Arc::new));
     }
-    let arithmetic = Arc::new(arith::arithmetic_functions(find(&functions, cast::OUTPUT_TEXT)?, find(&functions, cast::CAST)?));
+    let arithmetic = Arc::new(arith::arithmetic_functions(
+        find(&functions, cast::OUTPUT_TEXT)?,
+        find(&functions, cast::CAST)?,
+    ));
     functions.extend(arithmetic.all());
     let pg_planner = planner::PgPlanner {
         interval_mul: find(&functions, interval::MUL)?,
@@ -77,23 +100,45 @@ pub fn session_state(config: SessionConfig) -> Result<SessionState> {
         interval_key: find(&functions, interval::COMPARISON_KEY)?,
         date_diff: find(&functions, datetime_fn::DATE_DIFF)?,
         extract: find(&functions, "extract")?,
-        jsonb_operators: [jsonb::GET, jsonb::GET_TEXT, jsonb::PATH, jsonb::PATH_TEXT, jsonb::CONTAINS, jsonb::CONTAINED, jsonb::EXISTS, jsonb::EXISTS_ANY, jsonb::EXISTS_ALL]
-            .iter()
-            .map(|name| find(&functions, name))
-            .collect::<Result<_>>()?,
+        jsonb_operators: [
+            jsonb::GET,
+            jsonb::GET_TEXT,
+            jsonb::PATH,
+            jsonb::PATH_TEXT,
+            jsonb::CONTAINS,
+            jsonb::CONTAINED,
+            jsonb::EXISTS,
+            jsonb::EXISTS_ANY,
+            jsonb::EXISTS_ALL,
+        ]
+        .iter()
+        .map(|name| find(&functions, name))
+        .collect::<Result<_>>()?,
     };
     let mut planners: Vec<Arc<dyn ExprPlanner>> = vec![Arc::new(pg_planner)];
     planners.extend(base.expr_planners().iter().cloned());
-    let mut rules: Vec<Arc<dyn AnalyzerRule + Send + Sync>> = vec![Arc::new(rules::ExplicitCasts { cast: find(&functions, cast::CAST)? })];
+    let mut rules: Vec<Arc<dyn AnalyzerRule + Send + Sync>> =
+        vec![Arc::new(rules::ExplicitCasts {
+            cast: find(&functions, cast::CAST)?,
+        })];
     rules.extend(Analyzer::new().rules);
-    rules.push(Arc::new(rules::CheckedArithmetic { functions: arithmetic }));
-    let mut state = SessionStateBuilder::new_from_existing(base).with_expr_planners(planners).with_analyzer_rules(rules).build();
+    rules.push(Arc::new(rules::CheckedArithmetic {
+        functions: arithmetic,
+    }));
+    let mut state = SessionStateBuilder::new_from_existing(base)
+        .with_expr_planners(planners)
+        .with_analyzer_rules(rules)
+        .build();
     for f in functions {
         // Replacing DataFusion's function of the same name (to_char, round, ...) is the point.
-        state.register_udf(f).map_err(crate::error::from_datafusion)?;
+        state
+            .register_udf(f)
+            .map_err(crate::error::from_datafusion)?;
     }
     for f in aggregates::functions() {
-        state.register_udaf(f).map_err(crate::error::from_datafusion)?;
+        state
+            .register_udaf(f)
+            .map_err(crate::error::from_datafusion)?;
     }
     Ok(state)
 }

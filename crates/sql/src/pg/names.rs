@@ -16,7 +16,9 @@ pub fn output_names(query: &ast::Query) -> Option<Vec<Option<String>>> {
     while let SetExpr::SetOperation { left, .. } = body {
         body = left.as_ref();
     }
-    let SetExpr::Select(select) = body else { return None };
+    let SetExpr::Select(select) = body else {
+        return None;
+    };
     select
         .projection
         .iter()
@@ -36,9 +38,16 @@ fn expr_name(expr: &Expr) -> Option<&str> {
     match expr {
         Expr::Identifier(i) => Some(&i.value),
         Expr::CompoundIdentifier(parts) => parts.last().map(|p| p.value.as_str()),
-        Expr::Function(f) => f.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.as_str()),
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(|i| i.value.as_str()),
         Expr::Nested(inner) => expr_name(inner),
-        Expr::Cast { expr, data_type, .. } => expr_name(expr).or_else(|| type_name(data_type)),
+        Expr::Cast {
+            expr, data_type, ..
+        } => expr_name(expr).or_else(|| type_name(data_type)),
         Expr::TypedString(typed) => type_name(&typed.data_type),
         Expr::Interval(_) => Some("interval"),
         Expr::Array(_) => Some("array"),
@@ -62,7 +71,11 @@ fn expr_name(expr: &Expr) -> Option<&str> {
 fn type_name(data_type: &DataType) -> Option<&'static str> {
     use DataType as T;
     Some(match data_type {
-        T::Array(ast::ArrayElemTypeDef::SquareBracket(element, _) | ast::ArrayElemTypeDef::AngleBracket(element) | ast::ArrayElemTypeDef::Parenthesis(element)) => return type_name(element),
+        T::Array(
+            ast::ArrayElemTypeDef::SquareBracket(element, _)
+            | ast::ArrayElemTypeDef::AngleBracket(element)
+            | ast::ArrayElemTypeDef::Parenthesis(element),
+        ) => return type_name(element),
         T::Bool | T::Boolean => "bool",
         T::SmallInt(_) | T::Int2(_) => "int2",
         T::Int(_) | T::Integer(_) | T::Int4(_) => "int4",
@@ -101,16 +114,29 @@ mod tests {
 
     fn names(sql: &str) -> Vec<String> {
         let statements = crate::parse_statements(sql).unwrap();
-        let crate::Statement::Sql(statement) = &statements[0].statement else { panic!() };
-        let ast::Statement::Query(query) = statement.as_ref() else { panic!() };
-        output_names(query).unwrap().into_iter().map(|n| n.unwrap_or_else(|| "-".into())).collect()
+        let crate::Statement::Sql(statement) = &statements[0].statement else {
+            panic!()
+        };
+        let ast::Statement::Query(query) = statement.as_ref() else {
+            panic!()
+        };
+        output_names(query)
+            .unwrap()
+            .into_iter()
+            .map(|n| n.unwrap_or_else(|| "-".into()))
+            .collect()
     }
 
     #[test]
     fn names_as_postgres_figures_them() {
         assert_eq!(
-            names("SELECT a, t.b, 1, 1 + 1, ARRAY[1], '{1}'::int[], 'x'::varchar, a::text, count(*), a[1], (ARRAY[1])[1], j -> 'k', true, CASE WHEN a THEN 1 END, x AS y, DATE '2024-01-01'"),
-            ["-", "-", "?column?", "?column?", "array", "int4", "varchar", "a", "count", "a", "array", "?column?", "?column?", "case", "-", "date"]
+            names(
+                "SELECT a, t.b, 1, 1 + 1, ARRAY[1], '{1}'::int[], 'x'::varchar, a::text, count(*), a[1], (ARRAY[1])[1], j -> 'k', true, CASE WHEN a THEN 1 END, x AS y, DATE '2024-01-01'"
+            ),
+            [
+                "-", "-", "?column?", "?column?", "array", "int4", "varchar", "a", "count", "a",
+                "array", "?column?", "?column?", "case", "-", "date"
+            ]
         );
     }
 }

@@ -27,18 +27,29 @@ use crate::types::PG_TYPE_KEY;
 /// Rewrites every expression of every node (subqueries included) with `f`, which is given
 /// the schema the node's expressions are evaluated against; recomputes the schemas of the
 /// nodes it changed (a rewritten expression may be typed more precisely).
-fn rewrite_plan(plan: LogicalPlan, f: &dyn Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>) -> Result<LogicalPlan> {
+fn rewrite_plan(
+    plan: LogicalPlan,
+    f: &dyn Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|node| {
         let mut schema = merge_schema(&node.inputs());
         if let LogicalPlan::TableScan(scan) = &node {
-            schema.merge(&DFSchema::try_from_qualified_schema(scan.table_name.clone(), &scan.source.schema())?);
+            schema.merge(&DFSchema::try_from_qualified_schema(
+                scan.table_name.clone(),
+                &scan.source.schema(),
+            )?);
         }
         let names = NamePreserver::new(&node);
         let rewritten = node.map_expressions(|expr| {
             let name = names.save(&expr);
-            expr.transform_up(|e| f(e, &schema)).map(|t| t.update_data(|e| name.restore(e)))
+            expr.transform_up(|e| f(e, &schema))
+                .map(|t| t.update_data(|e| name.restore(e)))
         })?;
-        if rewritten.transformed { rewritten.map_data(|p| p.recompute_schema()) } else { Ok(rewritten) }
+        if rewritten.transformed {
+            rewritten.map_data(|p| p.recompute_schema())
+        } else {
+            Ok(rewritten)
+        }
     })
     .map(|t| t.data)
 }
@@ -59,14 +70,29 @@ impl AnalyzerRule for ExplicitCasts {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         rewrite_plan(plan, &|expr, schema| {
-            let Expr::Cast(Cast { expr: inner, field }) = &expr else { return Ok(Transformed::no(expr)) };
-            let Ok(from) = inner.to_field(schema).map(|(_, f)| f) else { return Ok(Transformed::no(expr)) };
+            let Expr::Cast(Cast { expr: inner, field }) = &expr else {
+                return Ok(Transformed::no(expr));
+            };
+            let Ok(from) = inner.to_field(schema).map(|(_, f)| f) else {
+                return Ok(Transformed::no(expr));
+            };
             // `j::text` of a jsonb (or varchar(n), char(n)) value is plain text: a new value
             // without the source's PostgreSQL type.
-            if is_text(field.data_type()) && is_text(from.data_type()) && from.metadata().contains_key(PG_TYPE_KEY) {
-                return Ok(Transformed::yes(self.cast.call(vec![inner.as_ref().clone(), datafusion::logical_expr::lit(field.data_type().to_string())])));
+            if is_text(field.data_type())
+                && is_text(from.data_type())
+                && from.metadata().contains_key(PG_TYPE_KEY)
+            {
+                return Ok(Transformed::yes(self.cast.call(vec![
+                    inner.as_ref().clone(),
+                    datafusion::logical_expr::lit(field.data_type().to_string()),
+                ])));
             }
-            match cast::explicit(&self.cast, inner.as_ref().clone(), from.data_type(), field.data_type()) {
+            match cast::explicit(
+                &self.cast,
+                inner.as_ref().clone(),
+                from.data_type(),
+                field.data_type(),
+            ) {
                 Some(rewritten) => Ok(Transformed::yes(rewritten)),
                 None => Ok(Transformed::no(expr)),
             }
@@ -88,15 +114,25 @@ fn is_float(t: &DataType) -> bool {
 }
 
 fn call(udf: &Arc<ScalarUDF>, args: Vec<Expr>) -> Result<Transformed<Expr>> {
-    Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(udf), args))))
+    Ok(Transformed::yes(Expr::ScalarFunction(
+        ScalarFunction::new_udf(Arc::clone(udf), args),
+    )))
 }
 
 impl CheckedArithmetic {
     /// A cast coercion inserted: to text it prints the output form; from text it reads
     /// PostgreSQL's input syntax, as an explicit cast does.
-    fn implicit_cast(&self, expr: Expr, inner: &Expr, to: &DataType, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    fn implicit_cast(
+        &self,
+        expr: Expr,
+        inner: &Expr,
+        to: &DataType,
+        schema: &DFSchema,
+    ) -> Result<Transformed<Expr>> {
         let f = &self.functions;
-        let Ok(from) = inner.get_type(schema) else { return Ok(Transformed::no(expr)) };
+        let Ok(from) = inner.get_type(schema) else {
+            return Ok(Transformed::no(expr));
+        };
         if is_text(to) {
             return match cast::output_text(&f.output_text, inner.clone(), &from) {
                 Some(text) if to == &DataType::Utf8 => Ok(Transformed::yes(text)),
@@ -104,7 +140,9 @@ impl CheckedArithmetic {
                 None => Ok(Transformed::no(expr)),
             };
         }
-        if is_text(&from) && let Some(parse) = cast::explicit(&f.cast, inner.clone(), &from, to) {
+        if is_text(&from)
+            && let Some(parse) = cast::explicit(&f.cast, inner.clone(), &from, to)
+        {
             return Ok(Transformed::yes(parse));
         }
         Ok(Transformed::no(expr))
@@ -112,25 +150,51 @@ impl CheckedArithmetic {
 
     fn binary(&self, expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         let f = &self.functions;
-        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &expr else { return Ok(Transformed::no(expr)) };
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &expr else {
+            return Ok(Transformed::no(expr));
+        };
         // `'a' || true` casts the boolean as `::text` does (`atrue`), not as output (`t`).
         if *op == Operator::StringConcat {
             let explicit = |e: &Expr| match e {
-                Expr::ScalarFunction(s) if s.func.name() == cast::OUTPUT_TEXT => Some(f.cast.call(vec![s.args[0].clone(), datafusion::logical_expr::lit(DataType::Utf8.to_string())])),
+                Expr::ScalarFunction(s) if s.func.name() == cast::OUTPUT_TEXT => {
+                    Some(f.cast.call(vec![
+                        s.args[0].clone(),
+                        datafusion::logical_expr::lit(DataType::Utf8.to_string()),
+                    ]))
+                }
                 _ => None,
             };
             return match (explicit(left), explicit(right)) {
                 (None, None) => Ok(Transformed::no(expr)),
-                (l, r) => Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(Box::new(l.unwrap_or_else(|| left.as_ref().clone())), *op, Box::new(r.unwrap_or_else(|| right.as_ref().clone())))))),
+                (l, r) => Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+                    Box::new(l.unwrap_or_else(|| left.as_ref().clone())),
+                    *op,
+                    Box::new(r.unwrap_or_else(|| right.as_ref().clone())),
+                )))),
             };
         }
-        let (Ok(lt), Ok(rt)) = (left.get_type(schema), right.get_type(schema)) else { return Ok(Transformed::no(expr)) };
+        let (Ok(lt), Ok(rt)) = (left.get_type(schema), right.get_type(schema)) else {
+            return Ok(Transformed::no(expr));
+        };
         let args = vec![left.as_ref().clone(), right.as_ref().clone()];
         match op {
-            Operator::Divide if matches!((&lt, &rt), (DataType::Decimal128(..), DataType::Decimal128(..))) => call(&f.numeric_divide, args),
+            Operator::Divide
+                if matches!(
+                    (&lt, &rt),
+                    (DataType::Decimal128(..), DataType::Decimal128(..))
+                ) =>
+            {
+                call(&f.numeric_divide, args)
+            }
             _ if lt != rt => Ok(Transformed::no(expr)),
-            Operator::Plus | Operator::Minus | Operator::Multiply if is_integer(&lt) => call(&f.int[op_index(*op)], args),
-            Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide if is_float(&lt) => call(&f.float[op_index(*op)], args),
+            Operator::Plus | Operator::Minus | Operator::Multiply if is_integer(&lt) => {
+                call(&f.int[op_index(*op)], args)
+            }
+            Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide
+                if is_float(&lt) =>
+            {
+                call(&f.float[op_index(*op)], args)
+            }
             _ => Ok(Transformed::no(expr)),
         }
     }
@@ -148,7 +212,9 @@ impl AnalyzerRule for CheckedArithmetic {
                 self.implicit_cast(expr, &inner, &to, schema)
             }
             Expr::BinaryExpr(_) => self.binary(expr, schema),
-            Expr::Negative(inner) if inner.get_type(schema).is_ok_and(|t| is_integer(&t)) => call(&self.functions.negate, vec![inner.as_ref().clone()]),
+            Expr::Negative(inner) if inner.get_type(schema).is_ok_and(|t| is_integer(&t)) => {
+                call(&self.functions.negate, vec![inner.as_ref().clone()])
+            }
             _ => Ok(Transformed::no(expr)),
         })
     }

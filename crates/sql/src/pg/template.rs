@@ -6,13 +6,14 @@
 /// The keywords, exactly as PostgreSQL lists them (case matters: `Month` and `MONTH` print
 /// differently; `yyyy` is YYYY, `Yyyy` is not a keyword).
 const KEYWORDS: &[&str] = &[
-    "A.D.", "A.M.", "AD", "AM", "B.C.", "BC", "CC", "DAY", "DDD", "DD", "DY", "Day", "Dy", "D", "FF1", "FF2", "FF3", "FF4",
-    "FF5", "FF6", "FX", "HH24", "HH12", "HH", "IDDD", "ID", "IW", "IYYY", "IYY", "IY", "I", "J", "MI", "MM", "MONTH", "MON",
-    "MS", "Month", "Mon", "OF", "P.M.", "PM", "Q", "RM", "SSSSS", "SSSS", "SS", "TZH", "TZM", "TZ", "US", "WW", "W", "Y,YYY",
-    "YYYY", "YYY", "YY", "Y", "a.d.", "a.m.", "ad", "am", "b.c.", "bc", "cc", "day", "ddd", "dd", "dy", "d", "ff1", "ff2",
-    "ff3", "ff4", "ff5", "ff6", "fx", "hh24", "hh12", "hh", "iddd", "id", "iw", "iyyy", "iyy", "iy", "i", "j", "mi", "mm",
-    "month", "mon", "ms", "of", "p.m.", "pm", "q", "rm", "sssss", "ssss", "ss", "tz", "us", "ww", "w", "y,yyy", "yyyy",
-    "yyy", "yy", "y",
+    "A.D.", "A.M.", "AD", "AM", "B.C.", "BC", "CC", "DAY", "DDD", "DD", "DY", "Day", "Dy", "D",
+    "FF1", "FF2", "FF3", "FF4", "FF5", "FF6", "FX", "HH24", "HH12", "HH", "IDDD", "ID", "IW",
+    "IYYY", "IYY", "IY", "I", "J", "MI", "MM", "MONTH", "MON", "MS", "Month", "Mon", "OF", "P.M.",
+    "PM", "Q", "RM", "SSSSS", "SSSS", "SS", "TZH", "TZM", "TZ", "US", "WW", "W", "Y,YYY", "YYYY",
+    "YYY", "YY", "Y", "a.d.", "a.m.", "ad", "am", "b.c.", "bc", "cc", "day", "ddd", "dd", "dy",
+    "d", "ff1", "ff2", "ff3", "ff4", "ff5", "ff6", "fx", "hh24", "hh12", "hh", "iddd", "id", "iw",
+    "iyyy", "iyy", "iy", "i", "j", "mi", "mm", "month", "mon", "ms", "of", "p.m.", "pm", "q", "rm",
+    "sssss", "ssss", "ss", "tz", "us", "ww", "w", "y,yyy", "yyyy", "yyy", "yy", "y",
 ];
 
 /// One element of a parsed template.
@@ -20,7 +21,11 @@ const KEYWORDS: &[&str] = &[
 pub enum Node {
     /// A template keyword with its modifiers: `FM` (no padding) and `TH`/`th` (ordinal
     /// suffix; `Some(true)` for upper case).
-    Keyword { keyword: &'static str, fill_mode: bool, ordinal: Option<bool> },
+    Keyword {
+        keyword: &'static str,
+        fill_mode: bool,
+        ordinal: Option<bool>,
+    },
     /// Text printed as it is (quoted text, separators, anything not a keyword).
     Literal(String),
 }
@@ -36,13 +41,17 @@ pub fn parse(template: &str) -> Vec<Node> {
             rest = tail;
             continue;
         }
-        let (fill_mode, after_prefix) = match rest.strip_prefix("FM").or_else(|| rest.strip_prefix("fm")) {
-            Some(r) => (true, r),
-            None => (false, rest),
-        };
+        let (fill_mode, after_prefix) =
+            match rest.strip_prefix("FM").or_else(|| rest.strip_prefix("fm")) {
+                Some(r) => (true, r),
+                None => (false, rest),
+            };
         // TM (translation mode) prints names in the session's language (Eddy's is English)
         // and, as PostgreSQL does, without padding them.
-        let (translated, after_prefix) = match after_prefix.strip_prefix("TM").or_else(|| after_prefix.strip_prefix("tm")) {
+        let (translated, after_prefix) = match after_prefix
+            .strip_prefix("TM")
+            .or_else(|| after_prefix.strip_prefix("tm"))
+        {
             Some(r) => (true, r),
             None => (false, after_prefix),
         };
@@ -58,7 +67,11 @@ pub fn parse(template: &str) -> Vec<Node> {
             } else {
                 None
             };
-            nodes.push(Node::Keyword { keyword, fill_mode, ordinal });
+            nodes.push(Node::Keyword {
+                keyword,
+                fill_mode,
+                ordinal,
+            });
             rest = tail;
             continue;
         }
@@ -119,9 +132,32 @@ pub fn ordinal_suffix(digits: &str, upper: bool) -> &'static str {
     }
 }
 
-pub const MONTH_NAMES: [&str; 12] = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
-pub const DAY_NAMES: [&str; 7] = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
-pub const ROMAN_MONTHS: [&str; 12] = ["I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII"];
+pub const MONTH_NAMES: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+pub const DAY_NAMES: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+pub const ROMAN_MONTHS: [&str; 12] = [
+    "I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII",
+];
 
 /// A name in the case its keyword asks for: `MONTH` upper, `Month` capitalized, `month` lower.
 pub fn cased(name: &str, keyword: &str) -> String {
@@ -140,16 +176,39 @@ mod tests {
     use super::*;
 
     fn kw(keyword: &'static str) -> Node {
-        Node::Keyword { keyword, fill_mode: false, ordinal: None }
+        Node::Keyword {
+            keyword,
+            fill_mode: false,
+            ordinal: None,
+        }
     }
 
     #[test]
     fn templates_parse_like_postgres() {
-        assert_eq!(parse("YYYY-MM"), vec![kw("YYYY"), Node::Literal("-".into()), kw("MM")]);
-        assert_eq!(parse("HH24:MI"), vec![kw("HH24"), Node::Literal(":".into()), kw("MI")]);
-        assert_eq!(parse("FMDDth"), vec![Node::Keyword { keyword: "DD", fill_mode: true, ordinal: Some(false) }]);
-        assert_eq!(parse("\"Year\" YYYY"), vec![Node::Literal("Year ".into()), kw("YYYY")]);
-        assert_eq!(parse("YYYY\\\"MM"), vec![kw("YYYY"), Node::Literal("\"".into()), kw("MM")]);
+        assert_eq!(
+            parse("YYYY-MM"),
+            vec![kw("YYYY"), Node::Literal("-".into()), kw("MM")]
+        );
+        assert_eq!(
+            parse("HH24:MI"),
+            vec![kw("HH24"), Node::Literal(":".into()), kw("MI")]
+        );
+        assert_eq!(
+            parse("FMDDth"),
+            vec![Node::Keyword {
+                keyword: "DD",
+                fill_mode: true,
+                ordinal: Some(false)
+            }]
+        );
+        assert_eq!(
+            parse("\"Year\" YYYY"),
+            vec![Node::Literal("Year ".into()), kw("YYYY")]
+        );
+        assert_eq!(
+            parse("YYYY\\\"MM"),
+            vec![kw("YYYY"), Node::Literal("\"".into()), kw("MM")]
+        );
         assert_eq!(parse("DDD"), vec![kw("DDD")]);
         assert_eq!(ordinal_suffix("11", false), "th");
         assert_eq!(ordinal_suffix("22", true), "ND");

@@ -7,9 +7,9 @@
 
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{
-    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
-    IntervalMonthDayNanoType, IntervalUnit, Time64MicrosecondType, TimeUnit, UInt8Type, UInt16Type, UInt32Type,
-    UInt64Type,
+    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
+    Int64Type, IntervalMonthDayNanoType, IntervalUnit, Time64MicrosecondType, TimeUnit, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
 };
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Offset, TimeZone as _, Timelike};
 use eddy_common::{Error, Result};
@@ -32,7 +32,10 @@ impl TimeZone {
                 let abbreviation = t.format("%Z").to_string();
                 (t.offset().fix().local_minus_utc(), abbreviation)
             }
-            TimeZone::Fixed(fixed) => (fixed.local_minus_utc(), offset_text(fixed.local_minus_utc())),
+            TimeZone::Fixed(fixed) => (
+                fixed.local_minus_utc(),
+                offset_text(fixed.local_minus_utc()),
+            ),
         }
     }
 
@@ -80,13 +83,30 @@ pub struct TextOptions {
 
 impl TextOptions {
     pub fn output(time_zone: TimeZone) -> Self {
-        TextOptions { time_zone, trim_numeric: false, bool_words: false, blank_pad: None }
+        TextOptions {
+            time_zone,
+            trim_numeric: false,
+            bool_words: false,
+            blank_pad: None,
+        }
     }
 
     /// The output form of a column's values: what the wire and COPY send.
     pub fn output_of(field: &arrow::datatypes::Field, time_zone: TimeZone) -> Self {
-        let blank_pad = field.metadata().get(crate::types::PG_TYPE_KEY).and_then(|t| t.strip_prefix("character(")?.strip_suffix(')')?.parse().ok());
-        TextOptions { trim_numeric: is_unconstrained_numeric(field), blank_pad, ..TextOptions::output(time_zone) }
+        let blank_pad = field
+            .metadata()
+            .get(crate::types::PG_TYPE_KEY)
+            .and_then(|t| {
+                t.strip_prefix("character(")?
+                    .strip_suffix(')')?
+                    .parse()
+                    .ok()
+            });
+        TextOptions {
+            trim_numeric: is_unconstrained_numeric(field),
+            blank_pad,
+            ..TextOptions::output(time_zone)
+        }
     }
 }
 
@@ -98,7 +118,9 @@ pub fn is_unconstrained_numeric(field: &arrow::datatypes::Field) -> bool {
         Some(declared) => declared == "numeric" || declared == "numeric[]",
         None => match field.data_type() {
             DataType::Decimal128(_, s) => *s >= crate::types::NUMERIC_DEFAULT_SCALE,
-            DataType::List(element) | DataType::LargeList(element) => is_unconstrained_numeric(element),
+            DataType::List(element) | DataType::LargeList(element) => {
+                is_unconstrained_numeric(element)
+            }
             _ => false,
         },
     }
@@ -107,8 +129,13 @@ pub fn is_unconstrained_numeric(field: &arrow::datatypes::Field) -> bool {
 /// A computed numeric whose scale is its digits (a quotient, an average): printed with all of
 /// them, as PostgreSQL prints such results, even where its scale would pass for unconstrained.
 pub fn numeric_field_at_scale(scale: i8) -> arrow::datatypes::Field {
-    arrow::datatypes::Field::new("", DataType::Decimal128(38, scale), true)
-        .with_metadata([(crate::types::PG_TYPE_KEY.to_owned(), format!("numeric(38,{scale})"))].into())
+    arrow::datatypes::Field::new("", DataType::Decimal128(38, scale), true).with_metadata(
+        [(
+            crate::types::PG_TYPE_KEY.to_owned(),
+            format!("numeric(38,{scale})"),
+        )]
+        .into(),
+    )
 }
 
 /// Whether row `i` is NULL (a `Null`-typed column has no validity buffer: every row is).
@@ -141,11 +168,18 @@ pub fn text_value(column: &ArrayRef, i: usize, options: TextOptions) -> Result<S
         DataType::UInt16 => column.as_primitive::<UInt16Type>().value(i).to_string(),
         DataType::UInt32 => column.as_primitive::<UInt32Type>().value(i).to_string(),
         DataType::UInt64 => column.as_primitive::<UInt64Type>().value(i).to_string(),
-        DataType::Float32 => float_text(f64::from(column.as_primitive::<Float32Type>().value(i)), true),
+        DataType::Float32 => float_text(
+            f64::from(column.as_primitive::<Float32Type>().value(i)),
+            true,
+        ),
         DataType::Float64 => float_text(column.as_primitive::<Float64Type>().value(i), false),
         DataType::Decimal128(_, scale) => {
             let text = decimal_text(column.as_primitive::<Decimal128Type>().value(i), *scale);
-            if options.trim_numeric { trim_decimal(text) } else { text }
+            if options.trim_numeric {
+                trim_decimal(text)
+            } else {
+                text
+            }
         }
         DataType::Utf8 => match options.blank_pad {
             Some(n) => format!("{:<n$}", column.as_string::<i32>().value(i)),
@@ -157,30 +191,46 @@ pub fn text_value(column: &ArrayRef, i: usize, options: TextOptions) -> Result<S
         DataType::LargeBinary => bytea_text(column.as_binary::<i64>().value(i)),
         DataType::BinaryView => bytea_text(column.as_binary_view().value(i)),
         DataType::Date32 => date_text(column.as_primitive::<Date32Type>().value(i)),
-        DataType::Time64(TimeUnit::Microsecond) => time_text(column.as_primitive::<Time64MicrosecondType>().value(i)),
+        DataType::Time64(TimeUnit::Microsecond) => {
+            time_text(column.as_primitive::<Time64MicrosecondType>().value(i))
+        }
         DataType::Timestamp(unit, zone) => {
             let us = timestamp_us(column, i, *unit);
-            if zone.is_some() { timestamptz_text(us, options.time_zone) } else { timestamp_text(us) }
+            if zone.is_some() {
+                timestamptz_text(us, options.time_zone)
+            } else {
+                timestamp_text(us)
+            }
         }
         DataType::Interval(IntervalUnit::MonthDayNano) => {
             let v = column.as_primitive::<IntervalMonthDayNanoType>().value(i);
             interval_text(v.months, v.days, v.nanoseconds / 1000)
         }
-        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..) | DataType::ListView(_) => {
-            array_text(column, i, options)?
-        }
+        DataType::List(_)
+        | DataType::LargeList(_)
+        | DataType::FixedSizeList(..)
+        | DataType::ListView(_) => array_text(column, i, options)?,
         DataType::Null => String::new(),
         other => {
             // Other units and widths: converted to a type rendered above.
             let target = match other {
                 DataType::Date64 => DataType::Date32,
-                DataType::Time32(_) | DataType::Time64(_) => DataType::Time64(TimeUnit::Microsecond),
-                DataType::Interval(_) | DataType::Duration(_) => DataType::Interval(IntervalUnit::MonthDayNano),
+                DataType::Time32(_) | DataType::Time64(_) => {
+                    DataType::Time64(TimeUnit::Microsecond)
+                }
+                DataType::Interval(_) | DataType::Duration(_) => {
+                    DataType::Interval(IntervalUnit::MonthDayNano)
+                }
                 DataType::Float16 => DataType::Float32,
-                DataType::Decimal32(p, s) | DataType::Decimal64(p, s) => DataType::Decimal128(*p, *s),
+                DataType::Decimal32(p, s) | DataType::Decimal64(p, s) => {
+                    DataType::Decimal128(*p, *s)
+                }
                 DataType::Decimal256(p, s) if *p <= 38 => DataType::Decimal128(*p, *s),
                 DataType::Dictionary(_, value) => value.as_ref().clone(),
-                _ => return arrow::util::display::array_value_to_string(column, i).map_err(|_| unsupported_type(other)),
+                _ => {
+                    return arrow::util::display::array_value_to_string(column, i)
+                        .map_err(|_| unsupported_type(other));
+                }
             };
             let one = column.slice(i, 1);
             let cast = arrow::compute::cast(&one, &target).map_err(|_| unsupported_type(other))?;
@@ -210,8 +260,15 @@ fn array_text(column: &ArrayRef, i: usize, options: TextOptions) -> Result<Strin
         let element = text_value(&values, k, options)?;
         let quote = element.is_empty()
             || element.eq_ignore_ascii_case("null")
-            || element.chars().any(|c| matches!(c, '{' | '}' | ',' | '"' | '\\') || c.is_whitespace());
-        if quote && !matches!(values.data_type(), DataType::List(_) | DataType::LargeList(_)) {
+            || element
+                .chars()
+                .any(|c| matches!(c, '{' | '}' | ',' | '"' | '\\') || c.is_whitespace());
+        if quote
+            && !matches!(
+                values.data_type(),
+                DataType::List(_) | DataType::LargeList(_)
+            )
+        {
             out.push('"');
             for c in element.chars() {
                 if c == '"' || c == '\\' {
@@ -230,12 +287,24 @@ fn array_text(column: &ArrayRef, i: usize, options: TextOptions) -> Result<Strin
 
 /// The value at row `i` of a timestamp column, in microseconds since 1970 (UTC for timestamptz).
 pub fn timestamp_us(column: &ArrayRef, i: usize, unit: TimeUnit) -> i64 {
-    use arrow::datatypes::{TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType};
+    use arrow::datatypes::{
+        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType,
+    };
     match unit {
-        TimeUnit::Second => column.as_primitive::<TimestampSecondType>().value(i).saturating_mul(1_000_000),
-        TimeUnit::Millisecond => column.as_primitive::<TimestampMillisecondType>().value(i).saturating_mul(1000),
+        TimeUnit::Second => column
+            .as_primitive::<TimestampSecondType>()
+            .value(i)
+            .saturating_mul(1_000_000),
+        TimeUnit::Millisecond => column
+            .as_primitive::<TimestampMillisecondType>()
+            .value(i)
+            .saturating_mul(1000),
         TimeUnit::Microsecond => column.as_primitive::<TimestampMicrosecondType>().value(i),
-        TimeUnit::Nanosecond => column.as_primitive::<TimestampNanosecondType>().value(i).div_euclid(1000),
+        TimeUnit::Nanosecond => column
+            .as_primitive::<TimestampNanosecondType>()
+            .value(i)
+            .div_euclid(1000),
     }
 }
 
@@ -245,19 +314,37 @@ pub fn float_text(v: f64, single: bool) -> String {
         return "NaN".into();
     }
     if v.is_infinite() {
-        return if v > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+        return if v > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
     }
     // PostgreSQL switches to exponent form when the exponent is below -4 or at least the
     // type's precision (15 digits for double, 6 for real), as printf's %g does.
-    let s = if single { format!("{:e}", v as f32) } else { format!("{v:e}") };
-    let Some((mantissa, exp)) = s.split_once('e') else { return s };
+    let s = if single {
+        format!("{:e}", v as f32)
+    } else {
+        format!("{v:e}")
+    };
+    let Some((mantissa, exp)) = s.split_once('e') else {
+        return s;
+    };
     let exponent: i32 = exp.parse().unwrap_or(0);
     let precision = if single { 6 } else { 15 };
     if v != 0.0 && (exponent < -4 || exponent >= precision) {
-        let (sign, magnitude) = if exponent < 0 { ('-', -exponent) } else { ('+', exponent) };
+        let (sign, magnitude) = if exponent < 0 {
+            ('-', -exponent)
+        } else {
+            ('+', exponent)
+        };
         return format!("{mantissa}e{sign}{magnitude:02}");
     }
-    if single { format!("{}", v as f32) } else { format!("{v}") }
+    if single {
+        format!("{}", v as f32)
+    } else {
+        format!("{v}")
+    }
 }
 
 /// A decimal's digits with its scale: `decimal_text(12345, 2)` is `123.45`.
@@ -271,12 +358,20 @@ pub fn decimal_text(value: i128, scale: i8) -> String {
         if scale == 0 {
             digits
         } else if digits.len() > scale {
-            format!("{}.{}", &digits[..digits.len() - scale], &digits[digits.len() - scale..])
+            format!(
+                "{}.{}",
+                &digits[..digits.len() - scale],
+                &digits[digits.len() - scale..]
+            )
         } else {
             format!("0.{}{}", "0".repeat(scale - digits.len()), digits)
         }
     };
-    if negative && value != 0 { format!("-{body}") } else { body }
+    if negative && value != 0 {
+        format!("-{body}")
+    } else {
+        body
+    }
 }
 
 /// Drops trailing fractional zeros (and the point): `1.5000` is `1.5`, `2.000` is `2`.
@@ -307,13 +402,23 @@ pub fn date_text(days: i32) -> String {
 
 /// `.5`, `.123456`: the fraction of a second with trailing zeros dropped, empty when whole.
 fn fraction(us: u32) -> String {
-    if us == 0 { String::new() } else { format!(".{us:06}").trim_end_matches('0').to_owned() }
+    if us == 0 {
+        String::new()
+    } else {
+        format!(".{us:06}").trim_end_matches('0').to_owned()
+    }
 }
 
 pub fn time_text(us: i64) -> String {
     let secs = us.div_euclid(1_000_000);
     let micros = us.rem_euclid(1_000_000) as u32;
-    format!("{:02}:{:02}:{:02}{}", secs / 3600, (secs / 60) % 60, secs % 60, fraction(micros))
+    format!(
+        "{:02}:{:02}:{:02}{}",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60,
+        fraction(micros)
+    )
 }
 
 pub fn naive_from_us(us: i64) -> Option<NaiveDateTime> {
@@ -322,7 +427,11 @@ pub fn naive_from_us(us: i64) -> Option<NaiveDateTime> {
 
 pub fn timestamp_text(us: i64) -> String {
     match naive_from_us(us) {
-        Some(t) => format!("{}{}", t.format("%Y-%m-%d %H:%M:%S"), fraction(t.nanosecond() / 1000)),
+        Some(t) => format!(
+            "{}{}",
+            t.format("%Y-%m-%d %H:%M:%S"),
+            fraction(t.nanosecond() / 1000)
+        ),
         None => us.to_string(),
     }
 }
@@ -348,8 +457,15 @@ pub fn local_time(us: i64, tz: TimeZone) -> Option<(NaiveDateTime, i32)> {
 
 /// A timestamptz rendered in the session's time zone with its offset, as PostgreSQL does.
 pub fn timestamptz_text(us: i64, tz: TimeZone) -> String {
-    let Some((local, offset)) = local_time(us, tz) else { return us.to_string() };
-    format!("{}{}{}", local.format("%Y-%m-%d %H:%M:%S"), fraction(local.nanosecond() / 1000), offset_text(offset))
+    let Some((local, offset)) = local_time(us, tz) else {
+        return us.to_string();
+    };
+    format!(
+        "{}{}{}",
+        local.format("%Y-%m-%d %H:%M:%S"),
+        fraction(local.nanosecond() / 1000),
+        offset_text(offset)
+    )
 }
 
 /// PostgreSQL's `postgres` IntervalStyle: `1 year 2 mons 3 days 04:05:06.5`, `-1 days -00:00:01`.
@@ -380,7 +496,13 @@ pub fn interval_text(months: i32, days: i32, us: i64) -> String {
         let abs = us.unsigned_abs();
         let secs = abs / 1_000_000;
         let micros = (abs % 1_000_000) as u32;
-        parts.push(format!("{sign}{:02}:{:02}:{:02}{}", secs / 3600, (secs / 60) % 60, secs % 60, fraction(micros)));
+        parts.push(format!(
+            "{sign}{:02}:{:02}:{:02}{}",
+            secs / 3600,
+            (secs / 60) % 60,
+            secs % 60,
+            fraction(micros)
+        ));
     }
     parts.join(" ")
 }
@@ -396,7 +518,10 @@ mod tests {
         assert_eq!(float_text(0.1, false), "0.1");
         assert_eq!(float_text(1e100, false), "1e+100");
         assert_eq!(float_text(1e15, false), "1e+15");
-        assert_eq!(float_text(123456789012345680.0, false), "1.2345678901234568e+17");
+        assert_eq!(
+            float_text(123456789012345680.0, false),
+            "1.2345678901234568e+17"
+        );
         assert_eq!(float_text(1.5e10, false), "15000000000");
         assert_eq!(float_text(1.5e-5, false), "1.5e-05");
         assert_eq!(float_text(0.0001, false), "0.0001");
@@ -411,7 +536,10 @@ mod tests {
         assert_eq!(decimal_text(12345, 2), "123.45");
         assert_eq!(decimal_text(-5, 3), "-0.005");
         assert_eq!(trim_decimal(decimal_text(15_000_000_000, 10)), "1.5");
-        assert_eq!(interval_text(14, 3, 3_723_500_000), "1 year 2 mons 3 days 01:02:03.5");
+        assert_eq!(
+            interval_text(14, 3, 3_723_500_000),
+            "1 year 2 mons 3 days 01:02:03.5"
+        );
         assert_eq!(interval_text(0, 0, 0), "00:00:00");
         assert_eq!(interval_text(0, -1, 0), "-1 days");
         assert_eq!(interval_text(0, -1, -1_000_000), "-1 days -00:00:01");
@@ -422,7 +550,13 @@ mod tests {
     #[test]
     fn timestamptz_in_session_zone() {
         let us = 1_700_000_000_000_000;
-        assert_eq!(timestamptz_text(us, TimeZone::UTC), "2023-11-14 22:13:20+00");
-        assert_eq!(timestamptz_text(us, TimeZone::Named(chrono_tz::Asia::Kolkata)), "2023-11-15 03:43:20+05:30");
+        assert_eq!(
+            timestamptz_text(us, TimeZone::UTC),
+            "2023-11-14 22:13:20+00"
+        );
+        assert_eq!(
+            timestamptz_text(us, TimeZone::Named(chrono_tz::Asia::Kolkata)),
+            "2023-11-15 03:43:20+05:30"
+        );
     }
 }

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
-use arrow::datatypes::{DataType, IntervalMonthDayNanoType, IntervalUnit, TimeUnit, TimestampMicrosecondType};
+use arrow::datatypes::{
+    DataType, IntervalMonthDayNanoType, IntervalUnit, TimeUnit, TimestampMicrosecondType,
+};
 use chrono::{Datelike, NaiveDateTime, Timelike};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, Signature};
 use eddy_common::SqlState;
@@ -65,10 +67,22 @@ impl Fields {
     /// year, month and day).
     pub fn from_interval(months: i32, days: i32, micros: i64) -> Fields {
         let seconds = micros / MICROS_PER_SECOND;
-        let (year, month, day) = (i64::from(months / 12), i64::from(months % 12), i64::from(days));
+        let (year, month, day) = (
+            i64::from(months / 12),
+            i64::from(months % 12),
+            i64::from(days),
+        );
         let julian = julian_day(year, month, day);
-        let as_date = chrono::NaiveDate::from_num_days_from_ce_opt(i32::try_from(julian - 1_721_425).unwrap_or(1));
-        let (iso_year, iso_week, weekday) = as_date.map_or((0, 0, 0), |d| (i64::from(d.iso_week().year()), i64::from(d.iso_week().week()), i64::from(d.weekday().num_days_from_sunday())));
+        let as_date = chrono::NaiveDate::from_num_days_from_ce_opt(
+            i32::try_from(julian - 1_721_425).unwrap_or(1),
+        );
+        let (iso_year, iso_week, weekday) = as_date.map_or((0, 0, 0), |d| {
+            (
+                i64::from(d.iso_week().year()),
+                i64::from(d.iso_week().week()),
+                i64::from(d.weekday().num_days_from_sunday()),
+            )
+        });
         Fields {
             year,
             month,
@@ -90,19 +104,30 @@ impl Fields {
 
 /// PostgreSQL's date2j: the Julian day of year, month and day, for any integers.
 fn julian_day(year: i64, month: i64, day: i64) -> i64 {
-    let (y, m) = if month > 2 { (year + 4800, month + 1) } else { (year + 4799, month + 13) };
+    let (y, m) = if month > 2 {
+        (year + 4800, month + 1)
+    } else {
+        (year + 4799, month + 13)
+    };
     let century = y / 100;
     y * 365 - 32167 + y / 4 - century + century / 4 + 7834 * m / 256 + day
 }
 
 fn not_for_interval() -> datafusion::common::DataFusionError {
-    error(SqlState::INVALID_DATETIME_FORMAT, "invalid format specification for an interval value")
+    error(
+        SqlState::INVALID_DATETIME_FORMAT,
+        "invalid format specification for an interval value",
+    )
 }
 
 /// A number zero-padded to `width` (unless in fill mode), with the ordinal suffix if asked.
 fn number(value: i64, width: usize, fill_mode: bool, ordinal: Option<bool>) -> String {
     // printf's "%0*d": a negative value's sign takes one of the places.
-    let mut s = if fill_mode { value.to_string() } else { format!("{value:0width$}") };
+    let mut s = if fill_mode {
+        value.to_string()
+    } else {
+        format!("{value:0width$}")
+    };
     if let Some(upper) = ordinal {
         let suffix = ordinal_suffix(&s, upper);
         s.push_str(suffix);
@@ -112,7 +137,11 @@ fn number(value: i64, width: usize, fill_mode: bool, ordinal: Option<bool>) -> S
 
 /// A name padded with blanks to `width` unless in fill mode.
 fn name(text: String, width: usize, fill_mode: bool) -> String {
-    if fill_mode { text } else { format!("{text:<width$}") }
+    if fill_mode {
+        text
+    } else {
+        format!("{text:<width$}")
+    }
 }
 
 /// ISO 8601 day of the year: days since the Monday of ISO week 1.
@@ -121,7 +150,12 @@ fn iso_day_of_year(f: &Fields) -> i64 {
 }
 
 /// Renders a time-of-day keyword (`HH24`, `MI`, `US`, `AM`, ...); `None` for the others.
-fn clock_keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<bool>) -> Option<String> {
+fn clock_keyword(
+    f: &Fields,
+    keyword: &'static str,
+    fill_mode: bool,
+    ordinal: Option<bool>,
+) -> Option<String> {
     let n = |v: i64, width: usize| Some(number(v, width, fill_mode, ordinal));
     // Clock fields of a negative interval get one more place for the sign, as PostgreSQL's.
     let clock = |v: i64| Some(number(v, if v < 0 { 3 } else { 2 }, fill_mode, ordinal));
@@ -145,13 +179,27 @@ fn clock_keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Op
 }
 
 /// Renders one keyword.
-fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<bool>) -> Result<String> {
+fn keyword(
+    f: &Fields,
+    keyword: &'static str,
+    fill_mode: bool,
+    ordinal: Option<bool>,
+) -> Result<String> {
     if let Some(text) = clock_keyword(f, keyword, fill_mode, ordinal) {
         return Ok(text);
     }
     let n = |v: i64, width: usize| Ok(number(v, width, fill_mode, ordinal));
-    let dates_only = || if f.interval { Err(not_for_interval()) } else { Ok(()) };
-    let upper = keyword.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+    let dates_only = || {
+        if f.interval {
+            Err(not_for_interval())
+        } else {
+            Ok(())
+        }
+    };
+    let upper = keyword
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_uppercase());
     match keyword {
         "Y,YYY" | "y,yyy" => {
             let s = format!("{},{:03}", f.year / 1000, f.year % 1000);
@@ -168,20 +216,35 @@ fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<b
         "IYY" | "iyy" => n(f.iso_year % 1000, 3),
         "IY" | "iy" => n(f.iso_year % 100, 2),
         "I" | "i" => n(f.iso_year % 10, 1),
-        "BC" | "AD" | "bc" | "ad" => dates_only().map(|()| cased(if f.year <= 0 { "BC" } else { "AD" }, keyword)),
-        "B.C." | "A.D." | "b.c." | "a.d." => dates_only().map(|()| cased(if f.year <= 0 { "B.C." } else { "A.D." }, keyword)),
+        "BC" | "AD" | "bc" | "ad" => {
+            dates_only().map(|()| cased(if f.year <= 0 { "BC" } else { "AD" }, keyword))
+        }
+        "B.C." | "A.D." | "b.c." | "a.d." => {
+            dates_only().map(|()| cased(if f.year <= 0 { "B.C." } else { "A.D." }, keyword))
+        }
         "MONTH" | "Month" | "month" => {
             dates_only()?;
-            Ok(name(cased(MONTH_NAMES[(f.month as usize).clamp(1, 12) - 1], keyword), 9, fill_mode))
+            Ok(name(
+                cased(MONTH_NAMES[(f.month as usize).clamp(1, 12) - 1], keyword),
+                9,
+                fill_mode,
+            ))
         }
         "MON" | "Mon" | "mon" => {
             dates_only()?;
-            Ok(cased(&MONTH_NAMES[(f.month as usize).clamp(1, 12) - 1][..3], keyword))
+            Ok(cased(
+                &MONTH_NAMES[(f.month as usize).clamp(1, 12) - 1][..3],
+                keyword,
+            ))
         }
         "MM" | "mm" => n(f.month, 2),
         "DAY" | "Day" | "day" => {
             dates_only()?;
-            Ok(name(cased(DAY_NAMES[f.weekday as usize % 7], keyword), 9, fill_mode))
+            Ok(name(
+                cased(DAY_NAMES[f.weekday as usize % 7], keyword),
+                9,
+                fill_mode,
+            ))
         }
         "DY" | "Dy" | "dy" => {
             dates_only()?;
@@ -196,7 +259,13 @@ fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<b
         "WW" | "ww" => n((f.day_of_year - 1) / 7 + 1, 2),
         "IW" | "iw" => n(f.iso_week, 2),
         "CC" | "cc" => {
-            let century = if f.interval { f.year / 100 } else if f.year > 0 { (f.year + 99) / 100 } else { -((99 - (f.year - 1)) / 100) };
+            let century = if f.interval {
+                f.year / 100
+            } else if f.year > 0 {
+                (f.year + 99) / 100
+            } else {
+                -((99 - (f.year - 1)) / 100)
+            };
             n(century, 2)
         }
         "J" | "j" => n(f.julian, 0),
@@ -205,23 +274,56 @@ fn keyword(f: &Fields, keyword: &'static str, fill_mode: bool, ordinal: Option<b
         "Q" | "q" => n((f.month - 1) / 3 + 1, 1),
         "RM" | "rm" if f.month == 0 => Ok(String::new()),
         "RM" | "rm" => {
-            let roman = ROMAN_MONTHS.get((f.month - 1).clamp(0, 11) as usize).copied().unwrap_or("I");
-            let roman = if upper { roman.to_owned() } else { roman.to_lowercase() };
+            let roman = ROMAN_MONTHS
+                .get((f.month - 1).clamp(0, 11) as usize)
+                .copied()
+                .unwrap_or("I");
+            let roman = if upper {
+                roman.to_owned()
+            } else {
+                roman.to_lowercase()
+            };
             Ok(name(roman, 4, fill_mode))
         }
         "TZ" | "tz" => {
             dates_only()?;
-            Ok(f.zone.as_ref().map(|(_, abbreviation)| if upper { abbreviation.clone() } else { abbreviation.to_lowercase() }).unwrap_or_default())
+            Ok(f.zone
+                .as_ref()
+                .map(|(_, abbreviation)| {
+                    if upper {
+                        abbreviation.clone()
+                    } else {
+                        abbreviation.to_lowercase()
+                    }
+                })
+                .unwrap_or_default())
         }
         "OF" | "of" => {
             dates_only()?;
-            Ok(f.zone.as_ref().map_or_else(|| "+00".to_owned(), |(offset, _)| offset_text(*offset)))
+            Ok(f.zone
+                .as_ref()
+                .map_or_else(|| "+00".to_owned(), |(offset, _)| offset_text(*offset)))
         }
         "TZH" | "TZM" if f.interval => Err(not_for_interval()),
-        "TZH" => Ok(f.zone.as_ref().map_or_else(|| "+00".to_owned(), |(offset, _)| format!("{}{:02}", if *offset < 0 { '-' } else { '+' }, offset.abs() / 3600))),
-        "TZM" => Ok(f.zone.as_ref().map_or_else(|| "00".to_owned(), |(offset, _)| format!("{:02}", offset.abs() / 60 % 60))),
+        "TZH" => Ok(f.zone.as_ref().map_or_else(
+            || "+00".to_owned(),
+            |(offset, _)| {
+                format!(
+                    "{}{:02}",
+                    if *offset < 0 { '-' } else { '+' },
+                    offset.abs() / 3600
+                )
+            },
+        )),
+        "TZM" => Ok(f.zone.as_ref().map_or_else(
+            || "00".to_owned(),
+            |(offset, _)| format!("{:02}", offset.abs() / 60 % 60),
+        )),
         "FX" | "fx" => Ok(String::new()),
-        other => Err(error(SqlState::FEATURE_NOT_SUPPORTED, format!("to_char template pattern \"{other}\" is not supported"))),
+        other => Err(error(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            format!("to_char template pattern \"{other}\" is not supported"),
+        )),
     }
 }
 
@@ -231,7 +333,11 @@ pub fn render(nodes: &[Node], fields: &Fields) -> Result<String> {
     for node in nodes {
         match node {
             Node::Literal(text) => out.push_str(text),
-            Node::Keyword { keyword: k, fill_mode, ordinal } => out.push_str(&keyword(fields, k, *fill_mode, *ordinal)?),
+            Node::Keyword {
+                keyword: k,
+                fill_mode,
+                ordinal,
+            } => out.push_str(&keyword(fields, k, *fill_mode, *ordinal)?),
         }
     }
     Ok(out)
@@ -248,7 +354,9 @@ impl Templates {
         if self.last.as_ref().is_none_or(|(t, _)| t != text) {
             self.last = Some((text.to_owned(), template::parse(text)));
         }
-        self.last.as_ref().map_or(&[], |(_, nodes)| nodes.as_slice())
+        self.last
+            .as_ref()
+            .map_or(&[], |(_, nodes)| nodes.as_slice())
     }
 }
 
@@ -264,7 +372,8 @@ fn to_char(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     let n = a[0].len();
     let fields: Box<dyn Fn(usize) -> Result<Option<Fields>>> = match &value_type {
         DataType::Timestamp(_, tz) => {
-            let us = arrow::compute::cast(&a[0], &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+            let us =
+                arrow::compute::cast(&a[0], &DataType::Timestamp(TimeUnit::Microsecond, None))?;
             let zoned = tz.is_some();
             Box::new(move |i| {
                 let us = us.as_primitive::<TimestampMicrosecondType>();
@@ -286,29 +395,49 @@ fn to_char(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
         // A date formats as the timestamptz of its midnight in the session's zone, the type
         // PostgreSQL casts it to (so `TZ` shows the zone).
         DataType::Date32 | DataType::Date64 => {
-            let us = arrow::compute::cast(&a[0], &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+            let us =
+                arrow::compute::cast(&a[0], &DataType::Timestamp(TimeUnit::Microsecond, None))?;
             Box::new(move |i| {
                 let us = us.as_primitive::<TimestampMicrosecondType>();
                 if us.is_null(i) {
                     return Ok(None);
                 }
                 let midnight = naive_from_us(us.value(i)).ok_or_else(out_of_range)?;
-                let utc = super::datetime_in::WrittenTimestamp { local: midnight, zone: None }.utc_micros(zone).and_then(naive_from_us).ok_or_else(out_of_range)?;
-                Ok(Some(Fields::from_datetime(midnight, Some(zone.offset_at(&utc)))))
+                let utc = super::datetime_in::WrittenTimestamp {
+                    local: midnight,
+                    zone: None,
+                }
+                .utc_micros(zone)
+                .and_then(naive_from_us)
+                .ok_or_else(out_of_range)?;
+                Ok(Some(Fields::from_datetime(
+                    midnight,
+                    Some(zone.offset_at(&utc)),
+                )))
             })
         }
         DataType::Interval(_) => {
-            let spans = arrow::compute::cast(&a[0], &DataType::Interval(IntervalUnit::MonthDayNano))?;
+            let spans =
+                arrow::compute::cast(&a[0], &DataType::Interval(IntervalUnit::MonthDayNano))?;
             Box::new(move |i| {
                 let spans = spans.as_primitive::<IntervalMonthDayNanoType>();
                 if spans.is_null(i) {
                     return Ok(None);
                 }
                 let v = spans.value(i);
-                Ok(Some(Fields::from_interval(v.months, v.days, v.nanoseconds / 1000)))
+                Ok(Some(Fields::from_interval(
+                    v.months,
+                    v.days,
+                    v.nanoseconds / 1000,
+                )))
             })
         }
-        other => return Err(no_such_function("to_char", &[other.clone(), DataType::Utf8])),
+        other => {
+            return Err(no_such_function(
+                "to_char",
+                &[other.clone(), DataType::Utf8],
+            ));
+        }
     };
     let mut templates = Templates { last: None };
     let mut b = StringBuilder::with_capacity(n, n * 16);
@@ -328,5 +457,13 @@ fn out_of_range() -> datafusion::common::DataFusionError {
 }
 
 pub fn functions() -> Vec<ScalarUDF> {
-    vec![PgFunction::new("to_char", Signature::any(2, IMMUTABLE), DataType::Utf8, to_char).udf()]
+    vec![
+        PgFunction::new(
+            "to_char",
+            Signature::any(2, IMMUTABLE),
+            DataType::Utf8,
+            to_char,
+        )
+        .udf(),
+    ]
 }

@@ -150,7 +150,9 @@ fn parse(template: &str) -> Result<Format> {
             rest = chars.as_str();
         }
     }
-    if f.exponent && (f.fill_mode || f.sign_at != SignAt::None || f.bracket || f.plus || f.minus || f.roman) {
+    if f.exponent
+        && (f.fill_mode || f.sign_at != SignAt::None || f.bracket || f.plus || f.minus || f.roman)
+    {
         return Err(bad("\"EEEE\" is incompatible with other formats"));
     }
     Ok(f)
@@ -159,37 +161,58 @@ fn parse(template: &str) -> Result<Format> {
 impl Format {
     /// PostgreSQL's NUM_prepare: the counts and flags one token adds, and its checks.
     fn prepare(&mut self, token: Token) -> Result<()> {
-        let sign_conflict = || bad("cannot use \"S\" together with \"PL\", \"MI\", \"SG\" or \"PR\"");
+        let sign_conflict =
+            || bad("cannot use \"S\" together with \"PL\", \"MI\", \"SG\" or \"PR\"");
         match token {
-            Token::Nine | Token::Zero if self.bracket => return Err(bad("\"9\" must be ahead of \"PR\"")),
+            Token::Nine | Token::Zero if self.bracket => {
+                return Err(bad("\"9\" must be ahead of \"PR\""));
+            }
             Token::Nine => {
-                if self.decimal { self.post += 1 } else { self.pre += 1 }
+                if self.decimal {
+                    self.post += 1
+                } else {
+                    self.pre += 1
+                }
             }
             Token::Zero => {
                 if !self.zero && !self.decimal {
                     self.zero = true;
                     self.zero_start = self.pre;
                 }
-                if self.decimal { self.post += 1 } else { self.pre += 1 }
+                if self.decimal {
+                    self.post += 1
+                } else {
+                    self.pre += 1
+                }
                 self.zero_end = self.pre + self.post;
             }
             Token::Point if self.decimal => return Err(bad("multiple decimal points")),
             Token::Point => self.decimal = true,
             Token::FillMode => self.fill_mode = true,
-            Token::Sign if self.sign_at != SignAt::None => return Err(bad("cannot use \"S\" twice")),
+            Token::Sign if self.sign_at != SignAt::None => {
+                return Err(bad("cannot use \"S\" twice"));
+            }
             Token::Sign if self.plus || self.minus || self.bracket => return Err(sign_conflict()),
             Token::Sign => {
-                self.sign_at = if self.decimal { SignAt::After } else { SignAt::Before };
+                self.sign_at = if self.decimal {
+                    SignAt::After
+                } else {
+                    SignAt::Before
+                };
                 self.pre_sign_digits = self.pre;
             }
-            Token::Minus | Token::Plus | Token::PlusMinus if self.sign_at != SignAt::None => return Err(sign_conflict()),
+            Token::Minus | Token::Plus | Token::PlusMinus if self.sign_at != SignAt::None => {
+                return Err(sign_conflict());
+            }
             Token::Minus => self.minus = true,
             Token::Plus => self.plus = true,
             Token::PlusMinus => {
                 self.minus = true;
                 self.plus = true;
             }
-            Token::Bracket if self.sign_at != SignAt::None || self.plus || self.minus => return Err(sign_conflict()),
+            Token::Bracket if self.sign_at != SignAt::None || self.plus || self.minus => {
+                return Err(sign_conflict());
+            }
             Token::Bracket => self.bracket = true,
             Token::Roman { .. } => self.roman = true,
             Token::Exponent if self.exponent => return Err(bad("cannot use \"EEEE\" twice")),
@@ -198,7 +221,10 @@ impl Format {
             }
             Token::Exponent => self.exponent = true,
             Token::Multiply | Token::Blank => {
-                return Err(error(SqlState::FEATURE_NOT_SUPPORTED, "the to_char patterns \"V\" and \"B\" are not supported"));
+                return Err(error(
+                    SqlState::FEATURE_NOT_SUPPORTED,
+                    "the to_char patterns \"V\" and \"B\" are not supported",
+                ));
             }
             Token::Comma | Token::Group | Token::Currency | Token::Ordinal { .. } => {}
         }
@@ -210,7 +236,21 @@ fn roman(n: i64) -> Option<String> {
     if !(1..=3999).contains(&n) {
         return None;
     }
-    const PARTS: [(i64, &str); 13] = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")];
+    const PARTS: [(i64, &str); 13] = [
+        (1000, "M"),
+        (900, "CM"),
+        (500, "D"),
+        (400, "CD"),
+        (100, "C"),
+        (90, "XC"),
+        (50, "L"),
+        (40, "XL"),
+        (10, "X"),
+        (9, "IX"),
+        (5, "V"),
+        (4, "IV"),
+        (1, "I"),
+    ];
     let mut n = n;
     let mut out = String::new();
     for (value, letters) in PARTS {
@@ -225,20 +265,40 @@ fn roman(n: i64) -> Option<String> {
 /// `1.23e+03`: scientific notation with `post` digits, two exponent digits at least.
 fn scientific(v: f64, post: usize) -> String {
     let s = format!("{:.*e}", post, v.abs());
-    let Some((mantissa, exp)) = s.split_once('e') else { return s };
+    let Some((mantissa, exp)) = s.split_once('e') else {
+        return s;
+    };
     let exponent: i32 = exp.parse().unwrap_or(0);
     let sign = if v.is_sign_negative() { "-" } else { " " };
-    format!("{sign}{mantissa}e{}{:02}", if exponent < 0 { '-' } else { '+' }, exponent.abs())
+    format!(
+        "{sign}{mantissa}e{}{:02}",
+        if exponent < 0 { '-' } else { '+' },
+        exponent.abs()
+    )
 }
 
 /// A numeric in `EEEE` form as PostgreSQL's numeric_out_sci writes it: the exponent is taken
 /// before rounding, so 9.96 with one decimal is `10.0e+00`.
 fn decimal_scientific(v: i128, scale: i8, post: usize) -> String {
     let digits = v.unsigned_abs().to_string();
-    let exponent = if v == 0 { 0 } else { digits.len() as i32 - 1 - i32::from(scale) };
-    let significand = decimal::rescale(v, (i32::from(scale) + exponent).clamp(-127, 127) as i8, post as i8).unwrap_or(0);
+    let exponent = if v == 0 {
+        0
+    } else {
+        digits.len() as i32 - 1 - i32::from(scale)
+    };
+    let significand = decimal::rescale(
+        v,
+        (i32::from(scale) + exponent).clamp(-127, 127) as i8,
+        post as i8,
+    )
+    .unwrap_or(0);
     let sign = if v < 0 { "-" } else { " " };
-    format!("{sign}{}e{}{:02}", decimal_text(significand.abs(), post as i8), if exponent < 0 { '-' } else { '+' }, exponent.abs())
+    format!(
+        "{sign}{}e{}{:02}",
+        decimal_text(significand.abs(), post as i8),
+        if exponent < 0 { '-' } else { '+' },
+        exponent.abs()
+    )
 }
 
 /// What one number renders from: its digits (rounded, without sign), its sign, its
@@ -251,15 +311,33 @@ struct Digits {
 }
 
 fn render(f: &Format, d: Digits) -> String {
-    let Digits { digits, negative, whole: roman_value, scientific } = d;
+    let Digits {
+        digits,
+        negative,
+        whole: roman_value,
+        scientific,
+    } = d;
     if f.exponent {
         return scientific;
     }
     if f.roman {
-        let numeral = roman_value.and_then(roman).unwrap_or_else(|| "#".repeat(15));
-        let upper = f.nodes.iter().any(|n| matches!(n, Node::Token(Token::Roman { upper: true })));
-        let numeral = if upper { numeral } else { numeral.to_lowercase() };
-        return if f.fill_mode { numeral } else { format!("{numeral:>15}") };
+        let numeral = roman_value
+            .and_then(roman)
+            .unwrap_or_else(|| "#".repeat(15));
+        let upper = f
+            .nodes
+            .iter()
+            .any(|n| matches!(n, Node::Token(Token::Roman { upper: true })));
+        let numeral = if upper {
+            numeral
+        } else {
+            numeral.to_lowercase()
+        };
+        return if f.fill_mode {
+            numeral
+        } else {
+            format!("{numeral:>15}")
+        };
     }
     NumberWriter::new(f, digits, negative).write()
 }
@@ -300,12 +378,19 @@ impl<'a> NumberWriter<'a> {
             bracket = false;
         }
         // With PL alone the number still writes its own sign; MI or SG write it for the number.
-        let sign_wrote = if f.plus || f.minus { f.minus } else { !negative && f.fill_mode && sign_at == SignAt::None };
+        let sign_wrote = if f.plus || f.minus {
+            f.minus
+        } else {
+            !negative && f.fill_mode && sign_at == SignAt::None
+        };
         if sign_at == SignAt::Before && f.pre == f.pre_sign_digits {
             sign_at = SignAt::After;
         }
         let mut last_relevant = None;
-        if f.fill_mode && f.decimal && let Some(point) = number.iter().position(|&b| b == b'.') {
+        if f.fill_mode
+            && f.decimal
+            && let Some(point) = number.iter().position(|&b| b == b'.')
+        {
             let mut relevant = point;
             for (i, &b) in number.iter().enumerate().skip(point + 1) {
                 if b != b'0' {
@@ -318,7 +403,11 @@ impl<'a> NumberWriter<'a> {
             }
             last_relevant = Some(relevant);
         }
-        let numeric_tokens = f.nodes.iter().filter(|n| matches!(n, Node::Token(Token::Nine | Token::Zero | Token::Point))).count();
+        let numeric_tokens = f
+            .nodes
+            .iter()
+            .filter(|n| matches!(n, Node::Token(Token::Nine | Token::Zero | Token::Point)))
+            .count();
         NumberWriter {
             f,
             number,
@@ -346,11 +435,13 @@ impl<'a> NumberWriter<'a> {
     }
 
     fn last_relevant_is_point(&self) -> bool {
-        self.last_relevant.is_some_and(|i| self.number.get(i) == Some(&b'.'))
+        self.last_relevant
+            .is_some_and(|i| self.number.get(i) == Some(&b'.'))
     }
 
     fn write_sign(&mut self) {
-        let starts = self.num_curr >= self.pre_spaces || self.f.zero && self.f.zero_start == self.num_curr;
+        let starts =
+            self.num_curr >= self.pre_spaces || self.f.zero && self.f.zero_start == self.num_curr;
         if self.sign_wrote || !starts || self.predecimal_space() && !self.last_relevant_is_point() {
             return;
         }
@@ -440,7 +531,9 @@ impl<'a> NumberWriter<'a> {
                 }
             }
             Token::Currency => self.out.push(' '),
-            Token::Ordinal { upper } if !self.negative && !f.decimal && self.number.first() != Some(&b'#') => {
+            Token::Ordinal { upper }
+                if !self.negative && !f.decimal && self.number.first() != Some(&b'#') =>
+            {
                 let digits = String::from_utf8_lossy(&self.number).into_owned();
                 self.out.push_str(ordinal_suffix(&digits, upper));
             }
@@ -467,27 +560,62 @@ impl<'a> NumberWriter<'a> {
 /// The digits PostgreSQL's to_char starts from, per input type, rounded to the template's
 /// fraction digits.
 fn float_scientific(v: f64, post: usize) -> String {
-    if v.is_finite() { scientific(v, post) } else { format!(" {v}") }
+    if v.is_finite() {
+        scientific(v, post)
+    } else {
+        format!(" {v}")
+    }
 }
 
 fn digits_of(column: &ArrayRef, i: usize, f: &Format) -> Result<Digits> {
     Ok(match column.data_type() {
         DataType::Decimal128(_, scale) => {
             let v = column.as_primitive::<Decimal128Type>().value(i);
-            let rounded = decimal::rescale(v, *scale, f.post as i8).ok_or_else(|| error(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "numeric field overflow"))?;
+            let rounded = decimal::rescale(v, *scale, f.post as i8).ok_or_else(|| {
+                error(
+                    SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                    "numeric field overflow",
+                )
+            })?;
             let text = decimal_text(rounded.abs(), f.post as i8);
             let whole = decimal::rescale(v, *scale, 0).and_then(|w| i64::try_from(w).ok());
-            Digits { digits: text, negative: rounded < 0, whole, scientific: decimal_scientific(v, *scale, f.post) }
+            Digits {
+                digits: text,
+                negative: rounded < 0,
+                whole,
+                scientific: decimal_scientific(v, *scale, f.post),
+            }
         }
         DataType::Float32 | DataType::Float64 => {
             let floats = arrow::compute::cast(&column.slice(i, 1), &DataType::Float64)?;
             let v = floats.as_primitive::<Float64Type>().value(0);
-            let significant = if column.data_type() == &DataType::Float32 { 6 } else { 15 };
+            let significant = if column.data_type() == &DataType::Float32 {
+                6
+            } else {
+                15
+            };
             let integer_len = format!("{:.0}", v.abs()).len();
-            let post = if integer_len >= significant { 0 } else { f.post.min(significant - integer_len) };
+            let post = if integer_len >= significant {
+                0
+            } else {
+                f.post.min(significant - integer_len)
+            };
             let text = format!("{:.*}", post, v.abs());
-            let text = if post < f.post && f.decimal { format!("{text}{}{}", if post == 0 { "." } else { "" }, "0".repeat(f.post - post)) } else { text };
-            Digits { digits: text, negative: v.is_sign_negative() && !v.is_nan(), whole: Some(v.round() as i64), scientific: float_scientific(v, f.post) }
+            let text = if post < f.post && f.decimal {
+                format!(
+                    "{text}{}{}",
+                    if post == 0 { "." } else { "" },
+                    "0".repeat(f.post - post)
+                )
+            } else {
+                text
+            };
+            Digits {
+                digits: text,
+                negative: v.is_sign_negative() && !v.is_nan(),
+                whole: Some(v.round() as i64),
+                scientific: float_scientific(v, f.post),
+            }
         }
         _ => {
             let ints = arrow::compute::cast(&column.slice(i, 1), &DataType::Int64)?;
@@ -497,7 +625,12 @@ fn digits_of(column: &ArrayRef, i: usize, f: &Format) -> Result<Digits> {
                 text.push('.');
                 text.push_str(&"0".repeat(f.post));
             }
-            Digits { digits: text, negative: v < 0, whole: Some(v), scientific: float_scientific(v as f64, f.post) }
+            Digits {
+                digits: text,
+                negative: v < 0,
+                whole: Some(v),
+                scientific: float_scientific(v as f64, f.post),
+            }
         }
     })
 }
@@ -531,7 +664,15 @@ mod tests {
         if f.post > 0 {
             text = format!("{text}.{}", "0".repeat(f.post));
         }
-        render(&f, Digits { digits: text, negative: v < 0, whole: Some(v), scientific: float_scientific(v as f64, f.post) })
+        render(
+            &f,
+            Digits {
+                digits: text,
+                negative: v < 0,
+                whole: Some(v),
+                scientific: float_scientific(v as f64, f.post),
+            },
+        )
     }
 
     #[test]

@@ -39,7 +39,10 @@ fn invalid(text: &str, message: String) -> Error {
 }
 
 fn out_of_range(text: &str) -> Error {
-    Error::new(SqlState::DATETIME_FIELD_OVERFLOW, format!("date/time field value out of range: \"{text}\""))
+    Error::new(
+        SqlState::DATETIME_FIELD_OVERFLOW,
+        format!("date/time field value out of range: \"{text}\""),
+    )
 }
 
 struct Reader<'a> {
@@ -57,19 +60,39 @@ impl<'a> Reader<'a> {
         self.skip_spaces();
         let signed = self.rest.starts_with(['-', '+']);
         let start = usize::from(signed);
-        let digits = self.rest[start..].bytes().take_while(u8::is_ascii_digit).count();
-        let take = if width == 0 { digits } else { digits.min(width) };
+        let digits = self.rest[start..]
+            .bytes()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        let take = if width == 0 {
+            digits
+        } else {
+            digits.min(width)
+        };
         if take == 0 {
             let found: String = self.rest.chars().take(width.max(1)).collect();
-            return Err(invalid(self.input, format!("invalid value \"{found}\" for \"{keyword}\"")));
+            return Err(invalid(
+                self.input,
+                format!("invalid value \"{found}\" for \"{keyword}\""),
+            ));
         }
         let text = &self.rest[..start + take];
         self.rest = &self.rest[start + take..];
-        text.parse().map_err(|_| invalid(self.input, format!("invalid value \"{text}\" for \"{keyword}\"")))
+        text.parse().map_err(|_| {
+            invalid(
+                self.input,
+                format!("invalid value \"{text}\" for \"{keyword}\""),
+            )
+        })
     }
 
     /// One of `names` (case-insensitive, full or the first `abbreviated` letters); its index.
-    fn name(&mut self, keyword: &str, names: &[&str], abbreviated: Option<usize>) -> eddy_common::Result<usize> {
+    fn name(
+        &mut self,
+        keyword: &str,
+        names: &[&str],
+        abbreviated: Option<usize>,
+    ) -> eddy_common::Result<usize> {
         self.skip_spaces();
         let lower = self.rest.to_lowercase();
         for (i, n) in names.iter().enumerate() {
@@ -82,14 +105,23 @@ impl<'a> Reader<'a> {
                 return Ok(i);
             }
         }
-        let found: String = self.rest.chars().take_while(|c| c.is_alphabetic()).collect();
-        Err(invalid(self.input, format!("invalid value \"{found}\" for \"{keyword}\"")))
+        let found: String = self
+            .rest
+            .chars()
+            .take_while(|c| c.is_alphabetic())
+            .collect();
+        Err(invalid(
+            self.input,
+            format!("invalid value \"{found}\" for \"{keyword}\""),
+        ))
     }
 
     fn word(&mut self, words: &[&str]) -> Option<usize> {
         self.skip_spaces();
         let lower = self.rest.to_lowercase();
-        let i = words.iter().position(|w| lower.starts_with(&w.to_lowercase()))?;
+        let i = words
+            .iter()
+            .position(|w| lower.starts_with(&w.to_lowercase()))?;
         self.rest = &self.rest[words[i].len()..];
         Some(i)
     }
@@ -107,10 +139,32 @@ fn next_is_separator(next: Option<&Node>) -> bool {
 
 fn is_digit_field(keyword: &str) -> bool {
     let k = keyword.to_ascii_uppercase();
-    !matches!(k.as_str(), "MONTH" | "MON" | "DAY" | "DY" | "AM" | "PM" | "A.M." | "P.M." | "AD" | "BC" | "A.D." | "B.C." | "RM" | "TZ" | "FX")
+    !matches!(
+        k.as_str(),
+        "MONTH"
+            | "MON"
+            | "DAY"
+            | "DY"
+            | "AM"
+            | "PM"
+            | "A.M."
+            | "P.M."
+            | "AD"
+            | "BC"
+            | "A.D."
+            | "B.C."
+            | "RM"
+            | "TZ"
+            | "FX"
+    )
 }
 
-fn read_keyword(r: &mut Reader<'_>, p: &mut Parsed, keyword: &'static str, separated: bool) -> eddy_common::Result<()> {
+fn read_keyword(
+    r: &mut Reader<'_>,
+    p: &mut Parsed,
+    keyword: &'static str,
+    separated: bool,
+) -> eddy_common::Result<()> {
     let k = keyword.to_ascii_uppercase();
     // A field read up to its width, or every digit when a separator follows it.
     let width = |w: usize| if separated { 0 } else { w };
@@ -156,7 +210,9 @@ fn read_keyword(r: &mut Reader<'_>, p: &mut Parsed, keyword: &'static str, separ
         "SS" => p.second = r.number(keyword, width(2))?,
         "MS" => p.micros = fraction(r, keyword, 3)?,
         "US" => p.micros = fraction(r, keyword, 6)?,
-        k if k.starts_with("FF") => p.micros = fraction(r, keyword, usize::from(k.as_bytes()[2] - b'0'))?,
+        k if k.starts_with("FF") => {
+            p.micros = fraction(r, keyword, usize::from(k.as_bytes()[2] - b'0'))?
+        }
         "SSSS" | "SSSSS" => {
             let s = r.number(keyword, 0)?;
             p.hour = Some(s / 3600);
@@ -164,7 +220,9 @@ fn read_keyword(r: &mut Reader<'_>, p: &mut Parsed, keyword: &'static str, separ
             p.second = s % 60;
         }
         "AM" | "PM" | "A.M." | "P.M." => {
-            let i = r.word(&["AM", "PM", "A.M.", "P.M."]).ok_or_else(|| invalid(r.input, format!("invalid value for \"{keyword}\"")))?;
+            let i = r
+                .word(&["AM", "PM", "A.M.", "P.M."])
+                .ok_or_else(|| invalid(r.input, format!("invalid value for \"{keyword}\"")))?;
             p.pm = Some(i % 2 == 1);
         }
         "AD" | "BC" | "A.D." | "B.C." => drop(r.word(&["AD", "BC", "A.D.", "B.C."])),
@@ -174,11 +232,19 @@ fn read_keyword(r: &mut Reader<'_>, p: &mut Parsed, keyword: &'static str, separ
         }
         "TZM" => {
             let m = r.number(keyword, 2)? as i32;
-            let sign = if p.zone_seconds.is_some_and(|s| s < 0) { -1 } else { 1 };
+            let sign = if p.zone_seconds.is_some_and(|s| s < 0) {
+                -1
+            } else {
+                1
+            };
             p.zone_seconds = Some(p.zone_seconds.unwrap_or(0) + sign * m * 60);
         }
         "FX" => {}
-        other => return Err(Error::unsupported(format!("formatting field \"{other}\" is only supported in to_char"))),
+        other => {
+            return Err(Error::unsupported(format!(
+                "formatting field \"{other}\" is only supported in to_char"
+            )));
+        }
     }
     Ok(())
 }
@@ -189,7 +255,11 @@ fn fraction(r: &mut Reader<'_>, keyword: &str, width: usize) -> eddy_common::Res
     let v = r.number(keyword, width)?;
     let read = before - r.rest.len();
     // The digits read are a fraction: `.5` is 500 ms whether read by MS or US.
-    let places = if keyword.eq_ignore_ascii_case("MS") { 3 } else { 6 };
+    let places = if keyword.eq_ignore_ascii_case("MS") {
+        3
+    } else {
+        6
+    };
     let scaled = v * 10i64.pow((places - read.min(places)) as u32);
     Ok(if places == 3 { scaled * 1000 } else { scaled })
 }
@@ -201,7 +271,9 @@ fn read_literal(r: &mut Reader<'_>, literal: &str) {
         if c.is_whitespace() {
             r.skip_spaces();
         } else if !c.is_alphanumeric() {
-            if r.rest.starts_with(|x: char| !x.is_alphanumeric() && !x.is_whitespace()) {
+            if r.rest
+                .starts_with(|x: char| !x.is_alphanumeric() && !x.is_whitespace())
+            {
                 let mut chars = r.rest.chars();
                 chars.next();
                 r.rest = chars.as_str();
@@ -215,7 +287,10 @@ fn read_literal(r: &mut Reader<'_>, literal: &str) {
 }
 
 fn read(text: &str, nodes: &[Node]) -> eddy_common::Result<Parsed> {
-    let mut r = Reader { input: text, rest: text.trim_start() };
+    let mut r = Reader {
+        input: text,
+        rest: text.trim_start(),
+    };
     let mut p = Parsed::default();
     for (i, node) in nodes.iter().enumerate() {
         match node {
@@ -245,19 +320,29 @@ fn assemble(text: &str, p: &Parsed) -> eddy_common::Result<(NaiveDate, i64, Opti
         };
     }
     let date = if let Some(j) = p.julian {
-        NaiveDate::from_num_days_from_ce_opt(i32::try_from(j - 1_721_425).map_err(|_| out_of_range(text))?)
+        NaiveDate::from_num_days_from_ce_opt(
+            i32::try_from(j - 1_721_425).map_err(|_| out_of_range(text))?,
+        )
     } else if let (Some(doy), None) = (p.day_of_year, p.month) {
-        NaiveDate::from_yo_opt(i32::try_from(year).map_err(|_| out_of_range(text))?, u32::try_from(doy).map_err(|_| out_of_range(text))?)
+        NaiveDate::from_yo_opt(
+            i32::try_from(year).map_err(|_| out_of_range(text))?,
+            u32::try_from(doy).map_err(|_| out_of_range(text))?,
+        )
     } else {
         let (month, day) = (p.month.unwrap_or(1), p.day.unwrap_or(1));
-        i32::try_from(year).ok().and_then(|y| NaiveDate::from_ymd_opt(y, u32::try_from(month).ok()?, u32::try_from(day).ok()?))
+        i32::try_from(year).ok().and_then(|y| {
+            NaiveDate::from_ymd_opt(y, u32::try_from(month).ok()?, u32::try_from(day).ok()?)
+        })
     }
     .ok_or_else(|| out_of_range(text))?;
     let mut hour = p.hour.unwrap_or(0);
     if p.twelve_hour || p.pm.is_some() {
         if !(1..=12).contains(&hour) && p.hour.is_some() {
-            return Err(Error::new(SqlState::INVALID_DATETIME_FORMAT, format!("hour \"{hour}\" is invalid for the 12-hour clock"))
-                .with_hint("Use the 24-hour clock, or give an hour between 1 and 12."));
+            return Err(Error::new(
+                SqlState::INVALID_DATETIME_FORMAT,
+                format!("hour \"{hour}\" is invalid for the 12-hour clock"),
+            )
+            .with_hint("Use the 24-hour clock, or give an hour between 1 and 12."));
         }
         hour %= 12;
         if p.pm == Some(true) {
@@ -271,7 +356,10 @@ fn assemble(text: &str, p: &Parsed) -> eddy_common::Result<(NaiveDate, i64, Opti
     Ok((date, micros, p.zone_seconds))
 }
 
-fn parse_rows(args: &ScalarFunctionArgs, mut each: impl FnMut(Option<(NaiveDate, i64, Option<i32>)>) -> Result<()>) -> Result<()> {
+fn parse_rows(
+    args: &ScalarFunctionArgs,
+    mut each: impl FnMut(Option<(NaiveDate, i64, Option<i32>)>) -> Result<()>,
+) -> Result<()> {
     let a = arrays(args)?;
     let texts = arrow::compute::cast(&a[0], &DataType::Utf8)?;
     let templates = arrow::compute::cast(&a[1], &DataType::Utf8)?;
@@ -286,9 +374,13 @@ fn parse_rows(args: &ScalarFunctionArgs, mut each: impl FnMut(Option<(NaiveDate,
         if parsed_template.as_ref().is_none_or(|(text, _)| text != t) {
             parsed_template = Some((t.to_owned(), template::parse(t)));
         }
-        let nodes = parsed_template.as_ref().map_or(&[][..], |(_, n)| n.as_slice());
+        let nodes = parsed_template
+            .as_ref()
+            .map_or(&[][..], |(_, n)| n.as_slice());
         let text = texts.value(i);
-        let fields = read(text, nodes).and_then(|p| assemble(text, &p)).map_err(external)?;
+        let fields = read(text, nodes)
+            .and_then(|p| assemble(text, &p))
+            .map_err(external)?;
         each(Some(fields))?;
     }
     Ok(())
@@ -304,14 +396,21 @@ pub fn to_timestamp(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
             None => b.append_null(),
             Some((date, micros, offset)) => {
                 let local = date.and_time(NaiveTime::MIN) + chrono::Duration::microseconds(micros);
-                let written = WrittenTimestamp { local, zone: offset.map(Zone::Offset) };
-                let us = written.utc_micros(zone).ok_or_else(|| external(out_of_range("")))?;
+                let written = WrittenTimestamp {
+                    local,
+                    zone: offset.map(Zone::Offset),
+                };
+                let us = written
+                    .utc_micros(zone)
+                    .ok_or_else(|| external(out_of_range("")))?;
                 b.append_value(us);
             }
         }
         Ok(())
     })?;
-    Ok(ColumnarValue::Array(Arc::new(b.finish().with_timezone(crate::types::UTC))))
+    Ok(ColumnarValue::Array(Arc::new(
+        b.finish().with_timezone(crate::types::UTC),
+    )))
 }
 
 fn to_date(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -324,5 +423,13 @@ fn to_date(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
 }
 
 pub fn functions() -> Vec<ScalarUDF> {
-    vec![PgFunction::new("to_date", Signature::exact(vec![DataType::Utf8, DataType::Utf8], IMMUTABLE), DataType::Date32, to_date).udf()]
+    vec![
+        PgFunction::new(
+            "to_date",
+            Signature::exact(vec![DataType::Utf8, DataType::Utf8], IMMUTABLE),
+            DataType::Date32,
+            to_date,
+        )
+        .udf(),
+    ]
 }

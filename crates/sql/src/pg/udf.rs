@@ -11,7 +11,10 @@ use std::sync::Arc;
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::{DataFusionError, ScalarValue};
-use datafusion::logical_expr::{ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
 use eddy_common::{Error, SqlState};
 
 use crate::types::PG_TYPE_KEY;
@@ -30,13 +33,20 @@ pub fn error(state: SqlState, message: impl Into<String>) -> DataFusionError {
 
 /// `function f(types) does not exist` (42883), as PostgreSQL reports a call no overload fits.
 pub fn no_such_function(name: &str, types: &[DataType]) -> DataFusionError {
-    let types: Vec<String> = types.iter().map(|t| crate::types::pg_type_name(&Field::new("", t.clone(), true))).collect();
-    error(SqlState::UNDEFINED_FUNCTION, format!("function {name}({}) does not exist", types.join(", ")))
+    let types: Vec<String> = types
+        .iter()
+        .map(|t| crate::types::pg_type_name(&Field::new("", t.clone(), true)))
+        .collect();
+    error(
+        SqlState::UNDEFINED_FUNCTION,
+        format!("function {name}({}) does not exist", types.join(", ")),
+    )
 }
 
 /// A field of `data_type` that remembers the PostgreSQL type it stands for.
 pub fn pg_field(name: &str, data_type: DataType, pg_type: &str) -> Field {
-    Field::new(name, data_type, true).with_metadata([(PG_TYPE_KEY.to_owned(), pg_type.to_owned())].into())
+    Field::new(name, data_type, true)
+        .with_metadata([(PG_TYPE_KEY.to_owned(), pg_type.to_owned())].into())
 }
 
 pub struct PgFunction {
@@ -81,13 +91,19 @@ impl PgFunction {
 
     /// The column name a call gets. Functions that stand in for an operator or a cast are
     /// named as it is (`a + b`, `x`), so a plan's names do not change when they replace it.
-    pub fn named(mut self, name: impl Fn(&[datafusion::logical_expr::Expr]) -> String + Send + Sync + 'static) -> Self {
+    pub fn named(
+        mut self,
+        name: impl Fn(&[datafusion::logical_expr::Expr]) -> String + Send + Sync + 'static,
+    ) -> Self {
         self.schema_name = Some(Box::new(name));
         self
     }
 
     /// Argument coercion for a `Signature::user_defined` function.
-    pub fn coerce(mut self, coerce: impl Fn(&[DataType]) -> Result<Vec<DataType>> + Send + Sync + 'static) -> Self {
+    pub fn coerce(
+        mut self,
+        coerce: impl Fn(&[DataType]) -> Result<Vec<DataType>> + Send + Sync + 'static,
+    ) -> Self {
         self.coerce = Some(Box::new(coerce));
         self
     }
@@ -137,7 +153,10 @@ impl ScalarUDFImpl for PgFunction {
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Err(DataFusionError::Internal(format!("{}: return_field_from_args is used instead", self.name)))
+        Err(DataFusionError::Internal(format!(
+            "{}: return_field_from_args is used instead",
+            self.name
+        )))
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs<'_>) -> Result<FieldRef> {
@@ -168,7 +187,9 @@ impl ScalarUDFImpl for PgFunction {
 }
 
 /// Names a call `left op right`, as DataFusion names the operator it replaces.
-pub fn operator_name(op: &'static str) -> impl Fn(&[datafusion::logical_expr::Expr]) -> String + Send + Sync + 'static {
+pub fn operator_name(
+    op: &'static str,
+) -> impl Fn(&[datafusion::logical_expr::Expr]) -> String + Send + Sync + 'static {
     move |args| match args {
         [l, r] => format!("{} {op} {}", l.schema_name(), r.schema_name()),
         [x] => format!("({op} {})", x.schema_name()),
@@ -183,12 +204,17 @@ pub fn first_argument_type(args: &ReturnFieldArgs<'_>) -> Result<Field> {
 
 /// Names a call after its first argument, as DataFusion names a cast.
 pub fn first_argument_name(args: &[datafusion::logical_expr::Expr]) -> String {
-    args.first().map(|a| a.schema_name().to_string()).unwrap_or_default()
+    args.first()
+        .map(|a| a.schema_name().to_string())
+        .unwrap_or_default()
 }
 
 /// The arguments as arrays of the call's row count.
 pub fn arrays(args: &ScalarFunctionArgs) -> Result<Vec<ArrayRef>> {
-    args.args.iter().map(|a| a.to_array(args.number_rows)).collect()
+    args.args
+        .iter()
+        .map(|a| a.to_array(args.number_rows))
+        .collect()
 }
 
 /// A constant argument's value, if the call gave a literal there.
@@ -199,7 +225,9 @@ pub fn constant<'a>(args: &ReturnFieldArgs<'a>, i: usize) -> Option<&'a ScalarVa
 /// A constant text argument (`'month'` in `date_trunc('month', ts)`).
 pub fn constant_text(args: &ReturnFieldArgs<'_>, i: usize) -> Option<String> {
     match constant(args, i)? {
-        ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => Some(s.clone()),
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => Some(s.clone()),
         _ => None,
     }
 }

@@ -8,10 +8,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, ListBuilder, StringArray, StringBuilder, TimestampMicrosecondArray, UInt32Array};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Int64Array, ListBuilder, StringArray, StringBuilder,
+    TimestampMicrosecondArray, UInt32Array,
+};
 use arrow::datatypes::{DataType, Field, TimeUnit};
 use datafusion::common::DataFusionError;
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, Signature, Volatility};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, Signature, Volatility,
+};
 use datafusion::prelude::SessionContext;
 use eddy_common::SqlState;
 
@@ -50,7 +55,9 @@ fn text_at(a: &ArrayRef, i: usize) -> Option<String> {
         return None;
     }
     let s = arrow::compute::cast(&a.slice(i, 1), &DataType::Utf8).ok()?;
-    s.as_any().downcast_ref::<StringArray>().map(|s| s.value(0).to_owned())
+    s.as_any()
+        .downcast_ref::<StringArray>()
+        .map(|s| s.value(0).to_owned())
 }
 
 fn int_at(a: &ArrayRef, i: usize) -> Option<i64> {
@@ -58,7 +65,10 @@ fn int_at(a: &ArrayRef, i: usize) -> Option<i64> {
         return None;
     }
     let v = arrow::compute::cast(&a.slice(i, 1), &DataType::Int64).ok()?;
-    v.as_any().downcast_ref::<Int64Array>().filter(|v| !v.is_null(0)).map(|v| v.value(0))
+    v.as_any()
+        .downcast_ref::<Int64Array>()
+        .filter(|v| !v.is_null(0))
+        .map(|v| v.value(0))
 }
 
 fn bool_at(a: &ArrayRef, i: usize) -> Option<bool> {
@@ -66,7 +76,9 @@ fn bool_at(a: &ArrayRef, i: usize) -> Option<bool> {
         return None;
     }
     let v = arrow::compute::cast(&a.slice(i, 1), &DataType::Boolean).ok()?;
-    v.as_any().downcast_ref::<BooleanArray>().map(|v| v.value(0))
+    v.as_any()
+        .downcast_ref::<BooleanArray>()
+        .map(|v| v.value(0))
 }
 
 fn oid_at(a: &ArrayRef, i: usize) -> Option<u32> {
@@ -74,7 +86,10 @@ fn oid_at(a: &ArrayRef, i: usize) -> Option<u32> {
 }
 
 /// Runs `f` on each row's arguments.
-fn per_row<T>(args: &ScalarFunctionArgs, mut f: impl FnMut(&[ArrayRef], usize) -> Result<Option<T>>) -> Result<Vec<Option<T>>> {
+fn per_row<T>(
+    args: &ScalarFunctionArgs,
+    mut f: impl FnMut(&[ArrayRef], usize) -> Result<Option<T>>,
+) -> Result<Vec<Option<T>>> {
     let a = arrays(args)?;
     (0..args.number_rows).map(|i| f(&a, i)).collect()
 }
@@ -178,11 +193,28 @@ impl Context {
             [_, schema, name] => (Some(schema.as_str()), name),
             _ => return None,
         };
-        let found = |schema: &str| snapshot.relations.iter().find(|r| r.schema == schema && &r.name == name).map(|r| r.oid);
-        let index = |schema: &str| snapshot.users().iter().find(|r| r.schema == schema && !r.primary_key.is_empty() && &r.index_name() == name).map(|r| r.index_oid());
+        let found = |schema: &str| {
+            snapshot
+                .relations
+                .iter()
+                .find(|r| r.schema == schema && &r.name == name)
+                .map(|r| r.oid)
+        };
+        let index = |schema: &str| {
+            snapshot
+                .users()
+                .iter()
+                .find(|r| {
+                    r.schema == schema && !r.primary_key.is_empty() && &r.index_name() == name
+                })
+                .map(|r| r.index_oid())
+        };
         match schema {
             Some(schema) => found(schema).or_else(|| index(schema)),
-            None => self.search_path().iter().find_map(|s| found(s).or_else(|| index(s))),
+            None => self
+                .search_path()
+                .iter()
+                .find_map(|s| found(s).or_else(|| index(s))),
         }
     }
 
@@ -192,16 +224,28 @@ impl Context {
             return Ok(oid);
         }
         let snapshot = Snapshot::take(self.source.as_ref());
-        self.relation_oid(&snapshot, value).ok_or_else(|| error(SqlState::UNDEFINED_TABLE, format!("relation \"{value}\" does not exist")))
+        self.relation_oid(&snapshot, value).ok_or_else(|| {
+            error(
+                SqlState::UNDEFINED_TABLE,
+                format!("relation \"{value}\" does not exist"),
+            )
+        })
     }
 
     fn regclass_text(&self, oid: u32) -> String {
         let snapshot = Snapshot::take(self.source.as_ref());
         let visible = self.search_path();
         if let Some(r) = snapshot.relation(oid) {
-            return if visible.contains(&r.schema) { quote(&r.name) } else { format!("{}.{}", quote(&r.schema), quote(&r.name)) };
+            return if visible.contains(&r.schema) {
+                quote(&r.name)
+            } else {
+                format!("{}.{}", quote(&r.schema), quote(&r.name))
+            };
         }
-        snapshot.keyed_by(oid).filter(|r| r.index_oid() == oid).map_or_else(|| oid.to_string(), |r| quote(&r.index_name()))
+        snapshot
+            .keyed_by(oid)
+            .filter(|r| r.index_oid() == oid)
+            .map_or_else(|| oid.to_string(), |r| quote(&r.index_name()))
     }
 
     fn regtype(&self, value: &str) -> Result<u32> {
@@ -214,8 +258,19 @@ impl Context {
         let snapshot = Snapshot::take(self.source.as_ref());
         split_name(value)
             .and_then(|parts| parts.last().cloned())
-            .and_then(|name| snapshot.users().iter().find(|r| r.name == name).map(|r| r.rowtype_oid()))
-            .ok_or_else(|| error(SqlState::UNDEFINED_OBJECT, format!("type \"{value}\" does not exist")))
+            .and_then(|name| {
+                snapshot
+                    .users()
+                    .iter()
+                    .find(|r| r.name == name)
+                    .map(|r| r.rowtype_oid())
+            })
+            .ok_or_else(|| {
+                error(
+                    SqlState::UNDEFINED_OBJECT,
+                    format!("type \"{value}\" does not exist"),
+                )
+            })
     }
 
     fn regtype_text(&self, oid: u32) -> String {
@@ -223,7 +278,11 @@ impl Context {
             return format_type(oid, None);
         }
         let snapshot = Snapshot::take(self.source.as_ref());
-        snapshot.users().iter().find(|r| r.rowtype_oid() == oid).map_or_else(|| oid.to_string(), |r| quote(&r.name))
+        snapshot
+            .users()
+            .iter()
+            .find(|r| r.rowtype_oid() == oid)
+            .map_or_else(|| oid.to_string(), |r| quote(&r.name))
     }
 
     fn regnamespace(&self, value: &str) -> Result<u32> {
@@ -231,31 +290,71 @@ impl Context {
             return Ok(oid);
         }
         let snapshot = Snapshot::take(self.source.as_ref());
-        let name = split_name(value).filter(|p| p.len() == 1).and_then(|mut p| p.pop());
-        name.and_then(|n| snapshot.all_namespaces().into_iter().find(|s| s.name == n).map(|s| s.oid))
-            .ok_or_else(|| error(SqlState::INVALID_SCHEMA_NAME, format!("schema \"{value}\" does not exist")))
+        let name = split_name(value)
+            .filter(|p| p.len() == 1)
+            .and_then(|mut p| p.pop());
+        name.and_then(|n| {
+            snapshot
+                .all_namespaces()
+                .into_iter()
+                .find(|s| s.name == n)
+                .map(|s| s.oid)
+        })
+        .ok_or_else(|| {
+            error(
+                SqlState::INVALID_SCHEMA_NAME,
+                format!("schema \"{value}\" does not exist"),
+            )
+        })
     }
 
     fn regnamespace_text(&self, oid: u32) -> String {
         let snapshot = Snapshot::take(self.source.as_ref());
-        snapshot.all_namespaces().into_iter().find(|s| s.oid == oid).map_or_else(|| oid.to_string(), |s| quote(&s.name))
+        snapshot
+            .all_namespaces()
+            .into_iter()
+            .find(|s| s.oid == oid)
+            .map_or_else(|| oid.to_string(), |s| quote(&s.name))
     }
 
     fn regproc(&self, value: &str) -> Result<u32> {
         if let Ok(oid) = value.trim().parse::<u32>() {
             return Ok(oid);
         }
-        let name = split_name(value).and_then(|p| p.last().cloned()).unwrap_or_default();
-        self.functions.iter().find(|f| f.name == name).map(|f| f.oid).ok_or_else(|| error(SqlState::UNDEFINED_FUNCTION, format!("function \"{value}\" does not exist")))
+        let name = split_name(value)
+            .and_then(|p| p.last().cloned())
+            .unwrap_or_default();
+        self.functions
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.oid)
+            .ok_or_else(|| {
+                error(
+                    SqlState::UNDEFINED_FUNCTION,
+                    format!("function \"{value}\" does not exist"),
+                )
+            })
     }
 
     fn regproc_text(&self, oid: u32) -> String {
-        self.functions.iter().find(|f| f.oid == oid).map_or_else(|| if oid == 0 { "-".into() } else { oid.to_string() }, |f| f.name.clone())
+        self.functions.iter().find(|f| f.oid == oid).map_or_else(
+            || {
+                if oid == 0 {
+                    "-".into()
+                } else {
+                    oid.to_string()
+                }
+            },
+            |f| f.name.clone(),
+        )
     }
 
     fn table_is_visible(&self, oid: u32) -> Option<bool> {
         let snapshot = Snapshot::take(self.source.as_ref());
-        let schema = snapshot.relation(oid).map(|r| r.schema.clone()).or_else(|| snapshot.keyed_by(oid).map(|r| r.schema.clone()))?;
+        let schema = snapshot
+            .relation(oid)
+            .map(|r| r.schema.clone())
+            .or_else(|| snapshot.keyed_by(oid).map(|r| r.schema.clone()))?;
         Some(self.search_path().contains(&schema))
     }
 
@@ -271,9 +370,15 @@ impl Context {
     /// `pg_total_relation_size` and friends: bytes of a relation's log and state.
     fn relation_size(&self, oid: u32, indexes: bool) -> Option<i64> {
         let snapshot = Snapshot::take(self.source.as_ref());
-        if indexes || snapshot.keyed_by(oid).is_some_and(|r| r.index_oid() == oid) || oid < FIRST_USER_OID {
+        if indexes
+            || snapshot.keyed_by(oid).is_some_and(|r| r.index_oid() == oid)
+            || oid < FIRST_USER_OID
+        {
             // Keys are arranged in the table's state, so an index takes nothing of its own.
-            return snapshot.relation(oid).or_else(|| snapshot.keyed_by(oid)).map(|_| 0);
+            return snapshot
+                .relation(oid)
+                .or_else(|| snapshot.keyed_by(oid))
+                .map(|_| 0);
         }
         self.source.relation_size(oid).map(|b| b as i64)
     }
@@ -307,32 +412,92 @@ fn regclass_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
     type Resolve = fn(&Context, &str) -> Result<u32>;
     type Show = fn(&Context, u32) -> String;
     let kinds: [(&str, &str, &str, Resolve, Show); 4] = [
-        (REGCLASS, REGCLASS_TEXT, "to_regclass", Context::regclass, Context::regclass_text),
-        (REGTYPE, REGTYPE_TEXT, "to_regtype", Context::regtype, Context::regtype_text),
-        (REGNAMESPACE, REGNAMESPACE_TEXT, "to_regnamespace", Context::regnamespace, Context::regnamespace_text),
-        (REGPROC, REGPROC_TEXT, "to_regproc", Context::regproc, Context::regproc_text),
+        (
+            REGCLASS,
+            REGCLASS_TEXT,
+            "to_regclass",
+            Context::regclass,
+            Context::regclass_text,
+        ),
+        (
+            REGTYPE,
+            REGTYPE_TEXT,
+            "to_regtype",
+            Context::regtype,
+            Context::regtype_text,
+        ),
+        (
+            REGNAMESPACE,
+            REGNAMESPACE_TEXT,
+            "to_regnamespace",
+            Context::regnamespace,
+            Context::regnamespace_text,
+        ),
+        (
+            REGPROC,
+            REGPROC_TEXT,
+            "to_regproc",
+            Context::regproc,
+            Context::regproc_text,
+        ),
     ];
     let mut out = Vec::new();
     for (cast, show, to_reg, resolve, text) in kinds {
         let c = Arc::clone(ctx);
         out.push(
-            PgFunction::with_return(cast, Signature::any(1, STABLE), |_| Ok(oid_field()), move |args| {
-                oids(per_row(args, |a, i| text_at(&a[0], i).map(|v| resolve(&c, &v)).transpose())?)
-            })
+            PgFunction::with_return(
+                cast,
+                Signature::any(1, STABLE),
+                |_| Ok(oid_field()),
+                move |args| {
+                    oids(per_row(args, |a, i| {
+                        text_at(&a[0], i).map(|v| resolve(&c, &v)).transpose()
+                    })?)
+                },
+            )
             .udf(),
         );
         let c = Arc::clone(ctx);
-        out.push(PgFunction::new(show, Signature::any(1, STABLE), DataType::Utf8, move |args| texts(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|o| text(&c, o))))?)).udf());
+        out.push(
+            PgFunction::new(
+                show,
+                Signature::any(1, STABLE),
+                DataType::Utf8,
+                move |args| {
+                    texts(per_row(args, |a, i| {
+                        Ok(oid_at(&a[0], i).map(|o| text(&c, o)))
+                    })?)
+                },
+            )
+            .udf(),
+        );
         let c = Arc::clone(ctx);
         out.push(
-            PgFunction::with_return(to_reg, Signature::any(1, STABLE), |_| Ok(oid_field()), move |args| {
-                // to_reg*: NULL instead of an error for a name that does not exist.
-                oids(per_row(args, |a, i| Ok(text_at(&a[0], i).filter(|v| v.parse::<u32>().is_err()).and_then(|v| resolve(&c, &v).ok())))?)
-            })
+            PgFunction::with_return(
+                to_reg,
+                Signature::any(1, STABLE),
+                |_| Ok(oid_field()),
+                move |args| {
+                    // to_reg*: NULL instead of an error for a name that does not exist.
+                    oids(per_row(args, |a, i| {
+                        Ok(text_at(&a[0], i)
+                            .filter(|v| v.parse::<u32>().is_err())
+                            .and_then(|v| resolve(&c, &v).ok()))
+                    })?)
+                },
+            )
             .udf(),
         );
     }
-    out.push(PgFunction::with_return(TO_OID, Signature::any(1, Volatility::Immutable), |_| Ok(oid_field()), |args| oids(per_row(args, |a, i| Ok(oid_at(&a[0], i)))?)).udf());
+    out.push(
+        PgFunction::with_return(
+            TO_OID,
+            Signature::any(1, Volatility::Immutable),
+            |_| Ok(oid_field()),
+            |args| oids(per_row(args, |a, i| Ok(oid_at(&a[0], i)))?),
+        )
+        .udf(),
+    );
     out
 }
 
@@ -340,16 +505,27 @@ fn definition_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
     let c = Arc::clone(ctx);
     let constraintdef = move |args: &ScalarFunctionArgs| {
         let snapshot = Snapshot::take(c.source.as_ref());
-        texts(per_row(args, |a, i| Ok(oid_at(&a[0], i).and_then(|o| snapshot.keyed_by(o)).map(constraint_definition)))?)
+        texts(per_row(args, |a, i| {
+            Ok(oid_at(&a[0], i)
+                .and_then(|o| snapshot.keyed_by(o))
+                .map(constraint_definition))
+        })?)
     };
     let c = Arc::clone(ctx);
     let indexdef = move |args: &ScalarFunctionArgs| {
         let snapshot = Snapshot::take(c.source.as_ref());
         texts(per_row(args, |a, i| {
-            let Some(r) = oid_at(&a[0], i).and_then(|o| snapshot.keyed_by(o)) else { return Ok(None) };
+            let Some(r) = oid_at(&a[0], i).and_then(|o| snapshot.keyed_by(o)) else {
+                return Ok(None);
+            };
             // With a column number, just that key column's name.
             match a.get(1).and_then(|c| int_at(c, i)).filter(|n| *n > 0) {
-                Some(n) => Ok(r.primary_key.get(n as usize - 1).and_then(|&k| r.columns.fields().get(k)).map(|f| quote(f.name())).or(Some(String::new()))),
+                Some(n) => Ok(r
+                    .primary_key
+                    .get(n as usize - 1)
+                    .and_then(|&k| r.columns.fields().get(k))
+                    .map(|f| quote(f.name()))
+                    .or(Some(String::new()))),
                 None => Ok(Some(index_definition(r))),
             }
         })?)
@@ -358,72 +534,221 @@ fn definition_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
     let viewdef = move |args: &ScalarFunctionArgs| {
         let snapshot = Snapshot::take(c.source.as_ref());
         texts(per_row(args, |a, i| {
-            let Some(v) = text_at(&a[0], i) else { return Ok(None) };
+            let Some(v) = text_at(&a[0], i) else {
+                return Ok(None);
+            };
             let oid = match v.parse::<u32>() {
                 Ok(oid) => oid,
-                Err(_) => c.relation_oid(&snapshot, &v).ok_or_else(|| error(SqlState::UNDEFINED_TABLE, format!("relation \"{v}\" does not exist")))?,
+                Err(_) => c.relation_oid(&snapshot, &v).ok_or_else(|| {
+                    error(
+                        SqlState::UNDEFINED_TABLE,
+                        format!("relation \"{v}\" does not exist"),
+                    )
+                })?,
             };
-            Ok(snapshot.relation(oid).filter(|r| matches!(r.kind, RelationKind::View | RelationKind::MaterializedView)).and_then(view_definition))
+            Ok(snapshot
+                .relation(oid)
+                .filter(|r| matches!(r.kind, RelationKind::View | RelationKind::MaterializedView))
+                .and_then(view_definition))
         })?)
     };
     vec![
-        PgFunction::new("pg_get_constraintdef", Signature::variadic_any(STABLE), DataType::Utf8, constraintdef).udf(),
-        PgFunction::new("pg_get_indexdef", Signature::variadic_any(STABLE), DataType::Utf8, indexdef).udf(),
-        PgFunction::new("pg_get_viewdef", Signature::variadic_any(STABLE), DataType::Utf8, viewdef).udf(),
+        PgFunction::new(
+            "pg_get_constraintdef",
+            Signature::variadic_any(STABLE),
+            DataType::Utf8,
+            constraintdef,
+        )
+        .udf(),
+        PgFunction::new(
+            "pg_get_indexdef",
+            Signature::variadic_any(STABLE),
+            DataType::Utf8,
+            indexdef,
+        )
+        .udf(),
+        PgFunction::new(
+            "pg_get_viewdef",
+            Signature::variadic_any(STABLE),
+            DataType::Utf8,
+            viewdef,
+        )
+        .udf(),
         // Eddy stores no expression trees (defaults, partition bounds, policies): they are NULL.
-        PgFunction::new("pg_get_expr", Signature::variadic_any(STABLE), DataType::Utf8, |args| texts(per_row(args, |a, i| Ok(text_at(&a[0], i)))?)).udf(),
+        PgFunction::new(
+            "pg_get_expr",
+            Signature::variadic_any(STABLE),
+            DataType::Utf8,
+            |args| texts(per_row(args, |a, i| Ok(text_at(&a[0], i)))?),
+        )
+        .udf(),
     ]
 }
 
 fn visibility_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
     let c = Arc::clone(ctx);
-    let table_visible = move |args: &ScalarFunctionArgs| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).and_then(|o| c.table_is_visible(o))))?);
+    let table_visible = move |args: &ScalarFunctionArgs| {
+        bools(per_row(args, |a, i| {
+            Ok(oid_at(&a[0], i).and_then(|o| c.table_is_visible(o)))
+        })?)
+    };
     let c = Arc::clone(ctx);
-    let type_visible = move |args: &ScalarFunctionArgs| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).and_then(|o| c.type_is_visible(o))))?);
+    let type_visible = move |args: &ScalarFunctionArgs| {
+        bools(per_row(args, |a, i| {
+            Ok(oid_at(&a[0], i).and_then(|o| c.type_is_visible(o)))
+        })?)
+    };
     let c = Arc::clone(ctx);
-    let function_visible = move |args: &ScalarFunctionArgs| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|o| c.functions.iter().any(|f| f.oid == o))))?);
+    let function_visible = move |args: &ScalarFunctionArgs| {
+        bools(per_row(args, |a, i| {
+            Ok(oid_at(&a[0], i).map(|o| c.functions.iter().any(|f| f.oid == o)))
+        })?)
+    };
     let c = Arc::clone(ctx);
-    let userbyid = move |args: &ScalarFunctionArgs| texts(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|o| role_name(&c.user, o))))?);
+    let userbyid = move |args: &ScalarFunctionArgs| {
+        texts(per_row(args, |a, i| {
+            Ok(oid_at(&a[0], i).map(|o| role_name(&c.user, o)))
+        })?)
+    };
     let c = Arc::clone(ctx);
     let schemas = move |args: &ScalarFunctionArgs| {
         // Only the schemas that exist, as PostgreSQL lists them.
-        let existing: Vec<String> = Snapshot::take(c.source.as_ref()).all_namespaces().into_iter().map(|n| n.name).collect();
-        let path: Vec<String> = c.search_path().into_iter().filter(|s| existing.contains(s) || s == "pg_catalog").collect();
+        let existing: Vec<String> = Snapshot::take(c.source.as_ref())
+            .all_namespaces()
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        let path: Vec<String> = c
+            .search_path()
+            .into_iter()
+            .filter(|s| existing.contains(s) || s == "pg_catalog")
+            .collect();
         // Without implicit schemas: what the search_path setting lists (the leading
         // pg_catalog and eddy_catalog are searched implicitly).
-        let listed = path.iter().skip_while(|s| *s == "pg_catalog" || *s == crate::EDDY_CATALOG_SCHEMA).count();
+        let listed = path
+            .iter()
+            .skip_while(|s| *s == "pg_catalog" || *s == crate::EDDY_CATALOG_SCHEMA)
+            .count();
         let skip = path.len() - listed;
-        text_lists(per_row(args, |a, i| Ok(bool_at(&a[0], i).map(|implicit| path.iter().skip(if implicit { 0 } else { skip }).cloned().collect())))?)
+        text_lists(per_row(args, |a, i| {
+            Ok(bool_at(&a[0], i).map(|implicit| {
+                path.iter()
+                    .skip(if implicit { 0 } else { skip })
+                    .cloned()
+                    .collect()
+            }))
+        })?)
     };
     let c = Arc::clone(ctx);
     // The first schema of the search_path setting that exists: where new objects go.
     let current_schema = move |_: &ScalarFunctionArgs| {
-        let existing: Vec<String> = Snapshot::take(c.source.as_ref()).all_namespaces().into_iter().map(|n| n.name).collect();
-        let first = c.search_path().into_iter().skip_while(|s| s == "pg_catalog" || s == crate::EDDY_CATALOG_SCHEMA).find(|s| existing.contains(s));
-        Ok(ColumnarValue::Scalar(datafusion::common::ScalarValue::Utf8(first)))
+        let existing: Vec<String> = Snapshot::take(c.source.as_ref())
+            .all_namespaces()
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        let first = c
+            .search_path()
+            .into_iter()
+            .skip_while(|s| s == "pg_catalog" || s == crate::EDDY_CATALOG_SCHEMA)
+            .find(|s| existing.contains(s));
+        Ok(ColumnarValue::Scalar(
+            datafusion::common::ScalarValue::Utf8(first),
+        ))
     };
-    let list = |name: &str| Field::new(name, DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true);
+    let list = |name: &str| {
+        Field::new(
+            name,
+            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+            true,
+        )
+    };
     vec![
-        PgFunction::new("pg_table_is_visible", Signature::any(1, STABLE), DataType::Boolean, table_visible).udf(),
-        PgFunction::new("pg_type_is_visible", Signature::any(1, STABLE), DataType::Boolean, type_visible).udf(),
-        PgFunction::new("pg_function_is_visible", Signature::any(1, STABLE), DataType::Boolean, function_visible).udf(),
+        PgFunction::new(
+            "pg_table_is_visible",
+            Signature::any(1, STABLE),
+            DataType::Boolean,
+            table_visible,
+        )
+        .udf(),
+        PgFunction::new(
+            "pg_type_is_visible",
+            Signature::any(1, STABLE),
+            DataType::Boolean,
+            type_visible,
+        )
+        .udf(),
+        PgFunction::new(
+            "pg_function_is_visible",
+            Signature::any(1, STABLE),
+            DataType::Boolean,
+            function_visible,
+        )
+        .udf(),
         // Eddy's collations are pg_catalog's, which is always on the path.
-        PgFunction::new("pg_collation_is_visible", Signature::any(1, STABLE), DataType::Boolean, |args| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|_| true)))?)).udf(),
-        PgFunction::with_return("pg_get_userbyid", Signature::any(1, STABLE), |_| Ok(pg_field("", DataType::Utf8, "name")), userbyid).udf(),
-        PgFunction::with_return("current_schemas", Signature::any(1, STABLE), move |_| Ok(list("")), schemas).udf(),
-        PgFunction::with_return("current_schema", Signature::exact(vec![], STABLE), |_| Ok(pg_field("", DataType::Utf8, "name")), current_schema).udf(),
-        PgFunction::with_return("parse_ident", Signature::variadic_any(Volatility::Immutable), move |_| Ok(list("")), parse_ident).udf(),
-        PgFunction::new("format_type", Signature::any(2, STABLE), DataType::Utf8, |args| {
-            texts(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|o| format_type(o, int_at(&a[1], i).map(|m| m as i32)))))?)
-        })
+        PgFunction::new(
+            "pg_collation_is_visible",
+            Signature::any(1, STABLE),
+            DataType::Boolean,
+            |args| bools(per_row(args, |a, i| Ok(oid_at(&a[0], i).map(|_| true)))?),
+        )
+        .udf(),
+        PgFunction::with_return(
+            "pg_get_userbyid",
+            Signature::any(1, STABLE),
+            |_| Ok(pg_field("", DataType::Utf8, "name")),
+            userbyid,
+        )
+        .udf(),
+        PgFunction::with_return(
+            "current_schemas",
+            Signature::any(1, STABLE),
+            move |_| Ok(list("")),
+            schemas,
+        )
+        .udf(),
+        PgFunction::with_return(
+            "current_schema",
+            Signature::exact(vec![], STABLE),
+            |_| Ok(pg_field("", DataType::Utf8, "name")),
+            current_schema,
+        )
+        .udf(),
+        PgFunction::with_return(
+            "parse_ident",
+            Signature::variadic_any(Volatility::Immutable),
+            move |_| Ok(list("")),
+            parse_ident,
+        )
+        .udf(),
+        PgFunction::new(
+            "format_type",
+            Signature::any(2, STABLE),
+            DataType::Utf8,
+            |args| {
+                texts(per_row(args, |a, i| {
+                    Ok(
+                        oid_at(&a[0], i)
+                            .map(|o| format_type(o, int_at(&a[1], i).map(|m| m as i32))),
+                    )
+                })?)
+            },
+        )
         .udf(),
     ]
 }
 
 fn parse_ident(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     text_lists(per_row(args, |a, i| {
-        let Some(v) = text_at(&a[0], i) else { return Ok(None) };
-        split_name(&v).map(Some).ok_or_else(|| error(SqlState::INVALID_PARAMETER_VALUE, format!("string is not a valid identifier: \"{v}\"")))
+        let Some(v) = text_at(&a[0], i) else {
+            return Ok(None);
+        };
+        split_name(&v).map(Some).ok_or_else(|| {
+            error(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("string is not a valid identifier: \"{v}\""),
+            )
+        })
     })?)
 }
 
@@ -432,53 +757,116 @@ fn setting_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
     let current_setting = move |args: &ScalarFunctionArgs| {
         let settings = c.source.settings();
         texts(per_row(args, |a, i| {
-            let Some(name) = text_at(&a[0], i) else { return Ok(None) };
+            let Some(name) = text_at(&a[0], i) else {
+                return Ok(None);
+            };
             let missing_ok = a.get(1).and_then(|m| bool_at(m, i)).unwrap_or(false);
-            let name = if name.eq_ignore_ascii_case("timezone") { "TimeZone".to_owned() } else { name };
+            let name = if name.eq_ignore_ascii_case("timezone") {
+                "TimeZone".to_owned()
+            } else {
+                name
+            };
             match settings.iter().find(|(k, _)| k.eq_ignore_ascii_case(&name)) {
                 Some((_, v)) => Ok(Some(v.clone())),
                 None if missing_ok => Ok(None),
-                None => Err(error(SqlState::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))),
+                None => Err(error(
+                    SqlState::UNDEFINED_OBJECT,
+                    format!("unrecognized configuration parameter \"{name}\""),
+                )),
             }
         })?)
     };
     let c = Arc::clone(ctx);
     let set_config = move |args: &ScalarFunctionArgs| {
         texts(per_row(args, |a, i| {
-            let (Some(name), Some(value)) = (text_at(&a[0], i), text_at(&a[1], i)) else { return Ok(None) };
-            c.source.set_setting(&name, &value).map(Some).map_err(|e| DataFusionError::External(Box::new(e)))
+            let (Some(name), Some(value)) = (text_at(&a[0], i), text_at(&a[1], i)) else {
+                return Ok(None);
+            };
+            c.source
+                .set_setting(&name, &value)
+                .map(Some)
+                .map_err(|e| DataFusionError::External(Box::new(e)))
         })?)
     };
     let c = Arc::clone(ctx);
     let started = move |_: &ScalarFunctionArgs| {
-        let array = TimestampMicrosecondArray::from(vec![c.source.server_start_micros()]).with_timezone(crate::types::UTC);
+        let array = TimestampMicrosecondArray::from(vec![c.source.server_start_micros()])
+            .with_timezone(crate::types::UTC);
         Ok(ColumnarValue::Array(Arc::new(array)))
     };
     let c = Arc::clone(ctx);
-    let txid = move |_: &ScalarFunctionArgs| Ok(ColumnarValue::Array(Arc::new(Int64Array::from(vec![c.transactions.fetch_add(1, Ordering::Relaxed)]))));
+    let txid = move |_: &ScalarFunctionArgs| {
+        Ok(ColumnarValue::Array(Arc::new(Int64Array::from(vec![
+            c.transactions.fetch_add(1, Ordering::Relaxed),
+        ]))))
+    };
     vec![
-        PgFunction::new("current_setting", Signature::variadic_any(STABLE), DataType::Utf8, current_setting).udf(),
-        PgFunction::new("set_config", Signature::any(3, Volatility::Volatile), DataType::Utf8, set_config).udf(),
-        PgFunction::new("pg_postmaster_start_time", Signature::nullary(STABLE), DataType::Timestamp(TimeUnit::Microsecond, Some(crate::types::UTC.into())), started).udf(),
-        PgFunction::new("txid_current", Signature::nullary(Volatility::Volatile), DataType::Int64, txid).udf(),
+        PgFunction::new(
+            "current_setting",
+            Signature::variadic_any(STABLE),
+            DataType::Utf8,
+            current_setting,
+        )
+        .udf(),
+        PgFunction::new(
+            "set_config",
+            Signature::any(3, Volatility::Volatile),
+            DataType::Utf8,
+            set_config,
+        )
+        .udf(),
+        PgFunction::new(
+            "pg_postmaster_start_time",
+            Signature::nullary(STABLE),
+            DataType::Timestamp(TimeUnit::Microsecond, Some(crate::types::UTC.into())),
+            started,
+        )
+        .udf(),
+        PgFunction::new(
+            "txid_current",
+            Signature::nullary(Volatility::Volatile),
+            DataType::Int64,
+            txid,
+        )
+        .udf(),
     ]
 }
 
 fn size_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
     let mut out = Vec::new();
-    for (name, indexes) in [("pg_total_relation_size", false), ("pg_relation_size", false), ("pg_table_size", false), ("pg_indexes_size", true)] {
+    for (name, indexes) in [
+        ("pg_total_relation_size", false),
+        ("pg_relation_size", false),
+        ("pg_table_size", false),
+        ("pg_indexes_size", true),
+    ] {
         let c = Arc::clone(ctx);
         out.push(
-            PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Int64, move |args| {
-                ints(per_row(args, |a, i| {
-                    let Some(v) = text_at(&a[0], i) else { return Ok(None) };
-                    Ok(c.relation_size(c.regclass(&v)?, indexes))
-                })?)
-            })
+            PgFunction::new(
+                name,
+                Signature::variadic_any(STABLE),
+                DataType::Int64,
+                move |args| {
+                    ints(per_row(args, |a, i| {
+                        let Some(v) = text_at(&a[0], i) else {
+                            return Ok(None);
+                        };
+                        Ok(c.relation_size(c.regclass(&v)?, indexes))
+                    })?)
+                },
+            )
             .udf(),
         );
     }
-    out.push(PgFunction::new("pg_size_pretty", Signature::any(1, Volatility::Immutable), DataType::Utf8, |args| texts(per_row(args, |a, i| Ok(int_at(&a[0], i).map(size_pretty)))?)).udf());
+    out.push(
+        PgFunction::new(
+            "pg_size_pretty",
+            Signature::any(1, Volatility::Immutable),
+            DataType::Utf8,
+            |args| texts(per_row(args, |a, i| Ok(int_at(&a[0], i).map(size_pretty)))?),
+        )
+        .udf(),
+    );
     out
 }
 
@@ -487,50 +875,146 @@ fn size_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
 fn constant_functions() -> Vec<ScalarUDF> {
     let mut out = Vec::new();
     for name in [
-        "has_table_privilege", "has_column_privilege", "has_any_column_privilege", "has_schema_privilege", "has_database_privilege", "has_function_privilege",
-        "has_sequence_privilege", "has_type_privilege", "has_tablespace_privilege", "has_foreign_data_wrapper_privilege", "has_server_privilege",
-        "has_language_privilege", "pg_has_role",
+        "has_table_privilege",
+        "has_column_privilege",
+        "has_any_column_privilege",
+        "has_schema_privilege",
+        "has_database_privilege",
+        "has_function_privilege",
+        "has_sequence_privilege",
+        "has_type_privilege",
+        "has_tablespace_privilege",
+        "has_foreign_data_wrapper_privilege",
+        "has_server_privilege",
+        "has_language_privilege",
+        "pg_has_role",
     ] {
-        out.push(PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Boolean, |args| bools(vec![Some(true); args.number_rows])).udf());
-    }
-    for name in ["pg_is_in_recovery", "pg_relation_is_publishable", "pg_is_other_temp_schema"] {
-        out.push(PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Boolean, |args| bools(vec![Some(false); args.number_rows])).udf());
+        out.push(
+            PgFunction::new(
+                name,
+                Signature::variadic_any(STABLE),
+                DataType::Boolean,
+                |args| bools(vec![Some(true); args.number_rows]),
+            )
+            .udf(),
+        );
     }
     for name in [
-        "obj_description", "col_description", "shobj_description", "pg_get_statisticsobjdef_columns", "pg_get_ruledef", "pg_get_partkeydef",
-        "pg_get_serial_sequence", "pg_get_triggerdef", "pg_get_function_arg_default", "inet_client_addr", "inet_server_addr",
+        "pg_is_in_recovery",
+        "pg_relation_is_publishable",
+        "pg_is_other_temp_schema",
     ] {
-        out.push(PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Utf8, |args| texts(vec![None; args.number_rows])).udf());
+        out.push(
+            PgFunction::new(
+                name,
+                Signature::variadic_any(STABLE),
+                DataType::Boolean,
+                |args| bools(vec![Some(false); args.number_rows]),
+            )
+            .udf(),
+        );
     }
-    for name in ["pg_get_function_result", "pg_get_function_arguments", "pg_get_function_identity_arguments", "pg_tablespace_location"] {
-        out.push(PgFunction::new(name, Signature::variadic_any(STABLE), DataType::Utf8, |args| texts(vec![Some(String::new()); args.number_rows])).udf());
+    for name in [
+        "obj_description",
+        "col_description",
+        "shobj_description",
+        "pg_get_statisticsobjdef_columns",
+        "pg_get_ruledef",
+        "pg_get_partkeydef",
+        "pg_get_serial_sequence",
+        "pg_get_triggerdef",
+        "pg_get_function_arg_default",
+        "inet_client_addr",
+        "inet_server_addr",
+    ] {
+        out.push(
+            PgFunction::new(
+                name,
+                Signature::variadic_any(STABLE),
+                DataType::Utf8,
+                |args| texts(vec![None; args.number_rows]),
+            )
+            .udf(),
+        );
     }
-    out.push(PgFunction::with_return("pg_my_temp_schema", Signature::nullary(STABLE), |_| Ok(oid_field()), |_| oids(vec![Some(0)])).udf());
+    for name in [
+        "pg_get_function_result",
+        "pg_get_function_arguments",
+        "pg_get_function_identity_arguments",
+        "pg_tablespace_location",
+    ] {
+        out.push(
+            PgFunction::new(
+                name,
+                Signature::variadic_any(STABLE),
+                DataType::Utf8,
+                |args| texts(vec![Some(String::new()); args.number_rows]),
+            )
+            .udf(),
+        );
+    }
     out.push(
-        PgFunction::with_return("pg_encoding_to_char", Signature::any(1, STABLE), |_| Ok(pg_field("", DataType::Utf8, "name")), |args| {
-            texts(per_row(args, |a, i| Ok(int_at(&a[0], i).map(|e| match e {
-                0 => "SQL_ASCII".to_owned(),
-                6 => "UTF8".to_owned(),
-                _ => String::new(),
-            })))?)
-        })
+        PgFunction::with_return(
+            "pg_my_temp_schema",
+            Signature::nullary(STABLE),
+            |_| Ok(oid_field()),
+            |_| oids(vec![Some(0)]),
+        )
         .udf(),
     );
-    out.push(PgFunction::new("pg_char_to_encoding", Signature::any(1, STABLE), DataType::Int32, |args| {
-        let values = per_row(args, |a, i| Ok(text_at(&a[0], i).map(|e| match e.to_uppercase().as_str() {
-            "UTF8" | "UNICODE" => 6,
-            "SQL_ASCII" => 0,
-            _ => -1,
-        })))?;
-        Ok(ColumnarValue::Array(Arc::new(arrow::array::Int32Array::from(values))))
-    })
-    .udf());
+    out.push(
+        PgFunction::with_return(
+            "pg_encoding_to_char",
+            Signature::any(1, STABLE),
+            |_| Ok(pg_field("", DataType::Utf8, "name")),
+            |args| {
+                texts(per_row(args, |a, i| {
+                    Ok(int_at(&a[0], i).map(|e| match e {
+                        0 => "SQL_ASCII".to_owned(),
+                        6 => "UTF8".to_owned(),
+                        _ => String::new(),
+                    }))
+                })?)
+            },
+        )
+        .udf(),
+    );
+    out.push(
+        PgFunction::new(
+            "pg_char_to_encoding",
+            Signature::any(1, STABLE),
+            DataType::Int32,
+            |args| {
+                let values = per_row(args, |a, i| {
+                    Ok(text_at(&a[0], i).map(|e| match e.to_uppercase().as_str() {
+                        "UTF8" | "UNICODE" => 6,
+                        "SQL_ASCII" => 0,
+                        _ => -1,
+                    }))
+                })?;
+                Ok(ColumnarValue::Array(Arc::new(
+                    arrow::array::Int32Array::from(values),
+                )))
+            },
+        )
+        .udf(),
+    );
     out
 }
 
 /// Registers the catalog functions of one session.
-pub(crate) fn register(ctx: &SessionContext, source: Arc<dyn CatalogSource>, user: &str, functions: Arc<Vec<Function>>) {
-    let context = Arc::new(Context { source, user: user.to_owned(), functions, transactions: AtomicI64::new(i64::from(FIRST_USER_OID) + i64::from(PG_CATALOG_OID)) });
+pub(crate) fn register(
+    ctx: &SessionContext,
+    source: Arc<dyn CatalogSource>,
+    user: &str,
+    functions: Arc<Vec<Function>>,
+) {
+    let context = Arc::new(Context {
+        source,
+        user: user.to_owned(),
+        functions,
+        transactions: AtomicI64::new(i64::from(FIRST_USER_OID) + i64::from(PG_CATALOG_OID)),
+    });
     let groups = [
         regclass_functions(&context),
         definition_functions(&context),
@@ -555,7 +1039,15 @@ mod tests {
 
     #[test]
     fn sizes_print_as_postgres() {
-        let cases = [(0, "0 bytes"), (10239, "10239 bytes"), (10240, "10 kB"), (1_000_000, "977 kB"), (20_000_000, "19 MB"), (1 << 40, "1024 GB"), (-10240, "-10 kB")];
+        let cases = [
+            (0, "0 bytes"),
+            (10239, "10239 bytes"),
+            (10240, "10 kB"),
+            (1_000_000, "977 kB"),
+            (20_000_000, "19 MB"),
+            (1 << 40, "1024 GB"),
+            (-10240, "-10 kB"),
+        ];
         for (bytes, text) in cases {
             assert_eq!(size_pretty(bytes), text, "{bytes}");
         }
@@ -563,7 +1055,10 @@ mod tests {
 
     #[test]
     fn names_split_as_postgres() {
-        assert_eq!(split_name("Public.\"My T\"").unwrap(), vec!["public", "My T"]);
+        assert_eq!(
+            split_name("Public.\"My T\"").unwrap(),
+            vec!["public", "My T"]
+        );
         assert_eq!(split_name("a . b").unwrap(), vec!["a", "b"]);
         assert!(split_name("a..b").is_none());
         assert!(split_name("\"open").is_none());

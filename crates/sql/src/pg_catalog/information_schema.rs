@@ -29,11 +29,17 @@ pub(crate) struct InformationSchema {
 #[async_trait]
 impl SchemaProvider for InformationSchema {
     fn table_names(&self) -> Vec<String> {
-        specs().iter().filter(|s| s.schema == SCHEMA).map(|s| s.name.to_owned()).collect()
+        specs()
+            .iter()
+            .filter(|s| s.schema == SCHEMA)
+            .map(|s| s.name.to_owned())
+            .collect()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(table) = spec(SCHEMA, name) else { return Ok(None) };
+        let Some(table) = spec(SCHEMA, name) else {
+            return Ok(None);
+        };
         let db = self.database.as_str();
         let rows = match name {
             "tables" => tables(&Snapshot::take(self.source.as_ref()), db)?,
@@ -65,7 +71,10 @@ fn yes(b: bool) -> Value {
 
 /// The relations `information_schema` lists: all but materialized views, as PostgreSQL.
 fn listed(snapshot: &Snapshot) -> impl Iterator<Item = &Relation> {
-    snapshot.relations.iter().filter(|r| r.kind != RelationKind::MaterializedView)
+    snapshot
+        .relations
+        .iter()
+        .filter(|r| r.kind != RelationKind::MaterializedView)
 }
 
 fn table_type(r: &Relation) -> &'static str {
@@ -98,7 +107,10 @@ fn views(snapshot: &Snapshot, db: &str) -> DfResult<Rows> {
             ("table_catalog", db.into()),
             ("table_schema", (&r.schema).into()),
             ("table_name", (&r.name).into()),
-            ("view_definition", super::relations::view_definition(r).into()),
+            (
+                "view_definition",
+                super::relations::view_definition(r).into(),
+            ),
             ("check_option", "NONE".into()),
             ("is_updatable", yes(false)),
             ("is_insertable_into", yes(false)),
@@ -115,8 +127,16 @@ fn schemata(snapshot: &Snapshot, db: &str) -> DfResult<Rows> {
     let mut namespaces = snapshot.all_namespaces();
     namespaces.sort_by(|a, b| a.name.cmp(&b.name));
     for n in namespaces {
-        let owner = if n.oid == super::PUBLIC_OID { "pg_database_owner" } else { "eddy" };
-        rows.push([("catalog_name", db.into()), ("schema_name", n.name.into()), ("schema_owner", owner.into())]);
+        let owner = if n.oid == super::PUBLIC_OID {
+            "pg_database_owner"
+        } else {
+            "eddy"
+        };
+        rows.push([
+            ("catalog_name", db.into()),
+            ("schema_name", n.name.into()),
+            ("schema_owner", owner.into()),
+        ]);
     }
     Ok(rows)
 }
@@ -140,7 +160,13 @@ const TEXT_OCTETS_MAX: i32 = 1_073_741_824;
 /// `information_schema.columns` reports.
 fn column_info(pg_type: &str) -> ColumnInfo {
     let (base, modifiers) = match pg_type.split_once('(') {
-        Some((base, rest)) => (base.trim(), rest.trim_end_matches(')').split(',').filter_map(|m| m.trim().parse::<i32>().ok()).collect::<Vec<_>>()),
+        Some((base, rest)) => (
+            base.trim(),
+            rest.trim_end_matches(')')
+                .split(',')
+                .filter_map(|m| m.trim().parse::<i32>().ok())
+                .collect::<Vec<_>>(),
+        ),
         None => (pg_type, Vec::new()),
     };
     let mut info = ColumnInfo {
@@ -154,7 +180,9 @@ fn column_info(pg_type: &str) -> ColumnInfo {
         datetime_precision: None,
     };
     let oid = super::types::type_oid_named(pg_type).unwrap_or(25);
-    info.udt_name = super::types::type_by_oid(oid).map_or("text", |t| t.name).to_owned();
+    info.udt_name = super::types::type_by_oid(oid)
+        .map_or("text", |t| t.name)
+        .to_owned();
     if pg_type.ends_with("[]") {
         info.data_type = "ARRAY".into();
         return info;
@@ -173,7 +201,8 @@ fn column_info(pg_type: &str) -> ColumnInfo {
         "numeric" => number(modifiers.first().copied(), 10, modifiers.get(1).copied()),
         "varchar" | "bpchar" => {
             info.character_maximum_length = modifiers.first().copied();
-            info.character_octet_length = Some(modifiers.first().map_or(TEXT_OCTETS_MAX, |n| n * 4));
+            info.character_octet_length =
+                Some(modifiers.first().map_or(TEXT_OCTETS_MAX, |n| n * 4));
         }
         "text" => info.character_octet_length = Some(TEXT_OCTETS_MAX),
         "date" => info.datetime_precision = Some(0),
@@ -198,10 +227,16 @@ fn columns(snapshot: &Snapshot, db: &str) -> DfResult<Rows> {
                 ("ordinal_position", (i + 1).into()),
                 ("is_nullable", yes(nullable)),
                 ("data_type", info.data_type.into()),
-                ("character_maximum_length", info.character_maximum_length.into()),
+                (
+                    "character_maximum_length",
+                    info.character_maximum_length.into(),
+                ),
                 ("character_octet_length", info.character_octet_length.into()),
                 ("numeric_precision", info.numeric_precision.into()),
-                ("numeric_precision_radix", info.numeric_precision_radix.into()),
+                (
+                    "numeric_precision_radix",
+                    info.numeric_precision_radix.into(),
+                ),
                 ("numeric_scale", info.numeric_scale.into()),
                 ("datetime_precision", info.datetime_precision.into()),
                 ("udt_catalog", db.into()),
@@ -230,7 +265,12 @@ fn not_null_checks(r: &Relation) -> Vec<(String, String)> {
         .iter()
         .enumerate()
         .filter(|(i, f)| !f.is_nullable() || r.primary_key.contains(i))
-        .map(|(i, f)| (format!("{}_{}_{}_not_null", r.namespace_oid, r.oid, i + 1), format!("{} IS NOT NULL", crate::pg::strings::quote_ident(f.name()))))
+        .map(|(i, f)| {
+            (
+                format!("{}_{}_{}_not_null", r.namespace_oid, r.oid, i + 1),
+                format!("{} IS NOT NULL", crate::pg::strings::quote_ident(f.name())),
+            )
+        })
         .collect()
 }
 
@@ -241,7 +281,11 @@ fn table_constraints(snapshot: &Snapshot, db: &str) -> DfResult<Rows> {
         if !r.primary_key.is_empty() {
             constraints.push((r.index_name(), "PRIMARY KEY"));
         }
-        constraints.extend(not_null_checks(r).into_iter().map(|(name, _)| (name, "CHECK")));
+        constraints.extend(
+            not_null_checks(r)
+                .into_iter()
+                .map(|(name, _)| (name, "CHECK")),
+        );
         for (name, kind) in constraints {
             rows.push([
                 ("constraint_catalog", db.into()),
@@ -264,7 +308,12 @@ fn check_constraints(snapshot: &Snapshot, db: &str) -> DfResult<Rows> {
     let mut rows = builder("check_constraints")?;
     for r in snapshot.users() {
         for (name, clause) in not_null_checks(r) {
-            rows.push([("constraint_catalog", db.into()), ("constraint_schema", (&r.schema).into()), ("constraint_name", name.into()), ("check_clause", clause.into())]);
+            rows.push([
+                ("constraint_catalog", db.into()),
+                ("constraint_schema", (&r.schema).into()),
+                ("constraint_name", name.into()),
+                ("check_clause", clause.into()),
+            ]);
         }
     }
     Ok(rows)
@@ -274,7 +323,9 @@ fn key_column_usage(snapshot: &Snapshot, db: &str) -> DfResult<Rows> {
     let mut rows = builder("key_column_usage")?;
     for r in snapshot.users() {
         for (position, &i) in r.primary_key.iter().enumerate() {
-            let Some(field) = r.columns.fields().get(i) else { continue };
+            let Some(field) = r.columns.fields().get(i) else {
+                continue;
+            };
             rows.push([
                 ("constraint_catalog", db.into()),
                 ("constraint_schema", (&r.schema).into()),
@@ -321,7 +372,12 @@ fn routines(functions: &[Function], db: &str) -> DfResult<Rows> {
 
 fn character_sets(db: &str) -> DfResult<Rows> {
     let mut rows = builder("character_sets")?;
-    rows.push([("character_set_name", "UTF8".into()), ("character_repertoire", "UCS".into()), ("form_of_use", "UTF8".into()), ("default_collate_catalog", db.into())]);
+    rows.push([
+        ("character_set_name", "UTF8".into()),
+        ("character_repertoire", "UCS".into()),
+        ("form_of_use", "UTF8".into()),
+        ("default_collate_catalog", db.into()),
+    ]);
     Ok(rows)
 }
 
@@ -332,12 +388,39 @@ mod tests {
     #[test]
     fn declared_types_split_into_name_and_modifiers() {
         let v = column_info("character varying(5)");
-        assert_eq!((v.data_type.as_str(), v.udt_name.as_str(), v.character_maximum_length, v.character_octet_length), ("character varying", "varchar", Some(5), Some(20)));
+        assert_eq!(
+            (
+                v.data_type.as_str(),
+                v.udt_name.as_str(),
+                v.character_maximum_length,
+                v.character_octet_length
+            ),
+            ("character varying", "varchar", Some(5), Some(20))
+        );
         let n = column_info("numeric(10,2)");
-        assert_eq!((n.data_type.as_str(), n.udt_name.as_str(), n.numeric_precision, n.numeric_scale, n.numeric_precision_radix), ("numeric", "numeric", Some(10), Some(2), Some(10)));
+        assert_eq!(
+            (
+                n.data_type.as_str(),
+                n.udt_name.as_str(),
+                n.numeric_precision,
+                n.numeric_scale,
+                n.numeric_precision_radix
+            ),
+            ("numeric", "numeric", Some(10), Some(2), Some(10))
+        );
         let t = column_info("timestamp with time zone");
-        assert_eq!((t.data_type.as_str(), t.udt_name.as_str(), t.datetime_precision), ("timestamp with time zone", "timestamptz", Some(6)));
+        assert_eq!(
+            (
+                t.data_type.as_str(),
+                t.udt_name.as_str(),
+                t.datetime_precision
+            ),
+            ("timestamp with time zone", "timestamptz", Some(6))
+        );
         let i = column_info("integer");
-        assert_eq!((i.udt_name.as_str(), i.numeric_precision, i.numeric_scale), ("int4", Some(32), Some(0)));
+        assert_eq!(
+            (i.udt_name.as_str(), i.numeric_precision, i.numeric_scale),
+            ("int4", Some(32), Some(0))
+        );
     }
 }

@@ -24,7 +24,9 @@ use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
 
-pub use objects::{Activity, INFORMATION_SCHEMA_OID, Namespace, PG_CATALOG_OID, PUBLIC_OID, Relation, RelationKind};
+pub use objects::{
+    Activity, INFORMATION_SCHEMA_OID, Namespace, PG_CATALOG_OID, PUBLIC_OID, Relation, RelationKind,
+};
 
 use crate::catalog::CatalogSource;
 
@@ -44,7 +46,11 @@ impl Snapshot {
         relations.sort_by(|a, b| (&a.schema, &a.name).cmp(&(&b.schema, &b.name)));
         let user_relations = relations.len();
         relations.extend(relations::system_relations());
-        Snapshot { relations, user_relations, namespaces: source.namespaces() }
+        Snapshot {
+            relations,
+            user_relations,
+            namespaces: source.namespaces(),
+        }
     }
 
     pub(crate) fn users(&self) -> &[Relation] {
@@ -64,7 +70,9 @@ impl Snapshot {
 
     /// The relation whose primary key has index `oid` or constraint `oid`.
     pub(crate) fn keyed_by(&self, oid: u32) -> Option<&Relation> {
-        self.users().iter().find(|r| !r.primary_key.is_empty() && (r.index_oid() == oid || r.constraint_oid() == oid))
+        self.users().iter().find(|r| {
+            !r.primary_key.is_empty() && (r.index_oid() == oid || r.constraint_oid() == oid)
+        })
     }
 }
 
@@ -80,7 +88,9 @@ pub(crate) struct PgCatalog {
 impl PgCatalog {
     pub(crate) fn build(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         // (Each name here is in POPULATED; every other catalog is always empty.)
-        let Some(spec) = spec::spec(SCHEMA, name) else { return Ok(None) };
+        let Some(spec) = spec::spec(SCHEMA, name) else {
+            return Ok(None);
+        };
         let snapshot = || Snapshot::take(self.source.as_ref());
         let user = self.info.user.as_str();
         let rows = match name {
@@ -102,7 +112,9 @@ impl PgCatalog {
             "pg_roles" | "pg_authid" => system::pg_roles(user, name)?,
             "pg_user" => system::pg_user(user)?,
             "pg_settings" => system::pg_settings(&self.source.settings())?,
-            "pg_stat_activity" => system::pg_stat_activity(&self.source.activity(), &self.info.database)?,
+            "pg_stat_activity" => {
+                system::pg_stat_activity(&self.source.activity(), &self.info.database)?
+            }
             "pg_am" => system::pg_am()?,
             "pg_collation" => system::pg_collation()?,
             "pg_tablespace" => system::pg_tablespace()?,
@@ -117,7 +129,11 @@ impl PgCatalog {
 #[async_trait]
 impl SchemaProvider for PgCatalog {
     fn table_names(&self) -> Vec<String> {
-        spec::specs().iter().filter(|s| s.schema == SCHEMA).map(|s| s.name.to_owned()).collect()
+        spec::specs()
+            .iter()
+            .filter(|s| s.schema == SCHEMA)
+            .map(|s| s.name.to_owned())
+            .collect()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
@@ -131,9 +147,31 @@ impl SchemaProvider for PgCatalog {
 
 /// The pg_catalog relations [`PgCatalog::build`] fills; the others never have rows in Eddy.
 const POPULATED: [&str; 25] = [
-    "pg_namespace", "pg_class", "pg_attribute", "pg_index", "pg_constraint", "pg_depend", "pg_rewrite", "pg_tables", "pg_views", "pg_matviews",
-    "pg_indexes", "pg_type", "pg_description", "pg_stat_user_tables", "pg_database", "pg_roles", "pg_authid", "pg_user", "pg_settings",
-    "pg_stat_activity", "pg_am", "pg_collation", "pg_tablespace", "pg_language", "pg_proc",
+    "pg_namespace",
+    "pg_class",
+    "pg_attribute",
+    "pg_index",
+    "pg_constraint",
+    "pg_depend",
+    "pg_rewrite",
+    "pg_tables",
+    "pg_views",
+    "pg_matviews",
+    "pg_indexes",
+    "pg_type",
+    "pg_description",
+    "pg_stat_user_tables",
+    "pg_database",
+    "pg_roles",
+    "pg_authid",
+    "pg_user",
+    "pg_settings",
+    "pg_stat_activity",
+    "pg_am",
+    "pg_collation",
+    "pg_tablespace",
+    "pg_language",
+    "pg_proc",
 ];
 
 /// Whether `pg_catalog.name` is a catalog Eddy never fills (`pg_sequence`, `pg_attrdef`, ...).
@@ -147,25 +185,52 @@ pub(crate) const INFORMATION_SCHEMA: &str = information_schema::SCHEMA;
 
 /// Registers the catalog functions of a session whose other functions are registered, and
 /// returns its `pg_catalog` (which lists them in `pg_proc`).
-pub(crate) fn register(ctx: &datafusion::prelude::SessionContext, source: &Arc<dyn CatalogSource>, info: &crate::SessionInfo) -> eddy_common::Result<Arc<PgCatalog>> {
+pub(crate) fn register(
+    ctx: &datafusion::prelude::SessionContext,
+    source: &Arc<dyn CatalogSource>,
+    info: &crate::SessionInfo,
+) -> eddy_common::Result<Arc<PgCatalog>> {
     let state = ctx.state();
     let mut named: Vec<(String, &'static str)> = Vec::new();
     named.extend(state.scalar_functions().keys().map(|n| (n.clone(), "f")));
     named.extend(state.aggregate_functions().keys().map(|n| (n.clone(), "a")));
     named.extend(state.window_functions().keys().map(|n| (n.clone(), "w")));
     for name in [
-        "pg_get_constraintdef", "pg_get_indexdef", "pg_get_viewdef", "pg_get_expr", "format_type", "pg_table_is_visible", "pg_type_is_visible",
-        "pg_get_userbyid", "current_setting", "set_config", "pg_size_pretty", "pg_total_relation_size", "to_regclass", "to_regtype",
+        "pg_get_constraintdef",
+        "pg_get_indexdef",
+        "pg_get_viewdef",
+        "pg_get_expr",
+        "format_type",
+        "pg_table_is_visible",
+        "pg_type_is_visible",
+        "pg_get_userbyid",
+        "current_setting",
+        "set_config",
+        "pg_size_pretty",
+        "pg_total_relation_size",
+        "to_regclass",
+        "to_regtype",
     ] {
         named.push((name.to_owned(), "f"));
     }
     named.retain(|(n, _)| !functions::is_internal(n));
     let functions = Arc::new(system::functions(named));
     functions::register(ctx, Arc::clone(source), &info.user, Arc::clone(&functions));
-    Ok(Arc::new(PgCatalog { source: Arc::clone(source), info: info.clone(), functions }))
+    Ok(Arc::new(PgCatalog {
+        source: Arc::clone(source),
+        info: info.clone(),
+        functions,
+    }))
 }
 
 /// The `information_schema` of a session, next to its `pg_catalog`.
-pub(crate) fn information_schema(source: &Arc<dyn CatalogSource>, system: &PgCatalog) -> Arc<dyn SchemaProvider> {
-    Arc::new(information_schema::InformationSchema { source: Arc::clone(source), database: system.info.database.clone(), functions: Arc::clone(&system.functions) })
+pub(crate) fn information_schema(
+    source: &Arc<dyn CatalogSource>,
+    system: &PgCatalog,
+) -> Arc<dyn SchemaProvider> {
+    Arc::new(information_schema::InformationSchema {
+        source: Arc::clone(source),
+        database: system.info.database.clone(),
+        functions: Arc::clone(&system.functions),
+    })
 }

@@ -13,11 +13,14 @@ use arrow::datatypes::{Field, Schema};
 use datafusion::error::Result as DfResult;
 
 use super::objects::{
-    BTREE_AM_OID, FIRST_USER_OID, HEAP_AM_OID, INFORMATION_SCHEMA_OID, Namespace, PG_CATALOG_OID, PG_TOAST_OID, PUBLIC_OID, Relation,
-    RelationKind, SUPERUSER_OID,
+    BTREE_AM_OID, FIRST_USER_OID, HEAP_AM_OID, INFORMATION_SCHEMA_OID, Namespace, PG_CATALOG_OID,
+    PG_TOAST_OID, PUBLIC_OID, Relation, RelationKind, SUPERUSER_OID,
 };
-use super::spec::{Rows, Value, specs, spec};
-use super::types::{column_type, missing, type_align, type_byval, type_collation, type_len, type_oid_named, type_storage};
+use super::spec::{Rows, Value, spec, specs};
+use super::types::{
+    column_type, missing, type_align, type_byval, type_collation, type_len, type_oid_named,
+    type_storage,
+};
 use crate::pg::strings::quote_ident;
 
 /// The OIDs of the classes objects belong to (`classid`, `refclassid`).
@@ -28,10 +31,17 @@ pub(crate) const PG_REWRITE_OID: u32 = 2618;
 
 /// The system schemas: `pg_catalog`, `information_schema`, `pg_toast`.
 pub(crate) fn system_namespaces() -> Vec<Namespace> {
-    [(PG_CATALOG_OID, "pg_catalog"), (INFORMATION_SCHEMA_OID, "information_schema"), (PG_TOAST_OID, "pg_toast")]
-        .into_iter()
-        .map(|(oid, name)| Namespace { oid, name: name.to_owned() })
-        .collect()
+    [
+        (PG_CATALOG_OID, "pg_catalog"),
+        (INFORMATION_SCHEMA_OID, "information_schema"),
+        (PG_TOAST_OID, "pg_toast"),
+    ]
+    .into_iter()
+    .map(|(oid, name)| Namespace {
+        oid,
+        name: name.to_owned(),
+    })
+    .collect()
 }
 
 /// The catalogs themselves as relations (`pg_class` lists them, as PostgreSQL does).
@@ -39,13 +49,25 @@ pub(crate) fn system_relations() -> Vec<Relation> {
     specs()
         .iter()
         .map(|s| {
-            let fields: Vec<Field> = s.columns.iter().map(|(n, t)| super::spec::field(n, t)).collect();
+            let fields: Vec<Field> = s
+                .columns
+                .iter()
+                .map(|(n, t)| super::spec::field(n, t))
+                .collect();
             Relation {
                 oid: s.oid,
                 schema: s.schema.to_owned(),
-                namespace_oid: if s.schema == "pg_catalog" { PG_CATALOG_OID } else { INFORMATION_SCHEMA_OID },
+                namespace_oid: if s.schema == "pg_catalog" {
+                    PG_CATALOG_OID
+                } else {
+                    INFORMATION_SCHEMA_OID
+                },
                 name: s.name.to_owned(),
-                kind: if s.relkind == "v" { RelationKind::View } else { RelationKind::Table },
+                kind: if s.relkind == "v" {
+                    RelationKind::View
+                } else {
+                    RelationKind::Table
+                },
                 columns: Arc::new(Schema::new(fields)),
                 primary_key: Vec::new(),
                 definition: None,
@@ -64,7 +86,9 @@ pub(crate) fn attribute_type(r: &Relation, field: &Field, index: usize) -> (u32,
     if !is_system(r) {
         return column_type(field);
     }
-    let declared = spec(&r.schema, &r.name).and_then(|s| s.columns.get(index)).map_or("text", |c| c.1);
+    let declared = spec(&r.schema, &r.name)
+        .and_then(|s| s.columns.get(index))
+        .map_or("text", |c| c.1);
     let base = match declared {
         "information_schema.sql_identifier" => "name",
         "information_schema.cardinal_number" => "integer",
@@ -76,24 +100,40 @@ pub(crate) fn attribute_type(r: &Relation, field: &Field, index: usize) -> (u32,
 }
 
 pub(crate) fn pg_namespace(namespaces: &[Namespace]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_namespace").ok_or_else(|| missing("pg_namespace"))?.builder();
+    let mut rows = spec("pg_catalog", "pg_namespace")
+        .ok_or_else(|| missing("pg_namespace"))?
+        .builder();
     let mut all = system_namespaces();
     all.extend(namespaces.iter().cloned());
     all.sort_by_key(|n| n.oid);
     for n in all {
         // PostgreSQL 15's public schema belongs to pg_database_owner (6171).
         let (owner, acl): (u32, Value) = if n.oid == PUBLIC_OID {
-            (6171, vec!["pg_database_owner=UC/pg_database_owner", "=U/pg_database_owner"].into())
+            (
+                6171,
+                vec![
+                    "pg_database_owner=UC/pg_database_owner",
+                    "=U/pg_database_owner",
+                ]
+                .into(),
+            )
         } else {
             (SUPERUSER_OID, Value::Null)
         };
-        rows.push([("oid", n.oid.into()), ("nspname", n.name.into()), ("nspowner", owner.into()), ("nspacl", acl)]);
+        rows.push([
+            ("oid", n.oid.into()),
+            ("nspname", n.name.into()),
+            ("nspowner", owner.into()),
+            ("nspacl", acl),
+        ]);
     }
     Ok(rows)
 }
 
 pub(crate) fn pg_class(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_class").ok_or_else(|| missing("pg_class"))?.builder();
+    let mut rows = spec("pg_catalog", "pg_class")
+        .ok_or_else(|| missing("pg_class"))?
+        .builder();
     for r in relations {
         let stored = matches!(r.kind, RelationKind::Table | RelationKind::MaterializedView);
         let system = is_system(r);
@@ -101,10 +141,16 @@ pub(crate) fn pg_class(relations: &[Relation]) -> DfResult<Rows> {
             ("oid", r.oid.into()),
             ("relname", (&r.name).into()),
             ("relnamespace", r.namespace_oid.into()),
-            ("reltype", Value::from(if system { 0 } else { r.rowtype_oid() })),
+            (
+                "reltype",
+                Value::from(if system { 0 } else { r.rowtype_oid() }),
+            ),
             ("relowner", SUPERUSER_OID.into()),
             ("relam", Value::from(if stored { HEAP_AM_OID } else { 0 })),
-            ("relfilenode", Value::from(if stored && !system { r.oid } else { 0 })),
+            (
+                "relfilenode",
+                Value::from(if stored && !system { r.oid } else { 0 }),
+            ),
             ("reltuples", Value::from(-1.0)),
             ("relhasindex", (!r.primary_key.is_empty()).into()),
             ("relpersistence", "p".into()),
@@ -137,7 +183,9 @@ pub(crate) fn pg_class(relations: &[Relation]) -> DfResult<Rows> {
 }
 
 pub(crate) fn pg_attribute(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_attribute").ok_or_else(|| missing("pg_attribute"))?.builder();
+    let mut rows = spec("pg_catalog", "pg_attribute")
+        .ok_or_else(|| missing("pg_attribute"))?
+        .builder();
     for r in relations {
         for (i, field) in r.columns.fields().iter().enumerate() {
             let (type_oid, typmod) = attribute_type(r, field, i);
@@ -149,7 +197,10 @@ pub(crate) fn pg_attribute(relations: &[Relation]) -> DfResult<Rows> {
                 ("attstattarget", (-1i32).into()),
                 ("attlen", type_len(type_oid).into()),
                 ("attnum", (i + 1).into()),
-                ("attndims", Value::from(i32::from(field.data_type().is_nested()))),
+                (
+                    "attndims",
+                    Value::from(i32::from(field.data_type().is_nested())),
+                ),
                 ("attcacheoff", (-1i32).into()),
                 ("atttypmod", typmod.into()),
                 ("attbyval", type_byval(type_oid).into()),
@@ -165,7 +216,9 @@ pub(crate) fn pg_attribute(relations: &[Relation]) -> DfResult<Rows> {
         }
         if !r.primary_key.is_empty() {
             for (n, &i) in r.primary_key.iter().enumerate() {
-                let Some(field) = r.columns.fields().get(i) else { continue };
+                let Some(field) = r.columns.fields().get(i) else {
+                    continue;
+                };
                 let (type_oid, typmod) = column_type(field);
                 rows.push([
                     ("attrelid", r.index_oid().into()),
@@ -196,7 +249,9 @@ fn key_numbers(r: &Relation) -> Vec<i16> {
 }
 
 pub(crate) fn pg_index(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_index").ok_or_else(|| missing("pg_index"))?.builder();
+    let mut rows = spec("pg_catalog", "pg_index")
+        .ok_or_else(|| missing("pg_index"))?
+        .builder();
     for r in relations.iter().filter(|r| !r.primary_key.is_empty()) {
         let n = r.primary_key.len();
         rows.push([
@@ -211,7 +266,19 @@ pub(crate) fn pg_index(relations: &[Relation]) -> DfResult<Rows> {
             ("indisready", true.into()),
             ("indislive", true.into()),
             ("indkey", key_numbers(r).into()),
-            ("indcollation", r.primary_key.iter().map(|&i| r.columns.fields().get(i).map_or(0, |f| type_collation(column_type(f).0))).collect::<Vec<u32>>().into()),
+            (
+                "indcollation",
+                r.primary_key
+                    .iter()
+                    .map(|&i| {
+                        r.columns
+                            .fields()
+                            .get(i)
+                            .map_or(0, |f| type_collation(column_type(f).0))
+                    })
+                    .collect::<Vec<u32>>()
+                    .into(),
+            ),
             ("indclass", vec![0u32; n].into()),
             ("indoption", vec![0i16; n].into()),
         ]);
@@ -220,7 +287,9 @@ pub(crate) fn pg_index(relations: &[Relation]) -> DfResult<Rows> {
 }
 
 pub(crate) fn pg_constraint(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_constraint").ok_or_else(|| missing("pg_constraint"))?.builder();
+    let mut rows = spec("pg_catalog", "pg_constraint")
+        .ok_or_else(|| missing("pg_constraint"))?
+        .builder();
     for r in relations.iter().filter(|r| !r.primary_key.is_empty()) {
         rows.push([
             ("oid", r.constraint_oid().into()),
@@ -245,8 +314,15 @@ pub(crate) fn pg_constraint(relations: &[Relation]) -> DfResult<Rows> {
 /// dependencies), each primary key's index on its constraint and the constraint on its
 /// table, each row type on its relation.
 pub(crate) fn pg_depend(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_depend").ok_or_else(|| missing("pg_depend"))?.builder();
-    let dep = |rows: &mut Rows, classid: u32, objid: u32, refclassid: u32, refobjid: u32, deptype: &str| {
+    let mut rows = spec("pg_catalog", "pg_depend")
+        .ok_or_else(|| missing("pg_depend"))?
+        .builder();
+    let dep = |rows: &mut Rows,
+               classid: u32,
+               objid: u32,
+               refclassid: u32,
+               refobjid: u32,
+               deptype: &str| {
         rows.push([
             ("classid", classid.into()),
             ("objid", objid.into()),
@@ -258,16 +334,51 @@ pub(crate) fn pg_depend(relations: &[Relation]) -> DfResult<Rows> {
         ]);
     };
     for r in relations.iter().filter(|r| !is_system(r)) {
-        dep(&mut rows, PG_TYPE_OID, r.rowtype_oid(), PG_CLASS_OID, r.oid, "i");
+        dep(
+            &mut rows,
+            PG_TYPE_OID,
+            r.rowtype_oid(),
+            PG_CLASS_OID,
+            r.oid,
+            "i",
+        );
         if matches!(r.kind, RelationKind::View | RelationKind::MaterializedView) {
-            dep(&mut rows, PG_REWRITE_OID, r.rule_oid(), PG_CLASS_OID, r.oid, "i");
+            dep(
+                &mut rows,
+                PG_REWRITE_OID,
+                r.rule_oid(),
+                PG_CLASS_OID,
+                r.oid,
+                "i",
+            );
             for &input in &r.inputs {
-                dep(&mut rows, PG_REWRITE_OID, r.rule_oid(), PG_CLASS_OID, input, "n");
+                dep(
+                    &mut rows,
+                    PG_REWRITE_OID,
+                    r.rule_oid(),
+                    PG_CLASS_OID,
+                    input,
+                    "n",
+                );
             }
         }
         if !r.primary_key.is_empty() {
-            dep(&mut rows, PG_CLASS_OID, r.index_oid(), PG_CONSTRAINT_OID, r.constraint_oid(), "i");
-            dep(&mut rows, PG_CONSTRAINT_OID, r.constraint_oid(), PG_CLASS_OID, r.oid, "a");
+            dep(
+                &mut rows,
+                PG_CLASS_OID,
+                r.index_oid(),
+                PG_CONSTRAINT_OID,
+                r.constraint_oid(),
+                "i",
+            );
+            dep(
+                &mut rows,
+                PG_CONSTRAINT_OID,
+                r.constraint_oid(),
+                PG_CLASS_OID,
+                r.oid,
+                "a",
+            );
         }
     }
     Ok(rows)
@@ -275,8 +386,12 @@ pub(crate) fn pg_depend(relations: &[Relation]) -> DfResult<Rows> {
 
 /// `pg_rewrite`: the `_RETURN` rule of each view and materialized view.
 pub(crate) fn pg_rewrite(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_rewrite").ok_or_else(|| missing("pg_rewrite"))?.builder();
-    for r in relations.iter().filter(|r| !is_system(r) && matches!(r.kind, RelationKind::View | RelationKind::MaterializedView)) {
+    let mut rows = spec("pg_catalog", "pg_rewrite")
+        .ok_or_else(|| missing("pg_rewrite"))?
+        .builder();
+    for r in relations.iter().filter(|r| {
+        !is_system(r) && matches!(r.kind, RelationKind::View | RelationKind::MaterializedView)
+    }) {
         rows.push([
             ("oid", r.rule_oid().into()),
             ("rulename", "_RETURN".into()),
@@ -291,12 +406,20 @@ pub(crate) fn pg_rewrite(relations: &[Relation]) -> DfResult<Rows> {
 
 /// `pg_get_viewdef`'s text: the query, led by a space and ended by `;` as PostgreSQL prints it.
 pub(crate) fn view_definition(r: &Relation) -> Option<String> {
-    r.definition.as_ref().map(|d| format!(" {};", d.trim().trim_end_matches(';')))
+    r.definition
+        .as_ref()
+        .map(|d| format!(" {};", d.trim().trim_end_matches(';')))
 }
 
 /// `pg_get_indexdef` of a primary key's index.
 pub(crate) fn index_definition(r: &Relation) -> String {
-    format!("CREATE UNIQUE INDEX {} ON {}.{} USING btree ({})", quote_ident(&r.index_name()), quote_ident(&r.schema), quote_ident(&r.name), key_columns(r))
+    format!(
+        "CREATE UNIQUE INDEX {} ON {}.{} USING btree ({})",
+        quote_ident(&r.index_name()),
+        quote_ident(&r.schema),
+        quote_ident(&r.name),
+        key_columns(r)
+    )
 }
 
 /// `pg_get_constraintdef` of a primary key.
@@ -305,15 +428,24 @@ pub(crate) fn constraint_definition(r: &Relation) -> String {
 }
 
 fn key_columns(r: &Relation) -> String {
-    r.primary_key.iter().filter_map(|&i| r.columns.fields().get(i)).map(|f| quote_ident(f.name())).collect::<Vec<_>>().join(", ")
+    r.primary_key
+        .iter()
+        .filter_map(|&i| r.columns.fields().get(i))
+        .map(|f| quote_ident(f.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn user_relations(relations: &[Relation], kind: RelationKind) -> impl Iterator<Item = &Relation> {
-    relations.iter().filter(move |r| r.kind == kind && (r.schema != "information_schema" || kind != RelationKind::View))
+    relations.iter().filter(move |r| {
+        r.kind == kind && (r.schema != "information_schema" || kind != RelationKind::View)
+    })
 }
 
 pub(crate) fn pg_tables(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_tables").ok_or_else(|| missing("pg_tables"))?.builder();
+    let mut rows = spec("pg_catalog", "pg_tables")
+        .ok_or_else(|| missing("pg_tables"))?
+        .builder();
     for r in user_relations(relations, RelationKind::Table) {
         rows.push([
             ("schemaname", (&r.schema).into()),
@@ -329,15 +461,24 @@ pub(crate) fn pg_tables(relations: &[Relation]) -> DfResult<Rows> {
 }
 
 pub(crate) fn pg_views(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_views").ok_or_else(|| missing("pg_views"))?.builder();
+    let mut rows = spec("pg_catalog", "pg_views")
+        .ok_or_else(|| missing("pg_views"))?
+        .builder();
     for r in relations.iter().filter(|r| r.kind == RelationKind::View) {
-        rows.push([("schemaname", (&r.schema).into()), ("viewname", (&r.name).into()), ("viewowner", "eddy".into()), ("definition", view_definition(r).into())]);
+        rows.push([
+            ("schemaname", (&r.schema).into()),
+            ("viewname", (&r.name).into()),
+            ("viewowner", "eddy".into()),
+            ("definition", view_definition(r).into()),
+        ]);
     }
     Ok(rows)
 }
 
 pub(crate) fn pg_matviews(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_matviews").ok_or_else(|| missing("pg_matviews"))?.builder();
+    let mut rows = spec("pg_catalog", "pg_matviews")
+        .ok_or_else(|| missing("pg_matviews"))?
+        .builder();
     for r in user_relations(relations, RelationKind::MaterializedView) {
         rows.push([
             ("schemaname", (&r.schema).into()),
@@ -352,24 +493,43 @@ pub(crate) fn pg_matviews(relations: &[Relation]) -> DfResult<Rows> {
 }
 
 pub(crate) fn pg_indexes(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_indexes").ok_or_else(|| missing("pg_indexes"))?.builder();
+    let mut rows = spec("pg_catalog", "pg_indexes")
+        .ok_or_else(|| missing("pg_indexes"))?
+        .builder();
     for r in relations.iter().filter(|r| !r.primary_key.is_empty()) {
-        rows.push([("schemaname", (&r.schema).into()), ("tablename", (&r.name).into()), ("indexname", r.index_name().into()), ("indexdef", index_definition(r).into())]);
+        rows.push([
+            ("schemaname", (&r.schema).into()),
+            ("tablename", (&r.name).into()),
+            ("indexname", r.index_name().into()),
+            ("indexdef", index_definition(r).into()),
+        ]);
     }
     Ok(rows)
 }
 
 /// `pg_description`: Eddy has no `COMMENT`; only the public schema's, as PostgreSQL has it.
 pub(crate) fn pg_description() -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_description").ok_or_else(|| missing("pg_description"))?.builder();
-    rows.push([("objoid", PUBLIC_OID.into()), ("classoid", 2615u32.into()), ("objsubid", 0i32.into()), ("description", "standard public schema".into())]);
+    let mut rows = spec("pg_catalog", "pg_description")
+        .ok_or_else(|| missing("pg_description"))?
+        .builder();
+    rows.push([
+        ("objoid", PUBLIC_OID.into()),
+        ("classoid", 2615u32.into()),
+        ("objsubid", 0i32.into()),
+        ("description", "standard public schema".into()),
+    ]);
     Ok(rows)
 }
 
 /// `pg_stat_user_tables`: every table and materialized view, with no statistics gathered.
 pub(crate) fn pg_stat_user_tables(relations: &[Relation]) -> DfResult<Rows> {
-    let mut rows = spec("pg_catalog", "pg_stat_user_tables").ok_or_else(|| missing("pg_stat_user_tables"))?.builder();
-    for r in relations.iter().filter(|r| matches!(r.kind, RelationKind::Table | RelationKind::MaterializedView)) {
+    let mut rows = spec("pg_catalog", "pg_stat_user_tables")
+        .ok_or_else(|| missing("pg_stat_user_tables"))?
+        .builder();
+    for r in relations
+        .iter()
+        .filter(|r| matches!(r.kind, RelationKind::Table | RelationKind::MaterializedView))
+    {
         let zero = || Value::Int(0);
         rows.push([
             ("relid", r.oid.into()),
@@ -377,8 +537,22 @@ pub(crate) fn pg_stat_user_tables(relations: &[Relation]) -> DfResult<Rows> {
             ("relname", (&r.name).into()),
             ("seq_scan", zero()),
             ("seq_tup_read", zero()),
-            ("idx_scan", if r.primary_key.is_empty() { Value::Null } else { zero() }),
-            ("idx_tup_fetch", if r.primary_key.is_empty() { Value::Null } else { zero() }),
+            (
+                "idx_scan",
+                if r.primary_key.is_empty() {
+                    Value::Null
+                } else {
+                    zero()
+                },
+            ),
+            (
+                "idx_tup_fetch",
+                if r.primary_key.is_empty() {
+                    Value::Null
+                } else {
+                    zero()
+                },
+            ),
             ("n_tup_ins", zero()),
             ("n_tup_upd", zero()),
             ("n_tup_del", zero()),

@@ -19,11 +19,15 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    self, BinaryOperator, CastKind, DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, ObjectName,
-    ObjectNamePart, Query, SelectItem, SetExpr, TableFactor, VisitMut, VisitorMut,
+    self, BinaryOperator, CastKind, DataType, Expr, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SelectItem,
+    SetExpr, TableFactor, VisitMut, VisitorMut,
 };
 
-use super::functions::{REGCLASS, REGCLASS_TEXT, REGNAMESPACE, REGNAMESPACE_TEXT, REGPROC, REGPROC_TEXT, REGTYPE, REGTYPE_TEXT, TO_OID};
+use super::functions::{
+    REGCLASS, REGCLASS_TEXT, REGNAMESPACE, REGNAMESPACE_TEXT, REGPROC, REGPROC_TEXT, REGTYPE,
+    REGTYPE_TEXT, TO_OID,
+};
 
 /// psql queries over catalogs Eddy never fills, by a phrase only they contain, and the empty
 /// result of the same columns that stands for them.
@@ -36,7 +40,10 @@ const EMPTY_QUERIES: [(&str, &str); 3] = [
         "FROM pg_catalog.pg_statistic_ext",
         "SELECT oid, stxrelid, NULL::text AS nsp, stxname, NULL::text AS columns, false AS ndist_enabled, false AS deps_enabled, false AS mcv_enabled, stxstattarget FROM pg_catalog.pg_statistic_ext WHERE false",
     ),
-    ("pg_relation_is_publishable", "SELECT pubname, NULL::text AS qual, NULL::text AS attrs FROM pg_catalog.pg_publication WHERE false"),
+    (
+        "pg_relation_is_publishable",
+        "SELECT pubname, NULL::text AS qual, NULL::text AS attrs FROM pg_catalog.pg_publication WHERE false",
+    ),
 ];
 
 /// pgjdbc's primary-key query (`PgDatabaseMetaData.getPrimaryKeys`) joins each attribute of
@@ -44,9 +51,18 @@ const EMPTY_QUERIES: [(&str, &str); 3] = [
 /// the attribute numbers that are key members: the same rows as keeping the attributes whose
 /// `array_position` in `indkey` is not NULL, with that position as `KEY_SEQ`.
 const EXPANDARRAY: [(&str, &str); 3] = [
-    ("(information_schema._pg_expandarray(i.indkey)).n", "array_position(i.indkey, a.attnum)"),
-    ("information_schema._pg_expandarray(i.indkey) AS KEYS", "a.attnum AS KEYS"),
-    ("result.A_ATTNUM = (result.KEYS).x", "result.KEY_SEQ IS NOT NULL"),
+    (
+        "(information_schema._pg_expandarray(i.indkey)).n",
+        "array_position(i.indkey, a.attnum)",
+    ),
+    (
+        "information_schema._pg_expandarray(i.indkey) AS KEYS",
+        "a.attnum AS KEYS",
+    ),
+    (
+        "result.A_ATTNUM = (result.KEYS).x",
+        "result.KEY_SEQ IS NOT NULL",
+    ),
 ];
 
 /// Applies the rewrites to one statement.
@@ -56,14 +72,21 @@ pub fn rewrite(statement: &mut ast::Statement) {
         for (from, to) in EXPANDARRAY {
             text = text.replace(from, to);
         }
-        if let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {}, &text)
-            && let Some(replaced) = parsed.pop()
+        if let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(
+            &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+            &text,
+        ) && let Some(replaced) = parsed.pop()
         {
             *statement = replaced;
         }
     }
-    if let Some((_, replacement)) = EMPTY_QUERIES.iter().find(|(phrase, _)| text.contains(phrase))
-        && let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {}, replacement)
+    if let Some((_, replacement)) = EMPTY_QUERIES
+        .iter()
+        .find(|(phrase, _)| text.contains(phrase))
+        && let Ok(mut parsed) = datafusion::sql::sqlparser::parser::Parser::parse_sql(
+            &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+            replacement,
+        )
         && let Some(replaced) = parsed.pop()
     {
         *statement = replaced;
@@ -75,7 +98,11 @@ pub fn rewrite(statement: &mut ast::Statement) {
 /// Whether a statement names a catalog relation (a `pg_*` table or an `information_schema` view).
 fn reads_catalogs(text: &str) -> bool {
     let lower = text.to_lowercase();
-    lower.contains("pg_catalog.") || lower.contains("information_schema.") || lower.split(|c: char| !c.is_alphanumeric() && c != '_').any(|w| w.starts_with("pg_") && super::spec::spec("pg_catalog", w).is_some())
+    lower.contains("pg_catalog.")
+        || lower.contains("information_schema.")
+        || lower
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .any(|w| w.starts_with("pg_") && super::spec::spec("pg_catalog", w).is_some())
 }
 
 struct Rewriter {
@@ -83,7 +110,9 @@ struct Rewriter {
 }
 
 fn ident_name(part: &ObjectNamePart) -> String {
-    part.as_ident().map(|i| i.value.to_lowercase()).unwrap_or_default()
+    part.as_ident()
+        .map(|i| i.value.to_lowercase())
+        .unwrap_or_default()
 }
 
 /// `pg_catalog.f` -> `f`.
@@ -100,7 +129,10 @@ fn call(name: &str, args: Vec<Expr>) -> Expr {
         parameters: FunctionArguments::None,
         args: FunctionArguments::List(FunctionArgumentList {
             duplicate_treatment: None,
-            args: args.into_iter().map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e))).collect(),
+            args: args
+                .into_iter()
+                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
+                .collect(),
             clauses: Vec::new(),
         }),
         filter: None,
@@ -135,17 +167,25 @@ fn reg_kind(data_type: &DataType) -> Option<(&'static str, &'static str, &'stati
 
 /// What `pg_catalog.text`, `name`, `"char"`, `oid`... are among the types Eddy plans with.
 fn plain_type(data_type: &DataType) -> Option<DataType> {
-    let DataType::Custom(name, modifiers) = data_type else { return None };
+    let DataType::Custom(name, modifiers) = data_type else {
+        return None;
+    };
     let last = name.0.last().map(ident_name)?;
     let qualified = name.0.len() == 2 && ident_name(&name.0[0]) == "pg_catalog";
     match last.as_str() {
         "name" | "char" | "text" | "bpchar" => Some(DataType::Text),
         _ if qualified => {
-            let text = if modifiers.is_empty() { last } else { format!("{last}({})", modifiers.join(",")) };
-            datafusion::sql::sqlparser::parser::Parser::new(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {})
-                .try_with_sql(&text)
-                .and_then(|mut p| p.parse_data_type())
-                .ok()
+            let text = if modifiers.is_empty() {
+                last
+            } else {
+                format!("{last}({})", modifiers.join(","))
+            };
+            datafusion::sql::sqlparser::parser::Parser::new(
+                &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+            )
+            .try_with_sql(&text)
+            .and_then(|mut p| p.parse_data_type())
+            .ok()
         }
         _ => None,
     }
@@ -156,11 +196,22 @@ fn is_oid_type(data_type: &DataType) -> bool {
 }
 
 fn is_text_type(data_type: &DataType) -> bool {
-    matches!(data_type, DataType::Text | DataType::Varchar(_) | DataType::CharacterVarying(_)) || plain_type(data_type) == Some(DataType::Text)
+    matches!(
+        data_type,
+        DataType::Text | DataType::Varchar(_) | DataType::CharacterVarying(_)
+    ) || plain_type(data_type) == Some(DataType::Text)
 }
 
 fn rewrite_cast(expr: &mut Expr) {
-    let Expr::Cast { expr: inner, data_type, kind, .. } = expr else { return };
+    let Expr::Cast {
+        expr: inner,
+        data_type,
+        kind,
+        ..
+    } = expr
+    else {
+        return;
+    };
     if !matches!(kind, CastKind::Cast | CastKind::DoubleColon) {
         return;
     }
@@ -176,7 +227,15 @@ fn rewrite_cast(expr: &mut Expr) {
     }
     if is_text_type(data_type)
         && let Some(f) = inner_function.as_deref()
-        && let Some(text) = [(REGCLASS, REGCLASS_TEXT), (REGTYPE, REGTYPE_TEXT), (REGNAMESPACE, REGNAMESPACE_TEXT), (REGPROC, REGPROC_TEXT)].iter().find(|(c, _)| *c == f).map(|(_, t)| *t)
+        && let Some(text) = [
+            (REGCLASS, REGCLASS_TEXT),
+            (REGTYPE, REGTYPE_TEXT),
+            (REGNAMESPACE, REGNAMESPACE_TEXT),
+            (REGPROC, REGPROC_TEXT),
+        ]
+        .iter()
+        .find(|(c, _)| *c == f)
+        .map(|(_, t)| *t)
     {
         *expr = call(text, vec![*inner.clone()]);
         return;
@@ -187,7 +246,9 @@ fn rewrite_cast(expr: &mut Expr) {
 }
 
 fn custom_operator(op: &mut BinaryOperator) {
-    let BinaryOperator::PGCustomBinaryOperator(parts) = op else { return };
+    let BinaryOperator::PGCustomBinaryOperator(parts) = op else {
+        return;
+    };
     let Some(symbol) = parts.last() else { return };
     let plain = match symbol.as_str() {
         "~" => BinaryOperator::PGRegexMatch,
@@ -210,7 +271,18 @@ fn custom_operator(op: &mut BinaryOperator) {
     *op = plain;
 }
 
-const AGGREGATES: [&str; 10] = ["count", "max", "min", "sum", "avg", "array_agg", "string_agg", "bool_and", "bool_or", "every"];
+const AGGREGATES: [&str; 10] = [
+    "count",
+    "max",
+    "min",
+    "sum",
+    "avg",
+    "array_agg",
+    "string_agg",
+    "bool_and",
+    "bool_or",
+    "every",
+];
 
 /// The one projected expression of a plain `SELECT` that does not aggregate, if that is what
 /// `query` is.
@@ -218,9 +290,16 @@ fn single_plain_item(query: &mut Query) -> Option<&mut Expr> {
     if query.limit_clause.is_some() {
         return None;
     }
-    let SetExpr::Select(select) = query.body.as_mut() else { return None };
-    let no_grouping = matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
-    if select.projection.len() != 1 || select.distinct.is_some() || !no_grouping || select.having.is_some() {
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return None;
+    };
+    let no_grouping =
+        matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+    if select.projection.len() != 1
+        || select.distinct.is_some()
+        || !no_grouping
+        || select.having.is_some()
+    {
         return None;
     }
     let expr = match &mut select.projection[0] {
@@ -240,10 +319,16 @@ fn array_subquery(expr: &mut Expr) {
     if f.name.0.len() != 1 || ident_name(&f.name.0[0]) != "array" {
         return;
     }
-    let FunctionArguments::Subquery(query) = &mut f.args else { return };
+    let FunctionArguments::Subquery(query) = &mut f.args else {
+        return;
+    };
     let mut query = query.clone();
     if let SetExpr::Select(select) = query.body.as_ref()
-        && let Some(TableFactor::Table { name, args: Some(args), .. }) = select.from.first().map(|t| &t.relation)
+        && let Some(TableFactor::Table {
+            name,
+            args: Some(args),
+            ..
+        }) = select.from.first().map(|t| &t.relation)
         && name.0.last().map(ident_name).as_deref() == Some("unnest")
         && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(array))) = args.args.first()
     {
@@ -251,17 +336,24 @@ fn array_subquery(expr: &mut Expr) {
         return;
     }
     query.order_by = None;
-    let Some(item) = single_plain_item(&mut query) else { return };
+    let Some(item) = single_plain_item(&mut query) else {
+        return;
+    };
     *item = call("array_agg", vec![item.clone()]);
     // ARRAY() of no rows is an empty array, not NULL.
-    *expr = call("coalesce", vec![Expr::Subquery(query), call("make_array", Vec::new())]);
+    *expr = call(
+        "coalesce",
+        vec![Expr::Subquery(query), call("make_array", Vec::new())],
+    );
 }
 
 /// The names a subquery's FROM gives its relations (aliases, else table names).
 fn local_names(select: &ast::Select) -> Vec<String> {
     let mut names = Vec::new();
     let mut add = |factor: &TableFactor| match factor {
-        TableFactor::Table { alias: Some(a), .. } | TableFactor::Derived { alias: Some(a), .. } => names.push(a.name.value.to_lowercase()),
+        TableFactor::Table { alias: Some(a), .. } | TableFactor::Derived { alias: Some(a), .. } => {
+            names.push(a.name.value.to_lowercase())
+        }
         TableFactor::Table { name, .. } => names.extend(name.0.last().map(ident_name)),
         _ => {}
     };
@@ -282,7 +374,9 @@ fn qualifiers(expr: &Expr) -> Vec<Option<String>> {
         type Break = ();
         fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
             match expr {
-                Expr::CompoundIdentifier(parts) if parts.len() >= 2 => self.0.push(Some(parts[parts.len() - 2].value.to_lowercase())),
+                Expr::CompoundIdentifier(parts) if parts.len() >= 2 => self
+                    .0
+                    .push(Some(parts[parts.len() - 2].value.to_lowercase())),
                 Expr::Identifier(_) => self.0.push(None),
                 _ => {}
             }
@@ -296,7 +390,11 @@ fn qualifiers(expr: &Expr) -> Vec<Option<String>> {
 
 fn conjuncts(expr: Expr, out: &mut Vec<Expr>) {
     match expr {
-        Expr::BinaryOp { left, op: BinaryOperator::And, right } => {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
             conjuncts(*left, out);
             conjuncts(*right, out);
         }
@@ -312,7 +410,9 @@ fn conjuncts(expr: Expr, out: &mut Vec<Expr>) {
 /// collation.
 fn scalar_subquery(expr: &mut Expr) {
     let Expr::Subquery(query) = expr else { return };
-    let SetExpr::Select(select) = query.body.as_mut() else { return };
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
     let local = local_names(select);
     let is_local = |q: &Option<String>| q.as_ref().is_none_or(|q| local.contains(q));
     let mut outer_only = Vec::new();
@@ -326,14 +426,26 @@ fn scalar_subquery(expr: &mut Expr) {
             let outer = names.iter().any(|q| !is_local(q));
             if outer && !inner {
                 outer_only.push(part);
-            } else if outer && matches!(&part, Expr::BinaryOp { op: BinaryOperator::NotEq, .. }) {
+            } else if outer
+                && matches!(
+                    &part,
+                    Expr::BinaryOp {
+                        op: BinaryOperator::NotEq,
+                        ..
+                    }
+                )
+            {
                 *expr = Expr::Value(ast::Value::Null.into());
                 return;
             } else {
                 kept.push(part);
             }
         }
-        select.selection = kept.into_iter().reduce(|a, b| Expr::BinaryOp { left: Box::new(a), op: BinaryOperator::And, right: Box::new(b) });
+        select.selection = kept.into_iter().reduce(|a, b| Expr::BinaryOp {
+            left: Box::new(a),
+            op: BinaryOperator::And,
+            right: Box::new(b),
+        });
     }
     if let Some(item) = single_plain_item(query) {
         let name = match &*item {
@@ -348,15 +460,25 @@ fn scalar_subquery(expr: &mut Expr) {
                 Some(SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }) => e,
                 _ => return,
             };
-            select.projection.push(SelectItem::ExprWithAlias { expr, alias: Ident::new(name) });
+            select.projection.push(SelectItem::ExprWithAlias {
+                expr,
+                alias: Ident::new(name),
+            });
         }
     }
-    if let Some(condition) = outer_only.into_iter().reduce(|a, b| Expr::BinaryOp { left: Box::new(a), op: BinaryOperator::And, right: Box::new(b) }) {
+    if let Some(condition) = outer_only.into_iter().reduce(|a, b| Expr::BinaryOp {
+        left: Box::new(a),
+        op: BinaryOperator::And,
+        right: Box::new(b),
+    }) {
         *expr = Expr::Case {
             case_token: ast::helpers::attached_token::AttachedToken::empty(),
             end_token: ast::helpers::attached_token::AttachedToken::empty(),
             operand: None,
-            conditions: vec![ast::CaseWhen { condition, result: expr.clone() }],
+            conditions: vec![ast::CaseWhen {
+                condition,
+                result: expr.clone(),
+            }],
             else_result: None,
         };
     }
@@ -368,7 +490,15 @@ fn scalar_subquery(expr: &mut Expr) {
 /// the second form.
 fn case_subquery(expr: &mut Expr) {
     empty_subquery(expr);
-    let Expr::Case { operand: None, conditions, else_result, .. } = expr else { return };
+    let Expr::Case {
+        operand: None,
+        conditions,
+        else_result,
+        ..
+    } = expr
+    else {
+        return;
+    };
     let else_null = match else_result.as_deref() {
         None => true,
         Some(Expr::Value(v)) => matches!(v.value, ast::Value::Null),
@@ -377,12 +507,24 @@ fn case_subquery(expr: &mut Expr) {
     if !else_null || conditions.len() != 1 {
         return;
     }
-    let ast::CaseWhen { condition, result: Expr::Subquery(query) } = &conditions[0] else { return };
+    let ast::CaseWhen {
+        condition,
+        result: Expr::Subquery(query),
+    } = &conditions[0]
+    else {
+        return;
+    };
     let mut query = query.clone();
-    let SetExpr::Select(select) = query.body.as_mut() else { return };
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
     let condition = Expr::Nested(Box::new(condition.clone()));
     select.selection = Some(match select.selection.take() {
-        Some(w) => Expr::BinaryOp { left: Box::new(condition), op: BinaryOperator::And, right: Box::new(Expr::Nested(Box::new(w))) },
+        Some(w) => Expr::BinaryOp {
+            left: Box::new(condition),
+            op: BinaryOperator::And,
+            right: Box::new(Expr::Nested(Box::new(w))),
+        },
         None => condition,
     });
     *expr = Expr::Subquery(query);
@@ -391,15 +533,32 @@ fn case_subquery(expr: &mut Expr) {
 /// A scalar subquery that reads one catalog Eddy never fills, and aggregates nothing, is NULL
 /// (DataFusion cannot decorrelate some that SQLAlchemy writes over `pg_sequence`).
 fn empty_subquery(expr: &mut Expr) {
-    let Expr::Case { conditions, .. } = expr else { return };
+    let Expr::Case { conditions, .. } = expr else {
+        return;
+    };
     for when in conditions.iter_mut() {
-        let Expr::Subquery(query) = &when.result else { continue };
-        let SetExpr::Select(select) = query.body.as_ref() else { continue };
-        let [from] = select.from.as_slice() else { continue };
-        let TableFactor::Table { name, .. } = &from.relation else { continue };
+        let Expr::Subquery(query) = &when.result else {
+            continue;
+        };
+        let SetExpr::Select(select) = query.body.as_ref() else {
+            continue;
+        };
+        let [from] = select.from.as_slice() else {
+            continue;
+        };
+        let TableFactor::Table { name, .. } = &from.relation else {
+            continue;
+        };
         let table = name.0.last().map(ident_name).unwrap_or_default();
-        let aggregates = select.projection.iter().any(|item| item.to_string().to_lowercase().contains("count("));
-        if from.joins.is_empty() && !aggregates && select.group_by == ast::GroupByExpr::Expressions(Vec::new(), Vec::new()) && super::always_empty(&table) {
+        let aggregates = select
+            .projection
+            .iter()
+            .any(|item| item.to_string().to_lowercase().contains("count("));
+        if from.joins.is_empty()
+            && !aggregates
+            && select.group_by == ast::GroupByExpr::Expressions(Vec::new(), Vec::new())
+            && super::always_empty(&table)
+        {
             when.result = Expr::Value(ast::Value::Null.into());
         }
     }
@@ -409,7 +568,12 @@ impl VisitorMut for Rewriter {
     type Break = ();
 
     fn pre_visit_table_factor(&mut self, table: &mut TableFactor) -> ControlFlow<()> {
-        if let TableFactor::Table { name, args: Some(_), .. } = table {
+        if let TableFactor::Table {
+            name,
+            args: Some(_),
+            ..
+        } = table
+        {
             strip_catalog(name);
         }
         ControlFlow::Continue(())
@@ -440,29 +604,44 @@ impl VisitorMut for Rewriter {
     fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         // A result column that is a `reg*` cast reads as a name, as in PostgreSQL, and is
         // named after the column cast (or the type).
-        let SetExpr::Select(select) = query.body.as_mut() else { return ControlFlow::Continue(()) };
+        let SetExpr::Select(select) = query.body.as_mut() else {
+            return ControlFlow::Continue(());
+        };
         for item in &mut select.projection {
-            let SelectItem::UnnamedExpr(e) = item else { continue };
+            let SelectItem::UnnamedExpr(e) = item else {
+                continue;
+            };
             let Some(f) = function_name(e) else { continue };
-            let Some((kind, text)) = [("regclass", REGCLASS, REGCLASS_TEXT), ("regtype", REGTYPE, REGTYPE_TEXT), ("regnamespace", REGNAMESPACE, REGNAMESPACE_TEXT), ("regproc", REGPROC, REGPROC_TEXT)]
-                .iter()
-                .find(|(_, c, _)| *c == f)
-                .map(|(k, _, t)| (*k, *t))
-            else {
+            let Some((kind, text)) = [
+                ("regclass", REGCLASS, REGCLASS_TEXT),
+                ("regtype", REGTYPE, REGTYPE_TEXT),
+                ("regnamespace", REGNAMESPACE, REGNAMESPACE_TEXT),
+                ("regproc", REGPROC, REGPROC_TEXT),
+            ]
+            .iter()
+            .find(|(_, c, _)| *c == f)
+            .map(|(k, _, t)| (*k, *t)) else {
                 continue;
             };
             let alias = match e {
                 Expr::Function(call) => match &call.args {
                     FunctionArguments::List(list) => match list.args.first() {
-                        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(i)))) => i.value.clone(),
-                        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::CompoundIdentifier(p)))) => p.last().map_or(kind.to_owned(), |i| i.value.clone()),
+                        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(i)))) => {
+                            i.value.clone()
+                        }
+                        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(
+                            Expr::CompoundIdentifier(p),
+                        ))) => p.last().map_or(kind.to_owned(), |i| i.value.clone()),
                         _ => kind.to_owned(),
                     },
                     _ => kind.to_owned(),
                 },
                 _ => kind.to_owned(),
             };
-            *item = SelectItem::ExprWithAlias { expr: call(text, vec![e.clone()]), alias: Ident::new(alias) };
+            *item = SelectItem::ExprWithAlias {
+                expr: call(text, vec![e.clone()]),
+                alias: Ident::new(alias),
+            };
         }
         ControlFlow::Continue(())
     }
@@ -473,7 +652,11 @@ mod tests {
     use super::*;
 
     fn rewritten(sql: &str) -> String {
-        let mut statements = datafusion::sql::sqlparser::parser::Parser::parse_sql(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {}, sql).unwrap();
+        let mut statements = datafusion::sql::sqlparser::parser::Parser::parse_sql(
+            &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+            sql,
+        )
+        .unwrap();
         rewrite(&mut statements[0]);
         statements[0].to_string()
     }

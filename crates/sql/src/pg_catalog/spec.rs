@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, ListBuilder, RecordBatch,
-    StringBuilder, TimestampMicrosecondBuilder, UInt32Builder,
+    ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, Int16Builder, Int32Builder,
+    Int64Builder, ListBuilder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
+    UInt32Builder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::TableProvider;
@@ -39,9 +40,24 @@ fn parse_specs(text: &'static str) -> Vec<TableSpec> {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .filter_map(|line| {
             let mut parts = line.splitn(5, '|');
-            let (schema, name, oid, relkind, columns) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-            let columns = columns.split(", ").filter_map(|c| c.split_once(' ')).collect();
-            Some(TableSpec { schema, name, oid: oid.parse().ok()?, relkind, columns })
+            let (schema, name, oid, relkind, columns) = (
+                parts.next()?,
+                parts.next()?,
+                parts.next()?,
+                parts.next()?,
+                parts.next()?,
+            );
+            let columns = columns
+                .split(", ")
+                .filter_map(|c| c.split_once(' '))
+                .collect();
+            Some(TableSpec {
+                schema,
+                name,
+                oid: oid.parse().ok()?,
+                relkind,
+                columns,
+            })
         })
         .collect()
 }
@@ -82,9 +98,10 @@ pub(crate) fn field(name: &str, pg_type: &str) -> Field {
         "bigint" => (DataType::Int64, None),
         "real" => (DataType::Float32, None),
         "double precision" => (DataType::Float64, None),
-        "timestamp with time zone" | "information_schema.time_stamp" => {
-            (DataType::Timestamp(TimeUnit::Microsecond, Some(crate::types::UTC.into())), None)
-        }
+        "timestamp with time zone" | "information_schema.time_stamp" => (
+            DataType::Timestamp(TimeUnit::Microsecond, Some(crate::types::UTC.into())),
+            None,
+        ),
         _ => (DataType::Utf8, None),
     };
     let field = Field::new(name, data_type, true);
@@ -96,12 +113,21 @@ pub(crate) fn field(name: &str, pg_type: &str) -> Field {
 
 impl TableSpec {
     pub(crate) fn arrow_schema(&self) -> SchemaRef {
-        Arc::new(Schema::new(self.columns.iter().map(|(n, t)| field(n, t)).collect::<Vec<_>>()))
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|(n, t)| field(n, t))
+                .collect::<Vec<_>>(),
+        ))
     }
 
     /// A builder whose unset columns are NULL (views) or zero/false (base catalogs).
     pub(crate) fn builder(&'static self) -> Rows {
-        Rows { spec: self, rows: Vec::new(), zero_defaults: self.relkind == "r" && self.schema == "pg_catalog" }
+        Rows {
+            spec: self,
+            rows: Vec::new(),
+            zero_defaults: self.relkind == "r" && self.schema == "pg_catalog",
+        }
     }
 }
 
@@ -175,7 +201,12 @@ impl Rows {
                 row[i] = Some(value);
             }
         }
-        self.rows.push(row.into_iter().enumerate().map(|(i, v)| v.unwrap_or_else(|| self.default(i))).collect());
+        self.rows.push(
+            row.into_iter()
+                .enumerate()
+                .map(|(i, v)| v.unwrap_or_else(|| self.default(i)))
+                .collect(),
+        );
     }
 
     fn default(&self, column: usize) -> Value {
@@ -184,7 +215,9 @@ impl Rows {
         }
         match self.spec.columns[column].1 {
             "boolean" => Value::Bool(false),
-            "oid" | "regclass" | "regtype" | "xid" | "smallint" | "integer" | "bigint" => Value::Int(0),
+            "oid" | "regclass" | "regtype" | "xid" | "smallint" | "integer" | "bigint" => {
+                Value::Int(0)
+            }
             "real" | "double precision" => Value::Float(0.0),
             "regproc" => Value::Text("-".into()),
             _ => Value::Null,
@@ -193,13 +226,21 @@ impl Rows {
 
     pub(crate) fn batch(self) -> DfResult<RecordBatch> {
         let schema = self.spec.arrow_schema();
-        let columns = schema.fields().iter().enumerate().map(|(i, f)| column(f.data_type(), self.rows.iter().map(|r| &r[i]))).collect();
+        let columns = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| column(f.data_type(), self.rows.iter().map(|r| &r[i])))
+            .collect();
         Ok(RecordBatch::try_new(schema, columns)?)
     }
 
     pub(crate) fn table(self) -> DfResult<Arc<dyn TableProvider>> {
         let batch = self.batch()?;
-        Ok(Arc::new(MemTable::try_new(batch.schema(), vec![vec![batch]])?))
+        Ok(Arc::new(MemTable::try_new(
+            batch.schema(),
+            vec![vec![batch]],
+        )?))
     }
 }
 
@@ -276,8 +317,14 @@ fn column<'a>(data_type: &DataType, values: impl Iterator<Item = &'a Value>) -> 
             }
             let strings = b.finish();
             let (_, offsets, items, nulls) = strings.into_parts();
-            let items = arrow::compute::cast(&items, item.data_type()).unwrap_or_else(|_| arrow::array::new_null_array(item.data_type(), items.len()));
-            Arc::new(arrow::array::ListArray::new(Arc::clone(item), offsets, items, nulls))
+            let items = arrow::compute::cast(&items, item.data_type())
+                .unwrap_or_else(|_| arrow::array::new_null_array(item.data_type(), items.len()));
+            Arc::new(arrow::array::ListArray::new(
+                Arc::clone(item),
+                offsets,
+                items,
+                nulls,
+            ))
         }
         _ => primitive!(StringBuilder, text),
     }
@@ -291,7 +338,10 @@ mod tests {
     fn every_catalog_parses() {
         assert!(specs().len() > 80);
         let class = spec("pg_catalog", "pg_class").unwrap();
-        assert_eq!((class.oid, class.columns[0], class.columns.len()), (1259, ("oid", "oid"), 33));
+        assert_eq!(
+            (class.oid, class.columns[0], class.columns.len()),
+            (1259, ("oid", "oid"), 33)
+        );
         for s in specs() {
             s.arrow_schema();
         }
@@ -301,10 +351,22 @@ mod tests {
     fn rows_take_defaults() {
         let mut rows = spec("pg_catalog", "pg_namespace").unwrap().builder();
         rows.push([("oid", 11u32.into()), ("nspname", "pg_catalog".into())]);
-        rows.push([("oid", 2200u32.into()), ("nspname", "public".into()), ("nspacl", vec!["a", "b"].into())]);
+        rows.push([
+            ("oid", 2200u32.into()),
+            ("nspname", "public".into()),
+            ("nspacl", vec!["a", "b"].into()),
+        ]);
         let batch = rows.batch().unwrap();
         assert_eq!(batch.num_rows(), 2);
-        assert_eq!(batch.column(2).as_any().downcast_ref::<arrow::array::UInt32Array>().unwrap().value(0), 0);
+        assert_eq!(
+            batch
+                .column(2)
+                .as_any()
+                .downcast_ref::<arrow::array::UInt32Array>()
+                .unwrap()
+                .value(0),
+            0
+        );
         assert!(batch.column(3).is_null(0));
     }
 }

@@ -15,7 +15,9 @@ use super::types::missing;
 const SETTINGS: &str = include_str!("settings.txt");
 
 fn builder(name: &str) -> DfResult<Rows> {
-    Ok(spec("pg_catalog", name).ok_or_else(|| missing(name))?.builder())
+    Ok(spec("pg_catalog", name)
+        .ok_or_else(|| missing(name))?
+        .builder())
 }
 
 pub(crate) fn pg_database(database: &str) -> DfResult<Rows> {
@@ -51,13 +53,20 @@ pub(crate) fn role_name(user: &str, oid: u32) -> String {
     if oid == 6171 {
         return "pg_database_owner".into();
     }
-    roles(user).into_iter().find(|r| r.0 == oid).map_or_else(|| format!("unknown (OID={oid})"), |r| r.1)
+    roles(user)
+        .into_iter()
+        .find(|r| r.0 == oid)
+        .map_or_else(|| format!("unknown (OID={oid})"), |r| r.1)
 }
 
 pub(crate) fn pg_roles(user: &str, table: &str) -> DfResult<Rows> {
     let mut rows = builder(table)?;
     for (oid, name, superuser) in roles(user) {
-        let password: Value = if table == "pg_authid" { Value::Null } else { "********".into() };
+        let password: Value = if table == "pg_authid" {
+            Value::Null
+        } else {
+            "********".into()
+        };
         rows.push([
             ("oid", oid.into()),
             ("rolname", (&name).into()),
@@ -95,9 +104,24 @@ pub(crate) fn pg_user(user: &str) -> DfResult<Rows> {
 pub(crate) fn pg_settings(settings: &[(String, String)]) -> DfResult<Rows> {
     let mut rows = builder("pg_settings")?;
     for (name, value) in settings {
-        let described = SETTINGS.lines().map(|l| l.split('|').collect::<Vec<_>>()).find(|f| f.first() == Some(&name.as_str()));
-        let field = |i: usize, default: &str| described.as_ref().and_then(|f| f.get(i).copied()).filter(|v| !v.is_empty()).unwrap_or(default).to_owned();
-        let unit: Value = described.as_ref().and_then(|f| f.get(1).copied()).filter(|u| !u.is_empty()).map(str::to_owned).into();
+        let described = SETTINGS
+            .lines()
+            .map(|l| l.split('|').collect::<Vec<_>>())
+            .find(|f| f.first() == Some(&name.as_str()));
+        let field = |i: usize, default: &str| {
+            described
+                .as_ref()
+                .and_then(|f| f.get(i).copied())
+                .filter(|v| !v.is_empty())
+                .unwrap_or(default)
+                .to_owned()
+        };
+        let unit: Value = described
+            .as_ref()
+            .and_then(|f| f.get(1).copied())
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .into();
         rows.push([
             ("name", name.into()),
             ("setting", value.into()),
@@ -120,7 +144,14 @@ pub(crate) fn pg_stat_activity(sessions: &[Activity], database: &str) -> DfResul
     for s in sessions {
         rows.push([
             ("datid", DATABASE_OID.into()),
-            ("datname", Value::from(if s.database.is_empty() { database } else { s.database.as_str() })),
+            (
+                "datname",
+                Value::from(if s.database.is_empty() {
+                    database
+                } else {
+                    s.database.as_str()
+                }),
+            ),
             ("pid", s.pid.into()),
             ("usesysid", SUPERUSER_OID.into()),
             ("usename", (&s.user).into()),
@@ -141,15 +172,28 @@ pub(crate) fn pg_stat_activity(sessions: &[Activity], database: &str) -> DfResul
 
 pub(crate) fn pg_am() -> DfResult<Rows> {
     let mut rows = builder("pg_am")?;
-    for (oid, name, handler, kind) in [(2u32, "heap", "heap_tableam_handler", "t"), (403, "btree", "bthandler", "i"), (405, "hash", "hashhandler", "i")] {
-        rows.push([("oid", oid.into()), ("amname", name.into()), ("amhandler", handler.into()), ("amtype", kind.into())]);
+    for (oid, name, handler, kind) in [
+        (2u32, "heap", "heap_tableam_handler", "t"),
+        (403, "btree", "bthandler", "i"),
+        (405, "hash", "hashhandler", "i"),
+    ] {
+        rows.push([
+            ("oid", oid.into()),
+            ("amname", name.into()),
+            ("amhandler", handler.into()),
+            ("amtype", kind.into()),
+        ]);
     }
     Ok(rows)
 }
 
 pub(crate) fn pg_collation() -> DfResult<Rows> {
     let mut rows = builder("pg_collation")?;
-    for (oid, name, provider, locale) in [(100u32, "default", "d", None), (950, "C", "c", Some("C")), (951, "POSIX", "c", Some("POSIX"))] {
+    for (oid, name, provider, locale) in [
+        (100u32, "default", "d", None),
+        (950, "C", "c", Some("C")),
+        (951, "POSIX", "c", Some("POSIX")),
+    ] {
         rows.push([
             ("oid", oid.into()),
             ("collname", name.into()),
@@ -168,7 +212,11 @@ pub(crate) fn pg_collation() -> DfResult<Rows> {
 pub(crate) fn pg_tablespace() -> DfResult<Rows> {
     let mut rows = builder("pg_tablespace")?;
     for (oid, name) in [(1663u32, "pg_default"), (1664, "pg_global")] {
-        rows.push([("oid", oid.into()), ("spcname", name.into()), ("spcowner", SUPERUSER_OID.into())]);
+        rows.push([
+            ("oid", oid.into()),
+            ("spcname", name.into()),
+            ("spcowner", SUPERUSER_OID.into()),
+        ]);
     }
     Ok(rows)
 }
@@ -176,7 +224,13 @@ pub(crate) fn pg_tablespace() -> DfResult<Rows> {
 pub(crate) fn pg_language() -> DfResult<Rows> {
     let mut rows = builder("pg_language")?;
     for (oid, name) in [(12u32, "internal"), (13, "c"), (14, "sql")] {
-        rows.push([("oid", oid.into()), ("lanname", name.into()), ("lanowner", SUPERUSER_OID.into()), ("lanispl", false.into()), ("lanpltrusted", (name == "sql").into())]);
+        rows.push([
+            ("oid", oid.into()),
+            ("lanname", name.into()),
+            ("lanowner", SUPERUSER_OID.into()),
+            ("lanispl", false.into()),
+            ("lanpltrusted", (name == "sql").into()),
+        ]);
     }
     Ok(rows)
 }
@@ -197,7 +251,15 @@ const FIRST_FUNCTION_OID: u32 = 8000;
 pub(crate) fn functions(mut named: Vec<(String, &'static str)>) -> Vec<Function> {
     named.sort();
     named.dedup_by(|a, b| a.0 == b.0);
-    named.into_iter().enumerate().map(|(i, (name, kind))| Function { oid: FIRST_FUNCTION_OID + i as u32, name, kind }).collect()
+    named
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, kind))| Function {
+            oid: FIRST_FUNCTION_OID + i as u32,
+            name,
+            kind,
+        })
+        .collect()
 }
 
 pub(crate) fn pg_proc(functions: &[Function]) -> DfResult<Rows> {

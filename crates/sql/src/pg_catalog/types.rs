@@ -40,7 +40,11 @@ static TYPES: LazyLock<Vec<BuiltinType>> = LazyLock::new(|| {
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .filter_map(|l| {
             let fields: Vec<&'static str> = l.split('|').collect();
-            Some(BuiltinType { oid: fields.first()?.parse().ok()?, name: fields.get(1)?, fields })
+            Some(BuiltinType {
+                oid: fields.first()?.parse().ok()?,
+                name: fields.get(1)?,
+                fields,
+            })
         })
         .collect()
 });
@@ -58,7 +62,9 @@ pub(crate) fn type_by_oid(oid: u32) -> Option<&'static BuiltinType> {
 pub(crate) fn type_oid_named(name: &str) -> Option<u32> {
     let name = name.trim().trim_start_matches("pg_catalog.").to_lowercase();
     if let Some(element) = name.strip_suffix("[]") {
-        return type_by_oid(type_oid_named(element)?).map(|t| t.array()).filter(|a| *a != 0);
+        return type_by_oid(type_oid_named(element)?)
+            .map(|t| t.array())
+            .filter(|a| *a != 0);
     }
     let base = name.split('(').next().unwrap_or_default().trim();
     let canonical = match base {
@@ -99,7 +105,9 @@ pub(crate) fn format_type(oid: u32, typmod: Option<i32>) -> String {
         "float4" => "real".into(),
         "float8" => "double precision".into(),
         "char" => "\"char\"".into(),
-        "varchar" => modifier.map_or("character varying".into(), |m| with("character varying", format!("({})", m - 4))),
+        "varchar" => modifier.map_or("character varying".into(), |m| {
+            with("character varying", format!("({})", m - 4))
+        }),
         "bpchar" => match (modifier, typmod) {
             (Some(m), _) => with("character", format!("({})", m - 4)),
             (None, Some(_)) => "bpchar".into(),
@@ -107,7 +115,10 @@ pub(crate) fn format_type(oid: u32, typmod: Option<i32>) -> String {
         },
         "numeric" => modifier.map_or("numeric".into(), |m| {
             let m = m - 4;
-            with("numeric", format!("({},{})", (m >> 16) & 0xffff, m & 0xffff))
+            with(
+                "numeric",
+                format!("({},{})", (m >> 16) & 0xffff, m & 0xffff),
+            )
         }),
         "timestamp" => "timestamp without time zone".into(),
         "timestamptz" => "timestamp with time zone".into(),
@@ -119,14 +130,21 @@ pub(crate) fn format_type(oid: u32, typmod: Option<i32>) -> String {
 
 /// A column's type OID and typmod, as `pg_attribute` records them.
 pub(crate) fn column_type(field: &Field) -> (u32, i32) {
-    if let DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) = field.data_type() {
+    if let DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) =
+        field.data_type()
+    {
         let (element, typmod) = column_type(item);
         return (type_by_oid(element).map_or(0, |t| t.array()), typmod);
     }
     let declared = pg_type_name(field);
     let modifiers: Vec<i32> = declared
         .split_once('(')
-        .map(|(_, m)| m.trim_end_matches(')').split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .map(|(_, m)| {
+            m.trim_end_matches(')')
+                .split(',')
+                .filter_map(|n| n.trim().parse().ok())
+                .collect()
+        })
         .unwrap_or_default();
     let oid = type_oid_named(&declared).unwrap_or(25);
     // A numeric nobody declared (a view's `sum(amount)`) has no typmod, as in PostgreSQL: the
@@ -144,7 +162,9 @@ pub(crate) fn column_type(field: &Field) -> (u32, i32) {
 
 /// Bytes a value of the type takes (`attlen`, `typlen`): -1 for variable length.
 pub(crate) fn type_len(oid: u32) -> i16 {
-    type_by_oid(oid).and_then(|t| t.field(2).parse().ok()).unwrap_or(-1)
+    type_by_oid(oid)
+        .and_then(|t| t.field(2).parse().ok())
+        .unwrap_or(-1)
 }
 
 pub(crate) fn type_align(oid: u32) -> &'static str {
@@ -160,12 +180,16 @@ pub(crate) fn type_byval(oid: u32) -> bool {
 }
 
 pub(crate) fn type_collation(oid: u32) -> u32 {
-    type_by_oid(oid).and_then(|t| t.field(18).parse().ok()).unwrap_or(0)
+    type_by_oid(oid)
+        .and_then(|t| t.field(18).parse().ok())
+        .unwrap_or(0)
 }
 
 /// `pg_type`: the built-in types, then each relation's row type.
 pub(crate) fn pg_type(relations: &[Relation]) -> DfResult<Rows> {
-    let Some(spec) = spec("pg_catalog", "pg_type") else { return Err(missing("pg_type")) };
+    let Some(spec) = spec("pg_catalog", "pg_type") else {
+        return Err(missing("pg_type"));
+    };
     let mut rows = spec.builder();
     for t in builtin_types() {
         let f = |i: usize| t.field(i);
@@ -191,7 +215,14 @@ pub(crate) fn pg_type(relations: &[Relation]) -> DfResult<Rows> {
             ("typsend", proc(13)),
             ("typmodin", proc(14)),
             ("typmodout", proc(15)),
-            ("typanalyze", Value::from(if t.category() == "A" { "array_typanalyze" } else { "-" })),
+            (
+                "typanalyze",
+                Value::from(if t.category() == "A" {
+                    "array_typanalyze"
+                } else {
+                    "-"
+                }),
+            ),
             ("typalign", f(16).into()),
             ("typstorage", f(17).into()),
             ("typtypmod", (-1i32).into()),
@@ -247,7 +278,11 @@ mod tests {
             ((16, Some(5)), "boolean"),
         ];
         for ((oid, typmod), expected) in cases {
-            assert_eq!(format_type(oid, typmod), expected, "format_type({oid}, {typmod:?})");
+            assert_eq!(
+                format_type(oid, typmod),
+                expected,
+                "format_type({oid}, {typmod:?})"
+            );
         }
     }
 

@@ -22,7 +22,10 @@ const POSITIONS_KEY: &str = "eddy.source_positions";
 const WATERMARK_KEY: &str = "eddy.watermark";
 
 fn codec_error(context: &str, err: impl std::fmt::Display) -> Error {
-    Error::new(SqlState::DATA_CORRUPTED, format!("log payload {context}: {err}"))
+    Error::new(
+        SqlState::DATA_CORRUPTED,
+        format!("log payload {context}: {err}"),
+    )
 }
 
 /// Serializes changes into a payload.
@@ -42,20 +45,30 @@ pub fn encode_changes_at(changes: &ChangeBatch, positions: &[(u32, u64)]) -> Res
 
 /// A watermark mark for a stream with rows of `schema` ([`WATERMARK_KEY`]).
 pub fn encode_watermark(schema: &SchemaRef, watermark_micros: i64) -> Result<Vec<u8>> {
-    let metadata = std::collections::HashMap::from([(WATERMARK_KEY.to_owned(), watermark_micros.to_string())]);
-    encode_with(&ChangeBatch::inserts(RecordBatch::new_empty(Arc::clone(schema))), metadata)
+    let metadata =
+        std::collections::HashMap::from([(WATERMARK_KEY.to_owned(), watermark_micros.to_string())]);
+    encode_with(
+        &ChangeBatch::inserts(RecordBatch::new_empty(Arc::clone(schema))),
+        metadata,
+    )
 }
 
 /// The watermark a mark record carries (`None` for a record of changes).
 pub fn decode_watermark(payload: &[u8]) -> Result<Option<i64>> {
     let reader = StreamReader::try_new(payload, None).map_err(|e| codec_error("header", e))?;
     match reader.schema().metadata().get(WATERMARK_KEY) {
-        Some(text) => text.parse().map(Some).map_err(|e| codec_error("watermark", e)),
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|e| codec_error("watermark", e)),
         None => Ok(None),
     }
 }
 
-fn encode_with(changes: &ChangeBatch, metadata: std::collections::HashMap<String, String>) -> Result<Vec<u8>> {
+fn encode_with(
+    changes: &ChangeBatch,
+    metadata: std::collections::HashMap<String, String>,
+) -> Result<Vec<u8>> {
     let rows = changes.rows();
     let mut fields: Vec<Arc<Field>> = rows.schema().fields().iter().cloned().collect();
     fields.push(Arc::new(Field::new(DIFF_COLUMN, DataType::Int64, false)));
@@ -67,8 +80,12 @@ fn encode_with(changes: &ChangeBatch, metadata: std::collections::HashMap<String
     let mut out = Vec::new();
     let mut writer = StreamWriter::try_new(&mut out, &schema)
         .map_err(|e| Error::internal(format!("IPC writer: {e}")))?;
-    writer.write(&batch).map_err(|e| Error::internal(format!("IPC write: {e}")))?;
-    writer.finish().map_err(|e| Error::internal(format!("IPC finish: {e}")))?;
+    writer
+        .write(&batch)
+        .map_err(|e| Error::internal(format!("IPC write: {e}")))?;
+    writer
+        .finish()
+        .map_err(|e| Error::internal(format!("IPC finish: {e}")))?;
     drop(writer);
     Ok(out)
 }
@@ -76,11 +93,18 @@ fn encode_with(changes: &ChangeBatch, metadata: std::collections::HashMap<String
 /// The source positions a record reaches (empty for records not written by a connector).
 pub fn decode_positions(payload: &[u8]) -> Result<Vec<(u32, u64)>> {
     let reader = StreamReader::try_new(payload, None).map_err(|e| codec_error("header", e))?;
-    let Some(text) = reader.schema().metadata().get(POSITIONS_KEY).cloned() else { return Ok(Vec::new()) };
+    let Some(text) = reader.schema().metadata().get(POSITIONS_KEY).cloned() else {
+        return Ok(Vec::new());
+    };
     text.split(',')
         .map(|pair| {
-            let (p, o) = pair.split_once(':').ok_or_else(|| codec_error("positions", pair))?;
-            Ok((p.parse().map_err(|e| codec_error("positions", e))?, o.parse().map_err(|e| codec_error("positions", e))?))
+            let (p, o) = pair
+                .split_once(':')
+                .ok_or_else(|| codec_error("positions", pair))?;
+            Ok((
+                p.parse().map_err(|e| codec_error("positions", e))?,
+                o.parse().map_err(|e| codec_error("positions", e))?,
+            ))
         })
         .collect()
 }
@@ -108,9 +132,13 @@ pub fn decode_changes(payload: &[u8], schema: &SchemaRef) -> Result<Vec<ChangeBa
         let mut columns = batch.columns()[..n - 1].to_vec();
         // Columns added to the table after this record was written read as NULL.
         for field in schema.fields().iter().skip(columns.len()) {
-            columns.push(arrow::array::new_null_array(field.data_type(), batch.num_rows()));
+            columns.push(arrow::array::new_null_array(
+                field.data_type(),
+                batch.num_rows(),
+            ));
         }
-        let rows = RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| codec_error("rows do not match the table's schema", e))?;
+        let rows = RecordBatch::try_new(Arc::clone(schema), columns)
+            .map_err(|e| codec_error("rows do not match the table's schema", e))?;
         out.push(ChangeBatch::new(rows, diffs));
     }
     Ok(out)
@@ -148,7 +176,12 @@ mod tests {
         assert_eq!(decode_watermark(&payload).unwrap(), None);
         let mark = encode_watermark(&schema, -17).unwrap();
         assert_eq!(decode_watermark(&mark).unwrap(), Some(-17));
-        assert!(decode_changes(&mark, &schema).unwrap().iter().all(ChangeBatch::is_empty));
+        assert!(
+            decode_changes(&mark, &schema)
+                .unwrap()
+                .iter()
+                .all(ChangeBatch::is_empty)
+        );
         assert!(decode_positions(&mark).unwrap().is_empty());
     }
 }

@@ -46,7 +46,10 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) -> Result<()> {
         ));
     }
     let participants = u16::try_from(record.participants.len()).map_err(|_| {
-        Error::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "a transaction wrote to too many tables")
+        Error::new(
+            SqlState::PROGRAM_LIMIT_EXCEEDED,
+            "a transaction wrote to too many tables",
+        )
     })?;
     let start = out.len();
     out.extend_from_slice(&(body_len as u32).to_le_bytes());
@@ -55,7 +58,9 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) -> Result<()> {
     out.extend_from_slice(&record.txn_id.0.to_le_bytes());
     out.extend_from_slice(&participants.to_le_bytes());
     for p in &record.participants {
-        let partition = p.partition.ok_or_else(|| Error::internal("a participant without its partition"))?;
+        let partition = p
+            .partition
+            .ok_or_else(|| Error::internal("a participant without its partition"))?;
         out.extend_from_slice(&p.object.0.to_le_bytes());
         out.extend_from_slice(&partition.0.to_le_bytes());
     }
@@ -90,18 +95,26 @@ pub fn decode_body(header: &Header, body: &[u8]) -> Result<Record, FrameError> {
         return Err(FrameError::Torn("CRC mismatch".into()));
     }
     if body.len() < 11 {
-        return Err(FrameError::Torn("body shorter than its fixed fields".into()));
+        return Err(FrameError::Torn(
+            "body shorter than its fixed fields".into(),
+        ));
     }
     let width = match body[0] {
         FORMAT_VERSION => 12,
         FORMAT_VERSION_OBJECTS_ONLY => 8,
-        other => return Err(FrameError::Torn(format!("unknown record format version {other}"))),
+        other => {
+            return Err(FrameError::Torn(format!(
+                "unknown record format version {other}"
+            )));
+        }
     };
     let txn_id = TxnId(u64::from_le_bytes(fixed(&body[1..9])));
     let n = u16::from_le_bytes([body[9], body[10]]) as usize;
     let payload_start = 11 + width * n;
     if body.len() < payload_start {
-        return Err(FrameError::Torn("participant list overruns the body".into()));
+        return Err(FrameError::Torn(
+            "participant list overruns the body".into(),
+        ));
     }
     let participants = body[11..payload_start]
         .chunks_exact(width)
@@ -110,7 +123,11 @@ pub fn decode_body(header: &Header, body: &[u8]) -> Result<Record, FrameError> {
             partition: (width == 12).then(|| PartitionId(u32::from_le_bytes(fixed(&p[8..])))),
         })
         .collect();
-    Ok(Record { txn_id, participants, payload: body[payload_start..].to_vec() })
+    Ok(Record {
+        txn_id,
+        participants,
+        payload: body[payload_start..].to_vec(),
+    })
 }
 
 fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
@@ -122,7 +139,10 @@ fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
 impl From<FrameError> for Error {
     fn from(err: FrameError) -> Self {
         let FrameError::Torn(why) = err;
-        Error::new(SqlState::DATA_CORRUPTED, format!("corrupt log record: {why}"))
+        Error::new(
+            SqlState::DATA_CORRUPTED,
+            format!("corrupt log record: {why}"),
+        )
     }
 }
 
@@ -135,9 +155,18 @@ mod tests {
         let record = Record {
             txn_id: TxnId(42),
             participants: vec![
-                Participant { object: ObjectId(3), partition: Some(PartitionId(0)) },
-                Participant { object: ObjectId(3), partition: Some(PartitionId(2)) },
-                Participant { object: ObjectId(9), partition: Some(PartitionId(0)) },
+                Participant {
+                    object: ObjectId(3),
+                    partition: Some(PartitionId(0)),
+                },
+                Participant {
+                    object: ObjectId(3),
+                    partition: Some(PartitionId(2)),
+                },
+                Participant {
+                    object: ObjectId(9),
+                    partition: Some(PartitionId(0)),
+                },
             ],
             payload: b"hello".to_vec(),
         };
@@ -158,13 +187,25 @@ mod tests {
         body.extend_from_slice(&3u64.to_le_bytes());
         body.extend_from_slice(&9u64.to_le_bytes());
         body.extend_from_slice(b"rows");
-        let header = Header { body_len: body.len(), crc: crc32fast::hash(&body) };
+        let header = Header {
+            body_len: body.len(),
+            crc: crc32fast::hash(&body),
+        };
         let record = decode_body(&header, &body).unwrap();
         assert_eq!(record.txn_id, TxnId(7));
         assert_eq!(record.payload, b"rows");
         assert_eq!(
             record.participants,
-            vec![Participant { object: ObjectId(3), partition: None }, Participant { object: ObjectId(9), partition: None }]
+            vec![
+                Participant {
+                    object: ObjectId(3),
+                    partition: None
+                },
+                Participant {
+                    object: ObjectId(9),
+                    partition: None
+                }
+            ]
         );
     }
 }

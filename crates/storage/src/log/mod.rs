@@ -23,10 +23,13 @@ use std::thread::JoinHandle;
 use eddy_common::{Error, ObjectId, Offset, PartitionId, Result, SqlState, TxnId, limits};
 use tokio::sync::oneshot;
 
-pub use codec::{decode_changes, decode_positions, decode_watermark, encode_changes, encode_changes_at, encode_watermark};
+pub use codec::{
+    decode_changes, decode_positions, decode_watermark, encode_changes, encode_changes_at,
+    encode_watermark,
+};
 pub use frame::{Participant, Record};
-pub use segment::SealedSegment;
 use segment::PartitionLog;
+pub use segment::SealedSegment;
 
 /// One record to append in a commit.
 pub struct Write {
@@ -88,7 +91,11 @@ impl LogStore {
 
     /// [`LogStore::open`] with segments of `segment_bytes` (retention deletes whole segments:
     /// small ones trim finely; tests use them).
-    pub fn open_with(root: &Path, objects: &[(ObjectId, u32)], segment_bytes: u64) -> Result<Arc<Self>> {
+    pub fn open_with(
+        root: &Path,
+        objects: &[(ObjectId, u32)],
+        segment_bytes: u64,
+    ) -> Result<Arc<Self>> {
         fs::create_dir_all(root).map_err(|e| Error::io("create the log directory", e))?;
         remove_unknown_objects(root, objects)?;
         let mut partitions = HashMap::new();
@@ -100,11 +107,18 @@ impl LogStore {
             }
         }
         repair_torn_transactions(&mut partitions)?;
-        let txn_max = partitions.values().map(|p| p.txn_max).max().unwrap_or(TxnId(0));
+        let txn_max = partitions
+            .values()
+            .map(|p| p.txn_max)
+            .max()
+            .unwrap_or(TxnId(0));
         let shared = Arc::new(Shared {
             root: root.to_path_buf(),
             partitions: Mutex::new(
-                partitions.into_iter().map(|(k, v)| (k, Arc::new(Mutex::new(v)))).collect(),
+                partitions
+                    .into_iter()
+                    .map(|(k, v)| (k, Arc::new(Mutex::new(v))))
+                    .collect(),
             ),
             failed: Mutex::new(None),
             segment_bytes,
@@ -127,7 +141,10 @@ impl LogStore {
         let mut map = lock(&self.shared.partitions);
         for p in 0..partitions {
             let key = (object, PartitionId(p));
-            let log = PartitionLog::open_with(&partition_dir(&self.shared.root, key), self.shared.segment_bytes)?;
+            let log = PartitionLog::open_with(
+                &partition_dir(&self.shared.root, key),
+                self.shared.segment_bytes,
+            )?;
             map.insert(key, Arc::new(Mutex::new(log)));
         }
         segment::sync_dir(&self.shared.root)
@@ -164,13 +181,22 @@ impl LogStore {
 
     /// The offset the next record appended to a partition gets (its log end).
     pub fn end_offset(&self, object: ObjectId, partition: PartitionId) -> Result<Offset> {
-        let log = lock(&self.shared.partitions).get(&(object, partition)).cloned();
+        let log = lock(&self.shared.partitions)
+            .get(&(object, partition))
+            .cloned();
         let log = log.ok_or_else(|| Error::internal(format!("no log for object {object}")))?;
         Ok(lock(&log).end_offset())
     }
 
-    fn partition(&self, object: ObjectId, partition: PartitionId) -> Result<Arc<Mutex<PartitionLog>>> {
-        lock(&self.shared.partitions).get(&(object, partition)).cloned().ok_or_else(|| Error::internal(format!("no log for object {object}")))
+    fn partition(
+        &self,
+        object: ObjectId,
+        partition: PartitionId,
+    ) -> Result<Arc<Mutex<PartitionLog>>> {
+        lock(&self.shared.partitions)
+            .get(&(object, partition))
+            .cloned()
+            .ok_or_else(|| Error::internal(format!("no log for object {object}")))
     }
 
     /// The offset of the oldest record a partition keeps (0 until retention deleted some).
@@ -180,19 +206,34 @@ impl LogStore {
     }
 
     /// A partition's segments that retention may delete, oldest first.
-    pub fn sealed_segments(&self, object: ObjectId, partition: PartitionId) -> Result<Vec<SealedSegment>> {
+    pub fn sealed_segments(
+        &self,
+        object: ObjectId,
+        partition: PartitionId,
+    ) -> Result<Vec<SealedSegment>> {
         let log = self.partition(object, partition)?;
         Ok(lock(&log).sealed_segments())
     }
 
     /// Deletes a partition's oldest segments whose records all lie before `before`.
-    pub fn delete_segments_before(&self, object: ObjectId, partition: PartitionId, before: Offset) -> Result<usize> {
+    pub fn delete_segments_before(
+        &self,
+        object: ObjectId,
+        partition: PartitionId,
+        before: Offset,
+    ) -> Result<usize> {
         let log = self.partition(object, partition)?;
         lock(&log).delete_segments_before(before)
     }
 
     /// Replaces the records of a sealed segment (compaction; see `PartitionLog::rewrite_segment`).
-    pub fn rewrite_segment(&self, object: ObjectId, partition: PartitionId, base: Offset, records: &[Record]) -> Result<()> {
+    pub fn rewrite_segment(
+        &self,
+        object: ObjectId,
+        partition: PartitionId,
+        base: Offset,
+        records: &[Record],
+    ) -> Result<()> {
         let log = self.partition(object, partition)?;
         lock(&log).rewrite_segment(base, records)
     }
@@ -205,7 +246,9 @@ impl LogStore {
         from: Offset,
         f: impl FnMut(Offset, Record) -> Result<()>,
     ) -> Result<()> {
-        let log = lock(&self.shared.partitions).get(&(object, partition)).cloned();
+        let log = lock(&self.shared.partitions)
+            .get(&(object, partition))
+            .cloned();
         let log = log.ok_or_else(|| Error::internal(format!("no log for object {object}")))?;
         let log = lock(&log);
         log.scan(from, f)
@@ -215,7 +258,9 @@ impl LogStore {
     /// Bytes the object's log takes on disk, over all its partitions.
     pub fn object_bytes(&self, object: ObjectId) -> u64 {
         fn walk(dir: &Path) -> u64 {
-            let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return 0;
+            };
             entries
                 .flatten()
                 .map(|e| match e.metadata() {
@@ -273,7 +318,11 @@ fn repair_torn_transactions(partitions: &mut HashMap<PartitionKey, PartitionLog>
         for r in &log.multi_partition_records {
             present.entry(r.txn_id).or_default().insert(*key);
             let names = expected.entry(r.txn_id).or_default();
-            names.extend(r.participants.iter().filter(|p| objects.contains(&p.object)));
+            names.extend(
+                r.participants
+                    .iter()
+                    .filter(|p| objects.contains(&p.object)),
+            );
         }
     }
     let reached = |have: &HashSet<PartitionKey>, p: &Participant| match p.partition {
@@ -283,12 +332,23 @@ fn repair_torn_transactions(partitions: &mut HashMap<PartitionKey, PartitionLog>
     };
     let torn = expected
         .iter()
-        .find(|(txn, names)| present.get(txn).is_none_or(|have| !names.iter().all(|p| reached(have, p))))
+        .find(|(txn, names)| {
+            present
+                .get(txn)
+                .is_none_or(|have| !names.iter().all(|p| reached(have, p)))
+        })
         .map(|(txn, _)| *txn);
     let Some(torn) = torn else { return Ok(()) };
-    tracing::warn!(txn = torn.0, "dropping a transaction that reached only some of its partitions before a crash");
+    tracing::warn!(
+        txn = torn.0,
+        "dropping a transaction that reached only some of its partitions before a crash"
+    );
     for log in partitions.values_mut() {
-        let cut = log.multi_partition_records.iter().find(|r| r.txn_id >= torn).map(|r| r.offset);
+        let cut = log
+            .multi_partition_records
+            .iter()
+            .find(|r| r.txn_id >= torn)
+            .map(|r| r.offset);
         if let Some(cut) = cut {
             log.truncate_from(cut)?;
         }
@@ -316,7 +376,13 @@ fn run_committer(shared: &Shared, queue: &Receiver<CommitRequest>, txn_max: TxnI
         for request in &batch {
             let txn_id = TxnId(next_txn);
             next_txn += 1;
-            results.push(append_commit(shared, &request.writes, txn_id, &mut touched, &mut scratch));
+            results.push(append_commit(
+                shared,
+                &request.writes,
+                txn_id,
+                &mut touched,
+                &mut scratch,
+            ));
         }
         let mut sync_error = None;
         for log in touched.values() {
@@ -339,7 +405,10 @@ fn run_committer(shared: &Shared, queue: &Receiver<CommitRequest>, txn_max: TxnI
 }
 
 fn log_failed(why: &str) -> Error {
-    Error::new(SqlState::IO_ERROR, format!("the log cannot accept writes after a failed fsync: {why}"))
+    Error::new(
+        SqlState::IO_ERROR,
+        format!("the log cannot accept writes after a failed fsync: {why}"),
+    )
 }
 
 fn append_commit(
@@ -349,8 +418,13 @@ fn append_commit(
     touched: &mut HashMap<PartitionKey, Arc<Mutex<PartitionLog>>>,
     scratch: &mut Vec<u8>,
 ) -> Result<Committed> {
-    let mut participants: Vec<Participant> =
-        writes.iter().map(|w| Participant { object: w.object, partition: Some(w.partition) }).collect();
+    let mut participants: Vec<Participant> = writes
+        .iter()
+        .map(|w| Participant {
+            object: w.object,
+            partition: Some(w.partition),
+        })
+        .collect();
     participants.sort();
     participants.dedup();
     if participants.len() < 2 {
@@ -361,7 +435,10 @@ fn append_commit(
         let key = (write.object, write.partition);
         let log = lock(&shared.partitions).get(&key).cloned();
         let log = log.ok_or_else(|| {
-            Error::new(SqlState::UNDEFINED_TABLE, format!("table {} was dropped", write.object))
+            Error::new(
+                SqlState::UNDEFINED_TABLE,
+                format!("table {} was dropped", write.object),
+            )
         })?;
         let record = Record {
             txn_id,
@@ -380,7 +457,11 @@ mod tests {
     use super::*;
 
     fn write(object: u64, payload: &[u8]) -> Write {
-        Write { object: ObjectId(object), partition: PartitionId(0), payload: payload.to_vec() }
+        Write {
+            object: ObjectId(object),
+            partition: PartitionId(0),
+            payload: payload.to_vec(),
+        }
     }
 
     fn payloads(store: &LogStore, object: u64) -> Vec<Vec<u8>> {
@@ -411,7 +492,10 @@ mod tests {
         assert_eq!(payloads(&store, 1), vec![b"a1".to_vec(), b"a2".to_vec()]);
         assert_eq!(payloads(&store, 2), vec![b"b1".to_vec()]);
         let c = store.commit(vec![write(2, b"b2")]).await.unwrap().unwrap();
-        assert!(c.txn_id.0 >= 3, "transaction ids keep growing across restarts");
+        assert!(
+            c.txn_id.0 >= 3,
+            "transaction ids keep growing across restarts"
+        );
     }
 
     #[tokio::test]
@@ -421,10 +505,15 @@ mod tests {
         {
             let store = LogStore::open(dir.path(), &objects).unwrap();
             store.commit(vec![write(1, b"ok")]).await.unwrap().unwrap();
-            store.commit(vec![write(1, b"t1"), write(2, b"t2")]).await.unwrap().unwrap();
+            store
+                .commit(vec![write(1, b"t1"), write(2, b"t2")])
+                .await
+                .unwrap()
+                .unwrap();
         }
         // Simulate a crash that lost table 2's half of the transaction.
-        let seg = partition_dir(dir.path(), (ObjectId(2), PartitionId(0))).join(format!("{:020}.seg", 0));
+        let seg =
+            partition_dir(dir.path(), (ObjectId(2), PartitionId(0))).join(format!("{:020}.seg", 0));
         fs::write(&seg, b"").unwrap();
         let store = LogStore::open(dir.path(), &objects).unwrap();
         assert_eq!(payloads(&store, 1), vec![b"ok".to_vec()]);
@@ -435,17 +524,29 @@ mod tests {
     async fn a_transaction_torn_across_partitions_of_one_table_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let objects = [(ObjectId(1), 2)];
-        let to = |p: u32, payload: &[u8]| Write { object: ObjectId(1), partition: PartitionId(p), payload: payload.to_vec() };
+        let to = |p: u32, payload: &[u8]| Write {
+            object: ObjectId(1),
+            partition: PartitionId(p),
+            payload: payload.to_vec(),
+        };
         {
             let store = LogStore::open(dir.path(), &objects).unwrap();
             store.commit(vec![to(0, b"ok")]).await.unwrap().unwrap();
-            store.commit(vec![to(0, b"t0"), to(1, b"t1")]).await.unwrap().unwrap();
+            store
+                .commit(vec![to(0, b"t0"), to(1, b"t1")])
+                .await
+                .unwrap()
+                .unwrap();
         }
-        let seg = partition_dir(dir.path(), (ObjectId(1), PartitionId(1))).join(format!("{:020}.seg", 0));
+        let seg =
+            partition_dir(dir.path(), (ObjectId(1), PartitionId(1))).join(format!("{:020}.seg", 0));
         fs::write(&seg, b"").unwrap();
         let store = LogStore::open(dir.path(), &objects).unwrap();
         assert_eq!(payloads(&store, 1), vec![b"ok".to_vec()]);
-        assert_eq!(store.end_offset(ObjectId(1), PartitionId(1)).unwrap(), Offset(0));
+        assert_eq!(
+            store.end_offset(ObjectId(1), PartitionId(1)).unwrap(),
+            Offset(0)
+        );
     }
 
     #[tokio::test]

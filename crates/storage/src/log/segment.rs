@@ -36,7 +36,13 @@ struct Segment {
 
 impl Segment {
     fn new(base: Offset, path: PathBuf) -> Self {
-        Segment { base, path, len: 0, records: 0, index: vec![(0, 0)] }
+        Segment {
+            base,
+            path,
+            len: 0,
+            records: 0,
+            index: vec![(0, 0)],
+        }
     }
 
     /// Notes a frame of `frame_len` bytes appended at the end.
@@ -97,7 +103,9 @@ fn segment_path(dir: &Path, base: Offset) -> PathBuf {
 
 /// fsync a directory so that files created or removed in it survive a crash.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|f| f.sync_all()).map_err(|e| io("sync directory", dir, e))
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io("sync directory", dir, e))
 }
 
 impl PartitionLog {
@@ -126,7 +134,10 @@ impl PartitionLog {
                 .and_then(|s| s.to_str())
                 .and_then(|s| s.parse::<u64>().ok())
                 .ok_or_else(|| {
-                    Error::new(SqlState::DATA_CORRUPTED, format!("unexpected file {}", path.display()))
+                    Error::new(
+                        SqlState::DATA_CORRUPTED,
+                        format!("unexpected file {}", path.display()),
+                    )
                 })?;
             bases.push(Offset(base));
         }
@@ -189,7 +200,9 @@ impl PartitionLog {
 
     /// The offset the next appended record gets.
     pub fn end_offset(&self) -> Offset {
-        self.segments.last().map_or(Offset(0), |s| Offset(s.base.0 + s.records))
+        self.segments
+            .last()
+            .map_or(Offset(0), |s| Offset(s.base.0 + s.records))
     }
 
     /// Appends one record (not yet durable: call [`PartitionLog::sync`]). Returns its offset.
@@ -205,7 +218,8 @@ impl PartitionLog {
         }
         let offset = self.end_offset();
         let file = self.active_file()?;
-        file.write_all(scratch).map_err(|e| Error::io("append to the log", e))?;
+        file.write_all(scratch)
+            .map_err(|e| Error::io("append to the log", e))?;
         if let Some(segment) = self.segments.last_mut() {
             segment.push_frame(scratch.len() as u64);
         }
@@ -222,7 +236,8 @@ impl PartitionLog {
 
     fn roll(&mut self) -> Result<()> {
         if let Some(file) = self.active.take() {
-            file.sync_data().map_err(|e| Error::io("sync a full log segment", e))?;
+            file.sync_data()
+                .map_err(|e| Error::io("sync a full log segment", e))?;
         }
         let base = self.end_offset();
         let path = segment_path(&self.dir, base);
@@ -234,20 +249,26 @@ impl PartitionLog {
 
     fn active_file(&mut self) -> Result<&mut File> {
         if self.active.is_none() {
-            let segment = self.segments.last().ok_or_else(|| Error::internal("no active segment"))?;
+            let segment = self
+                .segments
+                .last()
+                .ok_or_else(|| Error::internal("no active segment"))?;
             let file = OpenOptions::new()
                 .append(true)
                 .open(&segment.path)
                 .map_err(|e| io("open", &segment.path, e))?;
             self.active = Some(file);
         }
-        self.active.as_mut().ok_or_else(|| Error::internal("no active segment file"))
+        self.active
+            .as_mut()
+            .ok_or_else(|| Error::internal("no active segment file"))
     }
 
     /// Makes every appended record durable.
     pub fn sync(&mut self) -> Result<()> {
         if let Some(file) = self.active.as_mut() {
-            file.sync_data().map_err(|e| Error::io("fsync the log", e))?;
+            file.sync_data()
+                .map_err(|e| Error::io("fsync the log", e))?;
         }
         Ok(())
     }
@@ -265,13 +286,14 @@ impl PartitionLog {
         if let Some(last) = self.segments.last_mut() {
             let keep = offset.0.saturating_sub(last.base.0);
             if keep < last.records {
-                let mut reader = BufReader::new(
-                    File::open(&last.path).map_err(|e| io("open", &last.path, e))?,
-                );
+                let mut reader =
+                    BufReader::new(File::open(&last.path).map_err(|e| io("open", &last.path, e))?);
                 let mut pos = 0u64;
                 for _ in 0..keep {
                     let (_, frame_len) = read_frame(&mut reader, u64::MAX)
-                        .map_err(|why| Error::internal(format!("re-reading a validated frame: {why}")))?
+                        .map_err(|why| {
+                            Error::internal(format!("re-reading a validated frame: {why}"))
+                        })?
                         .ok_or_else(|| Error::internal("validated frame vanished"))?;
                     pos += frame_len;
                 }
@@ -310,7 +332,10 @@ impl PartitionLog {
     /// the oldest record kept. Returns how many segments went.
     pub fn delete_segments_before(&mut self, before: Offset) -> Result<usize> {
         let sealed = self.segments.len().saturating_sub(1);
-        let n = self.segments[..sealed].iter().take_while(|s| s.base.0 + s.records <= before.0).count();
+        let n = self.segments[..sealed]
+            .iter()
+            .take_while(|s| s.base.0 + s.records <= before.0)
+            .count();
         for segment in &self.segments[..n] {
             fs::remove_file(&segment.path).map_err(|e| io("remove", &segment.path, e))?;
         }
@@ -328,10 +353,20 @@ impl PartitionLog {
     /// old one. Compaction uses it; a reader holding this log's lock sees either version whole.
     pub fn rewrite_segment(&mut self, base: Offset, records: &[Record]) -> Result<()> {
         let sealed = self.segments.len().saturating_sub(1);
-        let at = self.segments[..sealed].iter().position(|s| s.base == base).ok_or_else(|| Error::internal(format!("no sealed log segment starts at offset {}", base.0)))?;
+        let at = self.segments[..sealed]
+            .iter()
+            .position(|s| s.base == base)
+            .ok_or_else(|| {
+                Error::internal(format!("no sealed log segment starts at offset {}", base.0))
+            })?;
         let old = &self.segments[at];
         if records.len() as u64 != old.records {
-            return Err(Error::internal(format!("rewriting segment {} with {} records instead of {}", old.path.display(), records.len(), old.records)));
+            return Err(Error::internal(format!(
+                "rewriting segment {} with {} records instead of {}",
+                old.path.display(),
+                records.len(),
+                old.records
+            )));
         }
         let mut segment = Segment::new(base, old.path.clone());
         let mut bytes = Vec::new();
@@ -353,21 +388,39 @@ impl PartitionLog {
     }
 
     /// Calls `f` for every record from `from` up to the end as it is now.
-    pub fn scan(&self, from: Offset, mut f: impl FnMut(Offset, Record) -> Result<()>) -> Result<()> {
+    pub fn scan(
+        &self,
+        from: Offset,
+        mut f: impl FnMut(Offset, Record) -> Result<()>,
+    ) -> Result<()> {
         // The first segment that holds `from` (or any later record).
-        let first = self.segments.partition_point(|s| s.base.0 + s.records <= from.0);
+        let first = self
+            .segments
+            .partition_point(|s| s.base.0 + s.records <= from.0);
         for segment in &self.segments[first..] {
             let (start, pos) = segment.seek_point(from.0.saturating_sub(segment.base.0));
             let mut file = File::open(&segment.path).map_err(|e| io("open", &segment.path, e))?;
-            file.seek(SeekFrom::Start(pos)).map_err(|e| io("seek", &segment.path, e))?;
+            file.seek(SeekFrom::Start(pos))
+                .map_err(|e| io("seek", &segment.path, e))?;
             let mut reader = BufReader::with_capacity(1 << 20, file.take(segment.len - pos));
             let mut remaining = segment.len - pos;
             for i in start..segment.records {
                 let (record, frame_len) = read_frame(&mut reader, remaining)
-                    .map_err(|why| Error::new(SqlState::DATA_CORRUPTED, format!(
-                        "corrupt record in {}: {why}", segment.path.display())))?
-                    .ok_or_else(|| Error::new(SqlState::DATA_CORRUPTED, format!(
-                        "log segment {} is shorter than its index", segment.path.display())))?;
+                    .map_err(|why| {
+                        Error::new(
+                            SqlState::DATA_CORRUPTED,
+                            format!("corrupt record in {}: {why}", segment.path.display()),
+                        )
+                    })?
+                    .ok_or_else(|| {
+                        Error::new(
+                            SqlState::DATA_CORRUPTED,
+                            format!(
+                                "log segment {} is shorter than its index",
+                                segment.path.display()
+                            ),
+                        )
+                    })?;
                 remaining -= frame_len;
                 let offset = Offset(segment.base.0 + i);
                 if offset >= from {
@@ -380,25 +433,38 @@ impl PartitionLog {
 }
 
 fn truncate_file(path: &Path, len: u64) -> Result<()> {
-    let file = OpenOptions::new().write(true).open(path).map_err(|e| io("open", path, e))?;
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| io("open", path, e))?;
     file.set_len(len).map_err(|e| io("truncate", path, e))?;
     file.sync_all().map_err(|e| io("sync", path, e))
 }
 
 /// Reads one frame. `Ok(None)` at a clean end; `Err` for a short or bad frame.
-fn read_frame(reader: &mut impl Read, remaining: u64) -> std::result::Result<Option<(Record, u64)>, String> {
+fn read_frame(
+    reader: &mut impl Read,
+    remaining: u64,
+) -> std::result::Result<Option<(Record, u64)>, String> {
     if remaining == 0 {
         return Ok(None);
     }
     let mut header = [0u8; FRAME_HEADER_BYTES];
-    reader.read_exact(&mut header).map_err(|e| format!("short frame header: {e}"))?;
+    reader
+        .read_exact(&mut header)
+        .map_err(|e| format!("short frame header: {e}"))?;
     let header = frame::decode_header(&header);
     let frame_len = (FRAME_HEADER_BYTES + header.body_len) as u64;
     if header.body_len > limits::LOG_RECORD_BYTES_MAX || frame_len > remaining {
-        return Err(format!("frame length {} runs past the end of the segment", header.body_len));
+        return Err(format!(
+            "frame length {} runs past the end of the segment",
+            header.body_len
+        ));
     }
     let mut body = vec![0u8; header.body_len];
-    reader.read_exact(&mut body).map_err(|e| format!("short frame body: {e}"))?;
+    reader
+        .read_exact(&mut body)
+        .map_err(|e| format!("short frame body: {e}"))?;
     let record = frame::decode_body(&header, &body).map_err(|frame::FrameError::Torn(why)| why)?;
     Ok(Some((record, frame_len)))
 }
@@ -408,7 +474,11 @@ mod tests {
     use super::*;
 
     fn record(txn: u64, payload: &[u8]) -> Record {
-        Record { txn_id: TxnId(txn), participants: vec![], payload: payload.to_vec() }
+        Record {
+            txn_id: TxnId(txn),
+            participants: vec![],
+            payload: payload.to_vec(),
+        }
     }
 
     fn collect(log: &PartitionLog, from: u64) -> Vec<(u64, Vec<u8>)> {
@@ -428,7 +498,11 @@ mod tests {
         {
             let mut log = PartitionLog::open(dir.path()).unwrap();
             for i in 0..5u64 {
-                assert_eq!(log.append(&record(i + 1, &[i as u8]), &mut scratch).unwrap(), Offset(i));
+                assert_eq!(
+                    log.append(&record(i + 1, &[i as u8]), &mut scratch)
+                        .unwrap(),
+                    Offset(i)
+                );
             }
             log.sync().unwrap();
         }
@@ -455,10 +529,16 @@ mod tests {
         let mut log = PartitionLog::open(dir.path()).unwrap();
         assert_eq!(collect(&log, 0), vec![(0, b"kept".to_vec())]);
         // Appending after recovery continues at the right offset.
-        assert_eq!(log.append(&record(3, b"next"), &mut scratch).unwrap(), Offset(1));
+        assert_eq!(
+            log.append(&record(3, b"next"), &mut scratch).unwrap(),
+            Offset(1)
+        );
         log.sync().unwrap();
         let log = PartitionLog::open(dir.path()).unwrap();
-        assert_eq!(collect(&log, 0), vec![(0, b"kept".to_vec()), (1, b"next".to_vec())]);
+        assert_eq!(
+            collect(&log, 0),
+            vec![(0, b"kept".to_vec()), (1, b"next".to_vec())]
+        );
     }
 
     #[test]
@@ -486,7 +566,8 @@ mod tests {
         let mut scratch = Vec::new();
         let mut log = PartitionLog::open(dir.path()).unwrap();
         for i in 0..4u64 {
-            log.append(&record(i + 1, &[i as u8]), &mut scratch).unwrap();
+            log.append(&record(i + 1, &[i as u8]), &mut scratch)
+                .unwrap();
         }
         log.sync().unwrap();
         log.truncate_from(Offset(2)).unwrap();

@@ -131,32 +131,91 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let eddy = match args.eddy {
         Some(p) => p,
-        None => std::env::current_exe()?.parent().context("no directory")?.join("eddy"),
+        None => std::env::current_exe()?
+            .parent()
+            .context("no directory")?
+            .join("eddy"),
     };
     if !eddy.exists() {
-        bail!("{} is missing; bin/bench builds it (cargo build --release -p eddy)", eddy.display());
+        bail!(
+            "{} is missing; bin/bench builds it (cargo build --release -p eddy)",
+            eddy.display()
+        );
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let measures = match args.bench {
-        Bench::Views { rows, groups, backfill_rows, updates, batch } => {
-            runtime.block_on(views(&eddy, rows, groups, backfill_rows, updates, batch))?
-        }
-        Bench::Windows { events, join_events, chunk, latency_rate, latency_seconds } => {
-            runtime.block_on(windows(&eddy, events, join_events, chunk, latency_rate, latency_seconds))?
-        }
-        Bench::Ingest { records, http_batch, no_kafka } => runtime.block_on(ingest(&eddy, records, http_batch, !no_kafka))?,
-        Bench::Nexmark { events, queries, workers, splits, no_batch, latency_rate, latency_seconds, checkpoint_interval, recovery } => {
-            let run = NexmarkRun { events, workers, splits, checkpoint_interval, recovery };
-            runtime.block_on(nexmark(&eddy, &run, queries, !no_batch, latency_rate, latency_seconds))?
+        Bench::Views {
+            rows,
+            groups,
+            backfill_rows,
+            updates,
+            batch,
+        } => runtime.block_on(views(&eddy, rows, groups, backfill_rows, updates, batch))?,
+        Bench::Windows {
+            events,
+            join_events,
+            chunk,
+            latency_rate,
+            latency_seconds,
+        } => runtime.block_on(windows(
+            &eddy,
+            events,
+            join_events,
+            chunk,
+            latency_rate,
+            latency_seconds,
+        ))?,
+        Bench::Ingest {
+            records,
+            http_batch,
+            no_kafka,
+        } => runtime.block_on(ingest(&eddy, records, http_batch, !no_kafka))?,
+        Bench::Nexmark {
+            events,
+            queries,
+            workers,
+            splits,
+            no_batch,
+            latency_rate,
+            latency_seconds,
+            checkpoint_interval,
+            recovery,
+        } => {
+            let run = NexmarkRun {
+                events,
+                workers,
+                splits,
+                checkpoint_interval,
+                recovery,
+            };
+            runtime.block_on(nexmark(
+                &eddy,
+                &run,
+                queries,
+                !no_batch,
+                latency_rate,
+                latency_seconds,
+            ))?
         }
     };
     println!("\n{:<72} {:>14}  {:<10} note", "measure", "value", "unit");
     for m in &measures {
-        println!("{:<72} {:>14.1}  {:<10} {}", m.name, m.value, m.unit, m.note);
+        println!(
+            "{:<72} {:>14.1}  {:<10} {}",
+            m.name, m.value, m.unit, m.note
+        );
     }
     let json: Vec<String> = measures
         .iter()
-        .map(|m| format!("  {{\"measure\": {:?}, \"value\": {}, \"unit\": {:?}, \"note\": {:?}}}", m.name, m.value, m.unit, m.note))
+        .map(|m| {
+            format!(
+                "  {{\"measure\": {:?}, \"value\": {}, \"unit\": {:?}, \"note\": {:?}}}",
+                m.name, m.value, m.unit, m.note
+            )
+        })
         .collect();
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
@@ -168,7 +227,10 @@ fn main() -> Result<()> {
 
 async fn exec(client: &Client, sql: &str) -> Result<Duration> {
     let start = Instant::now();
-    client.batch_execute(sql).await.with_context(|| sql.to_owned())?;
+    client
+        .batch_execute(sql)
+        .await
+        .with_context(|| sql.to_owned())?;
     Ok(start.elapsed())
 }
 
@@ -186,44 +248,111 @@ async fn fill(client: &Client, table: &str, rows: u64, groups: u64) -> Result<Du
 
 /// Runs `updates` statements that each change `batch` consecutive keys of `t` (2 change rows
 /// per updated row), then FLUSH; returns change rows per second through the views.
-async fn update_throughput(client: &Client, rows: u64, updates: u64, batch: u64, seed: &mut u64) -> Result<(f64, Duration)> {
+async fn update_throughput(
+    client: &Client,
+    rows: u64,
+    updates: u64,
+    batch: u64,
+    seed: &mut u64,
+) -> Result<(f64, Duration)> {
     let start = Instant::now();
     for _ in 0..updates {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let first = 1 + (*seed >> 33) % (rows - batch);
-        exec(client, &format!("UPDATE t SET v = v + 1 WHERE k BETWEEN {first} AND {}", first + batch - 1)).await?;
+        exec(
+            client,
+            &format!(
+                "UPDATE t SET v = v + 1 WHERE k BETWEEN {first} AND {}",
+                first + batch - 1
+            ),
+        )
+        .await?;
     }
     exec(client, "FLUSH").await?;
     let elapsed = start.elapsed();
-    Ok(((2 * updates * batch) as f64 / elapsed.as_secs_f64(), elapsed))
+    Ok((
+        (2 * updates * batch) as f64 / elapsed.as_secs_f64(),
+        elapsed,
+    ))
 }
 
 async fn state_of(client: &Client, view: &str) -> Result<(u64, u64)> {
-    let rows = query_text(client, &format!("SELECT sum(state_rows), sum(state_bytes) FROM eddy_operators WHERE view = '{view}'")).await?;
-    let cell = |i: usize| rows.first().and_then(|r| r[i].as_deref()).unwrap_or("0").parse::<u64>().unwrap_or(0);
+    let rows = query_text(
+        client,
+        &format!(
+            "SELECT sum(state_rows), sum(state_bytes) FROM eddy_operators WHERE view = '{view}'"
+        ),
+    )
+    .await?;
+    let cell = |i: usize| {
+        rows.first()
+            .and_then(|r| r[i].as_deref())
+            .unwrap_or("0")
+            .parse::<u64>()
+            .unwrap_or(0)
+    };
     Ok((cell(0), cell(1)))
 }
 
-async fn views(eddy: &std::path::Path, rows: u64, groups: u64, backfill_rows: u64, updates: u64, batch: u64) -> Result<Vec<Measure>> {
+async fn views(
+    eddy: &std::path::Path,
+    rows: u64,
+    groups: u64,
+    backfill_rows: u64,
+    updates: u64,
+    batch: u64,
+) -> Result<Vec<Measure>> {
     let server = EddyProcess::start_fresh(eddy)?;
     let client = server.connect().await?;
     let mut out = Vec::new();
     let mut seed = 42u64;
-    let agg = "SELECT g, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi FROM t GROUP BY g";
+    let agg =
+        "SELECT g, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi FROM t GROUP BY g";
     let join = "SELECT t.k, t.v, d.name FROM t JOIN d ON t.g = d.g";
     let join_agg = "SELECT d.name, count(*) AS n, sum(t.v) AS total FROM t JOIN d ON t.g = d.g GROUP BY d.name";
 
-    exec(&client, "CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT NOT NULL, v BIGINT NOT NULL)").await?;
-    exec(&client, "CREATE TABLE d (g BIGINT PRIMARY KEY, name TEXT NOT NULL)").await?;
+    exec(
+        &client,
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT NOT NULL, v BIGINT NOT NULL)",
+    )
+    .await?;
+    exec(
+        &client,
+        "CREATE TABLE d (g BIGINT PRIMARY KEY, name TEXT NOT NULL)",
+    )
+    .await?;
     eprintln!("loading {rows} rows into t ...");
     let load = fill(&client, "t", rows, groups).await?;
-    out.push(Measure { name: format!("load t ({rows} rows, INSERT ... SELECT, durable)"), value: rows as f64 / load.as_secs_f64(), unit: "rows/s", note: format!("{load:.1?}") });
-    exec(&client, &format!("INSERT INTO d SELECT x, 'name ' || (x % 1000) FROM generate_series(0, {}) AS s(x)", groups - 1)).await?;
+    out.push(Measure {
+        name: format!("load t ({rows} rows, INSERT ... SELECT, durable)"),
+        value: rows as f64 / load.as_secs_f64(),
+        unit: "rows/s",
+        note: format!("{load:.1?}"),
+    });
+    exec(
+        &client,
+        &format!(
+            "INSERT INTO d SELECT x, 'name ' || (x % 1000) FROM generate_series(0, {}) AS s(x)",
+            groups - 1
+        ),
+    )
+    .await?;
 
     for (name, query) in [("agg", agg), ("join", join), ("join_agg", join_agg)] {
         eprintln!("view {name} ...");
-        let backfill = exec(&client, &format!("CREATE MATERIALIZED VIEW {name} AS {query}")).await?;
-        out.push(Measure { name: format!("{name}: backfill over {rows} rows"), value: backfill.as_secs_f64() * 1000.0, unit: "ms", note: String::new() });
+        let backfill = exec(
+            &client,
+            &format!("CREATE MATERIALIZED VIEW {name} AS {query}"),
+        )
+        .await?;
+        out.push(Measure {
+            name: format!("{name}: backfill over {rows} rows"),
+            value: backfill.as_secs_f64() * 1000.0,
+            unit: "ms",
+            note: String::new(),
+        });
         let before = server.stats()?;
         let (rate, elapsed) = update_throughput(&client, rows, updates, batch, &mut seed).await?;
         let after = server.stats()?;
@@ -235,7 +364,15 @@ async fn views(eddy: &std::path::Path, rows: u64, groups: u64, backfill_rows: u6
             note: format!("{updates} UPDATEs x {batch} rows in {elapsed:.1?}, {cpu:.1} CPU s (incl. log + table upkeep)"),
         });
         let (state_rows, state_bytes) = state_of(&client, name).await?;
-        out.push(Measure { name: format!("{name}: state"), value: state_bytes as f64 / 1e6, unit: "MB", note: format!("{state_rows} state rows, {} B/row", state_bytes / state_rows.max(1)) });
+        out.push(Measure {
+            name: format!("{name}: state"),
+            value: state_bytes as f64 / 1e6,
+            unit: "MB",
+            note: format!(
+                "{state_rows} state rows, {} B/row",
+                state_bytes / state_rows.max(1)
+            ),
+        });
         // What a user would do instead: recompute the query in batch after each epoch.
         let mut best = Duration::MAX;
         for _ in 0..3 {
@@ -246,7 +383,9 @@ async fn views(eddy: &std::path::Path, rows: u64, groups: u64, backfill_rows: u6
             name: format!("{name}: DataFusion batch recompute"),
             value: best.as_secs_f64() * 1000.0,
             unit: "ms",
-            note: format!("= {per_epoch_rate:.0} changes/s if recomputed once per {batch}-row update"),
+            note: format!(
+                "= {per_epoch_rate:.0} changes/s if recomputed once per {batch}-row update"
+            ),
         });
         exec(&client, &format!("DROP MATERIALIZED VIEW {name}")).await?;
     }
@@ -264,9 +403,18 @@ async fn views(eddy: &std::path::Path, rows: u64, groups: u64, backfill_rows: u6
     });
 
     eprintln!("loading {backfill_rows} rows into big ...");
-    exec(&client, "CREATE TABLE big (k BIGINT, g BIGINT, v BIGINT) APPEND ONLY").await?;
+    exec(
+        &client,
+        "CREATE TABLE big (k BIGINT, g BIGINT, v BIGINT) APPEND ONLY",
+    )
+    .await?;
     let load = fill(&client, "big", backfill_rows, groups).await?;
-    out.push(Measure { name: format!("load big ({backfill_rows} rows, append only)"), value: backfill_rows as f64 / load.as_secs_f64(), unit: "rows/s", note: format!("{load:.1?}") });
+    out.push(Measure {
+        name: format!("load big ({backfill_rows} rows, append only)"),
+        value: backfill_rows as f64 / load.as_secs_f64(),
+        unit: "rows/s",
+        note: format!("{load:.1?}"),
+    });
     let backfill = exec(&client, "CREATE MATERIALIZED VIEW big_agg AS SELECT g, count(*) AS n, sum(v) AS total FROM big GROUP BY g").await?;
     out.push(Measure {
         name: format!("backfill GROUP BY view over {backfill_rows} rows"),
@@ -274,10 +422,24 @@ async fn views(eddy: &std::path::Path, rows: u64, groups: u64, backfill_rows: u6
         unit: "rows/s",
         note: format!("{backfill:.1?}"),
     });
-    let batch_time = exec(&client, "SELECT count(*) FROM (SELECT g, count(*) AS n, sum(v) AS total FROM big GROUP BY g) q").await?;
-    out.push(Measure { name: format!("DataFusion batch GROUP BY over {backfill_rows} rows"), value: batch_time.as_secs_f64() * 1000.0, unit: "ms", note: String::new() });
+    let batch_time = exec(
+        &client,
+        "SELECT count(*) FROM (SELECT g, count(*) AS n, sum(v) AS total FROM big GROUP BY g) q",
+    )
+    .await?;
+    out.push(Measure {
+        name: format!("DataFusion batch GROUP BY over {backfill_rows} rows"),
+        value: batch_time.as_secs_f64() * 1000.0,
+        unit: "ms",
+        note: String::new(),
+    });
     let stats = server.stats()?;
-    out.push(Measure { name: "server peak RSS".into(), value: stats.peak_rss_bytes as f64 / 1e6, unit: "MB", note: format!("{:.1} CPU s in total", stats.cpu_seconds) });
+    out.push(Measure {
+        name: "server peak RSS".into(),
+        value: stats.peak_rss_bytes as f64 / 1e6,
+        unit: "MB",
+        note: format!("{:.1} CPU s in total", stats.cpu_seconds),
+    });
     Ok(out)
 }
 
@@ -288,24 +450,51 @@ fn events_sql(table: &str, from: u64, to: u64) -> String {
     )
 }
 
-async fn windows(eddy: &std::path::Path, all_events: u64, join_events: u64, chunk: u64, latency_rate: u64, latency_seconds: u64) -> Result<Vec<Measure>> {
+async fn windows(
+    eddy: &std::path::Path,
+    all_events: u64,
+    join_events: u64,
+    chunk: u64,
+    latency_rate: u64,
+    latency_seconds: u64,
+) -> Result<Vec<Measure>> {
     let server = EddyProcess::start_fresh(eddy)?;
     let client = server.connect().await?;
     let mut out = Vec::new();
     let stream = "CREATE TABLE {t} (k BIGINT, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5 seconds') APPEND ONLY";
     let views = [
-        ("tumble", "SELECT window_start, k, count(*) AS n, sum(v) AS s FROM TUMBLE({t}, ts, INTERVAL '1' MINUTE) GROUP BY 1, 2"),
-        ("hop", "SELECT window_start, k, count(*) AS n, max(v) AS m FROM HOP({t}, ts, INTERVAL '10 seconds', INTERVAL '1' MINUTE) GROUP BY 1, 2"),
-        ("interval_join", "SELECT a.k, a.v, b.v AS w FROM {t} a JOIN {t}_b b ON a.k = b.k AND b.ts BETWEEN a.ts AND a.ts + INTERVAL '2 seconds'"),
+        (
+            "tumble",
+            "SELECT window_start, k, count(*) AS n, sum(v) AS s FROM TUMBLE({t}, ts, INTERVAL '1' MINUTE) GROUP BY 1, 2",
+        ),
+        (
+            "hop",
+            "SELECT window_start, k, count(*) AS n, max(v) AS m FROM HOP({t}, ts, INTERVAL '10 seconds', INTERVAL '1' MINUTE) GROUP BY 1, 2",
+        ),
+        (
+            "interval_join",
+            "SELECT a.k, a.v, b.v AS w FROM {t} a JOIN {t}_b b ON a.k = b.k AND b.ts BETWEEN a.ts AND a.ts + INTERVAL '2 seconds'",
+        ),
     ];
     for (name, query) in views {
-        let events = if name == "interval_join" { join_events } else { all_events };
+        let events = if name == "interval_join" {
+            join_events
+        } else {
+            all_events
+        };
         let t = format!("s_{name}");
         exec(&client, &stream.replace("{t}", &t)).await?;
         if name == "interval_join" {
             exec(&client, &stream.replace("{t}", &format!("{t}_b"))).await?;
         }
-        exec(&client, &format!("CREATE MATERIALIZED VIEW {name} AS {}", query.replace("{t}", &t))).await?;
+        exec(
+            &client,
+            &format!(
+                "CREATE MATERIALIZED VIEW {name} AS {}",
+                query.replace("{t}", &t)
+            ),
+        )
+        .await?;
         eprintln!("{name}: {events} events ...");
         let before = server.stats()?;
         let start = Instant::now();
@@ -320,22 +509,45 @@ async fn windows(eddy: &std::path::Path, all_events: u64, join_events: u64, chun
             exec(&client, "FLUSH").await?;
             if (to + 1) % 1_000_000 == 0 || to + 1 == events {
                 let (rows, bytes) = state_of(&client, name).await?;
-                samples.push(format!("{}M:{rows}r/{:.1}MB", (to + 1) as f64 / 1e6, bytes as f64 / 1e6));
+                samples.push(format!(
+                    "{}M:{rows}r/{:.1}MB",
+                    (to + 1) as f64 / 1e6,
+                    bytes as f64 / 1e6
+                ));
             }
             from = to + 1;
         }
         let elapsed = start.elapsed();
         let cpu = server.stats()?.cpu_seconds - before.cpu_seconds;
-        let inputs = if name == "interval_join" { 2 * events } else { events };
+        let inputs = if name == "interval_join" {
+            2 * events
+        } else {
+            events
+        };
         out.push(Measure {
             name: format!("{name}: events/s (INSERT ... SELECT, durable, view maintained)"),
             value: inputs as f64 / elapsed.as_secs_f64(),
             unit: "events/s",
-            note: format!("{inputs} events in {elapsed:.1?}, {cpu:.1} CPU s, {:.0} events per CPU s", inputs as f64 / cpu.max(0.001)),
+            note: format!(
+                "{inputs} events in {elapsed:.1?}, {cpu:.1} CPU s, {:.0} events per CPU s",
+                inputs as f64 / cpu.max(0.001)
+            ),
         });
-        out.push(Measure { name: format!("{name}: state after each chunk"), value: samples.len() as f64, unit: "samples", note: samples.join(" ") });
+        out.push(Measure {
+            name: format!("{name}: state after each chunk"),
+            value: samples.len() as f64,
+            unit: "samples",
+            note: samples.join(" "),
+        });
         // The dataflow alone: a second view over the same stream backfills from the log.
-        let replay = exec(&client, &format!("CREATE MATERIALIZED VIEW {name}_replay AS {}", query.replace("{t}", &t))).await?;
+        let replay = exec(
+            &client,
+            &format!(
+                "CREATE MATERIALIZED VIEW {name}_replay AS {}",
+                query.replace("{t}", &t)
+            ),
+        )
+        .await?;
         out.push(Measure {
             name: format!("{name}: events/s replaying the log into a new view"),
             value: inputs as f64 / replay.as_secs_f64(),
@@ -349,7 +561,12 @@ async fn windows(eddy: &std::path::Path, all_events: u64, join_events: u64, chun
     }
     out.extend(latency(&server, latency_rate, latency_seconds).await?);
     let stats = server.stats()?;
-    out.push(Measure { name: "server peak RSS".into(), value: stats.peak_rss_bytes as f64 / 1e6, unit: "MB", note: format!("{:.1} CPU s in total", stats.cpu_seconds) });
+    out.push(Measure {
+        name: "server peak RSS".into(),
+        value: stats.peak_rss_bytes as f64 / 1e6,
+        unit: "MB",
+        note: format!("{:.1} CPU s in total", stats.cpu_seconds),
+    });
     Ok(out)
 }
 
@@ -357,22 +574,43 @@ async fn windows(eddy: &std::path::Path, all_events: u64, join_events: u64, chun
 async fn latency(server: &EddyProcess, rate: u64, seconds: u64) -> Result<Vec<Measure>> {
     use futures::StreamExt;
     let setup = server.connect().await?;
-    exec(&setup, "CREATE TABLE lat (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) APPEND ONLY").await?;
-    exec(&setup, "CREATE MATERIALIZED VIEW lat_view AS SELECT id, ts FROM lat WHERE id >= 0").await?;
+    exec(
+        &setup,
+        "CREATE TABLE lat (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) APPEND ONLY",
+    )
+    .await?;
+    exec(
+        &setup,
+        "CREATE MATERIALIZED VIEW lat_view AS SELECT id, ts FROM lat WHERE id >= 0",
+    )
+    .await?;
     let subscriber = server.connect().await?;
-    let statement = subscriber.prepare("SUBSCRIBE TO lat_view WITH (SNAPSHOT = false)").await?;
+    let statement = subscriber
+        .prepare("SUBSCRIBE TO lat_view WITH (SNAPSHOT = false)")
+        .await?;
     let total = rate * seconds;
-    let sent: std::sync::Arc<std::sync::Mutex<Vec<Option<Instant>>>> = std::sync::Arc::new(std::sync::Mutex::new(vec![None; total as usize]));
+    let sent: std::sync::Arc<std::sync::Mutex<Vec<Option<Instant>>>> =
+        std::sync::Arc::new(std::sync::Mutex::new(vec![None; total as usize]));
     let receiver = {
         let sent = std::sync::Arc::clone(&sent);
         tokio::spawn(async move {
             let mut delays = Vec::with_capacity(total as usize);
-            let Ok(stream) = subscriber.query_raw(&statement, std::iter::empty::<i32>()).await else { return delays };
+            let Ok(stream) = subscriber
+                .query_raw(&statement, std::iter::empty::<i32>())
+                .await
+            else {
+                return delays;
+            };
             let mut stream = Box::pin(stream);
             while let Some(Ok(row)) = stream.next().await {
                 let id: i64 = row.get(2);
                 let at = Instant::now();
-                if let Some(Some(t)) = sent.lock().map(|s| s.get(id as usize).copied()).ok().flatten() {
+                if let Some(Some(t)) = sent
+                    .lock()
+                    .map(|s| s.get(id as usize).copied())
+                    .ok()
+                    .flatten()
+                {
                     delays.push(at.duration_since(t));
                 }
                 if delays.len() as u64 >= total {
@@ -383,7 +621,9 @@ async fn latency(server: &EddyProcess, rate: u64, seconds: u64) -> Result<Vec<Me
         })
     };
     let writer = server.connect().await?;
-    let insert = writer.prepare("INSERT INTO lat VALUES ($1, now()::timestamp)").await?;
+    let insert = writer
+        .prepare("INSERT INTO lat VALUES ($1, now()::timestamp)")
+        .await?;
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let start = Instant::now();
     for id in 0..total {
@@ -394,12 +634,28 @@ async fn latency(server: &EddyProcess, rate: u64, seconds: u64) -> Result<Vec<Me
         }
         writer.execute(&insert, &[&(id as i64)]).await?;
     }
-    let mut delays = tokio::time::timeout(Duration::from_secs(30), receiver).await.context("subscriber timed out")??;
+    let mut delays = tokio::time::timeout(Duration::from_secs(30), receiver)
+        .await
+        .context("subscriber timed out")??;
     delays.sort();
-    let pick = |q: f64| delays.get(((delays.len() as f64 * q) as usize).min(delays.len().saturating_sub(1))).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    let pick = |q: f64| {
+        delays
+            .get(((delays.len() as f64 * q) as usize).min(delays.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
     Ok(vec![
-        Measure { name: format!("latency INSERT -> SUBSCRIBE p50 ({rate} rows/s, one per INSERT)"), value: pick(0.5), unit: "ms", note: format!("{} rows", delays.len()) },
-        Measure { name: "latency INSERT -> SUBSCRIBE p99".into(), value: pick(0.99), unit: "ms", note: "includes the fsync and the 100 ms epoch barrier".into() },
+        Measure {
+            name: format!("latency INSERT -> SUBSCRIBE p50 ({rate} rows/s, one per INSERT)"),
+            value: pick(0.5),
+            unit: "ms",
+            note: format!("{} rows", delays.len()),
+        },
+        Measure {
+            name: "latency INSERT -> SUBSCRIBE p99".into(),
+            value: pick(0.99),
+            unit: "ms",
+            note: "includes the fsync and the 100 ms epoch barrier".into(),
+        },
     ])
 }
 
@@ -416,7 +672,8 @@ fn event_line(i: u64) -> String {
     )
 }
 
-const INGEST_TABLE: &str = "(user_id BIGINT, url TEXT, amount DOUBLE PRECISION, ts TIMESTAMP) APPEND ONLY";
+const INGEST_TABLE: &str =
+    "(user_id BIGINT, url TEXT, amount DOUBLE PRECISION, ts TIMESTAMP) APPEND ONLY";
 
 /// Waits until `view` counts `n` records; returns when it did.
 async fn wait_count(client: &Client, view: &str, n: u64) -> Result<Instant> {
@@ -434,7 +691,12 @@ async fn wait_count(client: &Client, view: &str, n: u64) -> Result<Instant> {
     }
 }
 
-async fn ingest(eddy: &std::path::Path, records: u64, http_batch: u64, kafka: bool) -> Result<Vec<Measure>> {
+async fn ingest(
+    eddy: &std::path::Path,
+    records: u64,
+    http_batch: u64,
+    kafka: bool,
+) -> Result<Vec<Measure>> {
     let mut out = Vec::new();
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("events.jsonl");
@@ -462,22 +724,48 @@ async fn ingest(eddy: &std::path::Path, records: u64, http_batch: u64, kafka: bo
         parsed += 1;
     }
     let secs = started.elapsed().as_secs_f64();
-    out.push(Measure { name: "serde_json parse only (one core)".into(), value: parsed as f64 / secs, unit: "records/s", note: format!("{:.0} MB/s; {note}", mb / secs) });
+    out.push(Measure {
+        name: "serde_json parse only (one core)".into(),
+        value: parsed as f64 / secs,
+        unit: "records/s",
+        note: format!("{:.0} MB/s; {note}", mb / secs),
+    });
 
     let server = EddyProcess::start_fresh(eddy)?;
     let client = server.connect().await?;
-    let view = |t: &str| format!("CREATE MATERIALIZED VIEW {t}_per_user AS SELECT user_id, count(*) AS n, sum(amount) AS total FROM {t} GROUP BY user_id");
+    let view = |t: &str| {
+        format!(
+            "CREATE MATERIALIZED VIEW {t}_per_user AS SELECT user_id, count(*) AS n, sum(amount) AS total FROM {t} GROUP BY user_id"
+        )
+    };
 
     // File connector: the file is there when the table is created.
     let cpu0 = server.stats()?.cpu_seconds;
     let started = Instant::now();
     client.batch_execute(&format!("CREATE TABLE from_file {INGEST_TABLE} WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE JSON; {}", path.display(), view("from_file"))).await?;
-    let secs = wait_count(&client, "from_file_per_user", records).await?.duration_since(started).as_secs_f64();
+    let secs = wait_count(&client, "from_file_per_user", records)
+        .await?
+        .duration_since(started)
+        .as_secs_f64();
     let cpu = server.stats()?.cpu_seconds - cpu0;
-    out.push(Measure { name: "file connector -> table + GROUP BY view".into(), value: records as f64 / secs, unit: "records/s", note: format!("{:.1} MB/s, {:.2} CPU s per s; {note}", mb / secs, cpu / secs) });
+    out.push(Measure {
+        name: "file connector -> table + GROUP BY view".into(),
+        value: records as f64 / secs,
+        unit: "records/s",
+        note: format!(
+            "{:.1} MB/s, {:.2} CPU s per s; {note}",
+            mb / secs,
+            cpu / secs
+        ),
+    });
 
     // HTTP ingest: sequential POSTs of `http_batch` lines.
-    client.batch_execute(&format!("CREATE TABLE from_http {INGEST_TABLE}; {}", view("from_http"))).await?;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE from_http {INGEST_TABLE}; {}",
+            view("from_http")
+        ))
+        .await?;
     let lines: Vec<&[u8]> = bytes.split_inclusive(|b| *b == b'\n').collect();
     let cpu0 = server.stats()?.cpu_seconds;
     let started = Instant::now();
@@ -489,13 +777,20 @@ async fn ingest(eddy: &std::path::Path, records: u64, http_batch: u64, kafka: bo
         }
     }
     let acked = started.elapsed().as_secs_f64();
-    let secs = wait_count(&client, "from_http_per_user", records).await?.duration_since(started).as_secs_f64();
+    let secs = wait_count(&client, "from_http_per_user", records)
+        .await?
+        .duration_since(started)
+        .as_secs_f64();
     let cpu = server.stats()?.cpu_seconds - cpu0;
     out.push(Measure {
         name: format!("HTTP ingest ({http_batch} lines per POST) -> table + view"),
         value: records as f64 / secs,
         unit: "records/s",
-        note: format!("{:.1} MB/s; all acknowledged (durable) after {acked:.1} s; {:.2} CPU s per s; {note}", mb / secs, cpu / secs),
+        note: format!(
+            "{:.1} MB/s; all acknowledged (durable) after {acked:.1} s; {:.2} CPU s per s; {note}",
+            mb / secs,
+            cpu / secs
+        ),
     });
 
     if kafka {
@@ -503,7 +798,16 @@ async fn ingest(eddy: &std::path::Path, records: u64, http_batch: u64, kafka: bo
         broker.create_topic("events", 3).await?;
         for (p, part) in lines.chunks(lines.len().div_ceil(3)).enumerate() {
             for chunk in part.chunks(5_000) {
-                broker.produce("events", p as i32, chunk.iter().map(|l| (None, Some(&l[..l.len() - 1]))).collect()).await?;
+                broker
+                    .produce(
+                        "events",
+                        p as i32,
+                        chunk
+                            .iter()
+                            .map(|l| (None, Some(&l[..l.len() - 1])))
+                            .collect(),
+                    )
+                    .await?;
             }
         }
         let cpu0 = server.stats()?.cpu_seconds;
@@ -515,11 +819,28 @@ async fn ingest(eddy: &std::path::Path, records: u64, http_batch: u64, kafka: bo
                 view("from_kafka")
             ))
             .await?;
-        let secs = wait_count(&client, "from_kafka_per_user", records).await?.duration_since(started).as_secs_f64();
+        let secs = wait_count(&client, "from_kafka_per_user", records)
+            .await?
+            .duration_since(started)
+            .as_secs_f64();
         let cpu = server.stats()?.cpu_seconds - cpu0;
-        out.push(Measure { name: "Kafka (3 partitions, Tansu on the same machine) -> table + view".into(), value: records as f64 / secs, unit: "records/s", note: format!("{:.1} MB/s, {:.2} CPU s per s; {note}", mb / secs, cpu / secs) });
+        out.push(Measure {
+            name: "Kafka (3 partitions, Tansu on the same machine) -> table + view".into(),
+            value: records as f64 / secs,
+            unit: "records/s",
+            note: format!(
+                "{:.1} MB/s, {:.2} CPU s per s; {note}",
+                mb / secs,
+                cpu / secs
+            ),
+        });
     }
-    out.push(Measure { name: "peak RSS of the server".into(), value: server.stats()?.peak_rss_bytes as f64 / 1e6, unit: "MB", note: String::new() });
+    out.push(Measure {
+        name: "peak RSS of the server".into(),
+        value: server.stats()?.peak_rss_bytes as f64 / 1e6,
+        unit: "MB",
+        note: String::new(),
+    });
     Ok(out)
 }
 
@@ -527,7 +848,11 @@ async fn ingest(eddy: &std::path::Path, records: u64, http_batch: u64, kafka: bo
 fn nexmark_queries(dir: &std::path::Path) -> Result<Vec<String>> {
     let mut names: Vec<String> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|n| n.strip_suffix(".sql").filter(|q| q.starts_with('q')).map(str::to_owned))
+        .filter_map(|n| {
+            n.strip_suffix(".sql")
+                .filter(|q| q.starts_with('q'))
+                .map(str::to_owned)
+        })
         .collect();
     names.sort_by_key(|n| n[1..].parse::<u32>().unwrap_or(u32::MAX));
     Ok(names)
@@ -536,15 +861,30 @@ fn nexmark_queries(dir: &std::path::Path) -> Result<Vec<String>> {
 /// A SQL file without its `--` comments.
 fn sql_file(path: &std::path::Path) -> Result<String> {
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-    Ok(text.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n"))
+    Ok(text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 /// examples/nexmark/schema.sql for `events` events split `splits` ways, as sources (read by
 /// each view, nothing stored) or as tables (stored, for batch queries).
-fn nexmark_schema(dir: &std::path::Path, events: u64, splits: u32, sources: bool) -> Result<String> {
-    let schema = sql_file(&dir.join("schema.sql"))?.replace("nexmark.event.num = '10000000'", &format!("nexmark.event.num = '{events}'"));
+fn nexmark_schema(
+    dir: &std::path::Path,
+    events: u64,
+    splits: u32,
+    sources: bool,
+) -> Result<String> {
+    let schema = sql_file(&dir.join("schema.sql"))?.replace(
+        "nexmark.event.num = '10000000'",
+        &format!("nexmark.event.num = '{events}'"),
+    );
     Ok(if sources {
-        schema.replace("CREATE TABLE", "CREATE SOURCE").replace(") APPEND ONLY WITH", ") WITH").replace("partitions = 2", &format!("nexmark.split.num = '{splits}'"))
+        schema
+            .replace("CREATE TABLE", "CREATE SOURCE")
+            .replace(") APPEND ONLY WITH", ") WITH")
+            .replace("partitions = 2", &format!("nexmark.split.num = '{splits}'"))
     } else {
         schema.replace("partitions = 2", &format!("partitions = {splits}"))
     })
@@ -558,7 +898,12 @@ async fn nexmark_drained(client: &Client, view: &str, events: u64) -> Result<Ins
     let deadline = Instant::now() + Duration::from_secs(3 * 3600);
     loop {
         let rows = query_text(client, &format!("SELECT count(DISTINCT object) AS sources, sum(committed_offset) AS done FROM eddy_source_offsets WHERE consumer = '{view}' AND object IN ('person', 'auction', 'bid')")).await?;
-        let cell = |i: usize| rows.first().and_then(|r| r[i].as_deref()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let cell = |i: usize| {
+            rows.first()
+                .and_then(|r| r[i].as_deref())
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
         if cell(0) > 0 && cell(1) >= cell(0) * events {
             return Ok(Instant::now());
         }
@@ -583,15 +928,41 @@ struct NexmarkRun {
 async fn checkpoint(client: &Client) -> Result<(f64, f64, f64)> {
     exec(client, "CHECKPOINT").await?;
     let rows = query_text(client, "SELECT extract(epoch FROM duration) * 1000 AS ms, extract(epoch FROM pause) * 1000 AS pause, bytes FROM eddy_checkpoints").await?;
-    let cell = |i: usize| rows.first().and_then(|r| r[i].as_deref()).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let cell = |i: usize| {
+        rows.first()
+            .and_then(|r| r[i].as_deref())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     Ok((cell(0), cell(1), cell(2) / 1e6))
 }
 
-async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>, batch: bool, latency_rate: u64, latency_seconds: u64) -> Result<Vec<Measure>> {
-    let NexmarkRun { events, workers, splits, .. } = *run;
-    let server_args: Vec<String> = vec!["--workers".into(), workers.to_string(), "--checkpoint-interval".into(), run.checkpoint_interval.to_string()];
+async fn nexmark(
+    eddy: &std::path::Path,
+    run: &NexmarkRun,
+    queries: Vec<String>,
+    batch: bool,
+    latency_rate: u64,
+    latency_seconds: u64,
+) -> Result<Vec<Measure>> {
+    let NexmarkRun {
+        events,
+        workers,
+        splits,
+        ..
+    } = *run;
+    let server_args: Vec<String> = vec![
+        "--workers".into(),
+        workers.to_string(),
+        "--checkpoint-interval".into(),
+        run.checkpoint_interval.to_string(),
+    ];
     let dir = PathBuf::from("examples/nexmark");
-    let queries = if queries.is_empty() { nexmark_queries(&dir)? } else { queries };
+    let queries = if queries.is_empty() {
+        nexmark_queries(&dir)?
+    } else {
+        queries
+    };
     let mut out = Vec::new();
     for q in &queries {
         eprintln!("nexmark {q} over {events} events, {workers} worker(s) ...");
@@ -603,21 +974,40 @@ async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>,
         let before = server.stats()?;
         let started = Instant::now();
         // Q10's file sink writes into this run's data directory.
-        exec(&client, &sql_file(&dir.join(format!("{q}.sql")))?.replace("/tmp/eddy-nexmark-q10", &server.data_dir.join("nexmark-q10").display().to_string())).await?;
-        let drained = nexmark_drained(&client, &format!("nexmark_{q}"), events).await?.duration_since(started).as_secs_f64();
+        exec(
+            &client,
+            &sql_file(&dir.join(format!("{q}.sql")))?.replace(
+                "/tmp/eddy-nexmark-q10",
+                &server.data_dir.join("nexmark-q10").display().to_string(),
+            ),
+        )
+        .await?;
+        let drained = nexmark_drained(&client, &format!("nexmark_{q}"), events)
+            .await?
+            .duration_since(started)
+            .as_secs_f64();
         let after = server.stats()?;
         let cpu = after.cpu_seconds - before.cpu_seconds;
         let (state_rows, state_bytes) = state_of(&client, &format!("nexmark_{q}")).await?;
         let rows = query_text(&client, &format!("SELECT count(*) AS n FROM nexmark_{q}")).await?;
         let view_rows = rows.first().and_then(|r| r[0].clone()).unwrap_or_default();
-        out.push(Measure { name: format!("{q}: events/s"), value: events as f64 / drained, unit: "events/s", note: format!("drained in {drained:.1} s; {view_rows} rows in the view") });
+        out.push(Measure {
+            name: format!("{q}: events/s"),
+            value: events as f64 / drained,
+            unit: "events/s",
+            note: format!("drained in {drained:.1} s; {view_rows} rows in the view"),
+        });
         // A view with sinks: how long until they have committed every row of it.
         let wanted: u64 = view_rows.parse().unwrap_or(0);
         for sink in query_text(&client, "SHOW SINKS").await? {
             let name = sink[0].clone().unwrap_or_default();
             let committed = loop {
                 let rows = query_text(&client, "SHOW SINKS").await?;
-                let committed = rows.iter().find(|r| r[0].as_deref() == Some(name.as_str())).and_then(|r| r[5].as_deref()?.parse::<u64>().ok()).unwrap_or(0);
+                let committed = rows
+                    .iter()
+                    .find(|r| r[0].as_deref() == Some(name.as_str()))
+                    .and_then(|r| r[5].as_deref()?.parse::<u64>().ok())
+                    .unwrap_or(0);
                 if committed >= wanted || started.elapsed() > Duration::from_secs(3600) {
                     break committed;
                 }
@@ -625,13 +1015,40 @@ async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>,
             };
             let secs = started.elapsed().as_secs_f64();
             let connector = sink[2].clone().unwrap_or_default();
-            out.push(Measure { name: format!("{q}: {connector} sink {name}"), value: committed as f64 / secs, unit: "rows/s", note: format!("{committed} rows committed {secs:.1} s after the view was created") });
+            out.push(Measure {
+                name: format!("{q}: {connector} sink {name}"),
+                value: committed as f64 / secs,
+                unit: "rows/s",
+                note: format!("{committed} rows committed {secs:.1} s after the view was created"),
+            });
         }
-        out.push(Measure { name: format!("{q}: events/s per core"), value: events as f64 / cpu.max(0.01), unit: "events/s", note: format!("{cpu:.1} CPU s ({:.2} cores)", cpu / drained) });
-        out.push(Measure { name: format!("{q}: peak RSS"), value: after.peak_rss_bytes as f64 / 1e6, unit: "MB", note: String::new() });
-        out.push(Measure { name: format!("{q}: state"), value: state_bytes as f64 / 1e6, unit: "MB", note: format!("{state_rows} state rows") });
+        out.push(Measure {
+            name: format!("{q}: events/s per core"),
+            value: events as f64 / cpu.max(0.01),
+            unit: "events/s",
+            note: format!("{cpu:.1} CPU s ({:.2} cores)", cpu / drained),
+        });
+        out.push(Measure {
+            name: format!("{q}: peak RSS"),
+            value: after.peak_rss_bytes as f64 / 1e6,
+            unit: "MB",
+            note: String::new(),
+        });
+        out.push(Measure {
+            name: format!("{q}: state"),
+            value: state_bytes as f64 / 1e6,
+            unit: "MB",
+            note: format!("{state_rows} state rows"),
+        });
         let (took, pause, size) = checkpoint(&client).await?;
-        out.push(Measure { name: format!("{q}: checkpoint"), value: took, unit: "ms", note: format!("{size:.1} MB on disk; the views paused {pause:.0} ms to copy their state") });
+        out.push(Measure {
+            name: format!("{q}: checkpoint"),
+            value: took,
+            unit: "ms",
+            note: format!(
+                "{size:.1} MB on disk; the views paused {pause:.0} ms to copy their state"
+            ),
+        });
         if run.recovery {
             let view = format!("nexmark_{q}");
             server.kill()?;
@@ -639,14 +1056,24 @@ async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>,
             let mut restarted = server.restart()?;
             let client = restarted.connect().await?;
             nexmark_drained(&client, &view, events).await?;
-            out.push(Measure { name: format!("{q}: restart from the checkpoint"), value: started.elapsed().as_secs_f64(), unit: "s", note: format!("after {events} events, until the view is current again") });
+            out.push(Measure {
+                name: format!("{q}: restart from the checkpoint"),
+                value: started.elapsed().as_secs_f64(),
+                unit: "s",
+                note: format!("after {events} events, until the view is current again"),
+            });
             restarted.kill()?;
             std::fs::remove_dir_all(server.data_dir.join("checkpoints"))?;
             let started = Instant::now();
             let restarted = server.restart()?;
             let client = restarted.connect().await?;
             nexmark_drained(&client, &view, events).await?;
-            out.push(Measure { name: format!("{q}: restart without a checkpoint"), value: started.elapsed().as_secs_f64(), unit: "s", note: "the view read again from the sources' start".into() });
+            out.push(Measure {
+                name: format!("{q}: restart without a checkpoint"),
+                value: started.elapsed().as_secs_f64(),
+                unit: "s",
+                note: "the view read again from the sources' start".into(),
+            });
         }
     }
     if batch {
@@ -658,26 +1085,58 @@ async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>,
         exec(&client, &nexmark_schema(&dir, events, splits, false)?).await?;
         loop {
             let rows = query_text(&client, "SELECT sum(committed_offset) AS done FROM eddy_source_offsets WHERE consumer = 'connector nexmark'").await?;
-            if rows.first().and_then(|r| r[0].as_deref()).and_then(|v| v.parse::<u64>().ok()) >= Some(3 * events) {
+            if rows
+                .first()
+                .and_then(|r| r[0].as_deref())
+                .and_then(|v| v.parse::<u64>().ok())
+                >= Some(3 * events)
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let stored = started.elapsed().as_secs_f64();
-        out.push(Measure { name: "generate + store all events in tables (for batch)".into(), value: 3.0 * events as f64 / stored, unit: "event ids/s", note: format!("{stored:.1} s, the three streams each walk all event ids") });
+        out.push(Measure {
+            name: "generate + store all events in tables (for batch)".into(),
+            value: 3.0 * events as f64 / stored,
+            unit: "event ids/s",
+            note: format!("{stored:.1} s, the three streams each walk all event ids"),
+        });
         for q in &queries {
             let create = sql_file(&dir.join(format!("{q}.sql")))?;
-            let Some(at) = create.find(" AS\n") else { continue };
-            let query = create[at + 4..].split(';').next().unwrap_or_default().trim().replace("FOR SYSTEM_TIME AS OF PROCTIME() ", "");
+            let Some(at) = create.find(" AS\n") else {
+                continue;
+            };
+            let query = create[at + 4..]
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .replace("FOR SYSTEM_TIME AS OF PROCTIME() ", "");
             if query.contains("SESSION(") {
-                out.push(Measure { name: format!("{q}: DataFusion batch"), value: 0.0, unit: "events/s", note: "SESSION windows have no batch form in DataFusion".into() });
+                out.push(Measure {
+                    name: format!("{q}: DataFusion batch"),
+                    value: 0.0,
+                    unit: "events/s",
+                    note: "SESSION windows have no batch form in DataFusion".into(),
+                });
                 continue;
             }
             let started = Instant::now();
-            let rows = query_text(&client, &format!("SELECT count(*) AS n FROM ({query}) AS q")).await.with_context(|| format!("{q} in batch"))?;
+            let rows = query_text(
+                &client,
+                &format!("SELECT count(*) AS n FROM ({query}) AS q"),
+            )
+            .await
+            .with_context(|| format!("{q} in batch"))?;
             let secs = started.elapsed().as_secs_f64();
             let n = rows.first().and_then(|r| r[0].clone()).unwrap_or_default();
-            out.push(Measure { name: format!("{q}: DataFusion batch"), value: events as f64 / secs, unit: "events/s", note: format!("{secs:.2} s over the stored events, {n} rows") });
+            out.push(Measure {
+                name: format!("{q}: DataFusion batch"),
+                value: events as f64 / secs,
+                unit: "events/s",
+                note: format!("{secs:.2} s over the stored events, {n} rows"),
+            });
         }
     }
     if latency_seconds > 0 {
@@ -689,31 +1148,51 @@ async fn nexmark(eddy: &std::path::Path, run: &NexmarkRun, queries: Vec<String>,
 /// The generator paced at `rate` events/s with event time advancing at the same pace: event
 /// `e` is generated at `start + e / rate`, which is also its event time minus the base time.
 /// A view of the bids is subscribed to; the delay of each row is its arrival minus that.
-async fn nexmark_latency(eddy: &std::path::Path, dir: &std::path::Path, workers: u32, rate: u64, seconds: u64) -> Result<Vec<Measure>> {
+async fn nexmark_latency(
+    eddy: &std::path::Path,
+    dir: &std::path::Path,
+    workers: u32,
+    rate: u64,
+    seconds: u64,
+) -> Result<Vec<Measure>> {
     use futures::StreamExt;
     let events = rate * seconds;
     let server = EddyProcess::start_fresh_with(eddy, Some(workers))?;
     let client = server.connect().await?;
-    let schema = nexmark_schema(dir, events, 1, true)?.replace("'10000'", &format!("'{rate}'")).replace("nexmark.rate.limited = 'false'", "nexmark.rate.limited = 'true'");
+    let schema = nexmark_schema(dir, events, 1, true)?
+        .replace("'10000'", &format!("'{rate}'"))
+        .replace(
+            "nexmark.rate.limited = 'false'",
+            "nexmark.rate.limited = 'true'",
+        );
     exec(&client, &schema).await?;
     let subscriber = server.connect().await?;
     let statement = subscriber.prepare("SUBSCRIBE (SELECT auction, CAST(extract(epoch FROM date_time) * 1000 AS BIGINT) AS ms FROM bid) WITH (SNAPSHOT = false)").await?;
     let started = Instant::now();
-    let stream = subscriber.query_raw(&statement, std::iter::empty::<i32>()).await?;
+    let stream = subscriber
+        .query_raw(&statement, std::iter::empty::<i32>())
+        .await?;
     let mut stream = Box::pin(stream);
     let base_ms = 1_436_918_400_000i64;
     let bids = events * 46 / 50;
     let mut delays = Vec::with_capacity(bids as usize);
     let deadline = started + Duration::from_secs(seconds * 3 + 30);
     while (delays.len() as u64) < bids && Instant::now() < deadline {
-        let Ok(Some(row)) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await else { break };
+        let Ok(Some(row)) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await
+        else {
+            break;
+        };
         let row = row?;
         let ms: i64 = row.get(3);
         let due = Duration::from_millis((ms - base_ms).max(0) as u64);
         delays.push(started.elapsed().saturating_sub(due));
     }
     delays.sort();
-    let pick = |q: f64| delays.get(((delays.len() as f64 * q) as usize).min(delays.len().saturating_sub(1))).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    let pick = |q: f64| {
+        delays
+            .get(((delays.len() as f64 * q) as usize).min(delays.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
     Ok(vec![
         Measure { name: format!("latency generation -> SUBSCRIBE p50 ({rate} events/s)"), value: pick(0.5), unit: "ms", note: format!("{} bids received", delays.len()) },
         Measure { name: "latency generation -> SUBSCRIBE p99".into(), value: pick(0.99), unit: "ms", note: "event time is generation time at this rate (ms granularity); includes the 100 ms epoch barrier".into() },
