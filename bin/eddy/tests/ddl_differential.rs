@@ -79,8 +79,8 @@ async fn run(client: &Client, notices: &Mutex<Vec<String>>, sql: &str) -> String
             None => out.push(format!("connection error: {e}")),
         },
     }
-    // NOTICEs arrive on the connection task: give it a moment to hand them over.
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    // The connection task records a NOTICE when it reads it, before it reads (and hands the
+    // client) the statement's response that follows it, so every NOTICE is there by now.
     let mut seen: Vec<String> =
         std::mem::take(&mut *notices.lock().unwrap_or_else(|p| p.into_inner()));
     seen.extend(out);
