@@ -234,6 +234,11 @@ async fn result_columns_are_named_and_typed_as_postgres_does() {
         "SELECT id AS \"Id\", count(*) AS \"n(x)\", price * 2, upper(name) FROM t GROUP BY id, price, name",
         "SELECT t.* FROM t WHERE false",
         "SELECT CASE WHEN id > 1 THEN 'a' END, coalesce(name, '-'), now()::date AS day FROM t",
+        // Columns that share a name (DBeaver's first query reads `n.oid, n.*`).
+        "SELECT t.id, t.*, id, 1 AS id FROM t",
+        "SELECT COUNT(*), count(*), Sum(id) FROM t",
+        "SELECT a.*, b.* FROM t AS a JOIN t AS b USING (id)",
+        "SELECT 1 AS x, 2 AS x UNION ALL SELECT 3, 4",
     ] {
         let columns = |s: &tokio_postgres::Statement| {
             s.columns()

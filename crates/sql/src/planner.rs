@@ -322,12 +322,35 @@ impl SessionPlanner {
         {
             alias_repeated_columns(source);
         }
+        // A query whose columns share a name is planned again with them renamed (PostgreSQL
+        // allows it; DataFusion does not): kept for that, as only then is it needed.
+        let query = match &rewritten {
+            ast::Statement::Query(q) => Some(q.clone()),
+            _ => None,
+        };
         let df_statement = datafusion::sql::parser::Statement::Statement(Box::new(rewritten));
         let state = self.state();
-        let plan = state
-            .statement_to_plan(df_statement)
-            .await
-            .map_err(from_datafusion)?;
+        let mut renamed = None;
+        let plan = match (
+            state.statement_to_plan(df_statement).await,
+            query,
+            statement,
+        ) {
+            (Err(e), Some(mut query), ast::Statement::Query(written))
+                if crate::pg::repeated_names::is_repeated_name_error(&e) =>
+            {
+                renamed =
+                    Some(crate::pg::repeated_names::rename(written, &mut query, &state).await?);
+                let again = datafusion::sql::parser::Statement::Statement(Box::new(
+                    ast::Statement::Query(query),
+                ));
+                state
+                    .statement_to_plan(again)
+                    .await
+                    .map_err(from_datafusion)?
+            }
+            (planned, ..) => planned.map_err(from_datafusion)?,
+        };
         match plan {
             LogicalPlan::Dml(dml) => dml_plan(dml, &state),
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => {
@@ -338,9 +361,13 @@ impl SessionPlanner {
             }
             plan => {
                 let mut query = QueryPlan::new(plan, &state);
-                if let ast::Statement::Query(written) = statement {
-                    query.names = crate::pg::names::output_names(written).map(Arc::new);
-                }
+                query.names = match (renamed, statement) {
+                    (Some(names), _) => Some(Arc::new(names)),
+                    (None, ast::Statement::Query(written)) => {
+                        crate::pg::names::output_names(written).map(Arc::new)
+                    }
+                    _ => None,
+                };
                 Ok(Planned::Query(query))
             }
         }

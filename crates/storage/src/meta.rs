@@ -154,8 +154,45 @@ fn meta_error(context: &str, err: sled::Error) -> Error {
     )
 }
 
+/// Removes the snapshot files sled left unfinished when the process died while writing one.
+///
+/// sled 0.34.7 writes a snapshot to `snap.<lsn>.generating`, fsyncs it and renames it to
+/// `snap.<lsn>`; only then does it remove the older snapshot. But on open it takes the
+/// highest-named `snap.*` file, and `snap.<lsn>.generating` sorts after `snap.<lsn>`: a crash
+/// before the rename (a SIGKILL during start-up, which writes a snapshot) left a truncated file
+/// it then refused as corrupt, and the store never opened again (spacejam/sled#1527). An
+/// unfinished snapshot holds nothing the log does not: the complete snapshot before it is still
+/// there (or, with none, sled replays the log from its start).
+fn remove_unfinished_snapshots(dir: &Path) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(Error::new(
+                SqlState::IO_ERROR,
+                format!("metadata store: reading {}: {e}", dir.display()),
+            ));
+        }
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            tracing::warn!(file = %entry.path().display(), "removing an unfinished metadata snapshot left by a crash");
+            std::fs::remove_file(entry.path()).map_err(|e| {
+                Error::new(
+                    SqlState::IO_ERROR,
+                    format!("metadata store: removing {}: {e}", entry.path().display()),
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
 impl MetaStore {
     pub fn open(dir: &Path) -> Result<Self> {
+        remove_unfinished_snapshots(dir)?;
         let db = sled::Config::new()
             .path(dir)
             .flush_every_ms(None)
@@ -418,6 +455,33 @@ mod tests {
                 Err(e) => panic!("reopening the metadata store: {e:?}"),
             }
         }
+    }
+
+    /// A crash while sled writes a snapshot leaves `snap.<lsn>.generating` behind, truncated;
+    /// the store must open again, with everything it held.
+    #[test]
+    fn opens_after_a_crash_while_writing_a_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = {
+            let meta = MetaStore::open(dir.path()).unwrap();
+            let id = meta.allocate_object_id().unwrap();
+            meta.put_object(id, b"kept").unwrap();
+            id
+        };
+        // Opening writes a snapshot; find its name and leave a later one half-written.
+        drop(reopen(dir.path()));
+        let snapshot = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("snap.") && !n.ends_with(".generating"))
+            .expect("sled wrote a snapshot");
+        let unfinished = dir.path().join(format!("{snapshot}.generating"));
+        std::fs::write(&unfinished, b"trunc").unwrap();
+        let meta = reopen(dir.path());
+        let objects = meta.objects().unwrap();
+        assert_eq!(objects, vec![(id, b"kept".to_vec())]);
+        assert!(!unfinished.exists());
     }
 
     #[test]

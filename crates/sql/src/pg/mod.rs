@@ -29,6 +29,7 @@ pub mod jsonb;
 pub mod math;
 pub mod names;
 pub mod planner;
+pub mod repeated_names;
 pub mod rules;
 pub mod strings;
 pub mod template;

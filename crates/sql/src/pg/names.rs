@@ -8,6 +8,8 @@
 
 use datafusion::sql::sqlparser::ast::{self, DataType, Expr, SelectItem, SetExpr, Value};
 
+use crate::names::normalize_ident;
+
 const UNNAMED: &str = "?column?";
 
 /// The names of a query's result columns, one per column, when its select list says them.
@@ -25,7 +27,7 @@ pub fn output_names(query: &ast::Query) -> Option<Vec<Option<String>>> {
         .map(|item| match item {
             SelectItem::UnnamedExpr(expr) => Some(match expr {
                 Expr::Identifier(_) | Expr::CompoundIdentifier(_) => None,
-                other => Some(expr_name(other).unwrap_or(UNNAMED).to_owned()),
+                other => Some(expr_name(other).unwrap_or_else(|| UNNAMED.to_owned())),
             }),
             SelectItem::ExprWithAlias { .. } => Some(None),
             _ => None,
@@ -34,34 +36,34 @@ pub fn output_names(query: &ast::Query) -> Option<Vec<Option<String>>> {
 }
 
 /// PostgreSQL's name for an expression, `None` for `?column?`.
-fn expr_name(expr: &Expr) -> Option<&str> {
+pub(crate) fn expr_name(expr: &Expr) -> Option<String> {
     match expr {
-        Expr::Identifier(i) => Some(&i.value),
-        Expr::CompoundIdentifier(parts) => parts.last().map(|p| p.value.as_str()),
+        Expr::Identifier(i) => Some(normalize_ident(i)),
+        Expr::CompoundIdentifier(parts) => parts.last().map(normalize_ident),
         Expr::Function(f) => f
             .name
             .0
             .last()
             .and_then(|p| p.as_ident())
-            .map(|i| i.value.as_str()),
+            .map(normalize_ident),
         Expr::Nested(inner) => expr_name(inner),
         Expr::Cast {
             expr, data_type, ..
-        } => expr_name(expr).or_else(|| type_name(data_type)),
-        Expr::TypedString(typed) => type_name(&typed.data_type),
-        Expr::Interval(_) => Some("interval"),
-        Expr::Array(_) => Some("array"),
+        } => expr_name(expr).or_else(|| type_name(data_type).map(str::to_owned)),
+        Expr::TypedString(typed) => type_name(&typed.data_type).map(str::to_owned),
+        Expr::Interval(_) => Some("interval".to_owned()),
+        Expr::Array(_) => Some("array".to_owned()),
         Expr::CompoundFieldAccess { root, .. } => expr_name(root),
-        Expr::Case { .. } => Some("case"),
-        Expr::Exists { .. } => Some("exists"),
-        Expr::Value(v) if matches!(v.value, Value::Boolean(_)) => Some("?column?"),
-        Expr::Extract { .. } => Some("extract"),
-        Expr::Substring { .. } => Some("substring"),
-        Expr::Trim { .. } => Some("btrim"),
-        Expr::Position { .. } => Some("position"),
-        Expr::Overlay { .. } => Some("overlay"),
-        Expr::Ceil { .. } => Some("ceil"),
-        Expr::Floor { .. } => Some("floor"),
+        Expr::Case { .. } => Some("case".to_owned()),
+        Expr::Exists { .. } => Some("exists".to_owned()),
+        Expr::Value(v) if matches!(v.value, Value::Boolean(_)) => Some("?column?".to_owned()),
+        Expr::Extract { .. } => Some("extract".to_owned()),
+        Expr::Substring { .. } => Some("substring".to_owned()),
+        Expr::Trim { .. } => Some("btrim".to_owned()),
+        Expr::Position { .. } => Some("position".to_owned()),
+        Expr::Overlay { .. } => Some("overlay".to_owned()),
+        Expr::Ceil { .. } => Some("ceil".to_owned()),
+        Expr::Floor { .. } => Some("floor".to_owned()),
         _ => None,
     }
 }
