@@ -255,3 +255,76 @@ async fn result_columns_are_named_and_typed_as_postgres_does() {
         assert_eq!(got, want, "{sql}");
     }
 }
+
+/// Sends Parse then Flush (no Sync) on a fresh connection and returns what answers the Parse:
+/// `Ok(())` for ParseComplete, `Err(sqlstate)` for an ErrorResponse.
+async fn parse_alone(port: u16, database: &str, sql: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut startup = Vec::new();
+    startup.extend_from_slice(&196608u32.to_be_bytes());
+    for part in ["user", "eddy", "database", database] {
+        startup.extend_from_slice(part.as_bytes());
+        startup.push(0);
+    }
+    startup.push(0);
+    let mut message = ((startup.len() + 4) as u32).to_be_bytes().to_vec();
+    message.extend_from_slice(&startup);
+    socket.write_all(&message).await.unwrap();
+    // One message: its tag and body.
+    async fn read(socket: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
+        let tag = socket.read_u8().await.unwrap();
+        let len = socket.read_u32().await.unwrap() as usize;
+        let mut body = vec![0; len - 4];
+        socket.read_exact(&mut body).await.unwrap();
+        (tag, body)
+    }
+    while read(&mut socket).await.0 != b'Z' {}
+    let mut parse = vec![0u8]; // the unnamed statement
+    parse.extend_from_slice(sql.as_bytes());
+    parse.push(0);
+    parse.extend_from_slice(&0u16.to_be_bytes());
+    let mut out = vec![b'P'];
+    out.extend_from_slice(&((parse.len() + 4) as u32).to_be_bytes());
+    out.extend_from_slice(&parse);
+    out.extend_from_slice(&[b'H', 0, 0, 0, 4]);
+    socket.write_all(&out).await.unwrap();
+    loop {
+        match read(&mut socket).await {
+            (b'1', _) => return Ok(()),
+            (b'E', body) => {
+                let code = body
+                    .split(|b| *b == 0)
+                    .find_map(|field| field.strip_prefix(b"C"))
+                    .unwrap_or_default();
+                return Err(String::from_utf8_lossy(code).into_owned());
+            }
+            // Notices and parameter statuses may come first.
+            _ => continue,
+        }
+    }
+}
+
+/// An error in a query or DML statement arrives at Parse, as PostgreSQL reports it there (not
+/// at Describe or Execute); a utility statement is checked when it runs.
+#[tokio::test]
+async fn errors_in_a_query_arrive_at_parse() {
+    let (eddy, pg, _e, _p) = both().await;
+    for sql in [
+        "SELECT * FROM no_such_table",
+        "SELECT no_such_column FROM t",
+        "SELECT no_such_function(id) FROM t",
+        "INSERT INTO no_such_table VALUES (1)",
+        "UPDATE t SET no_such_column = 1",
+        "DELETE FROM t WHERE no_such_column = 1",
+        "SELECT id FROM t WHERE id = $1",
+        "CREATE TABLE later (a INT)",
+        "DROP TABLE no_such_table",
+    ] {
+        let want = parse_alone(pg.port, "postgres", sql).await;
+        let got = parse_alone(eddy.port, "eddy", sql).await;
+        assert_eq!(got, want, "{sql}");
+    }
+}

@@ -84,6 +84,8 @@ fn declared_type(declared: &str) -> Option<Type> {
         "jsonb" => Type::JSONB,
         "json" => Type::JSON,
         "name" => Type::NAME,
+        "int2vector" => Type::INT2_VECTOR,
+        "oidvector" => Type::OID_VECTOR,
         d if d.starts_with("character varying") => Type::VARCHAR,
         d if d.starts_with("character(") => Type::BPCHAR,
         _ => return None,

@@ -35,7 +35,9 @@ use pgwire::api::{
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
-use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::extendedquery::{
+    Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
+};
 use pgwire::messages::response::NoticeResponse;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::simplequery::Query;
@@ -817,6 +819,17 @@ impl QueryParser for EddyQueryParser {
     }
 }
 
+/// Whether PostgreSQL analyzes a statement when it is parsed (queries and DML; utility
+/// statements such as DDL are checked only when they run).
+fn analyzed_at_parse(statement: &eddy_engine::Statement) -> bool {
+    use eddy_sql::ast::Statement as S;
+    matches!(
+        statement,
+        eddy_engine::Statement::Sql(sql)
+            if matches!(sql.as_ref(), S::Query(_) | S::Insert(_) | S::Update(_) | S::Delete(_))
+    )
+}
+
 /// Parameter types: the client's where it gave them, else what planning inferred, else text.
 fn parameter_types(
     client_types: &[Option<Type>],
@@ -894,6 +907,44 @@ impl ExtendedQueryHandler for Conn {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         Arc::clone(&self.parser)
+    }
+
+    /// Parses and, for a query or DML statement, plans it, so that an error in it (an unknown
+    /// table, column or function) arrives at Parse, as PostgreSQL reports it there.
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(stored) = StoredStatement::parse(client, &message, self.query_parser()).await?
+        else {
+            let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+            client.portal_store().put_empty_statement(name);
+            return client
+                .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+                .await
+                .map_err(Into::into);
+        };
+        if analyzed_at_parse(&stored.statement.statement) {
+            let slot = slot(client)?;
+            let described = slot
+                .session
+                .lock()
+                .await
+                .describe(&stored.statement.statement)
+                .await;
+            if let Err(e) = described {
+                log_failure(&stored.statement.text, &e);
+                return Err(to_pgwire(e));
+            }
+        }
+        client.portal_store().put_statement(Arc::new(stored));
+        client
+            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await
+            .map_err(Into::into)
     }
 
     async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>

@@ -298,6 +298,15 @@ impl Resolver<'_> {
             if self.mode == Mode::Store && is_relation_function(name) {
                 self.store_argument(args)?;
             }
+            // DataFusion looks a table function up by the first part of its name:
+            // `pg_catalog.pg_get_keywords()` is `pg_get_keywords()`.
+            if let [schema, _] = name.0.as_slice()
+                && schema
+                    .as_ident()
+                    .is_some_and(|i| normalize_ident(i) == crate::pg_catalog::SCHEMA)
+            {
+                name.0.remove(0);
+            }
             return Ok(());
         }
         let (schema, relation) = name_parts(name)?;

@@ -79,6 +79,9 @@ pub struct TextOptions {
     /// A `character(n)`: Eddy keeps its values without trailing blanks (so comparisons and
     /// `length` ignore them, as PostgreSQL's do) and pads them to n where they are shown.
     pub blank_pad: Option<usize>,
+    /// An `int2vector` or `oidvector` (`pg_index.indkey`): its elements separated by spaces,
+    /// without braces.
+    pub vector: bool,
 }
 
 impl TextOptions {
@@ -88,23 +91,23 @@ impl TextOptions {
             trim_numeric: false,
             bool_words: false,
             blank_pad: None,
+            vector: false,
         }
     }
 
     /// The output form of a column's values: what the wire and COPY send.
     pub fn output_of(field: &arrow::datatypes::Field, time_zone: TimeZone) -> Self {
-        let blank_pad = field
-            .metadata()
-            .get(crate::types::PG_TYPE_KEY)
-            .and_then(|t| {
-                t.strip_prefix("character(")?
-                    .strip_suffix(')')?
-                    .parse()
-                    .ok()
-            });
+        let declared = field.metadata().get(crate::types::PG_TYPE_KEY);
+        let blank_pad = declared.and_then(|t| {
+            t.strip_prefix("character(")?
+                .strip_suffix(')')?
+                .parse()
+                .ok()
+        });
         TextOptions {
             trim_numeric: is_unconstrained_numeric(field),
             blank_pad,
+            vector: declared.is_some_and(|t| t == "int2vector" || t == "oidvector"),
             ..TextOptions::output(time_zone)
         }
     }
@@ -248,6 +251,23 @@ fn array_text(column: &ArrayRef, i: usize, options: TextOptions) -> Result<Strin
         DataType::FixedSizeList(..) => column.as_fixed_size_list().value(i),
         other => return Err(unsupported_type(other)),
     };
+    if options.vector {
+        let mut out = String::new();
+        for k in 0..values.len() {
+            if k > 0 {
+                out.push(' ');
+            }
+            out.push_str(&text_value(
+                &values,
+                k,
+                TextOptions {
+                    vector: false,
+                    ..options
+                },
+            )?);
+        }
+        return Ok(out);
+    }
     let mut out = String::from("{");
     for k in 0..values.len() {
         if k > 0 {

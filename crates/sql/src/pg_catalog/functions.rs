@@ -953,6 +953,36 @@ fn constant_functions() -> Vec<ScalarUDF> {
             .udf(),
         );
     }
+    // The argument's type, as regtype prints it (without a type modifier).
+    out.push(
+        PgFunction::new(
+            "pg_typeof",
+            Signature::any(1, STABLE),
+            DataType::Utf8,
+            |args| {
+                let name = crate::types::pg_type_name(&args.arg_fields[0]);
+                let name = match name.split_once('(') {
+                    Some((base, rest)) => match rest.split_once(')') {
+                        Some((_, tail)) => format!("{base}{tail}"),
+                        None => base.to_owned(),
+                    },
+                    None => name,
+                };
+                texts(vec![Some(name); args.number_rows])
+            },
+        )
+        .udf(),
+    );
+    // Eddy plans no index scans (DBeaver's index list reads this).
+    out.push(
+        PgFunction::new(
+            "pg_stat_get_numscans",
+            Signature::any(1, STABLE),
+            DataType::Int64,
+            |args| ints(vec![Some(0); args.number_rows]),
+        )
+        .udf(),
+    );
     out.push(
         PgFunction::with_return(
             "pg_my_temp_schema",
@@ -1026,6 +1056,7 @@ pub(crate) fn register(
     for udf in groups.into_iter().flatten() {
         ctx.register_udf(udf);
     }
+    ctx.register_udtf("pg_get_keywords", Arc::new(super::keywords::PgGetKeywords));
 }
 
 /// The names of the functions [`register`] adds, for `pg_proc` (the session lists its own).

@@ -11,6 +11,7 @@
 
 pub mod functions;
 mod information_schema;
+mod keywords;
 pub mod objects;
 pub(crate) mod relations;
 pub mod rewrite;

@@ -117,6 +117,12 @@ pub(crate) fn pg_namespace(namespaces: &[Namespace]) -> DfResult<Rows> {
                 ]
                 .into(),
             )
+        } else if n.oid == PG_CATALOG_OID
+            || n.oid == INFORMATION_SCHEMA_OID
+            || n.name == crate::EDDY_CATALOG_SCHEMA
+        {
+            // Readable by everyone, as initdb grants it.
+            (SUPERUSER_OID, vec!["eddy=UC/eddy", "=U/eddy"].into())
         } else {
             (SUPERUSER_OID, Value::Null)
         };
@@ -512,12 +518,19 @@ pub(crate) fn pg_description() -> DfResult<Rows> {
     let mut rows = spec("pg_catalog", "pg_description")
         .ok_or_else(|| missing("pg_description"))?
         .builder();
-    rows.push([
-        ("objoid", PUBLIC_OID.into()),
-        ("classoid", 2615u32.into()),
-        ("objsubid", 0i32.into()),
-        ("description", "standard public schema".into()),
-    ]);
+    // The schemas' comments, as initdb writes them (2615 is pg_namespace).
+    for (oid, description) in [
+        (PG_CATALOG_OID, "system catalog schema"),
+        (PG_TOAST_OID, "reserved schema for TOAST tables"),
+        (PUBLIC_OID, "standard public schema"),
+    ] {
+        rows.push([
+            ("objoid", oid.into()),
+            ("classoid", 2615u32.into()),
+            ("objsubid", 0i32.into()),
+            ("description", description.into()),
+        ]);
+    }
     Ok(rows)
 }
 

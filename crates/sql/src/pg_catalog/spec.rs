@@ -84,7 +84,15 @@ fn element_type(pg_type: &str) -> Option<&str> {
 pub(crate) fn field(name: &str, pg_type: &str) -> Field {
     if let Some(element) = element_type(pg_type) {
         let item = field("item", element);
-        return Field::new(name, DataType::List(Arc::new(item)), true);
+        let list = Field::new(name, DataType::List(Arc::new(item)), true);
+        // `int2vector` and `oidvector` have their own type and text form.
+        return match pg_type {
+            "int2vector" | "oidvector" => list.with_metadata(HashMap::from([(
+                PG_TYPE_KEY.to_owned(),
+                pg_type.to_owned(),
+            )])),
+            _ => list,
+        };
     }
     let (data_type, declared) = match pg_type {
         "oid" | "regclass" | "regtype" | "regnamespace" => (DataType::UInt32, Some("oid")),
