@@ -328,3 +328,38 @@ async fn errors_in_a_query_arrive_at_parse() {
         assert_eq!(got, want, "{sql}");
     }
 }
+
+/// `COPY t (columns) FROM STDIN` fills the columns it leaves out with their DEFAULT.
+#[tokio::test]
+async fn copy_from_fills_defaults() {
+    use futures::SinkExt;
+    let (_eddy, _pg, e, p) = both().await;
+    let mut answers = Vec::new();
+    for c in [&e, &p] {
+        c.batch_execute("CREATE TABLE d (id INT PRIMARY KEY, status VARCHAR(10) DEFAULT 'new', qty INT DEFAULT 1 + 1, note TEXT)")
+            .await
+            .unwrap();
+        let sink = c.copy_in("COPY d (id, note) FROM STDIN").await.unwrap();
+        pin_mut!(sink);
+        sink.send(Bytes::from_static(b"1\tone\n2\t\\N\n"))
+            .await
+            .unwrap();
+        sink.finish().await.unwrap();
+        let rows = c
+            .simple_query("SELECT id, status, qty, note FROM d ORDER BY id")
+            .await
+            .unwrap();
+        let text: Vec<Vec<Option<String>>> = rows
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some((0..4).map(|i| r.get(i).map(str::to_owned)).collect())
+                }
+                _ => None,
+            })
+            .collect();
+        answers.push(text);
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(answers[0][0][1].as_deref(), Some("new"));
+}

@@ -26,6 +26,10 @@ pub struct ColumnDef {
     /// Declared `AS PROCTIME()`: set to the time the row is written.
     #[serde(default)]
     pub proctime: bool,
+    /// The `DEFAULT` expression, as SQL text (an INSERT that leaves the column out, or writes
+    /// `DEFAULT`, takes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -152,8 +156,11 @@ impl TableDef {
                         format!("column {} has unreadable type: {e}", c.name),
                     )
                 })?;
-                Ok(Field::new(&c.name, data_type, c.nullable)
-                    .with_metadata(HashMap::from([(PG_TYPE_KEY.to_owned(), c.pg_type.clone())])))
+                let mut metadata = HashMap::from([(PG_TYPE_KEY.to_owned(), c.pg_type.clone())]);
+                if let Some(default) = &c.default {
+                    metadata.insert(types::DEFAULT_KEY.to_owned(), default.clone());
+                }
+                Ok(Field::new(&c.name, data_type, c.nullable).with_metadata(metadata))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Arc::new(Schema::new(fields)))
@@ -181,7 +188,15 @@ impl TableDef {
                     " NOT NULL"
                 };
                 let proctime = if c.proctime { " AS PROCTIME()" } else { "" };
-                format!("{} {}{not_null}{proctime}", quote_ident(&c.name), c.pg_type)
+                let default = c
+                    .default
+                    .as_ref()
+                    .map_or_else(String::new, |d| format!(" DEFAULT {d}"));
+                format!(
+                    "{} {}{default}{not_null}{proctime}",
+                    quote_ident(&c.name),
+                    c.pg_type
+                )
             })
             .collect();
         if !self.primary_key.is_empty() {
@@ -385,8 +400,12 @@ pub fn bind_create_table(
         }
         let column_type = types::column_type(&column.data_type)?;
         let mut nullable = true;
+        let mut default = None;
         for option in &column.options {
             match &option.option {
+                ColumnOption::Default(expr) => {
+                    default = Some(bind_default(expr, &column_type.pg_name)?)
+                }
                 ColumnOption::NotNull => nullable = false,
                 ColumnOption::Null => nullable = true,
                 ColumnOption::PrimaryKey(_) => set_primary_key(&mut primary_key, vec![index])?,
@@ -416,6 +435,7 @@ pub fn bind_create_table(
             arrow_type: column_type.arrow.to_string(),
             nullable,
             proctime,
+            default,
         });
     }
     for constraint in &create.constraints {
@@ -497,6 +517,7 @@ pub fn bind_create_table(
             arrow_type: column_type.arrow.to_string(),
             nullable: true,
             proctime: false,
+            default: None,
         });
         includes.push(include.name().to_owned());
     }
@@ -619,7 +640,82 @@ pub fn bind_added_column(def: &TableDef, column: &ast::ColumnDef) -> Result<Colu
         arrow_type: column_type.arrow.to_string(),
         nullable: true,
         proctime: false,
+        default: None,
     })
+}
+
+/// A column's `DEFAULT` as stored: its SQL text, once checked to be an expression PostgreSQL
+/// accepts there (no column reference, no subquery, no aggregate or window function). That it
+/// converts to the column's type is checked when the statement plans it
+/// (the session evaluates `CAST(default AS type)` at CREATE TABLE).
+pub(crate) fn bind_default(expr: &ast::Expr, pg_type: &str) -> Result<String> {
+    use ast::{Expr, Visit, Visitor};
+    use std::ops::ControlFlow;
+    struct Check;
+    impl Visitor for Check {
+        type Break = Error;
+        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<Error> {
+            let refused = match expr {
+                Expr::Identifier(i) if i.quote_style.is_some() || !is_keyword_value(&i.value) => {
+                    Some("cannot use column reference in DEFAULT expression")
+                }
+                Expr::CompoundIdentifier(_) => {
+                    Some("cannot use column reference in DEFAULT expression")
+                }
+                Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {
+                    Some("cannot use subquery in DEFAULT expression")
+                }
+                Expr::Function(f) if f.over.is_some() => {
+                    Some("window functions are not allowed in DEFAULT expressions")
+                }
+                _ => None,
+            };
+            match refused {
+                Some(message) => {
+                    ControlFlow::Break(Error::new(SqlState::FEATURE_NOT_SUPPORTED, message))
+                }
+                None => ControlFlow::Continue(()),
+            }
+        }
+    }
+    if let ControlFlow::Break(e) = expr.visit(&mut Check) {
+        return Err(e);
+    }
+    // Stored as PostgreSQL prints it back (pg_get_expr, `\d`, information_schema): a string
+    // for a string column carries its cast, an operator at the top its parentheses.
+    let string_type = match pg_type.split('(').next().unwrap_or(pg_type) {
+        "text" => Some("text"),
+        "character varying" => Some("character varying"),
+        "character" => Some("bpchar"),
+        _ => None,
+    };
+    Ok(match (expr, string_type) {
+        (Expr::Value(v), Some(t)) if matches!(v.value, ast::Value::SingleQuotedString(_)) => {
+            format!("{expr}::{t}")
+        }
+        (Expr::BinaryOp { .. }, _) => format!("({expr})"),
+        _ => expr.to_string(),
+    })
+}
+
+/// Keywords sqlparser reads as identifiers that are values in PostgreSQL (`CURRENT_TIMESTAMP`
+/// and the like are functions there).
+fn is_keyword_value(word: &str) -> bool {
+    [
+        "current_timestamp",
+        "current_date",
+        "current_time",
+        "localtimestamp",
+        "localtime",
+        "current_user",
+        "session_user",
+        "user",
+        "current_role",
+        "current_catalog",
+        "current_schema",
+    ]
+    .iter()
+    .any(|k| word.eq_ignore_ascii_case(k))
 }
 
 fn set_primary_key(slot: &mut Option<Vec<usize>>, columns: Vec<usize>) -> Result<()> {

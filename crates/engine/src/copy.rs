@@ -37,6 +37,8 @@ pub struct CopyIn {
     pub columns: Vec<usize>,
     pub schema: SchemaRef,
     pub format: CopyFormat,
+    /// The value each column the data leaves out takes (its DEFAULT; the others are NULL).
+    pub defaults: Vec<(usize, ArrayRef)>,
 }
 
 impl CopyIn {
@@ -86,6 +88,12 @@ impl CopyIn {
             .iter()
             .map(|f| new_null_array(f.data_type(), n))
             .collect();
+        for (column, value) in &self.defaults {
+            let repeat = arrow::array::UInt32Array::from(vec![0u32; n]);
+            columns[*column] = arrow::compute::take(value, &repeat, None)
+                .and_then(|c| arrow::compute::cast(&c, self.schema.field(*column).data_type()))
+                .map_err(|e| Error::internal(format!("COPY default: {e}")))?;
+        }
         for (position, &column) in self.columns.iter().enumerate() {
             let field = self.schema.field(column);
             let values = records.iter().map(|r| r[position].as_deref());
@@ -276,6 +284,7 @@ mod tests {
             columns: vec![0, 1, 2],
             schema,
             format,
+            defaults: Vec::new(),
         }
     }
 

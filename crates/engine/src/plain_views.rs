@@ -286,6 +286,7 @@ fn view_columns(
             arrow_type: field.data_type().to_string(),
             nullable: true,
             proctime: false,
+            default: None,
         });
     }
     Ok(columns)

@@ -335,6 +335,7 @@ mod tests {
             arrow_type: arrow.into(),
             nullable: true,
             proctime: false,
+            default: None,
         };
         TableDef {
             id: ObjectId(7),

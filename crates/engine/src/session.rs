@@ -310,6 +310,7 @@ impl Session {
             }
             Statement::CreateTable(create) => {
                 let name = self.new_name(&create.name)?;
+                self.check_defaults(create).await?;
                 let created = self.engine.create_table(create, &name).await?;
                 let done = Outcome::Command {
                     tag: "CREATE TABLE",
@@ -596,7 +597,7 @@ impl Session {
             S::ShowVariable { variable } => self.show_variable(variable),
             S::Set(set) => self.set(set),
             S::Copy { source, to: false, target: CopyTarget::Stdin, options, legacy_options, .. } => {
-                self.copy_from_stdin(source, options, legacy_options)
+                self.copy_from_stdin(source, options, legacy_options).await
             }
             S::Copy { source, to: true, target: CopyTarget::Stdout, options, legacy_options, .. } => {
                 self.copy_to_stdout(source, options, legacy_options, params).await

@@ -98,3 +98,175 @@ fn normalize(ident: &ast::Ident) -> String {
         ident.value.to_lowercase()
     }
 }
+
+/// Fills an INSERT's column defaults in, as PostgreSQL does: `DEFAULT` in a VALUES row, a
+/// column the statement leaves out, and `DEFAULT VALUES` take the column's `DEFAULT`
+/// expression (or NULL). The expressions are the table's as stored ([`DEFAULT_KEY`]), planned
+/// with the statement like any other.
+///
+/// [`DEFAULT_KEY`]: crate::types::DEFAULT_KEY
+pub(crate) fn fill_defaults(
+    insert: &mut ast::Insert,
+    table: &arrow::datatypes::Schema,
+) -> Result<()> {
+    let default_of = |index: usize| -> Result<ast::Expr> {
+        match table.field(index).metadata().get(crate::types::DEFAULT_KEY) {
+            Some(text) => parse_expr(text),
+            None => Ok(ast::Expr::value(ast::Value::Null)),
+        }
+    };
+    let named: Vec<usize> = if insert.columns.is_empty() {
+        (0..table.fields().len()).collect()
+    } else {
+        insert
+            .columns
+            .iter()
+            .map(|c| {
+                let name =
+                    c.0.last()
+                        .and_then(|p| p.as_ident())
+                        .map(crate::names::normalize_ident);
+                name.and_then(|n| table.index_of(&n).ok()).ok_or_else(|| {
+                    Error::new(
+                        eddy_common::SqlState::UNDEFINED_COLUMN,
+                        format!("column \"{c}\" of relation does not exist"),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?
+    };
+    let omitted: Vec<usize> = (0..table.fields().len())
+        .filter(|i| {
+            !named.contains(i)
+                && table
+                    .field(*i)
+                    .metadata()
+                    .contains_key(crate::types::DEFAULT_KEY)
+        })
+        .collect();
+    let Some(source) = insert.source.as_mut() else {
+        // DEFAULT VALUES: one row of defaults.
+        if insert.assignments.is_empty() {
+            let row = (0..table.fields().len())
+                .map(default_of)
+                .collect::<Result<Vec<_>>>()?;
+            insert.columns = table
+                .fields()
+                .iter()
+                .map(|f| ast::ObjectName::from(vec![ast::Ident::with_quote('"', f.name())]))
+                .collect();
+            insert.source = Some(Box::new(values_query(vec![row])?));
+        }
+        return Ok(());
+    };
+    if let ast::SetExpr::Values(values) = source.body.as_mut() {
+        for row in &mut values.rows {
+            for (k, expr) in row.content.iter_mut().enumerate() {
+                if is_default(expr)
+                    && let Some(&column) = named.get(k)
+                {
+                    *expr = default_of(column)?;
+                }
+            }
+            for &column in &omitted {
+                row.content.push(default_of(column)?);
+            }
+        }
+    } else if !omitted.is_empty() {
+        // INSERT ... SELECT: the defaults are added to each row the query produces.
+        let mut projection = vec![ast::SelectItem::QualifiedWildcard(
+            ast::SelectItemQualifiedWildcardKind::ObjectName(ast::ObjectName::from(vec![
+                ast::Ident::new("eddy_inserted"),
+            ])),
+            ast::WildcardAdditionalOptions::default(),
+        )];
+        for &column in &omitted {
+            projection.push(ast::SelectItem::ExprWithAlias {
+                expr: default_of(column)?,
+                alias: ast::Ident::new(format!("eddy_default_{column}")),
+            });
+        }
+        // The query's columns renamed, so no default's name can clash with one of them.
+        let names: Vec<String> = (0..named.len())
+            .map(|k| format!("eddy_value_{k}"))
+            .collect();
+        let wrapped = format!(
+            "SELECT * FROM ({source}) AS eddy_inserted({})",
+            names.join(", ")
+        );
+        let mut query = parse_query(&wrapped)?;
+        if let ast::SetExpr::Select(select) = query.body.as_mut() {
+            select.projection = projection;
+        }
+        **source = query;
+    }
+    if !omitted.is_empty() {
+        if insert.columns.is_empty() {
+            insert.columns = named.iter().map(|&i| column_name(table, i)).collect();
+        }
+        insert
+            .columns
+            .extend(omitted.iter().map(|&i| column_name(table, i)));
+    }
+    Ok(())
+}
+
+/// `UPDATE ... SET c = DEFAULT`: the column's default (or NULL).
+pub(crate) fn assign_defaults(
+    assignments: &mut [ast::Assignment],
+    table: &arrow::datatypes::Schema,
+) -> Result<()> {
+    for assignment in assignments {
+        let ast::AssignmentTarget::ColumnName(name) = &assignment.target else {
+            continue;
+        };
+        if !is_default(&assignment.value) {
+            continue;
+        }
+        let column = name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(crate::names::normalize_ident)
+            .and_then(|n| table.index_of(&n).ok());
+        assignment.value =
+            match column.and_then(|c| table.field(c).metadata().get(crate::types::DEFAULT_KEY)) {
+                Some(text) => parse_expr(text)?,
+                None => ast::Expr::value(ast::Value::Null),
+            };
+    }
+    Ok(())
+}
+
+/// The keyword `DEFAULT` where a value goes (sqlparser reads it as an identifier).
+fn is_default(expr: &ast::Expr) -> bool {
+    matches!(expr, ast::Expr::Identifier(i) if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"))
+}
+
+fn column_name(table: &arrow::datatypes::Schema, index: usize) -> ast::ObjectName {
+    ast::ObjectName::from(vec![ast::Ident::with_quote('"', table.field(index).name())])
+}
+
+fn values_query(rows: Vec<Vec<ast::Expr>>) -> Result<ast::Query> {
+    let mut query = parse_query("VALUES (NULL)")?;
+    if let ast::SetExpr::Values(values) = query.body.as_mut() {
+        values.rows = rows.into_iter().map(ast::Parens::with_empty_span).collect();
+    }
+    Ok(query)
+}
+
+fn parse_query(sql: &str) -> Result<ast::Query> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_query())
+        .map(|q| *q)
+        .map_err(|e| Error::internal(format!("{sql}: {e}")))
+}
+
+/// A stored expression (a column default) as an expression.
+pub fn parse_expr(sql: &str) -> Result<ast::Expr> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| Error::syntax(format!("{sql}: {e}")))
+}

@@ -273,6 +273,35 @@ impl SessionPlanner {
         )
     }
 
+    /// An INSERT or UPDATE with the target table's column defaults filled in
+    /// ([`crate::dml::fill_defaults`]); `None` for other statements.
+    fn with_defaults(&self, statement: &ast::Statement) -> Result<Option<ast::Statement>> {
+        if !matches!(
+            statement,
+            ast::Statement::Insert(_) | ast::Statement::Update(_)
+        ) {
+            return Ok(None);
+        }
+        let mut target = statement.clone();
+        let Some(table) = crate::names::qualify_dml_target(
+            &mut target,
+            &self.catalog,
+            self.catalog.source.search_path(),
+        )?
+        .and_then(|name| self.catalog.source.table(&name.schema, &name.name)) else {
+            return Ok(None);
+        };
+        let mut filled = statement.clone();
+        match &mut filled {
+            ast::Statement::Insert(insert) => crate::dml::fill_defaults(insert, &table.schema())?,
+            ast::Statement::Update(update) => {
+                crate::dml::assign_defaults(&mut update.assignments, &table.schema())?
+            }
+            _ => {}
+        }
+        Ok(Some(filled))
+    }
+
     fn state(&self) -> SessionState {
         self.ctx.state()
     }
@@ -290,6 +319,15 @@ impl SessionPlanner {
                 "RETURNING and ON CONFLICT are the engine's to take apart before planning",
             ));
         }
+        // Defaults first, so Eddy's rewrites read them as they read the statement.
+        let defaulted;
+        let statement = match self.with_defaults(statement)? {
+            Some(filled) => {
+                defaulted = filled;
+                &defaulted
+            }
+            None => statement,
+        };
         if let ast::Statement::Update(update) = statement
             && update.from.is_some()
         {

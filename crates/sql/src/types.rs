@@ -15,6 +15,9 @@ use eddy_common::{Error, Result};
 /// Field metadata key holding the declared PostgreSQL type name (`varchar(20)`, `jsonb`, ...).
 pub const PG_TYPE_KEY: &str = "eddy.pg_type";
 
+/// Field metadata key holding a table column's `DEFAULT` expression, as SQL text.
+pub const DEFAULT_KEY: &str = "eddy.default";
+
 /// Scale used for `numeric` declared without precision: Arrow decimals have a fixed scale.
 pub const NUMERIC_DEFAULT_SCALE: i8 = 10;
 pub const NUMERIC_PRECISION_MAX: u8 = 38;

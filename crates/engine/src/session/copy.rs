@@ -14,7 +14,7 @@ use crate::catalog::normalize_ident;
 use crate::copy::{CopyFormat, CopyIn};
 
 impl Session {
-    pub(super) fn copy_from_stdin(
+    pub(super) async fn copy_from_stdin(
         &self,
         source: &CopySource,
         options: &[CopyOption],
@@ -49,11 +49,43 @@ impl Session {
                 .collect::<Result<Vec<_>>>()?
         };
         let format = copy_format(options, legacy)?;
+        // The columns the data leaves out take their DEFAULT, evaluated once for the COPY.
+        let mut defaults = Vec::new();
+        for (i, field) in table.schema.fields().iter().enumerate() {
+            if columns.contains(&i) {
+                continue;
+            }
+            let Some(default) = field.metadata().get(eddy_sql::types::DEFAULT_KEY) else {
+                continue;
+            };
+            let sql = format!(
+                "SELECT CAST(({default}) AS {})",
+                eddy_sql::types::pg_type_name(field)
+            );
+            let statement = match eddy_sql::parse_statements(&sql)?.into_iter().next() {
+                Some(parsed) => match parsed.statement {
+                    Statement::Sql(statement) => *statement,
+                    _ => return Err(Error::internal("a default did not parse as a query")),
+                },
+                None => return Err(Error::internal("a default did not parse")),
+            };
+            let Planned::Query(plan) = self.planner.plan(&statement).await? else {
+                return Err(Error::internal("a default is a query"));
+            };
+            let batches = self.planner.execute(plan).await?;
+            let value = batches
+                .iter()
+                .find(|b| b.num_rows() > 0)
+                .map(|b| Arc::clone(b.column(0)))
+                .ok_or_else(|| Error::internal("a default gave no value"))?;
+            defaults.push((i, value));
+        }
         Ok(Outcome::CopyIn(CopyIn {
             table: name,
             columns,
             schema: Arc::clone(&table.schema),
             format,
+            defaults,
         }))
     }
 

@@ -38,6 +38,26 @@ struct Written {
 }
 
 impl Session {
+    /// Evaluates each `DEFAULT` of a `CREATE TABLE` cast to its column's type, so a default
+    /// that cannot become one (`INT DEFAULT 'x'`) is refused at CREATE, as in PostgreSQL.
+    pub(super) async fn check_defaults(&self, create: &eddy_sql::CreateTable) -> Result<()> {
+        for column in &create.columns {
+            for option in &column.options {
+                let ast::ColumnOption::Default(expr) = &option.option else {
+                    continue;
+                };
+                crate::catalog::bind_default(expr, "")?;
+                let sql = format!("SELECT CAST(({expr}) AS {})", column.data_type);
+                let Planned::Query(query) = self.planner.plan(&single_statement(&sql)?).await?
+                else {
+                    return Err(Error::internal("a default's check is a query"));
+                };
+                self.planner.execute(query).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// INSERT, UPDATE or DELETE, with their PostgreSQL clauses.
     pub(super) async fn execute_write(
         &mut self,

@@ -574,15 +574,41 @@ fn definition_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {
             viewdef,
         )
         .udf(),
-        // Eddy stores no expression trees (defaults, partition bounds, policies): they are NULL.
+        // Eddy keeps expressions (column defaults) as their text, in PostgreSQL's form: an
+        // operator at the top in parentheses, which the pretty form drops. Partition bounds
+        // and policies do not exist: NULL.
         PgFunction::new(
             "pg_get_expr",
             Signature::variadic_any(STABLE),
             DataType::Utf8,
-            |args| texts(per_row(args, |a, i| Ok(text_at(&a[0], i)))?),
+            |args| {
+                texts(per_row(args, |a, i| {
+                    let pretty = a.get(2).and_then(|p| bool_at(p, i)).unwrap_or(false);
+                    Ok(text_at(&a[0], i).map(|e| if pretty { strip_outer_parens(&e) } else { e }))
+                })?)
+            },
         )
         .udf(),
     ]
+}
+
+/// `(a + b)` as `a + b`; `(a) + (b)` stays.
+fn strip_outer_parens(expr: &str) -> String {
+    let Some(inner) = expr.strip_prefix('(').and_then(|e| e.strip_suffix(')')) else {
+        return expr.to_owned();
+    };
+    let mut depth = 0i32;
+    for c in inner.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return expr.to_owned();
+        }
+    }
+    inner.to_owned()
 }
 
 fn visibility_functions(ctx: &Arc<Context>) -> Vec<ScalarUDF> {

@@ -226,6 +226,7 @@ fn columns(snapshot: &Snapshot, db: &str) -> DfResult<Rows> {
                 ("column_name", field.name().into()),
                 ("ordinal_position", (i + 1).into()),
                 ("is_nullable", yes(nullable)),
+                ("column_default", r.column_default(i).into()),
                 ("data_type", info.data_type.into()),
                 (
                     "character_maximum_length",

@@ -108,6 +108,7 @@ impl PgCatalog {
             "pg_indexes" => relations::pg_indexes(snapshot().users())?,
             "pg_type" => types::pg_type(snapshot().users())?,
             "pg_description" => relations::pg_description()?,
+            "pg_attrdef" => relations::pg_attrdef(snapshot().users())?,
             "pg_stat_user_tables" => relations::pg_stat_user_tables(snapshot().users())?,
             "pg_database" => system::pg_database(&self.info.database)?,
             "pg_roles" | "pg_authid" => system::pg_roles(user, name)?,
@@ -147,7 +148,8 @@ impl SchemaProvider for PgCatalog {
 }
 
 /// The pg_catalog relations [`PgCatalog::build`] fills; the others never have rows in Eddy.
-const POPULATED: [&str; 25] = [
+const POPULATED: [&str; 26] = [
+    "pg_attrdef",
     "pg_namespace",
     "pg_class",
     "pg_attribute",

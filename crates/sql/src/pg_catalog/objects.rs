@@ -7,8 +7,9 @@
 
 use arrow::datatypes::SchemaRef;
 
-/// OIDs one object takes: relation, primary key index, primary key constraint, row type.
-pub const OIDS_PER_OBJECT: u32 = 4;
+/// OIDs one object takes: relation, primary key index, primary key constraint, row type, and
+/// one per possible column for its `DEFAULT` (`pg_attrdef`).
+pub const OIDS_PER_OBJECT: u32 = 4 + eddy_common::limits::TABLE_COLUMNS_MAX as u32;
 /// The first OID for users' objects, as in PostgreSQL.
 pub const FIRST_USER_OID: u32 = 16384;
 
@@ -81,6 +82,22 @@ impl Relation {
     }
     pub fn rowtype_oid(&self) -> u32 {
         self.oid + 3
+    }
+    /// The `pg_attrdef` OID of column `index`'s default.
+    pub fn default_oid(&self, index: usize) -> u32 {
+        self.oid + 4 + index as u32
+    }
+    /// Column `index`'s `DEFAULT` expression (tables only).
+    pub fn column_default(&self, index: usize) -> Option<&str> {
+        if self.kind != RelationKind::Table {
+            return None;
+        }
+        self.columns
+            .fields()
+            .get(index)?
+            .metadata()
+            .get(crate::types::DEFAULT_KEY)
+            .map(String::as_str)
     }
     /// The primary key index's name, as PostgreSQL names it.
     pub fn index_name(&self) -> String {

@@ -214,6 +214,7 @@ pub(crate) fn pg_attribute(relations: &[Relation]) -> DfResult<Rows> {
                 ("attstorage", type_storage(type_oid).into()),
                 ("attcompression", "".into()),
                 ("attnotnull", not_null.into()),
+                ("atthasdef", r.column_default(i).is_some().into()),
                 ("attidentity", "".into()),
                 ("attgenerated", "".into()),
                 ("attislocal", true.into()),
@@ -514,6 +515,27 @@ pub(crate) fn pg_indexes(relations: &[Relation]) -> DfResult<Rows> {
 }
 
 /// `pg_description`: Eddy has no `COMMENT`; only the public schema's, as PostgreSQL has it.
+/// `pg_attrdef`: the tables' column defaults; `adbin` holds the expression's text, which
+/// `pg_get_expr` returns.
+pub(crate) fn pg_attrdef(relations: &[Relation]) -> DfResult<Rows> {
+    let mut rows = spec("pg_catalog", "pg_attrdef")
+        .ok_or_else(|| missing("pg_attrdef"))?
+        .builder();
+    for r in relations {
+        for i in 0..r.columns.fields().len() {
+            if let Some(default) = r.column_default(i) {
+                rows.push([
+                    ("oid", r.default_oid(i).into()),
+                    ("adrelid", r.oid.into()),
+                    ("adnum", (i + 1).into()),
+                    ("adbin", default.into()),
+                ]);
+            }
+        }
+    }
+    Ok(rows)
+}
+
 pub(crate) fn pg_description() -> DfResult<Rows> {
     let mut rows = spec("pg_catalog", "pg_description")
         .ok_or_else(|| missing("pg_description"))?
