@@ -525,6 +525,11 @@ pub fn bind_create_table(
         .iter()
         .find(|(k, _)| k == "connector")
         .map(|(_, v)| v.clone());
+    if connector.is_some() && columns.iter().any(|c| c.default.is_some()) {
+        return Err(Error::unsupported(
+            "DEFAULT on a table with a connector is not supported: its records carry every column",
+        ));
+    }
     if !includes.is_empty() && connector.is_none() {
         return Err(Error::new(
             SqlState::INVALID_TABLE_DEFINITION,
