@@ -940,8 +940,28 @@ fn constant_functions() -> Vec<ScalarUDF> {
             .udf(),
         );
     }
+    // A schema's comment (the only comments Eddy has); NULL for everything else.
+    out.push(
+        PgFunction::new(
+            "obj_description",
+            Signature::variadic_any(STABLE),
+            DataType::Utf8,
+            |args| {
+                texts(per_row(args, |a, i| {
+                    let class = a.get(1).and_then(|c| text_at(c, i));
+                    let schema_class = class.as_deref().is_none_or(|c| c == "pg_namespace");
+                    Ok(oid_at(&a[0], i).and_then(|oid| {
+                        super::relations::SCHEMA_COMMENTS
+                            .iter()
+                            .find(|(o, _)| *o == oid && schema_class)
+                            .map(|(_, d)| (*d).to_owned())
+                    }))
+                })?)
+            },
+        )
+        .udf(),
+    );
     for name in [
-        "obj_description",
         "col_description",
         "shobj_description",
         "pg_get_statisticsobjdef_columns",

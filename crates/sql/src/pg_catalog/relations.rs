@@ -515,6 +515,17 @@ pub(crate) fn pg_indexes(relations: &[Relation]) -> DfResult<Rows> {
 }
 
 /// `pg_description`: Eddy has no `COMMENT`; only the public schema's, as PostgreSQL has it.
+/// `pg_namespace`'s own OID (the `classoid` of a schema's comment).
+pub(crate) const PG_NAMESPACE_CLASS: u32 = 2615;
+
+/// The schemas' comments, as initdb writes them (`pg_description`, `obj_description`); Eddy
+/// has no `COMMENT ON`, so these are all there are.
+pub(crate) const SCHEMA_COMMENTS: [(u32, &str); 3] = [
+    (PG_CATALOG_OID, "system catalog schema"),
+    (PG_TOAST_OID, "reserved schema for TOAST tables"),
+    (PUBLIC_OID, "standard public schema"),
+];
+
 /// `pg_attrdef`: the tables' column defaults; `adbin` holds the expression's text, which
 /// `pg_get_expr` returns.
 pub(crate) fn pg_attrdef(relations: &[Relation]) -> DfResult<Rows> {
@@ -540,15 +551,10 @@ pub(crate) fn pg_description() -> DfResult<Rows> {
     let mut rows = spec("pg_catalog", "pg_description")
         .ok_or_else(|| missing("pg_description"))?
         .builder();
-    // The schemas' comments, as initdb writes them (2615 is pg_namespace).
-    for (oid, description) in [
-        (PG_CATALOG_OID, "system catalog schema"),
-        (PG_TOAST_OID, "reserved schema for TOAST tables"),
-        (PUBLIC_OID, "standard public schema"),
-    ] {
+    for (oid, description) in SCHEMA_COMMENTS {
         rows.push([
             ("objoid", oid.into()),
-            ("classoid", 2615u32.into()),
+            ("classoid", PG_NAMESPACE_CLASS.into()),
             ("objsubid", 0i32.into()),
             ("description", description.into()),
         ]);

@@ -612,6 +612,24 @@ impl VisitorMut for Rewriter {
                 continue;
             };
             let Some(f) = function_name(e) else { continue };
+            // `to_regclass(...)` and the like return the reg* type too: a name, so named.
+            if let Some(text) = [
+                ("to_regclass", REGCLASS_TEXT),
+                ("to_regtype", REGTYPE_TEXT),
+                ("to_regnamespace", REGNAMESPACE_TEXT),
+                ("to_regproc", REGPROC_TEXT),
+            ]
+            .iter()
+            .find(|(name, _)| f.eq_ignore_ascii_case(name))
+            .map(|(_, t)| *t)
+            {
+                let alias = Ident::new(f.to_lowercase());
+                *item = SelectItem::ExprWithAlias {
+                    expr: call(text, vec![e.clone()]),
+                    alias,
+                };
+                continue;
+            }
             let Some((kind, text)) = [
                 ("regclass", REGCLASS, REGCLASS_TEXT),
                 ("regtype", REGTYPE, REGTYPE_TEXT),
