@@ -35,6 +35,15 @@ def main(url):
             out["status_in_transaction"] = conn.info.transaction_status.name
         conn.commit()
 
+        # Parameters in the select list come back with the type psycopg sent them as.
+        with conn.cursor() as cur:
+            params = [1, 2**40, 1.5, decimal.Decimal("1.25"), "x", True, datetime.date(2024, 1, 2), [1, 2]]
+            placeholders = ", ".join(["%s"] * len(params))
+            cur.execute(f"SELECT {placeholders}", params)
+            out["parameter_columns"] = [[d.name, d.type_code] for d in cur.description]
+            out["parameters"] = [typed(v) for v in cur.fetchone()]
+        conn.commit()
+
         # Named cursors: DECLARE ... CURSOR, FETCH FORWARD n, CLOSE, inside a transaction.
         with conn.cursor(name="orders_cursor") as cur:
             cur.itersize = 2

@@ -819,6 +819,81 @@ impl QueryParser for EddyQueryParser {
     }
 }
 
+/// A query whose select list holds a bare parameter (`SELECT $1`) that the client typed at
+/// Parse, with that parameter cast to its type: the result column has the parameter's type, as
+/// in PostgreSQL (planning alone would make it text). `None` when there is none.
+fn type_bare_parameters(parsed: &Parsed, types: &[Option<Type>]) -> Option<Parsed> {
+    use eddy_sql::ast;
+    let eddy_engine::Statement::Sql(sql) = &parsed.statement else {
+        return None;
+    };
+    let ast::Statement::Query(query) = sql.as_ref() else {
+        return None;
+    };
+    let ast::SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let type_of = |expr: &ast::Expr| -> Option<ast::DataType> {
+        let ast::Expr::Value(v) = expr else {
+            return None;
+        };
+        let ast::Value::Placeholder(p) = &v.value else {
+            return None;
+        };
+        let index: usize = p.strip_prefix('$')?.parse().ok()?;
+        let pg = types.get(index.checked_sub(1)?)?.as_ref()?;
+        let name = match encode::element_of(pg) {
+            Some(element) => format!("{}[]", element.name()),
+            None => pg.name().to_owned(),
+        };
+        if matches!(name.as_str(), "unknown" | "void") {
+            return None;
+        }
+        eddy_sql::parse_data_type(&name).ok()
+    };
+    let mut select = select.clone();
+    let mut changed = false;
+    for item in &mut select.projection {
+        let cast = |expr: &ast::Expr| {
+            type_of(expr).map(|data_type| ast::Expr::Cast {
+                kind: ast::CastKind::DoubleColon,
+                expr: Box::new(expr.clone()),
+                data_type,
+                array: false,
+                format: None,
+            })
+        };
+        match item {
+            // `SELECT $1` is named `?column?` either way.
+            ast::SelectItem::UnnamedExpr(expr) => {
+                if let Some(cast) = cast(expr) {
+                    *item = ast::SelectItem::ExprWithAlias {
+                        expr: cast,
+                        alias: ast::Ident::with_quote('"', "?column?"),
+                    };
+                    changed = true;
+                }
+            }
+            ast::SelectItem::ExprWithAlias { expr, .. } => {
+                if let Some(cast) = cast(expr) {
+                    *expr = cast;
+                    changed = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    if !changed {
+        return None;
+    }
+    let mut query = query.clone();
+    query.body = Box::new(ast::SetExpr::Select(select));
+    Some(Parsed {
+        statement: eddy_engine::Statement::Sql(Box::new(ast::Statement::Query(query))),
+        text: parsed.text.clone(),
+    })
+}
+
 /// Whether PostgreSQL analyzes a statement when it is parsed (queries and DML; utility
 /// statements such as DDL are checked only when they run).
 fn analyzed_at_parse(statement: &eddy_engine::Statement) -> bool {
@@ -927,6 +1002,10 @@ impl ExtendedQueryHandler for Conn {
                 .await
                 .map_err(Into::into);
         };
+        let mut stored = stored;
+        if let Some(typed) = type_bare_parameters(&stored.statement, &stored.parameter_types) {
+            stored.statement = Arc::new(typed);
+        }
         if analyzed_at_parse(&stored.statement.statement) {
             let slot = slot(client)?;
             let described = slot

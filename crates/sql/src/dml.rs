@@ -263,6 +263,14 @@ fn parse_query(sql: &str) -> Result<ast::Query> {
         .map_err(|e| Error::internal(format!("{sql}: {e}")))
 }
 
+/// A type name (`int8`, `text[]`) as a type.
+pub fn parse_data_type(sql: &str) -> Result<ast::DataType> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_data_type())
+        .map_err(|e| Error::syntax(format!("{sql}: {e}")))
+}
+
 /// A stored expression (a column default) as an expression.
 pub fn parse_expr(sql: &str) -> Result<ast::Expr> {
     Parser::new(&PostgreSqlDialect {})

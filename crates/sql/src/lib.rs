@@ -25,6 +25,7 @@ pub use catalog::{
     ViewDefinition,
 };
 pub use datafusion::sql::sqlparser::ast;
+pub use dml::parse_data_type;
 pub use eddy_dataflow as dataflow;
 pub use error::from_datafusion;
 pub use lower::ViewOptions;
