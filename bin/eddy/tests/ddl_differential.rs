@@ -1,8 +1,8 @@
 //! Differential test of DDL and naming: each script in `tests/differential/*.sql` runs,
 //! statement by statement in one session, against Eddy and against a PostgreSQL 15 started
 //! here, and every statement must give the same result: the rows (as text, with the column
-//! names), or the error (SQLSTATE, message, DETAIL, HINT), and the same NOTICEs (message and
-//! DETAIL) before it. Plain views, schemas, `search_path` and `DROP ... IF EXISTS` are covered
+//! names), or the error (SQLSTATE, message, DETAIL, HINT), and the same NOTICEs and WARNINGs
+//! (severity, SQLSTATE, message and DETAIL) before it. Plain views, schemas, `search_path` and `DROP ... IF EXISTS` are covered
 //! this way (materialized views, which PostgreSQL does not maintain, are in the slt files).
 //! `EDDY_DIFFERENTIAL=name` runs only the scripts whose file name contains `name`.
 
@@ -29,9 +29,12 @@ async fn connect(config: &str) -> (Client, Arc<Mutex<Vec<String>>>) {
                     .detail()
                     .map(|d| format!("\n    DETAIL: {d}"))
                     .unwrap_or_default();
-                seen.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(format!("NOTICE: {}{detail}", n.message()));
+                seen.lock().unwrap_or_else(|p| p.into_inner()).push(format!(
+                    "{} {}: {}{detail}",
+                    n.severity(),
+                    n.code().code(),
+                    n.message()
+                ));
             }
         }
     });

@@ -20,6 +20,7 @@ pub(crate) fn cascade_notice(dropped: Vec<String>) -> Option<Notice> {
         [] => None,
         [one] => Some(format!("drop cascades to {one}").into()),
         many => Some(Notice {
+            state: SqlState::SUCCESSFUL_COMPLETION,
             message: format!("drop cascades to {} other objects", many.len()),
             detail: Some(
                 many.iter()

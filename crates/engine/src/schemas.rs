@@ -110,9 +110,11 @@ impl Engine {
             || name == "information_schema"
         {
             if if_not_exists {
-                return Ok(Some(
-                    format!("schema \"{name}\" already exists, skipping").into(),
-                ));
+                return Ok(Some(Notice {
+                    state: SqlState::DUPLICATE_SCHEMA,
+                    message: format!("schema \"{name}\" already exists, skipping"),
+                    detail: None,
+                }));
             }
             return Err(Error::new(
                 SqlState::DUPLICATE_SCHEMA,

@@ -66,14 +66,17 @@ pub enum Outcome {
         batches: Vec<RecordBatch>,
         format: CopyFormat,
     },
-    /// A warning to show the client, with the statement's outcome.
+    /// A warning to show the client (`there is no transaction in progress`, 25P01), with the
+    /// statement's outcome.
     Warning {
+        state: SqlState,
         message: String,
         then: Box<Outcome>,
     },
-    /// Progress information or PostgreSQL's NOTICE (`... does not exist, skipping`), with the
-    /// statement's outcome.
+    /// Progress information or PostgreSQL's NOTICE (`... does not exist, skipping`, 00000;
+    /// `... already exists, skipping`, 42P07), with the statement's outcome.
     Notice {
+        state: SqlState,
         message: String,
         detail: Option<String>,
         then: Box<Outcome>,
@@ -83,6 +86,7 @@ pub enum Outcome {
 /// A NOTICE a statement sends before its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
+    pub state: SqlState,
     pub message: String,
     pub detail: Option<String>,
 }
@@ -90,9 +94,21 @@ pub struct Notice {
 impl From<String> for Notice {
     fn from(message: String) -> Self {
         Notice {
+            state: SqlState::SUCCESSFUL_COMPLETION,
             message,
             detail: None,
         }
+    }
+}
+
+/// `relation "name" already exists, skipping` (CREATE ... IF NOT EXISTS), as PostgreSQL sends
+/// it: a NOTICE with 42P07.
+pub(crate) fn relation_exists(name: &str, then: Outcome) -> Outcome {
+    Outcome::Notice {
+        state: SqlState::DUPLICATE_TABLE,
+        message: format!("relation \"{name}\" already exists, skipping"),
+        detail: None,
+        then: Box::new(then),
     }
 }
 
@@ -302,10 +318,7 @@ impl Session {
                 if self.engine.create_source(create, &name).await?.is_some() {
                     Ok(done)
                 } else {
-                    Ok(Outcome::Warning {
-                        message: format!("relation \"{}\" already exists, skipping", name.name),
-                        then: Box::new(done),
-                    })
+                    Ok(relation_exists(&name.name, done))
                 }
             }
             Statement::CreateTable(create) => {
@@ -332,10 +345,7 @@ impl Session {
                     }
                     Ok(done)
                 } else {
-                    Ok(Outcome::Warning {
-                        message: format!("relation \"{}\" already exists, skipping", name.name),
-                        then: Box::new(done),
-                    })
+                    Ok(relation_exists(&name.name, done))
                 }
             }
             Statement::CreateMaterializedView {
@@ -372,6 +382,7 @@ impl Session {
                     rows: None,
                 };
                 Ok(Outcome::Notice {
+                    state: SqlState::SUCCESSFUL_COMPLETION,
                     message: format!(
                         "replayed {replayed} dead letters of \"{}\"; {left} still fail and stay",
                         name.display()
@@ -389,6 +400,7 @@ impl Session {
                     rows: None,
                 };
                 Ok(Outcome::Notice {
+                    state: SqlState::SUCCESSFUL_COMPLETION,
                     message: format!(
                         "replayed {replayed} dead letters of \"{}\" into the views reading it; {left} still fail and stay",
                         name.display()
@@ -815,13 +827,13 @@ impl Session {
     ) -> Result<Outcome> {
         let name = self.new_name(&create.name)?;
         if self.engine.name_taken(&name) && create.if_not_exists {
-            return Ok(Outcome::Warning {
-                message: format!("relation \"{}\" already exists, skipping", name.name),
-                then: Box::new(Outcome::Command {
+            return Ok(relation_exists(
+                &name.name,
+                Outcome::Command {
                     tag: "CREATE MATERIALIZED VIEW",
                     rows: None,
-                }),
-            });
+                },
+            ));
         }
         if create.or_replace {
             return Err(Error::unsupported(
@@ -852,6 +864,7 @@ impl Session {
             n => format!(" and read its {n} sources to the end"),
         };
         Ok(Outcome::Notice {
+            state: SqlState::SUCCESSFUL_COMPLETION,
             message: format!(
                 "materialized view \"{}\" backfilled from {rows} rows{sources} in {} ms",
                 name.display(),
@@ -1424,6 +1437,7 @@ pub(crate) fn with_notices(notices: Vec<Notice>, done: Outcome) -> Outcome {
         .into_iter()
         .rev()
         .fold(done, |then, n| Outcome::Notice {
+            state: n.state,
             message: n.message,
             detail: n.detail,
             then: Box::new(then),

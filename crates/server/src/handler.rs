@@ -446,22 +446,21 @@ where
             *slot.copy.lock().await = Some((copy, Vec::new()));
             Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
         }
-        Outcome::Warning { message, then } => {
-            client
-                .send(notice("WARNING", SqlState::WARNING, message))
-                .await?;
+        Outcome::Warning {
+            state,
+            message,
+            then,
+        } => {
+            client.send(notice("WARNING", state, message)).await?;
             Box::pin(respond(client, slot, *then, formats)).await?
         }
         Outcome::Notice {
+            state,
             message,
             detail,
             then,
         } => {
-            let mut info = ErrorInfo::new(
-                "NOTICE".to_owned(),
-                SqlState::SUCCESSFUL_COMPLETION.code().to_owned(),
-                message,
-            );
+            let mut info = ErrorInfo::new("NOTICE".to_owned(), state.code().to_owned(), message);
             info.detail = detail;
             client
                 .send(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(

@@ -19,3 +19,10 @@ CREATE TABLE bad1 (a INT DEFAULT 'x');
 CREATE TABLE bad2 (a INT, b INT DEFAULT a);
 CREATE TABLE bad3 (a INT DEFAULT (SELECT 1));
 SELECT count(*) FROM pg_class WHERE relname LIKE 'bad%';
+-- What IF NOT EXISTS and transaction statements out of place say, with their SQLSTATEs.
+CREATE TABLE IF NOT EXISTS items (a INT);
+CREATE SCHEMA IF NOT EXISTS public;
+CREATE VIEW items_v AS SELECT id FROM items;
+CREATE TABLE IF NOT EXISTS items_v (a INT);
+COMMIT;
+ROLLBACK;

@@ -172,9 +172,5 @@ impl Session {
 }
 
 fn exists_skipping(name: &str, tag: &'static str) -> Outcome {
-    Outcome::Notice {
-        message: format!("relation \"{name}\" already exists, skipping"),
-        detail: None,
-        then: Box::new(Outcome::Command { tag, rows: None }),
-    }
+    super::relation_exists(name, Outcome::Command { tag, rows: None })
 }

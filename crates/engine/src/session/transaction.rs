@@ -33,6 +33,7 @@ impl Session {
     pub(super) fn begin(&mut self) -> Outcome {
         if self.transaction.is_some() {
             return Outcome::Warning {
+                state: SqlState::ACTIVE_SQL_TRANSACTION,
                 message: "there is already a transaction in progress".into(),
                 then: Box::new(Outcome::TransactionStart),
             };
@@ -48,6 +49,7 @@ impl Session {
     pub(super) async fn commit(&mut self) -> Result<Outcome> {
         let Some(txn) = self.transaction.take() else {
             return Ok(Outcome::Warning {
+                state: SqlState::NO_ACTIVE_SQL_TRANSACTION,
                 message: "there is no transaction in progress".into(),
                 then: Box::new(Outcome::TransactionEnd { tag: "COMMIT" }),
             });
@@ -75,6 +77,7 @@ impl Session {
             .clear();
         if self.transaction.take().is_none() {
             return Outcome::Warning {
+                state: SqlState::NO_ACTIVE_SQL_TRANSACTION,
                 message: "there is no transaction in progress".into(),
                 then: Box::new(Outcome::TransactionEnd { tag: "ROLLBACK" }),
             };
