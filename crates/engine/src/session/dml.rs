@@ -407,6 +407,7 @@ impl Session {
             changes.push(ChangeBatch::retractions(old));
             changes.push(ChangeBatch::inserts(new.clone()));
             returned.push(new);
+            returned = vec![in_proposed_order(&proposed, &returned, key)?];
         }
         Ok(Written {
             table,
@@ -529,11 +530,8 @@ fn single_statement(sql: &str) -> Result<ast::Statement> {
     }
 }
 
-/// Whether two of `rows` have the same values in the `key` columns.
-fn has_repeated_key(rows: &RecordBatch, key: &[usize]) -> Result<bool> {
-    if rows.num_rows() < 2 {
-        return Ok(false);
-    }
+/// The `key` columns of `rows`, row-encoded (comparable as bytes).
+fn key_rows(rows: &RecordBatch, key: &[usize]) -> Result<arrow::row::Rows> {
     let fields = key
         .iter()
         .map(|&c| arrow::row::SortField::new(rows.schema().field(c).data_type().clone()))
@@ -541,9 +539,42 @@ fn has_repeated_key(rows: &RecordBatch, key: &[usize]) -> Result<bool> {
     let converter = arrow::row::RowConverter::new(fields)
         .map_err(|e| Error::internal(format!("key converter: {e}")))?;
     let columns: Vec<ArrayRef> = key.iter().map(|&c| Arc::clone(rows.column(c))).collect();
-    let keys = converter
+    converter
         .convert_columns(&columns)
-        .map_err(|e| Error::internal(format!("encode keys: {e}")))?;
+        .map_err(|e| Error::internal(format!("encode keys: {e}")))
+}
+
+/// Whether two of `rows` have the same values in the `key` columns.
+fn has_repeated_key(rows: &RecordBatch, key: &[usize]) -> Result<bool> {
+    if rows.num_rows() < 2 {
+        return Ok(false);
+    }
+    let keys = key_rows(rows, key)?;
     let mut seen = std::collections::HashSet::with_capacity(rows.num_rows());
     Ok((0..rows.num_rows()).any(|i| !seen.insert(keys.row(i).data().to_vec())))
+}
+
+/// The rows an `INSERT ... ON CONFLICT DO UPDATE` wrote, inserted and updated, in the order
+/// they were proposed (RETURNING's order in PostgreSQL). Keys are unique among the proposed
+/// rows (a repeat is 21000 before this), so each written row is found by its key.
+fn in_proposed_order(
+    proposed: &RecordBatch,
+    written: &[RecordBatch],
+    key: &[usize],
+) -> Result<RecordBatch> {
+    let schema = proposed.schema();
+    let all = arrow::compute::concat_batches(&schema, written)
+        .map_err(|e| Error::internal(format!("written rows: {e}")))?;
+    let written_keys = key_rows(&all, key)?;
+    let mut at: std::collections::HashMap<&[u8], u32> =
+        std::collections::HashMap::with_capacity(all.num_rows());
+    for i in 0..all.num_rows() {
+        at.insert(written_keys.row(i).data(), i as u32);
+    }
+    let proposed_keys = key_rows(proposed, key)?;
+    let order: Vec<u32> = (0..proposed.num_rows())
+        .filter_map(|i| at.get(proposed_keys.row(i).data()).copied())
+        .collect();
+    arrow::compute::take_record_batch(&all, &arrow::array::UInt32Array::from(order))
+        .map_err(|e| Error::internal(format!("written rows in order: {e}")))
 }
