@@ -24,6 +24,7 @@ mod aggregate_typed_tests;
 pub mod decimal;
 pub mod event_time;
 mod exact_sum;
+pub mod graph;
 mod join;
 #[cfg(test)]
 mod join_tests;

@@ -1,0 +1,297 @@
+//! The dataflow graph (ADR 0009): operators are message handlers on nodes the runtime wires;
+//! edges carry [`Message`]s — data, in-band watermarks and epoch barriers.
+//!
+//! Entry points: [`Handler`] (what an operator implements), [`Graph`] (nodes, edges and a
+//! deterministic executor that delivers messages until the graph is quiet). Invariants:
+//! - a node with several inputs is *aligned*: once a barrier arrived on one input, that input's
+//!   later messages wait until every input delivered the barrier; then the node's
+//!   [`Handler::on_barrier`] runs once and the barrier goes on downstream, so every node sees
+//!   each epoch's data complete before the epoch's barrier;
+//! - an operator never owns another: what it emits goes to [`Output`], and the graph forwards it
+//!   along the node's edges (batches split at [`BATCH_ROWS_MAX`]);
+//! - a node whose handler fails (an error or a panic) fails alone with everything downstream of
+//!   it (the views reading it); the rest of the graph goes on.
+//!
+//! Step 1 of ADR 0009: the engine still drives the operator tree of `crate::Operator`; the
+//! operators move onto this trait one by one.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use eddy_common::limits::BATCH_ROWS_MAX;
+use eddy_common::{ChangeBatch, Error, Result};
+
+/// A node's index in its [`Graph`].
+pub type NodeId = usize;
+
+/// Event time has reached `value` (µs) in column `column` of the edge's rows: no later row on
+/// this edge has a smaller value there (rows that do are late).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watermark {
+    pub column: usize,
+    pub value: i64,
+}
+
+/// The end of an epoch; a checkpoint's barrier asks every node to save its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Barrier {
+    pub epoch: u64,
+    pub checkpoint: bool,
+}
+
+/// What travels on an edge.
+#[derive(Debug, Clone)]
+pub enum Message {
+    Data(ChangeBatch),
+    Watermark(Watermark),
+    Barrier(Barrier),
+}
+
+/// What a handler emits while it handles one message.
+#[derive(Debug, Default)]
+pub struct Output {
+    messages: Vec<Message>,
+    rows: u64,
+}
+
+impl Output {
+    /// Emits changes (split into batches of at most [`BATCH_ROWS_MAX`] rows; empty ones are
+    /// dropped).
+    pub fn data(&mut self, changes: ChangeBatch) {
+        let n = changes.len();
+        self.rows += n as u64;
+        if n <= BATCH_ROWS_MAX {
+            if n > 0 {
+                self.messages.push(Message::Data(changes));
+            }
+            return;
+        }
+        let (rows, diffs) = changes.into_parts();
+        let mut at = 0;
+        while at < n {
+            let len = BATCH_ROWS_MAX.min(n - at);
+            self.messages.push(Message::Data(ChangeBatch::new(
+                rows.slice(at, len),
+                diffs.slice(at, len),
+            )));
+            at += len;
+        }
+    }
+
+    /// Emits a watermark of the node's output.
+    pub fn watermark(&mut self, mark: Watermark) {
+        self.messages.push(Message::Watermark(mark));
+    }
+}
+
+/// An operator: synchronous and deterministic handlers of the messages of its inputs
+/// (numbered from 0 in the order the graph connected them).
+pub trait Handler: Send {
+    /// Changes arrived on `input`.
+    fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()>;
+
+    /// Event time advanced on `input`. The default passes it on (stateless operators that keep
+    /// the column where it is); an operator that judges lateness or closes windows records it
+    /// here and acts on it in [`Handler::on_barrier`], so that how two inputs' messages
+    /// interleave within an epoch never changes a result.
+    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
+        out.watermark(mark);
+        Ok(())
+    }
+
+    /// Every input delivered the epoch's barrier: emit what the epoch leaves (the graph then
+    /// passes the barrier on).
+    fn on_barrier(&mut self, barrier: &Barrier, out: &mut Output) -> Result<()>;
+
+    /// The operator's name as `eddy_operators` and EXPLAIN show it.
+    fn name(&self) -> String;
+}
+
+struct Node {
+    handler: Box<dyn Handler>,
+    inputs: usize,
+    /// Where this node's output goes: (node, input of that node).
+    targets: Vec<(NodeId, usize)>,
+    /// Inputs that delivered the barrier being aligned.
+    aligned: Vec<bool>,
+    /// Messages of aligned inputs, waiting for the other inputs' barrier.
+    held: Vec<VecDeque<Message>>,
+    rows_out: u64,
+    failed: Option<Error>,
+}
+
+/// Nodes and edges, and the executor that runs them on the calling thread.
+#[derive(Default)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    queue: VecDeque<(NodeId, usize, Message)>,
+}
+
+impl Graph {
+    pub fn new() -> Self {
+        Graph::default()
+    }
+
+    /// Adds a node with `inputs` inputs (a source has one: what the runtime sends it).
+    pub fn add(&mut self, handler: Box<dyn Handler>, inputs: usize) -> NodeId {
+        let inputs = inputs.max(1);
+        self.nodes.push(Node {
+            handler,
+            inputs,
+            targets: Vec::new(),
+            aligned: vec![false; inputs],
+            held: (0..inputs).map(|_| VecDeque::new()).collect(),
+            rows_out: 0,
+            failed: None,
+        });
+        self.nodes.len() - 1
+    }
+
+    /// Connects `from`'s output to input `input` of `to`.
+    pub fn connect(&mut self, from: NodeId, to: NodeId, input: usize) -> Result<()> {
+        let inputs = self
+            .nodes
+            .get(to)
+            .map(|n| n.inputs)
+            .ok_or_else(|| Error::internal(format!("no node {to}")))?;
+        if input >= inputs || from >= self.nodes.len() {
+            return Err(Error::internal(format!(
+                "no edge {from} -> {to}.{input}: {to} has {inputs} inputs"
+            )));
+        }
+        self.nodes[from].targets.push((to, input));
+        Ok(())
+    }
+
+    /// Delivers `message` to input `input` of `node`, then everything it causes, until the
+    /// graph is quiet.
+    pub fn send(&mut self, node: NodeId, input: usize, message: Message) {
+        self.queue.push_back((node, input, message));
+        while let Some((node, input, message)) = self.queue.pop_front() {
+            self.deliver(node, input, message);
+        }
+    }
+
+    /// Why `node` failed, if it did (its own error or one upstream).
+    pub fn failure(&self, node: NodeId) -> Option<&Error> {
+        self.nodes.get(node).and_then(|n| n.failed.as_ref())
+    }
+
+    /// Rows `node` has emitted.
+    pub fn rows_out(&self, node: NodeId) -> u64 {
+        self.nodes.get(node).map_or(0, |n| n.rows_out)
+    }
+
+    /// The handler of `node`, to read what a sink collected.
+    pub fn handler(&self, node: NodeId) -> Option<&dyn Handler> {
+        self.nodes.get(node).map(|n| n.handler.as_ref())
+    }
+
+    fn deliver(&mut self, id: NodeId, input: usize, message: Message) {
+        let Some(node) = self.nodes.get_mut(id) else {
+            return;
+        };
+        if node.failed.is_some() || input >= node.inputs {
+            return;
+        }
+        if node.aligned[input] {
+            node.held[input].push_back(message);
+            return;
+        }
+        let barrier = match message {
+            Message::Barrier(b) => b,
+            other => {
+                self.run(id, |h, out| match other {
+                    Message::Data(changes) => h.on_data(input, changes, out),
+                    Message::Watermark(mark) => h.on_watermark(input, mark, out),
+                    Message::Barrier(_) => Ok(()),
+                });
+                return;
+            }
+        };
+        node.aligned[input] = true;
+        if !node.aligned.iter().all(|a| *a) {
+            return;
+        }
+        node.aligned.iter_mut().for_each(|a| *a = false);
+        if self.run(id, |h, out| h.on_barrier(&barrier, out)) {
+            self.emit(id, vec![Message::Barrier(barrier)]);
+        }
+        // The next epoch's messages that waited, in the order they came, per input.
+        for input in 0..self.nodes[id].inputs {
+            while !self.nodes[id].aligned[input] {
+                let Some(message) = self.nodes[id].held[input].pop_front() else {
+                    break;
+                };
+                self.deliver(id, input, message);
+            }
+        }
+    }
+
+    /// Runs one handler call and forwards its output; `false` when the node failed.
+    fn run(
+        &mut self,
+        id: NodeId,
+        call: impl FnOnce(&mut dyn Handler, &mut Output) -> Result<()>,
+    ) -> bool {
+        let mut out = Output::default();
+        let handler = self.nodes[id].handler.as_mut();
+        let result = catch_unwind(AssertUnwindSafe(|| call(handler, &mut out)))
+            .unwrap_or_else(|panic| Err(Error::internal(panic_message(&panic))));
+        match result {
+            Ok(()) => {
+                self.nodes[id].rows_out += out.rows;
+                self.emit(id, out.messages);
+                true
+            }
+            Err(e) => {
+                self.fail(id, e);
+                false
+            }
+        }
+    }
+
+    fn emit(&mut self, id: NodeId, messages: Vec<Message>) {
+        let targets = &self.nodes[id].targets;
+        for message in messages {
+            for &(to, input) in targets {
+                self.queue.push_back((to, input, message.clone()));
+            }
+        }
+    }
+
+    /// Fails `id` and every node downstream of it.
+    fn fail(&mut self, id: NodeId, error: Error) {
+        let name = self.nodes[id].handler.name();
+        let mut stack = vec![(id, error)];
+        while let Some((node, error)) = stack.pop() {
+            let Some(n) = self.nodes.get_mut(node) else {
+                continue;
+            };
+            if n.failed.is_some() {
+                continue;
+            }
+            n.held.iter_mut().for_each(VecDeque::clear);
+            for &(to, _) in &n.targets {
+                let upstream = Error::new(error.state, format!("{name} failed: {}", error.message));
+                stack.push((to, upstream));
+            }
+            n.failed = Some(error);
+        }
+        self.queue
+            .retain(|(to, _, _)| self.nodes[*to].failed.is_none());
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned());
+    format!("operator panicked: {what}")
+}
+
+#[cfg(test)]
+#[path = "graph_tests.rs"]
+mod tests;
