@@ -87,6 +87,26 @@ def main(url):
             out["copied"] = cur.execute("SELECT customer, amount FROM orders WHERE id = 200").fetchone()[0]
         conn.commit()
 
+        # Binary COPY in, every kind of column, NULLs, and a column left to its DEFAULT.
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE binary_copy (id INT PRIMARY KEY, big BIGINT, f DOUBLE PRECISION, ok BOOLEAN, "
+                        "name TEXT, price NUMERIC(10,2), d DATE, ts TIMESTAMP, tz TIMESTAMPTZ, j JSONB, b BYTEA, "
+                        "tags TEXT[], note TEXT DEFAULT 'dflt')")
+            rows = [(1, 2**40, 1.5, True, "héllo", decimal.Decimal("12.34"), datetime.date(2024, 2, 29),
+                     datetime.datetime(2024, 1, 2, 3, 4, 5, 600000),
+                     datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc), {"a": [1, 2]}, b"\x00\xff",
+                     ["x", "y z"]),
+                    (2, None, None, None, None, decimal.Decimal("-0.5"), None, None, None, None, None, None)]
+            with cur.copy("COPY binary_copy (id, big, f, ok, name, price, d, ts, tz, j, b, tags) "
+                          "FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "int8", "float8", "bool", "text", "numeric", "date", "timestamp",
+                                "timestamptz", "jsonb", "bytea", "text[]"])
+                for r in rows:
+                    copy.write_row(r)
+            out["binary_copy"] = [[typed(v) if not isinstance(v, bytes) else v.hex() for v in r]
+                                  for r in cur.execute("SELECT * FROM binary_copy ORDER BY id")]
+        conn.commit()
+
         # Errors keep their SQLSTATE and the connection.
         try:
             conn.execute("SELECT no_such_function(1)")

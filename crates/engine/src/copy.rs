@@ -63,8 +63,8 @@ impl CopyIn {
                 header,
             } => parse_csv(text, *delimiter, *quote, null, *header)?,
             CopyFormat::Binary => {
-                return Err(Error::unsupported(
-                    "COPY FROM in binary format is not supported: use text or CSV",
+                return Err(Error::internal(
+                    "binary COPY data is decoded by the server (CopyIn::assemble)",
                 ));
             }
         };
@@ -82,6 +82,22 @@ impl CopyIn {
             }
         }
         let n = records.len();
+        let mut decoded = Vec::with_capacity(self.columns.len());
+        for (position, &column) in self.columns.iter().enumerate() {
+            let field = self.schema.field(column);
+            let values = records.iter().map(|r| r[position].as_deref());
+            decoded.push(text_to_array(values, field.data_type(), n).map_err(|e| {
+                Error::new(e.state, format!("{} (column {})", e.message, field.name()))
+            })?);
+        }
+        self.assemble(decoded, n)
+    }
+
+    /// The table's rows from the decoded values of the columns the data holds (in
+    /// [`CopyIn::columns`] order): each checked against its declared type, the other columns
+    /// their DEFAULT or NULL. (`COPY ... FROM STDIN (FORMAT binary)` is decoded by the server,
+    /// which knows PostgreSQL's binary forms.)
+    pub fn assemble(&self, decoded: Vec<ArrayRef>, n: usize) -> Result<RecordBatch> {
         let mut columns: Vec<ArrayRef> = self
             .schema
             .fields()
@@ -94,14 +110,14 @@ impl CopyIn {
                 .and_then(|c| arrow::compute::cast(&c, self.schema.field(*column).data_type()))
                 .map_err(|e| Error::internal(format!("COPY default: {e}")))?;
         }
-        for (position, &column) in self.columns.iter().enumerate() {
+        if decoded.len() != self.columns.len() {
+            return Err(Error::internal("COPY decoded the wrong number of columns"));
+        }
+        for (values, &column) in decoded.into_iter().zip(&self.columns) {
             let field = self.schema.field(column);
-            let values = records.iter().map(|r| r[position].as_deref());
-            columns[column] = text_to_array(values, field.data_type(), n)
-                .and_then(|c| eddy_sql::pg::assign::to_declared(&c, field))
-                .map_err(|e| {
-                    Error::new(e.state, format!("{} (column {})", e.message, field.name()))
-                })?;
+            columns[column] = eddy_sql::pg::assign::to_declared(&values, field).map_err(|e| {
+                Error::new(e.state, format!("{} (column {})", e.message, field.name()))
+            })?;
         }
         RecordBatch::try_new(Arc::clone(&self.schema), columns)
             .map_err(|e| Error::internal(format!("COPY batch: {e}")))

@@ -1036,7 +1036,19 @@ impl Session {
 
     /// Finishes a `COPY FROM STDIN` with all of its data.
     pub async fn copy_in(&mut self, copy: &CopyIn, data: &[u8]) -> Result<Outcome> {
-        let result = self.copy_in_inner(copy, data).await;
+        let rows = match copy.rows(data) {
+            Ok(rows) => rows,
+            Err(e) => {
+                self.fail_transaction();
+                return Err(e);
+            }
+        };
+        self.copy_in_rows(copy, rows).await
+    }
+
+    /// Writes the rows a COPY FROM decoded (the server decodes the binary format).
+    pub async fn copy_in_rows(&mut self, copy: &CopyIn, rows: RecordBatch) -> Result<Outcome> {
+        let result = self.copy_in_inner(copy, rows).await;
         if result.is_err()
             && let Some(txn) = self.transaction.as_mut()
         {
@@ -1045,9 +1057,8 @@ impl Session {
         result
     }
 
-    async fn copy_in_inner(&mut self, copy: &CopyIn, data: &[u8]) -> Result<Outcome> {
+    async fn copy_in_inner(&mut self, copy: &CopyIn, rows: RecordBatch) -> Result<Outcome> {
         let table = self.writable_table(&copy.table)?;
-        let rows = copy.rows(data)?;
         let guard = match self.transaction {
             None => Some(self.engine.lock_writes().await),
             Some(_) => None,

@@ -21,8 +21,8 @@ use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::messages::data::DataRow;
 
 /// Microseconds between 1970-01-01 and PostgreSQL's epoch 2000-01-01.
-const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
-const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
+pub(crate) const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+pub(crate) const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
 
 /// The PostgreSQL type of an Arrow field.
 pub fn pg_type(field: &Field) -> Type {

@@ -443,8 +443,9 @@ where
         Outcome::TransactionEnd { tag } => Response::TransactionEnd(Tag::new(tag)),
         Outcome::CopyIn(copy) => {
             let columns = copy.columns.len();
+            let format = i8::from(copy.format == eddy_engine::CopyFormat::Binary);
             *slot.copy.lock().await = Some((copy, Vec::new()));
-            Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
+            Response::CopyIn(CopyResponse::new(format, columns, stream::empty()))
         }
         Outcome::Warning {
             state,
@@ -1253,10 +1254,20 @@ impl CopyHandler for Conn {
         };
         let result = {
             let mut session = slot.session.lock().await;
-            match AssertUnwindSafe(session.copy_in(&copy, &data))
-                .catch_unwind()
-                .await
-            {
+            let written = async {
+                if copy.format == eddy_engine::CopyFormat::Binary {
+                    match crate::copy_in::binary_rows(&copy, &data) {
+                        Ok(rows) => session.copy_in_rows(&copy, rows).await,
+                        Err(e) => {
+                            session.fail_transaction();
+                            Err(e)
+                        }
+                    }
+                } else {
+                    session.copy_in(&copy, &data).await
+                }
+            };
+            match AssertUnwindSafe(written).catch_unwind().await {
                 Ok(r) => r,
                 Err(panic) => Err(eddy_common::panic::panic_error("COPY", panic.as_ref())),
             }

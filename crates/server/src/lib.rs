@@ -6,6 +6,7 @@
 //! caught at this boundary and reported as XX000; the connection and the server go on.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod copy_in;
 mod copy_out;
 mod encode;
 mod handler;
