@@ -11,7 +11,7 @@ use eddy_testkit::postgres::PostgresServer;
 /// What both databases get. Eddy's materialized view is PostgreSQL's too.
 const DDL: [&str; 3] = [
     "CREATE TABLE users (user_id BIGINT PRIMARY KEY, name TEXT NOT NULL, country VARCHAR(2), score NUMERIC(10,2), ts TIMESTAMPTZ)",
-    "CREATE TABLE clicks (user_id BIGINT, url TEXT, ts TIMESTAMP)",
+    "CREATE TABLE clicks (user_id BIGINT, url TEXT DEFAULT 'none', ts TIMESTAMP DEFAULT now())",
     "CREATE MATERIALIZED VIEW by_country AS SELECT country, count(*) AS n FROM users GROUP BY country",
 ];
 
