@@ -156,7 +156,6 @@ pub fn micros(array: &ArrayRef) -> Result<Vec<Option<i64>>> {
 /// batch), unless the view applies late rows (`late_events = 'retract'`) and the window's
 /// state is still kept; records every dropped row.
 pub struct LateFilter {
-    pub input: Box<dyn Operator>,
     /// The window end of each row, and its event time, over the input.
     pub end: Expr,
     pub time: Expr,
@@ -166,78 +165,69 @@ pub struct LateFilter {
     pub dropped: u64,
 }
 
-impl LateFilter {
-    fn apply(&mut self, batches: Vec<ChangeBatch>) -> Result<Vec<ChangeBatch>> {
+impl crate::graph::Handler for LateFilter {
+    fn on_data(
+        &mut self,
+        _input: usize,
+        changes: ChangeBatch,
+        out: &mut crate::graph::Output,
+    ) -> Result<()> {
         let Some(watermark) = self.event_time.min_of(&self.sources) else {
-            return Ok(batches);
+            out.data(changes);
+            return Ok(());
         };
-        let mut out = Vec::with_capacity(batches.len());
-        for changes in batches {
-            let ends = micros(&evaluate(&self.end, changes.rows())?)?;
-            let keep: BooleanArray = ends
-                .iter()
-                .map(|end| {
-                    Some(match end {
-                        None => true,
-                        Some(end) if *end > watermark => true,
-                        Some(end) => {
-                            self.lateness.retract
-                                && end.saturating_add(self.lateness.allowed_micros) > watermark
-                        }
-                    })
+        let ends = micros(&evaluate(&self.end, changes.rows())?)?;
+        let keep: BooleanArray = ends
+            .iter()
+            .map(|end| {
+                Some(match end {
+                    None => true,
+                    Some(end) if *end > watermark => true,
+                    Some(end) => {
+                        self.lateness.retract
+                            && end.saturating_add(self.lateness.allowed_micros) > watermark
+                    }
                 })
-                .collect();
-            if keep.true_count() == changes.len() {
-                out.push(changes);
-                continue;
-            }
-            let times = micros(&evaluate(&self.time, changes.rows())?)?;
-            let late: Vec<LateEvent> = (0..changes.len())
-                .filter(|&i| !keep.value(i))
-                .map(|i| LateEvent {
-                    row: row_json(changes.rows(), i),
-                    event_time: times[i],
-                    watermark,
-                    action: "dropped",
-                })
-                .collect();
-            self.dropped += late.len() as u64;
-            self.event_time.record(late);
-            out.push(filter_changes(&changes, &keep)?);
+            })
+            .collect();
+        if keep.true_count() == changes.len() {
+            out.data(changes);
+            return Ok(());
         }
-        Ok(out)
+        let times = micros(&evaluate(&self.time, changes.rows())?)?;
+        let late: Vec<LateEvent> = (0..changes.len())
+            .filter(|&i| !keep.value(i))
+            .map(|i| LateEvent {
+                row: row_json(changes.rows(), i),
+                event_time: times[i],
+                watermark,
+                action: "dropped",
+            })
+            .collect();
+        self.dropped += late.len() as u64;
+        self.event_time.record(late);
+        out.data(filter_changes(&changes, &keep)?);
+        Ok(())
     }
-}
 
-impl Operator for LateFilter {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let batches = self.input.push(source, changes)?;
-        self.apply(batches)
+    fn on_barrier(
+        &mut self,
+        _barrier: &crate::graph::Barrier,
+        _out: &mut crate::graph::Output,
+    ) -> Result<()> {
+        Ok(())
     }
 
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        let batches = self.input.end_epoch()?;
-        self.apply(batches)
-    }
-
-    fn state(&self) -> OperatorState {
+    fn name(&self) -> String {
         let policy = if self.lateness.retract {
             "retract"
         } else {
             "drop"
         };
-        OperatorState::stateless(format!(
+        format!(
             "LateFilter {policy} end={} ({} dropped)",
             self.end, self.dropped
-        ))
-    }
-
-    fn children(&self) -> Vec<&dyn Operator> {
-        vec![self.input.as_ref()]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        vec![self.input.as_mut()]
+        )
     }
 }
 

@@ -13,7 +13,8 @@
 //!   it (the views reading it); the rest of the graph goes on.
 //!
 //! Step 1 of ADR 0009: the engine still drives the operator tree of `crate::Operator`; the
-//! operators move onto this trait one by one.
+//! operators move onto this trait one by one, and `crate::tree::TreeNode` runs a handler as a
+//! node of that tree meanwhile.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -82,6 +83,17 @@ impl Output {
     pub fn watermark(&mut self, mark: Watermark) {
         self.messages.push(Message::Watermark(mark));
     }
+
+    /// The changes emitted (for the operator tree, whose watermarks are still shared state).
+    pub(crate) fn into_changes(self) -> Vec<ChangeBatch> {
+        self.messages
+            .into_iter()
+            .filter_map(|m| match m {
+                Message::Data(changes) => Some(changes),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// An operator: synchronous and deterministic handlers of the messages of its inputs
@@ -105,6 +117,11 @@ pub trait Handler: Send {
 
     /// The operator's name as `eddy_operators` and EXPLAIN show it.
     fn name(&self) -> String;
+
+    /// The state the operator holds (`eddy_operators`); stateless by default.
+    fn state(&self) -> crate::OperatorState {
+        crate::OperatorState::stateless(self.name())
+    }
 }
 
 struct Node {

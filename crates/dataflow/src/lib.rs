@@ -38,6 +38,7 @@ pub use shard::Workers;
 mod stateless;
 mod temporal;
 mod topn;
+mod tree;
 
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 use plan::Expr;
@@ -284,28 +285,34 @@ fn build_bare(node: &Node, et: &Arc<EventTime>, workers: &Workers) -> Result<Box
             object: *object,
             schema: Arc::clone(schema),
         }),
-        Node::Filter { input, predicate } => Box::new(stateless::Filter {
-            input: build(input, et, workers)?,
-            predicate: predicate.clone(),
-            context: Arc::clone(et),
-        }),
+        Node::Filter { input, predicate } => Box::new(tree::TreeNode::new(
+            Box::new(stateless::Filter {
+                predicate: predicate.clone(),
+                context: Arc::clone(et),
+            }),
+            vec![build(input, et, workers)?],
+        )),
         Node::Project {
             input,
             exprs,
             schema,
-        } => Box::new(stateless::Project {
-            input: build(input, et, workers)?,
-            exprs: exprs.clone(),
-            schema: schema.clone(),
-            context: Arc::clone(et),
-        }),
-        Node::Union { inputs, schema } => Box::new(stateless::Union {
-            inputs: inputs
+        } => Box::new(tree::TreeNode::new(
+            Box::new(stateless::Project {
+                exprs: exprs.clone(),
+                schema: schema.clone(),
+                context: Arc::clone(et),
+            }),
+            vec![build(input, et, workers)?],
+        )),
+        Node::Union { inputs, schema } => Box::new(tree::TreeNode::new(
+            Box::new(stateless::Union {
+                schema: schema.clone(),
+            }),
+            inputs
                 .iter()
                 .map(|i| build(i, et, workers))
                 .collect::<Result<_>>()?,
-            schema: schema.clone(),
-        }),
+        )),
         Node::TemporalFilter { input, from, until } => {
             et.needs_ticks();
             Box::new(temporal::TemporalFilter::new(
@@ -333,15 +340,17 @@ fn build_bare(node: &Node, et: &Arc<EventTime>, workers: &Workers) -> Result<Box
             time,
             sources,
             lateness,
-        } => Box::new(event_time::LateFilter {
-            input: build(input, et, workers)?,
-            end: end.clone(),
-            time: time.clone(),
-            sources: sources.clone(),
-            lateness: *lateness,
-            event_time: Arc::clone(et),
-            dropped: 0,
-        }),
+        } => Box::new(tree::TreeNode::new(
+            Box::new(event_time::LateFilter {
+                end: end.clone(),
+                time: time.clone(),
+                sources: sources.clone(),
+                lateness: *lateness,
+                event_time: Arc::clone(et),
+                dropped: 0,
+            }),
+            vec![build(input, et, workers)?],
+        )),
         Node::Aggregate { .. }
         | Node::SessionAggregate { .. }
         | Node::TopN { .. }
