@@ -29,18 +29,18 @@ use arrow::compute::{cast, concat};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
-use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+use eddy_common::{ChangeBatch, Error, Result};
 use hashbrown::HashTable;
 
 use crate::event_time::EventTime;
+use crate::graph::{Barrier, Handler, Output};
 use crate::plan::{AggregateCall, Expr, WindowClose};
 use crate::rows::{arrow_error, batch_of, eval_error, take_columns};
-use crate::{Operator, OperatorState, checkpoint};
+use crate::{OperatorState, checkpoint};
 
 use crate::aggregate_call::{Call, GroupId, Kind, Runs};
 
 pub struct Aggregate {
-    input: Box<dyn Operator>,
     group_exprs: Vec<Expr>,
     calls: Vec<Call>,
     schema: SchemaRef,
@@ -78,7 +78,6 @@ pub struct Aggregate {
 
 impl Aggregate {
     pub fn new(
-        input: Box<dyn Operator>,
         input_schema: &SchemaRef,
         group_exprs: Vec<Expr>,
         aggregates: Vec<AggregateCall>,
@@ -108,7 +107,6 @@ impl Aggregate {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(eval_error)?;
         let mut op = Aggregate {
-            input,
             group_exprs,
             calls,
             schema,
@@ -459,21 +457,20 @@ fn cast_to(array: &ArrayRef, t: &DataType) -> Result<ArrayRef> {
     }
 }
 
-impl Operator for Aggregate {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        for batch in self.input.push(source, changes)? {
-            self.absorb(&batch)?;
-        }
-        Ok(Vec::new())
+impl Handler for Aggregate {
+    fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
+        self.absorb(&changes)
     }
 
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        for batch in self.input.end_epoch()? {
-            self.absorb(&batch)?;
+    fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Output) -> Result<()> {
+        for changes in self.emit()? {
+            out.data(changes);
         }
-        let out = self.emit()?;
-        self.evict()?;
-        Ok(out)
+        self.evict()
+    }
+
+    fn name(&self) -> String {
+        "Aggregate".to_owned()
     }
 
     fn state(&self) -> OperatorState {
@@ -493,7 +490,7 @@ impl Operator for Aggregate {
         }
     }
 
-    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self) -> Result<checkpoint::Parts> {
         let groups: Vec<GroupId> = (0..self.keys.len() as GroupId)
             .filter(|&g| self.alive[g as usize])
             .collect();
@@ -531,7 +528,7 @@ impl Operator for Aggregate {
         )])
     }
 
-    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+    fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         if name != "groups" {
             return Err(checkpoint::unknown_part("Aggregate", name));
         }
@@ -576,13 +573,5 @@ impl Operator for Aggregate {
         }
         self.evicted_to = checkpoint::scalar(batch, "evicted_to")?;
         Ok(())
-    }
-
-    fn children(&self) -> Vec<&dyn Operator> {
-        vec![self.input.as_ref()]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        vec![self.input.as_mut()]
     }
 }

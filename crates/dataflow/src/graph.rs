@@ -122,6 +122,16 @@ pub trait Handler: Send {
     fn state(&self) -> crate::OperatorState {
         crate::OperatorState::stateless(self.name())
     }
+
+    /// The operator's state as named Arrow batches, at a barrier (stateless: none).
+    fn save(&mut self) -> Result<crate::checkpoint::Parts> {
+        Ok(Vec::new())
+    }
+
+    /// Takes back one part of what [`Handler::save`] returned, into a fresh operator.
+    fn load(&mut self, name: &str, _batch: &arrow::array::RecordBatch) -> Result<()> {
+        Err(crate::checkpoint::unknown_part(&self.name(), name))
+    }
 }
 
 struct Node {

@@ -315,12 +315,14 @@ fn build_bare(node: &Node, et: &Arc<EventTime>, workers: &Workers) -> Result<Box
         )),
         Node::TemporalFilter { input, from, until } => {
             et.needs_ticks();
-            Box::new(temporal::TemporalFilter::new(
-                build(input, et, workers)?,
-                &input.schema(),
-                from.clone(),
-                until.clone(),
-            )?)
+            Box::new(tree::TreeNode::new(
+                Box::new(temporal::TemporalFilter::new(
+                    &input.schema(),
+                    from.clone(),
+                    until.clone(),
+                )?),
+                vec![build(input, et, workers)?],
+            ))
         }
         Node::Release {
             input,
@@ -425,17 +427,19 @@ fn build_stateful(
             window,
             append_only,
             schema,
-        } => Box::new(topn::TopN::new(
-            next()?,
-            input.schema(),
-            partition.clone(),
-            order.clone(),
-            (*offset, *limit),
-            *rank,
-            window.clone().map(|w| (w, Arc::clone(et))),
-            *append_only,
-            schema.clone(),
-        )?),
+        } => Box::new(tree::TreeNode::new(
+            Box::new(topn::TopN::new(
+                input.schema(),
+                partition.clone(),
+                order.clone(),
+                (*offset, *limit),
+                *rank,
+                window.clone().map(|w| (w, Arc::clone(et))),
+                *append_only,
+                schema.clone(),
+            )?),
+            vec![next()?],
+        )),
         Node::Aggregate {
             input,
             group,
@@ -443,15 +447,17 @@ fn build_stateful(
             window,
             append_only,
             schema,
-        } => Box::new(aggregate::Aggregate::new(
-            next()?,
-            &input.schema(),
-            group.clone(),
-            aggregates.clone(),
-            window.clone().map(|w| (w, Arc::clone(et))),
-            *append_only,
-            schema.clone(),
-        )?),
+        } => Box::new(tree::TreeNode::new(
+            Box::new(aggregate::Aggregate::new(
+                &input.schema(),
+                group.clone(),
+                aggregates.clone(),
+                window.clone().map(|w| (w, Arc::clone(et))),
+                *append_only,
+                schema.clone(),
+            )?),
+            vec![next()?],
+        )),
         Node::SessionAggregate {
             input,
             group,
@@ -462,20 +468,22 @@ fn build_stateful(
             aggregates,
             window,
             schema,
-        } => Box::new(session::SessionAggregate::new(
-            next()?,
-            &input.schema(),
-            session::Spec {
-                group: group.clone(),
-                starts: starts.clone(),
-                ends: ends.clone(),
-                time: time.clone(),
-                gap_micros: *gap_micros,
-            },
-            aggregates.clone(),
-            window.clone().map(|w| (w, Arc::clone(et))),
-            schema.clone(),
-        )?),
+        } => Box::new(tree::TreeNode::new(
+            Box::new(session::SessionAggregate::new(
+                &input.schema(),
+                session::Spec {
+                    group: group.clone(),
+                    starts: starts.clone(),
+                    ends: ends.clone(),
+                    time: time.clone(),
+                    gap_micros: *gap_micros,
+                },
+                aggregates.clone(),
+                window.clone().map(|w| (w, Arc::clone(et))),
+                schema.clone(),
+            )?),
+            vec![next()?],
+        )),
         Node::Join {
             kind,
             left,

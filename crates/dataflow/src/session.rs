@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::graph::{Barrier, Handler, Output};
 use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
@@ -23,12 +24,12 @@ use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBat
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::common::ScalarValue;
-use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+use eddy_common::{ChangeBatch, Error, Result};
 
 use crate::event_time::{EventTime, LateEvent, micros, row_json};
 use crate::plan::{AggregateCall, Expr, WindowClose};
 use crate::rows::{arrow_error, batch, eval_error, evaluate};
-use crate::{Operator, OperatorState, checkpoint};
+use crate::{OperatorState, checkpoint};
 
 /// Which group positions are the window bounds, and the session's time and gap.
 pub struct Spec {
@@ -56,7 +57,6 @@ struct Key {
 }
 
 pub struct SessionAggregate {
-    input: Box<dyn Operator>,
     input_schema: SchemaRef,
     spec: Spec,
     calls: Vec<AggregateCall>,
@@ -73,7 +73,6 @@ pub struct SessionAggregate {
 
 impl SessionAggregate {
     pub fn new(
-        input: Box<dyn Operator>,
         input_schema: &SchemaRef,
         spec: Spec,
         calls: Vec<AggregateCall>,
@@ -92,7 +91,6 @@ impl SessionAggregate {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(eval_error)?;
         Ok(SessionAggregate {
-            input,
             input_schema: input_schema.clone(),
             spec,
             calls,
@@ -415,19 +413,20 @@ fn bound(data_type: &DataType, micros: i64) -> ScalarValue {
     }
 }
 
-impl Operator for SessionAggregate {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        for batch in self.input.push(source, changes)? {
-            self.absorb(batch)?;
-        }
-        Ok(Vec::new())
+impl Handler for SessionAggregate {
+    fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
+        self.absorb(changes)
     }
 
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        for batch in self.input.end_epoch()? {
-            self.absorb(batch)?;
+    fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Output) -> Result<()> {
+        for changes in self.emit()? {
+            out.data(changes);
         }
-        self.emit()
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        "SessionAggregate".to_owned()
     }
 
     fn state(&self) -> OperatorState {
@@ -449,7 +448,7 @@ impl Operator for SessionAggregate {
         }
     }
 
-    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self) -> Result<checkpoint::Parts> {
         let keys: Vec<(&OwnedRow, &Key)> = self.keys.iter().collect();
         let columns = vec![
             (
@@ -518,7 +517,7 @@ impl Operator for SessionAggregate {
         ])
     }
 
-    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+    fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         let keys = checkpoint::required_rows(
             &self.key_converter,
             checkpoint::binary_column(batch, "key")?,
@@ -580,13 +579,5 @@ impl Operator for SessionAggregate {
             _ => return Err(checkpoint::unknown_part("SessionAggregate", name)),
         }
         Ok(())
-    }
-
-    fn children(&self) -> Vec<&dyn Operator> {
-        vec![self.input.as_ref()]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        vec![self.input.as_mut()]
     }
 }

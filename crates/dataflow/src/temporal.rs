@@ -11,15 +11,15 @@ use std::collections::BTreeMap;
 use arrow::array::{ArrayRef, Int64Array};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
-use eddy_common::{ChangeBatch, ObjectId, Result};
+use eddy_common::{ChangeBatch, Result};
 
 use crate::event_time::micros;
+use crate::graph::{Barrier, Handler, Output};
 use crate::plan::Expr;
 use crate::rows::{arrow_error, batch, evaluate};
-use crate::{Operator, OperatorState, checkpoint};
+use crate::{OperatorState, checkpoint};
 
 pub struct TemporalFilter {
-    input: Box<dyn Operator>,
     from: Vec<(Expr, i64)>,
     until: Vec<(Expr, i64)>,
     schema: SchemaRef,
@@ -38,7 +38,6 @@ fn now_micros() -> i64 {
 
 impl TemporalFilter {
     pub fn new(
-        input: Box<dyn Operator>,
         schema: &SchemaRef,
         from: Vec<(Expr, i64)>,
         until: Vec<(Expr, i64)>,
@@ -49,7 +48,6 @@ impl TemporalFilter {
             .map(|f| SortField::new(f.data_type().clone()))
             .collect();
         Ok(TemporalFilter {
-            input,
             from,
             until,
             schema: schema.clone(),
@@ -143,17 +141,20 @@ impl TemporalFilter {
     }
 }
 
-impl Operator for TemporalFilter {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let batches = self.input.push(source, changes)?;
-        self.absorb(batches)?;
-        Ok(Vec::new())
+impl Handler for TemporalFilter {
+    fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
+        self.absorb(vec![changes])
     }
 
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        let batches = self.input.end_epoch()?;
-        self.absorb(batches)?;
-        self.emit()
+    fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Output) -> Result<()> {
+        for changes in self.emit()? {
+            out.data(changes);
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        "TemporalFilter".to_owned()
     }
 
     fn state(&self) -> OperatorState {
@@ -171,7 +172,7 @@ impl Operator for TemporalFilter {
         }
     }
 
-    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self) -> Result<checkpoint::Parts> {
         let entries: Vec<(i64, &OwnedRow, i64)> = self
             .scheduled
             .iter()
@@ -188,7 +189,7 @@ impl Operator for TemporalFilter {
         Ok(vec![("scheduled", checkpoint::part(columns, &[])?)])
     }
 
-    fn load_state(&mut self, name: &str, batch: &arrow::array::RecordBatch) -> Result<()> {
+    fn load(&mut self, name: &str, batch: &arrow::array::RecordBatch) -> Result<()> {
         if name != "scheduled" {
             return Err(checkpoint::unknown_part("TemporalFilter", name));
         }
@@ -204,13 +205,5 @@ impl Operator for TemporalFilter {
                 .push((row, diffs.value(i)));
         }
         Ok(())
-    }
-
-    fn children(&self) -> Vec<&dyn Operator> {
-        vec![self.input.as_ref()]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        vec![self.input.as_mut()]
     }
 }

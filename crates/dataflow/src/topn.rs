@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::graph::{Barrier, Handler, Output};
 use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
@@ -19,17 +20,16 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt64Array};
 use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
-use eddy_common::{ChangeBatch, ObjectId, Result};
+use eddy_common::{ChangeBatch, Result};
 
 use crate::event_time::{EventTime, micros};
 use crate::plan::{Expr, Ranking, WindowClose};
 use crate::rows::{arrow_error, batch_of, eval_error, evaluate};
-use crate::{Operator, OperatorState, checkpoint};
+use crate::{OperatorState, checkpoint};
 
 type Ranked = HashMap<(OwnedRow, u64), i64>;
 
 pub struct TopN {
-    input: Box<dyn Operator>,
     partition: Vec<Expr>,
     order: Vec<(Expr, SortOptions)>,
     offset: usize,
@@ -52,7 +52,6 @@ pub struct TopN {
 impl TopN {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        input: Box<dyn Operator>,
         input_schema: SchemaRef,
         partition: Vec<Expr>,
         order: Vec<(Expr, SortOptions)>,
@@ -87,7 +86,6 @@ impl TopN {
             Some(RowConverter::new(partition_fields).map_err(arrow_error)?)
         };
         Ok(TopN {
-            input,
             partition,
             order,
             offset,
@@ -276,21 +274,21 @@ impl TopN {
     }
 }
 
-impl Operator for TopN {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        for b in self.input.push(source, changes)? {
-            self.absorb(&b)?;
-        }
-        Ok(Vec::new())
+impl Handler for TopN {
+    fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
+        self.absorb(&changes)
     }
 
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        for b in self.input.end_epoch()? {
-            self.absorb(&b)?;
+    fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Output) -> Result<()> {
+        for changes in self.emit()? {
+            out.data(changes);
         }
-        let out = self.emit()?;
         self.evict();
-        Ok(out)
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        format!("TopN limit {}", self.limit)
     }
 
     fn state(&self) -> OperatorState {
@@ -316,7 +314,7 @@ impl Operator for TopN {
         }
     }
 
-    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self) -> Result<checkpoint::Parts> {
         let rows: Vec<(&Option<OwnedRow>, &OwnedRow, &OwnedRow, i64)> = self
             .state
             .iter()
@@ -373,7 +371,7 @@ impl Operator for TopN {
         ])
     }
 
-    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+    fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         let partitions = match &self.partition_keys {
             Some(c) => checkpoint::rows_of(c, checkpoint::binary_column(batch, "partition")?),
             None => vec![None; batch.num_rows()],
@@ -425,13 +423,5 @@ impl Operator for TopN {
             _ => return Err(checkpoint::unknown_part("TopN", name)),
         }
         Ok(())
-    }
-
-    fn children(&self) -> Vec<&dyn Operator> {
-        vec![self.input.as_ref()]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        vec![self.input.as_mut()]
     }
 }

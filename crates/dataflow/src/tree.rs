@@ -66,6 +66,14 @@ impl Operator for TreeNode {
         self.handler.state()
     }
 
+    fn save_state(&mut self) -> Result<crate::checkpoint::Parts> {
+        self.handler.save()
+    }
+
+    fn load_state(&mut self, name: &str, batch: &arrow::array::RecordBatch) -> Result<()> {
+        self.handler.load(name, batch)
+    }
+
     fn children(&self) -> Vec<&dyn Operator> {
         self.inputs.iter().map(|i| i.as_ref()).collect()
     }
