@@ -16,7 +16,7 @@ use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::plan::{Expr, Lateness};
 use crate::rows::{arrow_error, evaluate, filter_changes};
-use crate::{Operator, OperatorState};
+use crate::OperatorState;
 
 /// No watermark yet (nothing read, or a source without one).
 const NONE: i64 = i64::MIN;
@@ -236,7 +236,6 @@ impl crate::graph::Handler for LateFilter {
 /// watermark when it arrives is late: released at once under `late_events = 'retract'` within
 /// the allowed lateness, dropped and recorded otherwise.
 pub struct Release {
-    input: Box<dyn Operator>,
     time: Expr,
     sources: Vec<ObjectId>,
     lateness: Lateness,
@@ -247,14 +246,12 @@ pub struct Release {
 
 impl Release {
     pub fn new(
-        input: Box<dyn Operator>,
         time: Expr,
         sources: Vec<ObjectId>,
         lateness: Lateness,
         event_time: std::sync::Arc<EventTime>,
     ) -> Self {
         Release {
-            input,
             time,
             sources,
             lateness,
@@ -355,17 +352,29 @@ impl Release {
     }
 }
 
-impl Operator for Release {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let batches = self.input.push(source, changes)?;
-        self.absorb(batches)?;
-        Ok(Vec::new())
+impl crate::graph::Handler for Release {
+    fn on_data(
+        &mut self,
+        _input: usize,
+        changes: ChangeBatch,
+        _out: &mut crate::graph::Output,
+    ) -> Result<()> {
+        self.absorb(vec![changes])
     }
 
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        let batches = self.input.end_epoch()?;
-        self.absorb(batches)?;
-        self.release()
+    fn on_barrier(
+        &mut self,
+        _barrier: &crate::graph::Barrier,
+        out: &mut crate::graph::Output,
+    ) -> Result<()> {
+        for changes in self.release()? {
+            out.data(changes);
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        format!("Release by {}", self.time)
     }
 
     fn state(&self) -> OperatorState {
@@ -382,14 +391,14 @@ impl Operator for Release {
         }
     }
 
-    fn save_state(&mut self) -> Result<crate::checkpoint::Parts> {
+    fn save(&mut self) -> Result<crate::checkpoint::Parts> {
         Ok(crate::checkpoint::changes_part(&self.held)?
             .map(|b| ("held", b))
             .into_iter()
             .collect())
     }
 
-    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+    fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         match name {
             "held" => {
                 self.held.push(crate::checkpoint::changes_of(batch)?);
@@ -397,14 +406,6 @@ impl Operator for Release {
             }
             _ => Err(crate::checkpoint::unknown_part("Release", name)),
         }
-    }
-
-    fn children(&self) -> Vec<&dyn Operator> {
-        vec![self.input.as_ref()]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        vec![self.input.as_mut()]
     }
 }
 

@@ -15,19 +15,19 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
-use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+use eddy_common::{ChangeBatch, Error, Result};
 
 use crate::event_time::{EventTime, LateEvent, micros, row_json};
+use crate::graph::{Barrier, Handler, Output};
 use crate::plan::{Expr, TimeBound};
 use crate::rows::{arrow_error, batch, eval_error, evaluate, filter_changes, take_columns};
-use crate::{Operator, OperatorState, checkpoint};
+use crate::{OperatorState, checkpoint};
 
 /// The names of each side's checkpointed parts: rows, expiry, rows by time, their expiry.
 const LEFT_PARTS: [&str; 4] = ["left", "left_expiry", "left_timed", "left_timed_expiry"];
 const RIGHT_PARTS: [&str; 4] = ["right", "right_expiry", "right_timed", "right_timed_expiry"];
 
 struct Side {
-    input: Box<dyn Operator>,
     keys: Vec<Expr>,
     /// Full rows of this side.
     rows: RowConverter,
@@ -61,12 +61,7 @@ pub struct InnerJoin {
 }
 
 impl Side {
-    fn new(
-        input: Box<dyn Operator>,
-        schema: &SchemaRef,
-        keys: Vec<Expr>,
-        nulls_equal: bool,
-    ) -> Result<Self> {
+    fn new(schema: &SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
         let fields = schema
             .fields()
             .iter()
@@ -78,7 +73,6 @@ impl Side {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(eval_error)?;
         Ok(Side {
-            input,
             keys,
             rows: RowConverter::new(fields).map_err(arrow_error)?,
             nulls_equal,
@@ -374,8 +368,6 @@ impl InnerJoin {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         nulls_equal: bool,
-        left: Box<dyn Operator>,
-        right: Box<dyn Operator>,
         left_schema: SchemaRef,
         right_schema: SchemaRef,
         left_keys: Vec<Expr>,
@@ -384,8 +376,8 @@ impl InnerJoin {
         schema: SchemaRef,
     ) -> Result<Self> {
         Ok(InnerJoin {
-            left: Side::new(left, &left_schema, left_keys, nulls_equal)?,
-            right: Side::new(right, &right_schema, right_keys, nulls_equal)?,
+            left: Side::new(&left_schema, left_keys, nulls_equal)?,
+            right: Side::new(&right_schema, right_keys, nulls_equal)?,
             filter,
             schema,
             event_time: None,
@@ -653,19 +645,26 @@ impl InnerJoin {
     }
 }
 
-impl Operator for InnerJoin {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let left = self.left.input.push(source, changes)?;
-        let right = self.right.input.push(source, changes)?;
-        self.process(left, right)
+impl Handler for InnerJoin {
+    fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()> {
+        let (left, right) = if input == 0 {
+            (vec![changes], Vec::new())
+        } else {
+            (Vec::new(), vec![changes])
+        };
+        for changes in self.process(left, right)? {
+            out.data(changes);
+        }
+        Ok(())
     }
 
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        let left = self.left.input.end_epoch()?;
-        let right = self.right.input.end_epoch()?;
-        let out = self.process(left, right)?;
+    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
         self.evict();
-        Ok(out)
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        "InnerJoin".to_owned()
     }
 
     fn state(&self) -> OperatorState {
@@ -677,14 +676,14 @@ impl Operator for InnerJoin {
         }
     }
 
-    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self) -> Result<checkpoint::Parts> {
         let mut out = Vec::new();
         self.left.save(&LEFT_PARTS, &mut out)?;
         self.right.save(&RIGHT_PARTS, &mut out)?;
         Ok(out)
     }
 
-    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+    fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         if let Some(i) = LEFT_PARTS.iter().position(|p| *p == name) {
             self.left.load(i, batch)
         } else if let Some(i) = RIGHT_PARTS.iter().position(|p| *p == name) {
@@ -692,13 +691,5 @@ impl Operator for InnerJoin {
         } else {
             Err(checkpoint::unknown_part("InnerJoin", name))
         }
-    }
-
-    fn children(&self) -> Vec<&dyn Operator> {
-        vec![self.left.input.as_ref(), self.right.input.as_ref()]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        vec![self.left.input.as_mut(), self.right.input.as_mut()]
     }
 }

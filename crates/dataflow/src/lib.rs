@@ -329,12 +329,14 @@ fn build_bare(node: &Node, et: &Arc<EventTime>, workers: &Workers) -> Result<Box
             time,
             sources,
             lateness,
-        } => Box::new(event_time::Release::new(
-            build(input, et, workers)?,
-            time.clone(),
-            sources.clone(),
-            *lateness,
-            Arc::clone(et),
+        } => Box::new(tree::TreeNode::new(
+            Box::new(event_time::Release::new(
+                time.clone(),
+                sources.clone(),
+                *lateness,
+                Arc::clone(et),
+            )),
+            vec![build(input, et, workers)?],
         )),
         Node::LateFilter {
             input,
@@ -499,8 +501,6 @@ fn build_stateful(
             let mut join = outer_join::OuterJoin::new(
                 *kind,
                 *nulls_equal,
-                next()?,
-                next()?,
                 left.schema(),
                 right.schema(),
                 left_keys.clone(),
@@ -511,7 +511,7 @@ fn build_stateful(
             if let Some(bounds) = bounds {
                 join.bound_by_time(bounds.as_ref().clone(), Arc::clone(et));
             }
-            Box::new(join)
+            Box::new(tree::TreeNode::new(Box::new(join), vec![next()?, next()?]))
         }
         Node::Join {
             kind,
@@ -527,8 +527,6 @@ fn build_stateful(
         } => {
             let mut join = join::InnerJoin::new(
                 *nulls_equal,
-                next()?,
-                next()?,
                 left.schema(),
                 right.schema(),
                 left_keys.clone(),
@@ -543,7 +541,7 @@ fn build_stateful(
             if *lookup {
                 join.lookup(*kind == plan::JoinKind::Left);
             }
-            Box::new(join)
+            Box::new(tree::TreeNode::new(Box::new(join), vec![next()?, next()?]))
         }
         _ => return Err(Error::internal("not a stateful operator")),
     })

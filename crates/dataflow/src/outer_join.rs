@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::graph::{Barrier, Handler, Output as Emitted};
 use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
@@ -22,17 +23,16 @@ use arrow::array::{
 };
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
-use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+use eddy_common::{ChangeBatch, Error, Result};
 
 use crate::event_time::{EventTime, micros};
 use crate::plan::{Expr, JoinKind, TimeBound};
 use crate::rows::{arrow_error, batch, eval_error, evaluate, take_columns};
-use crate::{Operator, OperatorState, checkpoint};
+use crate::{OperatorState, checkpoint};
 
 type Bucket = HashMap<OwnedRow, i64>;
 
 struct Side {
-    input: Box<dyn Operator>,
     schema: SchemaRef,
     keys: Vec<Expr>,
     rows: RowConverter,
@@ -54,12 +54,7 @@ pub struct OuterJoin {
 }
 
 impl Side {
-    fn new(
-        input: Box<dyn Operator>,
-        schema: SchemaRef,
-        keys: Vec<Expr>,
-        nulls_equal: bool,
-    ) -> Result<Self> {
+    fn new(schema: SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
         let fields = schema
             .fields()
             .iter()
@@ -72,7 +67,6 @@ impl Side {
             .map_err(eval_error)?;
         let key_converter = RowConverter::new(key_fields).map_err(arrow_error)?;
         Ok(Side {
-            input,
             schema,
             keys,
             rows: RowConverter::new(fields).map_err(arrow_error)?,
@@ -202,8 +196,6 @@ impl OuterJoin {
     pub fn new(
         kind: JoinKind,
         nulls_equal: bool,
-        left: Box<dyn Operator>,
-        right: Box<dyn Operator>,
         left_schema: SchemaRef,
         right_schema: SchemaRef,
         left_keys: Vec<Expr>,
@@ -213,8 +205,8 @@ impl OuterJoin {
     ) -> Result<Self> {
         Ok(OuterJoin {
             kind,
-            left: Side::new(left, left_schema, left_keys, nulls_equal)?,
-            right: Side::new(right, right_schema, right_keys, nulls_equal)?,
+            left: Side::new(left_schema, left_keys, nulls_equal)?,
+            right: Side::new(right_schema, right_keys, nulls_equal)?,
             filter,
             schema,
             bounds: None,
@@ -469,19 +461,26 @@ impl OuterJoin {
     }
 }
 
-impl Operator for OuterJoin {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let left = self.left.input.push(source, changes)?;
-        let right = self.right.input.push(source, changes)?;
-        self.process(left, right)
+impl Handler for OuterJoin {
+    fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Emitted) -> Result<()> {
+        let (left, right) = if input == 0 {
+            (vec![changes], Vec::new())
+        } else {
+            (Vec::new(), vec![changes])
+        };
+        for changes in self.process(left, right)? {
+            out.data(changes);
+        }
+        Ok(())
     }
 
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        let left = self.left.input.end_epoch()?;
-        let right = self.right.input.end_epoch()?;
-        let out = self.process(left, right)?;
+    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Emitted) -> Result<()> {
         self.evict();
-        Ok(out)
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        "OuterJoin".to_owned()
     }
 
     fn state(&self) -> OperatorState {
@@ -496,7 +495,7 @@ impl Operator for OuterJoin {
         }
     }
 
-    fn save_state(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self) -> Result<checkpoint::Parts> {
         let entries: Vec<(i64, &OwnedRow)> = self
             .expiry
             .iter()
@@ -516,7 +515,7 @@ impl Operator for OuterJoin {
         ])
     }
 
-    fn load_state(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
+    fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         match name {
             "left" => self.left.load(batch),
             "right" => self.right.load(batch),
@@ -535,13 +534,5 @@ impl Operator for OuterJoin {
             }
             _ => Err(checkpoint::unknown_part("OuterJoin", name)),
         }
-    }
-
-    fn children(&self) -> Vec<&dyn Operator> {
-        vec![self.left.input.as_ref(), self.right.input.as_ref()]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        vec![self.left.input.as_mut(), self.right.input.as_mut()]
     }
 }
