@@ -14,9 +14,9 @@ use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBat
 use arrow::datatypes::{DataType, TimeUnit};
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
+use crate::OperatorState;
 use crate::plan::{Expr, Lateness};
 use crate::rows::{arrow_error, evaluate, filter_changes};
-use crate::OperatorState;
 
 /// No watermark yet (nothing read, or a source without one).
 const NONE: i64 = i64::MIN;

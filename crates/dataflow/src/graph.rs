@@ -319,6 +319,57 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     format!("operator panicked: {what}")
 }
 
+/// A plan's operators as a graph, one node per plan node (subplans read twice are built twice,
+/// as in the tree, until shared subplans land), with the node each source's changes go to.
+pub struct PlanGraph {
+    pub graph: Graph,
+    /// Each source node, by the table or view it reads.
+    pub sources: Vec<(eddy_common::ObjectId, NodeId)>,
+    /// The node whose output is the plan's.
+    pub output: NodeId,
+}
+
+/// Builds the graph of a plan; window operators read watermarks from `et` (the operators'
+/// shared event time, until watermarks travel in-band in the engine too).
+pub fn from_plan(
+    plan: &crate::plan::Node,
+    et: &std::sync::Arc<crate::EventTime>,
+) -> Result<PlanGraph> {
+    fn add(
+        graph: &mut Graph,
+        sources: &mut Vec<(eddy_common::ObjectId, NodeId)>,
+        node: &crate::plan::Node,
+        et: &std::sync::Arc<crate::EventTime>,
+    ) -> Result<NodeId> {
+        if let crate::plan::Node::Source { object, schema, .. } = node {
+            let id = graph.add(
+                Box::new(crate::stateless::Source {
+                    object: *object,
+                    schema: std::sync::Arc::clone(schema),
+                }),
+                1,
+            );
+            sources.push((*object, id));
+            return Ok(id);
+        }
+        let inputs = crate::handlers::inputs(node);
+        let id = graph.add(crate::handlers::handler(node, et)?, inputs.len());
+        for (port, input) in inputs.into_iter().enumerate() {
+            let from = add(graph, sources, input, et)?;
+            graph.connect(from, id, port)?;
+        }
+        Ok(id)
+    }
+    let mut graph = Graph::new();
+    let mut sources = Vec::new();
+    let output = add(&mut graph, &mut sources, plan, et)?;
+    Ok(PlanGraph {
+        graph,
+        sources,
+        output,
+    })
+}
+
 #[cfg(test)]
 #[path = "graph_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -25,6 +25,7 @@ pub mod decimal;
 pub mod event_time;
 mod exact_sum;
 pub mod graph;
+mod handlers;
 mod join;
 #[cfg(test)]
 mod join_tests;
@@ -40,7 +41,7 @@ mod temporal;
 mod topn;
 mod tree;
 
-use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+use eddy_common::{ChangeBatch, ObjectId, Result};
 use plan::Expr;
 
 pub use event_time::{EventTime, LateEvent};
@@ -285,82 +286,13 @@ fn build_bare(node: &Node, et: &Arc<EventTime>, workers: &Workers) -> Result<Box
             object: *object,
             schema: Arc::clone(schema),
         }),
-        Node::Filter { input, predicate } => Box::new(tree::TreeNode::new(
-            Box::new(stateless::Filter {
-                predicate: predicate.clone(),
-                context: Arc::clone(et),
-            }),
-            vec![build(input, et, workers)?],
-        )),
-        Node::Project {
-            input,
-            exprs,
-            schema,
-        } => Box::new(tree::TreeNode::new(
-            Box::new(stateless::Project {
-                exprs: exprs.clone(),
-                schema: schema.clone(),
-                context: Arc::clone(et),
-            }),
-            vec![build(input, et, workers)?],
-        )),
-        Node::Union { inputs, schema } => Box::new(tree::TreeNode::new(
-            Box::new(stateless::Union {
-                schema: schema.clone(),
-            }),
-            inputs
-                .iter()
+        _ => Box::new(tree::TreeNode::new(
+            handlers::handler(node, et)?,
+            handlers::inputs(node)
+                .into_iter()
                 .map(|i| build(i, et, workers))
                 .collect::<Result<_>>()?,
         )),
-        Node::TemporalFilter { input, from, until } => {
-            et.needs_ticks();
-            Box::new(tree::TreeNode::new(
-                Box::new(temporal::TemporalFilter::new(
-                    &input.schema(),
-                    from.clone(),
-                    until.clone(),
-                )?),
-                vec![build(input, et, workers)?],
-            ))
-        }
-        Node::Release {
-            input,
-            time,
-            sources,
-            lateness,
-        } => Box::new(tree::TreeNode::new(
-            Box::new(event_time::Release::new(
-                time.clone(),
-                sources.clone(),
-                *lateness,
-                Arc::clone(et),
-            )),
-            vec![build(input, et, workers)?],
-        )),
-        Node::LateFilter {
-            input,
-            end,
-            time,
-            sources,
-            lateness,
-        } => Box::new(tree::TreeNode::new(
-            Box::new(event_time::LateFilter {
-                end: end.clone(),
-                time: time.clone(),
-                sources: sources.clone(),
-                lateness: *lateness,
-                event_time: Arc::clone(et),
-                dropped: 0,
-            }),
-            vec![build(input, et, workers)?],
-        )),
-        Node::Aggregate { .. }
-        | Node::SessionAggregate { .. }
-        | Node::TopN { .. }
-        | Node::Join { .. } => {
-            return Err(Error::internal("a stateful operator without inputs"));
-        }
     })
 }
 
@@ -412,137 +344,8 @@ fn build_stateful(
     inputs: Vec<Box<dyn Operator>>,
     et: &Arc<EventTime>,
 ) -> Result<Box<dyn Operator>> {
-    let mut inputs = inputs.into_iter();
-    let mut next = || {
-        inputs
-            .next()
-            .ok_or_else(|| Error::internal("an operator's input is missing"))
-    };
-    Ok(match node {
-        Node::TopN {
-            input,
-            partition,
-            order,
-            offset,
-            limit,
-            rank,
-            window,
-            append_only,
-            schema,
-        } => Box::new(tree::TreeNode::new(
-            Box::new(topn::TopN::new(
-                input.schema(),
-                partition.clone(),
-                order.clone(),
-                (*offset, *limit),
-                *rank,
-                window.clone().map(|w| (w, Arc::clone(et))),
-                *append_only,
-                schema.clone(),
-            )?),
-            vec![next()?],
-        )),
-        Node::Aggregate {
-            input,
-            group,
-            aggregates,
-            window,
-            append_only,
-            schema,
-        } => Box::new(tree::TreeNode::new(
-            Box::new(aggregate::Aggregate::new(
-                &input.schema(),
-                group.clone(),
-                aggregates.clone(),
-                window.clone().map(|w| (w, Arc::clone(et))),
-                *append_only,
-                schema.clone(),
-            )?),
-            vec![next()?],
-        )),
-        Node::SessionAggregate {
-            input,
-            group,
-            starts,
-            ends,
-            time,
-            gap_micros,
-            aggregates,
-            window,
-            schema,
-        } => Box::new(tree::TreeNode::new(
-            Box::new(session::SessionAggregate::new(
-                &input.schema(),
-                session::Spec {
-                    group: group.clone(),
-                    starts: starts.clone(),
-                    ends: ends.clone(),
-                    time: time.clone(),
-                    gap_micros: *gap_micros,
-                },
-                aggregates.clone(),
-                window.clone().map(|w| (w, Arc::clone(et))),
-                schema.clone(),
-            )?),
-            vec![next()?],
-        )),
-        Node::Join {
-            kind,
-            left,
-            right,
-            left_keys,
-            right_keys,
-            filter,
-            nulls_equal,
-            schema,
-            bounds,
-            lookup: false,
-        } if *kind != plan::JoinKind::Inner => {
-            let mut join = outer_join::OuterJoin::new(
-                *kind,
-                *nulls_equal,
-                left.schema(),
-                right.schema(),
-                left_keys.clone(),
-                right_keys.clone(),
-                filter.clone(),
-                schema.clone(),
-            )?;
-            if let Some(bounds) = bounds {
-                join.bound_by_time(bounds.as_ref().clone(), Arc::clone(et));
-            }
-            Box::new(tree::TreeNode::new(Box::new(join), vec![next()?, next()?]))
-        }
-        Node::Join {
-            kind,
-            left,
-            right,
-            left_keys,
-            right_keys,
-            filter,
-            nulls_equal,
-            bounds,
-            lookup,
-            schema,
-        } => {
-            let mut join = join::InnerJoin::new(
-                *nulls_equal,
-                left.schema(),
-                right.schema(),
-                left_keys.clone(),
-                right_keys.clone(),
-                filter.clone(),
-                schema.clone(),
-            )?;
-            if let Some(bounds) = bounds {
-                let [l, r] = bounds.as_ref().clone();
-                join.bound_by_time(l, r, Arc::clone(et));
-            }
-            if *lookup {
-                join.lookup(*kind == plan::JoinKind::Left);
-            }
-            Box::new(tree::TreeNode::new(Box::new(join), vec![next()?, next()?]))
-        }
-        _ => return Err(Error::internal("not a stateful operator")),
-    })
+    Ok(Box::new(tree::TreeNode::new(
+        handlers::handler(node, et)?,
+        inputs,
+    )))
 }

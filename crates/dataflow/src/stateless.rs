@@ -19,20 +19,43 @@ pub struct Source {
     pub schema: SchemaRef,
 }
 
+impl Source {
+    /// The changes with the columns the view was planned with.
+    fn planned(&self, changes: &ChangeBatch) -> Result<ChangeBatch> {
+        let width = self.schema.fields().len();
+        if changes.rows().num_columns() <= width {
+            return Ok(changes.clone());
+        }
+        let columns = changes.rows().columns()[..width].to_vec();
+        Ok(ChangeBatch::new(
+            batch_of(&self.schema, columns, changes.len())?,
+            changes.diffs().clone(),
+        ))
+    }
+}
+
+/// In the graph the runtime sends a source node its table's changes only.
+impl Handler for Source {
+    fn on_data(&mut self, _input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()> {
+        out.data(self.planned(&changes)?);
+        Ok(())
+    }
+
+    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        format!("Source {}", self.object)
+    }
+}
+
 impl Operator for Source {
     fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
         if source != self.object || changes.is_empty() {
             return Ok(Vec::new());
         }
-        let width = self.schema.fields().len();
-        if changes.rows().num_columns() <= width {
-            return Ok(vec![changes.clone()]);
-        }
-        let columns = changes.rows().columns()[..width].to_vec();
-        Ok(vec![ChangeBatch::new(
-            batch_of(&self.schema, columns, changes.len())?,
-            changes.diffs().clone(),
-        )])
+        Ok(vec![self.planned(changes)?])
     }
 
     fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
