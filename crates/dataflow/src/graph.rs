@@ -22,6 +22,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use eddy_common::limits::BATCH_ROWS_MAX;
 use eddy_common::{ChangeBatch, Error, Result};
 
+/// A two-input operator's changes as (left, right) batches: input 0 is the left side.
+pub(crate) fn by_side(input: usize, changes: ChangeBatch) -> (Vec<ChangeBatch>, Vec<ChangeBatch>) {
+    if input == 0 {
+        (vec![changes], Vec::new())
+    } else {
+        (Vec::new(), vec![changes])
+    }
+}
+
 /// A node's index in its [`Graph`].
 pub type NodeId = usize;
 

@@ -647,11 +647,7 @@ impl InnerJoin {
 
 impl Handler for InnerJoin {
     fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()> {
-        let (left, right) = if input == 0 {
-            (vec![changes], Vec::new())
-        } else {
-            (Vec::new(), vec![changes])
-        };
+        let (left, right) = crate::graph::by_side(input, changes);
         for changes in self.process(left, right)? {
             out.data(changes);
         }

@@ -463,11 +463,7 @@ impl OuterJoin {
 
 impl Handler for OuterJoin {
     fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Emitted) -> Result<()> {
-        let (left, right) = if input == 0 {
-            (vec![changes], Vec::new())
-        } else {
-            (Vec::new(), vec![changes])
-        };
+        let (left, right) = crate::graph::by_side(input, changes);
         for changes in self.process(left, right)? {
             out.data(changes);
         }
