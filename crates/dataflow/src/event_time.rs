@@ -210,6 +210,16 @@ impl crate::graph::Handler for LateFilter {
         Ok(())
     }
 
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        mark: crate::graph::Watermark,
+        out: &mut crate::graph::Output,
+    ) -> Result<()> {
+        out.watermark(mark);
+        Ok(())
+    }
+
     fn on_barrier(
         &mut self,
         _barrier: &crate::graph::Barrier,

@@ -111,12 +111,13 @@ pub trait Handler: Send {
     /// Changes arrived on `input`.
     fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()>;
 
-    /// Event time advanced on `input`. The default passes it on (stateless operators that keep
-    /// the column where it is); an operator that judges lateness or closes windows records it
-    /// here and acts on it in [`Handler::on_barrier`], so that how two inputs' messages
-    /// interleave within an epoch never changes a result.
-    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
-        out.watermark(mark);
+    /// Event time advanced on `input`. An operator that keeps the column where it is passes
+    /// the mark on (filters); one that moves columns maps it (projections); one with several
+    /// inputs passes on their minimum (unions); one that judges lateness or closes windows
+    /// records it here and acts on it in [`Handler::on_barrier`], so that how two inputs'
+    /// messages interleave within an epoch never changes a result. The default passes nothing
+    /// on: a mark is only forwarded by an operator that knows what its output columns are.
+    fn on_watermark(&mut self, _input: usize, _mark: Watermark, _out: &mut Output) -> Result<()> {
         Ok(())
     }
 

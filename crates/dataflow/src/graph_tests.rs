@@ -30,6 +30,10 @@ impl Handler for Pass {
         out.data(changes);
         Ok(())
     }
+    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
+        out.watermark(mark);
+        Ok(())
+    }
     fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
         Ok(())
     }
@@ -269,4 +273,61 @@ impl Handler for Collected {
     fn name(&self) -> String {
         "Collected".into()
     }
+}
+
+fn mark(column: usize, value: i64) -> Message {
+    Message::Watermark(Watermark { column, value })
+}
+
+#[test]
+fn a_union_passes_on_the_least_of_its_inputs_marks() {
+    let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+    let mut g = Graph::new();
+    let union = g.add(Box::new(crate::stateless::Union::new(schema, 2)), 2);
+    let seen = Seen::default();
+    let sink = g.add(Box::new(Sink(seen.clone())), 1);
+    g.connect(union, sink, 0).unwrap_or_else(|e| panic!("{e}"));
+    g.send(union, 0, mark(0, 5));
+    assert_eq!(
+        seen.take(),
+        Vec::<String>::new(),
+        "one input has no mark yet"
+    );
+    g.send(union, 1, mark(0, 3));
+    g.send(union, 1, mark(0, 10));
+    g.send(union, 0, mark(0, 7));
+    // An input's mark never goes back.
+    g.send(union, 0, mark(0, 6));
+    assert_eq!(seen.take(), ["w:0=3", "w:0=5", "w:0=7"]);
+}
+
+#[test]
+fn a_projection_moves_marks_with_their_columns() {
+    use datafusion::physical_expr::expressions::{Column, Literal};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("one", DataType::Int64, false),
+        Field::new("a", DataType::Int64, false),
+    ]));
+    let project = crate::stateless::Project {
+        exprs: vec![
+            Arc::new(Literal::new(datafusion::common::ScalarValue::Int64(Some(
+                1,
+            )))),
+            Arc::new(Column::new("a", 0)),
+        ],
+        schema,
+        context: Arc::new(crate::EventTime::new(&[])),
+    };
+    let mut g = Graph::new();
+    let node = g.add(Box::new(project), 1);
+    let seen = Seen::default();
+    let sink = g.add(Box::new(Sink(seen.clone())), 1);
+    g.connect(node, sink, 0).unwrap_or_else(|e| panic!("{e}"));
+    g.send(node, 0, mark(0, 42));
+    g.send(node, 0, mark(1, 9));
+    assert_eq!(
+        seen.take(),
+        ["w:1=42"],
+        "column 0 is output 1; input column 1 is dropped"
+    );
 }

@@ -5,7 +5,7 @@ use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::graph::{Barrier, Handler, Output};
+use crate::graph::{Barrier, Handler, Output, Watermark};
 use crate::plan::Expr;
 use crate::{Operator, OperatorState};
 use std::sync::Arc;
@@ -38,6 +38,11 @@ impl Source {
 impl Handler for Source {
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()> {
         out.data(self.planned(&changes)?);
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
+        out.watermark(mark);
         Ok(())
     }
 
@@ -101,6 +106,11 @@ impl Handler for Filter {
         Ok(())
     }
 
+    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
+        out.watermark(mark);
+        Ok(())
+    }
+
     fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
         Ok(())
     }
@@ -128,6 +138,22 @@ impl Handler for Project {
         Ok(())
     }
 
+    /// A mark on an input column the projection passes through unchanged holds for each
+    /// output column that is that column; computed columns carry none.
+    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
+        for (position, expr) in self.exprs.iter().enumerate() {
+            let any: &dyn std::any::Any = expr.as_ref();
+            let column = any.downcast_ref::<datafusion::physical_expr::expressions::Column>();
+            if column.is_some_and(|c| c.index() == mark.column) {
+                out.watermark(Watermark {
+                    column: position,
+                    value: mark.value,
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
         Ok(())
     }
@@ -140,6 +166,19 @@ impl Handler for Project {
 /// UNION ALL: every input's rows, under the union's column names.
 pub struct Union {
     pub schema: SchemaRef,
+    /// Each input's latest mark per column (inputs by index), and what was passed on.
+    pub marks: Vec<std::collections::BTreeMap<usize, i64>>,
+    pub emitted: std::collections::BTreeMap<usize, i64>,
+}
+
+impl Union {
+    pub fn new(schema: SchemaRef, inputs: usize) -> Self {
+        Union {
+            schema,
+            marks: vec![std::collections::BTreeMap::new(); inputs],
+            emitted: std::collections::BTreeMap::new(),
+        }
+    }
 }
 
 impl Handler for Union {
@@ -150,6 +189,32 @@ impl Handler for Union {
             batch_of(&self.schema, rows.columns().to_vec(), n)?,
             diffs,
         ));
+        Ok(())
+    }
+
+    /// Event time of the union is the least over its inputs: a column's mark passes once every
+    /// input has one, and only when that minimum advances.
+    fn on_watermark(&mut self, input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
+        let Some(marks) = self.marks.get_mut(input) else {
+            return Err(Error::internal(format!("union has no input {input}")));
+        };
+        let slot = marks.entry(mark.column).or_insert(mark.value);
+        *slot = (*slot).max(mark.value);
+        let least = self
+            .marks
+            .iter()
+            .map(|m| m.get(&mark.column).copied())
+            .collect::<Option<Vec<i64>>>()
+            .and_then(|values| values.into_iter().min());
+        if let Some(value) = least
+            && self.emitted.get(&mark.column).is_none_or(|e| value > *e)
+        {
+            self.emitted.insert(mark.column, value);
+            out.watermark(Watermark {
+                column: mark.column,
+                value,
+            });
+        }
         Ok(())
     }
 
