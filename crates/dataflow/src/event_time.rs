@@ -152,6 +152,28 @@ pub fn micros(array: &ArrayRef) -> Result<Vec<Option<i64>>> {
         .collect())
 }
 
+/// The rows of `changes` that `keep` keeps; the others are recorded as late events dropped at
+/// `watermark` (`times` are the rows' event times).
+pub(crate) fn drop_late(
+    changes: &ChangeBatch,
+    keep: &BooleanArray,
+    times: &[Option<i64>],
+    watermark: i64,
+    event_time: &EventTime,
+) -> Result<ChangeBatch> {
+    let late = (0..changes.len())
+        .filter(|&i| !keep.value(i))
+        .map(|i| LateEvent {
+            row: row_json(changes.rows(), i),
+            event_time: times[i],
+            watermark,
+            action: "dropped",
+        })
+        .collect();
+    event_time.record(late);
+    filter_changes(changes, keep)
+}
+
 /// Drops the rows whose window is closed (its end at or below the watermark before the
 /// batch), unless the view applies late rows (`late_events = 'retract'`) and the window's
 /// state is still kept; records every dropped row.
@@ -195,18 +217,14 @@ impl crate::graph::Handler for LateFilter {
             return Ok(());
         }
         let times = micros(&evaluate(&self.time, changes.rows())?)?;
-        let late: Vec<LateEvent> = (0..changes.len())
-            .filter(|&i| !keep.value(i))
-            .map(|i| LateEvent {
-                row: row_json(changes.rows(), i),
-                event_time: times[i],
-                watermark,
-                action: "dropped",
-            })
-            .collect();
-        self.dropped += late.len() as u64;
-        self.event_time.record(late);
-        out.data(filter_changes(&changes, &keep)?);
+        self.dropped += (changes.len() - keep.true_count()) as u64;
+        out.data(drop_late(
+            &changes,
+            &keep,
+            &times,
+            watermark,
+            &self.event_time,
+        )?);
         Ok(())
     }
 
@@ -217,14 +235,6 @@ impl crate::graph::Handler for LateFilter {
         out: &mut crate::graph::Output,
     ) -> Result<()> {
         out.watermark(mark);
-        Ok(())
-    }
-
-    fn on_barrier(
-        &mut self,
-        _barrier: &crate::graph::Barrier,
-        _out: &mut crate::graph::Output,
-    ) -> Result<()> {
         Ok(())
     }
 

@@ -122,8 +122,10 @@ pub trait Handler: Send {
     }
 
     /// Every input delivered the epoch's barrier: emit what the epoch leaves (the graph then
-    /// passes the barrier on).
-    fn on_barrier(&mut self, barrier: &Barrier, out: &mut Output) -> Result<()>;
+    /// passes the barrier on). Stateless operators leave nothing: the default.
+    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
 
     /// The operator's name as `eddy_operators` and EXPLAIN show it.
     fn name(&self) -> String;

@@ -34,9 +34,6 @@ impl Handler for Pass {
         out.watermark(mark);
         Ok(())
     }
-    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
-        Ok(())
-    }
     fn name(&self) -> String {
         "Pass".into()
     }
@@ -265,9 +262,6 @@ impl Handler for Collected {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(changes);
-        Ok(())
-    }
-    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
         Ok(())
     }
     fn name(&self) -> String {

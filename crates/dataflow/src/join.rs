@@ -17,7 +17,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, Result};
 
-use crate::event_time::{EventTime, LateEvent, micros, row_json};
+use crate::event_time::{EventTime, micros};
 use crate::graph::{Barrier, Handler, Output};
 use crate::plan::{Expr, TimeBound};
 use crate::rows::{arrow_error, batch, eval_error, evaluate, filter_changes, take_columns};
@@ -564,17 +564,7 @@ impl InnerJoin {
         if keep.true_count() == changes.len() {
             return Ok(changes);
         }
-        let late = (0..changes.len())
-            .filter(|&i| !keep.value(i))
-            .map(|i| LateEvent {
-                row: row_json(changes.rows(), i),
-                event_time: times[i],
-                watermark,
-                action: "dropped",
-            })
-            .collect();
-        event_time.record(late);
-        filter_changes(&changes, &keep)
+        crate::event_time::drop_late(&changes, &keep, &times, watermark, event_time)
     }
 
     /// Forgets the rows of each side that the other side's watermark has passed.

@@ -112,6 +112,19 @@ pub trait Operator: Send {
     }
 }
 
+/// The operators a node owns as its inputs, for [`Operator::children`].
+pub(crate) fn inputs_of(inputs: &[Box<dyn Operator>]) -> Vec<&dyn Operator> {
+    inputs.iter().map(|i| i.as_ref()).collect()
+}
+
+/// [`inputs_of`], to walk into them ([`Operator::children_mut`]).
+pub(crate) fn inputs_of_mut(inputs: &mut [Box<dyn Operator>]) -> Vec<&mut dyn Operator> {
+    inputs
+        .iter_mut()
+        .map(|i| i.as_mut() as &mut dyn Operator)
+        .collect()
+}
+
 /// Counts the rows an operator emits; [`build`] wraps every operator in one.
 struct Instrumented {
     inner: Box<dyn Operator>,

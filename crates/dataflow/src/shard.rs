@@ -225,14 +225,11 @@ impl Operator for Sharded {
     }
 
     fn children(&self) -> Vec<&dyn Operator> {
-        self.inputs.iter().map(|i| i.as_ref()).collect()
+        crate::inputs_of(&self.inputs)
     }
 
     fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        self.inputs
-            .iter_mut()
-            .map(|i| i.as_mut() as &mut dyn Operator)
-            .collect()
+        crate::inputs_of_mut(&mut self.inputs)
     }
 
     fn shards(&self) -> usize {

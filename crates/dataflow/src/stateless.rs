@@ -5,7 +5,7 @@ use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::graph::{Barrier, Handler, Output, Watermark};
+use crate::graph::{Handler, Output, Watermark};
 use crate::plan::Expr;
 use crate::{Operator, OperatorState};
 use std::sync::Arc;
@@ -43,10 +43,6 @@ impl Handler for Source {
 
     fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
         out.watermark(mark);
-        Ok(())
-    }
-
-    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
         Ok(())
     }
 
@@ -111,10 +107,6 @@ impl Handler for Filter {
         Ok(())
     }
 
-    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
-        Ok(())
-    }
-
     fn name(&self) -> String {
         format!("Filter {}", self.predicate)
     }
@@ -151,10 +143,6 @@ impl Handler for Project {
                 });
             }
         }
-        Ok(())
-    }
-
-    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
         Ok(())
     }
 
@@ -215,10 +203,6 @@ impl Handler for Union {
                 value,
             });
         }
-        Ok(())
-    }
-
-    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
         Ok(())
     }
 
