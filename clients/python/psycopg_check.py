@@ -105,6 +105,14 @@ def main(url):
                     copy.write_row(r)
             out["binary_copy"] = [[typed(v) if not isinstance(v, bytes) else v.hex() for v in r]
                                   for r in cur.execute("SELECT * FROM binary_copy ORDER BY id")]
+            # Numerics in binary, rounded to the column's scale as a cast rounds them.
+            cur.execute("CREATE TABLE binary_numeric (i INT, p NUMERIC(10,2), u NUMERIC(38,10))")
+            numbers = ["1.005", "-2.345", "0", "99999999.99", "0.0000000001", "123456.789", "-0.004", "1e3"]
+            with cur.copy("COPY binary_numeric FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "numeric", "numeric"])
+                for i, n in enumerate(numbers):
+                    copy.write_row((i, decimal.Decimal(n), decimal.Decimal(n)))
+            out["binary_numeric"] = cur.execute("SELECT i, p::text, u::text FROM binary_numeric ORDER BY i").fetchall()
         conn.commit()
 
         # Errors keep their SQLSTATE and the connection.

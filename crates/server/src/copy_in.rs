@@ -2,7 +2,7 @@
 //! signature, a header, then per row a field count and each field's length and binary value)
 //! decoded into the table's columns, column by column.
 //!
-//! Common fixed-width types and text are decoded straight into Arrow buffers; the others go
+//! Common fixed-width types, numerics and text are decoded straight into Arrow buffers; the others go
 //! value by value through [`crate::encode::decode_binary_param`], the decoder of binary
 //! parameters, so both read PostgreSQL's binary forms the same way.
 
@@ -163,26 +163,89 @@ fn decode_column(pg: &Type, values: &[Option<&[u8]>], target: &DataType) -> Resu
                 })
                 .collect::<Result<StringArray>>()?,
         ),
-        _ => {
-            // Value by value (numeric, interval, jsonb, bytea, arrays, ...), each cast to the
-            // column's type (a numeric's scale is the value's own until then).
-            let parts: Vec<ArrayRef> = values
-                .iter()
-                .map(|value| {
-                    let one = match value {
-                        Some(bytes) => decode_binary_param(pg, bytes)?,
-                        None => arrow::array::new_null_array(target, 1),
-                    };
-                    arrow::compute::cast(&one, target)
-                        .map_err(|e| Error::new(SqlState::DATATYPE_MISMATCH, e.to_string()))
-                })
-                .collect::<Result<_>>()?;
-            if parts.is_empty() {
-                return Ok(arrow::array::new_empty_array(target));
+        Type::NUMERIC => {
+            if let DataType::Decimal128(precision, scale) = *target {
+                let decoded = values
+                    .iter()
+                    .map(|v| v.map(|b| numeric_at_scale(b, precision, scale)).transpose())
+                    .collect::<Result<Vec<Option<i128>>>>()?;
+                let array = arrow::array::Decimal128Array::from(decoded)
+                    .with_precision_and_scale(precision, scale)
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                return Ok(Arc::new(array));
             }
-            let refs: Vec<&dyn Array> = parts.iter().map(|p| p.as_ref()).collect();
-            arrow::compute::concat(&refs).map_err(|e| Error::internal(e.to_string()))?
+            return slow(pg, values, target);
         }
+        _ => return slow(pg, values, target),
     };
     Ok(array)
+}
+
+/// A binary numeric (base-10000 digits, weight, sign, display scale) as a `Decimal128` value
+/// at `scale`, rounded half away from zero as a cast to `numeric(p, s)` rounds.
+fn numeric_at_scale(bytes: &[u8], precision: u8, scale: i8) -> Result<i128> {
+    let word = |at: usize| -> Result<i16> {
+        Ok(i16::from_be_bytes([
+            *bytes.get(at).ok_or_else(|| bad("numeric"))?,
+            *bytes.get(at + 1).ok_or_else(|| bad("numeric"))?,
+        ]))
+    };
+    let ndigits = word(0)?.max(0) as usize;
+    let weight = i32::from(word(2)?);
+    let sign = word(4)? as u16;
+    if sign != 0 && sign != 0x4000 {
+        return Err(Error::new(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            "NaN and infinite numerics are not supported",
+        ));
+    }
+    let overflow = || {
+        Error::new(
+            SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+            format!("numeric field overflow: a value does not fit numeric({precision},{scale})"),
+        )
+    };
+    // Exact at a scale where every digit group is a whole number, then rounded to `scale`.
+    let exact_scale = (4 * (ndigits as i32 - weight - 1)).max(i32::from(scale));
+    let mut value: i128 = 0;
+    for i in 0..ndigits {
+        let digit = i128::from(word(8 + 2 * i)?);
+        let exponent = 4 * (weight - i as i32) + exact_scale;
+        let place = 10i128.checked_pow(exponent as u32).ok_or_else(overflow)?;
+        value = digit
+            .checked_mul(place)
+            .and_then(|d| value.checked_add(d))
+            .ok_or_else(overflow)?;
+    }
+    let drop = 10i128
+        .checked_pow((exact_scale - i32::from(scale)) as u32)
+        .ok_or_else(overflow)?;
+    let (mut rounded, rest) = (value / drop, value % drop);
+    if rest * 2 >= drop {
+        rounded += 1;
+    }
+    if rounded >= 10i128.pow(u32::from(precision)) {
+        return Err(overflow());
+    }
+    Ok(if sign == 0x4000 { -rounded } else { rounded })
+}
+
+/// Value by value (interval, jsonb, bytea, arrays, ...), each cast to the column's type.
+fn slow(pg: &Type, values: &[Option<&[u8]>], target: &DataType) -> Result<ArrayRef> {
+    let parts: Vec<ArrayRef> = values
+        .iter()
+        .map(|value| {
+            let one = match value {
+                Some(bytes) => decode_binary_param(pg, bytes)?,
+                None => arrow::array::new_null_array(target, 1),
+            };
+            arrow::compute::cast(&one, target)
+                .map_err(|e| Error::new(SqlState::DATATYPE_MISMATCH, e.to_string()))
+        })
+        .collect::<Result<_>>()?;
+    if parts.is_empty() {
+        return Ok(arrow::array::new_empty_array(target));
+    }
+    let refs: Vec<&dyn Array> = parts.iter().map(|p| p.as_ref()).collect();
+    arrow::compute::concat(&refs).map_err(|e| Error::internal(e.to_string()))
 }
