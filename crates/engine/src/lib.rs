@@ -13,6 +13,7 @@ mod checkpoint;
 mod clock;
 mod copy;
 mod dropping;
+mod failpoints;
 mod ingest;
 mod names;
 mod pg_objects;
@@ -689,7 +690,9 @@ impl Engine {
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<(usize, usize)> {
         let guard = self.lock_writes().await;
-        if self.name_taken(&name) {
+        // A view rebuilt in place (RESTART) keeps its name.
+        let rebuilt = id.is_some() && self.view(&name).map(|v| v.def.id) == id;
+        if self.name_taken(&name) && !rebuilt {
             return Err(Error::new(
                 SqlState::DUPLICATE_TABLE,
                 format!("relation \"{}\" already exists", name.name),

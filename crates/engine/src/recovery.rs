@@ -20,6 +20,7 @@ use eddy_common::{ChangeBatch, Error, ObjectId, Offset, PartitionId, Result, Sql
 use futures::FutureExt;
 
 use crate::catalog::ViewDef;
+use crate::failpoints::failpoint;
 use crate::session::Session;
 use crate::views::{LogRecord, View};
 use crate::{Engine, Table, checkpoint};
@@ -34,29 +35,6 @@ pub(crate) struct ViewStatus {
     pub status: &'static str,
     pub error: Option<String>,
     pub restored_from: Option<String>,
-}
-
-/// Test hook, in debug builds only: `EDDY_FAILPOINTS=step:view:panic|error,...` makes a
-/// recovery step (`restore_view`: from the checkpoint; `rebuild_view`: from the log) of a view
-/// panic or fail, so tests can prove what recovery does then.
-fn failpoint(step: &str, view: &str) -> Result<()> {
-    if !cfg!(debug_assertions) {
-        return Ok(());
-    }
-    let Ok(points) = std::env::var("EDDY_FAILPOINTS") else {
-        return Ok(());
-    };
-    for point in points.split(',') {
-        let mut parts = point.split(':');
-        if parts.next() == Some(step) && parts.next() == Some(view) {
-            let message = format!("failpoint {step} of view {view}");
-            if parts.next() == Some("panic") {
-                std::panic::panic_any(message);
-            }
-            return Err(Error::internal(message));
-        }
-    }
-    Ok(())
 }
 
 /// What a waiting session is told: the step, and since when it runs.
@@ -78,6 +56,16 @@ impl Engine {
         if defs.is_empty() {
             return Ok(());
         }
+        let mut session = self.stored_views_session()?;
+        let from_checkpoint = self.restore_from_checkpoint(&mut session, &defs).await?;
+        self.rebuild_views(&mut session, &defs[from_checkpoint..], true)
+            .await;
+        self.start_stored_sinks(|_| true).await
+    }
+
+    /// The server's own session that plans stored views: they name what is not in `public`
+    /// by its schema.
+    fn stored_views_session(self: &Arc<Self>) -> Result<Session> {
         let info = eddy_sql::SessionInfo {
             database: "eddy".into(),
             user: "eddy".into(),
@@ -85,18 +73,30 @@ impl Engine {
             backend_pid: 0,
         };
         let mut session = Session::new(Arc::clone(self), &info)?;
-        // Stored definitions name what is not in `public` by its schema.
         session.set_variable("search_path", eddy_sql::PUBLIC_SCHEMA)?;
-        let from_checkpoint = self.restore_from_checkpoint(&mut session, &defs).await?;
-        let rest = &defs[from_checkpoint..];
-        for (i, def) in rest.iter().enumerate() {
-            self.recovering(format!(
-                "rebuilding materialized view \"{}\" from the log ({} of {})",
-                def.name,
-                i + 1,
-                rest.len()
-            ));
-            if let Some(failed) = rest[..i].iter().find(|d| {
+        Ok(session)
+    }
+
+    /// Plans `defs` (creation order) again and backfills them from their inputs; one that
+    /// cannot be rebuilt is marked failed, and so is every view after it that reads it. At
+    /// start-up each step is a recovery step sessions wait through. Returns how many failed.
+    async fn rebuild_views(
+        self: &Arc<Self>,
+        session: &mut Session,
+        defs: &[ViewDef],
+        at_startup: bool,
+    ) -> usize {
+        let mut failed = 0;
+        for (i, def) in defs.iter().enumerate() {
+            if at_startup {
+                self.recovering(format!(
+                    "rebuilding materialized view \"{}\" from the log ({} of {})",
+                    def.name,
+                    i + 1,
+                    defs.len()
+                ));
+            }
+            if let Some(upstream) = defs[..i].iter().find(|d| {
                 def.dependencies.contains(&d.id)
                     && self
                         .view(&d.qualified())
@@ -106,10 +106,12 @@ impl Engine {
                     SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
                     format!(
                         "it reads materialized view \"{}\", which failed",
-                        failed.name
+                        upstream.name
                     ),
                 );
-                self.mark_view_failed(def, None, e);
+                let schema = self.view(&def.qualified()).map(|v| Arc::clone(&v.schema));
+                self.mark_view_failed(def, schema, e);
+                failed += 1;
                 continue;
             }
             let rebuilt = AssertUnwindSafe(async {
@@ -128,10 +130,71 @@ impl Engine {
                 Err(e) => {
                     let schema = session.plan_stored_view(def).await.ok().map(|p| p.schema);
                     self.mark_view_failed(def, schema, e);
+                    failed += 1;
                 }
             }
         }
-        self.start_stored_sinks(|_| true).await
+        failed
+    }
+
+    /// `ALTER MATERIALIZED VIEW name RESTART`: takes the view and every view reading it
+    /// (directly or not) out of the runtime and rebuilds them from their inputs, in creation
+    /// order, as a restart without their checkpoint would. Readers of them meanwhile get an
+    /// error saying so (never an empty or stale answer); their subscriptions end; their sinks
+    /// are handed the rebuilt contents. Returns the views rebuilt and how many failed.
+    pub(crate) async fn restart_view(
+        self: &Arc<Self>,
+        view: &View,
+    ) -> Result<(Vec<String>, usize)> {
+        let mut session = self.stored_views_session()?;
+        let all: Vec<Arc<View>> = self
+            .views
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut ids = vec![view.def.id];
+        loop {
+            let before = ids.len();
+            for v in &all {
+                if !ids.contains(&v.def.id) && v.def.dependencies.iter().any(|d| ids.contains(d)) {
+                    ids.push(v.def.id);
+                }
+            }
+            if ids.len() == before {
+                break;
+            }
+        }
+        let mut defs: Vec<ViewDef> = all
+            .iter()
+            .filter(|v| ids.contains(&v.def.id))
+            .map(|v| v.def.clone())
+            .collect();
+        defs.sort_by_key(|d| d.id);
+        let why = Error::new(
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "materialized view \"{}\" is being rebuilt (ALTER MATERIALIZED VIEW ... RESTART)",
+                view.def.name
+            ),
+        )
+        .with_hint("it answers again once the rebuild is done");
+        {
+            // Under the write lock: no change is in flight between the old dataflow and the
+            // log the new one is backfilled from.
+            let _guard = self.lock_writes().await;
+            for def in &defs {
+                self.stop_readers(def.id);
+            }
+            self.runtime.stop_views(ids, why).await?;
+        }
+        tracing::info!(view = %view.def.name, views = defs.len(), "restarting materialized views");
+        let failed = self.rebuild_views(&mut session, &defs, false).await;
+        Ok((
+            defs.iter().map(|d| d.qualified().display()).collect(),
+            failed,
+        ))
     }
 
     /// Restores the longest prefix of `defs` (creation order) that the newest checkpoint can

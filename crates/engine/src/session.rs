@@ -260,10 +260,28 @@ impl Session {
         match statement {
             Statement::Flush => {
                 self.engine.flush().await?;
-                Ok(Outcome::Command {
-                    tag: "FLUSH",
-                    rows: None,
-                })
+                // Failed views do not hold FLUSH back; it says which views it could not bring
+                // up to date.
+                let failed: Vec<String> = self
+                    .engine
+                    .runtime()
+                    .failures()
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .values()
+                    .map(|e| e.message.clone())
+                    .collect();
+                Ok(failed.into_iter().rev().fold(
+                    Outcome::Command {
+                        tag: "FLUSH",
+                        rows: None,
+                    },
+                    |then, message| Outcome::Warning {
+                        state: SqlState::WARNING,
+                        message: format!("{message}; it is not up to date"),
+                        then: Box::new(then),
+                    },
+                ))
             }
             Statement::Checkpoint => {
                 self.engine.checkpoint().await?;
@@ -296,10 +314,17 @@ impl Session {
             Statement::ShowCreateMaterializedView(name) => {
                 let name = self.existing_name(name)?;
                 let view = self.engine.view(&name).ok_or_else(|| {
-                    Error::new(
-                        SqlState::UNDEFINED_TABLE,
-                        format!("materialized view \"{}\" does not exist", name.name),
-                    )
+                    if self.engine.name_taken(&name) {
+                        Error::new(
+                            SqlState::WRONG_OBJECT_TYPE,
+                            format!("\"{}\" is not a materialized view", name.name),
+                        )
+                    } else {
+                        Error::new(
+                            SqlState::UNDEFINED_TABLE,
+                            format!("materialized view \"{}\" does not exist", name.name),
+                        )
+                    }
                 })?;
                 rows_of_text(
                     &["name", "create_sql"],
@@ -407,6 +432,51 @@ impl Session {
                     ),
                     detail: None,
                     then: Box::new(done),
+                })
+            }
+            Statement::RestartMaterializedView(name) => {
+                let name = self.existing_name(name)?;
+                let view = self.engine.view(&name).ok_or_else(|| {
+                    if self.engine.name_taken(&name) {
+                        Error::new(
+                            SqlState::WRONG_OBJECT_TYPE,
+                            format!("\"{}\" is not a materialized view", name.name),
+                        )
+                    } else {
+                        Error::new(
+                            SqlState::UNDEFINED_TABLE,
+                            format!("materialized view \"{}\" does not exist", name.name),
+                        )
+                    }
+                })?;
+                let engine = Arc::clone(&self.engine);
+                let (rebuilt, failed) = engine.restart_view(&view).await?;
+                if let Some(e) = engine.view_failure(&view) {
+                    return Err(e);
+                }
+                let done = Outcome::Command {
+                    tag: "ALTER MATERIALIZED VIEW",
+                    rows: None,
+                };
+                let message = format!(
+                    "rebuilt from their inputs: materialized view {}",
+                    rebuilt.join(", ")
+                );
+                Ok(if failed > 0 {
+                    Outcome::Warning {
+                        state: SqlState::WARNING,
+                        message: format!(
+                            "{message}; {failed} of them failed again (SHOW MATERIALIZED VIEWS)"
+                        ),
+                        then: Box::new(done),
+                    }
+                } else {
+                    Outcome::Notice {
+                        state: SqlState::SUCCESSFUL_COMPLETION,
+                        message,
+                        detail: None,
+                        then: Box::new(done),
+                    }
                 })
             }
             Statement::AlterSourceDropNotNull { name, column } => {
@@ -684,6 +754,7 @@ impl Session {
             | Statement::DeclareSubscribeCursor { .. }
             | Statement::ReplayDeadLetters { .. }
             | Statement::AlterSourceDropNotNull { .. }
+            | Statement::RestartMaterializedView(_)
             | Statement::DropSource { .. }
             | Statement::CreateSink { .. }
             | Statement::DropSink { .. } => {
@@ -1235,20 +1306,7 @@ impl SubscriptionStream {
     pub async fn next(&mut self) -> Result<Option<Vec<RecordBatch>>> {
         match self.subscription.events.recv().await {
             Some(event) => change_rows(&self.schema, self.progress, &event).map(Some),
-            None if self
-                .subscription
-                .lagged
-                .load(std::sync::atomic::Ordering::Relaxed) =>
-            {
-                Err(Error::new(
-                    SqlState::INSUFFICIENT_RESOURCES,
-                    format!(
-                        "subscription fell more than {} epochs behind and was dropped",
-                        eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX
-                    ),
-                ))
-            }
-            None => Ok(None),
+            None => self.subscription.end().map(|()| None),
         }
     }
 }

@@ -82,7 +82,8 @@ pub(crate) struct SourceReader {
     pub(crate) progress: ConnectorProgress,
     /// A keyed source's rows as this view has read them; `None` for a stream of inserts.
     state: Option<Mutex<TableData>>,
-    stopped: AtomicBool,
+    /// Set when the view stops reading; the runtime drops what the reader sent after that.
+    stopped: Arc<AtomicBool>,
     /// Until the view has read what the source held when the reader started.
     catch_up: Mutex<CatchUp>,
 }
@@ -97,7 +98,7 @@ struct CatchUp {
 
 impl SourceReader {
     pub(crate) fn stopped(&self) -> bool {
-        self.stopped.load(Ordering::Relaxed)
+        self.stopped.load(Ordering::Acquire)
     }
 
     pub(crate) fn set_partitions(&self, n: usize) {
@@ -301,7 +302,7 @@ impl Engine {
                 view,
                 progress: ConnectorProgress::at(start),
                 state,
-                stopped: AtomicBool::new(false),
+                stopped: Arc::new(AtomicBool::new(false)),
                 catch_up: Mutex::new(CatchUp {
                     partitions,
                     reached: BTreeSet::new(),
@@ -346,7 +347,7 @@ impl Engine {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&view)
             {
-                reader.stopped.store(true, Ordering::Relaxed);
+                reader.stopped.store(true, Ordering::Release);
             }
         }
     }
@@ -394,6 +395,7 @@ impl Engine {
         let position = ReaderPosition {
             view: reader.view,
             positions: positions.to_vec(),
+            stopped: Arc::clone(&reader.stopped),
         };
         self.runtime.reader_changes(
             source.def.id,

@@ -175,16 +175,27 @@ pub struct EpochChanges {
     pub changes: Option<ChangeBatch>,
 }
 
-/// The receiving end of a subscription; `lagged` is set when it was dropped for falling behind.
+/// The receiving end of a subscription. Once `events` ends, `ended` holds why when the
+/// runtime ended it (it fell behind, its view failed or restarts); unset: the view was dropped.
 pub struct Subscription {
     pub events: tokio::sync::mpsc::Receiver<EpochChanges>,
-    pub lagged: Arc<std::sync::atomic::AtomicBool>,
+    pub ended: Arc<std::sync::OnceLock<Error>>,
+}
+
+impl Subscription {
+    /// What the end of `events` means: `Ok` when the view was dropped, else why it ended.
+    pub fn end(&self) -> Result<()> {
+        match self.ended.get() {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
 }
 
 struct Subscriber {
     view: ObjectId,
     events: tokio::sync::mpsc::Sender<EpochChanges>,
-    lagged: Arc<std::sync::atomic::AtomicBool>,
+    ended: Arc<std::sync::OnceLock<Error>>,
 }
 
 enum Message {
@@ -192,7 +203,7 @@ enum Message {
         view: ObjectId,
         snapshot: bool,
         subscriber_events: tokio::sync::mpsc::Sender<EpochChanges>,
-        lagged: Arc<std::sync::atomic::AtomicBool>,
+        ended: Arc<std::sync::OnceLock<Error>>,
         reply: oneshot::Sender<Result<()>>,
     },
     Changes {
@@ -269,6 +280,14 @@ enum Message {
     DropSink {
         id: ObjectId,
     },
+    /// `ALTER MATERIALIZED VIEW .. RESTART`: takes the views out to be added again, rebuilt
+    /// from their inputs. Reading them fails with `why` until then; their subscriptions end;
+    /// their sinks wait and get the new contents.
+    StopViews {
+        ids: Vec<ObjectId>,
+        why: Error,
+        reply: oneshot::Sender<()>,
+    },
     /// Recovery: a view whose dataflow holds its checkpointed state; it has read `committed`.
     RestoreView {
         view: Arc<View>,
@@ -287,6 +306,9 @@ enum Message {
 pub struct ReaderPosition {
     pub view: ObjectId,
     pub positions: Vec<(u32, u64)>,
+    /// The reader's: once set (the view stopped reading, to be dropped or rebuilt with a new
+    /// reader), what it sent is dropped, so it never reaches the view's next dataflow.
+    pub stopped: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How far a materialized view has read what it reads: per (table, partition), the offset
@@ -343,6 +365,7 @@ impl ViewRuntime {
             changed_since_checkpoint: false,
             restored_clocks: HashMap::new(),
             sinks: Vec::new(),
+            parked_sinks: Vec::new(),
             marks,
         };
         let thread = std::thread::Builder::new()
@@ -492,18 +515,26 @@ impl ViewRuntime {
     /// when `snapshot`).
     pub async fn subscribe(&self, view: ObjectId, snapshot: bool) -> Result<Subscription> {
         let (tx, rx) = tokio::sync::mpsc::channel(eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX);
-        let lagged = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ended = Arc::new(std::sync::OnceLock::new());
         let (reply, done) = oneshot::channel();
         self.send(Message::Subscribe {
             view,
             snapshot,
             subscriber_events: tx,
-            lagged: Arc::clone(&lagged),
+            ended: Arc::clone(&ended),
             reply,
         })?;
         done.await
             .map_err(|_| Error::internal("the view runtime stopped"))??;
-        Ok(Subscription { events: rx, lagged })
+        Ok(Subscription { events: rx, ended })
+    }
+
+    /// Takes the views `ids` out to rebuild them; see [`Message::StopViews`].
+    pub async fn stop_views(&self, ids: Vec<ObjectId>, why: Error) -> Result<()> {
+        let (reply, done) = oneshot::channel();
+        self.send(Message::StopViews { ids, why, reply })?;
+        done.await
+            .map_err(|_| Error::internal("the view runtime stopped"))
     }
 
     /// Drops the view `id` and the subscriptions' temporary views reading `id` (a view or a
@@ -701,6 +732,8 @@ struct RuntimeState {
     /// Streams' watermarks from a checkpoint, taken up by their clocks when they start.
     restored_clocks: HashMap<ClockKey, ClockState>,
     sinks: Vec<RuntimeSink>,
+    /// Sinks of views being rebuilt ([`Message::StopViews`]): back in `sinks` when their view is.
+    parked_sinks: Vec<RuntimeSink>,
     /// Where idle decisions about tables' watermarks go to be recorded in their logs.
     marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>,
 }
@@ -983,6 +1016,12 @@ impl RuntimeState {
                 budget,
                 reader,
             } => {
+                if reader
+                    .as_ref()
+                    .is_some_and(|r| r.stopped.load(std::sync::atomic::Ordering::Acquire))
+                {
+                    return;
+                }
                 let view = reader.as_ref().map(|r| r.view);
                 for entry in self.views.iter_mut().filter(|e| receives(e, object, view)) {
                     match &reader {
@@ -1021,10 +1060,10 @@ impl RuntimeState {
                 view,
                 snapshot,
                 subscriber_events,
-                lagged,
+                ended,
                 reply,
             } => {
-                let result = self.subscribe(view, snapshot, subscriber_events, lagged);
+                let result = self.subscribe(view, snapshot, subscriber_events, ended);
                 let _ = reply.send(result);
             }
             Message::DropView { id } => {
@@ -1133,7 +1172,14 @@ impl RuntimeState {
                 };
                 let _ = reply.send(result);
             }
-            Message::DropSink { id } => self.sinks.retain(|s| s.id != id),
+            Message::DropSink { id } => {
+                self.sinks.retain(|s| s.id != id);
+                self.parked_sinks.retain(|s| s.id != id);
+            }
+            Message::StopViews { ids, why, reply } => {
+                self.stop_views(&ids, &why);
+                let _ = reply.send(());
+            }
             Message::RestoreClocks { epoch, clocks } => {
                 self.epoch = epoch;
                 for c in clocks {
@@ -1170,21 +1216,9 @@ impl RuntimeState {
                 );
             }
             Message::Flush { reply } => {
-                let result = self.end_epoch();
+                // Failed views do not hold FLUSH (nor writers) back: the session reports them.
+                let result = self.end_epoch().map(|()| self.epoch);
                 *last_epoch = Instant::now();
-                let first_failure = self
-                    .failures
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .next()
-                    .map(|(id, e)| (*id, e.clone()));
-                let result = match (first_failure, result) {
-                    (Some((_, e)), _) => Err(e.with_hint(
-                        "the view stopped updating; drop it (and fix its query) to go on",
-                    )),
-                    (None, r) => r.map(|_| self.epoch),
-                };
                 let _ = reply.send(result);
             }
         }
@@ -1197,21 +1231,60 @@ impl RuntimeState {
             .map_or_else(|| id.to_string(), |v| v.view.def.qualified().display())
     }
 
+    /// Marks `view` failed, and every view reading it (they would go stale silently); their
+    /// subscriptions end. The other views and every writer go on.
     fn fail(&mut self, view: ObjectId, error: Error) {
         tracing::error!(view = %self.name_of(view), error = %error, "a view's dataflow failed; it stops updating");
-        let error = Error::new(
-            error.state,
-            format!(
-                "materialized view {} failed: {}",
-                self.name_of(view),
-                error.message
-            ),
-        );
-        self.failures
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(view)
-            .or_insert(error);
+        let name = self.name_of(view);
+        let mut failed = vec![(
+            view,
+            Error::new(
+                error.state,
+                format!("materialized view {name} failed: {}", error.message),
+            )
+            .with_hint(format!(
+                "ALTER MATERIALIZED VIEW {name} RESTART rebuilds it from its inputs"
+            )),
+        )];
+        let mut at = 0;
+        while let Some((id, _)) = failed.get(at) {
+            let id = *id;
+            at += 1;
+            let upstream = self.name_of(id);
+            for reader in self.views.iter().filter(|e| e.sources.contains(&id)) {
+                let reader_id = reader.view.def.id;
+                if failed.iter().any(|(f, _)| *f == reader_id) {
+                    continue;
+                }
+                let reader_name = reader.view.def.qualified().display();
+                failed.push((
+                    reader_id,
+                    Error::new(
+                        SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                        format!(
+                            "materialized view {reader_name} reads materialized view {upstream}, which failed"
+                        ),
+                    )
+                    .with_hint(format!(
+                        "ALTER MATERIALIZED VIEW {name} RESTART rebuilds it and the views reading it"
+                    )),
+                ));
+            }
+        }
+        let mut failures = self.failures.write().unwrap_or_else(|p| p.into_inner());
+        for (id, error) in failed {
+            self.subscribers.retain(|s| {
+                let reading = s.view == id;
+                if reading {
+                    let _ = s.ended.set(error.clone());
+                }
+                !reading
+            });
+            if let Some(entry) = self.views.iter_mut().find(|e| e.view.def.id == id) {
+                entry.pending.clear();
+            }
+            failures.entry(id).or_insert(error);
+        }
     }
 
     /// Feeds a table's or view's changes to every view reading it (a source's to the one view
@@ -1236,7 +1309,10 @@ impl RuntimeState {
                 continue;
             }
             for batch in batches {
-                match catch_panic("a view's operators", || entry.dataflow.push(object, batch)) {
+                match catch_panic("a view's operators", || {
+                    crate::failpoints::failpoint("view_changes", &entry.view.def.name)?;
+                    entry.dataflow.push(object, batch)
+                }) {
                     Ok(out) => entry.pending.extend(out),
                     Err(e) => {
                         failed.push((entry.view.def.id, e));
@@ -1553,6 +1629,16 @@ impl RuntimeState {
         }
         self.collect_late(&view.def.name, &event_time);
         let contents = TableData::for_view(Arc::clone(&view.schema));
+        let id = view.def.id;
+        self.failures
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        let (back, parked) = std::mem::take(&mut self.parked_sinks)
+            .into_iter()
+            .partition(|s| s.view == id);
+        self.parked_sinks = parked;
+        self.sinks.extend(back);
         self.views.push(Entry {
             view,
             dataflow,
@@ -1572,7 +1658,7 @@ impl RuntimeState {
         view: ObjectId,
         snapshot: bool,
         events: tokio::sync::mpsc::Sender<EpochChanges>,
-        lagged: Arc<std::sync::atomic::AtomicBool>,
+        ended: Arc<std::sync::OnceLock<Error>>,
     ) -> Result<()> {
         let entry = self
             .views
@@ -1592,7 +1678,7 @@ impl RuntimeState {
         self.subscribers.push(Subscriber {
             view,
             events,
-            lagged,
+            ended,
         });
         Ok(())
     }
@@ -1617,7 +1703,13 @@ impl RuntimeState {
             match s.events.try_send(EpochChanges { epoch, changes }) {
                 Ok(()) => true,
                 Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
-                    s.lagged.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let _ = s.ended.set(Error::new(
+                        SqlState::INSUFFICIENT_RESOURCES,
+                        format!(
+                            "subscription fell more than {} epochs behind and was dropped",
+                            eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX
+                        ),
+                    ));
                     false
                 }
                 Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
@@ -1658,6 +1750,7 @@ impl RuntimeState {
                     if let Some(upstream) = outputs.get(&source) {
                         for batch in upstream {
                             out.extend(catch_panic("a view's operators", || {
+                                crate::failpoints::failpoint("view_changes", &entry.view.def.name)?;
                                 entry.dataflow.push(source, batch)
                             })?);
                         }
@@ -1721,6 +1814,49 @@ impl RuntimeState {
             self.mark_stale();
         }
         Ok(())
+    }
+
+    /// Takes views out to rebuild them ([`Message::StopViews`]), with the subscriptions'
+    /// temporary views reading them.
+    fn stop_views(&mut self, ids: &[ObjectId], why: &Error) {
+        let gone: Vec<ObjectId> = self
+            .views
+            .iter()
+            .filter(|e| {
+                ids.contains(&e.view.def.id)
+                    || (e.view.def.sql.is_empty() && e.sources.iter().any(|s| ids.contains(s)))
+            })
+            .map(|e| e.view.def.id)
+            .collect();
+        self.subscribers.retain(|s| {
+            let reading = gone.contains(&s.view);
+            if reading {
+                let _ = s.ended.set(why.clone());
+            }
+            !reading
+        });
+        self.views.retain(|e| !gone.contains(&e.view.def.id));
+        for mut sink in std::mem::take(&mut self.sinks) {
+            if gone.contains(&sink.view) {
+                sink.waiting = Some(None);
+                sink.sent = None;
+                self.parked_sinks.push(sink);
+            } else {
+                self.sinks.push(sink);
+            }
+        }
+        self.clocks
+            .retain(|(_, reader), _| reader.is_none_or(|r| !gone.contains(&r)));
+        let mut failures = self.failures.write().unwrap_or_else(|p| p.into_inner());
+        for id in gone {
+            if ids.contains(&id) {
+                failures.insert(id, why.clone());
+            } else {
+                failures.remove(&id);
+            }
+        }
+        drop(failures);
+        self.mark_stale();
     }
 
     /// Some view's contents changed: the next reader has snapshots built.

@@ -53,6 +53,9 @@ pub enum Statement {
         name: ObjectName,
         column: Ident,
     },
+    /// `ALTER MATERIALIZED VIEW name RESTART`: rebuilds the view (and the views reading it)
+    /// from its inputs — how a failed view comes back.
+    RestartMaterializedView(ObjectName),
     /// `DROP SOURCE [IF EXISTS] name, ... [CASCADE | RESTRICT]`.
     DropSource {
         names: Vec<ObjectName>,
@@ -275,9 +278,11 @@ fn refuse(parser: &Parser<'_>) -> Option<Error> {
             .with_hint("Eddy's cursors are NO SCROLL: read the rows again with a new cursor"),
         );
     }
-    if (word(0).as_str(), word(1).as_str(), word(2).as_str()) == ("ALTER", "MATERIALIZED", "VIEW") {
+    if (word(0).as_str(), word(1).as_str(), word(2).as_str()) == ("ALTER", "MATERIALIZED", "VIEW")
+        && word(clause_end(parser, false).saturating_sub(1)) != "RESTART"
+    {
         return Some(Error::unsupported(
-            "ALTER MATERIALIZED VIEW is not supported: drop the view and create it again",
+            "ALTER MATERIALIZED VIEW is not supported except ... RESTART: drop the view and create it again",
         ));
     }
     None
@@ -387,6 +392,16 @@ fn parse_one(parser: &mut Parser<'_>) -> Result<Statement, ParserError> {
                     source: false,
                 });
             }
+        }
+        if parse_words(parser, &["ALTER", "MATERIALIZED", "VIEW"]) {
+            let name = parser.parse_object_name(false)?;
+            if !parse_words(parser, &["RESTART"]) {
+                return Err(ParserError::ParserError(format!(
+                    "Expected: RESTART after ALTER MATERIALIZED VIEW {name}, found: {}",
+                    parser.peek_token().token
+                )));
+            }
+            return Ok(Statement::RestartMaterializedView(name));
         }
         if w.keyword == Keyword::ALTER
             && matches!(&parser.peek_nth_token(1).token, Token::Word(t) if t.value.eq_ignore_ascii_case("SOURCE"))

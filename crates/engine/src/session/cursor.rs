@@ -332,17 +332,9 @@ impl Session {
                         Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
                     };
                     let Some(event) = event else {
-                        if subscription
-                            .lagged
-                            .load(std::sync::atomic::Ordering::Relaxed)
-                        {
-                            return Err(Error::new(
-                                SqlState::INSUFFICIENT_RESOURCES,
-                                format!(
-                                    "subscription fell more than {} epochs behind and was dropped",
-                                    eddy_common::limits::SUBSCRIBER_LAG_EPOCHS_MAX
-                                ),
-                            ));
+                        // Why it ended comes with the next FETCH when this one has rows.
+                        if rows == 0 {
+                            subscription.end()?;
                         }
                         break;
                     };

@@ -1,0 +1,60 @@
+//! Test hooks, in debug builds only: `EDDY_FAILPOINTS=step:view:panic|error[:once],...` makes
+//! a step of one view panic or fail, so tests can prove what the server does then. Steps:
+//! `restore_view` (recovery, from the checkpoint), `rebuild_view` (recovery, from the log),
+//! `view_changes` (the live dataflow, on every batch of changes it is handed). With `once`, a
+//! point fires the first time only (a restart of the view then succeeds).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use eddy_common::{Error, Result};
+
+struct Point {
+    step: String,
+    view: String,
+    panic: bool,
+    /// `Some`: fires once; `true` once it has.
+    once: Option<AtomicBool>,
+}
+
+fn points() -> &'static [Point] {
+    static POINTS: OnceLock<Vec<Point>> = OnceLock::new();
+    POINTS.get_or_init(|| {
+        let Ok(spec) = std::env::var("EDDY_FAILPOINTS") else {
+            return Vec::new();
+        };
+        spec.split(',')
+            .filter_map(|point| {
+                let mut parts = point.split(':');
+                Some(Point {
+                    step: parts.next()?.to_owned(),
+                    view: parts.next()?.to_owned(),
+                    panic: parts.next() == Some("panic"),
+                    once: (parts.next() == Some("once")).then(|| AtomicBool::new(false)),
+                })
+            })
+            .collect()
+    })
+}
+
+/// Panics or fails when a failpoint names `step` of `view` (never in release builds).
+pub(crate) fn failpoint(step: &str, view: &str) -> Result<()> {
+    if !cfg!(debug_assertions) {
+        return Ok(());
+    }
+    let Some(point) = points().iter().find(|p| p.step == step && p.view == view) else {
+        return Ok(());
+    };
+    if point
+        .once
+        .as_ref()
+        .is_some_and(|fired| fired.swap(true, Ordering::AcqRel))
+    {
+        return Ok(());
+    }
+    let message = format!("failpoint {step} of view {view}");
+    if point.panic {
+        std::panic::panic_any(message);
+    }
+    Err(Error::internal(message))
+}
