@@ -6,26 +6,10 @@
 //! inputs; the answers then equal those of views that never failed, also after a crash.
 //! The panic is injected with the debug build's `EDDY_FAILPOINTS` (`once`: the rebuild works).
 
-use eddy_testkit::{EddyProcess, query_text};
+use eddy_testkit::{EddyProcess, text};
 
 fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
-}
-
-async fn text(server: &EddyProcess, sql: &str) -> String {
-    let client = server.connect().await.unwrap();
-    let rows = query_text(&client, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:#}"));
-    rows.iter()
-        .map(|r| {
-            r.iter()
-                .map(|c| c.clone().unwrap_or_else(|| "NULL".into()))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 const STATUS: &str = "SELECT name, status FROM eddy_views ORDER BY name";

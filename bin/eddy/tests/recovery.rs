@@ -5,26 +5,10 @@
 //! ends FLUSH's warnings; the next checkpoint holds every view. Failures are injected with
 //! the debug build's `EDDY_FAILPOINTS`.
 
-use eddy_testkit::{EddyProcess, query_text};
+use eddy_testkit::{EddyProcess, query_text, text};
 
 fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
-}
-
-async fn text(server: &EddyProcess, sql: &str) -> String {
-    let client = server.connect().await.unwrap();
-    let rows = query_text(&client, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:#}"));
-    rows.iter()
-        .map(|r| {
-            r.iter()
-                .map(|c| c.clone().unwrap_or_else(|| "NULL".into()))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 const TOTALS: &str = "a 3.75\nb 3.00";

@@ -313,19 +313,7 @@ impl Session {
             }
             Statement::ShowCreateMaterializedView(name) => {
                 let name = self.existing_name(name)?;
-                let view = self.engine.view(&name).ok_or_else(|| {
-                    if self.engine.name_taken(&name) {
-                        Error::new(
-                            SqlState::WRONG_OBJECT_TYPE,
-                            format!("\"{}\" is not a materialized view", name.name),
-                        )
-                    } else {
-                        Error::new(
-                            SqlState::UNDEFINED_TABLE,
-                            format!("materialized view \"{}\" does not exist", name.name),
-                        )
-                    }
-                })?;
+                let view = self.materialized_view(&name)?;
                 rows_of_text(
                     &["name", "create_sql"],
                     vec![vec![
@@ -436,19 +424,7 @@ impl Session {
             }
             Statement::RestartMaterializedView(name) => {
                 let name = self.existing_name(name)?;
-                let view = self.engine.view(&name).ok_or_else(|| {
-                    if self.engine.name_taken(&name) {
-                        Error::new(
-                            SqlState::WRONG_OBJECT_TYPE,
-                            format!("\"{}\" is not a materialized view", name.name),
-                        )
-                    } else {
-                        Error::new(
-                            SqlState::UNDEFINED_TABLE,
-                            format!("materialized view \"{}\" does not exist", name.name),
-                        )
-                    }
-                })?;
+                let view = self.materialized_view(&name)?;
                 let engine = Arc::clone(&self.engine);
                 let (rebuilt, failed) = engine.restart_view(&view).await?;
                 if let Some(e) = engine.view_failure(&view) {
@@ -850,6 +826,24 @@ impl Session {
             }
             _ => Err(Error::internal("a write reached the query path")),
         }
+    }
+
+    /// The materialized view `name` (42809 when it is another kind of relation, 42P01 when
+    /// there is none).
+    fn materialized_view(&self, name: &QualifiedName) -> Result<Arc<crate::views::View>> {
+        self.engine.view(name).ok_or_else(|| {
+            if self.engine.name_taken(name) {
+                Error::new(
+                    SqlState::WRONG_OBJECT_TYPE,
+                    format!("\"{}\" is not a materialized view", name.name),
+                )
+            } else {
+                Error::new(
+                    SqlState::UNDEFINED_TABLE,
+                    format!("materialized view \"{}\" does not exist", name.name),
+                )
+            }
+        })
     }
 
     fn writable_table(&self, name: &QualifiedName) -> Result<Arc<Table>> {

@@ -498,16 +498,7 @@ pub async fn eventually(server: &EddyProcess, sql: &str, want: &str) {
         let got = query_text(&client, sql)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e:#}"));
-        let text = got
-            .iter()
-            .map(|r| {
-                r.iter()
-                    .map(|c| c.clone().unwrap_or_else(|| "NULL".into()))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let text = rows_as_text(&got);
         if text == want {
             return;
         }
@@ -517,6 +508,24 @@ pub async fn eventually(server: &EddyProcess, sql: &str, want: &str) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Rows as one text: rows joined by newlines, cells by spaces, NULL as `NULL`.
+pub fn rows_as_text(rows: &[Vec<Option<String>>]) -> String {
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| c.clone().unwrap_or_else(|| "NULL".into()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// [`rows`] as [`rows_as_text`].
+pub async fn text(server: &EddyProcess, sql: &str) -> String {
+    rows_as_text(&rows(server, sql).await)
 }
 
 /// The rows of `sql` as text, on a new connection; panics (a test helper) on failure.
