@@ -45,8 +45,9 @@ struct ServeArgs {
     #[arg(long, env = "EDDY_DATA_DIR", default_value = "./eddy-data")]
     data_dir: PathBuf,
     /// Threads the views' stateful operators (grouped aggregates, joins, top-N per partition)
-    /// are sharded across by key. Default: half the cores (at least one); the other half
-    /// serve ingest, connectors and clients (docs/operations.md).
+    /// are sharded across by key, and that decode a followed file's chunks in parallel parts.
+    /// Default: half the cores (at least one); the other half serve ingest, connectors and
+    /// clients (docs/operations.md).
     #[arg(long, env = "EDDY_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: Option<u16>,
     /// Seconds between checkpoints of the views' state while they change (0: only on the

@@ -120,6 +120,17 @@ async fn http_ingest_keeps_good_records_and_dead_letters_the_rest() {
 
 #[tokio::test]
 async fn file_connector_follows_appends_across_a_crash() {
+    follows_appends_across_a_crash(None).await;
+}
+
+/// With two workers each chunk is cut into two parts decoded at once and committed one after
+/// the other (each with the position after it), while the next chunk is read ahead.
+#[tokio::test]
+async fn file_connector_with_two_workers_follows_appends_across_a_crash() {
+    follows_appends_across_a_crash(Some(2)).await;
+}
+
+async fn follows_appends_across_a_crash(workers: Option<u32>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("clicks.jsonl");
     let mut file = std::fs::File::create(&path).unwrap();
@@ -132,7 +143,7 @@ async fn file_connector_follows_appends_across_a_crash() {
         .unwrap();
     file.flush().unwrap();
     let data = dir.path().join("data");
-    let mut server = EddyProcess::start(&binary(), &data).unwrap();
+    let mut server = EddyProcess::start_with(&binary(), &data, workers).unwrap();
     server
         .connect()
         .await

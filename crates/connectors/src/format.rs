@@ -177,6 +177,7 @@ pub struct Decoded {
 }
 
 /// Decodes records of one format into rows of one table.
+#[derive(Clone)]
 pub struct RecordDecoder {
     format: Format,
     table: SchemaRef,
@@ -274,6 +275,17 @@ impl RecordDecoder {
 
     /// Decodes `records` (in order); see [`Decoded`].
     pub fn decode(&self, records: &[RawRecord<'_>]) -> Result<Decoded> {
+        self.decode_joined(records, None)
+    }
+
+    /// [`RecordDecoder::decode`] of records read as lines, with `joined`: their values each
+    /// followed by a newline, in one buffer (see `file::Lines::joined`), so that a chunk that
+    /// decodes whole is not joined again.
+    pub fn decode_joined(
+        &self,
+        records: &[RawRecord<'_>],
+        joined: Option<&[u8]>,
+    ) -> Result<Decoded> {
         let mut rejected = Vec::new();
         // Records with a value, and (UPSERT) tombstones that delete their key.
         let mut valued = Vec::new();
@@ -287,7 +299,8 @@ impl RecordDecoder {
             }
         }
         let bodies: Vec<&[u8]> = valued.iter().map(|(_, v)| *v).collect();
-        let (batch, errors) = self.parse_each(&bodies, self.body_schema())?;
+        let joined = joined.filter(|_| valued.len() == records.len());
+        let (batch, errors) = self.parse_each(&bodies, joined, self.body_schema())?;
         let mut good: Vec<usize> = Vec::with_capacity(bodies.len());
         for (j, error) in errors.into_iter().enumerate() {
             match error {
@@ -295,63 +308,15 @@ impl RecordDecoder {
                 None => good.push(valued[j].0),
             }
         }
-        // Pieces to interleave into record order: (source batch, row) per output row.
-        let mut sources: Vec<RecordBatch> = Vec::new();
-        let mut picks: Vec<(usize, usize, usize, RowKind)> = Vec::new(); // (record, batch, row, kind)
-        match self.format.envelope {
-            Envelope::Plain => {
-                sources.push(batch);
-                picks.extend(
-                    good.iter()
-                        .enumerate()
-                        .map(|(row, &rec)| (rec, 0, row, RowKind::Insert)),
-                );
-            }
-            Envelope::Upsert => {
-                sources.push(batch);
-                picks.extend(
-                    good.iter()
-                        .enumerate()
-                        .map(|(row, &rec)| (rec, 0, row, RowKind::Upsert)),
-                );
-                let (keys, key_errors) = self.parse_keys(records, &tombstones)?;
-                sources.push(keys);
-                let mut row = 0;
-                for (&rec, error) in tombstones.iter().zip(key_errors) {
-                    match error {
-                        Some(e) => rejected.push((rec, e)),
-                        None => {
-                            picks.push((rec, 1, row, RowKind::Delete));
-                            row += 1;
-                        }
-                    }
-                }
-            }
-            Envelope::Debezium => {
-                self.debezium_picks(&batch, &good, &mut sources, &mut picks, &mut rejected)?
-            }
-        }
-        picks.sort_by_key(|p| p.0);
-        let indices: Vec<(usize, usize)> = picks.iter().map(|p| (p.1, p.2)).collect();
-        // PLAIN picks every parsed row in order: the batch is used as it is, not copied.
-        let identity = sources.len() == 1
-            && indices
-                .iter()
-                .enumerate()
-                .all(|(i, &(b, r))| b == 0 && r == i)
-            && indices.len() == sources[0].num_rows();
-        let columns = (0..self.value.fields().len())
-            .map(|c| {
-                if identity {
-                    return Ok(Arc::clone(sources[0].column(c)));
-                }
-                let arrays: Vec<&dyn Array> =
-                    sources.iter().map(|b| b.column(c).as_ref()).collect();
-                interleave(&arrays, &indices).map_err(|e| arrow_error("interleaving rows", e))
-            })
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        let kinds: Vec<RowKind> = picks.iter().map(|p| p.3).collect();
-        let origin: Vec<usize> = picks.iter().map(|p| p.0).collect();
+        let (columns, kinds, origin) = match self.format.envelope {
+            // The parsed rows are the records' rows, in order: the batch is used as it is.
+            Envelope::Plain => (
+                batch.columns().to_vec(),
+                vec![RowKind::Insert; good.len()],
+                good,
+            ),
+            _ => self.interleave_changes(batch, &good, records, &tombstones, &mut rejected)?,
+        };
         // NOT NULL, per row: a delete by key needs only its key.
         let mut keep = vec![true; kinds.len()];
         for &c in &self.not_null {
@@ -373,20 +338,25 @@ impl RecordDecoder {
                 }
             }
         }
-        let kept: Vec<u32> = (0..kinds.len())
-            .filter(|&r| keep[r])
-            .map(|r| r as u32)
-            .collect();
-        let kept_array = arrow::array::UInt32Array::from(kept.clone());
-        let mut columns = columns
-            .iter()
-            .map(|c| {
-                take(c.as_ref(), &kept_array, None)
-                    .map_err(|e| arrow_error("dropping rejected rows", e))
-            })
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        let kinds: Vec<RowKind> = kept.iter().map(|&r| kinds[r as usize]).collect();
-        let origin: Vec<usize> = kept.iter().map(|&r| origin[r as usize]).collect();
+        let (mut columns, kinds, origin) = if keep.iter().all(|k| *k) {
+            (columns, kinds, origin)
+        } else {
+            let kept: Vec<u32> = (0..kinds.len())
+                .filter(|&r| keep[r])
+                .map(|r| r as u32)
+                .collect();
+            let kept_array = arrow::array::UInt32Array::from(kept.clone());
+            let columns = columns
+                .iter()
+                .map(|c| {
+                    take(c.as_ref(), &kept_array, None)
+                        .map_err(|e| arrow_error("dropping rejected rows", e))
+                })
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            let kinds: Vec<RowKind> = kept.iter().map(|&r| kinds[r as usize]).collect();
+            let origin: Vec<usize> = kept.iter().map(|&r| origin[r as usize]).collect();
+            (columns, kinds, origin)
+        };
         for &(include, c) in &self.includes {
             let array: ArrayRef = match include {
                 Include::Key => Arc::new(BinaryArray::from(
@@ -439,14 +409,84 @@ impl RecordDecoder {
         })
     }
 
+    /// UPSERT and DEBEZIUM: the rows of each record's change (an upsert, a delete by key, the
+    /// before and after of an update), interleaved into record order, with each row's kind
+    /// and record.
+    #[allow(clippy::type_complexity)]
+    fn interleave_changes(
+        &self,
+        batch: RecordBatch,
+        good: &[usize],
+        records: &[RawRecord<'_>],
+        tombstones: &[usize],
+        rejected: &mut Vec<(usize, String)>,
+    ) -> Result<(Vec<ArrayRef>, Vec<RowKind>, Vec<usize>)> {
+        // Pieces to interleave into record order: (source batch, row) per output row.
+        let mut sources: Vec<RecordBatch> = Vec::new();
+        let mut picks: Vec<(usize, usize, usize, RowKind)> = Vec::new(); // (record, batch, row, kind)
+        match self.format.envelope {
+            Envelope::Plain => unreachable!("PLAIN rows need no interleaving"),
+            Envelope::Upsert => {
+                sources.push(batch);
+                picks.extend(
+                    good.iter()
+                        .enumerate()
+                        .map(|(row, &rec)| (rec, 0, row, RowKind::Upsert)),
+                );
+                let (keys, key_errors) = self.parse_keys(records, tombstones)?;
+                sources.push(keys);
+                let mut row = 0;
+                for (&rec, error) in tombstones.iter().zip(key_errors) {
+                    match error {
+                        Some(e) => rejected.push((rec, e)),
+                        None => {
+                            picks.push((rec, 1, row, RowKind::Delete));
+                            row += 1;
+                        }
+                    }
+                }
+            }
+            Envelope::Debezium => {
+                self.debezium_picks(&batch, good, &mut sources, &mut picks, rejected)?
+            }
+        }
+        picks.sort_by_key(|p| p.0);
+        let indices: Vec<(usize, usize)> = picks.iter().map(|p| (p.1, p.2)).collect();
+        // PLAIN picks every parsed row in order: the batch is used as it is, not copied.
+        let identity = sources.len() == 1
+            && indices
+                .iter()
+                .enumerate()
+                .all(|(i, &(b, r))| b == 0 && r == i)
+            && indices.len() == sources[0].num_rows();
+        let columns = (0..self.value.fields().len())
+            .map(|c| {
+                if identity {
+                    return Ok(Arc::clone(sources[0].column(c)));
+                }
+                let arrays: Vec<&dyn Array> =
+                    sources.iter().map(|b| b.column(c).as_ref()).collect();
+                interleave(&arrays, &indices).map_err(|e| arrow_error("interleaving rows", e))
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let kinds: Vec<RowKind> = picks.iter().map(|p| p.3).collect();
+        let origin: Vec<usize> = picks.iter().map(|p| p.0).collect();
+        Ok((columns, kinds, origin))
+    }
+
     /// Parses each body into one row of `schema`; returns the rows of the bodies that parsed
-    /// and, per body, why it did not.
+    /// and, per body, why it did not. `joined`: the bodies already joined by newlines.
     fn parse_each(
         &self,
         bodies: &[&[u8]],
+        joined: Option<&[u8]>,
         schema: &SchemaRef,
     ) -> Result<(RecordBatch, Vec<Option<String>>)> {
-        if let Ok(batch) = self.parse(bodies, schema) {
+        let whole = match joined {
+            Some(joined) => self.parse_joined(joined, bodies.len(), schema),
+            None => self.parse(bodies, schema),
+        };
+        if let Ok(batch) = whole {
             return Ok((batch, vec![None; bodies.len()]));
         }
         let mut errors = Vec::with_capacity(bodies.len());
@@ -466,12 +506,16 @@ impl RecordDecoder {
 
     /// Parses bodies that must each hold exactly one record.
     fn parse(&self, bodies: &[&[u8]], schema: &SchemaRef) -> Result<RecordBatch> {
-        let n = bodies.len();
         let mut joined = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum());
         for body in bodies {
             joined.extend_from_slice(body);
             joined.push(b'\n');
         }
+        self.parse_joined(&joined, bodies.len(), schema)
+    }
+
+    /// Parses `n` bodies joined by newlines (each followed by one).
+    fn parse_joined(&self, joined: &[u8], n: usize, schema: &SchemaRef) -> Result<RecordBatch> {
         let batch = match self.format.encoding {
             Encoding::Json => {
                 let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(schema))
@@ -480,7 +524,7 @@ impl RecordDecoder {
                     .build_decoder()
                     .map_err(|e| data_error(e.to_string()))?;
                 let used = decoder
-                    .decode(&joined)
+                    .decode(joined)
                     .map_err(|e| data_error(json_message(&e)))?;
                 if used != joined.len() {
                     return Err(data_error("more than one JSON value in a record"));
@@ -493,7 +537,7 @@ impl RecordDecoder {
                     .with_batch_size(n + 1)
                     .build_decoder();
                 let used = decoder
-                    .decode(&joined)
+                    .decode(joined)
                     .map_err(|e| data_error(e.to_string()))?;
                 if used != joined.len() {
                     return Err(data_error("a CSV record spans more than one line"));
@@ -546,7 +590,7 @@ impl RecordDecoder {
             format: Format::PLAIN_JSON,
             ..self.shallow()
         };
-        let (keys, mut errors) = json.parse_each(&bodies, &key_schema)?;
+        let (keys, mut errors) = json.parse_each(&bodies, None, &key_schema)?;
         for (i, e) in errors.iter_mut().enumerate() {
             if records[tombstones[i]].key.is_none_or(is_blank) {
                 *e = Some("a record with neither key nor value".into());
@@ -791,6 +835,48 @@ mod tests {
             "{:?}",
             decoded.rejected
         );
+    }
+
+    #[test]
+    fn lines_already_joined_decode_as_the_same_records() {
+        let decoder = RecordDecoder::new(schema(), &[], &[], Format::PLAIN_JSON).unwrap();
+        let chunks: [&[&'static str]; 3] = [
+            // Every record good: decoded straight from the joined lines.
+            &[
+                r#"{"id": 1, "name": "a"}"#,
+                r#"{"id": 2, "ts": "2024-01-01T00:00:00"}"#,
+            ],
+            // All parse, one breaks NOT NULL: that row is dropped, the rest kept.
+            &[r#"{"id": 1}"#, r#"{"name": "no id"}"#, r#"{"id": 3}"#],
+            // One does not parse, and two values on one line: each record on its own.
+            &[
+                r#"{"id": 1}"#,
+                r#"{"id": "#,
+                r#"{"id": 3} {"id": 4}"#,
+                r#"{"id": 5}"#,
+            ],
+        ];
+        for lines in chunks {
+            let records = values(lines);
+            let joined: Vec<u8> = lines
+                .iter()
+                .flat_map(|l| [l.as_bytes(), &b"\n"[..]])
+                .flatten()
+                .copied()
+                .collect();
+            let whole = decoder.decode_joined(&records, Some(&joined)).unwrap();
+            let each = decoder.decode(&records).unwrap();
+            assert_eq!(cells(&whole.rows), cells(&each.rows), "{lines:?}");
+            assert_eq!(whole.origins, each.origins);
+            assert_eq!(whole.rejected, each.rejected);
+        }
+        let records = values(chunks[2]);
+        let joined = b"{\"id\": 1}\n{\"id\": \n{\"id\": 3} {\"id\": 4}\n{\"id\": 5}\n";
+        let decoded = decoder.decode_joined(&records, Some(joined)).unwrap();
+        assert_eq!(cells(&decoded.rows), vec!["1||", "5||"]);
+        assert_eq!(decoded.origins, vec![0, 3]);
+        let rejected: Vec<usize> = decoded.rejected.iter().map(|r| r.0).collect();
+        assert_eq!(rejected, vec![1, 2]);
     }
 
     #[test]

@@ -61,6 +61,25 @@ impl Workers {
         self.count
     }
 
+    /// Runs `f(0)` on the calling thread and `f(1)` .. `f(n - 1)` on the pool, all at once;
+    /// their results in order (on one worker, one after another).
+    pub fn run_parts<T: Send>(&self, n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+        let Some(pool) = &self.pool else {
+            return (0..n).map(f).collect();
+        };
+        let mut results: Vec<Option<T>> = (0..n).map(|_| None).collect();
+        if let Some((first, rest)) = results.split_first_mut() {
+            let f = &f;
+            pool.in_place_scope(|scope| {
+                for (i, slot) in rest.iter_mut().enumerate() {
+                    scope.spawn(move |_| *slot = Some(f(i + 1)));
+                }
+                *first = Some(f(0));
+            });
+        }
+        results.into_iter().flatten().collect()
+    }
+
     pub(crate) fn pool(&self) -> Option<&Arc<rayon::ThreadPool>> {
         self.pool.as_ref()
     }

@@ -21,6 +21,8 @@ use eddy_connectors::nexmark::NexmarkGenerator;
 use eddy_connectors::{Decoded, RawRecord, RecordDecoder};
 use eddy_storage::meta::DeadLetter;
 
+mod file;
+
 use crate::catalog::{OnError, TableDef};
 use crate::source::{Source, SourceReader};
 use crate::{Engine, Table};
@@ -170,17 +172,13 @@ impl Feed {
         }
     }
 
-    /// [`Feed::refresh`] for a connector that decodes: false once the object is gone (or the
-    /// view stopped reading); a new definition brings a new decoder.
-    fn follow_changes(&mut self, engine: &Engine, decoder: &mut RecordDecoder) -> Result<bool> {
-        match self.refresh(engine) {
-            Refresh::Gone => Ok(false),
-            Refresh::Changed => {
-                *decoder = self.decoder()?;
-                Ok(true)
-            }
-            Refresh::Same => Ok(true),
+    /// [`Feed::refresh`] for a connector that decodes: a new definition brings a new decoder.
+    fn follow_changes(&mut self, engine: &Engine, decoder: &mut RecordDecoder) -> Result<Refresh> {
+        let refresh = self.refresh(engine);
+        if let Refresh::Changed = refresh {
+            *decoder = self.decoder()?;
         }
+        Ok(refresh)
     }
 
     fn alive(&self, engine: &Engine) -> bool {
@@ -318,18 +316,17 @@ impl Engine {
             )
         })?;
         let decoder = table.def.decoder(&table.schema, csv)?;
-        let records: Vec<RawRecord<'_>> = body
-            .split(|b| *b == b'\n')
-            .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
-            .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+        let (lines, joined) = eddy_connectors::file::split_lines(body);
+        let records: Vec<RawRecord<'_>> = lines
+            .into_iter()
             .map(|line| RawRecord {
-                value: Some(line),
+                value: Some(&body[line]),
                 ..RawRecord::default()
             })
             .collect();
         self.ingest_records(
             &table,
-            decoder.decode(&records)?,
+            decoder.decode_joined(&records, joined.then_some(body))?,
             &records,
             &[],
             table.def.on_error(),
@@ -541,68 +538,6 @@ impl Engine {
         Ok(())
     }
 
-    /// The file connector's loop: reads complete lines from where the feed got to and
-    /// delivers them, until its object is dropped.
-    async fn follow_file(&self, mut feed: Feed) -> Result<()> {
-        let path = feed.def().option("path").unwrap_or_default().to_owned();
-        let start = feed.progress().next(0).unwrap_or(0);
-        let mut decoder = feed.decoder()?;
-        let mut tail = eddy_connectors::file::FileTail::new(&path, start);
-        tracing::info!(object = %feed.name(), path, start, "following a file");
-        loop {
-            if !feed.follow_changes(self, &mut decoder)? {
-                return Ok(());
-            }
-            let lines = {
-                let t =
-                    std::mem::replace(&mut tail, eddy_connectors::file::FileTail::new(&path, 0));
-                let (t, lines) = tokio::task::spawn_blocking(move || {
-                    let mut t = t;
-                    let lines = t.next_lines(CHUNK_BYTES);
-                    let size = t.size();
-                    (t, lines.map(|l| (l, size)))
-                })
-                .await
-                .map_err(|e| Error::internal(format!("file reader: {e}")))?;
-                tail = t;
-                let (lines, size) = lines?;
-                feed.progress().set_end(0, size);
-                lines
-            };
-            if lines.lines.is_empty() {
-                feed.reached_end(Some(0));
-                tokio::time::sleep(POLL_INTERVAL).await;
-                continue;
-            }
-            let records: Vec<RawRecord<'_>> = lines
-                .lines
-                .iter()
-                .map(|(offset, line)| RawRecord {
-                    value: Some(line),
-                    partition: Some(0),
-                    offset: Some(*offset),
-                    ..RawRecord::default()
-                })
-                .collect();
-            let decoded = decoder.decode(&records)?;
-            match self
-                .deliver(&feed, decoded, &records, &[(0, lines.end)], 0, None)
-                .await
-            {
-                Ok(()) => {}
-                Err(e) if e.state == SqlState::UNDEFINED_TABLE => return Ok(()),
-                Err(e) if e.state == SqlState::SERIALIZATION_FAILURE => {
-                    // Read the chunk again (with the table's new definition).
-                    tail = eddy_connectors::file::FileTail::new(
-                        &path,
-                        feed.progress().next(0).unwrap_or(start),
-                    );
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
     /// The Kafka connector: one reader per partition, reconnecting after a broker failure,
     /// until the feed's object is dropped or a record fails under `on_error = 'fail'`.
     async fn follow_kafka(self: Arc<Self>, feed: Feed) {
@@ -662,7 +597,7 @@ impl Engine {
         let mut decoder = feed.decoder()?;
         let pin = matches!(feed, Feed::Table(_)).then_some(partition);
         loop {
-            if !feed.follow_changes(self, &mut decoder)? {
+            if let Refresh::Gone = feed.follow_changes(self, &mut decoder)? {
                 return Ok(());
             }
             let (records, high) = reader.fetch(offset, CHUNK_BYTES as i32, KAFKA_WAIT).await?;
