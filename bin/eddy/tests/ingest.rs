@@ -124,7 +124,7 @@ async fn file_connector_follows_appends_across_a_crash() {
 }
 
 /// With two workers each chunk is cut into two parts decoded at once and committed one after
-/// the other (each with the position after it), while the next chunk is read ahead.
+/// the other, each with the position after it.
 #[tokio::test]
 async fn file_connector_with_two_workers_follows_appends_across_a_crash() {
     follows_appends_across_a_crash(Some(2)).await;

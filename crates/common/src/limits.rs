@@ -31,3 +31,24 @@ pub const LATE_EVENTS_KEPT_MAX: usize = 100_000;
 /// Epochs a subscriber may fall behind before it is dropped with 53000 (a slow subscriber
 /// never stalls the dataflow).
 pub const SUBSCRIBER_LAG_EPOCHS_MAX: usize = 1024;
+
+/// Messages waiting for the view runtime before writers wait (back-pressure).
+pub const RUNTIME_QUEUE_CAPACITY: usize = 1024;
+/// KiB of changes waiting for the view runtime before writers (and connectors) wait: a slow
+/// view makes sources pause instead of the server buffering without bound.
+pub const RUNTIME_QUEUE_KIB: u32 = 256 * 1024;
+/// During a backfill, operators end an epoch (emitting and freeing closed windows) after this
+/// many rows, so state stays bounded as it does live.
+pub const BACKFILL_EPOCH_ROWS: usize = 100_000;
+
+/// Most partitions a table may have (and splits a Nexmark generator).
+pub const PARTITIONS_MAX: u32 = 1024;
+/// Bytes a connector reads per chunk (one commit) from a followed file, per worker decoding it,
+/// and per Kafka fetch.
+pub const CONNECTOR_CHUNK_BYTES: usize = 4 << 20;
+/// Event ids a Nexmark split generates per chunk (one commit).
+pub const NEXMARK_CHUNK_EVENTS: u64 = 16_384;
+/// A Kafka sink's produce request stays below this many bytes of keys and values.
+pub const KAFKA_PRODUCE_BYTES_MAX: usize = 512 * 1024;
+/// Largest HTTP ingest body accepted, in bytes.
+pub const INGEST_BODY_BYTES_MAX: usize = 256 * 1024 * 1024;

@@ -5,15 +5,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use eddy_common::limits::PARTITIONS_MAX;
 use eddy_common::{Error, ObjectId, Result, SqlState};
 use eddy_sql::ast::{self, ColumnOption, Expr, TableConstraint};
 pub use eddy_sql::normalize_ident;
 use eddy_sql::types::{self, PG_TYPE_KEY};
 use eddy_sql::{CreateTable, QualifiedName};
 use serde::{Deserialize, Serialize};
-
-/// Most partitions a table may have.
-const PARTITIONS_MAX: u32 = 1024;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ColumnDef {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use eddy_common::limits;
 use eddy_common::panic::catch_panic;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
 use eddy_dataflow::{EventTime, Operator};
@@ -32,11 +33,6 @@ use crate::table::TableData;
 pub const BARRIER_INTERVAL: Duration = Duration::from_millis(100);
 /// How often a long backfill reports its progress (as a NOTICE to the session creating it).
 const BACKFILL_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
-/// Messages waiting for the runtime before writers wait (back-pressure).
-const RUNTIME_QUEUE_CAPACITY: usize = 1024;
-/// KiB of changes waiting for the runtime before writers (and connectors) wait: a slow view
-/// makes sources pause instead of the server buffering without bound.
-const RUNTIME_QUEUE_KIB: u32 = 256 * 1024;
 
 /// A reservation of the runtime's queue, released once the runtime has processed the changes.
 pub struct QueueBudget(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
@@ -129,10 +125,6 @@ impl LogRecord {
         })
     }
 }
-
-/// During a backfill, operators end an epoch (emitting and freeing closed windows) after
-/// this many rows, so state stays bounded as it does live.
-const BACKFILL_EPOCH_ROWS: usize = 100_000;
 
 /// A table, or a source as read by one view (its reader's own pace).
 type ClockKey = (ObjectId, Option<ObjectId>);
@@ -341,7 +333,7 @@ impl ViewRuntime {
         checkpoints: Option<Checkpoints>,
         marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>,
     ) -> Result<ViewRuntime> {
-        let (tx, rx) = mpsc::sync_channel(RUNTIME_QUEUE_CAPACITY);
+        let (tx, rx) = mpsc::sync_channel(limits::RUNTIME_QUEUE_CAPACITY);
         let published = Arc::new(RwLock::new(Published {
             snapshots: Arc::new(HashMap::new()),
             stale: false,
@@ -372,7 +364,9 @@ impl ViewRuntime {
             .name("eddy-views".into())
             .spawn(move || state.run(&rx))
             .map_err(|e| Error::io("start the view runtime", e))?;
-        let budget = Arc::new(tokio::sync::Semaphore::new(RUNTIME_QUEUE_KIB as usize));
+        let budget = Arc::new(tokio::sync::Semaphore::new(
+            limits::RUNTIME_QUEUE_KIB as usize,
+        ));
         Ok(ViewRuntime {
             queue: Mutex::new(Some(tx)),
             published,
@@ -399,7 +393,7 @@ impl ViewRuntime {
     /// Reserves room for `bytes` of changes in the runtime's queue, waiting while views are
     /// behind (a reservation larger than the whole queue waits for all of it).
     pub async fn reserve(&self, bytes: usize) -> Result<QueueBudget> {
-        let kib = (bytes / 1024).clamp(1, RUNTIME_QUEUE_KIB as usize) as u32;
+        let kib = (bytes / 1024).clamp(1, limits::RUNTIME_QUEUE_KIB as usize) as u32;
         let permit = Arc::clone(&self.budget)
             .acquire_many_owned(kib)
             .await
@@ -1596,7 +1590,7 @@ impl RuntimeState {
                     event_time.advance(object, w);
                 }
             }
-            if since_epoch >= BACKFILL_EPOCH_ROWS {
+            if since_epoch >= limits::BACKFILL_EPOCH_ROWS {
                 since_epoch = 0;
                 pending.extend(catch_panic("a view's operators", || dataflow.end_epoch())?);
             }

@@ -17,9 +17,6 @@ use eddy_common::{Error, SqlState};
 use eddy_engine::Engine;
 use tokio::net::TcpListener;
 
-/// Largest ingest body accepted, in bytes.
-const BODY_BYTES_MAX: usize = 256 * 1024 * 1024;
-
 /// Serves HTTP until `shutdown` resolves.
 pub async fn serve_http(
     engine: Arc<Engine>,
@@ -28,7 +25,9 @@ pub async fn serve_http(
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/ingest/{table}", post(ingest))
-        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(DefaultBodyLimit::max(
+            eddy_common::limits::INGEST_BODY_BYTES_MAX,
+        ))
         .with_state(engine);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

@@ -93,9 +93,6 @@ impl KafkaTarget {
 /// A record before routing: key and value (`None`: a tombstone).
 type Keyed = (Vec<u8>, Option<Vec<u8>>);
 
-/// A produce request stays below this many bytes of keys and values.
-const CHUNK_BYTES: usize = 512 * 1024;
-
 pub struct KafkaSink {
     name: String,
     target: KafkaTarget,
@@ -353,7 +350,7 @@ impl KafkaSink {
         for (key, value) in records {
             let p = (murmur2(&key) & 0x7fff_ffff) as usize % partitions;
             let size = key.len() + value.as_ref().map_or(0, Vec::len);
-            if out[p].is_empty() || sizes[p] + size > CHUNK_BYTES {
+            if out[p].is_empty() || sizes[p] + size > eddy_common::limits::KAFKA_PRODUCE_BYTES_MAX {
                 out[p].push_back(Vec::new());
                 sizes[p] = 0;
             }

@@ -1,18 +1,21 @@
 //! The file connector's loop: reads complete lines of a followed file from where its feed got
 //! to, decodes each chunk in one part per worker at once, and delivers the parts in order, each
-//! committed with the file position after it. The next chunk is read and decoded while the
-//! current one is delivered; what was read ahead is dropped and read again when the object's
-//! definition changes or a delivery must be retried.
+//! committed with the file position after it.
+//!
+//! Reading the next chunk ahead while the current one is delivered was tried and measured
+//! slower on two cores (the read-ahead competes with the view runtime for them;
+//! docs/benchmarks.md): one chunk at a time.
 
 use std::ops::Range;
 
+use eddy_common::limits::CONNECTOR_CHUNK_BYTES;
 use eddy_common::{Error, Result, SqlState};
 use eddy_connectors::file::{FileTail, Lines};
 use eddy_connectors::{Decoded, RecordDecoder};
 use eddy_dataflow::Workers;
 use tokio::task::JoinHandle;
 
-use super::{CHUNK_BYTES, Feed, POLL_INTERVAL, Refresh};
+use super::{Feed, POLL_INTERVAL, Refresh};
 use crate::Engine;
 
 /// A chunk read and decoded.
@@ -29,7 +32,7 @@ struct Chunk {
 /// A read in progress, handing the tail back with what it read.
 type Reading = JoinHandle<(FileTail, Result<Chunk>)>;
 
-/// Starts reading and decoding the next chunk off the async threads: about [`CHUNK_BYTES`] per
+/// Starts reading and decoding the next chunk off the async threads: about [`CONNECTOR_CHUNK_BYTES`] per
 /// worker, cut at line boundaries into one part per worker, decoded in parallel. `spare`: the
 /// lines of a chunk already delivered, whose buffer the read fills again.
 fn start_read(
@@ -43,19 +46,21 @@ fn start_read(
     }
     let (decoder, workers) = (decoder.clone(), workers.clone());
     tokio::task::spawn_blocking(move || {
-        let chunk = tail.next_lines(CHUNK_BYTES * workers.count()).map(|lines| {
-            let parts = lines.parts(workers.count());
-            let decoded = workers.run_parts(parts.len(), |i| {
-                let part = parts[i].0.clone();
-                decoder.decode_joined(&lines.records(part.clone()), lines.joined_part(part))
+        let chunk = tail
+            .next_lines(CONNECTOR_CHUNK_BYTES * workers.count())
+            .map(|lines| {
+                let parts = lines.parts(workers.count());
+                let decoded = workers.run_parts(parts.len(), |i| {
+                    let part = parts[i].0.clone();
+                    decoder.decode_joined(&lines.records(part.clone()), lines.joined_part(part))
+                });
+                Chunk {
+                    size: tail.size(),
+                    lines,
+                    parts,
+                    decoded,
+                }
             });
-            Chunk {
-                size: tail.size(),
-                lines,
-                parts,
-                decoded,
-            }
-        });
         (tail, chunk)
     })
 }
@@ -74,21 +79,15 @@ impl Engine {
         let start = feed.progress().next(0).unwrap_or(0);
         let mut decoder = feed.decoder()?;
         tracing::info!(object = %feed.name(), path, start, "following a file");
-        let mut reading = start_read(FileTail::new(&path, start), None, &decoder, &self.workers);
+        let mut tail = FileTail::new(&path, start);
         let mut spare = None;
         loop {
-            let refresh = feed.follow_changes(self, &mut decoder)?;
-            let (mut tail, chunk) = finish(reading).await?;
-            match refresh {
-                Refresh::Gone => return Ok(()),
-                Refresh::Changed => {
-                    // Read again, with the new definition, from where the feed got to.
-                    tail.seek(feed.progress().next(0).unwrap_or(start));
-                    reading = start_read(tail, spare.take(), &decoder, &self.workers);
-                    continue;
-                }
-                Refresh::Same => {}
+            if let Refresh::Gone = feed.follow_changes(self, &mut decoder)? {
+                return Ok(());
             }
+            let (t, chunk) =
+                finish(start_read(tail, spare.take(), &decoder, &self.workers)).await?;
+            tail = t;
             let Chunk {
                 lines,
                 parts,
@@ -97,12 +96,11 @@ impl Engine {
             } = chunk?;
             feed.progress().set_end(0, size);
             if lines.is_empty() {
+                spare = Some(lines);
                 feed.reached_end(Some(0));
                 tokio::time::sleep(POLL_INTERVAL).await;
-                reading = start_read(tail, Some(lines), &decoder, &self.workers);
                 continue;
             }
-            reading = start_read(tail, spare.take(), &decoder, &self.workers);
             let mut delivered = Ok(());
             for ((part, end), decoded) in parts.into_iter().zip(decoded) {
                 let records = lines.records(part);
@@ -122,11 +120,9 @@ impl Engine {
                 Ok(()) => {}
                 Err(e) if e.state == SqlState::UNDEFINED_TABLE => return Ok(()),
                 Err(e) if e.state == SqlState::SERIALIZATION_FAILURE => {
-                    // Altered while decoding: what was read ahead goes too; the next turn
-                    // reads again from where the feed got to.
-                    let (mut tail, _) = finish(reading).await?;
+                    // Altered while decoding: read again, with the new definition, from where
+                    // the feed got to.
                     tail.seek(feed.progress().next(0).unwrap_or(start));
-                    reading = start_read(tail, spare.take(), &decoder, &self.workers);
                 }
                 Err(e) => return Err(e),
             }

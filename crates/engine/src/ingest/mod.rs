@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
+use eddy_common::limits::{CONNECTOR_CHUNK_BYTES, NEXMARK_CHUNK_EVENTS};
 use eddy_common::{Error, Result, SqlState};
 use eddy_connectors::kafka::{KafkaTopic, Startup};
 use eddy_connectors::nexmark::NexmarkGenerator;
@@ -198,8 +199,6 @@ pub struct IngestReport {
     pub rejected: Vec<(usize, String)>,
 }
 
-/// Most bytes a connector reads per chunk (one commit).
-const CHUNK_BYTES: usize = 4 << 20;
 /// How often a connector looks for new records when there were none.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -600,7 +599,9 @@ impl Engine {
             if let Refresh::Gone = feed.follow_changes(self, &mut decoder)? {
                 return Ok(());
             }
-            let (records, high) = reader.fetch(offset, CHUNK_BYTES as i32, KAFKA_WAIT).await?;
+            let (records, high) = reader
+                .fetch(offset, CONNECTOR_CHUNK_BYTES as i32, KAFKA_WAIT)
+                .await?;
             feed.progress().set_end(partition, high);
             let Some(last) = records.last() else {
                 feed.reached_end(Some(partition));
@@ -658,7 +659,7 @@ impl Engine {
         Ok(())
     }
 
-    /// One split of the generator: chunks of [`NEXMARK_CHUNK`] event ids, paced by
+    /// One split of the generator: chunks of [`NEXMARK_CHUNK_EVENTS`] event ids, paced by
     /// `nexmark.events.per.second` (shared by the splits) when it is set.
     async fn follow_nexmark_split(&self, mut feed: Feed, split: u32) -> Result<()> {
         let generator = |feed: &Feed| -> Result<NexmarkGenerator> {
@@ -676,9 +677,9 @@ impl Engine {
         // Paced: a millisecond's worth of events at a time, so that no event is generated
         // much before its time.
         let chunk = if per_split_rate > 0.0 {
-            ((per_split_rate / 1000.0) as u64).clamp(1, NEXMARK_CHUNK)
+            ((per_split_rate / 1000.0) as u64).clamp(1, NEXMARK_CHUNK_EVENTS)
         } else {
-            NEXMARK_CHUNK
+            NEXMARK_CHUNK_EVENTS
         };
         let pin = matches!(feed, Feed::Table(_)).then_some(split);
         tracing::info!(object = %feed.name(), split, position, "generating Nexmark events");
@@ -713,9 +714,6 @@ impl Engine {
         }
     }
 }
-
-/// Event ids a Nexmark split generates per chunk (one commit).
-const NEXMARK_CHUNK: u64 = 16_384;
 
 /// Dead letters as records to decode again.
 pub(crate) fn letter_records(
