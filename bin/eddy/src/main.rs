@@ -10,6 +10,7 @@ use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc malloc: the dataflow allocates and frees many small rows and
 /// keys per epoch, where glibc's consolidation showed up as a third of the view thread's time.
+/// Built without transparent huge pages (`no_thp`, see the workspace Cargo.toml).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
