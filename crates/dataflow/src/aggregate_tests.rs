@@ -150,7 +150,7 @@ fn accumulate(out: &mut BTreeMap<Row, i64>, batches: Vec<ChangeBatch>) {
 
 /// Pushes rows (key, value, weight) as one batch.
 fn push(
-    op: &mut Box<dyn crate::Operator>,
+    op: &mut crate::Dataflow,
     out: &mut BTreeMap<Row, i64>,
     rows: Vec<(Option<i32>, Option<i64>, i64)>,
 ) {
@@ -205,40 +205,8 @@ proptest! {
             accumulate(&mut out, op.end_epoch().unwrap());
             prop_assert_eq!(&out, &oracle(grouped, &rows));
             if epoch_index == restart_after {
-                crate::checkpoint::restart(&mut op, build);
+                crate::flow::restart(&mut op, build);
             }
-        }
-    }
-
-    /// The same oracle with the plan run by the graph executor (ADR 0009): sources fed one
-    /// batch at a time, a barrier per epoch.
-    #[test]
-    fn aggregate_through_the_graph_matches_group_by(
-        epochs in prop::collection::vec(prop::collection::vec((value(), value(), prop::bool::weighted(0.65)), 1..8), 1..8),
-        grouped in any::<bool>(),
-        append_only in any::<bool>(),
-    ) {
-        let et = std::sync::Arc::new(crate::EventTime::new(&[]));
-        let mut plan = crate::graph::from_plan(&plan(grouped, append_only), &et).unwrap();
-        let collected = crate::graph::tests::Collected::attach(&mut plan);
-        let source = plan.sources[0].1;
-        let mut rows: HashMap<(Option<i32>, Option<i32>), i64> = HashMap::new();
-        let mut out = BTreeMap::new();
-        for (epoch_index, epoch) in epochs.into_iter().enumerate() {
-            for (k, v, insert) in epoch {
-                let present = rows.get(&(k, v)).copied().unwrap_or(0);
-                let diff = if insert || append_only { 1 } else if present > 0 { -1 } else { continue };
-                *rows.entry((k, v)).or_default() += diff;
-                rows.retain(|_, n| *n != 0);
-                let batch = RecordBatch::try_new(
-                    input(),
-                    vec![Arc::new(Int32Array::from(vec![k])), Arc::new(Int64Array::from(vec![v.map(i64::from)]))],
-                ).unwrap();
-                plan.graph.send(source, 0, crate::graph::Message::Data(ChangeBatch::new(batch, Int64Array::from(vec![diff]))));
-            }
-            plan.graph.send(source, 0, crate::graph::Message::Barrier(crate::graph::Barrier { epoch: epoch_index as u64 + 1, checkpoint: false }));
-            accumulate(&mut out, collected.take());
-            prop_assert_eq!(&out, &oracle(grouped, &rows));
         }
     }
 }

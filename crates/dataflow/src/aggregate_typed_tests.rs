@@ -501,7 +501,7 @@ proptest! {
             let diff = differences(&out, &want);
             prop_assert!(diff.is_empty(), "after epoch {epoch_index}:\n{}", diff.join("\n"));
             if epoch_index == restart_after {
-                crate::checkpoint::restart(&mut op, build);
+                crate::flow::restart(&mut op, build);
             }
         }
     }

@@ -1,15 +1,14 @@
-//! Operator state as Arrow batches, for checkpoints: [`save`] walks a dataflow and returns
-//! every operator's state as named batches; [`load`] puts them back into a freshly built copy
-//! of the same dataflow. The engine writes and reads the batches; this crate never touches
-//! disk.
+//! Operator state as Arrow batches, for checkpoints: [`crate::Dataflow::save`] returns every
+//! operator's state as named batches; [`crate::Dataflow::load`] puts them back into a freshly
+//! built copy of the same dataflow. The engine writes and reads the batches; this crate never
+//! touches disk. This module holds the helpers operators build their parts with.
 //!
-//! A part is named `<path>:<part>`, where the path is the operator's place in the tree (`0`,
-//! `0.1`, as in `eddy_operators`) and, inside a sharded operator, `#<shard>`. Keys and rows are
+//! A part is named `<path>:<part>`, where the path is the operator's place in the plan (`0`,
+//! `0.1`, as in `eddy_operators`) and, for a sharded operator, `<path>#<shard>:<part>`. Keys and rows are
 //! stored in the operator's own row format (binary columns) next to plain columns for counts,
 //! times and sums; scalars of an operator sit in the batch's schema metadata. Saving happens at
 //! the end of an epoch, when nothing is held back in flight.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, Int64Array, RecordBatch};
@@ -17,7 +16,6 @@ use arrow::datatypes::{Field, Int64Type, Schema};
 use arrow::row::{OwnedRow, RowConverter};
 use eddy_common::{ChangeBatch, Error, Result};
 
-use crate::Operator;
 use crate::rows::arrow_error;
 
 /// One operator's state: named parts.
@@ -25,67 +23,6 @@ pub type Parts = Vec<(&'static str, RecordBatch)>;
 
 /// The column of a saved change batch that holds each row's weight.
 const DIFF: &str = "eddy_diff";
-
-/// Every operator's state in the dataflow under `root`, as (name, batch).
-pub fn save(root: &mut dyn Operator) -> Result<Vec<(String, RecordBatch)>> {
-    let mut out = Vec::new();
-    root.save_tree("0", &mut out)?;
-    Ok(out)
-}
-
-/// Restores `parts` (from [`save`] of the same plan) into a freshly built dataflow. Fails when
-/// a part has no operator to take it.
-pub fn load(root: &mut dyn Operator, parts: Vec<(String, RecordBatch)>) -> Result<()> {
-    let mut parts: HashMap<String, RecordBatch> = parts.into_iter().collect();
-    root.load_tree("0", &mut parts)?;
-    match parts.keys().next() {
-        Some(name) => Err(Error::internal(format!(
-            "checkpointed state {name} has no operator in the dataflow"
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// Saves an operator's own state, then its inputs' (the default walk of [`Operator::save_tree`]).
-pub(crate) fn save_walk<O: Operator + ?Sized>(
-    op: &mut O,
-    path: &str,
-    out: &mut Vec<(String, RecordBatch)>,
-) -> Result<()> {
-    for (name, batch) in op.save_state()? {
-        out.push((format!("{path}:{name}"), batch));
-    }
-    for (i, child) in op.children_mut().into_iter().enumerate() {
-        child.save_tree(&format!("{path}.{i}"), out)?;
-    }
-    Ok(())
-}
-
-/// Loads an operator's own parts, then its inputs' (the default walk of [`Operator::load_tree`]).
-pub(crate) fn load_walk<O: Operator + ?Sized>(
-    op: &mut O,
-    path: &str,
-    parts: &mut HashMap<String, RecordBatch>,
-) -> Result<()> {
-    let prefix = format!("{path}:");
-    let mine: Vec<String> = parts
-        .keys()
-        .filter(|k| {
-            k.strip_prefix(&prefix)
-                .is_some_and(|rest| !rest.contains(['.', '#', ':']))
-        })
-        .cloned()
-        .collect();
-    for name in mine {
-        if let Some(batch) = parts.remove(&name) {
-            op.load_state(&name[prefix.len()..], &batch)?;
-        }
-    }
-    for (i, child) in op.children_mut().into_iter().enumerate() {
-        child.load_tree(&format!("{path}.{i}"), parts)?;
-    }
-    Ok(())
-}
 
 /// The error of an operator handed a part it does not have.
 pub(crate) fn unknown_part(operator: &str, name: &str) -> Error {
@@ -206,28 +143,4 @@ pub(crate) fn changes_of(batch: &RecordBatch) -> Result<ChangeBatch> {
 /// Whether a column holds a value at `i` (the column may be absent from older parts).
 pub(crate) fn value_at(values: &Int64Array, i: usize) -> Option<i64> {
     values.is_valid(i).then(|| values.value(i))
-}
-
-/// Tests' restart: saves `op`'s state, sends every part through an Arrow IPC file (as the
-/// engine's checkpoints do), and loads it into the operator `rebuild` makes.
-#[cfg(test)]
-pub(crate) fn restart(op: &mut Box<dyn Operator>, rebuild: impl FnOnce() -> Box<dyn Operator>) {
-    let parts = save(op.as_mut()).unwrap();
-    let parts = parts
-        .into_iter()
-        .map(|(name, batch)| {
-            let mut file = Vec::new();
-            let mut writer =
-                arrow::ipc::writer::FileWriter::try_new(&mut file, &batch.schema()).unwrap();
-            writer.write(&batch).unwrap();
-            writer.finish().unwrap();
-            drop(writer);
-            let mut reader =
-                arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(file), None).unwrap();
-            (name, reader.next().unwrap().unwrap())
-        })
-        .collect();
-    let mut fresh = rebuild();
-    load(fresh.as_mut(), parts).unwrap();
-    *op = fresh;
 }

@@ -12,9 +12,8 @@
 //! - a node whose handler fails (an error or a panic) fails alone with everything downstream of
 //!   it (the views reading it); the rest of the graph goes on.
 //!
-//! Step 1 of ADR 0009: the engine still drives the operator tree of `crate::Operator`; the
-//! operators move onto this trait one by one, and `crate::tree::TreeNode` runs a handler as a
-//! node of that tree meanwhile.
+//! A view's graph is built and driven by [`crate::Dataflow`]; this module knows nothing of
+//! plans.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -93,15 +92,16 @@ impl Output {
         self.messages.push(Message::Watermark(mark));
     }
 
-    /// The changes emitted (for the operator tree, whose watermarks are still shared state).
-    pub(crate) fn into_changes(self) -> Vec<ChangeBatch> {
-        self.messages
-            .into_iter()
-            .filter_map(|m| match m {
-                Message::Data(changes) => Some(changes),
-                _ => None,
-            })
-            .collect()
+    /// Takes over what `other` emitted (its watermarks too when `marks`: one of several
+    /// shards speaks for all of them).
+    pub(crate) fn append(&mut self, other: Output, marks: bool) {
+        self.rows += other.rows;
+        self.messages.extend(
+            other
+                .messages
+                .into_iter()
+                .filter(|m| marks || !matches!(m, Message::Watermark(_))),
+        );
     }
 }
 
@@ -144,6 +144,12 @@ pub trait Handler: Send {
     fn load(&mut self, name: &str, _batch: &arrow::array::RecordBatch) -> Result<()> {
         Err(crate::checkpoint::unknown_part(&self.name(), name))
     }
+
+    /// The copies of the operator that hold its state when it runs sharded by key (each saves
+    /// and loads its own parts); `None` for an operator that holds its own.
+    fn shards(&mut self) -> Option<&mut [Box<dyn Handler>]> {
+        None
+    }
 }
 
 struct Node {
@@ -164,6 +170,9 @@ struct Node {
 pub struct Graph {
     nodes: Vec<Node>,
     queue: VecDeque<(NodeId, usize, Message)>,
+    /// The node whose emitted changes [`Graph::take_output`] hands out.
+    output: Option<NodeId>,
+    collected: Vec<ChangeBatch>,
 }
 
 impl Graph {
@@ -211,6 +220,16 @@ impl Graph {
         }
     }
 
+    /// Keeps the changes `node` emits, for [`Graph::take_output`].
+    pub fn collect(&mut self, node: NodeId) {
+        self.output = Some(node);
+    }
+
+    /// The changes the collected node emitted since the last call.
+    pub fn take_output(&mut self) -> Vec<ChangeBatch> {
+        std::mem::take(&mut self.collected)
+    }
+
     /// Why `node` failed, if it did (its own error or one upstream).
     pub fn failure(&self, node: NodeId) -> Option<&Error> {
         self.nodes.get(node).and_then(|n| n.failed.as_ref())
@@ -221,9 +240,14 @@ impl Graph {
         self.nodes.get(node).map_or(0, |n| n.rows_out)
     }
 
-    /// The handler of `node`, to read what a sink collected.
+    /// The handler of `node`.
     pub fn handler(&self, node: NodeId) -> Option<&dyn Handler> {
         self.nodes.get(node).map(|n| n.handler.as_ref())
+    }
+
+    /// The handler of `node`, to save or load its state between epochs.
+    pub fn handler_mut(&mut self, node: NodeId) -> Option<&mut (dyn Handler + 'static)> {
+        self.nodes.get_mut(node).map(|n| n.handler.as_mut())
     }
 
     fn deliver(&mut self, id: NodeId, input: usize, message: Message) {
@@ -291,6 +315,13 @@ impl Graph {
     }
 
     fn emit(&mut self, id: NodeId, messages: Vec<Message>) {
+        if self.output == Some(id) {
+            self.collected
+                .extend(messages.iter().filter_map(|m| match m {
+                    Message::Data(changes) => Some(changes.clone()),
+                    _ => None,
+                }));
+        }
         let targets = &self.nodes[id].targets;
         for message in messages {
             for &(to, input) in targets {
@@ -329,57 +360,6 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic".to_owned());
     format!("operator panicked: {what}")
-}
-
-/// A plan's operators as a graph, one node per plan node (subplans read twice are built twice,
-/// as in the tree, until shared subplans land), with the node each source's changes go to.
-pub struct PlanGraph {
-    pub graph: Graph,
-    /// Each source node, by the table or view it reads.
-    pub sources: Vec<(eddy_common::ObjectId, NodeId)>,
-    /// The node whose output is the plan's.
-    pub output: NodeId,
-}
-
-/// Builds the graph of a plan; window operators read watermarks from `et` (the operators'
-/// shared event time, until watermarks travel in-band in the engine too).
-pub fn from_plan(
-    plan: &crate::plan::Node,
-    et: &std::sync::Arc<crate::EventTime>,
-) -> Result<PlanGraph> {
-    fn add(
-        graph: &mut Graph,
-        sources: &mut Vec<(eddy_common::ObjectId, NodeId)>,
-        node: &crate::plan::Node,
-        et: &std::sync::Arc<crate::EventTime>,
-    ) -> Result<NodeId> {
-        if let crate::plan::Node::Source { object, schema, .. } = node {
-            let id = graph.add(
-                Box::new(crate::stateless::Source {
-                    object: *object,
-                    schema: std::sync::Arc::clone(schema),
-                }),
-                1,
-            );
-            sources.push((*object, id));
-            return Ok(id);
-        }
-        let inputs = crate::handlers::inputs(node);
-        let id = graph.add(crate::handlers::handler(node, et)?, inputs.len());
-        for (port, input) in inputs.into_iter().enumerate() {
-            let from = add(graph, sources, input, et)?;
-            graph.connect(from, id, port)?;
-        }
-        Ok(id)
-    }
-    let mut graph = Graph::new();
-    let mut sources = Vec::new();
-    let output = add(&mut graph, &mut sources, plan, et)?;
-    Ok(PlanGraph {
-        graph,
-        sources,
-        output,
-    })
 }
 
 #[cfg(test)]

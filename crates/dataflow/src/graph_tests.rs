@@ -235,40 +235,6 @@ fn an_edge_to_a_missing_input_is_refused() {
     assert!(g.connect(a, 7, 0).is_err());
 }
 
-/// A sink that keeps the changes it receives, for oracle tests that run a plan through the
-/// graph ([`super::from_plan`]).
-#[derive(Clone, Default)]
-pub(crate) struct Collected(Arc<Mutex<Vec<ChangeBatch>>>);
-
-impl Collected {
-    /// Connects a collecting sink to `plan`'s output.
-    pub(crate) fn attach(plan: &mut super::PlanGraph) -> Self {
-        let collected = Collected::default();
-        let sink = plan.graph.add(Box::new(collected.clone()), 1);
-        plan.graph
-            .connect(plan.output, sink, 0)
-            .unwrap_or_else(|e| panic!("{e}"));
-        collected
-    }
-
-    pub(crate) fn take(&self) -> Vec<ChangeBatch> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-impl Handler for Collected {
-    fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(changes);
-        Ok(())
-    }
-    fn name(&self) -> String {
-        "Collected".into()
-    }
-}
-
 fn mark(column: usize, value: i64) -> Message {
     Message::Watermark(Watermark { column, value })
 }

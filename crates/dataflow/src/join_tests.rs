@@ -303,7 +303,7 @@ fn run(
 /// comparing its accumulated output with `oracle` over both sides after every epoch; after
 /// epoch `restart_after` the join restarts from a checkpoint of its state.
 fn drive(
-    build: &dyn Fn() -> Box<dyn crate::Operator>,
+    build: &dyn Fn() -> crate::Dataflow,
     restart_after: usize,
     key: KeyType,
     epochs: Vec<Vec<(bool, Row, bool)>>,
@@ -336,7 +336,7 @@ fn drive(
         accumulate(&mut out, op.end_epoch().unwrap(), key);
         prop_assert_eq!(&out, &oracle(&left, &right));
         if epoch_index == restart_after {
-            crate::checkpoint::restart(&mut op, build);
+            crate::flow::restart(&mut op, build);
         }
     }
     Ok(())
@@ -351,69 +351,6 @@ proptest! {
         let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
         for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti, JoinKind::RightSemi, JoinKind::RightAnti] {
             run(kind, filtered, nulls_equal, key, &workers, epochs.clone(), restart_after)?;
-        }
-    }
-}
-
-/// [`drive`] with the plan run by the graph executor (ADR 0009): each side's changes go to its
-/// source node, and every epoch ends with a barrier on both, which the join aligns.
-fn drive_graph(
-    plan: &Node,
-    key: KeyType,
-    epochs: Vec<Vec<(bool, Row, bool)>>,
-    oracle: impl Fn(&Bag, &Bag) -> Bag,
-) -> Result<(), TestCaseError> {
-    use crate::graph::{Barrier, Message};
-    let et = std::sync::Arc::new(crate::EventTime::new(&[]));
-    let mut graph = crate::graph::from_plan(plan, &et).unwrap();
-    let collected = crate::graph::tests::Collected::attach(&mut graph);
-    let node_of = |object| {
-        graph
-            .sources
-            .iter()
-            .find(|(o, _)| *o == object)
-            .map(|(_, n)| *n)
-            .unwrap()
-    };
-    let (left_node, right_node) = (node_of(LEFT), node_of(RIGHT));
-    let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
-    for (epoch_index, epoch) in epochs.into_iter().enumerate() {
-        for (is_left, row, insert) in epoch {
-            let side = if is_left { &mut left } else { &mut right };
-            let diff = if insert {
-                1
-            } else if side.get(&row).copied().unwrap_or(0) > 0 {
-                -1
-            } else {
-                continue;
-            };
-            *side.entry(row.clone()).or_default() += diff;
-            side.retain(|_, n| *n != 0);
-            let node = if is_left { left_node } else { right_node };
-            graph
-                .graph
-                .send(node, 0, Message::Data(batch(&[(row, diff)], key)));
-        }
-        let barrier = Barrier {
-            epoch: epoch_index as u64 + 1,
-            checkpoint: false,
-        };
-        graph.graph.send(left_node, 0, Message::Barrier(barrier));
-        graph.graph.send(right_node, 0, Message::Barrier(barrier));
-        accumulate(&mut out, collected.take(), key);
-        prop_assert_eq!(&out, &oracle(&left, &right));
-    }
-    Ok(())
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
-
-    #[test]
-    fn every_join_kind_through_the_graph_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), key in prop::sample::select(KEY_TYPES.to_vec())) {
-        for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti, JoinKind::RightSemi, JoinKind::RightAnti] {
-            drive_graph(&plan(kind, filtered, nulls_equal, key), key, epochs.clone(), |l, r| oracle(kind, filtered, nulls_equal, l, r))
-                .map_err(|e| TestCaseError::fail(format!("{kind:?} {key:?} filtered={filtered}: {e}")))?;
         }
     }
 }

@@ -1,29 +1,28 @@
 //! The exchange: a stateful operator sharded by key across workers.
 //!
-//! A [`Sharded`] operator runs its inputs (the operators upstream of it) on the calling thread,
-//! routes their output by a fixed hash of the operator's key (group keys, join keys, top-N
-//! partition) to one of `n` shards — copies of the operator, each holding the state of its
-//! keys only — and runs the shards in parallel on the [`Workers`] pool. Equal keys always reach
-//! the same shard, so a retraction meets its insert, and each shard's output is the unsharded
-//! operator's output for its keys: the shards' outputs together are the operator's output.
-//! Shards read the same [`crate::EventTime`], so they close windows at the same watermark.
+//! A [`Sharded`] node routes the changes arriving on each input by a fixed hash of the
+//! operator's key (group keys, join keys, top-N partition) to one of `n` shards — copies of the
+//! operator, each holding the state of its keys only — and runs the shards in parallel on the
+//! [`Workers`] pool. Equal keys always reach the same shard, so a retraction meets its insert,
+//! and each shard's output is the unsharded operator's output for its keys: the shards'
+//! outputs together are the operator's output. Every shard sees every watermark and barrier, so
+//! they close windows at the same watermark; shard 0's watermarks stand for all of them.
+//!
+//! Until the worker pool of ADR 0009 step 3, the nodes upstream of an exchange run on the
+//! thread that drives the graph.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+use eddy_common::{ChangeBatch, Error, Result};
 
+use crate::OperatorState;
+use crate::graph::{Barrier, Handler, Output, Watermark};
 use crate::plan::Expr;
 use crate::rows::{hash_keys, split_by};
-use crate::{Operator, OperatorState};
 
 /// Below this many input rows a push runs its shards one after another on the calling thread:
 /// handing a small batch to another thread costs more than it saves.
 const PARALLEL_ROWS: usize = 2048;
-
-/// The ids a shard's inputs are pushed under (no table or view has them).
-pub(crate) const SHARD_INPUTS: [ObjectId; 2] = [ObjectId(u64::MAX), ObjectId(u64::MAX - 1)];
 
 /// The threads sharded operators run on: `count` workers, being the thread that pushes changes
 /// into a dataflow plus a pool of `count - 1`. One pool serves every view.
@@ -85,83 +84,44 @@ impl Workers {
     }
 }
 
-/// What one shard is handed: (input side, changes) in arrival order.
-type Work = Vec<(usize, ChangeBatch)>;
-
 pub(crate) struct Sharded {
-    /// The operators feeding this one (one, or a join's two sides).
-    inputs: Vec<Box<dyn Operator>>,
-    /// Per input, the expressions (over its output) whose values pick a row's shard; a join's
+    /// Per input, the expressions (over its rows) whose values pick a row's shard; a join's
     /// sides list their keys in the same order, so matching rows meet.
     keys: Vec<Vec<Expr>>,
-    /// Copies of the operator reading input `i` as [`SHARD_INPUTS`]`[i]`.
-    shards: Vec<Box<dyn Operator>>,
+    shards: Vec<Box<dyn Handler>>,
     pool: Arc<rayon::ThreadPool>,
 }
 
 impl Sharded {
-    pub fn new(
-        inputs: Vec<Box<dyn Operator>>,
+    pub(crate) fn new(
         keys: Vec<Vec<Expr>>,
-        shards: Vec<Box<dyn Operator>>,
+        shards: Vec<Box<dyn Handler>>,
         pool: Arc<rayon::ThreadPool>,
     ) -> Result<Self> {
-        if shards.is_empty()
-            || inputs.len() != keys.len()
-            || inputs.len() > SHARD_INPUTS.len()
-            || keys.iter().any(Vec::is_empty)
-        {
+        if shards.is_empty() || keys.is_empty() || keys.iter().any(Vec::is_empty) {
             return Err(Error::internal(
                 "a sharded operator needs shards and a key per input",
             ));
         }
-        Ok(Sharded {
-            inputs,
-            keys,
-            shards,
-            pool,
-        })
+        Ok(Sharded { keys, shards, pool })
     }
 
-    /// Splits the inputs' output by shard.
-    fn route(&self, outputs: Vec<Vec<ChangeBatch>>) -> Result<Vec<Work>> {
-        let n = self.shards.len();
-        let mut work: Vec<Work> = (0..n).map(|_| Vec::new()).collect();
-        for (side, batches) in outputs.into_iter().enumerate() {
-            for batch in batches.into_iter().filter(|b| !b.is_empty()) {
-                let part = shard_of(&batch, &self.keys[side], n)?;
-                for (shard, changes) in split_by(&batch, &part, n)?.into_iter().enumerate() {
-                    if !changes.is_empty() {
-                        work[shard].push((side, changes));
-                    }
-                }
-            }
-        }
-        Ok(work)
-    }
-
-    /// Hands each shard its work (and ends its epoch when `end_epoch`), in parallel unless the
-    /// work is small; returns the shards' output.
-    fn run(&mut self, work: Vec<Work>, end_epoch: bool) -> Result<Vec<ChangeBatch>> {
-        let step = |shard: &mut Box<dyn Operator>, work: Work| -> Result<Vec<ChangeBatch>> {
-            let mut out = Vec::new();
-            for (side, changes) in work {
-                out.extend(shard.push(SHARD_INPUTS[side], &changes)?);
-            }
-            if end_epoch {
-                out.extend(shard.end_epoch()?);
-            }
-            Ok(out)
+    /// Calls every shard with its share of the work (`None`: nothing), in parallel when
+    /// `parallel`; appends their output in shard order (watermarks: shard 0's).
+    fn run<W: Send>(
+        &mut self,
+        work: Vec<W>,
+        parallel: bool,
+        call: impl Fn(&mut dyn Handler, W, &mut Output) -> Result<()> + Sync,
+        out: &mut Output,
+    ) -> Result<()> {
+        let step = |shard: &mut Box<dyn Handler>, w: W| {
+            let mut o = Output::default();
+            call(shard.as_mut(), w, &mut o).map(|()| o)
         };
-        let rows: usize = work.iter().flatten().map(|(_, b)| b.len()).sum();
-        let mut results: Vec<Result<Vec<ChangeBatch>>> = Vec::with_capacity(self.shards.len());
-        if !end_epoch && rows < PARALLEL_ROWS {
-            for (shard, w) in self.shards.iter_mut().zip(work) {
-                results.push(step(shard, w));
-            }
-        } else {
-            // Epoch ends always go parallel: closing windows is work even without input.
-            results.resize_with(self.shards.len(), || Ok(Vec::new()));
+        let mut results: Vec<Result<Output>> = Vec::with_capacity(self.shards.len());
+        if parallel {
+            results.resize_with(self.shards.len(), || Ok(Output::default()));
             let step = &step;
             self.pool.in_place_scope(|scope| {
                 let mut jobs = self.shards.iter_mut().zip(work).zip(results.iter_mut());
@@ -173,12 +133,15 @@ impl Sharded {
                     *slot = step(shard, w);
                 }
             });
+        } else {
+            for (shard, w) in self.shards.iter_mut().zip(work) {
+                results.push(step(shard, w));
+            }
         }
-        let mut out = Vec::new();
-        for result in results {
-            out.extend(result?);
+        for (i, result) in results.into_iter().enumerate() {
+            out.append(result?, i == 0);
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -206,28 +169,52 @@ fn shard_of(batch: &ChangeBatch, keys: &[Expr], n: usize) -> Result<Vec<u32>> {
     }
 }
 
-impl Operator for Sharded {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let outputs = self
-            .inputs
-            .iter_mut()
-            .map(|i| i.push(source, changes))
-            .collect::<Result<Vec<_>>>()?;
-        if outputs.iter().all(Vec::is_empty) {
-            return Ok(Vec::new());
-        }
-        let work = self.route(outputs)?;
-        self.run(work, false)
+impl Handler for Sharded {
+    fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()> {
+        let keys = self
+            .keys
+            .get(input)
+            .ok_or_else(|| Error::internal(format!("a sharded operator has no input {input}")))?;
+        let n = self.shards.len();
+        let part = shard_of(&changes, keys, n)?;
+        let work = split_by(&changes, &part, n)?;
+        let parallel = changes.len() >= PARALLEL_ROWS;
+        self.run(
+            work,
+            parallel,
+            |shard, changes, out| {
+                if changes.is_empty() {
+                    return Ok(());
+                }
+                shard.on_data(input, changes, out)
+            },
+            out,
+        )
     }
 
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        let outputs = self
-            .inputs
-            .iter_mut()
-            .map(|i| i.end_epoch())
-            .collect::<Result<Vec<_>>>()?;
-        let work = self.route(outputs)?;
-        self.run(work, true)
+    fn on_watermark(&mut self, input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
+        let work = vec![(); self.shards.len()];
+        self.run(
+            work,
+            false,
+            |shard, (), out| shard.on_watermark(input, mark, out),
+            out,
+        )
+    }
+
+    /// Epoch ends always go parallel: closing windows is work even without input.
+    fn on_barrier(&mut self, barrier: &Barrier, out: &mut Output) -> Result<()> {
+        let work = vec![(); self.shards.len()];
+        self.run(
+            work,
+            true,
+            |shard, (), out| shard.on_barrier(barrier, out),
+            out,
+        )
+    }
+
+    fn name(&self) -> String {
+        self.shards.first().map(|s| s.name()).unwrap_or_default()
     }
 
     fn state(&self) -> OperatorState {
@@ -243,44 +230,14 @@ impl Operator for Sharded {
         total
     }
 
-    fn children(&self) -> Vec<&dyn Operator> {
-        crate::inputs_of(&self.inputs)
+    /// Each shard saves its own parts ([`Handler::shards`]); the node itself has none.
+    fn save(&mut self) -> Result<crate::checkpoint::Parts> {
+        Err(Error::internal(
+            "a sharded operator's state is saved per shard",
+        ))
     }
 
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        crate::inputs_of_mut(&mut self.inputs)
-    }
-
-    fn shards(&self) -> usize {
-        self.shards.len()
-    }
-
-    /// The inputs' state, then each shard's under `<path>#<shard>` (a checkpoint restores
-    /// into as many shards as it was taken with).
-    fn save_tree(&mut self, path: &str, out: &mut Vec<(String, RecordBatch)>) -> Result<()> {
-        crate::checkpoint::save_walk(self, path, out)?;
-        for (i, shard) in self.shards.iter_mut().enumerate() {
-            shard.save_tree(&format!("{path}#{i}"), out)?;
-        }
-        Ok(())
-    }
-
-    fn load_tree(&mut self, path: &str, parts: &mut HashMap<String, RecordBatch>) -> Result<()> {
-        crate::checkpoint::load_walk(self, path, parts)?;
-        for (i, shard) in self.shards.iter_mut().enumerate() {
-            shard.load_tree(&format!("{path}#{i}"), parts)?;
-        }
-        let shards = self.shards.len();
-        if parts.keys().any(|k| {
-            k.strip_prefix(path)
-                .and_then(|rest| rest.strip_prefix('#'))
-                .and_then(|rest| rest.split([':', '.', '#']).next()?.parse::<usize>().ok())
-                .is_some_and(|i| i >= shards)
-        }) {
-            return Err(Error::internal(format!(
-                "the checkpoint was taken with more than {shards} shards"
-            )));
-        }
-        Ok(())
+    fn shards(&mut self) -> Option<&mut [Box<dyn Handler>]> {
+        Some(&mut self.shards)
     }
 }

@@ -7,7 +7,6 @@ use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::graph::{Handler, Output, Watermark};
 use crate::plan::Expr;
-use crate::{Operator, OperatorState};
 use std::sync::Arc;
 
 use crate::EventTime;
@@ -48,31 +47,6 @@ impl Handler for Source {
 
     fn name(&self) -> String {
         format!("Source {}", self.object)
-    }
-}
-
-impl Operator for Source {
-    fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        if source != self.object || changes.is_empty() {
-            return Ok(Vec::new());
-        }
-        Ok(vec![self.planned(changes)?])
-    }
-
-    fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
-        Ok(Vec::new())
-    }
-
-    fn state(&self) -> OperatorState {
-        OperatorState::stateless(format!("Source {}", self.object))
-    }
-
-    fn children(&self) -> Vec<&dyn Operator> {
-        Vec::new()
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Operator> {
-        Vec::new()
     }
 }
 

@@ -338,7 +338,7 @@ impl Engine {
         }
         let dataflow = catch_panic("loading the view's state", || {
             let mut dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
-            eddy_dataflow::checkpoint::load(dataflow.as_mut(), state.parts)?;
+            dataflow.load(state.parts)?;
             Ok(dataflow)
         })
         .map_err(|e| {

@@ -20,7 +20,7 @@ use arrow::datatypes::SchemaRef;
 use eddy_common::limits;
 use eddy_common::panic::catch_panic;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
-use eddy_dataflow::{EventTime, Operator};
+use eddy_dataflow::EventTime;
 use tokio::sync::oneshot;
 
 use crate::catalog::ViewDef;
@@ -208,7 +208,7 @@ enum Message {
     },
     AddView {
         view: Arc<View>,
-        dataflow: Box<dyn Operator>,
+        dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
         tables: Vec<Backfill>,
@@ -283,7 +283,7 @@ enum Message {
     /// Recovery: a view whose dataflow holds its checkpointed state; it has read `committed`.
     RestoreView {
         view: Arc<View>,
-        dataflow: Box<dyn Operator>,
+        dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
         contents: Vec<RecordBatch>,
@@ -486,7 +486,7 @@ impl ViewRuntime {
     pub fn add_view(
         &self,
         view: Arc<View>,
-        dataflow: Box<dyn Operator>,
+        dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
         tables: Vec<Backfill>,
@@ -591,7 +591,7 @@ impl ViewRuntime {
     pub fn restore_view(
         &self,
         view: Arc<View>,
-        dataflow: Box<dyn Operator>,
+        dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
         contents: Vec<RecordBatch>,
@@ -682,7 +682,7 @@ impl ViewRuntime {
 
 struct Entry {
     view: Arc<View>,
-    dataflow: Box<dyn Operator>,
+    dataflow: eddy_dataflow::Dataflow,
     event_time: Arc<EventTime>,
     sources: Vec<ObjectId>,
     /// Output produced this epoch, not yet applied.
@@ -813,9 +813,7 @@ impl RuntimeState {
             let state = (|| -> Result<ViewState> {
                 Ok(ViewState {
                     id,
-                    parts: catch_panic("saving a view's state", || {
-                        eddy_dataflow::checkpoint::save(entry.dataflow.as_mut())
-                    })?,
+                    parts: catch_panic("saving a view's state", || entry.dataflow.save())?,
                     contents: entry.contents.snapshot()?.as_ref().clone(),
                     committed: entry
                         .committed
@@ -971,7 +969,7 @@ impl RuntimeState {
     fn restore_view(
         &mut self,
         view: Arc<View>,
-        dataflow: Box<dyn Operator>,
+        dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
         contents: Vec<RecordBatch>,
@@ -1117,7 +1115,8 @@ impl RuntimeState {
                     .iter()
                     .filter(|v| !v.view.def.sql.is_empty())
                     .flat_map(|v| {
-                        eddy_dataflow::stats(v.dataflow.as_ref())
+                        v.dataflow
+                            .stats()
                             .into_iter()
                             .map(|s| (v.view.def.qualified().display(), s))
                     })
@@ -1500,7 +1499,7 @@ impl RuntimeState {
     fn add_view(
         &mut self,
         view: Arc<View>,
-        mut dataflow: Box<dyn Operator>,
+        mut dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
         tables: Vec<Backfill>,
