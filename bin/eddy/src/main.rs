@@ -102,6 +102,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         checkpoint_interval,
         log_segment_bytes: args.log_segment_bytes,
         sink_buffer_bytes: args.sink_buffer_bytes.map(|b| b as usize),
+        clock: eddy_common::time::system_clock(),
     };
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?

@@ -1,4 +1,5 @@
-//! Vocabulary every Eddy crate shares: errors with SQLSTATEs, identifiers, offsets and limits.
+//! Vocabulary every Eddy crate shares: errors with SQLSTATEs, identifiers, offsets, limits and
+//! the clock.
 //!
 //! No I/O lives here. Everything is small, plain data so that `storage`, `sql`, `dataflow`,
 //! `engine` and `server` can talk about the same things without depending on each other.
@@ -7,6 +8,7 @@ mod error;
 mod ids;
 pub mod limits;
 pub mod panic;
+pub mod time;
 
 pub use error::{Error, Result, SqlState};
 pub use ids::{ObjectId, Offset, PartitionId, TxnId};

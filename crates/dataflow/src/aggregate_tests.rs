@@ -202,7 +202,7 @@ proptest! {
                 }
             }
             push(&mut op, &mut out, pending);
-            accumulate(&mut out, op.end_epoch().unwrap());
+            accumulate(&mut out, op.end_epoch(0).unwrap());
             prop_assert_eq!(&out, &oracle(grouped, &rows));
             if epoch_index == restart_after {
                 crate::flow::restart(&mut op, build);

@@ -496,7 +496,7 @@ proptest! {
                 let diffs = Int64Array::from_iter_values(changes.iter().map(|(_, d)| *d));
                 accumulate(&mut out, op.push(ObjectId(1), &ChangeBatch::new(batch(&input), diffs)).unwrap());
             }
-            accumulate(&mut out, op.end_epoch().unwrap());
+            accumulate(&mut out, op.end_epoch(0).unwrap());
             let want = oracle(&rows);
             let diff = differences(&out, &want);
             prop_assert!(diff.is_empty(), "after epoch {epoch_index}:\n{}", diff.join("\n"));

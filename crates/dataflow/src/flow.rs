@@ -118,13 +118,15 @@ impl Dataflow {
         self.output()
     }
 
-    /// The epoch ends: returns every change held back. After it returns, the accumulated
-    /// output equals the query over the accumulated input.
-    pub fn end_epoch(&mut self) -> Result<Vec<ChangeBatch>> {
+    /// The epoch ends at `now_micros` (wall-clock µs; `now()` for temporal filters): returns
+    /// every change held back. After it returns, the accumulated output equals the query over
+    /// the accumulated input.
+    pub fn end_epoch(&mut self, now_micros: i64) -> Result<Vec<ChangeBatch>> {
         self.epoch += 1;
         let barrier = Barrier {
             epoch: self.epoch,
             checkpoint: false,
+            now_micros,
         };
         for i in 0..self.sources.len() {
             let node = self.sources[i].1;

@@ -46,6 +46,9 @@ pub struct Watermark {
 pub struct Barrier {
     pub epoch: u64,
     pub checkpoint: bool,
+    /// The wall-clock time the epoch ends at (µs since the Unix epoch), one for every node:
+    /// what `now()` is for a temporal filter.
+    pub now_micros: i64,
 }
 
 /// What travels on an edge.

@@ -95,6 +95,7 @@ impl Handler for Sink {
 
 fn barrier(epoch: u64) -> Message {
     Message::Barrier(Barrier {
+        now_micros: 0,
         epoch,
         checkpoint: false,
     })

@@ -333,7 +333,7 @@ fn drive(
                 key,
             );
         }
-        accumulate(&mut out, op.end_epoch().unwrap(), key);
+        accumulate(&mut out, op.end_epoch(0).unwrap(), key);
         prop_assert_eq!(&out, &oracle(&left, &right));
         if epoch_index == restart_after {
             crate::flow::restart(&mut op, build);

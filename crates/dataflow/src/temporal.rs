@@ -3,7 +3,8 @@
 //! retracting it when the clock reaches its end.
 //!
 //! A change row with weight `d` and bounds `[from, until)` contributes `+d` at `from` and `-d`
-//! at `until`; what is due when it arrives is emitted at once, the rest is scheduled by time.
+//! at `until`. `now` is the time the epoch ends at (the barrier's, the same for every row of
+//! the epoch and every view): at the barrier, what is due is emitted and the rest scheduled.
 //! Retractions follow the same rule, so they cancel what their insert scheduled.
 
 use std::collections::BTreeMap;
@@ -26,14 +27,9 @@ pub struct TemporalFilter {
     rows: RowConverter,
     /// Clock time (µs) -> rows whose weight changes then.
     scheduled: BTreeMap<i64, Vec<(OwnedRow, i64)>>,
-    /// Changes due now, emitted at the end of the epoch.
-    due: Vec<(OwnedRow, i64)>,
-}
-
-fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
+    /// This epoch's rows with their bounds (from, until) and weights, judged against the
+    /// epoch's time at its barrier.
+    staged: Vec<(OwnedRow, i64, i64, i64)>,
 }
 
 impl TemporalFilter {
@@ -53,7 +49,7 @@ impl TemporalFilter {
             schema: schema.clone(),
             rows: RowConverter::new(fields).map_err(arrow_error)?,
             scheduled: BTreeMap::new(),
-            due: Vec::new(),
+            staged: Vec::new(),
         })
     }
 
@@ -85,44 +81,47 @@ impl TemporalFilter {
         Ok(out)
     }
 
-    fn absorb(&mut self, batches: Vec<ChangeBatch>) -> Result<()> {
-        let now = now_micros();
-        for changes in batches {
-            let from = self.bounds(&self.from, changes.rows(), true)?;
-            let until = self.bounds(&self.until, changes.rows(), false)?;
-            let encoded = self
-                .rows
-                .convert_columns(changes.rows().columns())
-                .map_err(arrow_error)?;
-            for (i, d) in changes.diffs().values().iter().enumerate() {
-                let (Some(from), Some(until)) = (from[i], until[i]) else {
-                    continue;
-                };
-                let from = from.unwrap_or(i64::MIN);
-                let until = until.unwrap_or(i64::MAX);
-                if from >= until || until <= now {
-                    continue;
-                }
-                let row = encoded.row(i).owned();
-                if from <= now {
-                    self.due.push((row.clone(), *d));
-                } else {
-                    self.scheduled
-                        .entry(from)
-                        .or_default()
-                        .push((row.clone(), *d));
-                }
-                if until != i64::MAX {
-                    self.scheduled.entry(until).or_default().push((row, -*d));
-                }
+    /// Stages a batch's rows that can ever show (non-NULL bounds, a non-empty interval).
+    fn absorb(&mut self, changes: &ChangeBatch) -> Result<()> {
+        let from = self.bounds(&self.from, changes.rows(), true)?;
+        let until = self.bounds(&self.until, changes.rows(), false)?;
+        let encoded = self
+            .rows
+            .convert_columns(changes.rows().columns())
+            .map_err(arrow_error)?;
+        for (i, d) in changes.diffs().values().iter().enumerate() {
+            let (Some(from), Some(until)) = (from[i], until[i]) else {
+                continue;
+            };
+            let from = from.unwrap_or(i64::MIN);
+            let until = until.unwrap_or(i64::MAX);
+            if from < until {
+                self.staged.push((encoded.row(i).owned(), from, until, *d));
             }
         }
         Ok(())
     }
 
-    fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
-        let now = now_micros();
-        let mut out = std::mem::take(&mut self.due);
+    /// The epoch ends at `now`: its rows that show now are emitted, the others scheduled, and
+    /// every scheduled change due by `now` is emitted.
+    fn emit(&mut self, now: i64) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::new();
+        for (row, from, until, d) in std::mem::take(&mut self.staged) {
+            if until <= now {
+                continue;
+            }
+            if until != i64::MAX {
+                self.scheduled
+                    .entry(until)
+                    .or_default()
+                    .push((row.clone(), -d));
+            }
+            if from <= now {
+                out.push((row, d));
+            } else {
+                self.scheduled.entry(from).or_default().push((row, d));
+            }
+        }
         while let Some(entry) = self.scheduled.first_entry() {
             if *entry.key() > now {
                 break;
@@ -143,11 +142,11 @@ impl TemporalFilter {
 
 impl Handler for TemporalFilter {
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
-        self.absorb(vec![changes])
+        self.absorb(&changes)
     }
 
-    fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Output) -> Result<()> {
-        for changes in self.emit()? {
+    fn on_barrier(&mut self, barrier: &Barrier, out: &mut Output) -> Result<()> {
+        for changes in self.emit(barrier.now_micros)? {
             out.data(changes);
         }
         Ok(())
@@ -205,5 +204,105 @@ impl Handler for TemporalFilter {
                 .push((row, diffs.value(i)));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Array, RecordBatch, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::physical_expr::expressions::Column;
+    use eddy_common::{ChangeBatch, ObjectId};
+
+    use crate::plan::Node;
+
+    const SECOND: i64 = 1_000_000;
+
+    /// `WHERE now() >= ts AND now() < ts + INTERVAL '60 seconds'`: each row shows for the
+    /// minute after its time, judged at the times the epochs end (no wall clock involved).
+    #[test]
+    fn rows_show_and_go_at_the_times_epochs_end() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            false,
+        )]));
+        let ts = || -> crate::plan::Expr { Arc::new(Column::new("ts", 0)) };
+        let plan = Node::TemporalFilter {
+            input: Box::new(Node::Source {
+                object: ObjectId(1),
+                name: "t".into(),
+                schema: Arc::clone(&schema),
+            }),
+            from: vec![(ts(), 0)],
+            until: vec![(ts(), 60 * SECOND)],
+        };
+        let et = Arc::new(crate::EventTime::new(&[]));
+        let mut flow = crate::build(&plan, &et, &crate::Workers::single()).unwrap();
+        let rows = |times: &[i64]| {
+            let array = TimestampMicrosecondArray::from(times.to_vec());
+            ChangeBatch::inserts(
+                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(array)]).unwrap(),
+            )
+        };
+        let weights = |out: Vec<ChangeBatch>| -> Vec<(i64, i64)> {
+            let mut seen: Vec<(i64, i64)> = out
+                .iter()
+                .flat_map(|c| {
+                    let t = c
+                        .rows()
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<TimestampMicrosecondArray>()
+                        .unwrap()
+                        .clone();
+                    (0..c.len()).map(move |i| (t.value(i), c.diffs().value(i)))
+                })
+                .collect();
+            seen.sort();
+            seen
+        };
+        // Written at 50 s: the 100 s row is in the future, the -20 s row past its minute.
+        assert!(
+            flow.push(
+                ObjectId(1),
+                &rows(&[100 * SECOND, -20 * SECOND, 30 * SECOND])
+            )
+            .unwrap()
+            .is_empty()
+        );
+        assert_eq!(
+            weights(flow.end_epoch(50 * SECOND).unwrap()),
+            [(30 * SECOND, 1)]
+        );
+        assert_eq!(weights(flow.end_epoch(90 * SECOND - 1).unwrap()), []);
+        assert_eq!(
+            weights(flow.end_epoch(100 * SECOND).unwrap()),
+            [(30 * SECOND, -1), (100 * SECOND, 1)],
+            "the 30 s row goes at 90 s, the 100 s row shows at 100 s"
+        );
+        assert_eq!(weights(flow.end_epoch(160 * SECOND - 1).unwrap()), []);
+        assert_eq!(
+            weights(flow.end_epoch(160 * SECOND).unwrap()),
+            [(100 * SECOND, -1)]
+        );
+        // A row and its retraction in one epoch never show.
+        let mut both = rows(&[170 * SECOND, 170 * SECOND]);
+        both = ChangeBatch::new(
+            both.rows().clone(),
+            arrow::array::Int64Array::from(vec![1, -1]),
+        );
+        flow.push(ObjectId(1), &both).unwrap();
+        let out = weights(flow.end_epoch(175 * SECOND).unwrap());
+        assert_eq!(out.iter().map(|(_, d)| d).sum::<i64>(), 0, "{out:?}");
+        assert_eq!(
+            weights(flow.end_epoch(300 * SECOND).unwrap())
+                .iter()
+                .map(|(_, d)| d)
+                .sum::<i64>(),
+            0
+        );
     }
 }

@@ -39,13 +39,14 @@ pub(crate) struct StreamClock {
 }
 
 impl StreamClock {
-    pub(crate) fn new(spec: ClockSpec) -> Self {
+    /// A clock starting to track at `now` (the runtime clock's monotonic time).
+    pub(crate) fn new(spec: ClockSpec, now: Instant) -> Self {
         let n = spec.partitions.max(1) as usize;
         StreamClock {
             spec,
             partitions: vec![None; n],
             watermark: None,
-            last_data: vec![Instant::now(); n],
+            last_data: vec![now; n],
             requested: None,
         }
     }
@@ -53,10 +54,13 @@ impl StreamClock {
     /// A clock that reads a log: raised by its data and marks only, never by idleness (the
     /// marks hold the idle decisions the live clock made).
     pub(crate) fn replaying(spec: ClockSpec) -> Self {
-        StreamClock::new(ClockSpec {
-            idle_timeout: None,
-            ..spec
-        })
+        StreamClock::new(
+            ClockSpec {
+                idle_timeout: None,
+                ..spec
+            },
+            Instant::now(),
+        )
     }
 
     /// The least watermark over partitions that are not idle (`None` while one of them has
@@ -109,11 +113,13 @@ impl StreamClock {
         (self.watermark.is_none_or(|w| m > w) && self.requested.is_none_or(|r| m > r)).then_some(m)
     }
 
-    /// Advances with a batch read from `partition`; returns the watermark when it moved.
+    /// Advances with a batch read from `partition` at `now`; returns the watermark when it
+    /// moved.
     pub(crate) fn observe(
         &mut self,
         partition: u32,
         batches: &[ChangeBatch],
+        now: Instant,
     ) -> Result<Option<i64>> {
         let mut top: Option<i64> = None;
         for changes in batches {
@@ -124,7 +130,6 @@ impl StreamClock {
                 }
             }
         }
-        let now = Instant::now();
         let p = partition as usize;
         if p >= self.partitions.len() {
             // A partition the spec did not announce holds the watermark back like the others
@@ -143,6 +148,7 @@ impl StreamClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use eddy_common::time::Clock;
 
     fn spec(idle: Option<Duration>) -> ClockSpec {
         ClockSpec {
@@ -170,21 +176,30 @@ mod tests {
     fn marks_make_a_replay_end_where_the_live_clock_did() {
         // Live: partition 1 never has data; once idle, partition 0 alone sets the watermark.
         // (An idle timeout long enough that partition 1 is not idle yet when partition 0 reads.)
-        let mut live = StreamClock::new(spec(Some(Duration::from_millis(400))));
-        assert_eq!(live.observe(0, &rows(&[100])).unwrap(), None);
-        std::thread::sleep(Duration::from_millis(500));
-        let decided = live.idle_raise(Instant::now()).unwrap();
+        let clock = eddy_common::time::ManualClock::starting_at(0);
+        let mut live = StreamClock::new(spec(Some(Duration::from_millis(400))), clock.instant());
+        assert_eq!(
+            live.observe(0, &rows(&[100]), clock.instant()).unwrap(),
+            None
+        );
+        clock.advance(Duration::from_millis(300));
+        assert_eq!(live.idle_raise(clock.instant()), None, "not idle yet");
+        clock.advance(Duration::from_millis(200));
+        let decided = live.idle_raise(clock.instant()).unwrap();
         assert_eq!(decided, 90);
         live.requested = Some(decided);
-        assert_eq!(live.idle_raise(Instant::now()), None, "asked for once");
+        assert_eq!(live.idle_raise(clock.instant()), None, "asked for once");
         assert_eq!(live.mark(decided), Some(90));
         assert_eq!(live.requested, None);
         // A replay of the log (the data, then the mark) ends at the same watermark, without
         // deciding anything by the wall clock.
         let mut replay = StreamClock::replaying(spec(Some(Duration::from_millis(1))));
-        assert_eq!(replay.observe(0, &rows(&[100])).unwrap(), None);
-        std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(replay.idle_raise(Instant::now()), None);
+        assert_eq!(
+            replay.observe(0, &rows(&[100]), clock.instant()).unwrap(),
+            None
+        );
+        clock.advance(Duration::from_millis(5));
+        assert_eq!(replay.idle_raise(clock.instant()), None);
         assert_eq!(replay.mark(90), Some(90));
         assert_eq!(replay.watermark, live.watermark);
         // Marks never lower it.

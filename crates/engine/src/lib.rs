@@ -11,6 +11,8 @@
 mod catalog;
 mod checkpoint;
 mod clock;
+mod commit;
+use commit::{concat_changes, fill_proctime};
 mod copy;
 mod dropping;
 mod failpoints;
@@ -24,10 +26,15 @@ mod schemas;
 mod session;
 mod session_catalog;
 mod sink;
+mod sink_ddl;
 mod source;
 mod system;
 mod table;
+mod table_ddl;
+#[cfg(test)]
+mod time_tests;
 mod variables;
+mod view_ddl;
 mod views;
 
 use std::collections::{BTreeMap, HashMap};
@@ -81,6 +88,8 @@ pub struct EngineConfig {
     pub log_segment_bytes: Option<u64>,
     /// Bytes of changes a sink may have waiting (`None`: the default).
     pub sink_buffer_bytes: Option<usize>,
+    /// Where time comes from ([`eddy_common::time::system_clock`] but in tests).
+    pub clock: Arc<dyn eddy_common::time::Clock>,
 }
 
 /// A table: its definition, schema and current contents.
@@ -209,6 +218,8 @@ pub struct Engine {
     sessions: pg_objects::Sessions,
     /// When the engine opened, µs since the Unix epoch (`pg_postmaster_start_time()`).
     started_at_micros: i64,
+    /// Where time comes from (proctime, received-at times, retention by age).
+    pub(crate) clock: Arc<dyn eddy_common::time::Clock>,
 }
 
 pub(crate) type WriteGuard = OwnedMutexGuard<()>;
@@ -283,6 +294,7 @@ impl Engine {
                 workers: config.workers.max(1),
             }),
             Some(marks),
+            Arc::clone(&config.clock),
         )?;
         runtime.seed_clocks(clocks)?;
         Ok(Arc::new(Engine {
@@ -307,10 +319,9 @@ impl Engine {
             sink_buffer_bytes: config
                 .sink_buffer_bytes
                 .unwrap_or(eddy_common::limits::SINK_BUFFER_BYTES),
-            sessions: pg_objects::Sessions::default(),
-            started_at_micros: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_micros() as i64),
+            sessions: pg_objects::Sessions::new(Arc::clone(&config.clock)),
+            started_at_micros: config.clock.now_micros(),
+            clock: Arc::clone(&config.clock),
             write_lock: Arc::new(Mutex::new(())),
         }))
     }
@@ -402,266 +413,6 @@ impl Engine {
                 .contains_key(name)
     }
 
-    /// Creates a sink writing out materialized view `view` (its columns and key given), and
-    /// starts it from the view's contents.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn create_sink(
-        self: &Arc<Self>,
-        name: QualifiedName,
-        view: &QualifiedName,
-        options: Vec<(String, String)>,
-        format: Option<(String, String)>,
-        sql: String,
-        key: Vec<usize>,
-        if_not_exists: bool,
-    ) -> Result<()> {
-        let guard = self.lock_writes().await;
-        if self.name_taken(&name) {
-            if if_not_exists
-                && self
-                    .sinks
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .contains_key(&name)
-            {
-                return Ok(());
-            }
-            return Err(Error::new(
-                SqlState::DUPLICATE_TABLE,
-                format!("relation \"{}\" already exists", name.name),
-            ));
-        }
-        let view = self.view(view).ok_or_else(|| {
-            Error::new(
-                SqlState::UNDEFINED_TABLE,
-                format!("materialized view \"{}\" does not exist", view.display()),
-            )
-        })?;
-        sink::SinkDef::validate(&options, format.as_ref())?;
-        let columns = view
-            .schema
-            .fields()
-            .iter()
-            .map(|f| (f.name().clone(), eddy_sql::types::pg_type_name(f)))
-            .collect();
-        let def = sink::SinkDef {
-            id: self.meta.allocate_object_id()?,
-            schema: name.schema.clone(),
-            name: name.name.clone(),
-            view: view.def.id,
-            options,
-            format,
-            sql,
-            key,
-            columns,
-        };
-        let (sink, _, feed) = sink::Sink::start(
-            def.clone(),
-            true,
-            Arc::clone(&self.meta),
-            self.sink_buffer_bytes,
-        )
-        .await?;
-        self.meta
-            .put_object(def.id, &ObjectDef::Sink(def.clone()).encode()?)?;
-        self.runtime.add_sink(def.id, def.view, None, feed).await?;
-        self.sinks
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name, sink);
-        drop(guard);
-        Ok(())
-    }
-
-    /// Start-up: starts the stored sinks of the views `ready` (their progress decides what
-    /// they write first; see `sink.rs`). A sink whose target cannot be reached is listed with
-    /// its error and started in the background once it can be.
-    async fn start_stored_sinks(self: &Arc<Self>, ready: impl Fn(ObjectId) -> bool) -> Result<()> {
-        let defs: Vec<sink::SinkDef> = {
-            let mut stored = self.stored_sinks.lock().unwrap_or_else(|p| p.into_inner());
-            let (now, later): (Vec<_>, Vec<_>) = stored.drain(..).partition(|d| ready(d.view));
-            *stored = later;
-            now
-        };
-        for def in defs {
-            let name = def.qualified();
-            match self.start_stored_sink(&def).await {
-                Ok(sink) => {
-                    self.sinks
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(name, sink);
-                }
-                Err(e) => {
-                    tracing::error!(sink = %name.display(), error = %e, "starting a sink failed; retrying in the background");
-                    let retry =
-                        tokio::spawn(Self::start_sink_later(Arc::downgrade(self), def.clone()));
-                    self.sinks
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(name, sink::Sink::waiting(def, e.message, retry));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Starts a stored sink (its progress decides what it writes first) and hands it its view.
-    async fn start_stored_sink(&self, def: &sink::SinkDef) -> Result<sink::Sink> {
-        let (sink, resume, feed) = sink::Sink::start(
-            def.clone(),
-            false,
-            Arc::clone(&self.meta),
-            self.sink_buffer_bytes,
-        )
-        .await?;
-        self.runtime
-            .add_sink(def.id, def.view, resume, feed)
-            .await?;
-        Ok(sink)
-    }
-
-    /// Tries to start a stored sink every few seconds until it starts or is dropped.
-    async fn start_sink_later(engine: std::sync::Weak<Engine>, def: sink::SinkDef) {
-        loop {
-            tokio::time::sleep(sink::START_RETRY).await;
-            let Some(engine) = engine.upgrade() else {
-                return;
-            };
-            let _guard = engine.lock_writes().await;
-            let still_waiting = engine
-                .sinks
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&def.qualified())
-                .is_some_and(|s| s.def.id == def.id);
-            if !still_waiting {
-                return;
-            }
-            match engine.start_stored_sink(&def).await {
-                Ok(sink) => {
-                    tracing::info!(sink = %def.name, "the sink started");
-                    let waiting = engine
-                        .sinks
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(def.qualified(), sink);
-                    // This task is the waiting sink's: let it end by itself rather than abort it.
-                    if let Some(waiting) = waiting {
-                        waiting.detach();
-                    }
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(sink = %def.name, error = %e, "starting a sink failed; retrying");
-                    if let Some(s) = engine
-                        .sinks
-                        .read()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get(&def.qualified())
-                    {
-                        s.status.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.message);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Drops sinks by name.
-    /// Drops sinks by name; returns the NOTICEs for those missing under `IF EXISTS`.
-    pub(crate) async fn drop_sinks(
-        &self,
-        names: &[QualifiedName],
-        if_exists: bool,
-    ) -> Result<Vec<session::Notice>> {
-        let _guard = self.lock_writes().await;
-        let mut notices = Vec::new();
-        for name in names {
-            if !self
-                .sinks
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(name)
-            {
-                if if_exists {
-                    notices.push(format!("sink \"{}\" does not exist, skipping", name.name).into());
-                    continue;
-                }
-                let state = if self.name_taken(name) {
-                    SqlState::WRONG_OBJECT_TYPE
-                } else {
-                    SqlState::UNDEFINED_OBJECT
-                };
-                return Err(Error::new(
-                    state,
-                    format!("sink \"{}\" does not exist", name.display()),
-                ));
-            }
-            self.drop_sink_now(name)?;
-        }
-        Ok(notices)
-    }
-
-    fn drop_sink_now(&self, name: &QualifiedName) -> Result<()> {
-        let sink = self
-            .sinks
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
-        if let Some(sink) = sink {
-            self.meta.delete_object(sink.def.id)?;
-            self.meta.delete_sink_progress(sink.def.id)?;
-            self.runtime.drop_sink(sink.def.id)?;
-        }
-        Ok(())
-    }
-
-    /// `SHOW CREATE SINK`: the statement as written (without the password).
-    pub(crate) fn sink_sql(&self, name: &QualifiedName) -> Result<String> {
-        let sql = self
-            .sinks
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .map(|s| s.def.sql.clone());
-        match sql {
-            Some(sql) => Ok(sql),
-            None if self.name_taken(name) => Err(Error::new(
-                SqlState::WRONG_OBJECT_TYPE,
-                format!("\"{}\" is not a sink", name.display()),
-            )),
-            None => Err(Error::new(
-                SqlState::UNDEFINED_OBJECT,
-                format!("sink \"{}\" does not exist", name.display()),
-            )),
-        }
-    }
-
-    /// `SHOW SINKS`: name, view, connector, target, last committed epoch, rows committed since
-    /// start, last error.
-    pub(crate) fn sink_rows(&self) -> Vec<Vec<String>> {
-        let sinks = self.sinks.read().unwrap_or_else(|p| p.into_inner());
-        sinks
-            .values()
-            .map(|s| {
-                let status = s.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                let target = s.def.target_text();
-                vec![
-                    s.def.qualified().display(),
-                    self.object_name(s.def.view).unwrap_or_default(),
-                    s.def.option("connector").unwrap_or_default(),
-                    target,
-                    status
-                        .committed_epoch
-                        .map(|e| e.to_string())
-                        .unwrap_or_default(),
-                    status.rows.to_string(),
-                    status.error.unwrap_or_default(),
-                ]
-            })
-            .collect()
-    }
-
     /// Waits until every view reflects everything committed before the call.
     pub async fn flush(&self) -> Result<u64> {
         self.runtime
@@ -676,199 +427,6 @@ impl Engine {
 
     pub(crate) fn view_snapshots(&self) -> views::Snapshots {
         self.runtime.snapshots()
-    }
-
-    /// Registers a materialized view and backfills it; `id` is given when restoring one.
-    /// Returns how many table rows the backfill read and how many sources it read to their
-    /// end (a new view over sources answers once it has).
-    pub(crate) async fn create_view(
-        self: &Arc<Self>,
-        name: QualifiedName,
-        sql: String,
-        plan: eddy_sql::ViewPlan,
-        id: Option<ObjectId>,
-        progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    ) -> Result<(usize, usize)> {
-        let guard = self.lock_writes().await;
-        // A view rebuilt in place (RESTART) keeps its name.
-        let rebuilt = id.is_some() && self.view(&name).map(|v| v.def.id) == id;
-        if self.name_taken(&name) && !rebuilt {
-            return Err(Error::new(
-                SqlState::DUPLICATE_TABLE,
-                format!("relation \"{}\" already exists", name.name),
-            ));
-        }
-        self.check_schema_for_create(&name)?;
-        let sources = plan.node.sources();
-        let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
-        let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
-        let tables = self.backfill_inputs(&sources).await?;
-        let backfill_rows: usize = tables
-            .iter()
-            .flat_map(|b| b.batches.iter())
-            .flat_map(|r| r.changes.iter())
-            .map(|b| b.len())
-            .sum();
-        let is_new = id.is_none();
-        let id = match id {
-            Some(id) => id,
-            None => self.meta.allocate_object_id()?,
-        };
-        let readers = self.new_readers(id, &sources, None)?;
-        let mut dependencies = sources.clone();
-        dependencies.extend(plan.views.iter().copied().filter(|v| !sources.contains(v)));
-        let def = ViewDef {
-            id,
-            schema: name.schema.clone(),
-            name: name.name.clone(),
-            sql,
-            dependencies,
-        };
-        if is_new {
-            self.meta
-                .put_object(id, &ObjectDef::MaterializedView(def.clone()).encode()?)?;
-        }
-        let view = Arc::new(View {
-            def,
-            schema: plan.schema,
-            watermark: plan.watermark,
-        });
-        self.views
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), Arc::clone(&view));
-        let done = self
-            .runtime
-            .add_view(view, dataflow, event_time, sources, tables, progress)?;
-        let caught_up = self.start_readers(readers);
-        drop(guard);
-        let result = done
-            .await
-            .map_err(|_| Error::internal("the view runtime stopped"))?;
-        if let Err(e) = result {
-            if is_new {
-                // A new view that cannot be built is not kept.
-                let _ = self
-                    .drop_objects(&[name], true, true, ObjectKind::MaterializedView)
-                    .await;
-            } else {
-                // A stored one keeps its catalog entry: recovery marks it failed.
-                self.stop_readers(id);
-                self.views
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&name);
-                let _ = self.runtime.drop_view(id);
-            }
-            return Err(e);
-        }
-        let sources_read = caught_up.len();
-        if is_new && sources_read > 0 {
-            // A new view over sources answers once it has read what they hold now.
-            for wait in caught_up {
-                let _ = wait.await;
-            }
-            self.flush().await?;
-        }
-        Ok((backfill_rows, sources_read))
-    }
-
-    /// A view that lives only as long as a subscription: not in the catalog, not visible by
-    /// name. Returns its id; drop it with [`Engine::drop_temporary_view`].
-    pub(crate) async fn create_temporary_view(
-        self: &Arc<Self>,
-        plan: eddy_sql::ViewPlan,
-    ) -> Result<ObjectId> {
-        let guard = self.lock_writes().await;
-        let sources = plan.node.sources();
-        let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
-        let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
-        let tables = self.backfill_inputs(&sources).await?;
-        let id = self.meta.allocate_object_id()?;
-        let def = ViewDef {
-            id,
-            schema: eddy_sql::PUBLIC_SCHEMA.to_owned(),
-            name: format!("subscription {id}"),
-            sql: String::new(),
-            dependencies: sources.clone(),
-        };
-        let view = Arc::new(View {
-            def,
-            schema: plan.schema,
-            watermark: plan.watermark,
-        });
-        let readers = self.new_readers(id, &sources, None)?;
-        let done = self
-            .runtime
-            .add_view(view, dataflow, event_time, sources, tables, None)?;
-        self.start_readers(readers);
-        drop(guard);
-        if let Err(e) = done
-            .await
-            .map_err(|_| Error::internal("the view runtime stopped"))?
-        {
-            self.drop_temporary_view(id);
-            return Err(e);
-        }
-        Ok(id)
-    }
-
-    pub(crate) fn drop_temporary_view(&self, id: ObjectId) {
-        self.stop_readers(id);
-        let _ = self.runtime.drop_view(id);
-    }
-
-    pub(crate) async fn subscribe(
-        &self,
-        view: ObjectId,
-        snapshot: bool,
-    ) -> Result<views::Subscription> {
-        self.runtime.subscribe(view, snapshot).await
-    }
-
-    /// What a new view reads first from each table among `sources` (call under the write
-    /// lock, so that it lines up with the changes the view runtime receives next): the table's
-    /// log from offset 0 in commit order, batch by batch — so a stream's watermark advances and
-    /// late rows are judged exactly as they were live.
-    async fn backfill_inputs(&self, sources: &[ObjectId]) -> Result<Vec<views::Backfill>> {
-        // Commits queued before the write lock was taken may not be in the log files yet (their
-        // changes already reached the runtime): an empty commit returns once they are.
-        self.log
-            .commit(Vec::new())
-            .await
-            .map_err(|_| Error::internal("the log committer stopped without answering"))??;
-        let tables: Vec<Arc<Table>> = self
-            .tables
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|t| sources.contains(&t.def.id))
-            .cloned()
-            .collect();
-        let mut out = Vec::with_capacity(tables.len());
-        for table in tables {
-            let mut records: Vec<views::LogRecord> = Vec::new();
-            let start = (0..table.def.partitions)
-                .map(|p| Ok((p, self.log.start_offset(table.def.id, PartitionId(p))?.0)))
-                .collect::<Result<Vec<_>>>()?;
-            for p in 0..table.def.partitions {
-                self.log
-                    .scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
-                        records.push(views::LogRecord::decode(&record, p, &table.schema)?);
-                        Ok(())
-                    })?;
-            }
-            records.sort_by_key(|r| (r.txn, r.partition));
-            let batches = records;
-            out.push(views::Backfill {
-                object: table.def.id,
-                name: table.def.qualified().display(),
-                clock: table.clock,
-                start,
-                batches,
-            });
-        }
-        Ok(out)
     }
 
     /// Applies tables' retention every [`retention::RETENTION_INTERVAL`] from now on, and
@@ -930,167 +488,6 @@ impl Engine {
             .map(|_| ())
     }
 
-    pub(crate) async fn lock_writes(&self) -> WriteGuard {
-        Arc::clone(&self.write_lock).lock_owned().await
-    }
-
-    /// Binds `CREATE TABLE | SOURCE` to a definition with a new id (call under the write
-    /// lock); `None` when the name exists and `IF NOT EXISTS` was given.
-    fn bind_new_relation(
-        &self,
-        create: &eddy_sql::CreateTable,
-        name: &QualifiedName,
-    ) -> Result<Option<TableDef>> {
-        if self.name_taken(name) {
-            if create.if_not_exists {
-                return Ok(None);
-            }
-            return Err(Error::new(
-                SqlState::DUPLICATE_TABLE,
-                format!("relation \"{}\" already exists", name.name),
-            ));
-        }
-        self.check_schema_for_create(name)?;
-        let id = self.meta.allocate_object_id()?;
-        catalog::bind_create_table(create, id, name.clone()).map(Some)
-    }
-
-    /// Creates table `name`; `None` when it exists and `IF NOT EXISTS` was given.
-    pub(crate) async fn create_table(
-        &self,
-        create: &eddy_sql::CreateTable,
-        name: &QualifiedName,
-    ) -> Result<Option<Arc<Table>>> {
-        let _guard = self.lock_writes().await;
-        let Some(def) = self.bind_new_relation(create, name)? else {
-            return Ok(None);
-        };
-        let (id, name) = (def.id, def.qualified());
-        let schema = def.schema()?;
-        // The log first: a crash before the catalog entry leaves an orphan the next start removes.
-        self.log.create_object(id, def.partitions)?;
-        self.meta
-            .put_object(id, &ObjectDef::Table(def.clone()).encode()?)?;
-        let data = TableData::new(&def, Arc::clone(&schema))?;
-        let clock = clock_of(&def)?;
-        let table = Arc::new(Table {
-            def,
-            schema,
-            data: RwLock::new(data),
-            next_partition: AtomicU64::new(0),
-            clock,
-            progress: Default::default(),
-        });
-        self.tables
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name, Arc::clone(&table));
-        Ok(Some(table))
-    }
-
-    /// `ALTER TABLE name ALTER COLUMN column DROP NOT NULL`: the table takes NULLs in `column`
-    /// from now on (the usual fix before replaying dead letters that lacked it).
-    pub(crate) async fn drop_not_null(&self, name: &QualifiedName, column: &str) -> Result<()> {
-        let _guard = self.lock_writes().await;
-        let old = self.table(name).ok_or_else(|| {
-            Error::new(
-                SqlState::UNDEFINED_TABLE,
-                format!("table \"{}\" does not exist", name.display()),
-            )
-        })?;
-        let mut def = old.def.clone();
-        let index = def
-            .columns
-            .iter()
-            .position(|c| c.name == column)
-            .ok_or_else(|| {
-                Error::new(
-                    SqlState::UNDEFINED_COLUMN,
-                    format!(
-                        "column \"{column}\" of relation \"{}\" does not exist",
-                        name.name
-                    ),
-                )
-            })?;
-        if def.primary_key.contains(&index) {
-            return Err(Error::new(
-                SqlState::INVALID_TABLE_DEFINITION,
-                format!("column \"{column}\" is in a primary key"),
-            ));
-        }
-        def.columns[index].nullable = true;
-        let schema = def.schema()?;
-        self.meta
-            .put_object(def.id, &ObjectDef::Table(def.clone()).encode()?)?;
-        let data = std::mem::replace(
-            &mut *old.write(),
-            TableData::new(&def, Arc::clone(&schema))?,
-        )
-        .relabel(Arc::clone(&schema));
-        let table = Table {
-            def,
-            schema,
-            data: RwLock::new(data),
-            next_partition: AtomicU64::new(old.next_partition.load(Ordering::Relaxed)),
-            clock: old.clock,
-            progress: Arc::clone(&old.progress),
-        };
-        self.tables
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), Arc::new(table));
-        Ok(())
-    }
-
-    /// `ALTER TABLE name ADD COLUMN`: the table is rebuilt from its log under the new
-    /// definition (older records read the column as NULL). Views keep the columns they were
-    /// planned with.
-    pub(crate) async fn add_column(
-        &self,
-        name: &QualifiedName,
-        column: &eddy_sql::ast::ColumnDef,
-        if_not_exists: bool,
-    ) -> Result<()> {
-        let _guard = self.lock_writes().await;
-        let old = self.table(name).ok_or_else(|| {
-            Error::new(
-                SqlState::UNDEFINED_TABLE,
-                format!("table \"{}\" does not exist", name.display()),
-            )
-        })?;
-        if if_not_exists
-            && old
-                .def
-                .columns
-                .iter()
-                .any(|c| c.name == catalog::normalize_ident(&column.name))
-        {
-            return Ok(());
-        }
-        let mut def = old.def.clone();
-        def.columns.push(catalog::bind_added_column(&def, column)?);
-        // Commits queued before the lock may not be in the log files yet.
-        self.log
-            .commit(Vec::new())
-            .await
-            .map_err(|_| Error::internal("the log committer stopped without answering"))??;
-        let (mut table, _) = load_table(&self.log, def.clone())?;
-        self.meta
-            .put_object(def.id, &ObjectDef::Table(def).encode()?)?;
-        if let Some(table) = Arc::get_mut(&mut table) {
-            table.progress = Arc::clone(&old.progress);
-        }
-        table.next_partition.store(
-            old.next_partition.load(Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
-        self.tables
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), table);
-        Ok(())
-    }
-
     /// The current table with this id (a table is replaced when its definition changes).
     pub(crate) fn table_by_id(&self, id: ObjectId) -> Option<Arc<Table>> {
         self.tables
@@ -1100,164 +497,6 @@ impl Engine {
             .find(|t| t.def.id == id)
             .cloned()
     }
-
-    /// Checks, logs and applies one transaction's changes. Takes the write guard and releases
-    /// it as soon as the commit is queued, so that other writers join the same group commit;
-    /// returns once the commit is durable.
-    ///
-    /// `positions` (a connector's write to one table) are recorded with the changes: how far
-    /// the connector has read each source partition, so a restart resumes exactly there. They
-    /// are written even when no row changed.
-    /// `partition` pins an append-only table's write to one partition (a connector keeps a
-    /// source partition's records in one log partition).
-    pub(crate) async fn commit(
-        &self,
-        guard: WriteGuard,
-        writes: Vec<(Arc<Table>, Vec<ChangeBatch>)>,
-        positions: &[(u32, u64)],
-        partition: Option<u32>,
-    ) -> Result<()> {
-        let writes: Vec<_> = writes
-            .into_iter()
-            .filter(|(_, c)| !positions.is_empty() || c.iter().any(|b| !b.is_empty()))
-            .collect();
-        if writes.is_empty() {
-            return Ok(());
-        }
-        let writes = writes
-            .into_iter()
-            .map(|(t, c)| Ok((Arc::clone(&t), fill_proctime(&t.def, &t.schema, c)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let mut log_writes = Vec::with_capacity(writes.len());
-        let mut routed: Vec<Vec<(u32, ChangeBatch)>> = Vec::with_capacity(writes.len());
-        for (table, changes) in &writes {
-            match self.table_by_id(table.def.id) {
-                None => {
-                    return Err(Error::new(
-                        SqlState::UNDEFINED_TABLE,
-                        format!("table \"{}\" was dropped", table.def.qualified().display()),
-                    ));
-                }
-                // ALTER TABLE replaced the table since this statement read it.
-                Some(now) if !Arc::ptr_eq(&now, table) => {
-                    return Err(Error::new(
-                        SqlState::SERIALIZATION_FAILURE,
-                        format!(
-                            "table \"{}\" was altered while the statement ran; run it again",
-                            table.def.name
-                        ),
-                    ));
-                }
-                Some(_) => {}
-            }
-            table.read().check(changes)?;
-            let mut parts = table.route(concat_changes(&table.schema, changes)?, partition)?;
-            if parts.is_empty() {
-                parts.push((
-                    0,
-                    ChangeBatch::inserts(RecordBatch::new_empty(Arc::clone(&table.schema))),
-                ));
-            }
-            for (partition, part) in &parts {
-                log_writes.push(Write {
-                    object: table.def.id,
-                    partition: PartitionId(*partition),
-                    payload: encode_changes_at(part, positions)?,
-                });
-            }
-            routed.push(parts);
-        }
-        // Room in the view runtime's queue first: while views are behind, writers wait here.
-        let bytes: usize = routed
-            .iter()
-            .flatten()
-            .map(|(_, p)| p.rows().get_array_memory_size())
-            .sum();
-        let mut budget = Some(self.runtime.reserve(bytes).await?);
-        let ticket = self.log.commit(log_writes);
-        for ((table, changes), parts) in writes.iter().zip(routed) {
-            table.write().apply(changes)?;
-            table.progress.advance(positions);
-            for (partition, part) in parts {
-                self.runtime.changes(
-                    table.def.id,
-                    partition,
-                    table.clock,
-                    vec![part],
-                    budget.take(),
-                )?;
-            }
-        }
-        drop(guard);
-        ticket
-            .await
-            .map_err(|_| Error::internal("the log committer stopped without answering"))?
-            .map(|_| ())
-    }
-}
-
-/// Sets the `AS PROCTIME()` columns of inserted rows (where they are NULL) to now.
-fn fill_proctime(
-    def: &TableDef,
-    schema: &SchemaRef,
-    changes: Vec<ChangeBatch>,
-) -> Result<Vec<ChangeBatch>> {
-    let columns: Vec<usize> = def
-        .columns
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.proctime)
-        .map(|(i, _)| i)
-        .collect();
-    if columns.is_empty() {
-        return Ok(changes);
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64);
-    changes
-        .into_iter()
-        .map(|c| {
-            let (rows, diffs) = c.into_parts();
-            let mut arrays = rows.columns().to_vec();
-            for &i in &columns {
-                let arrow::datatypes::DataType::Timestamp(_, tz) =
-                    schema.field(i).data_type().clone()
-                else {
-                    continue;
-                };
-                let old = arrow::compute::cast(&arrays[i], &arrow::datatypes::DataType::Int64)
-                    .map_err(|e| Error::internal(format!("proctime: {e}")))?;
-                let old = old
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .ok_or_else(|| Error::internal("proctime column"))?;
-                let filled: arrow::array::TimestampMicrosecondArray = old
-                    .iter()
-                    .zip(diffs.values())
-                    .map(|(v, d)| if *d > 0 && v.is_none() { Some(now) } else { v })
-                    .collect();
-                arrays[i] = Arc::new(filled.with_timezone_opt(tz));
-            }
-            let rows = RecordBatch::try_new(rows.schema(), arrays)
-                .map_err(|e| Error::internal(format!("proctime: {e}")))?;
-            Ok(ChangeBatch::new(rows, diffs))
-        })
-        .collect()
-}
-
-fn concat_changes(schema: &SchemaRef, changes: &[ChangeBatch]) -> Result<ChangeBatch> {
-    if let [one] = changes {
-        return Ok(one.clone());
-    }
-    let rows: Vec<&RecordBatch> = changes.iter().map(|c| c.rows()).collect();
-    let rows = arrow::compute::concat_batches(schema, rows)
-        .map_err(|e| Error::internal(format!("concatenating changes: {e}")))?;
-    let diffs: Vec<i64> = changes
-        .iter()
-        .flat_map(|c| c.diffs().values().iter().copied())
-        .collect();
-    Ok(ChangeBatch::new(rows, Int64Array::from(diffs)))
 }
 
 /// A table as its log holds it, with its watermark clock as the log ends (tables with a
@@ -1316,7 +555,7 @@ fn load_contents_with(
                         clock.mark(w);
                     }
                     None => {
-                        clock.observe(p, &changes)?;
+                        clock.observe(p, &changes, std::time::Instant::now())?;
                     }
                 }
             }

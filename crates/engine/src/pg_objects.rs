@@ -183,20 +183,22 @@ pub(crate) fn relation_size(engine: &Engine, oid: u32) -> Option<u64> {
 }
 
 /// The sessions connected now, by backend pid.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Sessions {
     sessions: Mutex<BTreeMap<i32, Activity>>,
-}
-
-fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
+    clock: std::sync::Arc<dyn eddy_common::time::Clock>,
 }
 
 impl Sessions {
+    pub(crate) fn new(clock: std::sync::Arc<dyn eddy_common::time::Clock>) -> Self {
+        Sessions {
+            sessions: Mutex::default(),
+            clock,
+        }
+    }
+
     pub(crate) fn register(&self, info: &eddy_sql::SessionInfo) {
-        let now = now_micros();
+        let now = self.clock.now_micros();
         let activity = Activity {
             pid: info.backend_pid,
             user: info.user.clone(),
@@ -237,7 +239,7 @@ impl Sessions {
         let Some(s) = sessions.get_mut(&pid) else {
             return;
         };
-        let now = now_micros();
+        let now = self.clock.now_micros();
         application_name.clone_into(&mut s.application_name);
         s.state_change_micros = Some(now);
         s.transaction_start_micros = match (in_transaction, s.transaction_start_micros) {

@@ -80,6 +80,7 @@ impl Engine {
                     &self.log.sealed_segments(table.def.id, PartitionId(p))?,
                     time,
                     bytes,
+                    self.clock.now_system(),
                 )
                 .min(needed);
                 trimmed +=
@@ -283,11 +284,15 @@ fn needed_offset(
 
 /// The offset before which the policy lets segments go: the end of the longest prefix of
 /// sealed segments older than `time` (µs) or beyond the newest `bytes`.
-fn policy_cut(sealed: &[SealedSegment], time: Option<i64>, bytes: Option<u64>) -> u64 {
+fn policy_cut(
+    sealed: &[SealedSegment],
+    time: Option<i64>,
+    bytes: Option<u64>,
+    now: SystemTime,
+) -> u64 {
     let Some(first) = sealed.first() else {
         return 0;
     };
-    let now = SystemTime::now();
     let old = |s: &SealedSegment| {
         time.is_some_and(|t| {
             s.modified

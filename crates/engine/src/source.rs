@@ -382,7 +382,12 @@ impl Engine {
         rejected.sort_by_key(|r| r.0);
         rejected.dedup_by_key(|r| r.0);
         self.set_aside(&source.def, records, &rejected, on_error)?;
-        let changes = fill_proctime(&source.def, &source.schema, vec![changes])?;
+        let changes = fill_proctime(
+            &source.def,
+            &source.schema,
+            vec![changes],
+            self.clock.now_micros(),
+        )?;
         let budget = self
             .runtime
             .reserve(

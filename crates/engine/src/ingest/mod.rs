@@ -202,12 +202,6 @@ pub struct IngestReport {
 /// How often a connector looks for new records when there were none.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
-fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
 impl Engine {
     /// Commits the rows decoded from `records` into `table` with `positions`; see the module
     /// doc. `partition` pins an append-only table's write to that log partition (modulo the
@@ -281,7 +275,7 @@ impl Engine {
             }
             OnError::Skip => Ok(()),
             OnError::DeadLetter => {
-                let received_at_micros = now_micros();
+                let received_at_micros = self.clock.now_micros();
                 let letters: Vec<DeadLetter> = rejected
                     .iter()
                     .map(|(i, why)| DeadLetter {

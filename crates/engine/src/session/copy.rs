@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use arrow::array::ArrayRef;
-use eddy_common::{Error, Result, SqlState};
+use arrow::array::{ArrayRef, RecordBatch};
+use eddy_common::{ChangeBatch, Error, Result, SqlState};
 use eddy_sql::ast::{self, CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource};
 use eddy_sql::{Planned, Statement};
 
-use super::{Outcome, Session};
+use super::{Outcome, Session, conform};
 use crate::catalog::normalize_ident;
 use crate::copy::{CopyFormat, CopyIn};
 
@@ -220,4 +220,52 @@ fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Co
             header,
         }
     })
+}
+
+impl Session {
+    /// Finishes a `COPY FROM STDIN` with all of its data.
+    pub async fn copy_in(&mut self, copy: &CopyIn, data: &[u8]) -> Result<Outcome> {
+        let rows = match copy.rows(data) {
+            Ok(rows) => rows,
+            Err(e) => {
+                self.fail_transaction();
+                return Err(e);
+            }
+        };
+        self.copy_in_rows(copy, rows).await
+    }
+
+    /// Writes the rows a COPY FROM decoded (the server decodes the binary format).
+    pub async fn copy_in_rows(&mut self, copy: &CopyIn, rows: RecordBatch) -> Result<Outcome> {
+        let result = self.copy_in_inner(copy, rows).await;
+        if result.is_err()
+            && let Some(txn) = self.transaction.as_mut()
+        {
+            txn.failed = true;
+        }
+        result
+    }
+
+    pub(super) async fn copy_in_inner(
+        &mut self,
+        copy: &CopyIn,
+        rows: RecordBatch,
+    ) -> Result<Outcome> {
+        let table = self.writable_table(&copy.table)?;
+        let guard = match self.transaction {
+            None => Some(self.engine.lock_writes().await),
+            Some(_) => None,
+        };
+        let count = rows.num_rows();
+        let rows = conform(&table, rows)?;
+        self.write(guard, table, vec![ChangeBatch::inserts(rows)])
+            .await?;
+        if self.variables.implicit_flush() && self.transaction.is_none() {
+            self.engine.flush().await?;
+        }
+        Ok(Outcome::Command {
+            tag: "COPY",
+            rows: Some(count),
+        })
+    }
 }

@@ -1,0 +1,202 @@
+//! Materialized views as the engine creates them: planned, built as dataflows, backfilled from
+//! their inputs' logs; the temporary views SUBSCRIBE reads.
+
+use super::*;
+
+impl Engine {
+    /// Registers a materialized view and backfills it; `id` is given when restoring one.
+    /// Returns how many table rows the backfill read and how many sources it read to their
+    /// end (a new view over sources answers once it has).
+    pub(crate) async fn create_view(
+        self: &Arc<Self>,
+        name: QualifiedName,
+        sql: String,
+        plan: eddy_sql::ViewPlan,
+        id: Option<ObjectId>,
+        progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<(usize, usize)> {
+        let guard = self.lock_writes().await;
+        // A view rebuilt in place (RESTART) keeps its name.
+        let rebuilt = id.is_some() && self.view(&name).map(|v| v.def.id) == id;
+        if self.name_taken(&name) && !rebuilt {
+            return Err(Error::new(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{}\" already exists", name.name),
+            ));
+        }
+        self.check_schema_for_create(&name)?;
+        let sources = plan.node.sources();
+        let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
+        let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
+        let tables = self.backfill_inputs(&sources).await?;
+        let backfill_rows: usize = tables
+            .iter()
+            .flat_map(|b| b.batches.iter())
+            .flat_map(|r| r.changes.iter())
+            .map(|b| b.len())
+            .sum();
+        let is_new = id.is_none();
+        let id = match id {
+            Some(id) => id,
+            None => self.meta.allocate_object_id()?,
+        };
+        let readers = self.new_readers(id, &sources, None)?;
+        let mut dependencies = sources.clone();
+        dependencies.extend(plan.views.iter().copied().filter(|v| !sources.contains(v)));
+        let def = ViewDef {
+            id,
+            schema: name.schema.clone(),
+            name: name.name.clone(),
+            sql,
+            dependencies,
+        };
+        if is_new {
+            self.meta
+                .put_object(id, &ObjectDef::MaterializedView(def.clone()).encode()?)?;
+        }
+        let view = Arc::new(View {
+            def,
+            schema: plan.schema,
+            watermark: plan.watermark,
+        });
+        self.views
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), Arc::clone(&view));
+        let done = self
+            .runtime
+            .add_view(view, dataflow, event_time, sources, tables, progress)?;
+        let caught_up = self.start_readers(readers);
+        drop(guard);
+        let result = done
+            .await
+            .map_err(|_| Error::internal("the view runtime stopped"))?;
+        if let Err(e) = result {
+            if is_new {
+                // A new view that cannot be built is not kept.
+                let _ = self
+                    .drop_objects(&[name], true, true, ObjectKind::MaterializedView)
+                    .await;
+            } else {
+                // A stored one keeps its catalog entry: recovery marks it failed.
+                self.stop_readers(id);
+                self.views
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&name);
+                let _ = self.runtime.drop_view(id);
+            }
+            return Err(e);
+        }
+        let sources_read = caught_up.len();
+        if is_new && sources_read > 0 {
+            // A new view over sources answers once it has read what they hold now.
+            for wait in caught_up {
+                let _ = wait.await;
+            }
+            self.flush().await?;
+        }
+        Ok((backfill_rows, sources_read))
+    }
+
+    /// A view that lives only as long as a subscription: not in the catalog, not visible by
+    /// name. Returns its id; drop it with [`Engine::drop_temporary_view`].
+    pub(crate) async fn create_temporary_view(
+        self: &Arc<Self>,
+        plan: eddy_sql::ViewPlan,
+    ) -> Result<ObjectId> {
+        let guard = self.lock_writes().await;
+        let sources = plan.node.sources();
+        let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
+        let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
+        let tables = self.backfill_inputs(&sources).await?;
+        let id = self.meta.allocate_object_id()?;
+        let def = ViewDef {
+            id,
+            schema: eddy_sql::PUBLIC_SCHEMA.to_owned(),
+            name: format!("subscription {id}"),
+            sql: String::new(),
+            dependencies: sources.clone(),
+        };
+        let view = Arc::new(View {
+            def,
+            schema: plan.schema,
+            watermark: plan.watermark,
+        });
+        let readers = self.new_readers(id, &sources, None)?;
+        let done = self
+            .runtime
+            .add_view(view, dataflow, event_time, sources, tables, None)?;
+        self.start_readers(readers);
+        drop(guard);
+        if let Err(e) = done
+            .await
+            .map_err(|_| Error::internal("the view runtime stopped"))?
+        {
+            self.drop_temporary_view(id);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    pub(crate) fn drop_temporary_view(&self, id: ObjectId) {
+        self.stop_readers(id);
+        let _ = self.runtime.drop_view(id);
+    }
+
+    pub(crate) async fn subscribe(
+        &self,
+        view: ObjectId,
+        snapshot: bool,
+    ) -> Result<views::Subscription> {
+        self.runtime.subscribe(view, snapshot).await
+    }
+
+    /// What a new view reads first from each table among `sources` (call under the write
+    /// lock, so that it lines up with the changes the view runtime receives next): the table's
+    /// log from offset 0 in commit order, batch by batch — so a stream's watermark advances and
+    /// late rows are judged exactly as they were live.
+    pub(super) async fn backfill_inputs(
+        &self,
+        sources: &[ObjectId],
+    ) -> Result<Vec<views::Backfill>> {
+        // Commits queued before the write lock was taken may not be in the log files yet (their
+        // changes already reached the runtime): an empty commit returns once they are.
+        self.log
+            .commit(Vec::new())
+            .await
+            .map_err(|_| Error::internal("the log committer stopped without answering"))??;
+        let tables: Vec<Arc<Table>> = self
+            .tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|t| sources.contains(&t.def.id))
+            .cloned()
+            .collect();
+        let mut out = Vec::with_capacity(tables.len());
+        for table in tables {
+            let mut records: Vec<views::LogRecord> = Vec::new();
+            let start = (0..table.def.partitions)
+                .map(|p| Ok((p, self.log.start_offset(table.def.id, PartitionId(p))?.0)))
+                .collect::<Result<Vec<_>>>()?;
+            for p in 0..table.def.partitions {
+                self.log
+                    .scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
+                        records.push(views::LogRecord::decode(&record, p, &table.schema)?);
+                        Ok(())
+                    })?;
+            }
+            records.sort_by_key(|r| (r.txn, r.partition));
+            let batches = records;
+            out.push(views::Backfill {
+                object: table.def.id,
+                name: table.def.qualified().display(),
+                clock: table.clock,
+                start,
+                batches,
+            });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,239 @@
+//! Changes into the views, the end of an epoch, and publishing the views' contents.
+
+use super::*;
+
+impl RuntimeState {
+    /// Feeds a table's or view's changes to every view reading it (a source's to the one view
+    /// whose reader read them); a view whose dataflow fails stops, the others go on. Then
+    /// advances the stream's watermark: rows are judged against the watermark as it stood
+    /// before their batch.
+    pub(super) fn push(
+        &mut self,
+        object: ObjectId,
+        partition: u32,
+        clock: Option<ClockSpec>,
+        batches: &[ChangeBatch],
+        reader: Option<ObjectId>,
+    ) {
+        let mut failed = Vec::new();
+        for entry in self
+            .views
+            .iter_mut()
+            .filter(|e| receives(e, object, reader))
+        {
+            if is_failed(&self.failures, entry.view.def.id) {
+                continue;
+            }
+            for batch in batches {
+                match catch_panic("a view's operators", || {
+                    crate::failpoints::failpoint("view_changes", &entry.view.def.name)?;
+                    entry.dataflow.push(object, batch)
+                }) {
+                    Ok(out) => entry.pending.extend(out),
+                    Err(e) => {
+                        failed.push((entry.view.def.id, e));
+                        break;
+                    }
+                }
+                self.dirty = true;
+            }
+        }
+        for (view, e) in failed {
+            self.fail(view, e);
+        }
+        let late: Vec<(String, Arc<EventTime>)> = self
+            .views
+            .iter()
+            .map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time)))
+            .collect();
+        for (name, event_time) in late {
+            self.collect_late(&name, &event_time);
+        }
+        let Some(spec) = clock else { return };
+        let now = self.clock.instant();
+        let restored = &mut self.restored_clocks;
+        let clock = self.clocks.entry((object, reader)).or_insert_with(|| {
+            let mut clock = StreamClock::new(spec, now);
+            if let Some(saved) = restored.remove(&(object, reader))
+                && saved.partitions.len() == clock.partitions.len()
+            {
+                clock.partitions = saved.partitions;
+                clock.watermark = saved.watermark;
+            }
+            clock
+        });
+        match clock.observe(partition, batches, now) {
+            Ok(Some(watermark)) => {
+                for entry in self.views.iter().filter(|e| receives(e, object, reader)) {
+                    entry.event_time.advance(object, watermark);
+                }
+                self.dirty = true;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %e, "reading event times failed"),
+        }
+    }
+
+    pub(super) fn end_epoch_logged(&mut self) {
+        if let Err(e) = self.end_epoch() {
+            tracing::error!(error = %e, "ending an epoch failed");
+        }
+    }
+
+    /// Ends the epoch: every view emits what it held back, downstream views receive upstream
+    /// output, then all contents are applied and published together. The epoch ends at one
+    /// wall-clock time for every view (`now()` of temporal filters).
+    pub(super) fn end_epoch(&mut self) -> Result<()> {
+        let now = self.clock.now_micros();
+        let mut outputs: HashMap<ObjectId, Vec<ChangeBatch>> = HashMap::new();
+        for i in 0..self.views.len() {
+            // Watermarks of the views this one reads: they advance once their rows were pushed.
+            let upstream: Vec<(ObjectId, i64)> = self.views[i]
+                .sources
+                .iter()
+                .filter_map(|s| {
+                    self.views[..i]
+                        .iter()
+                        .find(|e| e.view.def.id == *s)
+                        .and_then(|e| Some((*s, e.watermark()?)))
+                })
+                .collect();
+            let entry = &mut self.views[i];
+            if is_failed(&self.failures, entry.view.def.id) {
+                entry.pending.clear();
+                continue;
+            }
+            let result = (|| -> Result<Vec<ChangeBatch>> {
+                let mut out = std::mem::take(&mut entry.pending);
+                for source in entry.sources.clone() {
+                    if let Some(upstream) = outputs.get(&source) {
+                        for batch in upstream {
+                            out.extend(catch_panic("a view's operators", || {
+                                crate::failpoints::failpoint("view_changes", &entry.view.def.name)?;
+                                entry.dataflow.push(source, batch)
+                            })?);
+                        }
+                    }
+                }
+                for (source, watermark) in &upstream {
+                    entry.event_time.advance(*source, *watermark);
+                }
+                out.extend(catch_panic("a view's operators", || {
+                    entry.dataflow.end_epoch(now)
+                })?);
+                entry.contents.check_view_output(&out)?;
+                Ok(out)
+            })();
+            match result {
+                Ok(out) => {
+                    outputs.insert(entry.view.def.id, out);
+                    entry.committed.clone_from(&entry.read);
+                }
+                Err(e) => {
+                    let id = entry.view.def.id;
+                    self.fail(id, e);
+                }
+            }
+        }
+        let mut changed = false;
+        for entry in &mut self.views {
+            if let Some(out) = outputs.get(&entry.view.def.id)
+                && !out.is_empty()
+            {
+                entry.contents.apply(out)?;
+                changed = true;
+            }
+        }
+        let late: Vec<(String, Arc<EventTime>)> = self
+            .views
+            .iter()
+            .map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time)))
+            .collect();
+        for (name, event_time) in late {
+            self.collect_late(&name, &event_time);
+        }
+        self.dirty = false;
+        self.changed_since_checkpoint |= changed;
+        self.epoch += 1;
+        if !self.subscribers.is_empty() {
+            self.notify(&outputs);
+        }
+        if !self.sinks.is_empty() {
+            self.feed_sinks(&outputs);
+        }
+        if changed
+            || self
+                .published
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .snapshots
+                .len()
+                != self.views.len()
+        {
+            self.mark_stale();
+        }
+        Ok(())
+    }
+
+    /// Some view's contents changed: the next reader has snapshots built.
+    pub(super) fn mark_stale(&self) {
+        self.published
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .stale = true;
+    }
+
+    /// When readers wait for snapshots: publishes fresh ones (if an epoch changed something)
+    /// and hands them to every waiting reader.
+    pub(super) fn answer_snapshot_requests(&mut self) {
+        if !self
+            .requests
+            .pending
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        if self
+            .published
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .stale
+        {
+            self.publish();
+        }
+        let snapshots = Arc::clone(
+            &self
+                .published
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .snapshots,
+        );
+        for reader in self
+            .requests
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            let _ = reader.send(Arc::clone(&snapshots));
+        }
+    }
+
+    pub(super) fn publish(&mut self) {
+        let mut map = HashMap::with_capacity(self.views.len());
+        for entry in &mut self.views {
+            match entry.contents.snapshot() {
+                Ok(s) => {
+                    map.insert(entry.view.def.id, s);
+                }
+                Err(e) => {
+                    tracing::error!(view = %entry.view.def.name, error = %e, "building a view snapshot failed")
+                }
+            }
+        }
+        *self.published.write().unwrap_or_else(|p| p.into_inner()) = Published {
+            snapshots: Arc::new(map),
+            stale: false,
+        };
+    }
+}

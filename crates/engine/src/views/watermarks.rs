@@ -1,0 +1,151 @@
+//! Streams' watermarks (idle partitions, log marks), late and failed rows, `eddy_watermarks`.
+
+use super::*;
+
+impl RuntimeState {
+    /// Partitions idle past their stream's `idle_timeout` stop holding its watermark back. For
+    /// a table, the decision goes to its log first and is applied when it comes back as a mark
+    /// ([`RuntimeState::apply_mark`]); a source's reader, which has no log of Eddy's, applies it.
+    pub(super) fn expire_idle_partitions(&mut self) {
+        let now = self.clock.instant();
+        let mut raised = Vec::new();
+        for (key, clock) in &mut self.clocks {
+            let Some(w) = clock.idle_raise(now) else {
+                continue;
+            };
+            match (&self.marks, key.1) {
+                (Some(marks), None) => {
+                    // Full: asked again at the next look.
+                    if marks.try_send((key.0, w)).is_ok() {
+                        clock.requested = Some(w);
+                    }
+                }
+                _ => {
+                    if let Some(w) = clock.mark(w) {
+                        raised.push((*key, w));
+                    }
+                }
+            }
+        }
+        for ((object, reader), watermark) in raised {
+            for entry in self.views.iter().filter(|e| receives(e, object, reader)) {
+                entry.event_time.advance(object, watermark);
+            }
+            self.dirty = true;
+        }
+    }
+
+    /// A table's watermark mark (live or replayed): it counts as the record it is in partition 0
+    /// of the table's log for every view reading it, and raises the table's clock.
+    pub(super) fn apply_mark(&mut self, object: ObjectId, watermark: i64) {
+        for entry in self.views.iter_mut().filter(|e| receives(e, object, None)) {
+            *entry.read.entry((object, 0)).or_default() += 1;
+        }
+        let Some(clock) = self.clocks.get_mut(&(object, None)) else {
+            tracing::warn!(object = %object, "a watermark mark for a table without a clock");
+            return;
+        };
+        if let Some(w) = clock.mark(watermark) {
+            for entry in self.views.iter().filter(|e| receives(e, object, None)) {
+                entry.event_time.advance(object, w);
+            }
+        }
+        self.dirty = true;
+    }
+
+    /// Collects what a view's operators set aside: late rows and rows that failed to evaluate.
+    pub(super) fn collect_late(&mut self, view: &str, event_time: &EventTime) {
+        let failed = event_time.take_failed_rows();
+        if !failed.is_empty() {
+            let now = self.clock.now_system();
+            tracing::warn!(
+                view,
+                rows = failed.len(),
+                "rows a view could not evaluate went to eddy_dead_letters"
+            );
+            self.failed
+                .extend(failed.into_iter().map(|(row, error)| FailedRow {
+                    view: view.to_owned(),
+                    row,
+                    error,
+                    received_at: now,
+                }));
+            let max = eddy_common::limits::LATE_EVENTS_KEPT_MAX;
+            if self.failed.len() > max {
+                let excess = self.failed.len() - max;
+                self.failed.drain(..excess);
+            }
+        }
+        let events = event_time.take_late_events();
+        if events.is_empty() {
+            return;
+        }
+        let now = self.clock.now_system();
+        self.late.extend(events.into_iter().map(|event| LateRecord {
+            view: view.to_owned(),
+            event,
+            received_at: now,
+        }));
+        // Bounded: the oldest records go first.
+        let max = eddy_common::limits::LATE_EVENTS_KEPT_MAX;
+        if self.late.len() > max {
+            let excess = self.late.len() - max;
+            self.late.drain(..excess);
+        }
+    }
+
+    pub(super) fn watermark_rows(&self) -> Vec<WatermarkRow> {
+        let mut rows = Vec::new();
+        for ((id, reader), clock) in &self.clocks {
+            // A source's watermark is its reader's: named after the view reading it.
+            let object = match reader {
+                Some(view) => format!("{id} ({})", self.name_of(*view)),
+                None => id.to_string(),
+            };
+            rows.push(WatermarkRow {
+                object: object.clone(),
+                partition: None,
+                watermark: clock.watermark,
+            });
+            for (p, w) in clock.partitions.iter().enumerate() {
+                rows.push(WatermarkRow {
+                    object: object.clone(),
+                    partition: Some(p as u32),
+                    watermark: *w,
+                });
+            }
+        }
+        // A view's watermark: that of its watermark column, else the least over the streams
+        // (and watermarked views) it reads.
+        for entry in self.views.iter().filter(|e| !e.view.def.sql.is_empty()) {
+            let watermark = match &entry.view.watermark {
+                Some(_) => entry.watermark(),
+                None => {
+                    let timed: Vec<ObjectId> = entry
+                        .sources
+                        .iter()
+                        .copied()
+                        .filter(|s| {
+                            self.clocks.contains_key(&(*s, None))
+                                || self.clocks.contains_key(&(*s, Some(entry.view.def.id)))
+                                || self
+                                    .views
+                                    .iter()
+                                    .any(|v| v.view.def.id == *s && v.view.watermark.is_some())
+                        })
+                        .collect();
+                    if timed.is_empty() {
+                        continue;
+                    }
+                    entry.event_time.min_of(&timed)
+                }
+            };
+            rows.push(WatermarkRow {
+                object: entry.view.def.name.clone(),
+                partition: None,
+                watermark,
+            });
+        }
+        rows
+    }
+}
