@@ -2,9 +2,13 @@
 //! change batch and one epoch at a time (ADR 0009, step 2).
 //!
 //! Entry points: [`build`] and [`Dataflow`]. Invariants:
-//! - the graph has one node per plan node, numbered in preorder (a node before its inputs), so
-//!   a node's *path* (`0`, `0.1`, `0.1.0`: its place in the plan) names it in `eddy_operators`
-//!   and in checkpoints the same way whatever the graph's shape;
+//! - the graph has one node per distinct plan node, numbered in preorder (a node before its
+//!   inputs), so a node's *path* (`0`, `0.1`, `0.1.0`: where the plan first has it) names it
+//!   in `eddy_operators` and in checkpoints the same way whatever the graph's shape;
+//! - subplans are shared: a plan node equal to one built already (`share::same`: the same
+//!   operator, parameters and inputs) is not built again, its readers read the first one's
+//!   output; an aggregate equal but for the order of its group keys reads the first through
+//!   a projection that reorders the columns (q5's two `HOP` counts run once);
 //! - [`Dataflow::end_epoch`] sends the epoch's barrier into every source node; once it returns
 //!   every node handled the barrier, so nothing is held back in flight and the accumulated
 //!   output equals the query over the accumulated input;
@@ -19,7 +23,7 @@ use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 use crate::graph::{Barrier, Graph, Message, NodeId};
 use crate::plan::{Expr, Node};
-use crate::{EventTime, OperatorStats, Workers, handlers, shard, stateless};
+use crate::{EventTime, OperatorStats, Workers, handlers, shard, share, stateless};
 
 /// One node's place in the plan.
 struct Place {
@@ -52,19 +56,57 @@ pub fn build(node: &Node, event_time: &Arc<EventTime>, workers: &Workers) -> Res
         output: 0,
         epoch: 0,
     };
-    flow.output = flow.add(node, "0".to_owned(), event_time, workers)?;
+    flow.output = flow.add(node, "0".to_owned(), event_time, workers, &mut Vec::new())?;
     flow.graph.collect(flow.output);
     Ok(flow)
 }
 
 impl Dataflow {
-    fn add(
+    /// Adds `node` and what it reads, unless an equal node was built already (`built`): then
+    /// that node's output is read again ([`share`]).
+    fn add<'a>(
         &mut self,
-        node: &Node,
+        node: &'a Node,
         path: String,
         et: &Arc<EventTime>,
         workers: &Workers,
+        built: &mut Vec<(&'a Node, NodeId)>,
     ) -> Result<NodeId> {
+        if let Some((_, id)) = built.iter().find(|(b, _)| share::same(b, node)) {
+            return Ok(*id);
+        }
+        if let Some((columns, id, of)) = built
+            .iter()
+            .find_map(|(b, id)| Some((share::regrouped(b, node)?, *id, b.schema())))
+        {
+            // The same aggregate with its group keys in another order: its columns reordered.
+            let exprs = columns
+                .iter()
+                .map(|&c| -> Expr {
+                    Arc::new(datafusion::physical_expr::expressions::Column::new(
+                        of.field(c).name(),
+                        c,
+                    ))
+                })
+                .collect();
+            let schema = node.schema();
+            let project = self.graph.add(
+                Box::new(stateless::Project {
+                    exprs,
+                    schema,
+                    context: Arc::clone(et),
+                }),
+                1,
+            );
+            self.places.push(Place {
+                path,
+                inputs: vec![id],
+                shards: 1,
+            });
+            self.graph.connect(id, project, 0)?;
+            built.push((node, project));
+            return Ok(project);
+        }
         let inputs = handlers::inputs(node);
         let (handler, shards): (Box<dyn crate::graph::Handler>, usize) = match node {
             Node::Source { object, schema, .. } => (
@@ -96,10 +138,11 @@ impl Dataflow {
             shards,
         });
         for (port, input) in inputs.into_iter().enumerate() {
-            let from = self.add(input, format!("{path}.{port}"), et, workers)?;
+            let from = self.add(input, format!("{path}.{port}"), et, workers, built)?;
             self.graph.connect(from, id, port)?;
             self.places[id].inputs.push(from);
         }
+        built.push((node, id));
         Ok(id)
     }
 

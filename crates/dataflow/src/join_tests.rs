@@ -450,3 +450,30 @@ proptest! {
         drive(&build, restart_after, KeyType::Int, epochs, interval_oracle)?;
     }
 }
+
+/// [`plan`] joining the left table with itself: the two sources are one shared node, whose
+/// every batch reaches the join on both inputs (left first).
+fn self_join_plan(kind: JoinKind, filtered: bool, nulls_equal: bool, key: KeyType) -> Node {
+    let mut node = plan(kind, filtered, nulls_equal, key);
+    if let Node::Join { left, right, .. } = &mut node {
+        *right = left.clone();
+    }
+    node
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_self_join_over_a_shared_source_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), sharded in any::<bool>(), restart_after in 0..8usize, key in prop::sample::select(KEY_TYPES.to_vec())) {
+        let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
+        let epochs: Vec<Vec<(bool, Row, bool)>> = epochs.into_iter().map(|e| e.into_iter().map(|(_, row, insert)| (true, row, insert)).collect()).collect();
+        for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti] {
+            let node = self_join_plan(kind, filtered, nulls_equal, key);
+            let build = || crate::build(&node, &std::sync::Arc::new(crate::EventTime::new(&[])), &workers).unwrap();
+            prop_assert_eq!(build().stats().len(), 2, "one source node and the join");
+            drive(&build, restart_after, key, epochs.clone(), |left, _| oracle(kind, filtered, nulls_equal, left, left))
+                .map_err(|e| TestCaseError::fail(format!("{kind:?} {key:?} filtered={filtered}: {e}")))?;
+        }
+    }
+}

@@ -37,6 +37,7 @@ mod rows;
 pub use rows::{consolidate, partition_by_key};
 mod session;
 mod shard;
+mod share;
 pub use shard::Workers;
 mod stateless;
 mod temporal;
