@@ -41,6 +41,8 @@ use crate::{OperatorState, checkpoint};
 use crate::aggregate_call::{Call, GroupId, Kind, Runs};
 
 pub struct Aggregate {
+    /// The latest mark of each stream (in-band watermarks).
+    marks: crate::event_time::Marks,
     group_exprs: Vec<Expr>,
     calls: Vec<Call>,
     schema: SchemaRef,
@@ -107,6 +109,7 @@ impl Aggregate {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(eval_error)?;
         let mut op = Aggregate {
+            marks: crate::event_time::Marks::default(),
             group_exprs,
             calls,
             schema,
@@ -290,8 +293,8 @@ impl Aggregate {
     }
 
     fn watermark(&self) -> Option<i64> {
-        let (w, event_time) = self.window.as_ref()?;
-        event_time.min_of(&w.sources)
+        let (w, _) = self.window.as_ref()?;
+        self.marks.min_of(&w.sources)
     }
 
     /// Frees the state of windows the watermark has passed by more than the allowed lateness;
@@ -458,6 +461,15 @@ fn cast_to(array: &ArrayRef, t: &DataType) -> Result<ArrayRef> {
 }
 
 impl Handler for Aggregate {
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        mark: crate::graph::Watermark,
+        out: &mut Output,
+    ) -> Result<()> {
+        self.marks.pass(mark, out)
+    }
+
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
         self.absorb(&changes)
     }

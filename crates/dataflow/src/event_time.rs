@@ -2,8 +2,11 @@
 //! window computations, and the late events it records.
 //!
 //! The runtime owns the watermark of each source (the largest event time read minus the
-//! declared delay, merged over partitions) and stores it in the dataflow's [`EventTime`] after
-//! each batch it pushes, so a row is judged against the watermark as it stood before its batch.
+//! declared delay, merged over partitions); it records it in the dataflow's [`EventTime`] (for
+//! checkpoints and `eddy_watermarks`) and sends it into the dataflow as a mark after each
+//! batch that raised it. Marks travel in order with the data; each operator that needs them
+//! keeps its own [`Marks`], so a row is judged against the watermark as it stood before its
+//! batch, whichever thread runs the operator.
 //! A window is closed once the watermark reaches its end; its state is kept until the watermark
 //! reaches `end + allowed_lateness`.
 
@@ -20,6 +23,48 @@ use crate::rows::{arrow_error, evaluate, filter_changes};
 
 /// No watermark yet (nothing read, or a source without one).
 const NONE: i64 = i64::MIN;
+
+/// The latest mark of each stream an operator has received.
+#[derive(Debug, Clone, Default)]
+pub struct Marks(Vec<(ObjectId, i64)>);
+
+impl Marks {
+    /// Records `mark`; whether it raised its stream's watermark.
+    pub fn observe(&mut self, mark: crate::graph::Watermark) -> bool {
+        match self.0.iter_mut().find(|(s, _)| *s == mark.source) {
+            Some((_, w)) if *w >= mark.value => false,
+            Some((_, w)) => {
+                *w = mark.value;
+                true
+            }
+            None => {
+                self.0.push((mark.source, mark.value));
+                true
+            }
+        }
+    }
+
+    /// What an operator that keeps marks does with one ([`crate::graph::Handler::on_watermark`]):
+    /// records it and passes it on.
+    pub(crate) fn pass(
+        &mut self,
+        mark: crate::graph::Watermark,
+        out: &mut crate::graph::Output,
+    ) -> Result<()> {
+        self.observe(mark);
+        out.watermark(mark);
+        Ok(())
+    }
+
+    /// The watermark of a value derived from several streams: the least of theirs, `None`
+    /// until each has one.
+    pub fn min_of(&self, sources: &[ObjectId]) -> Option<i64> {
+        sources.iter().try_fold(i64::MAX, |m, s| {
+            let (_, w) = self.0.iter().find(|(o, _)| o == s)?;
+            Some(m.min(*w))
+        })
+    }
+}
 
 /// One late row that was not applied (`eddy_late_events`).
 #[derive(Debug, Clone)]
@@ -184,6 +229,7 @@ pub struct LateFilter {
     pub sources: Vec<ObjectId>,
     pub lateness: Lateness,
     pub event_time: std::sync::Arc<EventTime>,
+    pub marks: Marks,
     pub dropped: u64,
 }
 
@@ -194,7 +240,7 @@ impl crate::graph::Handler for LateFilter {
         changes: ChangeBatch,
         out: &mut crate::graph::Output,
     ) -> Result<()> {
-        let Some(watermark) = self.event_time.min_of(&self.sources) else {
+        let Some(watermark) = self.marks.min_of(&self.sources) else {
             out.data(changes);
             return Ok(());
         };
@@ -234,8 +280,7 @@ impl crate::graph::Handler for LateFilter {
         mark: crate::graph::Watermark,
         out: &mut crate::graph::Output,
     ) -> Result<()> {
-        out.watermark(mark);
-        Ok(())
+        self.marks.pass(mark, out)
     }
 
     fn name(&self) -> String {
@@ -260,6 +305,7 @@ pub struct Release {
     sources: Vec<ObjectId>,
     lateness: Lateness,
     event_time: std::sync::Arc<EventTime>,
+    marks: Marks,
     held: Vec<ChangeBatch>,
     ready: Vec<ChangeBatch>,
 }
@@ -276,13 +322,14 @@ impl Release {
             sources,
             lateness,
             event_time,
+            marks: Marks::default(),
             held: Vec::new(),
             ready: Vec::new(),
         }
     }
 
     fn absorb(&mut self, batches: Vec<ChangeBatch>) -> Result<()> {
-        let watermark = self.event_time.min_of(&self.sources);
+        let watermark = self.marks.min_of(&self.sources);
         for changes in batches {
             let Some(watermark) = watermark else {
                 self.held.push(changes);
@@ -330,7 +377,7 @@ impl Release {
             .into_iter()
             .filter(|c| !c.is_empty())
             .collect();
-        let Some(watermark) = self.event_time.min_of(&self.sources) else {
+        let Some(watermark) = self.marks.min_of(&self.sources) else {
             return Ok(out);
         };
         let mut due: Vec<ChangeBatch> = Vec::new();
@@ -380,6 +427,15 @@ impl crate::graph::Handler for Release {
         _out: &mut crate::graph::Output,
     ) -> Result<()> {
         self.absorb(vec![changes])
+    }
+
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        mark: crate::graph::Watermark,
+        out: &mut crate::graph::Output,
+    ) -> Result<()> {
+        self.marks.pass(mark, out)
     }
 
     fn on_barrier(

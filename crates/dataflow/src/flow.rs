@@ -161,6 +161,21 @@ impl Dataflow {
         self.output()
     }
 
+    /// The watermark of `source` rose to `value`: the mark goes into its source nodes, after
+    /// the changes pushed before it (rows pushed later are judged against it). Returns what the
+    /// dataflow emits (operators act on marks with the next batch or barrier: nothing, as a
+    /// rule).
+    pub fn watermark(&mut self, source: ObjectId, value: i64) -> Result<Vec<ChangeBatch>> {
+        let mark = crate::graph::Watermark { source, value };
+        for i in 0..self.sources.len() {
+            let (object, node) = self.sources[i];
+            if object == source {
+                self.graph.send(node, 0, Message::Watermark(mark));
+            }
+        }
+        self.output()
+    }
+
     /// The epoch ends at `now_micros` (wall-clock µs; `now()` for temporal filters): returns
     /// every change held back. After it returns, the accumulated output equals the query over
     /// the accumulated input.

@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use eddy_common::limits::BATCH_ROWS_MAX;
-use eddy_common::{ChangeBatch, Error, Result};
+use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
 /// A two-input operator's changes as (left, right) batches: input 0 is the left side.
 pub(crate) fn by_side(input: usize, changes: ChangeBatch) -> (Vec<ChangeBatch>, Vec<ChangeBatch>) {
@@ -33,11 +33,14 @@ pub(crate) fn by_side(input: usize, changes: ChangeBatch) -> (Vec<ChangeBatch>, 
 /// A node's index in its [`Graph`].
 pub type NodeId = usize;
 
-/// Event time has reached `value` (µs) in column `column` of the edge's rows: no later row on
-/// this edge has a smaller value there (rows that do are late).
+/// The event time of stream `source` (a table, source or view) has reached `value` (µs): no
+/// later row of it has a smaller event time (rows that do are late). Marks travel on every
+/// edge in order with the data, each node passes them on, and an operator that closes windows
+/// or judges lateness keeps the latest per stream ([`crate::event_time::Marks`]) and takes
+/// the least over the streams its plan names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Watermark {
-    pub column: usize,
+    pub source: ObjectId,
     pub value: i64,
 }
 
@@ -114,13 +117,12 @@ pub trait Handler: Send {
     /// Changes arrived on `input`.
     fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()>;
 
-    /// Event time advanced on `input`. An operator that keeps the column where it is passes
-    /// the mark on (filters); one that moves columns maps it (projections); one with several
-    /// inputs passes on their minimum (unions); one that judges lateness or closes windows
-    /// records it here and acts on it in [`Handler::on_barrier`], so that how two inputs'
-    /// messages interleave within an epoch never changes a result. The default passes nothing
-    /// on: a mark is only forwarded by an operator that knows what its output columns are.
-    fn on_watermark(&mut self, _input: usize, _mark: Watermark, _out: &mut Output) -> Result<()> {
+    /// A stream's event time advanced (the graph delivers each mark once per node, and only
+    /// when it raises that stream's mark). An operator that judges lateness or closes windows
+    /// records it here and acts on it with the next batch or at the barrier; every operator
+    /// passes it on (the default), as the rows that follow it are still that stream's.
+    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
+        out.watermark(mark);
         Ok(())
     }
 
@@ -164,6 +166,9 @@ struct Node {
     aligned: Vec<bool>,
     /// Messages of aligned inputs, waiting for the other inputs' barrier.
     held: Vec<VecDeque<Message>>,
+    /// The latest mark per stream delivered to the node: a mark that does not raise it (the
+    /// same mark arriving by another path) is not delivered again.
+    marks: crate::event_time::Marks,
     rows_out: u64,
     failed: Option<Error>,
 }
@@ -192,6 +197,7 @@ impl Graph {
             targets: Vec::new(),
             aligned: vec![false; inputs],
             held: (0..inputs).map(|_| VecDeque::new()).collect(),
+            marks: crate::event_time::Marks::default(),
             rows_out: 0,
             failed: None,
         });
@@ -266,6 +272,7 @@ impl Graph {
         }
         let barrier = match message {
             Message::Barrier(b) => b,
+            Message::Watermark(mark) if !node.marks.observe(mark) => return,
             other => {
                 self.run(id, |h, out| match other {
                     Message::Data(changes) => h.on_data(input, changes, out),

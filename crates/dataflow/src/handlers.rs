@@ -45,9 +45,9 @@ pub(crate) fn handler(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Handle
             schema: schema.clone(),
             context: Arc::clone(et),
         }),
-        Node::Union { schema, inputs } => {
-            Box::new(stateless::Union::new(schema.clone(), inputs.len()))
-        }
+        Node::Union { schema, .. } => Box::new(stateless::Union {
+            schema: schema.clone(),
+        }),
         Node::TemporalFilter { input, from, until } => {
             et.needs_ticks();
             Box::new(temporal::TemporalFilter::new(
@@ -79,6 +79,7 @@ pub(crate) fn handler(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Handle
             sources: sources.clone(),
             lateness: *lateness,
             event_time: Arc::clone(et),
+            marks: event_time::Marks::default(),
             dropped: 0,
         }),
         Node::TopN {

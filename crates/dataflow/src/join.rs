@@ -50,6 +50,8 @@ struct Side {
 }
 
 pub struct InnerJoin {
+    /// The latest mark of each stream (in-band watermarks).
+    marks: crate::event_time::Marks,
     left: Side,
     right: Side,
     filter: Option<Expr>,
@@ -376,6 +378,7 @@ impl InnerJoin {
         schema: SchemaRef,
     ) -> Result<Self> {
         Ok(InnerJoin {
+            marks: crate::event_time::Marks::default(),
             left: Side::new(&left_schema, left_keys, nulls_equal)?,
             right: Side::new(&right_schema, right_keys, nulls_equal)?,
             filter,
@@ -553,7 +556,7 @@ impl InnerJoin {
         if !bound.drop_late {
             return Ok(changes);
         }
-        let Some(watermark) = event_time.min_of(&bound.own) else {
+        let Some(watermark) = self.marks.min_of(&bound.own) else {
             return Ok(changes);
         };
         let times = micros(&evaluate(&bound.time, changes.rows())?)?;
@@ -569,12 +572,12 @@ impl InnerJoin {
 
     /// Forgets the rows of each side that the other side's watermark has passed.
     fn evict(&mut self) {
-        let Some(event_time) = &self.event_time else {
+        if self.event_time.is_none() {
             return;
-        };
+        }
         for side in [&mut self.left, &mut self.right] {
             let Some(bound) = &side.bound else { continue };
-            let Some(watermark) = event_time.min_of(&bound.other) else {
+            let Some(watermark) = self.marks.min_of(&bound.other) else {
                 continue;
             };
             for (key, row) in expired(&mut side.expiry, watermark) {
@@ -636,6 +639,15 @@ impl InnerJoin {
 }
 
 impl Handler for InnerJoin {
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        mark: crate::graph::Watermark,
+        out: &mut Output,
+    ) -> Result<()> {
+        self.marks.pass(mark, out)
+    }
+
     fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()> {
         let (left, right) = crate::graph::by_side(input, changes);
         for changes in self.process(left, right)? {

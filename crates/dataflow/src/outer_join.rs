@@ -43,6 +43,8 @@ struct Side {
 }
 
 pub struct OuterJoin {
+    /// The latest mark of each stream (in-band watermarks).
+    marks: crate::event_time::Marks,
     kind: JoinKind,
     left: Side,
     right: Side,
@@ -204,6 +206,7 @@ impl OuterJoin {
         schema: SchemaRef,
     ) -> Result<Self> {
         Ok(OuterJoin {
+            marks: crate::event_time::Marks::default(),
             kind,
             left: Side::new(left_schema, left_keys, nulls_equal)?,
             right: Side::new(right_schema, right_keys, nulls_equal)?,
@@ -441,12 +444,12 @@ impl OuterJoin {
 
     /// Forgets keys whose window both sides' watermarks have passed (plus the lateness).
     fn evict(&mut self) {
-        let Some(([l, r], event_time)) = &self.bounds else {
+        let Some(([l, r], _)) = &self.bounds else {
             return;
         };
         let mut sources = l.own.clone();
         sources.extend(r.own.iter().copied());
-        let Some(watermark) = event_time.min_of(&sources) else {
+        let Some(watermark) = self.marks.min_of(&sources) else {
             return;
         };
         while let Some(entry) = self.expiry.first_entry() {
@@ -462,6 +465,15 @@ impl OuterJoin {
 }
 
 impl Handler for OuterJoin {
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        mark: crate::graph::Watermark,
+        out: &mut Emitted,
+    ) -> Result<()> {
+        self.marks.pass(mark, out)
+    }
+
     fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Emitted) -> Result<()> {
         let (left, right) = crate::graph::by_side(input, changes);
         for changes in self.process(left, right)? {

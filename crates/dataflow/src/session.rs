@@ -57,6 +57,8 @@ struct Key {
 }
 
 pub struct SessionAggregate {
+    /// The latest mark of each stream (in-band watermarks).
+    marks: crate::event_time::Marks,
     input_schema: SchemaRef,
     spec: Spec,
     calls: Vec<AggregateCall>,
@@ -91,6 +93,7 @@ impl SessionAggregate {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(eval_error)?;
         Ok(SessionAggregate {
+            marks: crate::event_time::Marks::default(),
             input_schema: input_schema.clone(),
             spec,
             calls,
@@ -144,8 +147,8 @@ impl SessionAggregate {
     }
 
     fn watermark(&self) -> Option<i64> {
-        let (w, event_time) = self.window.as_ref()?;
-        event_time.min_of(&w.sources)
+        let (w, _) = self.window.as_ref()?;
+        self.marks.min_of(&w.sources)
     }
 
     fn absorb(&mut self, changes: ChangeBatch) -> Result<()> {
@@ -414,6 +417,15 @@ fn bound(data_type: &DataType, micros: i64) -> ScalarValue {
 }
 
 impl Handler for SessionAggregate {
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        mark: crate::graph::Watermark,
+        out: &mut Output,
+    ) -> Result<()> {
+        self.marks.pass(mark, out)
+    }
+
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
         self.absorb(changes)
     }

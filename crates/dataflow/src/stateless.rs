@@ -5,7 +5,7 @@ use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::graph::{Handler, Output, Watermark};
+use crate::graph::{Handler, Output};
 use crate::plan::Expr;
 use std::sync::Arc;
 
@@ -40,11 +40,6 @@ impl Handler for Source {
         Ok(())
     }
 
-    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
-        out.watermark(mark);
-        Ok(())
-    }
-
     fn name(&self) -> String {
         format!("Source {}", self.object)
     }
@@ -76,11 +71,6 @@ impl Handler for Filter {
         Ok(())
     }
 
-    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
-        out.watermark(mark);
-        Ok(())
-    }
-
     fn name(&self) -> String {
         format!("Filter {}", self.predicate)
     }
@@ -104,22 +94,6 @@ impl Handler for Project {
         Ok(())
     }
 
-    /// A mark on an input column the projection passes through unchanged holds for each
-    /// output column that is that column; computed columns carry none.
-    fn on_watermark(&mut self, _input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
-        for (position, expr) in self.exprs.iter().enumerate() {
-            let any: &dyn std::any::Any = expr.as_ref();
-            let column = any.downcast_ref::<datafusion::physical_expr::expressions::Column>();
-            if column.is_some_and(|c| c.index() == mark.column) {
-                out.watermark(Watermark {
-                    column: position,
-                    value: mark.value,
-                });
-            }
-        }
-        Ok(())
-    }
-
     fn name(&self) -> String {
         format!("Project {} columns", self.exprs.len())
     }
@@ -128,19 +102,6 @@ impl Handler for Project {
 /// UNION ALL: every input's rows, under the union's column names.
 pub struct Union {
     pub schema: SchemaRef,
-    /// Each input's latest mark per column (inputs by index), and what was passed on.
-    pub marks: Vec<std::collections::BTreeMap<usize, i64>>,
-    pub emitted: std::collections::BTreeMap<usize, i64>,
-}
-
-impl Union {
-    pub fn new(schema: SchemaRef, inputs: usize) -> Self {
-        Union {
-            schema,
-            marks: vec![std::collections::BTreeMap::new(); inputs],
-            emitted: std::collections::BTreeMap::new(),
-        }
-    }
 }
 
 impl Handler for Union {
@@ -151,32 +112,6 @@ impl Handler for Union {
             batch_of(&self.schema, rows.columns().to_vec(), n)?,
             diffs,
         ));
-        Ok(())
-    }
-
-    /// Event time of the union is the least over its inputs: a column's mark passes once every
-    /// input has one, and only when that minimum advances.
-    fn on_watermark(&mut self, input: usize, mark: Watermark, out: &mut Output) -> Result<()> {
-        let Some(marks) = self.marks.get_mut(input) else {
-            return Err(Error::internal(format!("union has no input {input}")));
-        };
-        let slot = marks.entry(mark.column).or_insert(mark.value);
-        *slot = (*slot).max(mark.value);
-        let least = self
-            .marks
-            .iter()
-            .map(|m| m.get(&mark.column).copied())
-            .collect::<Option<Vec<i64>>>()
-            .and_then(|values| values.into_iter().min());
-        if let Some(value) = least
-            && self.emitted.get(&mark.column).is_none_or(|e| value > *e)
-        {
-            self.emitted.insert(mark.column, value);
-            out.watermark(Watermark {
-                column: mark.column,
-                value,
-            });
-        }
         Ok(())
     }
 

@@ -30,6 +30,8 @@ use crate::{OperatorState, checkpoint};
 type Ranked = HashMap<(OwnedRow, u64), i64>;
 
 pub struct TopN {
+    /// The latest mark of each stream (in-band watermarks).
+    marks: crate::event_time::Marks,
     partition: Vec<Expr>,
     order: Vec<(Expr, SortOptions)>,
     offset: usize,
@@ -86,6 +88,7 @@ impl TopN {
             Some(RowConverter::new(partition_fields).map_err(arrow_error)?)
         };
         Ok(TopN {
+            marks: crate::event_time::Marks::default(),
             partition,
             order,
             offset,
@@ -256,10 +259,10 @@ fn bytes(partition: &Option<OwnedRow>) -> Option<&[u8]> {
 impl TopN {
     /// Forgets windows' partitions the watermark has passed (their rows stay in the view).
     fn evict(&mut self) {
-        let Some((w, event_time)) = &self.window else {
+        let Some((w, _)) = &self.window else {
             return;
         };
-        let Some(watermark) = event_time.min_of(&w.sources) else {
+        let Some(watermark) = self.marks.min_of(&w.sources) else {
             return;
         };
         while let Some(entry) = self.expiry.first_entry() {
@@ -275,6 +278,15 @@ impl TopN {
 }
 
 impl Handler for TopN {
+    fn on_watermark(
+        &mut self,
+        _input: usize,
+        mark: crate::graph::Watermark,
+        out: &mut Output,
+    ) -> Result<()> {
+        self.marks.pass(mark, out)
+    }
+
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
         self.absorb(&changes)
     }

@@ -339,6 +339,14 @@ impl Engine {
         let dataflow = catch_panic("loading the view's state", || {
             let mut dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
             dataflow.load(state.parts)?;
+            // The operators' marks travel in-band: they get the checkpoint's again.
+            for (source, watermark) in &state.watermarks {
+                if !dataflow.watermark(*source, *watermark)?.is_empty() {
+                    return Err(Error::internal(
+                        "a watermark made a restored view emit changes",
+                    ));
+                }
+            }
             Ok(dataflow)
         })
         .map_err(|e| {

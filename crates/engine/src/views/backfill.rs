@@ -96,6 +96,7 @@ impl RuntimeState {
                 };
                 if let Some(w) = raised {
                     event_time.advance(object, w);
+                    pending.extend(dataflow.watermark(object, w)?);
                 }
             }
             if since_epoch >= limits::BACKFILL_EPOCH_ROWS {
@@ -129,6 +130,7 @@ impl RuntimeState {
             };
             if let Some(live) = live {
                 event_time.advance(input.object, live);
+                pending.extend(dataflow.watermark(input.object, live)?);
             }
         }
         self.collect_late(&view.def.name, &event_time);

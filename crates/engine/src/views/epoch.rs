@@ -63,12 +63,7 @@ impl RuntimeState {
             clock
         });
         match clock.observe(partition, batches, now) {
-            Ok(Some(watermark)) => {
-                for entry in self.views.iter().filter(|e| receives(e, object, reader)) {
-                    entry.event_time.advance(object, watermark);
-                }
-                self.dirty = true;
-            }
+            Ok(Some(watermark)) => self.raise(object, reader, watermark),
             Ok(None) => {}
             Err(e) => tracing::error!(error = %e, "reading event times failed"),
         }
@@ -117,6 +112,7 @@ impl RuntimeState {
                 }
                 for (source, watermark) in &upstream {
                     entry.event_time.advance(*source, *watermark);
+                    out.extend(entry.dataflow.watermark(*source, *watermark)?);
                 }
                 out.extend(catch_panic("a view's operators", || {
                     entry.dataflow.end_epoch(now)

@@ -28,11 +28,33 @@ impl RuntimeState {
             }
         }
         for ((object, reader), watermark) in raised {
-            for entry in self.views.iter().filter(|e| receives(e, object, reader)) {
-                entry.event_time.advance(object, watermark);
-            }
-            self.dirty = true;
+            self.raise(object, reader, watermark);
         }
+    }
+
+    /// The watermark of `object` (as `reader` reads it: `None`, every view) rose: each view
+    /// reading it records it and gets it as a mark, after the changes sent before it. A view
+    /// whose operators fail on it fails alone.
+    pub(super) fn raise(&mut self, object: ObjectId, reader: Option<ObjectId>, watermark: i64) {
+        let mut failed = Vec::new();
+        for entry in self
+            .views
+            .iter_mut()
+            .filter(|e| receives(e, object, reader))
+        {
+            entry.event_time.advance(object, watermark);
+            if is_failed(&self.failures, entry.view.def.id) {
+                continue;
+            }
+            match entry.dataflow.watermark(object, watermark) {
+                Ok(out) => entry.pending.extend(out),
+                Err(e) => failed.push((entry.view.def.id, e)),
+            }
+        }
+        for (view, e) in failed {
+            self.fail(view, e);
+        }
+        self.dirty = true;
     }
 
     /// A table's watermark mark (live or replayed): it counts as the record it is in partition 0
@@ -46,9 +68,7 @@ impl RuntimeState {
             return;
         };
         if let Some(w) = clock.mark(watermark) {
-            for entry in self.views.iter().filter(|e| receives(e, object, None)) {
-                entry.event_time.advance(object, w);
-            }
+            self.raise(object, None, w);
         }
         self.dirty = true;
     }
