@@ -461,14 +461,7 @@ fn cast_to(array: &ArrayRef, t: &DataType) -> Result<ArrayRef> {
 }
 
 impl Handler for Aggregate {
-    fn on_watermark(
-        &mut self,
-        _input: usize,
-        mark: crate::graph::Watermark,
-        out: &mut Output,
-    ) -> Result<()> {
-        self.marks.pass(mark, out)
-    }
+    crate::event_time::keeps_marks!();
 
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
         self.absorb(&changes)

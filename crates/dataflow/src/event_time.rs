@@ -24,6 +24,22 @@ use crate::rows::{arrow_error, evaluate, filter_changes};
 /// No watermark yet (nothing read, or a source without one).
 const NONE: i64 = i64::MIN;
 
+/// The [`crate::graph::Handler::on_watermark`] of an operator that keeps its marks in a
+/// `marks` field ([`Marks`]): records each mark and passes it on.
+macro_rules! keeps_marks {
+    () => {
+        fn on_watermark(
+            &mut self,
+            _input: usize,
+            mark: crate::graph::Watermark,
+            out: &mut crate::graph::Output,
+        ) -> eddy_common::Result<()> {
+            self.marks.pass(mark, out)
+        }
+    };
+}
+pub(crate) use keeps_marks;
+
 /// The latest mark of each stream an operator has received.
 #[derive(Debug, Clone, Default)]
 pub struct Marks(Vec<(ObjectId, i64)>);
@@ -274,14 +290,7 @@ impl crate::graph::Handler for LateFilter {
         Ok(())
     }
 
-    fn on_watermark(
-        &mut self,
-        _input: usize,
-        mark: crate::graph::Watermark,
-        out: &mut crate::graph::Output,
-    ) -> Result<()> {
-        self.marks.pass(mark, out)
-    }
+    crate::event_time::keeps_marks!();
 
     fn name(&self) -> String {
         let policy = if self.lateness.retract {
@@ -429,14 +438,7 @@ impl crate::graph::Handler for Release {
         self.absorb(vec![changes])
     }
 
-    fn on_watermark(
-        &mut self,
-        _input: usize,
-        mark: crate::graph::Watermark,
-        out: &mut crate::graph::Output,
-    ) -> Result<()> {
-        self.marks.pass(mark, out)
-    }
+    crate::event_time::keeps_marks!();
 
     fn on_barrier(
         &mut self,

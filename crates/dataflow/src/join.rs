@@ -639,14 +639,7 @@ impl InnerJoin {
 }
 
 impl Handler for InnerJoin {
-    fn on_watermark(
-        &mut self,
-        _input: usize,
-        mark: crate::graph::Watermark,
-        out: &mut Output,
-    ) -> Result<()> {
-        self.marks.pass(mark, out)
-    }
+    crate::event_time::keeps_marks!();
 
     fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Output) -> Result<()> {
         let (left, right) = crate::graph::by_side(input, changes);

@@ -465,14 +465,7 @@ impl OuterJoin {
 }
 
 impl Handler for OuterJoin {
-    fn on_watermark(
-        &mut self,
-        _input: usize,
-        mark: crate::graph::Watermark,
-        out: &mut Emitted,
-    ) -> Result<()> {
-        self.marks.pass(mark, out)
-    }
+    crate::event_time::keeps_marks!();
 
     fn on_data(&mut self, input: usize, changes: ChangeBatch, out: &mut Emitted) -> Result<()> {
         let (left, right) = crate::graph::by_side(input, changes);

@@ -417,14 +417,7 @@ fn bound(data_type: &DataType, micros: i64) -> ScalarValue {
 }
 
 impl Handler for SessionAggregate {
-    fn on_watermark(
-        &mut self,
-        _input: usize,
-        mark: crate::graph::Watermark,
-        out: &mut Output,
-    ) -> Result<()> {
-        self.marks.pass(mark, out)
-    }
+    crate::event_time::keeps_marks!();
 
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
         self.absorb(changes)

@@ -142,6 +142,14 @@ impl TableDef {
         QualifiedName::new(self.schema.clone(), self.name.clone())
     }
 
+    /// The position of column `column`; 42703 naming the table when it has none.
+    pub fn column_index(&self, column: &str) -> Result<usize> {
+        self.columns
+            .iter()
+            .position(|c| c.name == column)
+            .ok_or_else(|| undefined_column(column, &self.name))
+    }
+
     /// The Arrow schema; field metadata carries the declared PostgreSQL types.
     pub fn schema(&self) -> Result<SchemaRef> {
         let fields = self
@@ -894,6 +902,14 @@ fn bind_table_options(options: &[(String, String)]) -> Result<(Vec<(String, Stri
         ));
     }
     Ok((kept, partitions))
+}
+
+/// 42703: `relation` has no column `column`.
+pub(crate) fn undefined_column(column: &str, relation: &str) -> Error {
+    Error::new(
+        SqlState::UNDEFINED_COLUMN,
+        format!("column \"{column}\" of relation \"{relation}\" does not exist"),
+    )
 }
 
 #[cfg(test)]

@@ -232,20 +232,7 @@ impl Engine {
             )
         })?;
         let mut def = old.stored();
-        let index = def
-            .table
-            .columns
-            .iter()
-            .position(|c| c.name == column)
-            .ok_or_else(|| {
-                Error::new(
-                    SqlState::UNDEFINED_COLUMN,
-                    format!(
-                        "column \"{column}\" of relation \"{}\" does not exist",
-                        name.name
-                    ),
-                )
-            })?;
+        let index = def.table.column_index(column)?;
         if def.table.primary_key.contains(&index) {
             return Err(Error::new(
                 SqlState::INVALID_TABLE_DEFINITION,

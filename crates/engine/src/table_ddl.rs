@@ -68,19 +68,7 @@ impl Engine {
             )
         })?;
         let mut def = old.def.clone();
-        let index = def
-            .columns
-            .iter()
-            .position(|c| c.name == column)
-            .ok_or_else(|| {
-                Error::new(
-                    SqlState::UNDEFINED_COLUMN,
-                    format!(
-                        "column \"{column}\" of relation \"{}\" does not exist",
-                        name.name
-                    ),
-                )
-            })?;
+        let index = def.column_index(column)?;
         if def.primary_key.contains(&index) {
             return Err(Error::new(
                 SqlState::INVALID_TABLE_DEFINITION,

@@ -36,15 +36,10 @@ impl Session {
                 .iter()
                 .map(|c| {
                     let c = normalize_ident(c);
-                    table.schema.index_of(&c).map_err(|_| {
-                        Error::new(
-                            SqlState::UNDEFINED_COLUMN,
-                            format!(
-                                "column \"{c}\" of relation \"{}\" does not exist",
-                                name.name
-                            ),
-                        )
-                    })
+                    table
+                        .schema
+                        .index_of(&c)
+                        .map_err(|_| crate::catalog::undefined_column(&c, &name.name))
                 })
                 .collect::<Result<Vec<_>>>()?
         };

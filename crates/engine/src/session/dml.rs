@@ -250,15 +250,10 @@ impl Session {
             let Some(name) = field.name().strip_prefix("eddy_set_") else {
                 continue;
             };
-            let c = table.schema.index_of(name).map_err(|_| {
-                Error::new(
-                    SqlState::UNDEFINED_COLUMN,
-                    format!(
-                        "column \"{name}\" of relation \"{}\" does not exist",
-                        table.def.name
-                    ),
-                )
-            })?;
+            let c = table
+                .schema
+                .index_of(name)
+                .map_err(|_| crate::catalog::undefined_column(name, &table.def.name))?;
             let options = arrow::compute::CastOptions {
                 safe: false,
                 ..Default::default()
