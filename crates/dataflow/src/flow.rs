@@ -333,7 +333,16 @@ fn shard_keys(node: &Node) -> Option<Vec<Vec<Expr>>> {
         } => vec![left_keys.clone(), right_keys.clone()],
         _ => return None,
     };
-    keys.iter().all(|k| !k.is_empty()).then_some(keys)
+    // Every key has a value to route by, of a type the routing hash encodes.
+    let routable = keys.iter().zip(handlers::inputs(node)).all(|(k, input)| {
+        let schema = input.schema();
+        !k.is_empty()
+            && k.iter().all(|e| {
+                e.data_type(&schema)
+                    .is_ok_and(|t| crate::route::routable(&t))
+            })
+    });
+    routable.then_some(keys)
 }
 
 /// Tests' restart: saves `flow`'s state, sends every part through an Arrow IPC file (as the

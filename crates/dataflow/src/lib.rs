@@ -33,6 +33,7 @@ mod join;
 mod join_tests;
 mod outer_join;
 pub mod plan;
+pub mod route;
 mod rows;
 pub use rows::{consolidate, partition_by_key};
 mod session;

@@ -97,6 +97,18 @@ pub(crate) fn normalize_key(column: ArrayRef) -> ArrayRef {
     }
 }
 
+/// The hash that picks a keyed table's log partition for each row: DataFusion's
+/// `create_hashes`, seed 0. It is persisted routing too (a key's changes must stay in one
+/// partition across restarts), so it stays as the logs were written until tables record a
+/// routing version; new sharded state uses [`crate::route::hash_keys`].
+fn partition_hashes(keys: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
+    use datafusion::common::hash_utils::{RandomState, create_hashes};
+    let mut hashes = vec![0u64; rows];
+    create_hashes(keys, &RandomState::with_seed(0), &mut hashes)
+        .map_err(|e| Error::internal(format!("hashing keys: {e}")))?;
+    Ok(hashes)
+}
+
 /// Splits changes by a hash of `key` columns into `partitions` parts (the partition index is
 /// the position in the result; empty parts are empty batches). Equal keys always land in the
 /// same part, so a row's retraction follows its insert; the hash is fixed (not seeded per
@@ -114,18 +126,9 @@ pub fn partition_by_key(
         .iter()
         .map(|&i| Arc::clone(changes.rows().column(i)))
         .collect();
-    let hashes = hash_keys(&columns, changes.len())?;
+    let hashes = partition_hashes(&columns, changes.len())?;
     let part: Vec<u32> = hashes.iter().map(|h| (h % u64::from(n)) as u32).collect();
     split_by(changes, &part, n as usize)
-}
-
-/// The fixed hash of each row's `keys` values (equal values, equal hashes, in every process).
-pub fn hash_keys(keys: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
-    use datafusion::common::hash_utils::{RandomState, create_hashes};
-    let mut hashes = vec![0u64; rows];
-    create_hashes(keys, &RandomState::with_seed(0), &mut hashes)
-        .map_err(|e| Error::internal(format!("hashing keys: {e}")))?;
-    Ok(hashes)
 }
 
 /// Splits changes into `parts` batches: row i goes to part `part[i]`.

@@ -18,7 +18,8 @@ use eddy_common::{ChangeBatch, Error, Result};
 use crate::OperatorState;
 use crate::graph::{Barrier, Handler, Output, Watermark};
 use crate::plan::Expr;
-use crate::rows::{hash_keys, split_by};
+use crate::route::hash_keys;
+use crate::rows::split_by;
 
 /// Below this many input rows a push runs its shards one after another on the calling thread:
 /// handing a small batch to another thread costs more than it saves.

@@ -90,6 +90,10 @@ struct Manifest {
     pause_micros: u64,
     bytes: u64,
     workers: usize,
+    /// The routing hash sharded state was split by (`eddy_dataflow::route`); 0 in checkpoints
+    /// from before it was recorded (DataFusion's hash).
+    #[serde(default)]
+    route_hash: u32,
     views: Vec<ViewEntry>,
     clocks: Vec<ClockState>,
 }
@@ -120,6 +124,7 @@ impl From<&Manifest> for CheckpointInfo {
 pub struct Restored {
     pub epoch: u64,
     pub workers: usize,
+    pub route_hash: u32,
     pub views: HashMap<ObjectId, ViewState>,
     pub clocks: Vec<ClockState>,
 }
@@ -273,6 +278,7 @@ fn write(
             pause_micros: pause.as_micros() as u64,
             bytes: total,
             workers,
+            route_hash: eddy_dataflow::route::ROUTE_HASH_VERSION,
             views: entries,
             clocks,
         };
@@ -427,6 +433,7 @@ pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>
     Ok(Some(Restored {
         epoch: manifest.epoch,
         workers: manifest.workers,
+        route_hash: manifest.route_hash,
         views,
         clocks: manifest.clocks,
     }))

@@ -206,12 +206,21 @@ impl Engine {
     ) -> Result<usize> {
         let started = Instant::now();
         let mut restored = match checkpoint::load_latest(&self.data_dir, &self.meta) {
-            Ok(Some(r)) if r.workers == self.workers.count() => r,
+            // One worker shards nothing: the routing hash only matters with more.
+            Ok(Some(r))
+                if r.workers == self.workers.count()
+                    && (r.workers <= 1
+                        || r.route_hash == eddy_dataflow::route::ROUTE_HASH_VERSION) =>
+            {
+                r
+            }
             Ok(Some(r)) => {
                 tracing::warn!(
                     checkpoint_workers = r.workers,
                     workers = self.workers.count(),
-                    "the checkpoint was taken with another number of workers: views are rebuilt from the log"
+                    checkpoint_route_hash = r.route_hash,
+                    route_hash = eddy_dataflow::route::ROUTE_HASH_VERSION,
+                    "the checkpoint was taken with another number of workers or routing hash: views are rebuilt from the log"
                 );
                 return Ok(0);
             }
