@@ -22,6 +22,8 @@ mod pg_objects;
 mod plain_views;
 mod recovery;
 mod retention;
+#[cfg(test)]
+mod route_tests;
 mod schemas;
 mod session;
 mod session_catalog;

@@ -12,7 +12,8 @@ use crate::{Engine, EngineConfig, Outcome, Session};
 /// 2026-01-01 00:00:00 UTC, µs.
 const T0: i64 = 1_767_225_600_000_000;
 
-async fn run(session: &mut Session, sql: &str) -> Vec<Vec<String>> {
+/// Runs `sql`; the rows of its queries as text, sorted.
+pub(crate) async fn run(session: &mut Session, sql: &str) -> Vec<Vec<String>> {
     let mut rows = Vec::new();
     for parsed in eddy_sql::parse_statements(sql).unwrap_or_else(|e| panic!("{sql}: {e}")) {
         let outcome = session
@@ -36,19 +37,24 @@ async fn run(session: &mut Session, sql: &str) -> Vec<Vec<String>> {
     rows
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn proctime_and_temporal_filters_follow_the_engine_clock() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let clock = ManualClock::starting_at(T0);
+/// An engine over `dir` with `workers` and `clock`, opened as the server opens it but for
+/// `between` (run after opening, before views are restored), and a session on it.
+pub(crate) async fn open(
+    dir: &std::path::Path,
+    workers: usize,
+    clock: Arc<dyn Clock>,
+    between: impl FnOnce(&Engine),
+) -> (Arc<Engine>, Session) {
     let config = EngineConfig {
-        data_dir: dir.path().to_path_buf(),
-        workers: 1,
+        data_dir: dir.to_path_buf(),
+        workers,
         checkpoint_interval: None,
         log_segment_bytes: None,
         sink_buffer_bytes: None,
-        clock: Arc::clone(&clock) as Arc<dyn Clock>,
+        clock,
     };
     let engine = Engine::open(&config).unwrap_or_else(|e| panic!("{e}"));
+    between(&engine);
     engine
         .restore_views()
         .await
@@ -61,7 +67,15 @@ async fn proctime_and_temporal_filters_follow_the_engine_clock() {
         version: crate::version_string(),
         backend_pid: 1,
     };
-    let mut s = Session::new(Arc::clone(&engine), &info).unwrap_or_else(|e| panic!("{e}"));
+    let session = Session::new(Arc::clone(&engine), &info).unwrap_or_else(|e| panic!("{e}"));
+    (engine, session)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proctime_and_temporal_filters_follow_the_engine_clock() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let clock = ManualClock::starting_at(T0);
+    let (engine, mut s) = open(dir.path(), 1, Arc::clone(&clock) as Arc<dyn Clock>, |_| {}).await;
     run(&mut s, "SET TIME ZONE 'UTC'").await;
     run(
         &mut s,
