@@ -214,6 +214,11 @@ impl Dataflow {
                 };
                 Some(OperatorStats {
                     path: place.path.clone(),
+                    inputs: place
+                        .inputs
+                        .iter()
+                        .map(|i| self.places[*i].path.clone())
+                        .collect(),
                     name: crate::plan::readable_intervals(&state.name),
                     rows_in,
                     rows_out: self.graph.rows_out(id),

@@ -69,8 +69,11 @@ impl OperatorState {
 /// One operator of a dataflow, for `eddy_operators`.
 #[derive(Debug, Clone)]
 pub struct OperatorStats {
-    /// Position in the tree: `0`, `0.1`, `0.1.0`, ...
+    /// Position in the plan: `0`, `0.1`, `0.1.0`, ... (where the plan first has it).
     pub path: String,
+    /// The positions of the operators it reads, in the order of its inputs (a shared
+    /// operator is read from its own position, which may lie under another parent).
+    pub inputs: Vec<String>,
     pub name: String,
     pub rows_in: u64,
     pub rows_out: u64,

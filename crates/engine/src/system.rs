@@ -110,6 +110,7 @@ fn operators_schema() -> SchemaRef {
         Field::new("view", DataType::Utf8, false),
         Field::new("position", DataType::Utf8, false),
         Field::new("operator", DataType::Utf8, false),
+        Field::new("inputs", DataType::Utf8, false),
         Field::new("rows_in", DataType::UInt64, false),
         Field::new("rows_out", DataType::UInt64, false),
         Field::new("state_rows", DataType::UInt64, false),
@@ -130,6 +131,11 @@ fn operators(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         )),
         Arc::new(StringArray::from(
             rows.iter().map(|(_, s)| s.name.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter()
+                .map(|(_, s)| s.inputs.join(", "))
+                .collect::<Vec<_>>(),
         )),
         Arc::new(UInt64Array::from(
             rows.iter().map(|(_, s)| s.rows_in).collect::<Vec<_>>(),
