@@ -41,14 +41,7 @@ impl RuntimeState {
         for (view, e) in failed {
             self.fail(view, e);
         }
-        let late: Vec<(String, Arc<EventTime>)> = self
-            .views
-            .iter()
-            .map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time)))
-            .collect();
-        for (name, event_time) in late {
-            self.collect_late(&name, &event_time);
-        }
+        self.collect_all_late();
         let Some(spec) = clock else { return };
         let now = self.clock.instant();
         let restored = &mut self.restored_clocks;
@@ -140,14 +133,7 @@ impl RuntimeState {
                 changed = true;
             }
         }
-        let late: Vec<(String, Arc<EventTime>)> = self
-            .views
-            .iter()
-            .map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time)))
-            .collect();
-        for (name, event_time) in late {
-            self.collect_late(&name, &event_time);
-        }
+        self.collect_all_late();
         self.dirty = false;
         self.changed_since_checkpoint |= changed;
         self.epoch += 1;

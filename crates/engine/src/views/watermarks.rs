@@ -73,6 +73,18 @@ impl RuntimeState {
         self.dirty = true;
     }
 
+    /// [`RuntimeState::collect_late`] for every view.
+    pub(super) fn collect_all_late(&mut self) {
+        let late: Vec<(String, Arc<EventTime>)> = self
+            .views
+            .iter()
+            .map(|e| (e.view.def.name.clone(), Arc::clone(&e.event_time)))
+            .collect();
+        for (name, event_time) in late {
+            self.collect_late(&name, &event_time);
+        }
+    }
+
     /// Collects what a view's operators set aside: late rows and rows that failed to evaluate.
     pub(super) fn collect_late(&mut self, view: &str, event_time: &EventTime) {
         let failed = event_time.take_failed_rows();
