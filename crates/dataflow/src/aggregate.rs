@@ -533,20 +533,28 @@ impl Handler for Aggregate {
         )])
     }
 
+    fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
+        checkpoint::key_columns(self.key_converter()?, batch, "key")
+    }
+
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         if name != "groups" {
             return Err(checkpoint::unknown_part("Aggregate", name));
         }
-        // Start empty (a global aggregate made its group already), then add the saved groups.
-        let alive: Vec<GroupId> = (0..self.keys.len() as GroupId)
-            .filter(|&g| self.alive[g as usize])
-            .collect();
-        for g in alive {
-            self.free_group(g)?;
+        // A global aggregate made its group already: start empty, then add the saved group.
+        // A grouped one adds the groups to those it has (the parts of several shards load one
+        // after another when a checkpoint is re-sharded).
+        if self.global {
+            let alive: Vec<GroupId> = (0..self.keys.len() as GroupId)
+                .filter(|&g| self.alive[g as usize])
+                .collect();
+            for g in alive {
+                self.free_group(g)?;
+            }
+            self.dirty.clear();
+            self.is_dirty.iter_mut().for_each(|d| *d = false);
+            self.expiry.clear();
         }
-        self.dirty.clear();
-        self.is_dirty.iter_mut().for_each(|d| *d = false);
-        self.expiry.clear();
         let keys = checkpoint::binary_column(batch, "key")?;
         let counts = checkpoint::int64_column(batch, "count")?;
         let emitted = checkpoint::binary_column(batch, "emitted")?;

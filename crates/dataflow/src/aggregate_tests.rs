@@ -181,12 +181,12 @@ proptest! {
         grouped in any::<bool>(),
         append_only in any::<bool>(),
         batched in any::<bool>(),
-        sharded in any::<bool>(),
+        workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5,
         restart_after in 0..8usize,
     ) {
-        let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
-        let build = || crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[])), &workers).unwrap();
-        let mut op = build();
+        let (workers, restored_on) = (crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap());
+        let build = |workers: &crate::Workers| crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
+        let mut op = build(&workers);
         let mut rows: HashMap<(Option<i32>, Option<i32>), i64> = HashMap::new();
         let mut out = BTreeMap::new();
         for (epoch_index, epoch) in epochs.into_iter().enumerate() {
@@ -205,7 +205,7 @@ proptest! {
             accumulate(&mut out, op.end_epoch(0).unwrap());
             prop_assert_eq!(&out, &oracle(grouped, &rows));
             if epoch_index == restart_after {
-                crate::flow::restart(&mut op, build);
+                crate::flow::restart(&mut op, || build(&restored_on));
             }
         }
     }

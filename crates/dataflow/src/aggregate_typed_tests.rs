@@ -462,13 +462,13 @@ proptest! {
     fn typed_aggregates_match_datafusion_after_changes_and_a_restart(
         epochs in prop::collection::vec(prop::collection::vec((row(), prop::bool::weighted(0.6)), 1..10), 1..7),
         append_only in any::<bool>(),
-        sharded in any::<bool>(),
+        workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5,
         restart_after in 0..7usize,
     ) {
-        let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
+        let (workers, restored_on) = (crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap());
         let node = plan(append_only);
-        let build = || crate::build(&node, &Arc::new(crate::EventTime::new(&[])), &workers).unwrap();
-        let mut op = build();
+        let build = |workers: &crate::Workers| crate::build(&node, &Arc::new(crate::EventTime::new(&[])), workers).unwrap();
+        let mut op = build(&workers);
         let mut rows: BTreeMap<Row, i64> = BTreeMap::new();
         let mut out = Output::new();
         for (epoch_index, epoch) in epochs.into_iter().enumerate() {
@@ -501,7 +501,7 @@ proptest! {
             let diff = differences(&out, &want);
             prop_assert!(diff.is_empty(), "after epoch {epoch_index}:\n{}", diff.join("\n"));
             if epoch_index == restart_after {
-                crate::flow::restart(&mut op, build);
+                crate::flow::restart(&mut op, || build(&restored_on));
             }
         }
     }

@@ -96,6 +96,20 @@ pub(crate) fn rows_of(converter: &RowConverter, values: &BinaryArray) -> Vec<Opt
         .collect()
 }
 
+/// The values whose row format a binary column `column` of `batch` holds (in `converter`'s
+/// format, no NULLs), as columns: a part's keys, to route its rows ([`crate::graph::Handler::part_keys`]).
+pub(crate) fn key_columns(
+    converter: &RowConverter,
+    batch: &RecordBatch,
+    column: &str,
+) -> Result<Option<Vec<ArrayRef>>> {
+    let rows = required_rows(converter, binary_column(batch, column)?)?;
+    converter
+        .convert_rows(rows.iter().map(OwnedRow::row))
+        .map(Some)
+        .map_err(arrow_error)
+}
+
 /// The rows of a binary column that has no NULLs.
 pub(crate) fn required_rows(
     converter: &RowConverter,

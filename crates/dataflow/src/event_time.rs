@@ -246,7 +246,6 @@ pub struct LateFilter {
     pub lateness: Lateness,
     pub event_time: std::sync::Arc<EventTime>,
     pub marks: Marks,
-    pub dropped: u64,
 }
 
 impl crate::graph::Handler for LateFilter {
@@ -279,7 +278,6 @@ impl crate::graph::Handler for LateFilter {
             return Ok(());
         }
         let times = micros(&evaluate(&self.time, changes.rows())?)?;
-        self.dropped += (changes.len() - keep.true_count()) as u64;
         out.data(drop_late(
             &changes,
             &keep,
@@ -298,10 +296,7 @@ impl crate::graph::Handler for LateFilter {
         } else {
             "drop"
         };
-        format!(
-            "LateFilter {policy} end={} ({} dropped)",
-            self.end, self.dropped
-        )
+        format!("LateFilter {policy} end={}", self.end)
     }
 }
 

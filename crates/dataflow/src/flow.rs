@@ -21,9 +21,10 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
-use crate::graph::{Barrier, Graph, Message, NodeId};
+use crate::graph::{Barrier, Delivery, Graph, Handler, Message, NodeId, Route};
 use crate::plan::{Expr, Node};
-use crate::{EventTime, OperatorStats, Workers, handlers, shard, share, stateless};
+use crate::pool::{PARALLEL_ROWS, run_rounds};
+use crate::{EventTime, OperatorStats, Workers, handlers, share, stateless};
 
 /// One node's place in the plan.
 struct Place {
@@ -31,37 +32,122 @@ struct Place {
     path: String,
     /// The nodes feeding this one, in the order of its inputs.
     inputs: Vec<NodeId>,
-    /// Copies of the operator, each holding the state of some keys (1: not sharded).
+    /// The copies the node runs as: one per worker, or 1 (on worker 0 only).
     shards: usize,
 }
 
-/// A view's operators as a graph, with the node each table's or view's changes enter at.
+/// A view's operators as a graph — one copy per worker — with the node each table's or
+/// view's changes enter at.
 pub struct Dataflow {
-    graph: Graph,
+    /// Per worker, its copy of the graph (node ids are the same in every copy).
+    copies: Vec<Graph>,
+    workers: Workers,
     sources: Vec<(ObjectId, NodeId)>,
     /// Per node (by id, which is preorder).
     places: Vec<Place>,
     output: NodeId,
     epoch: u64,
+    failed: Option<Error>,
 }
 
 /// Builds the dataflow of a plan; its window operators read watermarks from `event_time` and
-/// record late rows there. With several `workers`, stateful operators with a key (grouped
-/// aggregates, equi-joins, partitioned top-N, sessions) run sharded by it across them.
+/// record late rows there. With several `workers` the graph runs as one copy per worker:
+/// sources, filters and projections in every copy on its share of the rows, stateful operators
+/// with a key (grouped aggregates, equi-joins, partitioned top-N, sessions) sharded by it
+/// behind an exchange, and operators without a key once, on worker 0.
 pub fn build(node: &Node, event_time: &Arc<EventTime>, workers: &Workers) -> Result<Dataflow> {
+    let n = workers.count().max(1);
     let mut flow = Dataflow {
-        graph: Graph::new(),
+        copies: (0..n).map(|w| Graph::on_worker(w, n)).collect(),
+        workers: workers.clone(),
         sources: Vec::new(),
         places: Vec::new(),
         output: 0,
         epoch: 0,
+        failed: None,
     };
-    flow.output = flow.add(node, "0".to_owned(), event_time, workers, &mut Vec::new())?;
-    flow.graph.collect(flow.output);
+    flow.output = flow.add(node, "0".to_owned(), event_time, &mut Vec::new())?;
+    for copy in &mut flow.copies {
+        copy.collect(flow.output);
+    }
     Ok(flow)
 }
 
+/// Whether `node` runs in every copy of a graph on `n` workers: sources, row-by-row
+/// operators over such inputs, and keyed stateful operators (behind an exchange).
+fn spreads(node: &Node, n: usize) -> bool {
+    if n <= 1 {
+        return false;
+    }
+    match node {
+        Node::Source { .. } => true,
+        Node::Filter { .. }
+        | Node::Project { .. }
+        | Node::Union { .. }
+        | Node::LateFilter { .. } => handlers::inputs(node).into_iter().all(|i| spreads(i, n)),
+        _ => shard_keys(node).is_some(),
+    }
+}
+
+/// The copy of an operator on a worker where it does not run: it should never be reached.
+struct Elsewhere(String);
+
+impl Handler for Elsewhere {
+    fn on_data(&mut self, _: usize, _: ChangeBatch, _: &mut crate::graph::Output) -> Result<()> {
+        Err(Error::internal(format!("{} runs on worker 0 only", self.0)))
+    }
+    fn name(&self) -> String {
+        self.0.clone()
+    }
+}
+
 impl Dataflow {
+    /// Adds a node to every copy: `make(worker)` in the copies it runs in (`spread`: all,
+    /// else worker 0's).
+    fn add_node(
+        &mut self,
+        inputs: usize,
+        spread: bool,
+        make: impl Fn() -> Result<Box<dyn Handler>>,
+    ) -> Result<NodeId> {
+        let mut id = None;
+        for (worker, copy) in self.copies.iter_mut().enumerate() {
+            let handler = if spread || worker == 0 {
+                make()?
+            } else {
+                let name = self.places.len().to_string();
+                Box::new(Elsewhere(format!("operator {name}")))
+            };
+            let added = copy.add(handler, inputs);
+            if id.is_some_and(|id| id != added) {
+                return Err(Error::internal("the copies of a dataflow differ"));
+            }
+            id = Some(added);
+        }
+        id.ok_or_else(|| Error::internal("a dataflow without workers"))
+    }
+
+    /// Connects `from` to input `port` of `to` in every copy.
+    fn connect(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        port: usize,
+        keys: Option<&[Expr]>,
+    ) -> Result<()> {
+        let n = self.copies.len();
+        let (from_spread, to_spread) = (self.places[from].shards > 1, self.places[to].shards > 1);
+        let (route, senders) = match (keys, from_spread, to_spread) {
+            (Some(keys), _, true) => (Route::Hash(keys.to_vec()), if from_spread { n } else { 1 }),
+            (_, true, false) => (Route::Gather, n),
+            _ => (Route::Local, 1),
+        };
+        for copy in &mut self.copies {
+            copy.connect_by(from, to, port, route.clone(), senders)?;
+        }
+        Ok(())
+    }
+
     /// Adds `node` and what it reads, unless an equal node was built already (`built`): then
     /// that node's output is read again ([`share`]).
     fn add<'a>(
@@ -69,18 +155,18 @@ impl Dataflow {
         node: &'a Node,
         path: String,
         et: &Arc<EventTime>,
-        workers: &Workers,
         built: &mut Vec<(&'a Node, NodeId)>,
     ) -> Result<NodeId> {
         if let Some((_, id)) = built.iter().find(|(b, _)| share::same(b, node)) {
             return Ok(*id);
         }
+        let n = self.copies.len();
         if let Some((columns, id, of)) = built
             .iter()
             .find_map(|(b, id)| Some((share::regrouped(b, node)?, *id, b.schema())))
         {
             // The same aggregate with its group keys in another order: its columns reordered.
-            let exprs = columns
+            let exprs: Vec<Expr> = columns
                 .iter()
                 .map(|&c| -> Expr {
                     Arc::new(datafusion::physical_expr::expressions::Column::new(
@@ -90,73 +176,95 @@ impl Dataflow {
                 })
                 .collect();
             let schema = node.schema();
-            let project = self.graph.add(
-                Box::new(stateless::Project {
-                    exprs,
-                    schema,
+            let shards = self.places[id].shards;
+            let project = self.add_node(1, shards > 1, || {
+                Ok(Box::new(stateless::Project {
+                    exprs: exprs.clone(),
+                    schema: Arc::clone(&schema),
                     context: Arc::clone(et),
-                }),
-                1,
-            );
+                }))
+            })?;
             self.places.push(Place {
                 path,
                 inputs: vec![id],
-                shards: 1,
+                shards,
             });
-            self.graph.connect(id, project, 0)?;
+            self.connect(id, project, 0, None)?;
             built.push((node, project));
             return Ok(project);
         }
         let inputs = handlers::inputs(node);
-        let (handler, shards): (Box<dyn crate::graph::Handler>, usize) = match node {
-            Node::Source { object, schema, .. } => (
-                Box::new(stateless::Source {
-                    object: *object,
-                    schema: Arc::clone(schema),
-                }),
-                1,
-            ),
-            _ => match (workers.pool(), shard_keys(node)) {
-                (Some(pool), Some(keys)) => {
-                    let copies = (0..workers.count())
-                        .map(|_| handlers::handler(node, et))
-                        .collect::<Result<Vec<_>>>()?;
-                    let n = copies.len();
-                    let sharded = shard::Sharded::new(keys, copies, Arc::clone(pool))?;
-                    (Box::new(sharded), n)
-                }
-                _ => (handlers::handler(node, et)?, 1),
-            },
+        let spread = spreads(node, n);
+        let keys = if spread { shard_keys(node) } else { None };
+        let id = match node {
+            Node::Source { object, schema, .. } => {
+                let id = self.add_node(1, spread, || {
+                    Ok(Box::new(stateless::Source {
+                        object: *object,
+                        schema: Arc::clone(schema),
+                    }))
+                })?;
+                self.sources.push((*object, id));
+                id
+            }
+            _ => self.add_node(inputs.len(), spread, || handlers::handler(node, et))?,
         };
-        let id = self.graph.add(handler, inputs.len());
-        if let Node::Source { object, .. } = node {
-            self.sources.push((*object, id));
-        }
         self.places.push(Place {
             path: path.clone(),
             inputs: Vec::new(),
-            shards,
+            shards: if spread { n } else { 1 },
         });
         for (port, input) in inputs.into_iter().enumerate() {
-            let from = self.add(input, format!("{path}.{port}"), et, workers, built)?;
-            self.graph.connect(from, id, port)?;
+            let from = self.add(input, format!("{path}.{port}"), et, built)?;
+            let key = keys.as_ref().and_then(|k| k.get(port)).map(Vec::as_slice);
+            self.connect(from, id, port, key)?;
             self.places[id].inputs.push(from);
         }
         built.push((node, id));
         Ok(id)
     }
 
-    /// Changes to `source` (a table or view id) arrived; returns what the dataflow emits right
-    /// away (stateless operators and joins; stateful ones may hold theirs until the epoch
-    /// ends).
-    pub fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        if !changes.is_empty() {
-            for i in 0..self.sources.len() {
-                let (object, node) = self.sources[i];
-                if object == source {
-                    self.graph.send(node, 0, Message::Data(changes.clone()));
+    /// Sends one message per source node of `source`, by worker (`None`: every copy's
+    /// source node gets `message`), and runs the copies until they are quiet.
+    fn deliver(&mut self, source: Option<ObjectId>, each: impl Fn(usize) -> Option<Message>) {
+        let n = self.copies.len();
+        let mut inboxes: Vec<Vec<Delivery>> = (0..n).map(|_| Vec::new()).collect();
+        for &(object, node) in &self.sources {
+            if source.is_some_and(|s| s != object) {
+                continue;
+            }
+            for (worker, inbox) in inboxes.iter_mut().enumerate() {
+                if let Some(message) = each(worker) {
+                    inbox.push(Delivery {
+                        node,
+                        input: 0,
+                        sender: 0,
+                        message,
+                    });
                 }
             }
+        }
+        run_rounds(&self.workers, &mut self.copies, inboxes);
+    }
+
+    /// Changes to `source` (a table or view id) arrived; returns what the dataflow emits right
+    /// away (stateless operators and joins; stateful ones may hold theirs until the epoch
+    /// ends). On several workers a large batch is cut into one slice per worker.
+    pub fn push(&mut self, source: ObjectId, changes: &ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        if !changes.is_empty() && self.failed.is_none() {
+            let n = self.copies.len();
+            let len = changes.len();
+            let slices = if n > 1 && len >= PARALLEL_ROWS { n } else { 1 };
+            let (rows, diffs) = (changes.rows(), changes.diffs());
+            self.deliver(Some(source), |worker| {
+                (worker < slices).then(|| {
+                    let (from, to) = (len * worker / slices, len * (worker + 1) / slices);
+                    Message::Data(ChangeBatch::new(
+                        rows.slice(from, to - from),
+                        diffs.slice(from, to - from),
+                    ))
+                })
+            });
         }
         self.output()
     }
@@ -167,11 +275,8 @@ impl Dataflow {
     /// rule).
     pub fn watermark(&mut self, source: ObjectId, value: i64) -> Result<Vec<ChangeBatch>> {
         let mark = crate::graph::Watermark { source, value };
-        for i in 0..self.sources.len() {
-            let (object, node) = self.sources[i];
-            if object == source {
-                self.graph.send(node, 0, Message::Watermark(mark));
-            }
+        if self.failed.is_none() {
+            self.deliver(Some(source), |_| Some(Message::Watermark(mark)));
         }
         self.output()
     }
@@ -186,31 +291,47 @@ impl Dataflow {
             checkpoint: false,
             now_micros,
         };
-        for i in 0..self.sources.len() {
-            let node = self.sources[i].1;
-            self.graph.send(node, 0, Message::Barrier(barrier));
+        if self.failed.is_none() {
+            self.deliver(None, |_| Some(Message::Barrier(barrier)));
         }
         self.output()
     }
 
+    /// What the copies emitted since the last call, in worker order; the first failure of
+    /// any copy fails the dataflow (every node leads to the output).
     fn output(&mut self) -> Result<Vec<ChangeBatch>> {
-        match self.graph.failure(self.output) {
+        if self.failed.is_none() {
+            self.failed = self.copies.iter().find_map(|c| c.first_failure().cloned());
+        }
+        match &self.failed {
             Some(e) => Err(e.clone()),
-            None => Ok(self.graph.take_output()),
+            None => Ok(self
+                .copies
+                .iter_mut()
+                .flat_map(Graph::take_output)
+                .collect()),
         }
     }
 
     /// Every operator, parents before their inputs. A source's input is its output.
     pub fn stats(&self) -> Vec<OperatorStats> {
+        let rows_out = |id: NodeId| -> u64 { self.copies.iter().map(|c| c.rows_out(id)).sum() };
         self.places
             .iter()
             .enumerate()
             .filter_map(|(id, place)| {
-                let state = self.graph.handler(id)?.state();
+                let mut state = self.copies.first()?.handler(id)?.state();
+                if place.shards > 1 {
+                    for copy in &self.copies[1..] {
+                        let more = copy.handler(id)?.state();
+                        state.rows += more.rows;
+                        state.bytes += more.bytes;
+                    }
+                }
                 let rows_in = if place.inputs.is_empty() {
-                    self.graph.rows_out(id)
+                    rows_out(id)
                 } else {
-                    place.inputs.iter().map(|i| self.graph.rows_out(*i)).sum()
+                    place.inputs.iter().map(|i| rows_out(*i)).sum()
                 };
                 Some(OperatorStats {
                     path: place.path.clone(),
@@ -221,7 +342,7 @@ impl Dataflow {
                         .collect(),
                     name: crate::plan::readable_intervals(&state.name),
                     rows_in,
-                    rows_out: self.graph.rows_out(id),
+                    rows_out: rows_out(id),
                     state_rows: state.rows,
                     state_bytes: state.bytes,
                     shards: place.shards,
@@ -231,24 +352,21 @@ impl Dataflow {
     }
 
     /// Every operator's state as named batches (see [`crate::checkpoint`] for the names), at
-    /// the end of an epoch.
+    /// the end of an epoch: an operator running in every copy saves each copy's parts under
+    /// `path#worker`.
     pub fn save(&mut self) -> Result<Vec<(String, RecordBatch)>> {
         let mut out = Vec::new();
         for id in 0..self.places.len() {
             let path = self.places[id].path.clone();
-            let handler = self.handler(id)?;
-            match handler.shards() {
-                Some(shards) => {
-                    for (i, shard) in shards.iter_mut().enumerate() {
-                        for (name, batch) in shard.save()? {
-                            out.push((format!("{path}#{i}:{name}"), batch));
-                        }
+            if self.places[id].shards > 1 {
+                for i in 0..self.copies.len() {
+                    for (name, batch) in self.handler(i, id)?.save()? {
+                        out.push((format!("{path}#{i}:{name}"), batch));
                     }
                 }
-                None => {
-                    for (name, batch) in handler.save()? {
-                        out.push((format!("{path}:{name}"), batch));
-                    }
+            } else {
+                for (name, batch) in self.handler(0, id)?.save()? {
+                    out.push((format!("{path}:{name}"), batch));
                 }
             }
         }
@@ -288,25 +406,86 @@ impl Dataflow {
                     self.places[id].shards
                 )));
             }
-            targets.push((id, shard, name.to_owned(), batch));
+            targets.push((id, shard.unwrap_or(0), name.to_owned(), batch));
         }
-        for (id, shard, name, batch) in targets {
-            let handler = self.handler(id)?;
-            match (shard, handler.shards()) {
-                (Some(i), Some(shards)) => match shards.get_mut(i) {
-                    Some(copy) => copy.load(&name, &batch)?,
-                    None => return Err(Error::internal(format!("no shard {i} of node {id}"))),
-                },
-                _ => handler.load(&name, &batch)?,
+        for (id, worker, name, batch) in targets {
+            self.handler(worker, id)?.load(&name, &batch)?;
+        }
+        Ok(())
+    }
+
+    /// Restores `parts` of a checkpoint of the same plan taken on another number of workers
+    /// (or with another routing hash): the parts of an operator that runs on every worker are
+    /// routed row by row to the copy their key picks now ([`Handler::part_keys`]), the parts of
+    /// one that runs once are put together on worker 0. Fails when an operator cannot name
+    /// its rows' keys.
+    pub fn load_resharded(&mut self, parts: Vec<(String, RecordBatch)>) -> Result<()> {
+        let by_path: HashMap<&str, NodeId> = self
+            .places
+            .iter()
+            .enumerate()
+            .map(|(id, p)| (p.path.as_str(), id))
+            .collect();
+        // Per (operator, part name): the batches of every copy it was saved from, in order.
+        let mut grouped: Vec<((NodeId, String), Vec<RecordBatch>)> = Vec::new();
+        for (key, batch) in parts {
+            let place = key.split_once(':').and_then(|(place, name)| {
+                let path = place.split_once('#').map_or(place, |(p, _)| p);
+                Some((*by_path.get(path)?, name.to_owned()))
+            });
+            let place = place.ok_or_else(|| {
+                Error::internal(format!(
+                    "checkpointed state {key} has no operator in the dataflow"
+                ))
+            })?;
+            match grouped.iter_mut().find(|(p, _)| *p == place) {
+                Some((_, batches)) => batches.push(batch),
+                None => grouped.push((place, vec![batch])),
+            }
+        }
+        let n = self.copies.len();
+        for ((id, name), batches) in grouped {
+            // Each piece loads on its own (operators add what they load to what they hold):
+            // the parts of two shards need not have the same columns.
+            let mut pieces: Vec<(usize, RecordBatch)> = Vec::new();
+            if self.places[id].shards > 1 {
+                for batch in &batches {
+                    let keys = self
+                        .handler(0, id)?
+                        .part_keys(&name, batch)?
+                        .ok_or_else(|| {
+                            Error::internal(format!(
+                                "the state {name} of operator {} cannot be re-sharded",
+                                self.places[id].path
+                            ))
+                        })?;
+                    let hashes = crate::route::hash_keys(&keys, batch.num_rows())?;
+                    let mut rows: Vec<Vec<u32>> = (0..n).map(|_| Vec::new()).collect();
+                    for (i, h) in hashes.iter().enumerate() {
+                        rows[(h % n as u64) as usize].push(i as u32);
+                    }
+                    for (worker, rows) in rows.into_iter().enumerate() {
+                        let rows = arrow::array::UInt32Array::from(rows);
+                        let piece = arrow::compute::take_record_batch(batch, &rows)
+                            .map_err(crate::rows::arrow_error)?;
+                        pieces.push((worker, piece));
+                    }
+                }
+            } else {
+                pieces.extend(batches.into_iter().map(|b| (0, b)));
+            }
+            for (worker, piece) in pieces {
+                self.handler(worker, id)?.load(&name, &piece)?;
             }
         }
         Ok(())
     }
 
-    fn handler(&mut self, id: NodeId) -> Result<&mut (dyn crate::graph::Handler + 'static)> {
-        self.graph
-            .handler_mut(id)
-            .ok_or_else(|| Error::internal(format!("no node {id}")))
+    fn handler(&mut self, worker: usize, id: NodeId) -> Result<&mut (dyn Handler + 'static)> {
+        self.copies
+            .get_mut(worker)
+            .and_then(|c| c.handler_mut(id))
+            .ok_or_else(|| Error::internal(format!("no node {id} on worker {worker}")))
     }
 }
 
@@ -370,6 +549,10 @@ pub(crate) fn restart(flow: &mut Dataflow, rebuild: impl FnOnce() -> Dataflow) {
         })
         .collect();
     let mut fresh = rebuild();
-    fresh.load(parts).unwrap();
+    if fresh.copies.len() == flow.copies.len() {
+        fresh.load(parts).unwrap();
+    } else {
+        fresh.load_resharded(parts).unwrap();
+    }
     *flow = fresh;
 }

@@ -97,18 +97,6 @@ impl Output {
     pub fn watermark(&mut self, mark: Watermark) {
         self.messages.push(Message::Watermark(mark));
     }
-
-    /// Takes over what `other` emitted (its watermarks too when `marks`: one of several
-    /// shards speaks for all of them).
-    pub(crate) fn append(&mut self, other: Output, marks: bool) {
-        self.rows += other.rows;
-        self.messages.extend(
-            other
-                .messages
-                .into_iter()
-                .filter(|m| marks || !matches!(m, Message::Watermark(_))),
-        );
-    }
 }
 
 /// An operator: synchronous and deterministic handlers of the messages of its inputs
@@ -150,37 +138,110 @@ pub trait Handler: Send {
         Err(crate::checkpoint::unknown_part(&self.name(), name))
     }
 
-    /// The copies of the operator that hold its state when it runs sharded by key (each saves
-    /// and loads its own parts); `None` for an operator that holds its own.
-    fn shards(&mut self) -> Option<&mut [Box<dyn Handler>]> {
-        None
+    /// The key of each row of state part `name`, as the values the exchange into the operator
+    /// hashes: how a checkpoint taken on another number of workers is re-sharded. Operators
+    /// that run sharded say it for every part they save; `None`: the operator cannot.
+    fn part_keys(
+        &mut self,
+        _name: &str,
+        _batch: &arrow::array::RecordBatch,
+    ) -> Result<Option<Vec<arrow::array::ArrayRef>>> {
+        Ok(None)
     }
+}
+
+struct Sender {
+    /// The sender delivered the barrier being aligned.
+    aligned: bool,
+    /// Its messages after that barrier, waiting for the other senders' and inputs' barriers.
+    held: VecDeque<Message>,
+}
+
+/// One input of a node: fed by one upstream node, which runs as one or several copies (on
+/// several workers: an exchange), each a sender whose barrier the input waits for.
+struct Port {
+    senders: Vec<Sender>,
+}
+
+impl Port {
+    fn new(senders: usize) -> Port {
+        Port {
+            senders: (0..senders.max(1))
+                .map(|_| Sender {
+                    aligned: false,
+                    held: VecDeque::new(),
+                })
+                .collect(),
+        }
+    }
+
+    fn aligned(&self) -> bool {
+        self.senders.iter().all(|s| s.aligned)
+    }
+}
+
+/// How an edge reaches its target node on a graph that runs as one copy per worker
+/// ([`crate::Dataflow`]).
+#[derive(Clone)]
+pub(crate) enum Route {
+    /// The target's copy on this worker.
+    Local,
+    /// An exchange: each row to the copy on the worker a hash of these expressions picks
+    /// ([`crate::route::shard_of`]); watermarks and barriers to every copy.
+    Hash(Vec<crate::plan::Expr>),
+    /// Everything to worker 0, where the target runs as a single copy.
+    Gather,
+}
+
+struct Target {
+    node: NodeId,
+    input: usize,
+    route: Route,
 }
 
 struct Node {
     handler: Box<dyn Handler>,
-    inputs: usize,
-    /// Where this node's output goes: (node, input of that node).
-    targets: Vec<(NodeId, usize)>,
-    /// Inputs that delivered the barrier being aligned.
-    aligned: Vec<bool>,
-    /// Messages of aligned inputs, waiting for the other inputs' barrier.
-    held: Vec<VecDeque<Message>>,
+    ports: Vec<Port>,
+    /// Where this node's output goes.
+    targets: Vec<Target>,
     /// The latest mark per stream delivered to the node: a mark that does not raise it (the
-    /// same mark arriving by another path) is not delivered again.
+    /// same mark arriving by another path or from another worker) is not delivered again.
     marks: crate::event_time::Marks,
     rows_out: u64,
     failed: Option<Error>,
 }
 
-/// Nodes and edges, and the executor that runs them on the calling thread.
-#[derive(Default)]
+/// A message on its way: to input `input` of `node`, from copy `sender` of the node feeding
+/// that input.
+pub(crate) struct Delivery {
+    pub(crate) node: NodeId,
+    pub(crate) input: usize,
+    pub(crate) sender: usize,
+    pub(crate) message: Message,
+}
+
+/// Nodes and edges, and the executor that runs them on the calling thread. In a dataflow on
+/// several workers each worker has its copy of the graph; what crosses an exchange waits in
+/// the outbox for [`crate::Dataflow`] to hand it to the worker it is for.
 pub struct Graph {
     nodes: Vec<Node>,
-    queue: VecDeque<(NodeId, usize, Message)>,
+    queue: VecDeque<Delivery>,
+    /// This copy's worker, of `workers`.
+    worker: usize,
+    workers: usize,
+    /// Messages for other workers' copies (or this one's, across an exchange), by worker.
+    outbox: Vec<(usize, Delivery)>,
     /// The node whose emitted changes [`Graph::take_output`] hands out.
     output: Option<NodeId>,
     collected: Vec<ChangeBatch>,
+    /// The first failure in this copy (what reads the node on other workers fails with it).
+    first_failure: Option<Error>,
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Graph::on_worker(0, 1)
+    }
 }
 
 impl Graph {
@@ -188,15 +249,27 @@ impl Graph {
         Graph::default()
     }
 
+    /// The copy of a graph that runs on `worker` of `workers`.
+    pub(crate) fn on_worker(worker: usize, workers: usize) -> Self {
+        Graph {
+            nodes: Vec::new(),
+            queue: VecDeque::new(),
+            worker,
+            workers: workers.max(1),
+            outbox: Vec::new(),
+            output: None,
+            collected: Vec::new(),
+            first_failure: None,
+        }
+    }
+
     /// Adds a node with `inputs` inputs (a source has one: what the runtime sends it).
     pub fn add(&mut self, handler: Box<dyn Handler>, inputs: usize) -> NodeId {
         let inputs = inputs.max(1);
         self.nodes.push(Node {
             handler,
-            inputs,
+            ports: (0..inputs).map(|_| Port::new(1)).collect(),
             targets: Vec::new(),
-            aligned: vec![false; inputs],
-            held: (0..inputs).map(|_| VecDeque::new()).collect(),
             marks: crate::event_time::Marks::default(),
             rows_out: 0,
             failed: None,
@@ -206,27 +279,67 @@ impl Graph {
 
     /// Connects `from`'s output to input `input` of `to`.
     pub fn connect(&mut self, from: NodeId, to: NodeId, input: usize) -> Result<()> {
+        self.connect_by(from, to, input, Route::Local, 1)
+    }
+
+    /// Connects `from`'s output to input `input` of `to` by `route`, the input waiting for the
+    /// barriers of `senders` copies of `from`.
+    pub(crate) fn connect_by(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        input: usize,
+        route: Route,
+        senders: usize,
+    ) -> Result<()> {
         let inputs = self
             .nodes
             .get(to)
-            .map(|n| n.inputs)
+            .map(|n| n.ports.len())
             .ok_or_else(|| Error::internal(format!("no node {to}")))?;
         if input >= inputs || from >= self.nodes.len() {
             return Err(Error::internal(format!(
                 "no edge {from} -> {to}.{input}: {to} has {inputs} inputs"
             )));
         }
-        self.nodes[from].targets.push((to, input));
+        self.nodes[to].ports[input] = Port::new(senders);
+        self.nodes[from].targets.push(Target {
+            node: to,
+            input,
+            route,
+        });
         Ok(())
     }
 
     /// Delivers `message` to input `input` of `node`, then everything it causes, until the
     /// graph is quiet.
     pub fn send(&mut self, node: NodeId, input: usize, message: Message) {
-        self.queue.push_back((node, input, message));
-        while let Some((node, input, message)) = self.queue.pop_front() {
-            self.deliver(node, input, message);
+        self.run_all(vec![Delivery {
+            node,
+            input,
+            sender: 0,
+            message,
+        }]);
+    }
+
+    /// Delivers `messages` in order, then everything they cause on this worker, until it is
+    /// quiet (what crosses an exchange waits in the outbox).
+    pub(crate) fn run_all(&mut self, messages: Vec<Delivery>) {
+        self.queue.extend(messages);
+        while let Some(d) = self.queue.pop_front() {
+            self.deliver(d);
         }
+    }
+
+    /// What this copy emitted across exchanges since the last call, with the worker each
+    /// message is for, in the order emitted.
+    pub(crate) fn take_outbox(&mut self) -> Vec<(usize, Delivery)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// The first node of this copy that failed, with its error.
+    pub(crate) fn first_failure(&self) -> Option<&Error> {
+        self.first_failure.as_ref()
     }
 
     /// Keeps the changes `node` emits, for [`Graph::take_output`].
@@ -259,15 +372,28 @@ impl Graph {
         self.nodes.get_mut(node).map(|n| n.handler.as_mut())
     }
 
-    fn deliver(&mut self, id: NodeId, input: usize, message: Message) {
+    fn deliver(&mut self, d: Delivery) {
+        let Delivery {
+            node: id,
+            input,
+            sender,
+            message,
+        } = d;
         let Some(node) = self.nodes.get_mut(id) else {
             return;
         };
-        if node.failed.is_some() || input >= node.inputs {
+        if node.failed.is_some() {
             return;
         }
-        if node.aligned[input] {
-            node.held[input].push_back(message);
+        let Some(from) = node
+            .ports
+            .get_mut(input)
+            .and_then(|p| p.senders.get_mut(sender))
+        else {
+            return;
+        };
+        if from.aligned {
+            from.held.push_back(message);
             return;
         }
         let barrier = match message {
@@ -282,21 +408,34 @@ impl Graph {
                 return;
             }
         };
-        node.aligned[input] = true;
-        if !node.aligned.iter().all(|a| *a) {
+        from.aligned = true;
+        if !node.ports.iter().all(Port::aligned) {
             return;
         }
-        node.aligned.iter_mut().for_each(|a| *a = false);
+        for port in &mut node.ports {
+            port.senders.iter_mut().for_each(|s| s.aligned = false);
+        }
         if self.run(id, |h, out| h.on_barrier(&barrier, out)) {
             self.emit(id, vec![Message::Barrier(barrier)]);
         }
-        // The next epoch's messages that waited, in the order they came, per input.
-        for input in 0..self.nodes[id].inputs {
-            while !self.nodes[id].aligned[input] {
-                let Some(message) = self.nodes[id].held[input].pop_front() else {
-                    break;
-                };
-                self.deliver(id, input, message);
+        // The next epoch's messages that waited, in the order they came, per input and sender.
+        for input in 0..self.nodes[id].ports.len() {
+            for sender in 0..self.nodes[id].ports[input].senders.len() {
+                loop {
+                    let from = &mut self.nodes[id].ports[input].senders[sender];
+                    if from.aligned {
+                        break;
+                    }
+                    let Some(message) = from.held.pop_front() else {
+                        break;
+                    };
+                    self.deliver(Delivery {
+                        node: id,
+                        input,
+                        sender,
+                        message,
+                    });
+                }
             }
         }
     }
@@ -332,17 +471,50 @@ impl Graph {
                     _ => None,
                 }));
         }
+        let mut routed = Vec::new();
         let targets = &self.nodes[id].targets;
         for message in messages {
-            for &(to, input) in targets {
-                self.queue.push_back((to, input, message.clone()));
+            for t in targets {
+                let to = |sender, message| Delivery {
+                    node: t.node,
+                    input: t.input,
+                    sender,
+                    message,
+                };
+                match (&t.route, &message) {
+                    (Route::Local, _) => self.queue.push_back(to(0, message.clone())),
+                    (Route::Gather, _) => self.outbox.push((0, to(self.worker, message.clone()))),
+                    (Route::Hash(keys), Message::Data(changes)) => {
+                        match crate::route::split(changes, keys, self.workers) {
+                            Ok(parts) => {
+                                for (worker, part) in parts {
+                                    self.outbox
+                                        .push((worker, to(self.worker, Message::Data(part))));
+                                }
+                            }
+                            Err(e) => routed.push(e),
+                        }
+                    }
+                    (Route::Hash(_), _) => {
+                        for worker in 0..self.workers {
+                            self.outbox.push((worker, to(self.worker, message.clone())));
+                        }
+                    }
+                }
             }
+        }
+        if let Some(e) = routed.into_iter().next() {
+            self.fail(id, e);
         }
     }
 
-    /// Fails `id` and every node downstream of it.
+    /// Fails `id` and every node downstream of it on this worker (on other workers, the
+    /// dataflow fails what reads it: [`Graph::first_failure`]).
     fn fail(&mut self, id: NodeId, error: Error) {
         let name = self.nodes[id].handler.name();
+        if self.first_failure.is_none() {
+            self.first_failure = Some(error.clone());
+        }
         let mut stack = vec![(id, error)];
         while let Some((node, error)) = stack.pop() {
             let Some(n) = self.nodes.get_mut(node) else {
@@ -351,15 +523,16 @@ impl Graph {
             if n.failed.is_some() {
                 continue;
             }
-            n.held.iter_mut().for_each(VecDeque::clear);
-            for &(to, _) in &n.targets {
+            for port in &mut n.ports {
+                port.senders.iter_mut().for_each(|s| s.held.clear());
+            }
+            for t in &n.targets {
                 let upstream = Error::new(error.state, format!("{name} failed: {}", error.message));
-                stack.push((to, upstream));
+                stack.push((t.node, upstream));
             }
             n.failed = Some(error);
         }
-        self.queue
-            .retain(|(to, _, _)| self.nodes[*to].failed.is_none());
+        self.queue.retain(|d| self.nodes[d.node].failed.is_none());
     }
 }
 

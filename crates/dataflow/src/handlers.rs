@@ -80,7 +80,6 @@ pub(crate) fn handler(node: &Node, et: &Arc<EventTime>) -> Result<Box<dyn Handle
             lateness: *lateness,
             event_time: Arc::clone(et),
             marks: event_time::Marks::default(),
-            dropped: 0,
         }),
         Node::TopN {
             input,

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, Result};
@@ -672,6 +672,15 @@ impl Handler for InnerJoin {
         self.left.save(&LEFT_PARTS, &mut out)?;
         self.right.save(&RIGHT_PARTS, &mut out)?;
         Ok(out)
+    }
+
+    fn part_keys(&mut self, name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
+        let side = if LEFT_PARTS.contains(&name) {
+            &self.left
+        } else {
+            &self.right
+        };
+        checkpoint::key_columns(&side.key_converter, batch, "key")
     }
 
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {

@@ -281,11 +281,11 @@ fn run(
     filtered: bool,
     nulls_equal: bool,
     key: KeyType,
-    workers: &crate::Workers,
+    workers: &[crate::Workers; 2],
     epochs: Vec<Vec<(bool, Row, bool)>>,
     restart_after: usize,
 ) -> Result<(), TestCaseError> {
-    let build = || {
+    let build = |workers: &crate::Workers| {
         crate::build(
             &plan(kind, filtered, nulls_equal, key),
             &std::sync::Arc::new(crate::EventTime::new(&[])),
@@ -293,23 +293,30 @@ fn run(
         )
         .unwrap()
     };
-    drive(&build, restart_after, key, epochs, |left, right| {
-        oracle(kind, filtered, nulls_equal, left, right)
-    })
+    drive(
+        &build,
+        workers,
+        restart_after,
+        key,
+        epochs,
+        |left, right| oracle(kind, filtered, nulls_equal, left, right),
+    )
     .map_err(|e| TestCaseError::fail(format!("{kind:?} {key:?} filtered={filtered}: {e}")))
 }
 
 /// Applies the epochs' steps to the join `build` makes (deletions remove a present copy),
 /// comparing its accumulated output with `oracle` over both sides after every epoch; after
-/// epoch `restart_after` the join restarts from a checkpoint of its state.
+/// epoch `restart_after` the join restarts from a checkpoint of its state, on the second
+/// of `workers` (another number of workers: the state is re-sharded).
 fn drive(
-    build: &dyn Fn() -> crate::Dataflow,
+    build: &dyn Fn(&crate::Workers) -> crate::Dataflow,
+    workers: &[crate::Workers; 2],
     restart_after: usize,
     key: KeyType,
     epochs: Vec<Vec<(bool, Row, bool)>>,
     oracle: impl Fn(&Bag, &Bag) -> Bag,
 ) -> Result<(), TestCaseError> {
-    let mut op = build();
+    let mut op = build(&workers[0]);
     let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
     for (epoch_index, epoch) in epochs.into_iter().enumerate() {
         for (is_left, row, insert) in epoch {
@@ -336,7 +343,7 @@ fn drive(
         accumulate(&mut out, op.end_epoch(0).unwrap(), key);
         prop_assert_eq!(&out, &oracle(&left, &right));
         if epoch_index == restart_after {
-            crate::flow::restart(&mut op, build);
+            crate::flow::restart(&mut op, || build(&workers[1]));
         }
     }
     Ok(())
@@ -346,9 +353,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), sharded in any::<bool>(), restart_after in 0..8usize, key in prop::sample::select(KEY_TYPES.to_vec())) {
-        // Sharded: each side routed by its key to one of 3 copies of the join.
-        let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
+    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5, restart_after in 0..8usize, key in prop::sample::select(KEY_TYPES.to_vec())) {
+        // On several workers each side is routed by its key to one of the join's copies.
+        let workers = [crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap()];
         for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti, JoinKind::RightSemi, JoinKind::RightAnti] {
             run(kind, filtered, nulls_equal, key, &workers, epochs.clone(), restart_after)?;
         }
@@ -444,10 +451,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn interval_join_matches_its_oracle(epochs in steps(), sharded in any::<bool>(), restart_after in 0..8usize) {
-        let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
-        let build = || crate::build(&interval_plan(), &std::sync::Arc::new(crate::EventTime::new(&[LEFT, RIGHT])), &workers).unwrap();
-        drive(&build, restart_after, KeyType::Int, epochs, interval_oracle)?;
+    fn interval_join_matches_its_oracle(epochs in steps(), workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5, restart_after in 0..8usize) {
+        let workers = [crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap()];
+        let build = |workers: &crate::Workers| crate::build(&interval_plan(), &std::sync::Arc::new(crate::EventTime::new(&[LEFT, RIGHT])), workers).unwrap();
+        drive(&build, &workers, restart_after, KeyType::Int, epochs, interval_oracle)?;
     }
 }
 
@@ -465,14 +472,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn a_self_join_over_a_shared_source_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), sharded in any::<bool>(), restart_after in 0..8usize, key in prop::sample::select(KEY_TYPES.to_vec())) {
-        let workers = if sharded { crate::Workers::new(3).unwrap() } else { crate::Workers::single() };
+    fn a_self_join_over_a_shared_source_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5, restart_after in 0..8usize, key in prop::sample::select(KEY_TYPES.to_vec())) {
+        let workers = [crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap()];
         let epochs: Vec<Vec<(bool, Row, bool)>> = epochs.into_iter().map(|e| e.into_iter().map(|(_, row, insert)| (true, row, insert)).collect()).collect();
         for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti] {
             let node = self_join_plan(kind, filtered, nulls_equal, key);
-            let build = || crate::build(&node, &std::sync::Arc::new(crate::EventTime::new(&[])), &workers).unwrap();
-            prop_assert_eq!(build().stats().len(), 2, "one source node and the join");
-            drive(&build, restart_after, key, epochs.clone(), |left, _| oracle(kind, filtered, nulls_equal, left, left))
+            let build = |workers: &crate::Workers| crate::build(&node, &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
+            prop_assert_eq!(build(&workers[0]).stats().len(), 2, "one source node and the join");
+            drive(&build, &workers, restart_after, key, epochs.clone(), |left, _| oracle(kind, filtered, nulls_equal, left, left))
                 .map_err(|e| TestCaseError::fail(format!("{kind:?} {key:?} filtered={filtered}: {e}")))?;
         }
     }

@@ -516,6 +516,16 @@ impl Handler for OuterJoin {
         ])
     }
 
+    /// The expiry part holds join keys in the left side's format, as its load reads them.
+    fn part_keys(&mut self, name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
+        let side = if name == "right" {
+            &self.right
+        } else {
+            &self.left
+        };
+        checkpoint::key_columns(&side.key_converter, batch, "key")
+    }
+
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         match name {
             "left" => self.left.load(batch),

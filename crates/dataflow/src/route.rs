@@ -24,7 +24,9 @@ use arrow::datatypes::{
     TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
-use eddy_common::{Error, Result};
+use eddy_common::{ChangeBatch, Error, Result};
+
+use crate::plan::Expr;
 use twox_hash::XxHash3_64;
 
 /// The version of [`hash_keys`]; recorded with every checkpoint.
@@ -132,6 +134,54 @@ pub fn hash_keys(keys: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
         hash_column(column, &mut hashes)?;
     }
     Ok(hashes)
+}
+
+/// Each row's shard of `n`: the routing hash of its key values. A row whose key cannot be
+/// evaluated (a data exception such as division by zero) fails the same way in any shard; it
+/// goes to shard 0, which sets it aside as the unsharded operator would.
+pub(crate) fn shard_of(batch: &ChangeBatch, keys: &[Expr], n: usize) -> Result<Vec<u32>> {
+    let of = |hash: u64| (hash % n as u64) as u32;
+    match crate::rows::evaluate_keys(keys, batch.rows()) {
+        Ok(values) => Ok(hash_keys(&values, batch.len())?
+            .into_iter()
+            .map(of)
+            .collect()),
+        Err(e) if e.state.is_data_exception() => (0..batch.len())
+            .map(|i| {
+                let row = batch.rows().slice(i, 1);
+                match crate::rows::evaluate_keys(keys, &row) {
+                    Ok(values) => Ok(hash_keys(&values, 1)?.first().map_or(0, |h| of(*h))),
+                    Err(e) if e.state.is_data_exception() => Ok(0),
+                    Err(e) => Err(e),
+                }
+            })
+            .collect(),
+        Err(e) => Err(e),
+    }
+}
+
+/// The rows of `changes` by the shard of `n` their key picks ([`shard_of`]): one selection
+/// per shard, taken once (rows of one shard keep their order); shards without rows are left
+/// out, and a batch whose rows all pick one shard goes there whole.
+pub(crate) fn split(
+    changes: &ChangeBatch,
+    keys: &[Expr],
+    n: usize,
+) -> Result<Vec<(usize, ChangeBatch)>> {
+    if n <= 1 || changes.is_empty() {
+        return Ok(vec![(0, changes.clone())]);
+    }
+    let part = shard_of(changes, keys, n)?;
+    if let Some(&first) = part.first()
+        && part.iter().all(|p| *p == first)
+    {
+        return Ok(vec![(first as usize, changes.clone())]);
+    }
+    Ok(crate::rows::split_by(changes, &part, n)?
+        .into_iter()
+        .enumerate()
+        .filter(|(_, c)| !c.is_empty())
+        .collect())
 }
 
 fn hash_column(column: &ArrayRef, hashes: &mut [u64]) -> Result<()> {

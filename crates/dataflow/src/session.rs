@@ -522,6 +522,10 @@ impl Handler for SessionAggregate {
         ])
     }
 
+    fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
+        checkpoint::key_columns(&self.key_converter, batch, "key")
+    }
+
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         let keys = checkpoint::required_rows(
             &self.key_converter,

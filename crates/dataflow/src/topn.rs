@@ -376,6 +376,13 @@ impl Handler for TopN {
         ])
     }
 
+    fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
+        match &self.partition_keys {
+            Some(c) => checkpoint::key_columns(c, batch, "partition"),
+            None => Ok(None),
+        }
+    }
+
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         let partitions = match &self.partition_keys {
             Some(c) => checkpoint::rows_of(c, checkpoint::binary_column(batch, "partition")?),

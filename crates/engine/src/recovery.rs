@@ -206,24 +206,7 @@ impl Engine {
     ) -> Result<usize> {
         let started = Instant::now();
         let mut restored = match checkpoint::load_latest(&self.data_dir, &self.meta) {
-            // One worker shards nothing: the routing hash only matters with more.
-            Ok(Some(r))
-                if r.workers == self.workers.count()
-                    && (r.workers <= 1
-                        || r.route_hash == eddy_dataflow::route::ROUTE_HASH_VERSION) =>
-            {
-                r
-            }
-            Ok(Some(r)) => {
-                tracing::warn!(
-                    checkpoint_workers = r.workers,
-                    workers = self.workers.count(),
-                    checkpoint_route_hash = r.route_hash,
-                    route_hash = eddy_dataflow::route::ROUTE_HASH_VERSION,
-                    "the checkpoint was taken with another number of workers or routing hash: views are rebuilt from the log"
-                );
-                return Ok(0);
-            }
+            Ok(Some(r)) => r,
             Ok(None) => return Ok(0),
             Err(e) => {
                 tracing::error!(error = %e, "the checkpoint cannot be read: views are rebuilt from the log");
@@ -244,9 +227,17 @@ impl Engine {
         if restorable == 0 {
             return Ok(0);
         }
+        // Taken on another number of workers, or (sharded) with another routing hash: every
+        // sharded operator's state is routed to the shards its keys pick now.
+        let reshard = restored.workers != self.workers.count()
+            || (restored.workers > 1
+                && restored.route_hash != eddy_dataflow::route::ROUTE_HASH_VERSION);
         tracing::info!(
             epoch = restored.epoch,
             views = restorable,
+            checkpoint_workers = restored.workers,
+            workers = self.workers.count(),
+            reshard,
             "restoring views from the checkpoint"
         );
         self.recovering(format!(
@@ -261,7 +252,7 @@ impl Engine {
                 .remove(&def.id)
                 .ok_or_else(|| Error::internal("a restored view vanished"))?;
             committed_by_view.push(state.committed.clone());
-            let attempt = AssertUnwindSafe(self.restore_one(session, def, state))
+            let attempt = AssertUnwindSafe(self.restore_one(session, def, state, reshard))
                 .catch_unwind()
                 .await;
             match attempt.unwrap_or_else(|panic| {
@@ -337,6 +328,7 @@ impl Engine {
         session: &mut Session,
         def: &ViewDef,
         state: checkpoint::ViewState,
+        reshard: bool,
     ) -> Result<()> {
         failpoint("restore_view", &def.name)?;
         let plan = session.plan_stored_view(def).await?;
@@ -347,7 +339,11 @@ impl Engine {
         }
         let dataflow = catch_panic("loading the view's state", || {
             let mut dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
-            dataflow.load(state.parts)?;
+            if reshard {
+                dataflow.load_resharded(state.parts)?;
+            } else {
+                dataflow.load(state.parts)?;
+            }
             // The operators' marks travel in-band: they get the checkpoint's again.
             for (source, watermark) in &state.watermarks {
                 if !dataflow.watermark(*source, *watermark)?.is_empty() {
