@@ -45,10 +45,9 @@ struct ServeArgs {
     /// Directory for the catalog and the log.
     #[arg(long, env = "EDDY_DATA_DIR", default_value = "./eddy-data")]
     data_dir: PathBuf,
-    /// Threads the views' stateful operators (grouped aggregates, joins, top-N per partition)
-    /// are sharded across by key, and that decode a followed file's chunks in parallel parts.
-    /// Default: half the cores (at least one); the other half serve ingest, connectors and
-    /// clients (docs/operations.md).
+    /// Workers each view's dataflow runs on (one copy of its graph per worker, stateful
+    /// operators sharded by key across them), and the parts a followed file's chunks are
+    /// decoded in at once. Default: every core (docs/operations.md).
     #[arg(long, env = "EDDY_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: Option<u16>,
     /// Seconds between checkpoints of the views' state while they change (0: only on the
@@ -89,7 +88,7 @@ fn main() -> anyhow::Result<()> {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let workers = match args.workers {
         Some(n) => usize::from(n),
-        None => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+        None => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
     };
     if !args.checkpoint_interval.is_finite() || args.checkpoint_interval < 0.0 {
         anyhow::bail!("--checkpoint-interval must be a number of seconds, 0 or more");

@@ -37,6 +37,10 @@ pub const RUNTIME_QUEUE_CAPACITY: usize = 1024;
 /// KiB of changes waiting for the view runtime before writers (and connectors) wait: a slow
 /// view makes sources pause instead of the server buffering without bound.
 pub const RUNTIME_QUEUE_KIB: u32 = 256 * 1024;
+/// KiB of changes handed to one view's dataflow thread and not yet handled before the runtime
+/// waits for that view (its budget): memory stays bounded when a view is slower than its
+/// inputs.
+pub const VIEW_QUEUE_KIB: u32 = 64 * 1024;
 /// During a backfill, operators end an epoch (emitting and freeing closed windows) after this
 /// many rows, so state stays bounded as it does live.
 pub const BACKFILL_EPOCH_ROWS: usize = 100_000;

@@ -145,12 +145,12 @@ impl RuntimeState {
             .partition(|s| s.view == id);
         self.parked_sinks = parked;
         self.sinks.extend(back);
+        let lane = lane::Lane::start(&view.def.name, dataflow, pending)?;
         self.views.push(Entry {
             view,
-            dataflow,
+            lane,
             event_time,
             sources,
-            pending,
             contents,
             committed: HashMap::new(),
             read,
@@ -178,12 +178,12 @@ impl RuntimeState {
         if !inserts.is_empty() {
             data.apply(&inserts)?;
         }
+        let lane = lane::Lane::start(&view.def.name, dataflow, Vec::new())?;
         self.views.push(Entry {
             view,
-            dataflow,
+            lane,
             event_time,
             sources,
-            pending: Vec::new(),
             contents: data,
             read: committed.clone(),
             committed,

@@ -29,7 +29,7 @@ impl RuntimeState {
             let state = (|| -> Result<ViewState> {
                 Ok(ViewState {
                     id,
-                    parts: catch_panic("saving a view's state", || entry.dataflow.save())?,
+                    parts: entry.lane.save()?,
                     contents: entry.contents.snapshot()?.as_ref().clone(),
                     committed: entry
                         .committed

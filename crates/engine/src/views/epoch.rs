@@ -3,10 +3,11 @@
 use super::*;
 
 impl RuntimeState {
-    /// Feeds a table's or view's changes to every view reading it (a source's to the one view
-    /// whose reader read them); a view whose dataflow fails stops, the others go on. Then
-    /// advances the stream's watermark: rows are judged against the watermark as it stood
-    /// before their batch.
+    /// Hands a table's or view's changes to every view reading it (a source's to the one view
+    /// whose reader read them), without waiting: each view's lane computes on its own; one
+    /// whose dataflow fails stops at the end of the epoch, the others go on. Then advances the
+    /// stream's watermark: rows are judged against the watermark as it stood before their
+    /// batch.
     pub(super) fn push(
         &mut self,
         object: ObjectId,
@@ -15,31 +16,16 @@ impl RuntimeState {
         batches: &[ChangeBatch],
         reader: Option<ObjectId>,
     ) {
-        let mut failed = Vec::new();
         for entry in self
             .views
             .iter_mut()
             .filter(|e| receives(e, object, reader))
         {
-            if is_failed(&self.failures, entry.view.def.id) {
+            if is_failed(&self.failures, entry.view.def.id) || batches.is_empty() {
                 continue;
             }
-            for batch in batches {
-                match catch_panic("a view's operators", || {
-                    crate::failpoints::failpoint("view_changes", &entry.view.def.name)?;
-                    entry.dataflow.push(object, batch)
-                }) {
-                    Ok(out) => entry.pending.extend(out),
-                    Err(e) => {
-                        failed.push((entry.view.def.id, e));
-                        break;
-                    }
-                }
-                self.dirty = true;
-            }
-        }
-        for (view, e) in failed {
-            self.fail(view, e);
+            entry.lane.push(object, batches.to_vec());
+            self.dirty = true;
         }
         self.collect_all_late();
         let Some(spec) = clock else { return };
@@ -70,13 +56,22 @@ impl RuntimeState {
 
     /// Ends the epoch: every view emits what it held back, downstream views receive upstream
     /// output, then all contents are applied and published together. The epoch ends at one
-    /// wall-clock time for every view (`now()` of temporal filters).
+    /// wall-clock time for every view (`now()` of temporal filters). Every view's lane gets
+    /// the epoch end at once, except that a view reading views waits for their output (views
+    /// are in creation order: what a view reads comes before it).
     pub(super) fn end_epoch(&mut self) -> Result<()> {
         let now = self.clock.now_micros();
         let mut outputs: HashMap<ObjectId, Vec<ChangeBatch>> = HashMap::new();
+        let mut answers: Vec<Option<lane::Answer>> = (0..self.views.len()).map(|_| None).collect();
         for i in 0..self.views.len() {
+            let read: Vec<usize> = (0..i)
+                .filter(|j| self.views[i].sources.contains(&self.views[*j].view.def.id))
+                .collect();
+            for j in read {
+                self.settle(j, &mut answers, &mut outputs);
+            }
             // Watermarks of the views this one reads: they advance once their rows were pushed.
-            let upstream: Vec<(ObjectId, i64)> = self.views[i]
+            let marks: Vec<(ObjectId, i64)> = self.views[i]
                 .sources
                 .iter()
                 .filter_map(|s| {
@@ -86,43 +81,26 @@ impl RuntimeState {
                         .and_then(|e| Some((*s, e.watermark()?)))
                 })
                 .collect();
-            let entry = &mut self.views[i];
+            let entry = &self.views[i];
             if is_failed(&self.failures, entry.view.def.id) {
-                entry.pending.clear();
                 continue;
             }
-            let result = (|| -> Result<Vec<ChangeBatch>> {
-                let mut out = std::mem::take(&mut entry.pending);
-                for source in entry.sources.clone() {
-                    if let Some(upstream) = outputs.get(&source) {
-                        for batch in upstream {
-                            out.extend(catch_panic("a view's operators", || {
-                                crate::failpoints::failpoint("view_changes", &entry.view.def.name)?;
-                                entry.dataflow.push(source, batch)
-                            })?);
-                        }
-                    }
-                }
-                for (source, watermark) in &upstream {
-                    entry.event_time.advance(*source, *watermark);
-                    out.extend(entry.dataflow.watermark(*source, *watermark)?);
-                }
-                out.extend(catch_panic("a view's operators", || {
-                    entry.dataflow.end_epoch(now)
-                })?);
-                entry.contents.check_view_output(&out)?;
-                Ok(out)
-            })();
-            match result {
-                Ok(out) => {
-                    outputs.insert(entry.view.def.id, out);
-                    entry.committed.clone_from(&entry.read);
-                }
-                Err(e) => {
-                    let id = entry.view.def.id;
-                    self.fail(id, e);
-                }
+            for (source, watermark) in &marks {
+                entry.event_time.advance(*source, *watermark);
             }
+            let upstream = entry
+                .sources
+                .iter()
+                .filter_map(|s| Some((*s, outputs.get(s)?.clone())))
+                .collect();
+            answers[i] = Some(entry.lane.end_epoch(lane::EpochEnd {
+                now_micros: now,
+                upstream,
+                marks,
+            }));
+        }
+        for i in 0..self.views.len() {
+            self.settle(i, &mut answers, &mut outputs);
         }
         let mut changed = false;
         for entry in &mut self.views {
@@ -155,6 +133,34 @@ impl RuntimeState {
             self.mark_stale();
         }
         Ok(())
+    }
+
+    /// Waits for view `i`'s answer to the epoch end (if it was sent one): its output goes to
+    /// `outputs` and it has committed what it read; a failure fails it with its readers.
+    fn settle(
+        &mut self,
+        i: usize,
+        answers: &mut [Option<lane::Answer>],
+        outputs: &mut HashMap<ObjectId, Vec<ChangeBatch>>,
+    ) {
+        let Some(answer) = answers.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let entry = &mut self.views[i];
+        let result = answer.wait().and_then(|out| {
+            entry.contents.check_view_output(&out)?;
+            Ok(out)
+        });
+        match result {
+            Ok(out) => {
+                outputs.insert(entry.view.def.id, out);
+                entry.committed.clone_from(&entry.read);
+            }
+            Err(e) => {
+                let id = entry.view.def.id;
+                self.fail(id, e);
+            }
+        }
     }
 
     /// Some view's contents changed: the next reader has snapshots built.

@@ -1,8 +1,9 @@
 //! Materialized views: the runtime that feeds committed changes through every view's dataflow,
 //! ends epochs, and publishes the views' contents.
 //!
-//! Entry point: [`ViewRuntime`]. One thread owns every dataflow (operators are synchronous).
-//! Committed changes arrive in commit order (they are sent under the engine's write lock);
+//! Entry point: [`ViewRuntime`]. One thread runs the views: it takes committed changes in
+//! commit order (they are sent under the engine's write lock) and hands them to each view's
+//! dataflow, which runs on its own thread (`lane.rs`), so views compute at once;
 //! an epoch ends every [`BARRIER_INTERVAL`] when something changed, and on `FLUSH`. At the end
 //! of an epoch views are processed in creation order, so a view's output reaches the views that
 //! read it in the same epoch; then the views' contents are published together as one
@@ -39,6 +40,7 @@ mod backfill;
 mod checkpointing;
 mod epoch;
 mod handle;
+mod lane;
 mod outputs;
 mod supervise;
 mod watermarks;
@@ -332,11 +334,10 @@ pub struct ConsumerOffsets {
 
 struct Entry {
     view: Arc<View>,
-    dataflow: eddy_dataflow::Dataflow,
+    /// The view's dataflow, on its own thread.
+    lane: lane::Lane,
     event_time: Arc<EventTime>,
     sources: Vec<ObjectId>,
-    /// Output produced this epoch, not yet applied.
-    pending: Vec<ChangeBatch>,
     contents: TableData,
     /// Log records read per (table, partition): each message of changes is one record; for a
     /// source, the source offset its reader got to.

@@ -173,7 +173,7 @@ impl RuntimeState {
                     .iter()
                     .filter(|v| !v.view.def.sql.is_empty())
                     .flat_map(|v| {
-                        v.dataflow
+                        v.lane
                             .stats()
                             .into_iter()
                             .map(|s| (v.view.def.qualified().display(), s))
@@ -331,9 +331,6 @@ impl RuntimeState {
                 }
                 !reading
             });
-            if let Some(entry) = self.views.iter_mut().find(|e| e.view.def.id == id) {
-                entry.pending.clear();
-            }
             failures.entry(id).or_insert(error);
         }
     }

@@ -34,25 +34,17 @@ impl RuntimeState {
 
     /// The watermark of `object` (as `reader` reads it: `None`, every view) rose: each view
     /// reading it records it and gets it as a mark, after the changes sent before it. A view
-    /// whose operators fail on it fails alone.
+    /// whose operators fail on it fails alone (at the end of the epoch).
     pub(super) fn raise(&mut self, object: ObjectId, reader: Option<ObjectId>, watermark: i64) {
-        let mut failed = Vec::new();
         for entry in self
             .views
             .iter_mut()
             .filter(|e| receives(e, object, reader))
         {
             entry.event_time.advance(object, watermark);
-            if is_failed(&self.failures, entry.view.def.id) {
-                continue;
+            if !is_failed(&self.failures, entry.view.def.id) {
+                entry.lane.watermark(object, watermark);
             }
-            match entry.dataflow.watermark(object, watermark) {
-                Ok(out) => entry.pending.extend(out),
-                Err(e) => failed.push((entry.view.def.id, e)),
-            }
-        }
-        for (view, e) in failed {
-            self.fail(view, e);
         }
         self.dirty = true;
     }
