@@ -40,7 +40,11 @@ pub const RUNTIME_QUEUE_KIB: u32 = 256 * 1024;
 /// KiB of changes handed to one view's dataflow thread and not yet handled before the runtime
 /// waits for that view (its budget): memory stays bounded when a view is slower than its
 /// inputs.
-pub const VIEW_QUEUE_KIB: u32 = 64 * 1024;
+pub const VIEW_QUEUE_KIB: u32 = 16 * 1024;
+/// How long the end of an epoch waits for a view that no other view reads before it goes on
+/// without it: the view is then *behind* (`eddy_views.lag_epochs`), its contents stay at the
+/// last epoch it completed and it catches up on its own while the others go on.
+pub const VIEW_LAG_AFTER_MS: u64 = 1000;
 /// During a backfill, operators end an epoch (emitting and freeing closed windows) after this
 /// many rows, so state stays bounded as it does live.
 pub const BACKFILL_EPOCH_ROWS: usize = 100_000;

@@ -1,5 +1,6 @@
-//! Test hooks, in debug builds only: `EDDY_FAILPOINTS=step:view:panic|error[:once],...` makes
-//! a step of one view panic or fail, so tests can prove what the server does then. Steps:
+//! Test hooks, in debug builds only: `EDDY_FAILPOINTS=step:view:panic|error|sleep[:once],...`
+//! makes a step of one view panic, fail or take 200 ms longer (a slow view), so tests can prove
+//! what the server does then. Steps:
 //! `restore_view` (recovery, from the checkpoint), `rebuild_view` (recovery, from the log),
 //! `view_changes` (the live dataflow, on every batch of changes it is handed). With `once`, a
 //! point fires the first time only (a restart of the view then succeeds).
@@ -9,10 +10,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use eddy_common::{Error, Result};
 
+/// What a failpoint does when it fires.
+#[derive(PartialEq)]
+enum Action {
+    Panic,
+    Error,
+    Sleep,
+}
+
+/// How long a `sleep` failpoint holds the step.
+const SLEEP: std::time::Duration = std::time::Duration::from_millis(200);
+
 struct Point {
     step: String,
     view: String,
-    panic: bool,
+    action: Action,
     /// `Some`: fires once; `true` once it has.
     once: Option<AtomicBool>,
 }
@@ -29,7 +41,11 @@ fn points() -> &'static [Point] {
                 Some(Point {
                     step: parts.next()?.to_owned(),
                     view: parts.next()?.to_owned(),
-                    panic: parts.next() == Some("panic"),
+                    action: match parts.next() {
+                        Some("panic") => Action::Panic,
+                        Some("sleep") => Action::Sleep,
+                        _ => Action::Error,
+                    },
                     once: (parts.next() == Some("once")).then(|| AtomicBool::new(false)),
                 })
             })
@@ -37,7 +53,7 @@ fn points() -> &'static [Point] {
     })
 }
 
-/// Panics or fails when a failpoint names `step` of `view` (never in release builds).
+/// Panics, fails or sleeps when a failpoint names `step` of `view` (never in release builds).
 pub(crate) fn failpoint(step: &str, view: &str) -> Result<()> {
     if !cfg!(debug_assertions) {
         return Ok(());
@@ -53,8 +69,12 @@ pub(crate) fn failpoint(step: &str, view: &str) -> Result<()> {
         return Ok(());
     }
     let message = format!("failpoint {step} of view {view}");
-    if point.panic {
-        std::panic::panic_any(message);
+    match point.action {
+        Action::Panic => std::panic::panic_any(message),
+        Action::Sleep => {
+            std::thread::sleep(SLEEP);
+            Ok(())
+        }
+        Action::Error => Err(Error::internal(message)),
     }
-    Err(Error::internal(message))
 }

@@ -35,6 +35,8 @@ pub(crate) struct ViewStatus {
     pub status: &'static str,
     pub error: Option<String>,
     pub restored_from: Option<String>,
+    /// Epochs the view has still to complete to be in step with the others (0: in step).
+    pub lag_epochs: u64,
 }
 
 /// What a waiting session is told: the step, and since when it runs.
@@ -528,6 +530,7 @@ impl Engine {
         let failures = self.runtime.failures();
         let failures = failures.read().unwrap_or_else(|p| p.into_inner());
         let restored = self.restored_from.read().unwrap_or_else(|p| p.into_inner());
+        let lag = self.runtime.lag();
         let views = self.views.read().unwrap_or_else(|p| p.into_inner());
         views
             .values()
@@ -542,6 +545,7 @@ impl Engine {
                     },
                     error: failure.map(|e| e.message.clone()),
                     restored_from: restored.get(&v.def.id).cloned(),
+                    lag_epochs: lag.get(&v.def.id).copied().unwrap_or(0),
                 }
             })
             .collect()

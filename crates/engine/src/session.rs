@@ -268,6 +268,14 @@ impl Session {
     ) -> Result<Outcome> {
         match statement {
             Statement::Flush => {
+                // Views behind the others hold FLUSH until they caught up; it says which.
+                let behind: Vec<(String, u64)> = self
+                    .engine
+                    .view_statuses()
+                    .into_iter()
+                    .filter(|v| v.lag_epochs > 0)
+                    .map(|v| (v.name, v.lag_epochs))
+                    .collect();
                 self.engine.flush().await?;
                 // Failed views do not hold FLUSH back; it says which views it could not bring
                 // up to date.
@@ -280,7 +288,7 @@ impl Session {
                     .values()
                     .map(|e| e.message.clone())
                     .collect();
-                Ok(failed.into_iter().rev().fold(
+                let outcome = failed.into_iter().rev().fold(
                     Outcome::Command {
                         tag: "FLUSH",
                         rows: None,
@@ -290,7 +298,18 @@ impl Session {
                         message: format!("{message}; it is not up to date"),
                         then: Box::new(then),
                     },
-                ))
+                );
+                Ok(behind
+                    .into_iter()
+                    .rev()
+                    .fold(outcome, |then, (view, epochs)| Outcome::Notice {
+                        state: SqlState::SUCCESSFUL_COMPLETION,
+                        message: format!(
+                            "materialized view {view} was {epochs} epochs behind the others; FLUSH waited for it to catch up"
+                        ),
+                        detail: None,
+                        then: Box::new(then),
+                    }))
             }
             Statement::Checkpoint => {
                 self.engine.checkpoint().await?;

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, IntervalMonthDayNanoArray, RecordBatch, StringArray, TimestampMicrosecondArray,
-    UInt32Array, UInt64Array,
+    ArrayRef, Int64Array, IntervalMonthDayNanoArray, RecordBatch, StringArray,
+    TimestampMicrosecondArray, UInt32Array, UInt64Array,
 };
 use arrow::datatypes::{
     DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef, TimeUnit,
@@ -85,11 +85,13 @@ fn views_schema() -> SchemaRef {
         Field::new("status", DataType::Utf8, false),
         Field::new("error", DataType::Utf8, true),
         Field::new("restored_from", DataType::Utf8, true),
+        Field::new("lag_epochs", DataType::Int64, false),
     ]))
 }
 
 /// Every materialized view: `running`, or `failed` with why (it stopped updating, or could not
-/// be restored at start-up), and what start-up restored it from.
+/// be restored at start-up), what start-up restored it from, and how many epochs it is behind
+/// the others (a slow view no other view reads is left to catch up on its own).
 fn views(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let rows = engine.view_statuses();
     let columns: Vec<ArrayRef> = vec![
@@ -100,6 +102,9 @@ fn views(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         )),
         Arc::new(StringArray::from_iter(
             rows.iter().map(|v| v.restored_from.as_deref()),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|v| v.lag_epochs as i64),
         )),
     ];
     batch("eddy_views", views_schema(), columns)

@@ -152,6 +152,7 @@ impl RuntimeState {
             event_time,
             sources,
             contents,
+            behind: Default::default(),
             committed: HashMap::new(),
             read,
         });
@@ -185,6 +186,7 @@ impl RuntimeState {
             event_time,
             sources,
             contents: data,
+            behind: Default::default(),
             read: committed.clone(),
             committed,
         });

@@ -48,19 +48,31 @@ impl RuntimeState {
         }
     }
 
+    /// The periodic end of an epoch: a slow view may be left behind.
     pub(super) fn end_epoch_logged(&mut self) {
-        if let Err(e) = self.end_epoch() {
+        if let Err(e) = self.end_epoch_with(true) {
             tracing::error!(error = %e, "ending an epoch failed");
         }
+    }
+
+    /// Ends the epoch with every view in step: views behind catch up first, and the epoch
+    /// waits for every view (FLUSH, CHECKPOINT, a new view's backfill).
+    pub(super) fn end_epoch(&mut self) -> Result<()> {
+        self.catch_up(true);
+        self.end_epoch_with(false)
     }
 
     /// Ends the epoch: every view emits what it held back, downstream views receive upstream
     /// output, then all contents are applied and published together. The epoch ends at one
     /// wall-clock time for every view (`now()` of temporal filters). Every view's lane gets
     /// the epoch end at once, except that a view reading views waits for their output (views
-    /// are in creation order: what a view reads comes before it).
-    pub(super) fn end_epoch(&mut self) -> Result<()> {
+    /// are in creation order: what a view reads comes before it). A view that no other view
+    /// reads and that does not answer within [`limits::VIEW_LAG_AFTER_MS`] (or is behind
+    /// already) is left behind when `may_lag`: the epoch goes on without it and
+    /// [`RuntimeState::catch_up`] takes its answers as they come.
+    fn end_epoch_with(&mut self, may_lag: bool) -> Result<()> {
         let now = self.clock.now_micros();
+        let epoch = self.epoch + 1;
         let mut outputs: HashMap<ObjectId, Vec<ChangeBatch>> = HashMap::new();
         let mut answers: Vec<Option<lane::Answer>> = (0..self.views.len()).map(|_| None).collect();
         for i in 0..self.views.len() {
@@ -93,14 +105,30 @@ impl RuntimeState {
                 .iter()
                 .filter_map(|s| Some((*s, outputs.get(s)?.clone())))
                 .collect();
-            answers[i] = Some(entry.lane.end_epoch(lane::EpochEnd {
+            let answer = entry.lane.end_epoch(lane::EpochEnd {
                 now_micros: now,
                 upstream,
                 marks,
-            }));
+            });
+            if entry.behind.is_empty() {
+                answers[i] = Some(answer);
+            } else {
+                let read = entry.read.clone();
+                self.views[i].behind.push_back(Behind {
+                    epoch,
+                    answer,
+                    read,
+                });
+            }
         }
+        let read_by_views: std::collections::HashSet<ObjectId> = self
+            .views
+            .iter()
+            .flat_map(|e| e.sources.iter().copied())
+            .collect();
         for i in 0..self.views.len() {
-            self.settle(i, &mut answers, &mut outputs);
+            let may_lag = may_lag && !read_by_views.contains(&self.views[i].view.def.id);
+            self.settle_or_leave(i, epoch, may_lag, &mut answers, &mut outputs);
         }
         let mut changed = false;
         for entry in &mut self.views {
@@ -116,11 +144,12 @@ impl RuntimeState {
         self.changed_since_checkpoint |= changed;
         self.epoch += 1;
         if !self.subscribers.is_empty() {
-            self.notify(&outputs);
+            self.notify(self.epoch, &outputs, false);
         }
         if !self.sinks.is_empty() {
-            self.feed_sinks(&outputs);
+            self.feed_sinks(self.epoch, &outputs);
         }
+        self.publish_lag();
         if changed
             || self
                 .published
@@ -143,11 +172,42 @@ impl RuntimeState {
         answers: &mut [Option<lane::Answer>],
         outputs: &mut HashMap<ObjectId, Vec<ChangeBatch>>,
     ) {
+        self.settle_or_leave(i, 0, false, answers, outputs);
+    }
+
+    /// [`RuntimeState::settle`], but when `may_lag` waits only [`limits::VIEW_LAG_AFTER_MS`]:
+    /// a view that has not answered by then is left behind with the answer of `epoch` to come.
+    fn settle_or_leave(
+        &mut self,
+        i: usize,
+        epoch: u64,
+        may_lag: bool,
+        answers: &mut [Option<lane::Answer>],
+        outputs: &mut HashMap<ObjectId, Vec<ChangeBatch>>,
+    ) {
         let Some(answer) = answers.get_mut(i).and_then(Option::take) else {
             return;
         };
+        let answer = if may_lag {
+            match answer.wait_for(Duration::from_millis(limits::VIEW_LAG_AFTER_MS)) {
+                Ok(answer) => answer,
+                Err(answer) => {
+                    let entry = &mut self.views[i];
+                    tracing::info!(view = %entry.view.def.name, epoch, "a view falls behind: the epoch goes on without it");
+                    let read = entry.read.clone();
+                    entry.behind.push_back(Behind {
+                        epoch,
+                        answer,
+                        read,
+                    });
+                    return;
+                }
+            }
+        } else {
+            answer.wait()
+        };
         let entry = &mut self.views[i];
-        let result = answer.wait().and_then(|out| {
+        let result = answer.and_then(|out| {
             entry.contents.check_view_output(&out)?;
             Ok(out)
         });
@@ -160,6 +220,93 @@ impl RuntimeState {
                 let id = entry.view.def.id;
                 self.fail(id, e);
             }
+        }
+    }
+
+    /// Takes the answers of views that are behind, oldest first, as far as they have come
+    /// (all of them when `wait`): each is applied to the view's contents as the epoch it
+    /// answers, and the view's subscribers and sinks get it as that epoch.
+    pub(super) fn catch_up(&mut self, wait: bool) {
+        if self.views.iter().all(|e| e.behind.is_empty()) {
+            return;
+        }
+        let mut done: Vec<(u64, ObjectId, Vec<ChangeBatch>)> = Vec::new();
+        let mut failed = Vec::new();
+        for entry in &mut self.views {
+            while let Some(Behind {
+                epoch,
+                answer,
+                read,
+            }) = entry.behind.pop_front()
+            {
+                let answer = if wait {
+                    answer.wait()
+                } else {
+                    match answer.ready() {
+                        Ok(answer) => answer,
+                        Err(answer) => {
+                            entry.behind.push_front(Behind {
+                                epoch,
+                                answer,
+                                read,
+                            });
+                            break;
+                        }
+                    }
+                };
+                let applied = answer.and_then(|out| {
+                    entry.contents.check_view_output(&out)?;
+                    if !out.is_empty() {
+                        entry.contents.apply(&out)?;
+                    }
+                    Ok(out)
+                });
+                match applied {
+                    Ok(out) => {
+                        entry.committed = read;
+                        done.push((epoch, entry.view.def.id, out));
+                    }
+                    Err(e) => {
+                        entry.behind.clear();
+                        failed.push((entry.view.def.id, e));
+                        break;
+                    }
+                }
+            }
+        }
+        for (view, e) in failed {
+            self.fail(view, e);
+        }
+        let changed = done.iter().any(|(_, _, out)| !out.is_empty());
+        for (epoch, view, out) in done {
+            let outputs = HashMap::from([(view, out)]);
+            self.notify(epoch, &outputs, true);
+            self.feed_sinks(epoch, &outputs);
+        }
+        self.collect_all_late();
+        if changed {
+            self.changed_since_checkpoint = true;
+            self.mark_stale();
+        }
+        self.publish_lag();
+    }
+
+    /// Whether some view is behind.
+    pub(super) fn any_behind(&self) -> bool {
+        self.views.iter().any(|e| !e.behind.is_empty())
+    }
+
+    /// Publishes which views are behind and by how many epochs.
+    fn publish_lag(&self) {
+        let lag: BTreeMap<ObjectId, u64> = self
+            .views
+            .iter()
+            .filter(|e| !e.behind.is_empty())
+            .map(|e| (e.view.def.id, e.behind.len() as u64))
+            .collect();
+        let mut published = self.lag.write().unwrap_or_else(|p| p.into_inner());
+        if *published != lag {
+            *published = lag;
         }
     }
 

@@ -10,6 +10,7 @@ pub struct ViewRuntime {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     budget: Arc<tokio::sync::Semaphore>,
     failures: ViewFailures,
+    lag: ViewLag,
 }
 
 impl ViewRuntime {
@@ -30,6 +31,7 @@ impl ViewRuntime {
         }));
         let requests = Arc::new(SnapshotRequests::default());
         let failures = ViewFailures::default();
+        let lag = ViewLag::default();
         let state = RuntimeState {
             views: Vec::new(),
             epoch: 0,
@@ -37,6 +39,7 @@ impl ViewRuntime {
             requests: Arc::clone(&requests),
             dirty: false,
             failures: Arc::clone(&failures),
+            lag: Arc::clone(&lag),
             subscribers: Vec::new(),
             clocks: HashMap::new(),
             late: Vec::new(),
@@ -65,6 +68,7 @@ impl ViewRuntime {
             thread: Mutex::new(Some(thread)),
             budget,
             failures,
+            lag,
         })
     }
 
@@ -141,6 +145,11 @@ impl ViewRuntime {
     /// could not be restored at start-up. Shared with the engine, which reads and adds to it.
     pub fn failures(&self) -> ViewFailures {
         Arc::clone(&self.failures)
+    }
+
+    /// Views that are behind, with how many epochs (`eddy_views.lag_epochs`).
+    pub fn lag(&self) -> BTreeMap<ObjectId, u64> {
+        self.lag.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Lets periodic checkpoints start: every stored view is restored or marked failed.

@@ -90,6 +90,27 @@ impl Answer {
     pub(super) fn wait(self) -> Result<Vec<ChangeBatch>> {
         self.0.recv().unwrap_or_else(|_| Err(gone()))
     }
+
+    /// The answer if it comes within `timeout`; else the answer still to come.
+    pub(super) fn wait_for(
+        self,
+        timeout: Duration,
+    ) -> std::result::Result<Result<Vec<ChangeBatch>>, Answer> {
+        match self.0.recv_timeout(timeout) {
+            Ok(answer) => Ok(answer),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(self),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Ok(Err(gone())),
+        }
+    }
+
+    /// The answer if it has come; else the answer still to come.
+    pub(super) fn ready(self) -> std::result::Result<Result<Vec<ChangeBatch>>, Answer> {
+        match self.0.try_recv() {
+            Ok(answer) => Ok(answer),
+            Err(mpsc::TryRecvError::Empty) => Err(self),
+            Err(mpsc::TryRecvError::Disconnected) => Ok(Err(gone())),
+        }
+    }
 }
 
 fn gone() -> Error {

@@ -63,6 +63,9 @@ pub type Snapshots = Arc<HashMap<ObjectId, Arc<Vec<RecordBatch>>>>;
 /// Views that failed and why, by id ([`ViewRuntime::failures`]).
 pub type ViewFailures = Arc<RwLock<BTreeMap<ObjectId, Error>>>;
 
+/// Views behind the others, by id, with the epochs they have still to complete.
+pub type ViewLag = Arc<RwLock<BTreeMap<ObjectId, u64>>>;
+
 /// Whether view `id` failed.
 fn is_failed(failures: &ViewFailures, id: ObjectId) -> bool {
     failures
@@ -339,11 +342,22 @@ struct Entry {
     event_time: Arc<EventTime>,
     sources: Vec<ObjectId>,
     contents: TableData,
+    /// Epoch ends the view has not answered yet, oldest first (empty: the view is in step).
+    /// Only a view that no other view reads falls behind.
+    behind: std::collections::VecDeque<Behind>,
     /// Log records read per (table, partition): each message of changes is one record; for a
     /// source, the source offset its reader got to.
     read: HashMap<(ObjectId, u32), u64>,
     /// `read` as of the last epoch the view committed.
     committed: HashMap<(ObjectId, u32), u64>,
+}
+
+/// An epoch end a view is still computing: its answer, and what the view had read by then
+/// (what it has committed once the answer is applied).
+struct Behind {
+    epoch: u64,
+    answer: lane::Answer,
+    read: HashMap<(ObjectId, u32), u64>,
 }
 
 /// Where and how often the runtime checkpoints.
@@ -363,6 +377,7 @@ struct RuntimeState {
     dirty: bool,
     /// Views that failed (they stop updating); reported by every FLUSH until dropped.
     failures: ViewFailures,
+    lag: ViewLag,
     subscribers: Vec<Subscriber>,
     /// Watermark of every stream that sent changes; a source's per view reading it.
     clocks: HashMap<ClockKey, StreamClock>,

@@ -33,13 +33,27 @@ impl RuntimeState {
         Ok(())
     }
 
-    /// Hands each subscriber its view's consolidated changes of the epoch that just ended;
+    /// Hands each subscriber its view's consolidated changes of `epoch`: at the end of an
+    /// epoch every subscriber of a view that is not behind (`outputs` has the views with
+    /// changes), when a view behind catches up only its subscribers (`outputs` has that view);
     /// drops subscribers that are gone or too far behind.
-    pub(super) fn notify(&mut self, outputs: &HashMap<ObjectId, Vec<ChangeBatch>>) {
-        let epoch = self.epoch;
+    pub(super) fn notify(
+        &mut self,
+        epoch: u64,
+        outputs: &HashMap<ObjectId, Vec<ChangeBatch>>,
+        caught_up: bool,
+    ) {
         let views = &self.views;
         self.subscribers.retain(|s| {
             let Some(entry) = views.iter().find(|e| e.view.def.id == s.view) else { return false };
+            let skip = if caught_up {
+                !outputs.contains_key(&s.view)
+            } else {
+                !entry.behind.is_empty()
+            };
+            if skip {
+                return true;
+            }
             let changes = match outputs.get(&s.view) {
                 Some(out) => match eddy_dataflow::consolidate(&entry.view.schema, out) {
                     Ok(c) => c,
@@ -71,8 +85,7 @@ impl RuntimeState {
     /// waiting for its view to catch up gets the view's whole contents once it has (and once
     /// it has written what it was handed before). A sink whose backlog would pass its limit
     /// gets no more changes and waits for its contents the same way.
-    pub(super) fn feed_sinks(&mut self, outputs: &HashMap<ObjectId, Vec<ChangeBatch>>) {
-        let epoch = self.epoch;
+    pub(super) fn feed_sinks(&mut self, epoch: u64, outputs: &HashMap<ObjectId, Vec<ChangeBatch>>) {
         for sink in &mut self.sinks {
             let Some(entry) = self.views.iter_mut().find(|e| e.view.def.id == sink.view) else {
                 continue;

@@ -8,11 +8,15 @@ impl RuntimeState {
         let mut last_epoch = Instant::now();
         loop {
             // Idle, wait for work; with changes pending, wait only until the barrier is due.
-            let wait = if self.dirty {
+            let mut wait = if self.dirty {
                 BARRIER_INTERVAL.saturating_sub(last_epoch.elapsed())
             } else {
                 BARRIER_INTERVAL
             };
+            // Views behind are checked for their answers often.
+            if self.any_behind() {
+                wait = wait.min(Duration::from_millis(10));
+            }
             match queue.recv_timeout(wait) {
                 Ok(message) => self.handle(message, &mut last_epoch),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -25,6 +29,7 @@ impl RuntimeState {
                     return;
                 }
             }
+            self.catch_up(false);
             self.answer_snapshot_requests();
             self.expire_idle_partitions();
             // Views whose output moves with the wall clock (temporal filters) see every epoch.
@@ -43,20 +48,42 @@ impl RuntimeState {
                     .iter()
                     .any(|s| s.waiting.is_some() && s.feed.drained())
             {
-                self.feed_sinks(&HashMap::new());
+                self.feed_sinks(self.epoch, &HashMap::new());
             }
             let due = self
                 .checkpoints
                 .as_ref()
                 .and_then(|c| c.interval)
                 .is_some_and(|i| self.last_checkpoint.elapsed() >= i);
-            if due && self.recovered && self.changed_since_checkpoint && !self.dirty {
+            // A periodic checkpoint waits until no view is behind (all at one epoch).
+            if due
+                && self.recovered
+                && self.changed_since_checkpoint
+                && !self.dirty
+                && !self.any_behind()
+            {
                 self.checkpoint(None);
             }
         }
     }
 
     pub(super) fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
+        // What changes the set of views, their readers or their state, and what must see every
+        // view at one epoch, waits for the views behind first.
+        if matches!(
+            message,
+            Message::Subscribe { .. }
+                | Message::AddView { .. }
+                | Message::DropView { .. }
+                | Message::Flush { .. }
+                | Message::Checkpoint { .. }
+                | Message::AddSink { .. }
+                | Message::DropSink { .. }
+                | Message::StopViews { .. }
+                | Message::RestoreView { .. }
+        ) {
+            self.catch_up(true);
+        }
         match message {
             Message::Changes {
                 object,
@@ -216,7 +243,7 @@ impl RuntimeState {
                             feed,
                             sent: None,
                         });
-                        self.feed_sinks(&HashMap::new());
+                        self.feed_sinks(self.epoch, &HashMap::new());
                         Ok(())
                     }
                     None => Err(Error::internal("a sink of an unknown view")),
@@ -268,6 +295,7 @@ impl RuntimeState {
             }
             Message::Flush { reply } => {
                 // Failed views do not hold FLUSH (nor writers) back: the session reports them.
+                // Views behind do: FLUSH waits until they answered this epoch too.
                 let result = self.end_epoch().map(|()| self.epoch);
                 *last_epoch = Instant::now();
                 let _ = reply.send(result);
