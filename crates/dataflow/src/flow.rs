@@ -377,12 +377,7 @@ impl Dataflow {
     /// dataflow. Fails when a part has no operator to take it (a changed plan, or a checkpoint
     /// taken with another number of shards).
     pub fn load(&mut self, parts: Vec<(String, RecordBatch)>) -> Result<()> {
-        let by_path: HashMap<&str, NodeId> = self
-            .places
-            .iter()
-            .enumerate()
-            .map(|(id, p)| (p.path.as_str(), id))
-            .collect();
+        let by_path = self.by_path();
         let mut targets = Vec::with_capacity(parts.len());
         for (key, batch) in parts {
             let no_operator = || {
@@ -420,12 +415,7 @@ impl Dataflow {
     /// one that runs once are put together on worker 0. Fails when an operator cannot name
     /// its rows' keys.
     pub fn load_resharded(&mut self, parts: Vec<(String, RecordBatch)>) -> Result<()> {
-        let by_path: HashMap<&str, NodeId> = self
-            .places
-            .iter()
-            .enumerate()
-            .map(|(id, p)| (p.path.as_str(), id))
-            .collect();
+        let by_path = self.by_path();
         // Per (operator, part name): the batches of every copy it was saved from, in order.
         let mut grouped: Vec<((NodeId, String), Vec<RecordBatch>)> = Vec::new();
         for (key, batch) in parts {
@@ -479,6 +469,15 @@ impl Dataflow {
             }
         }
         Ok(())
+    }
+
+    /// Each node by its path (the names of checkpoint parts).
+    fn by_path(&self) -> HashMap<&str, NodeId> {
+        self.places
+            .iter()
+            .enumerate()
+            .map(|(id, p)| (p.path.as_str(), id))
+            .collect()
     }
 
     fn handler(&mut self, worker: usize, id: NodeId) -> Result<&mut (dyn Handler + 'static)> {

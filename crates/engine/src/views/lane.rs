@@ -29,7 +29,6 @@ enum Command {
     Watermark(ObjectId, i64),
     EndEpoch(EpochEnd, mpsc::Sender<Result<Vec<ChangeBatch>>>),
     Save(mpsc::Sender<Result<Vec<(String, RecordBatch)>>>),
-    Stats(mpsc::Sender<Vec<OperatorStats>>),
 }
 
 /// What the end of an epoch brings a view: the epoch's output of the views it reads (pushed
@@ -46,13 +45,17 @@ pub(super) struct Lane {
     queue: Arc<Queue>,
 }
 
-/// Bytes of changes sent to a lane and not yet handled.
+/// What the runtime and a lane's thread share: the bytes of changes sent to the lane and not
+/// yet handled, and its operators as of the last epoch it ended.
 #[derive(Default)]
 struct Queue {
     bytes: Mutex<usize>,
     handled: Condvar,
     /// The lane's thread ended (nothing will lower `bytes` again).
     ended: AtomicBool,
+    /// Published before each epoch end is answered, so `eddy_operators` never waits for a
+    /// view that is busy or behind.
+    stats: Mutex<Vec<OperatorStats>>,
 }
 
 impl Queue {
@@ -190,13 +193,13 @@ impl Lane {
         answer.recv().unwrap_or_else(|_| Err(gone()))
     }
 
-    /// The view's operators (`eddy_operators`); none once its thread ended.
+    /// The view's operators (`eddy_operators`) as of the last epoch it ended.
     pub(super) fn stats(&self) -> Vec<OperatorStats> {
-        let (reply, answer) = mpsc::channel();
-        if self.commands.send(Command::Stats(reply)).is_err() {
-            return Vec::new();
-        }
-        answer.recv().unwrap_or_default()
+        self.queue
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -209,6 +212,10 @@ fn run(
     queue: &Queue,
 ) {
     let mut failed: Option<Error> = None;
+    let publish = |dataflow: &Dataflow| {
+        *queue.stats.lock().unwrap_or_else(|p| p.into_inner()) = dataflow.stats();
+    };
+    publish(&dataflow);
     for command in inbox {
         match command {
             Command::Push(object, batches, bytes) => {
@@ -247,13 +254,11 @@ fn run(
                     failed.get_or_insert_with(|| e.clone());
                     pending.clear();
                 }
+                publish(&dataflow);
                 let _ = reply.send(result);
             }
             Command::Save(reply) => {
                 let _ = reply.send(catch_panic("saving a view's state", || dataflow.save()));
-            }
-            Command::Stats(reply) => {
-                let _ = reply.send(dataflow.stats());
             }
         }
     }
