@@ -358,3 +358,66 @@ async fn rows_released_in_event_time_order() {
     let ids: Vec<Option<String>> = rows.iter().map(|r| r.2[0].clone()).collect();
     assert_eq!(ids, vec![s("1"), s("2"), s("3"), s("9")], "{rows:?}");
 }
+
+/// `--barrier-interval` sets how often epochs end while changes flow: with 3 s a write is not
+/// in a view half a second later (until FLUSH ends the epoch), with 10 ms it is there almost at
+/// once; out of range is refused at start.
+#[tokio::test]
+async fn the_barrier_interval_sets_how_soon_views_see_writes() {
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_eddy"));
+    let view = "CREATE TABLE t (v INT); CREATE MATERIALIZED VIEW n AS SELECT count(*) AS n FROM t";
+    let slow =
+        EddyProcess::start_fresh_args(binary, &["--barrier-interval".into(), "3".into()]).unwrap();
+    let client = slow.connect().await.unwrap();
+    client.batch_execute(view).await.unwrap();
+    client
+        .batch_execute("INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(count(&client).await, s("0"), "no epoch ended yet");
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(count(&client).await, s("1"));
+
+    let fast = EddyProcess::start_fresh_args(binary, &["--barrier-interval".into(), "0.01".into()])
+        .unwrap();
+    let client = fast.connect().await.unwrap();
+    client.batch_execute(view).await.unwrap();
+    client
+        .batch_execute("INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while count(&client).await != s("1") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write never reached the view"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let refused = std::process::Command::new(binary)
+        .args(["--data-dir"])
+        .arg(dir.path())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--barrier-interval",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--barrier-interval must be between"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+async fn count(client: &tokio_postgres::Client) -> Option<String> {
+    query_text(client, "SELECT n FROM n").await.unwrap()[0][0].clone()
+}

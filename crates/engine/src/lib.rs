@@ -62,6 +62,7 @@ pub use eddy_sql::{Parsed, SessionInfo, Statement, Subscribe, parse_statements};
 pub use ingest::IngestReport;
 pub use session::{Outcome, Session, StatementDescription, SubscriptionStream};
 pub use variables::{TimeZone, Variables};
+pub use views::BARRIER_INTERVAL;
 
 use catalog::{ObjectDef, ViewDef};
 use ingest::ConnectorProgress;
@@ -92,6 +93,9 @@ pub struct EngineConfig {
     pub sink_buffer_bytes: Option<usize>,
     /// Where time comes from ([`eddy_common::time::system_clock`] but in tests).
     pub clock: Arc<dyn eddy_common::time::Clock>,
+    /// How often an epoch ends while changes flow ([`views::BARRIER_INTERVAL`] by default):
+    /// shorter lowers the latency of views and subscriptions, at more work per row.
+    pub barrier_interval: std::time::Duration,
 }
 
 /// A table: its definition, schema and current contents.
@@ -297,6 +301,7 @@ impl Engine {
             }),
             Some(marks),
             Arc::clone(&config.clock),
+            config.barrier_interval,
         )?;
         runtime.seed_clocks(clocks)?;
         Ok(Arc::new(Engine {

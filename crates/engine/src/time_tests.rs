@@ -52,6 +52,7 @@ pub(crate) async fn open(
         log_segment_bytes: None,
         sink_buffer_bytes: None,
         clock,
+        barrier_interval: crate::BARRIER_INTERVAL,
     };
     let engine = Engine::open(&config).unwrap_or_else(|e| panic!("{e}"));
     between(&engine);

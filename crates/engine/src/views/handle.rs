@@ -23,6 +23,7 @@ impl ViewRuntime {
         checkpoints: Option<Checkpoints>,
         marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>,
         clock: Arc<dyn eddy_common::time::Clock>,
+        barrier_interval: Duration,
     ) -> Result<ViewRuntime> {
         let (tx, rx) = mpsc::sync_channel(limits::RUNTIME_QUEUE_CAPACITY);
         let published = Arc::new(RwLock::new(Published {
@@ -53,6 +54,7 @@ impl ViewRuntime {
             parked_sinks: Vec::new(),
             marks,
             clock,
+            barrier_interval,
         };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
@@ -387,7 +389,13 @@ mod tests {
 
     #[tokio::test]
     async fn writers_wait_while_the_runtime_queue_is_full() {
-        let runtime = ViewRuntime::start(None, None, eddy_common::time::system_clock()).unwrap();
+        let runtime = ViewRuntime::start(
+            None,
+            None,
+            eddy_common::time::system_clock(),
+            BARRIER_INTERVAL,
+        )
+        .unwrap();
         // Everything the queue holds is in flight: the next writer waits...
         let all = runtime.reserve(usize::MAX).await.unwrap();
         assert!(runtime.reserve(4096).now_or_never().is_none());

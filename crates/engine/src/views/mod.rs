@@ -4,7 +4,8 @@
 //! Entry point: [`ViewRuntime`]. One thread runs the views: it takes committed changes in
 //! commit order (they are sent under the engine's write lock) and hands them to each view's
 //! dataflow, which runs on its own thread (`lane.rs`), so views compute at once;
-//! an epoch ends every [`BARRIER_INTERVAL`] when something changed, and on `FLUSH`. At the end
+//! an epoch ends every barrier interval ([`BARRIER_INTERVAL`] unless the server is started
+//! with another) when something changed, and on `FLUSH`. At the end
 //! of an epoch views are processed in creation order, so a view's output reaches the views that
 //! read it in the same epoch; then the views' contents are published together as one
 //! snapshot map, so one query over several views sees one moment. Snapshots are built when a
@@ -47,7 +48,8 @@ mod watermarks;
 
 pub use handle::ViewRuntime;
 
-/// How often an epoch ends while changes are flowing (`barrier_interval`).
+/// How often an epoch ends while changes are flowing, unless the server says otherwise
+/// (`--barrier-interval`).
 pub const BARRIER_INTERVAL: Duration = Duration::from_millis(100);
 /// How often a long backfill reports its progress (as a NOTICE to the session creating it).
 const BACKFILL_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -398,4 +400,6 @@ struct RuntimeState {
     marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>,
     /// Wall-clock time of epochs, late rows and checkpoints; monotonic time of idle partitions.
     clock: Arc<dyn eddy_common::time::Clock>,
+    /// How often an epoch ends while changes are flowing.
+    barrier_interval: Duration,
 }

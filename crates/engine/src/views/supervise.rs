@@ -9,9 +9,9 @@ impl RuntimeState {
         loop {
             // Idle, wait for work; with changes pending, wait only until the barrier is due.
             let mut wait = if self.dirty {
-                BARRIER_INTERVAL.saturating_sub(last_epoch.elapsed())
+                self.barrier_interval.saturating_sub(last_epoch.elapsed())
             } else {
-                BARRIER_INTERVAL
+                self.barrier_interval
             };
             // Views behind are checked for their answers often.
             if self.any_behind() {
@@ -36,7 +36,7 @@ impl RuntimeState {
             if !self.dirty && self.views.iter().any(|e| e.event_time.wants_ticks()) {
                 self.dirty = true;
             }
-            if self.dirty && last_epoch.elapsed() >= BARRIER_INTERVAL {
+            if self.dirty && last_epoch.elapsed() >= self.barrier_interval {
                 self.end_epoch_logged();
                 last_epoch = Instant::now();
             }

@@ -147,6 +147,10 @@ enum Bench {
         /// (with the checkpoint deleted) by replaying from the start.
         #[arg(long)]
         recovery: bool,
+        /// The server's `--barrier-interval` in seconds (how often epochs end; the latency run
+        /// measures what it costs).
+        #[arg(long, default_value_t = 0.1)]
+        barrier_interval: f64,
     },
 }
 
@@ -220,6 +224,7 @@ fn main() -> Result<()> {
             latency_seconds,
             checkpoint_interval,
             recovery,
+            barrier_interval,
         } => {
             let run = NexmarkRun {
                 events,
@@ -227,6 +232,7 @@ fn main() -> Result<()> {
                 splits,
                 checkpoint_interval,
                 recovery,
+                barrier_interval,
             };
             runtime.block_on(nexmark(
                 &eddy,
