@@ -22,9 +22,9 @@ use proptest::prelude::*;
 
 use crate::plan::{AggregateCall, Expr, Node};
 
-type Row = Vec<Option<i64>>;
+pub(crate) type Row = Vec<Option<i64>>;
 
-fn input() -> SchemaRef {
+pub(crate) fn input() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int32, true),
         Field::new("v", DataType::Int64, true),
@@ -123,7 +123,7 @@ fn oracle(grouped: bool, rows: &HashMap<(Option<i32>, Option<i32>), i64>) -> BTr
     out
 }
 
-fn accumulate(out: &mut BTreeMap<Row, i64>, batches: Vec<ChangeBatch>) {
+pub(crate) fn accumulate(out: &mut BTreeMap<Row, i64>, batches: Vec<ChangeBatch>) {
     for b in batches {
         for i in 0..b.len() {
             let row: Row = b
@@ -149,7 +149,7 @@ fn accumulate(out: &mut BTreeMap<Row, i64>, batches: Vec<ChangeBatch>) {
 }
 
 /// Pushes rows (key, value, weight) as one batch.
-fn push(
+pub(crate) fn push(
     op: &mut crate::Dataflow,
     out: &mut BTreeMap<Row, i64>,
     rows: Vec<(Option<i32>, Option<i64>, i64)>,
@@ -168,7 +168,7 @@ fn push(
     );
 }
 
-fn value() -> impl Strategy<Value = Option<i32>> {
+pub(crate) fn value() -> impl Strategy<Value = Option<i32>> {
     prop_oneof![1 => Just(None), 5 => (0..4i32).prop_map(Some)]
 }
 

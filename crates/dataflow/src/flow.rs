@@ -34,7 +34,41 @@ struct Place {
     inputs: Vec<NodeId>,
     /// The copies the node runs as: one per worker, or 1 (on worker 0 only).
     shards: usize,
+    /// How the node passes its input's columns on ([`source_routes`]).
+    shape: Shape,
+    /// A keyed operator with one input, sharded on several workers: its key.
+    single_input_keys: Option<Vec<Expr>>,
+    /// The positions of the key its copies are split by when its rows are routed at the
+    /// sources (`None`: by the whole key, at its input).
+    route_positions: Option<Vec<usize>>,
 }
+
+/// What a node does with its input's columns, as far as routing at the sources cares.
+enum Shape {
+    Source,
+    /// Rows pass with their columns as they are (filter, late filter).
+    Pass,
+    /// The output's columns are these expressions over the input's.
+    Project(Vec<Expr>),
+    /// Every input's rows, columns as they are.
+    Union,
+    Other,
+}
+
+impl Shape {
+    fn of(node: &Node) -> Shape {
+        match node {
+            Node::Source { .. } => Shape::Source,
+            Node::Filter { .. } | Node::LateFilter { .. } => Shape::Pass,
+            Node::Project { exprs, .. } => Shape::Project(exprs.clone()),
+            Node::Union { .. } => Shape::Union,
+            _ => Shape::Other,
+        }
+    }
+}
+
+#[path = "source_routes.rs"]
+mod source_routes;
 
 /// A view's operators as a graph — one copy per worker — with the node each table's or
 /// view's changes enter at.
@@ -43,6 +77,10 @@ pub struct Dataflow {
     copies: Vec<Graph>,
     workers: Workers,
     sources: Vec<(ObjectId, NodeId)>,
+    source_schemas: Vec<(NodeId, arrow::datatypes::SchemaRef)>,
+    /// Source nodes whose rows go to the worker a hash of these columns picks (routing at the
+    /// sources); the others' batches are cut into slices.
+    source_routes: Vec<(NodeId, Vec<Expr>)>,
     /// Per node (by id, which is preorder).
     places: Vec<Place>,
     output: NodeId,
@@ -61,12 +99,15 @@ pub fn build(node: &Node, event_time: &Arc<EventTime>, workers: &Workers) -> Res
         copies: (0..n).map(|w| Graph::on_worker(w, n)).collect(),
         workers: workers.clone(),
         sources: Vec::new(),
+        source_schemas: Vec::new(),
+        source_routes: Vec::new(),
         places: Vec::new(),
         output: 0,
         epoch: 0,
         failed: None,
     };
     flow.output = flow.add(node, "0".to_owned(), event_time, &mut Vec::new())?;
+    flow.route_at_sources()?;
     for copy in &mut flow.copies {
         copy.collect(flow.output);
     }
@@ -188,6 +229,9 @@ impl Dataflow {
                 path,
                 inputs: vec![id],
                 shards,
+                shape: Shape::Project(exprs),
+                single_input_keys: None,
+                route_positions: None,
             });
             self.connect(id, project, 0, None)?;
             built.push((node, project));
@@ -205,6 +249,7 @@ impl Dataflow {
                     }))
                 })?;
                 self.sources.push((*object, id));
+                self.source_schemas.push((id, Arc::clone(schema)));
                 id
             }
             _ => self.add_node(inputs.len(), spread, || handlers::handler(node, et))?,
@@ -213,6 +258,12 @@ impl Dataflow {
             path: path.clone(),
             inputs: Vec::new(),
             shards: if spread { n } else { 1 },
+            shape: Shape::of(node),
+            single_input_keys: keys
+                .as_ref()
+                .filter(|k| k.len() == 1)
+                .and_then(|k| k.first().cloned()),
+            route_positions: None,
         });
         for (port, input) in inputs.into_iter().enumerate() {
             let from = self.add(input, format!("{path}.{port}"), et, built)?;
@@ -256,15 +307,43 @@ impl Dataflow {
             let len = changes.len();
             let slices = if n > 1 && len >= PARALLEL_ROWS { n } else { 1 };
             let (rows, diffs) = (changes.rows(), changes.diffs());
-            self.deliver(Some(source), |worker| {
-                (worker < slices).then(|| {
-                    let (from, to) = (len * worker / slices, len * (worker + 1) / slices);
-                    Message::Data(ChangeBatch::new(
-                        rows.slice(from, to - from),
-                        diffs.slice(from, to - from),
-                    ))
-                })
-            });
+            let mut inboxes: Vec<Vec<Delivery>> = (0..n).map(|_| Vec::new()).collect();
+            for &(object, node) in &self.sources {
+                if object != source {
+                    continue;
+                }
+                let data = |changes: ChangeBatch| Delivery {
+                    node,
+                    input: 0,
+                    sender: 0,
+                    message: Message::Data(changes),
+                };
+                match self.source_routes.iter().find(|(s, _)| *s == node) {
+                    Some((_, keys)) => {
+                        let parts = match crate::route::split(changes, keys, n) {
+                            Ok(parts) => parts,
+                            Err(e) => {
+                                self.failed = Some(e.clone());
+                                return Err(e);
+                            }
+                        };
+                        for (worker, part) in parts {
+                            inboxes[worker].push(data(part));
+                        }
+                    }
+                    None => {
+                        for (worker, inbox) in inboxes.iter_mut().enumerate().take(slices) {
+                            let (from, to) = (len * worker / slices, len * (worker + 1) / slices);
+                            let slice = ChangeBatch::new(
+                                rows.slice(from, to - from),
+                                diffs.slice(from, to - from),
+                            );
+                            inbox.push(data(slice));
+                        }
+                    }
+                }
+            }
+            run_rounds(&self.workers, &mut self.copies, inboxes);
         }
         self.output()
     }
@@ -340,7 +419,18 @@ impl Dataflow {
                         .iter()
                         .map(|i| self.places[*i].path.clone())
                         .collect(),
-                    name: crate::plan::readable_intervals(&state.name),
+                    name: match self.source_routes.iter().find(|(s, _)| *s == id) {
+                        // Routed at the source: by which columns.
+                        Some((_, keys)) => format!(
+                            "{} routed by {}",
+                            state.name,
+                            keys.iter()
+                                .map(|k| k.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        None => crate::plan::readable_intervals(&state.name),
+                    },
                     rows_in,
                     rows_out: rows_out(id),
                     state_rows: state.rows,
@@ -449,6 +539,13 @@ impl Dataflow {
                                 self.places[id].path
                             ))
                         })?;
+                    let keys: Vec<_> = match &self.places[id].route_positions {
+                        Some(positions) => positions
+                            .iter()
+                            .filter_map(|p| keys.get(*p).cloned())
+                            .collect(),
+                        None => keys,
+                    };
                     let hashes = crate::route::hash_keys(&keys, batch.num_rows())?;
                     let mut rows: Vec<Vec<u32>> = (0..n).map(|_| Vec::new()).collect();
                     for (i, h) in hashes.iter().enumerate() {

@@ -311,6 +311,39 @@ impl Graph {
         Ok(())
     }
 
+    /// The nodes that read `node`'s output (one entry per edge).
+    pub(crate) fn readers(&self, node: NodeId) -> Vec<NodeId> {
+        self.nodes
+            .get(node)
+            .map_or_else(Vec::new, |n| n.targets.iter().map(|t| t.node).collect())
+    }
+
+    /// Changes how the edge `from` -> input `input` of `to` routes, and how many copies of
+    /// `from` that input waits for (before any message was sent).
+    pub(crate) fn reroute(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        input: usize,
+        route: Route,
+        senders: usize,
+    ) -> Result<()> {
+        let target = self
+            .nodes
+            .get_mut(from)
+            .and_then(|n| {
+                n.targets
+                    .iter_mut()
+                    .find(|t| t.node == to && t.input == input)
+            })
+            .ok_or_else(|| Error::internal(format!("no edge {from} -> {to}.{input}")))?;
+        target.route = route;
+        if let Some(port) = self.nodes.get_mut(to).and_then(|n| n.ports.get_mut(input)) {
+            *port = Port::new(senders);
+        }
+        Ok(())
+    }
+
     /// Delivers `message` to input `input` of `node`, then everything it causes, until the
     /// graph is quiet.
     pub fn send(&mut self, node: NodeId, input: usize, message: Message) {

@@ -40,6 +40,8 @@ mod pool;
 mod session;
 pub use pool::Workers;
 mod share;
+#[cfg(test)]
+mod source_routes_tests;
 mod stateless;
 mod temporal;
 mod topn;

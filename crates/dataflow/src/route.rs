@@ -30,7 +30,10 @@ use crate::plan::Expr;
 use twox_hash::XxHash3_64;
 
 /// The version of [`hash_keys`]; recorded with every checkpoint.
-pub const ROUTE_HASH_VERSION: u32 = 1;
+///
+/// 2: a keyed operator with one input fed through a union (a HOP) is split by the key columns
+/// that pass through to its sources, which are routed by them (`source_routes.rs`).
+pub const ROUTE_HASH_VERSION: u32 = 2;
 
 /// Whether keys of this type can be routed (have a canonical encoding here).
 pub fn routable(data_type: &DataType) -> bool {
@@ -312,7 +315,7 @@ mod tests {
         let ints: ArrayRef = Arc::new(Int64Array::from(vec![Some(1), None, Some(-7)]));
         let texts: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), Some(""), None]));
         let hashes = hash_keys(&[ints, texts], 3).unwrap();
-        assert_eq!(ROUTE_HASH_VERSION, 1);
+        assert_eq!(ROUTE_HASH_VERSION, 2);
         assert_eq!(hashes, PINNED, "{hashes:x?}");
     }
 
