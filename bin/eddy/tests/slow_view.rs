@@ -101,3 +101,158 @@ async fn a_slow_view_falls_behind_without_holding_writers_or_other_views() {
         "fast 0\nslow 0"
     );
 }
+
+/// Eddy's system tables and the views' published contents never wait for the view runtime
+/// (ADR 0009, step 7): while a new view's backfill holds the runtime thread (each log record it
+/// reads 200 ms slower, `EDDY_FAILPOINTS=backfill:late:sleep`), another session reads every
+/// system table and an existing view, and each answers before the backfill is done. Before,
+/// each system table was a question to the runtime thread, answered after the backfill.
+#[tokio::test]
+async fn system_tables_answer_while_the_runtime_backfills() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = EddyProcess::start_env(
+        &binary(),
+        dir.path(),
+        &[],
+        &[(
+            "EDDY_FAILPOINTS".to_owned(),
+            "backfill:late:sleep".to_owned(),
+        )],
+    )
+    .unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE t (id INT PRIMARY KEY, v INT);
+             CREATE MATERIALIZED VIEW early AS SELECT count(*) AS n FROM t;",
+        )
+        .await
+        .unwrap();
+    // One commit per row: the backfill of `late` reads 20 records, 4 s at least.
+    for i in 1..=20 {
+        client
+            .execute("INSERT INTO t VALUES ($1, $2)", &[&i, &i])
+            .await
+            .unwrap();
+    }
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(text(&server, "SELECT n FROM early").await, "20");
+    let creator = server.connect().await.unwrap();
+    let create = tokio::spawn(async move {
+        creator
+            .batch_execute("CREATE MATERIALIZED VIEW late AS SELECT sum(v) AS s FROM t")
+            .await
+    });
+    // Let the CREATE reach the runtime (it plans in milliseconds; the backfill takes seconds).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for table in [
+        "eddy_operators",
+        "eddy_watermarks",
+        "eddy_late_events",
+        "eddy_source_offsets",
+        "eddy_dead_letters",
+        "eddy_views",
+    ] {
+        client
+            .query(&format!("SELECT count(*) FROM {table}"), &[])
+            .await
+            .unwrap();
+        assert!(
+            !create.is_finished(),
+            "{table} answered only after the backfill was done"
+        );
+    }
+    assert_eq!(text(&server, "SELECT n FROM early").await, "20");
+    assert!(
+        !create.is_finished(),
+        "a view's rows waited for the backfill"
+    );
+    create.await.unwrap().unwrap();
+    assert_eq!(text(&server, "SELECT s FROM late").await, "210");
+    assert_eq!(
+        text(
+            &server,
+            "SELECT view, count(*) > 0 FROM eddy_operators GROUP BY view ORDER BY view"
+        )
+        .await,
+        "early t\nlate t"
+    );
+}
+
+/// A view stuck for good holds neither the writers nor the other views once it is past its
+/// budget in memory (ADR 0009, step 4): while `stuck`'s dataflow is blocked
+/// (`EDDY_FAILPOINTS=view_changes:stuck:block`), about 40 MiB of writes, 2.5 times its 16 MiB
+/// budget, are acknowledged (what is past the budget goes to the view's spill file), the other
+/// view is current and `stuck` is behind with its last contents; released, it catches up from
+/// its spill to the same answer. Before, the write past the budget waited for the view forever.
+#[tokio::test]
+async fn a_stuck_view_spills_past_its_budget_instead_of_holding_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("release");
+    let server = EddyProcess::start_env(
+        &binary(),
+        &dir.path().join("data"),
+        &[],
+        &[
+            (
+                "EDDY_FAILPOINTS".to_owned(),
+                "view_changes:stuck:block".to_owned(),
+            ),
+            (
+                "EDDY_FAILPOINTS_GATE".to_owned(),
+                gate.display().to_string(),
+            ),
+        ],
+    )
+    .unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE t (id BIGINT, pad TEXT);
+             CREATE MATERIALIZED VIEW other AS SELECT count(*) AS n, sum(id) AS s FROM t;
+             CREATE MATERIALIZED VIEW stuck AS SELECT count(*) AS n, sum(id) AS s FROM t;",
+        )
+        .await
+        .unwrap();
+    // 20 commits of 10 000 rows of 200 bytes: 2 MiB each.
+    const COMMITS: i64 = 20;
+    const ROWS: i64 = 10_000;
+    for k in 0..COMMITS {
+        let insert = format!(
+            "INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series({}, {}) AS s(g)",
+            k * ROWS + 1,
+            (k + 1) * ROWS
+        );
+        tokio::time::timeout(Duration::from_secs(120), client.batch_execute(&insert))
+            .await
+            .unwrap_or_else(|_| panic!("commit {k} waited for the stuck view"))
+            .unwrap();
+    }
+    let n = COMMITS * ROWS;
+    let want = format!("{n} {}", n * (n + 1) / 2);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while text(&server, "SELECT n, s FROM other").await != want {
+        assert!(Instant::now() < deadline, "the other view never caught up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(text(&server, "SELECT n FROM stuck").await, "0");
+    let lag: i64 = text(
+        &server,
+        "SELECT lag_epochs FROM eddy_views WHERE name = 'stuck'",
+    )
+    .await
+    .parse()
+    .unwrap();
+    assert!(lag > 0, "the stuck view should be behind");
+    std::fs::write(&gate, b"").unwrap();
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(text(&server, "SELECT n, s FROM stuck").await, want);
+    assert_eq!(
+        text(
+            &server,
+            "SELECT lag_epochs FROM eddy_views WHERE name = 'stuck'"
+        )
+        .await,
+        "0"
+    );
+}

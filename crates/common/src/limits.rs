@@ -41,6 +41,9 @@ pub const RUNTIME_QUEUE_KIB: u32 = 256 * 1024;
 /// waits for that view (its budget): memory stays bounded when a view is slower than its
 /// inputs.
 pub const VIEW_QUEUE_KIB: u32 = 16 * 1024;
+/// MiB of changes past its in-memory budget a view may have in its spill file (on disk, in the
+/// data directory) before the runtime waits for it, throttling the writers.
+pub const VIEW_SPILL_MIB_MAX: u64 = 1024;
 /// How long the end of an epoch waits for a view that no other view reads before it goes on
 /// without it: the view is then *behind* (`eddy_views.lag_epochs`), its contents stay at the
 /// last epoch it completed and it catches up on its own while the others go on.

@@ -81,7 +81,8 @@ impl Engine {
             .flatten()
             .map(|(_, p)| p.rows().get_array_memory_size())
             .sum();
-        let mut budget = Some(self.runtime.reserve(bytes).await?);
+        let messages = routed.iter().map(Vec::len).sum();
+        let mut budget = Some(self.runtime.reserve(bytes, messages).await?);
         let ticket = self.log.commit(log_writes);
         for ((table, changes), parts) in writes.iter().zip(routed) {
             table.write().apply(changes)?;

@@ -1,8 +1,11 @@
-//! Test hooks, in debug builds only: `EDDY_FAILPOINTS=step:view:panic|error|sleep[:once],...`
-//! makes a step of one view panic, fail or take 200 ms longer (a slow view), so tests can prove
-//! what the server does then. Steps:
+//! Test hooks, in debug builds only:
+//! `EDDY_FAILPOINTS=step:view:panic|error|sleep|block[:once],...` makes a step of one view
+//! panic, fail, take 200 ms longer (a slow view) or wait until the file named by
+//! `EDDY_FAILPOINTS_GATE` exists (a stuck view the test releases), so tests can prove what the
+//! server does then. Steps:
 //! `restore_view` (recovery, from the checkpoint), `rebuild_view` (recovery, from the log),
-//! `view_changes` (the live dataflow, on every batch of changes it is handed). With `once`, a
+//! `view_changes` (the live dataflow, on every batch of changes it is handed), `backfill` (a new
+//! view's backfill, on every log record it reads; it runs on the runtime thread). With `once`, a
 //! point fires the first time only (a restart of the view then succeeds).
 
 use std::sync::OnceLock;
@@ -16,6 +19,7 @@ enum Action {
     Panic,
     Error,
     Sleep,
+    Block,
 }
 
 /// How long a `sleep` failpoint holds the step.
@@ -44,6 +48,7 @@ fn points() -> &'static [Point] {
                     action: match parts.next() {
                         Some("panic") => Action::Panic,
                         Some("sleep") => Action::Sleep,
+                        Some("block") => Action::Block,
                         _ => Action::Error,
                     },
                     once: (parts.next() == Some("once")).then(|| AtomicBool::new(false)),
@@ -73,6 +78,14 @@ pub(crate) fn failpoint(step: &str, view: &str) -> Result<()> {
         Action::Panic => std::panic::panic_any(message),
         Action::Sleep => {
             std::thread::sleep(SLEEP);
+            Ok(())
+        }
+        Action::Block => {
+            let gate = std::env::var_os("EDDY_FAILPOINTS_GATE")
+                .ok_or_else(|| Error::internal(format!("{message}: no EDDY_FAILPOINTS_GATE")))?;
+            while !std::path::Path::new(&gate).exists() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             Ok(())
         }
         Action::Error => Err(Error::internal(message)),

@@ -302,6 +302,7 @@ impl Engine {
             Some(marks),
             Arc::clone(&config.clock),
             config.barrier_interval,
+            Some(dir.clone()),
         )?;
         runtime.seed_clocks(clocks)?;
         Ok(Arc::new(Engine {
@@ -430,10 +431,6 @@ impl Engine {
 
     pub(crate) fn runtime(&self) -> &ViewRuntime {
         &self.runtime
-    }
-
-    pub(crate) fn view_snapshots(&self) -> views::Snapshots {
-        self.runtime.snapshots()
     }
 
     /// Applies tables' retention every [`retention::RETENTION_INTERVAL`] from now on, and

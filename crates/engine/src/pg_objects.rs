@@ -168,7 +168,7 @@ pub(crate) fn relation_size(engine: &Engine, oid: u32) -> Option<u64> {
     match object.kind {
         RelationKind::Table => Some(engine.log.object_bytes(object.id)),
         RelationKind::MaterializedView => {
-            let operators = engine.runtime().operators().ok()?;
+            let operators = engine.runtime().operators();
             let name = object.name.display();
             Some(
                 operators

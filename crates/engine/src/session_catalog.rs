@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use eddy_common::{Error, ObjectId, Result};
+use eddy_common::{Error, ObjectId, Result, SqlState};
 use eddy_sql::pg_catalog::Namespace;
 use eddy_sql::{CatalogSource, EDDY_CATALOG_SCHEMA, QualifiedName, TableSource, ViewDefinition};
 
@@ -23,10 +23,10 @@ use crate::{Engine, Table};
 pub(crate) struct SessionCatalog {
     pub(crate) engine: Arc<Engine>,
     pub(crate) forks: Mutex<HashMap<ObjectId, TableData>>,
-    /// The views' contents as the running statement reads them: taken when it first reads a
+    /// The views' contents as the running statement reads them: taken when it first scans a
     /// view, so that all the views it reads are of one epoch (and statements that read no
     /// view never have snapshots built).
-    views: Mutex<Option<crate::views::Snapshots>>,
+    views: Arc<StatementViews>,
     path: Mutex<SearchPath>,
     /// The session's backend pid (`pg_stat_activity`).
     pub(crate) pid: i32,
@@ -58,9 +58,12 @@ impl Drop for Local<'_> {
 impl SessionCatalog {
     pub(crate) fn new(engine: Arc<Engine>, path: SearchPath, pid: i32) -> Self {
         SessionCatalog {
+            views: Arc::new(StatementViews {
+                engine: Arc::clone(&engine),
+                taken: Mutex::new(None),
+            }),
             engine,
             forks: Mutex::new(HashMap::new()),
-            views: Mutex::new(None),
             path: Mutex::new(path),
             pid,
             variables: Mutex::new(Variables::default()),
@@ -80,7 +83,7 @@ impl SessionCatalog {
             id: ObjectId(0),
             kind: "BASE TABLE",
             schema,
-            snapshot: Some(Arc::new(rows)),
+            contents: Contents::Rows(Arc::new(rows)),
             watermark: None,
             append_only: false,
         };
@@ -120,11 +123,11 @@ impl SessionCatalog {
     }
 
     pub(crate) fn begin_statement(&self) {
-        self.views.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.views.forget();
     }
 
     pub(crate) fn end_statement(&self) {
-        self.views.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.views.forget();
     }
 
     /// The session's search path.
@@ -138,22 +141,12 @@ impl SessionCatalog {
 
     fn view_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
         let view = self.engine.view(name)?;
-        let snapshots = self
-            .views
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert_with(|| self.engine.view_snapshots())
-            .clone();
-        let snapshot = snapshots
-            .get(&view.def.id)
-            .cloned()
-            .unwrap_or_else(|| Arc::new(Vec::new()));
         let watermark = view.watermark.as_ref().map(|(column, _)| column.clone());
         Some(Arc::new(SnapshotTable {
             id: view.def.id,
             kind: "VIEW",
             schema: Arc::clone(&view.schema),
-            snapshot: Some(snapshot),
+            contents: Contents::View(Arc::clone(&self.views), name.display()),
             watermark,
             append_only: false,
         }))
@@ -166,7 +159,7 @@ impl SessionCatalog {
             id: view.id,
             kind: "VIEW",
             schema,
-            snapshot: None,
+            contents: Contents::None,
             watermark: None,
             append_only: false,
         }))
@@ -181,18 +174,21 @@ impl SessionCatalog {
                 None => table.snapshot(),
             }
         };
-        // A snapshot that cannot be built surfaces as an empty table only if decoding rows
-        // failed, which is a bug; log it loudly rather than fail planning.
-        let snapshot = snapshot.unwrap_or_else(|e| {
-            tracing::error!(table = %name.display(), error = %e, "building a table snapshot failed");
-            Arc::new(Vec::new())
-        });
+        // A snapshot that cannot be built (decoding rows failed, a bug) fails the statements
+        // that scan the table, not those that only name it (`\d`, a catalog lookup).
+        let contents = match snapshot {
+            Ok(rows) => Contents::Rows(rows),
+            Err(e) => {
+                tracing::error!(table = %name.display(), error = %e, "building a table snapshot failed");
+                Contents::Failed(e)
+            }
+        };
         let watermark = table.def.watermark.as_ref().map(|w| w.column.clone());
         Some(Arc::new(SnapshotTable {
             id: table.def.id,
             kind: "BASE TABLE",
             schema: Arc::clone(&table.schema),
-            snapshot: Some(snapshot),
+            contents,
             watermark,
             append_only: table.def.append_only,
         }))
@@ -210,12 +206,12 @@ impl CatalogSource for SessionCatalog {
             return Some(Arc::clone(local));
         }
         if schema == EDDY_CATALOG_SCHEMA {
-            let (schema, batch) = crate::system::table(&self.engine, name)?;
+            let (name, schema) = crate::system::schema(name)?;
             return Some(Arc::new(SnapshotTable {
                 id: ObjectId(0),
                 kind: "BASE TABLE",
                 schema,
-                snapshot: Some(Arc::new(batch)),
+                contents: Contents::System(Arc::clone(&self.engine), name),
                 watermark: None,
                 append_only: false,
             }));
@@ -227,7 +223,7 @@ impl CatalogSource for SessionCatalog {
                 id: source.def.id,
                 kind: "FOREIGN",
                 schema: Arc::clone(&source.schema),
-                snapshot: None,
+                contents: Contents::None,
                 watermark,
                 append_only: source.def.append_only,
             }));
@@ -314,7 +310,8 @@ impl CatalogSource for SessionCatalog {
     }
 }
 
-/// A relation frozen at the moment a statement resolved it (a source or a plain view has no
+/// A relation as a statement resolved it: a table frozen then, a materialized view or a
+/// system table read when the statement first scans it (a source or a plain view has no
 /// contents to read).
 #[derive(Debug)]
 struct SnapshotTable {
@@ -322,11 +319,12 @@ struct SnapshotTable {
     /// `information_schema.tables.table_type`.
     kind: &'static str,
     schema: SchemaRef,
-    snapshot: Option<Arc<Vec<RecordBatch>>>,
+    contents: Contents,
     watermark: Option<String>,
     append_only: bool,
 }
 
+#[async_trait::async_trait]
 impl TableSource for SnapshotTable {
     fn table_type(&self) -> &'static str {
         self.kind
@@ -348,12 +346,73 @@ impl TableSource for SnapshotTable {
         Arc::clone(&self.schema)
     }
 
-    fn scan(&self) -> Result<Arc<Vec<RecordBatch>>> {
-        self.snapshot.clone().ok_or_else(|| match self.kind {
-            "VIEW" => Error::internal("a plain view is expanded into its query, never scanned"),
-            _ => Error::unsupported("a source is not stored by Eddy, so it cannot be queried directly")
-                .with_hint("read it through a materialized view (CREATE MATERIALIZED VIEW v AS SELECT ... FROM the source), or SUBSCRIBE to a query over it"),
-        })
+    async fn scan(&self) -> Result<Arc<Vec<RecordBatch>>> {
+        match &self.contents {
+            Contents::Rows(rows) => Ok(Arc::clone(rows)),
+            Contents::Failed(e) => Err(e.clone()),
+            Contents::View(views, name) => views.rows(self.id, name).await,
+            Contents::System(engine, name) => Ok(Arc::new(crate::system::rows(engine, name)?)),
+            Contents::None => Err(match self.kind {
+                "VIEW" => Error::internal("a plain view is expanded into its query, never scanned"),
+                _ => Error::unsupported("a source is not stored by Eddy, so it cannot be queried directly")
+                    .with_hint("read it through a materialized view (CREATE MATERIALIZED VIEW v AS SELECT ... FROM the source), or SUBSCRIBE to a query over it"),
+            }),
+        }
+    }
+}
+
+/// What scanning a [`SnapshotTable`] reads.
+#[derive(Debug)]
+enum Contents {
+    Rows(Arc<Vec<RecordBatch>>),
+    /// Rows that could not be read.
+    Failed(Error),
+    /// A materialized view (by name, for errors), from the statement's snapshots.
+    View(Arc<StatementViews>, String),
+    /// A table of `eddy_catalog`, computed when scanned.
+    System(Arc<Engine>, &'static str),
+    /// A source or a plain view.
+    None,
+}
+
+/// The published contents of every materialized view as one statement reads them: taken at
+/// the statement's first scan of a view and kept until it ends, so one statement sees one
+/// epoch of every view. Taking them may wait for the runtime to build them, asynchronously.
+#[derive(Debug)]
+pub(crate) struct StatementViews {
+    engine: Arc<Engine>,
+    taken: Mutex<Option<crate::views::Snapshots>>,
+}
+
+impl StatementViews {
+    fn forget(&self) {
+        self.taken.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    async fn rows(&self, id: ObjectId, name: &str) -> Result<Arc<Vec<RecordBatch>>> {
+        let taken = self.taken.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let snapshots = match taken {
+            Some(snapshots) => snapshots,
+            None => {
+                let fresh = self.engine.runtime().snapshots().await;
+                // Another scan of this statement may have taken them meanwhile: the first wins.
+                self.taken
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(fresh)
+                    .clone()
+            }
+        };
+        match snapshots.get(&id) {
+            Some(rows) => rows.clone(),
+            // The runtime has not published since the view was added (it is busy: a backfill,
+            // a restore, a view it waits for): no contents to read yet, which is not "empty".
+            None => Err(Error::new(
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!("materialized view {name} has no contents published yet"),
+            )
+            .with_hint("the view runtime is busy (a backfill, a restore or a view it waits for); try again in a moment")),
+        }
     }
 }
 

@@ -382,6 +382,7 @@ impl Engine {
                     .iter()
                     .map(|c| c.rows().get_array_memory_size())
                     .sum(),
+                1,
             )
             .await?;
         let position = ReaderPosition {

@@ -28,9 +28,25 @@ pub(crate) const NAMES: [&str; 7] = [
     "eddy_watermarks",
 ];
 
-/// The system table `name` as (schema, rows).
-pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<RecordBatch>)> {
-    let built = match name {
+/// The system table `name`: its name as [`NAMES`] spells it, and its columns.
+pub(crate) fn schema(name: &str) -> Option<(&'static str, SchemaRef)> {
+    let name = NAMES.into_iter().find(|n| *n == name)?;
+    let schema = match name {
+        "eddy_views" => views_schema(),
+        "eddy_operators" => operators_schema(),
+        "eddy_watermarks" => watermarks_schema(),
+        "eddy_late_events" => late_events_schema(),
+        "eddy_source_offsets" => source_offsets_schema(),
+        "eddy_dead_letters" => dead_letters_schema(),
+        _ => checkpoints_schema(),
+    };
+    Some((name, schema))
+}
+
+/// The rows of system table `name` as of now. Nothing here waits for the view runtime: it
+/// reads what the runtime published.
+pub(crate) fn rows(engine: &Engine, name: &str) -> Result<Vec<RecordBatch>> {
+    let (_, batch) = match name {
         "eddy_views" => views(engine),
         "eddy_operators" => operators(engine),
         "eddy_watermarks" => watermarks(engine),
@@ -38,27 +54,9 @@ pub(crate) fn table(engine: &Engine, name: &str) -> Option<(SchemaRef, Vec<Recor
         "eddy_source_offsets" => source_offsets(engine),
         "eddy_dead_letters" => dead_letters(engine),
         "eddy_checkpoints" => checkpoints(engine),
-        _ => return None,
-    };
-    Some(match built {
-        Ok((schema, batch)) => (schema, vec![batch]),
-        Err(e) => {
-            tracing::error!(table = name, error = %e, "reading a system table failed");
-            (empty_schema(name), Vec::new())
-        }
-    })
-}
-
-fn empty_schema(name: &str) -> SchemaRef {
-    match name {
-        "eddy_views" => views_schema(),
-        "eddy_operators" => operators_schema(),
-        "eddy_watermarks" => watermarks_schema(),
-        "eddy_source_offsets" => source_offsets_schema(),
-        "eddy_dead_letters" => dead_letters_schema(),
-        "eddy_checkpoints" => checkpoints_schema(),
-        _ => late_events_schema(),
-    }
+        _ => return Err(Error::internal(format!("no system table {name}"))),
+    }?;
+    Ok(vec![batch])
 }
 
 fn batch(
@@ -126,7 +124,7 @@ fn operators_schema() -> SchemaRef {
 
 /// Per view and operator: rows in and out, the state held (rows, bytes) and its shards.
 fn operators(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
-    let rows = engine.runtime().operators()?;
+    let rows = engine.runtime().operators();
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(
             rows.iter().map(|(v, _)| v.clone()).collect::<Vec<_>>(),
@@ -178,7 +176,7 @@ fn watermarks_schema() -> SchemaRef {
 /// The watermark of each stream partition, each stream (partition NULL, the merged value) and
 /// each view reading streams (partition NULL).
 fn watermarks(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
-    let mut rows = engine.runtime().watermarks()?;
+    let mut rows = engine.runtime().watermarks();
     for row in &mut rows {
         // A stream's id, with the view reading it for a source: "7 (v)".
         let (id, reader) = row
@@ -276,7 +274,7 @@ fn late_events_schema() -> SchemaRef {
 
 /// Every late row a view did not apply.
 fn late_events(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
-    let rows = engine.runtime().late_events()?;
+    let rows = engine.runtime().late_events();
     let received = rows
         .iter()
         .map(|r| {
@@ -324,7 +322,7 @@ fn source_offsets_schema() -> SchemaRef {
 /// (into a table, or for a view reading a source): how far it has read, where the source
 /// ends, and how many records `on_error = 'skip'` dropped since the server started.
 fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
-    let consumers = engine.runtime().offsets()?;
+    let consumers = engine.runtime().offsets();
     // (object, partition, consumer, committed offset, end, skipped)
     type Row = (
         String,
@@ -476,7 +474,7 @@ fn dead_letters(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
             )
         })
         .collect();
-    for l in engine.runtime().dead_letters()? {
+    for l in engine.runtime().dead_letters() {
         let at = l
             .received_at
             .duration_since(std::time::UNIX_EPOCH)

@@ -20,13 +20,16 @@ use eddy_common::Error;
 use crate::pg_catalog::{Activity, Namespace, Relation};
 
 /// A table as the planner sees it: a schema and a consistent snapshot of its rows.
+#[async_trait]
 pub trait TableSource: Send + Sync + fmt::Debug {
     /// The catalog id of the table or view (what dataflows name as their sources).
     fn object_id(&self) -> eddy_common::ObjectId;
     fn schema(&self) -> SchemaRef;
-    /// The table's current contents. Repeated calls within one statement must return the same
-    /// snapshot (the engine hands out an immutable `Arc`ed copy).
-    fn scan(&self) -> eddy_common::Result<Arc<Vec<RecordBatch>>>;
+    /// The table's current contents, read when a statement's plan is made executable. Repeated
+    /// calls within one statement must return the same snapshot (the engine hands out an
+    /// immutable `Arc`ed copy). It may wait, asynchronously (a materialized view's contents
+    /// being published); an error fails the statement.
+    async fn scan(&self) -> eddy_common::Result<Arc<Vec<RecordBatch>>>;
     /// The column `WATERMARK FOR` names, for streams that declare one.
     fn watermark_column(&self) -> Option<String> {
         None
@@ -260,6 +263,7 @@ impl TableProvider for TableBridge {
         let batches: Vec<RecordBatch> = self
             .source
             .scan()
+            .await
             .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
             .iter()
             .map(|b| b.clone().with_schema(Arc::clone(&self.schema)))

@@ -529,6 +529,7 @@ fn undefined(name: &str) -> Error {
 #[derive(Debug)]
 struct SystemRelation;
 
+#[async_trait::async_trait]
 impl crate::TableSource for SystemRelation {
     fn object_id(&self) -> ObjectId {
         ObjectId(0)
@@ -538,7 +539,7 @@ impl crate::TableSource for SystemRelation {
         std::sync::Arc::new(arrow::datatypes::Schema::empty())
     }
 
-    fn scan(&self) -> Result<std::sync::Arc<Vec<arrow::array::RecordBatch>>> {
+    async fn scan(&self) -> Result<std::sync::Arc<Vec<arrow::array::RecordBatch>>> {
         Err(Error::internal(
             "a system relation is read through its own schema provider",
         ))

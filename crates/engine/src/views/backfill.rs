@@ -80,6 +80,7 @@ impl RuntimeState {
             .collect();
         commits.sort_by_key(|(object, r)| (r.txn, *object, r.partition));
         for (object, record) in commits {
+            crate::failpoints::failpoint("backfill", &view.def.name)?;
             for batch in &record.changes {
                 pending.extend(catch_panic("a view's operators", || {
                     dataflow.push(object, batch)
@@ -145,7 +146,7 @@ impl RuntimeState {
             .partition(|s| s.view == id);
         self.parked_sinks = parked;
         self.sinks.extend(back);
-        let lane = lane::Lane::start(&view.def.name, dataflow, pending)?;
+        let lane = lane::Lane::start(&view.def.name, dataflow, pending, self.spill_dir.as_deref())?;
         self.views.push(Entry {
             view,
             lane,
@@ -179,7 +180,12 @@ impl RuntimeState {
         if !inserts.is_empty() {
             data.apply(&inserts)?;
         }
-        let lane = lane::Lane::start(&view.def.name, dataflow, Vec::new())?;
+        let lane = lane::Lane::start(
+            &view.def.name,
+            dataflow,
+            Vec::new(),
+            self.spill_dir.as_deref(),
+        )?;
         self.views.push(Entry {
             view,
             lane,

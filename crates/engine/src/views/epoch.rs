@@ -150,6 +150,7 @@ impl RuntimeState {
             self.feed_sinks(self.epoch, &outputs);
         }
         self.publish_lag();
+        self.publish_status();
         if changed
             || self
                 .published
@@ -289,6 +290,7 @@ impl RuntimeState {
             self.mark_stale();
         }
         self.publish_lag();
+        self.publish_status();
     }
 
     /// Whether some view is behind.
@@ -357,14 +359,11 @@ impl RuntimeState {
     pub(super) fn publish(&mut self) {
         let mut map = HashMap::with_capacity(self.views.len());
         for entry in &mut self.views {
-            match entry.contents.snapshot() {
-                Ok(s) => {
-                    map.insert(entry.view.def.id, s);
-                }
-                Err(e) => {
-                    tracing::error!(view = %entry.view.def.name, error = %e, "building a view snapshot failed")
-                }
+            let snapshot = entry.contents.snapshot();
+            if let Err(e) = &snapshot {
+                tracing::error!(view = %entry.view.def.name, error = %e, "building a view snapshot failed");
             }
+            map.insert(entry.view.def.id, snapshot);
         }
         *self.published.write().unwrap_or_else(|p| p.into_inner()) = Published {
             snapshots: Arc::new(map),

@@ -1,5 +1,6 @@
-//! [`ViewRuntime`]: the handle sessions and the engine hold; every call is a message to the runtime
-//! thread.
+//! [`ViewRuntime`]: the handle sessions and the engine hold. Every call that changes something
+//! is a message to the runtime thread; reads (snapshots, what the system tables show) take what
+//! the thread published and never wait for it to answer.
 
 use super::*;
 
@@ -11,6 +12,7 @@ pub struct ViewRuntime {
     budget: Arc<tokio::sync::Semaphore>,
     failures: ViewFailures,
     lag: ViewLag,
+    observed: Arc<observed::Observed>,
 }
 
 impl ViewRuntime {
@@ -18,14 +20,17 @@ impl ViewRuntime {
     /// every `interval` while views change (`None`: only on `CHECKPOINT`).
     /// Idle decisions about tables' watermarks go to `marks` (table, watermark): the engine
     /// records each in the table's log and sends it back as [`ViewRuntime::watermark`] (`None`:
-    /// applied at once, for tests without a log).
+    /// applied at once, for tests without a log). A view's changes past its budget in memory
+    /// are spilled to `spill_dir` (`None`: the runtime waits for the view instead).
     pub fn start(
         checkpoints: Option<Checkpoints>,
         marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>,
         clock: Arc<dyn eddy_common::time::Clock>,
         barrier_interval: Duration,
+        spill_dir: Option<std::path::PathBuf>,
     ) -> Result<ViewRuntime> {
-        let (tx, rx) = mpsc::sync_channel(limits::RUNTIME_QUEUE_CAPACITY);
+        // Room for the budgeted changes, and as much again for requests (DDL, FLUSH, ...).
+        let (tx, rx) = mpsc::sync_channel(2 * limits::RUNTIME_QUEUE_CAPACITY);
         let published = Arc::new(RwLock::new(Published {
             snapshots: Arc::new(HashMap::new()),
             stale: false,
@@ -33,6 +38,7 @@ impl ViewRuntime {
         let requests = Arc::new(SnapshotRequests::default());
         let failures = ViewFailures::default();
         let lag = ViewLag::default();
+        let observed = Arc::new(observed::Observed::default());
         let state = RuntimeState {
             views: Vec::new(),
             epoch: 0,
@@ -43,8 +49,7 @@ impl ViewRuntime {
             lag: Arc::clone(&lag),
             subscribers: Vec::new(),
             clocks: HashMap::new(),
-            late: Vec::new(),
-            failed: Vec::new(),
+            observed: Arc::clone(&observed),
             checkpoints,
             last_checkpoint: Instant::now(),
             recovered: false,
@@ -55,6 +60,7 @@ impl ViewRuntime {
             marks,
             clock,
             barrier_interval,
+            spill_dir,
         };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
@@ -71,6 +77,7 @@ impl ViewRuntime {
             budget,
             failures,
             lag,
+            observed,
         })
     }
 
@@ -87,10 +94,16 @@ impl ViewRuntime {
         }
     }
 
-    /// Reserves room for `bytes` of changes in the runtime's queue, waiting while views are
-    /// behind (a reservation larger than the whole queue waits for all of it).
-    pub async fn reserve(&self, bytes: usize) -> Result<QueueBudget> {
-        let kib = (bytes / 1024).clamp(1, limits::RUNTIME_QUEUE_KIB as usize) as u32;
+    /// Reserves room for `bytes` of changes in `messages` messages in the runtime's queue,
+    /// waiting (asynchronously) while views are behind; a reservation larger than the whole
+    /// queue waits for all of it. Each message counts at least its share of the queue's
+    /// capacity in messages, so budgeted changes cannot fill the channel and block the sending
+    /// thread (a tokio worker, under the write lock) in [`ViewRuntime::changes`].
+    pub async fn reserve(&self, bytes: usize, messages: usize) -> Result<QueueBudget> {
+        let per_message = limits::RUNTIME_QUEUE_KIB as usize / limits::RUNTIME_QUEUE_CAPACITY;
+        let kib = (bytes / 1024)
+            .max(messages.saturating_mul(per_message))
+            .clamp(1, limits::RUNTIME_QUEUE_KIB as usize) as u32;
         let permit = Arc::clone(&self.budget)
             .acquire_many_owned(kib)
             .await
@@ -138,9 +151,9 @@ impl ViewRuntime {
         })
     }
 
-    /// Every late row the views dropped (`eddy_late_events`).
-    pub fn late_events(&self) -> Result<Vec<LateRecord>> {
-        self.ask(|reply| Message::LateEvents { reply })
+    /// Every late row the views dropped (`eddy_late_events`), oldest first.
+    pub fn late_events(&self) -> Vec<LateRecord> {
+        self.observed.late()
     }
 
     /// Views that failed, with why: their dataflow failed (they stopped updating), or they
@@ -159,27 +172,15 @@ impl ViewRuntime {
         self.send(Message::Recovered)
     }
 
-    /// Every row a view could not evaluate (`eddy_dead_letters`).
-    pub fn dead_letters(&self) -> Result<Vec<FailedRow>> {
-        self.ask(|reply| Message::DeadLetters { reply })
+    /// Every row a view could not evaluate (`eddy_dead_letters`), oldest first.
+    pub fn dead_letters(&self) -> Vec<FailedRow> {
+        self.observed.failed()
     }
 
-    /// The watermark of every stream partition and view (`eddy_watermarks`).
-    pub fn watermarks(&self) -> Result<Vec<WatermarkRow>> {
-        self.ask(|reply| Message::Watermarks { reply })
-    }
-
-    /// Sends a question to the runtime thread and waits for the answer; a runtime busy with a
-    /// long backfill answers 53000 after 10 s rather than hanging the session.
-    fn ask<T>(&self, message: impl FnOnce(mpsc::Sender<T>) -> Message) -> Result<T> {
-        let (reply, answer) = mpsc::channel();
-        self.send(message(reply))?;
-        answer.recv_timeout(Duration::from_secs(10)).map_err(|_| {
-            Error::new(
-                SqlState::INSUFFICIENT_RESOURCES,
-                "the view runtime did not answer within 10 s",
-            )
-        })
+    /// The watermark of every stream partition and view (`eddy_watermarks`) as of the last
+    /// epoch end.
+    pub fn watermarks(&self) -> Vec<WatermarkRow> {
+        self.observed.watermarks()
     }
 
     /// Registers a view; `tables` are the logged commits of the tables it reads (taken under
@@ -319,28 +320,30 @@ impl ViewRuntime {
         Ok(done)
     }
 
-    /// How far every materialized view has read its tables' logs.
-    pub fn offsets(&self) -> Result<Vec<ConsumerOffsets>> {
-        self.ask(|reply| Message::Offsets { reply })
+    /// How far every materialized view has read its tables' logs, as of the last epoch end.
+    pub fn offsets(&self) -> Vec<ConsumerOffsets> {
+        self.observed.offsets()
     }
 
-    /// Every operator of every materialized view (temporary subscription views excluded).
-    pub fn operators(&self) -> Result<Vec<(String, eddy_dataflow::OperatorStats)>> {
-        self.ask(|reply| Message::Operators { reply })
+    /// Every operator of every materialized view (temporary subscription views excluded), as
+    /// each view's lane published them at the last epoch end it answered.
+    pub fn operators(&self) -> Vec<(String, eddy_dataflow::OperatorStats)> {
+        self.observed.operators()
     }
 
     /// The contents of every view as of the last epoch. When an epoch changed some view since
     /// they were last built, the runtime builds them between two messages (before the queued
-    /// changes behind them); a runtime busy for 10 s (a long backfill) leaves the reader with
-    /// the last snapshots built, an earlier but consistent moment.
-    pub fn snapshots(&self) -> Snapshots {
+    /// changes behind them); a runtime busy for [`SNAPSHOT_WAIT`] (a long backfill) leaves
+    /// the reader with the last snapshots built, an earlier but consistent moment. The wait
+    /// is asynchronous: the session's tokio worker serves other sessions meanwhile.
+    pub async fn snapshots(&self) -> Snapshots {
         {
             let published = self.published.read().unwrap_or_else(|p| p.into_inner());
             if !published.stale {
                 return Arc::clone(&published.snapshots);
             }
         }
-        let (reply, answer) = mpsc::channel();
+        let (reply, answer) = oneshot::channel();
         self.requests
             .waiting
             .lock()
@@ -358,11 +361,11 @@ impl ViewRuntime {
         {
             let _ = queue.try_send(Message::Wake);
         }
-        answer
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| {
+        match tokio::time::timeout(SNAPSHOT_WAIT, answer).await {
+            Ok(Ok(snapshots)) => snapshots,
+            _ => {
                 tracing::warn!(
-                    "the view runtime did not publish within 10 s; reading earlier snapshots"
+                    "the view runtime did not publish within {SNAPSHOT_WAIT:?}; reading earlier snapshots"
                 );
                 Arc::clone(
                     &self
@@ -371,7 +374,8 @@ impl ViewRuntime {
                         .unwrap_or_else(|p| p.into_inner())
                         .snapshots,
                 )
-            })
+            }
+        }
     }
 
     pub fn shutdown(&self) {
@@ -394,17 +398,50 @@ mod tests {
             None,
             eddy_common::time::system_clock(),
             BARRIER_INTERVAL,
+            None,
         )
         .unwrap();
         // Everything the queue holds is in flight: the next writer waits...
-        let all = runtime.reserve(usize::MAX).await.unwrap();
-        assert!(runtime.reserve(4096).now_or_never().is_none());
+        let all = runtime.reserve(usize::MAX, 1).await.unwrap();
+        assert!(runtime.reserve(4096, 1).now_or_never().is_none());
         // ...until the runtime has processed those changes.
         runtime
             .changes(ObjectId(1), 0, None, Vec::new(), Some(all))
             .unwrap();
         runtime.flush().unwrap().await.unwrap().unwrap();
-        assert!(runtime.reserve(4096).now_or_never().is_some());
+        assert!(runtime.reserve(4096, 1).now_or_never().is_some());
+        runtime.shutdown();
+    }
+
+    #[tokio::test]
+    async fn small_writes_wait_before_they_could_fill_the_runtime_channel() {
+        let runtime = ViewRuntime::start(
+            None,
+            None,
+            eddy_common::time::system_clock(),
+            BARRIER_INTERVAL,
+            None,
+        )
+        .unwrap();
+        // Whether a reservation is granted at once (outside tokio's cooperative budget, which
+        // would make the 129th poll of a task pending whatever the semaphore holds).
+        let now = |messages: usize| {
+            tokio::task::unconstrained(runtime.reserve(16, messages)).now_or_never()
+        };
+        // One-message writes of a few bytes: as many as the channel has room for exhaust the
+        // budget, so the next one waits for a permit instead of blocking in `changes`.
+        let held: Vec<QueueBudget> = (0..limits::RUNTIME_QUEUE_CAPACITY)
+            .map(|_| now(1).unwrap().unwrap())
+            .collect();
+        assert!(now(1).is_none());
+        drop(held);
+        // A write of many partitions counts each message.
+        let half = limits::RUNTIME_QUEUE_CAPACITY / 2;
+        let first = now(half).unwrap().unwrap();
+        let _second = now(half).unwrap().unwrap();
+        assert!(now(1).is_none());
+        drop(first);
+        assert!(now(1).is_some());
         runtime.shutdown();
     }
 }

@@ -3,16 +3,20 @@
 //! thread that takes the next commits; an epoch end is a request answered with everything the
 //! view emitted in the epoch (ADR 0009, step 4's seam).
 //!
-//! A lane holds at most [`limits::VIEW_QUEUE_KIB`] of changes sent and not yet handled: past
-//! it, [`Lane::push`] waits for the view (the per-view budget), so a view that is behind holds
-//! the runtime thread and, through the runtime's queue, the writers, instead of the server
-//! buffering without bound.
+//! A lane holds at most [`limits::VIEW_QUEUE_KIB`] of changes sent and not yet handled in
+//! memory (the per-view budget). Past it, [`Lane::push`] writes the changes to the lane's spill
+//! file (an unlinked temporary file in the data directory) and sends the lane only where they
+//! are, so a view slower than its inputs falls behind (`eddy_views.lag_epochs`) without holding
+//! the runtime thread, the other views or the writers. Past [`limits::VIEW_SPILL_MIB_MAX`] on
+//! disk too (or without a data directory), `push` waits for the view: the writers are then
+//! throttled, and nothing grows without bound.
 //!
-//! Invariants: a lane handles its commands in the order sent, so a view sees its inputs in
-//! commit order with marks and barriers in place, exactly as when the runtime thread ran the
-//! dataflow itself; a failure (an error or a panic in an operator) is kept and answers every
-//! later epoch end, and the lane handles nothing more; dropping the lane lets its thread end
-//! once it has handled what was sent (the runtime never waits for a dropped view).
+//! Invariants: a lane handles its commands in the order sent, spilled changes in their place
+//! among them, so a view sees its inputs in commit order with marks and barriers in place,
+//! exactly as when the runtime thread ran the dataflow itself; a failure (an error or a panic
+//! in an operator) is kept and answers every later epoch end, and the lane handles nothing
+//! more; dropping the lane lets its thread end once it has handled what was sent (the runtime
+//! never waits for a dropped view).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
@@ -26,6 +30,8 @@ use eddy_dataflow::{Dataflow, OperatorStats};
 enum Command {
     /// Changes, and the bytes of them counted against the budget.
     Push(ObjectId, Vec<ChangeBatch>, usize),
+    /// Changes past the budget, in the spill file.
+    Spilled(ObjectId, Spilled),
     Watermark(ObjectId, i64),
     EndEpoch(EpochEnd, mpsc::Sender<Result<Vec<ChangeBatch>>>),
     Save(mpsc::Sender<Result<Vec<(String, RecordBatch)>>>),
@@ -43,6 +49,37 @@ pub(super) struct EpochEnd {
 pub(super) struct Lane {
     commands: mpsc::Sender<Command>,
     queue: Arc<Queue>,
+    /// Where changes past the budget go (`None`: nowhere, `push` waits).
+    spill: Option<Spill>,
+}
+
+/// A lane's spill file: created at the first spill, appended by the runtime thread, read back
+/// by the lane's thread at the offsets its commands name; emptied whenever everything written
+/// has been read. It is unlinked from the start, so it goes with the lane (or a crash).
+struct Spill {
+    dir: std::path::PathBuf,
+    file: Option<Arc<std::fs::File>>,
+    /// Where the next write goes.
+    end: u64,
+}
+
+/// One batch of changes in the spill file.
+struct Spilled {
+    file: Arc<std::fs::File>,
+    at: u64,
+    len: usize,
+    schema: arrow::datatypes::SchemaRef,
+}
+
+impl Spilled {
+    fn read(&self) -> Result<Vec<ChangeBatch>> {
+        use std::os::unix::fs::FileExt;
+        let mut payload = vec![0; self.len];
+        self.file
+            .read_exact_at(&mut payload, self.at)
+            .map_err(|e| Error::io("read a view's spilled changes", e))?;
+        eddy_storage::log::decode_changes(&payload, &self.schema)
+    }
 }
 
 /// What the runtime and a lane's thread share: the bytes of changes sent to the lane and not
@@ -56,6 +93,8 @@ struct Queue {
     /// Published before each epoch end is answered, so `eddy_operators` never waits for a
     /// view that is busy or behind.
     stats: Mutex<Vec<OperatorStats>>,
+    /// Bytes in the spill file not read back yet.
+    spilled: std::sync::atomic::AtomicU64,
 }
 
 impl Queue {
@@ -123,7 +162,13 @@ fn gone() -> Error {
 impl Lane {
     /// Starts the lane of view `name` with its built (backfilled or restored) dataflow and
     /// what it emitted already in the epoch.
-    pub(super) fn start(name: &str, dataflow: Dataflow, pending: Vec<ChangeBatch>) -> Result<Lane> {
+    /// `spill_dir`: where changes past the budget may go (`None`: `push` waits instead).
+    pub(super) fn start(
+        name: &str,
+        dataflow: Dataflow,
+        pending: Vec<ChangeBatch>,
+        spill_dir: Option<&std::path::Path>,
+    ) -> Result<Lane> {
         let (commands, inbox) = mpsc::channel();
         let view = name.to_owned();
         let queue = Arc::new(Queue::default());
@@ -138,17 +183,39 @@ impl Lane {
                 run(&view, dataflow, pending, inbox, &guard.0);
             })
             .map_err(|e| Error::internal(format!("starting the thread of view {name}: {e}")))?;
-        Ok(Lane { commands, queue })
+        Ok(Lane {
+            commands,
+            queue,
+            spill: spill_dir.map(|dir| Spill {
+                dir: dir.to_owned(),
+                file: None,
+                end: 0,
+            }),
+        })
     }
 
-    /// Changes to `object` (a table, source or view the view reads), in commit order. Waits
-    /// while the view has more than its budget of changes to handle.
-    pub(super) fn push(&self, object: ObjectId, batches: Vec<ChangeBatch>) {
+    /// Changes to `object` (a table, source or view the view reads), in commit order. Past the
+    /// view's budget in memory they go to its spill file; past that too, this waits while the
+    /// view has more than its budget of changes to handle.
+    pub(super) fn push(&mut self, object: ObjectId, batches: Vec<ChangeBatch>) {
         let bytes: usize = batches
             .iter()
             .map(|b| b.rows().get_array_memory_size())
             .sum();
         let budget = limits::VIEW_QUEUE_KIB as usize * 1024;
+        let over = {
+            let queued = self.queue.bytes.lock().unwrap_or_else(|p| p.into_inner());
+            *queued > 0 && queued.saturating_add(bytes) > budget
+        };
+        if over {
+            match self.spill(object, &batches) {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "spilling a view's changes failed; waiting for the view instead")
+                }
+            }
+        }
         let mut queued = self.queue.bytes.lock().unwrap_or_else(|p| p.into_inner());
         while *queued > 0
             && queued.saturating_add(bytes) > budget
@@ -172,6 +239,70 @@ impl Lane {
         }
     }
 
+    /// Writes `batches` to the spill file and sends the lane where they are; `false` when the
+    /// spill is full (or there is none) and nothing was written.
+    fn spill(&mut self, object: ObjectId, batches: &[ChangeBatch]) -> Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(false);
+        };
+        let payloads = batches
+            .iter()
+            .map(eddy_storage::log::encode_changes)
+            .collect::<Result<Vec<_>>>()?;
+        let len: u64 = payloads.iter().map(|p| p.len() as u64).sum();
+        let outstanding = self.queue.spilled.load(Ordering::Acquire);
+        if outstanding.saturating_add(len) > limits::VIEW_SPILL_MIB_MAX << 20 {
+            return Ok(false);
+        }
+        let file = match &spill.file {
+            Some(file) => Arc::clone(file),
+            None => {
+                let file = Arc::new(
+                    tempfile::tempfile_in(&spill.dir)
+                        .map_err(|e| Error::io("create a view's spill file", e))?,
+                );
+                spill.file = Some(Arc::clone(&file));
+                file
+            }
+        };
+        // Everything written was read back: start the file again (only this thread writes,
+        // and the lane reads only what its commands name).
+        if outstanding == 0 && spill.end > 0 {
+            file.set_len(0)
+                .map_err(|e| Error::io("empty a view's spill file", e))?;
+            spill.end = 0;
+        }
+        // Every batch is written before any is handed over: a failed write hands over none,
+        // and the caller sends them all in memory instead.
+        let mut at = spill.end;
+        for payload in &payloads {
+            file.write_all_at(payload, at)
+                .map_err(|e| Error::io("write a view's spilled changes", e))?;
+            at += payload.len() as u64;
+        }
+        self.queue.spilled.fetch_add(len, Ordering::AcqRel);
+        for (payload, batch) in payloads.iter().zip(batches) {
+            let spilled = Spilled {
+                file: Arc::clone(&file),
+                at: spill.end,
+                len: payload.len(),
+                schema: batch.rows().schema(),
+            };
+            spill.end += payload.len() as u64;
+            if self
+                .commands
+                .send(Command::Spilled(object, spilled))
+                .is_err()
+            {
+                self.queue
+                    .spilled
+                    .fetch_sub(payload.len() as u64, Ordering::AcqRel);
+            }
+        }
+        Ok(true)
+    }
+
     /// The watermark of `object` rose, after the changes sent before.
     pub(super) fn watermark(&self, object: ObjectId, value: i64) {
         let _ = self.commands.send(Command::Watermark(object, value));
@@ -193,9 +324,19 @@ impl Lane {
         answer.recv().unwrap_or_else(|_| Err(gone()))
     }
 
-    /// The view's operators (`eddy_operators`) as of the last epoch it ended.
-    pub(super) fn stats(&self) -> Vec<OperatorStats> {
-        self.queue
+    /// The view's operators (`eddy_operators`), readable without the runtime.
+    pub(super) fn stats(&self) -> Stats {
+        Stats(Arc::clone(&self.queue))
+    }
+}
+
+/// A view's operators as its lane published them at the last epoch end it answered.
+#[derive(Clone)]
+pub(super) struct Stats(Arc<Queue>);
+
+impl Stats {
+    pub(super) fn read(&self) -> Vec<OperatorStats> {
+        self.0
             .stats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -220,20 +361,23 @@ fn run(
         match command {
             Command::Push(object, batches, bytes) => {
                 let _handled = Handled(queue, bytes);
-                if failed.is_some() {
-                    continue;
+                if failed.is_none()
+                    && let Err(e) = push_all(view, &mut dataflow, object, &batches, &mut pending)
+                {
+                    failed = Some(e);
                 }
-                for batch in &batches {
-                    match catch_panic("a view's operators", || {
-                        crate::failpoints::failpoint("view_changes", view)?;
-                        dataflow.push(object, batch)
-                    }) {
-                        Ok(out) => pending.extend(out),
-                        Err(e) => {
-                            failed = Some(e);
-                            break;
-                        }
-                    }
+            }
+            Command::Spilled(object, spilled) => {
+                let read = spilled.read();
+                queue
+                    .spilled
+                    .fetch_sub(spilled.len as u64, Ordering::AcqRel);
+                if failed.is_none()
+                    && let Err(e) = read.and_then(|batches| {
+                        push_all(view, &mut dataflow, object, &batches, &mut pending)
+                    })
+                {
+                    failed = Some(e);
                 }
             }
             Command::Watermark(object, value) => {
@@ -264,6 +408,24 @@ fn run(
     }
 }
 
+/// Pushes changes into the dataflow, its output into `pending`; an error (or a panic) stops at
+/// the batch that failed.
+fn push_all(
+    view: &str,
+    dataflow: &mut Dataflow,
+    object: ObjectId,
+    batches: &[ChangeBatch],
+    pending: &mut Vec<ChangeBatch>,
+) -> Result<()> {
+    for batch in batches {
+        pending.extend(catch_panic("a view's operators", || {
+            crate::failpoints::failpoint("view_changes", view)?;
+            dataflow.push(object, batch)
+        })?);
+    }
+    Ok(())
+}
+
 fn end_epoch(
     view: &str,
     dataflow: &mut Dataflow,
@@ -271,12 +433,7 @@ fn end_epoch(
     end: EpochEnd,
 ) -> Result<Vec<ChangeBatch>> {
     for (source, batches) in &end.upstream {
-        for batch in batches {
-            out.extend(catch_panic("a view's operators", || {
-                crate::failpoints::failpoint("view_changes", view)?;
-                dataflow.push(*source, batch)
-            })?);
-        }
+        push_all(view, dataflow, *source, batches, &mut out)?;
     }
     for (source, watermark) in &end.marks {
         out.extend(catch_panic("a view's operators", || {

@@ -16,7 +16,8 @@
 //! thread); `supervise.rs` the thread's loop, its messages, failed and restarted views;
 //! `epoch.rs` pushes, epoch ends and publishing; `backfill.rs` new and restored views;
 //! `outputs.rs` subscribers and sinks; `watermarks.rs` streams' clocks and late rows;
-//! `checkpointing.rs` the state handed to the checkpoint writer.
+//! `checkpointing.rs` the state handed to the checkpoint writer; `observed.rs` what the system
+//! tables read, published so that no reader waits for the runtime thread.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
@@ -42,6 +43,7 @@ mod checkpointing;
 mod epoch;
 mod handle;
 mod lane;
+mod observed;
 mod outputs;
 mod supervise;
 mod watermarks;
@@ -57,8 +59,8 @@ const BACKFILL_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// A reservation of the runtime's queue, released once the runtime has processed the changes.
 pub struct QueueBudget(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
-/// Published contents of every view, all as of one epoch.
-pub type Snapshots = Arc<HashMap<ObjectId, Arc<Vec<RecordBatch>>>>;
+/// Published contents of every view, all as of one epoch (or why a view's could not be built).
+pub type Snapshots = Arc<HashMap<ObjectId, Result<Arc<Vec<RecordBatch>>>>>;
 
 /// What readers see: the last snapshots built, and whether an epoch has changed some view
 /// since (then a reader asks the runtime to build them again).
@@ -81,10 +83,14 @@ struct Published {
     stale: bool,
 }
 
+/// How long a reader waits for the runtime to build fresh snapshots before it reads the last
+/// ones built.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(10);
+
 /// Readers waiting for the runtime to publish fresh snapshots.
 #[derive(Default)]
 struct SnapshotRequests {
-    waiting: Mutex<Vec<mpsc::Sender<Snapshots>>>,
+    waiting: Mutex<Vec<oneshot::Sender<Snapshots>>>,
     pending: std::sync::atomic::AtomicBool,
 }
 
@@ -238,26 +244,11 @@ enum Message {
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
         reply: oneshot::Sender<Result<()>>,
     },
-    LateEvents {
-        reply: mpsc::Sender<Vec<LateRecord>>,
-    },
-    DeadLetters {
-        reply: mpsc::Sender<Vec<FailedRow>>,
-    },
-    Watermarks {
-        reply: mpsc::Sender<Vec<WatermarkRow>>,
-    },
     DropView {
         id: ObjectId,
     },
     Flush {
         reply: oneshot::Sender<Result<u64>>,
-    },
-    Operators {
-        reply: mpsc::Sender<Vec<(String, eddy_dataflow::OperatorStats)>>,
-    },
-    Offsets {
-        reply: mpsc::Sender<Vec<ConsumerOffsets>>,
     },
     /// Wakes an idle runtime to answer [`SnapshotRequests`].
     Wake,
@@ -383,8 +374,8 @@ struct RuntimeState {
     subscribers: Vec<Subscriber>,
     /// Watermark of every stream that sent changes; a source's per view reading it.
     clocks: HashMap<ClockKey, StreamClock>,
-    late: Vec<LateRecord>,
-    failed: Vec<FailedRow>,
+    /// What the system tables read (late and failed rows, watermarks, offsets, operators).
+    observed: Arc<observed::Observed>,
     checkpoints: Option<Checkpoints>,
     last_checkpoint: Instant,
     /// Every stored view is restored (or marked failed): periodic checkpoints may run.
@@ -402,4 +393,6 @@ struct RuntimeState {
     clock: Arc<dyn eddy_common::time::Clock>,
     /// How often an epoch ends while changes are flowing.
     barrier_interval: Duration,
+    /// Where lanes spill changes past their budget (`None`: they hold the runtime instead).
+    spill_dir: Option<std::path::PathBuf>,
 }

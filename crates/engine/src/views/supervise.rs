@@ -84,6 +84,22 @@ impl RuntimeState {
         ) {
             self.catch_up(true);
         }
+        let views_change = matches!(
+            message,
+            Message::AddView { .. }
+                | Message::DropView { .. }
+                | Message::StopViews { .. }
+                | Message::RestoreView { .. }
+                | Message::RestoreClocks { .. }
+                | Message::SeedClocks { .. }
+        );
+        self.handle_message(message, last_epoch);
+        if views_change {
+            self.publish_status();
+        }
+    }
+
+    fn handle_message(&mut self, message: Message, last_epoch: &mut Instant) {
         match message {
             Message::Changes {
                 object,
@@ -152,8 +168,7 @@ impl RuntimeState {
                     .filter(|v| v.view.def.id == id || v.sources.contains(&id))
                     .map(|v| v.view.def.name.clone())
                     .collect();
-                self.late.retain(|r| !gone.contains(&r.view));
-                self.failed.retain(|r| !gone.contains(&r.view));
+                self.observed.forget(&gone);
                 self.views
                     .retain(|v| v.view.def.id != id && !v.sources.contains(&id));
                 let views = &self.views;
@@ -170,44 +185,7 @@ impl RuntimeState {
                     .remove(&id);
                 self.mark_stale();
             }
-            Message::LateEvents { reply } => {
-                let _ = reply.send(self.late.clone());
-            }
             Message::Recovered => self.recovered = true,
-            Message::DeadLetters { reply } => {
-                let _ = reply.send(self.failed.clone());
-            }
-            Message::Watermarks { reply } => {
-                let _ = reply.send(self.watermark_rows());
-            }
-            Message::Offsets { reply } => {
-                let rows = self
-                    .views
-                    .iter()
-                    .filter(|v| !v.view.def.sql.is_empty())
-                    .map(|v| ConsumerOffsets {
-                        id: v.view.def.id,
-                        view: v.view.def.qualified().display(),
-                        sources: v.sources.clone(),
-                        committed: v.committed.clone(),
-                    })
-                    .collect();
-                let _ = reply.send(rows);
-            }
-            Message::Operators { reply } => {
-                let rows = self
-                    .views
-                    .iter()
-                    .filter(|v| !v.view.def.sql.is_empty())
-                    .flat_map(|v| {
-                        v.lane
-                            .stats()
-                            .into_iter()
-                            .map(|s| (v.view.def.qualified().display(), s))
-                    })
-                    .collect();
-                let _ = reply.send(rows);
-            }
             Message::Wake => {}
             Message::Checkpoint { reply } => {
                 let ended = self.end_epoch();

@@ -87,35 +87,25 @@ impl RuntimeState {
                 rows = failed.len(),
                 "rows a view could not evaluate went to eddy_dead_letters"
             );
-            self.failed
-                .extend(failed.into_iter().map(|(row, error)| FailedRow {
+            self.observed
+                .add_failed(failed.into_iter().map(|(row, error)| FailedRow {
                     view: view.to_owned(),
                     row,
                     error,
                     received_at: now,
                 }));
-            let max = eddy_common::limits::LATE_EVENTS_KEPT_MAX;
-            if self.failed.len() > max {
-                let excess = self.failed.len() - max;
-                self.failed.drain(..excess);
-            }
         }
         let events = event_time.take_late_events();
         if events.is_empty() {
             return;
         }
         let now = self.clock.now_system();
-        self.late.extend(events.into_iter().map(|event| LateRecord {
-            view: view.to_owned(),
-            event,
-            received_at: now,
-        }));
-        // Bounded: the oldest records go first.
-        let max = eddy_common::limits::LATE_EVENTS_KEPT_MAX;
-        if self.late.len() > max {
-            let excess = self.late.len() - max;
-            self.late.drain(..excess);
-        }
+        self.observed
+            .add_late(events.into_iter().map(|event| LateRecord {
+                view: view.to_owned(),
+                event,
+                received_at: now,
+            }));
     }
 
     pub(super) fn watermark_rows(&self) -> Vec<WatermarkRow> {
