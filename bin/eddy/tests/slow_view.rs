@@ -12,21 +12,33 @@ fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
 }
 
+/// A server on `data` with `EDDY_FAILPOINTS=failpoints` and the gate file `block` waits for.
+fn start(data: &std::path::Path, failpoints: &str, gate: &std::path::Path) -> EddyProcess {
+    EddyProcess::start_env(
+        &binary(),
+        data,
+        &[],
+        &[
+            ("EDDY_FAILPOINTS".to_owned(), failpoints.to_owned()),
+            (
+                "EDDY_FAILPOINTS_GATE".to_owned(),
+                gate.display().to_string(),
+            ),
+        ],
+    )
+    .unwrap()
+}
+
 const WRITES: i64 = 12;
 
 #[tokio::test]
 async fn a_slow_view_falls_behind_without_holding_writers_or_other_views() {
     let dir = tempfile::tempdir().unwrap();
-    let server = EddyProcess::start_env(
-        &binary(),
-        dir.path(),
-        &[],
-        &[(
-            "EDDY_FAILPOINTS".to_owned(),
-            "view_changes:slow:sleep".to_owned(),
-        )],
-    )
-    .unwrap();
+    let server = start(
+        &dir.path().join("data"),
+        "view_changes:slow:sleep",
+        &dir.path().join("release"),
+    );
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -110,16 +122,11 @@ async fn a_slow_view_falls_behind_without_holding_writers_or_other_views() {
 #[tokio::test]
 async fn system_tables_answer_while_the_runtime_backfills() {
     let dir = tempfile::tempdir().unwrap();
-    let server = EddyProcess::start_env(
-        &binary(),
-        dir.path(),
-        &[],
-        &[(
-            "EDDY_FAILPOINTS".to_owned(),
-            "backfill:late:sleep".to_owned(),
-        )],
-    )
-    .unwrap();
+    let server = start(
+        &dir.path().join("data"),
+        "backfill:late:sleep",
+        &dir.path().join("release"),
+    );
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -189,22 +196,7 @@ async fn system_tables_answer_while_the_runtime_backfills() {
 async fn a_stuck_view_spills_past_its_budget_instead_of_holding_writers() {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("release");
-    let server = EddyProcess::start_env(
-        &binary(),
-        &dir.path().join("data"),
-        &[],
-        &[
-            (
-                "EDDY_FAILPOINTS".to_owned(),
-                "view_changes:stuck:block".to_owned(),
-            ),
-            (
-                "EDDY_FAILPOINTS_GATE".to_owned(),
-                gate.display().to_string(),
-            ),
-        ],
-    )
-    .unwrap();
+    let server = start(&dir.path().join("data"), "view_changes:stuck:block", &gate);
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -255,4 +247,82 @@ async fn a_stuck_view_spills_past_its_budget_instead_of_holding_writers() {
         .await,
         "0"
     );
+}
+
+/// A stuck view over a `SOURCE` holds back only its own reader (ADR 0009, step 4): while
+/// `stuck`'s dataflow is blocked, its reader of a 40 MB JSON-lines file waits at the file once
+/// the view holds half its budget, the runtime thread goes on, and a view over a table keeps
+/// answering new writes; released, the stuck view reads the whole file. Before, the runtime
+/// thread waited for the stuck view once 16 MiB were in its lane, and every view stopped.
+#[tokio::test]
+async fn a_stuck_view_over_a_source_holds_back_only_its_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    const LINES: i64 = 200_000;
+    let pad = "x".repeat(200);
+    let lines: String = (1..=LINES)
+        .map(|i| format!("{{\"id\": {i}, \"pad\": \"{pad}\"}}\n"))
+        .collect();
+    std::fs::write(&file, lines).unwrap();
+    let gate = dir.path().join("release");
+    let server = start(&dir.path().join("data"), "view_changes:stuck:block", &gate);
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE t (id INT);
+             CREATE MATERIALIZED VIEW live AS SELECT count(*) AS n FROM t;
+             CREATE SOURCE events (id BIGINT, pad TEXT) WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE JSON;",
+            file.display()
+        ))
+        .await
+        .unwrap();
+    // A new view over a source answers once it has read the file: not while it is stuck.
+    let creator = server.connect().await.unwrap();
+    let create = tokio::spawn(async move {
+        creator
+            .batch_execute(
+                "CREATE MATERIALIZED VIEW stuck AS SELECT count(*) AS n, sum(id) AS s FROM events",
+            )
+            .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while text(
+        &server,
+        "SELECT count(*) FROM eddy_views WHERE name = 'stuck'",
+    )
+    .await
+        != "1"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck view was never created"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Writes to the table over ten seconds, each seen by `live` while the file's reader is
+    // held back (it fills the stuck view's budget in the first of them).
+    for i in 1..=5 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        client
+            .execute("INSERT INTO t VALUES ($1)", &[&i])
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while text(&server, "SELECT n FROM live").await != i.to_string() {
+            assert!(Instant::now() < deadline, "live never saw write {i}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert!(!create.is_finished(), "the stuck view read the whole file");
+    std::fs::write(&gate, b"").unwrap();
+    create.await.unwrap().unwrap();
+    let want = format!("{LINES} {}", LINES * (LINES + 1) / 2);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while text(&server, "SELECT n, s FROM stuck").await != want {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck view never read the whole file"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
-use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
+use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState, limits};
 use eddy_connectors::{Decoded, RawRecord};
 use tokio::sync::oneshot;
 
@@ -86,6 +86,9 @@ pub(crate) struct SourceReader {
     stopped: Arc<AtomicBool>,
     /// Until the view has read what the source held when the reader started.
     catch_up: Mutex<CatchUp>,
+    /// KiB of changes the reader may have sent that its view has not handled yet: half the
+    /// view's budget (`views::ReaderRoom`).
+    room: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(Default)]
@@ -295,6 +298,9 @@ impl Engine {
                     reached: BTreeSet::new(),
                     done: Some(done),
                 }),
+                room: Arc::new(tokio::sync::Semaphore::new(
+                    limits::VIEW_QUEUE_KIB as usize / 2,
+                )),
             });
             readers.push(NewReader {
                 source,
@@ -375,16 +381,17 @@ impl Engine {
             vec![changes],
             self.clock.now_micros(),
         )?;
-        let budget = self
-            .runtime
-            .reserve(
-                changes
-                    .iter()
-                    .map(|c| c.rows().get_array_memory_size())
-                    .sum(),
-                1,
-            )
-            .await?;
+        let bytes: usize = changes
+            .iter()
+            .map(|c| c.rows().get_array_memory_size())
+            .sum();
+        // Room in the view's lane first: the reader waits here while its view is behind.
+        let room_kib = limits::VIEW_QUEUE_KIB / 2;
+        let held = Arc::clone(&reader.room)
+            .acquire_many_owned((bytes / 1024).clamp(1, room_kib as usize) as u32)
+            .await
+            .map_err(|_| Error::internal("a source reader's room was closed"))?;
+        let budget = self.runtime.reserve(bytes, 1).await?;
         let position = ReaderPosition {
             view: reader.view,
             positions: positions.to_vec(),
@@ -397,6 +404,7 @@ impl Engine {
             changes,
             budget,
             position,
+            held,
         )?;
         reader.progress.advance(positions);
         Ok(IngestReport {

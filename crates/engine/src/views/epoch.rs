@@ -15,6 +15,7 @@ impl RuntimeState {
         clock: Option<ClockSpec>,
         batches: &[ChangeBatch],
         reader: Option<ObjectId>,
+        mut held: Option<ReaderRoom>,
     ) {
         for entry in self
             .views
@@ -24,7 +25,7 @@ impl RuntimeState {
             if is_failed(&self.failures, entry.view.def.id) || batches.is_empty() {
                 continue;
             }
-            entry.lane.push(object, batches.to_vec());
+            entry.lane.push(object, batches.to_vec(), held.take());
             self.dirty = true;
         }
         self.collect_all_late();

@@ -128,10 +128,13 @@ impl ViewRuntime {
             batches,
             budget,
             reader: None,
+            held: None,
         })
     }
 
     /// Changes of a source for the one view whose reader read them (source `partition`).
+    /// `held` is the reader's room for them: released once the view has handled them.
+    #[allow(clippy::too_many_arguments)]
     pub fn reader_changes(
         &self,
         object: ObjectId,
@@ -140,6 +143,7 @@ impl ViewRuntime {
         batches: Vec<ChangeBatch>,
         budget: QueueBudget,
         reader: ReaderPosition,
+        held: ReaderRoom,
     ) -> Result<()> {
         self.send(Message::Changes {
             object,
@@ -148,6 +152,7 @@ impl ViewRuntime {
             batches,
             budget: Some(budget),
             reader: Some(reader),
+            held: Some(held),
         })
     }
 
@@ -391,16 +396,21 @@ mod tests {
     use super::*;
     use futures::FutureExt;
 
-    #[tokio::test]
-    async fn writers_wait_while_the_runtime_queue_is_full() {
-        let runtime = ViewRuntime::start(
+    /// A runtime without checkpoints, log or spill.
+    fn runtime() -> ViewRuntime {
+        ViewRuntime::start(
             None,
             None,
             eddy_common::time::system_clock(),
             BARRIER_INTERVAL,
             None,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn writers_wait_while_the_runtime_queue_is_full() {
+        let runtime = runtime();
         // Everything the queue holds is in flight: the next writer waits...
         let all = runtime.reserve(usize::MAX, 1).await.unwrap();
         assert!(runtime.reserve(4096, 1).now_or_never().is_none());
@@ -415,14 +425,7 @@ mod tests {
 
     #[tokio::test]
     async fn small_writes_wait_before_they_could_fill_the_runtime_channel() {
-        let runtime = ViewRuntime::start(
-            None,
-            None,
-            eddy_common::time::system_clock(),
-            BARRIER_INTERVAL,
-            None,
-        )
-        .unwrap();
+        let runtime = runtime();
         // Whether a reservation is granted at once (outside tokio's cooperative budget, which
         // would make the 129th poll of a task pending whatever the semaphore holds).
         let now = |messages: usize| {

@@ -7,7 +7,9 @@
 //! memory (the per-view budget). Past it, [`Lane::push`] writes the changes to the lane's spill
 //! file (an unlinked temporary file in the data directory) and sends the lane only where they
 //! are, so a view slower than its inputs falls behind (`eddy_views.lag_epochs`) without holding
-//! the runtime thread, the other views or the writers. Past [`limits::VIEW_SPILL_MIB_MAX`] on
+//! the runtime thread, the other views or the writers. A view's own source reader holds room
+//! for what it sent until the lane has handled it ([`super::ReaderRoom`]), so it waits at its
+//! source instead, and its changes are spilled only when they overshoot the budget at once. Past [`limits::VIEW_SPILL_MIB_MAX`] on
 //! disk too (or without a data directory), `push` waits for the view: the writers are then
 //! throttled, and nothing grows without bound.
 //!
@@ -27,11 +29,14 @@ use eddy_common::panic::catch_panic;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState, limits};
 use eddy_dataflow::{Dataflow, OperatorStats};
 
+use super::ReaderRoom;
+
 enum Command {
-    /// Changes, and the bytes of them counted against the budget.
-    Push(ObjectId, Vec<ChangeBatch>, usize),
-    /// Changes past the budget, in the spill file.
-    Spilled(ObjectId, Spilled),
+    /// Changes, the bytes of them counted against the budget, and the room a source reader
+    /// holds for them (released once handled).
+    Push(ObjectId, Vec<ChangeBatch>, usize, Option<ReaderRoom>),
+    /// Changes past the budget, in the spill file (the reader's room with the last of a push).
+    Spilled(ObjectId, Spilled, Option<ReaderRoom>),
     Watermark(ObjectId, i64),
     EndEpoch(EpochEnd, mpsc::Sender<Result<Vec<ChangeBatch>>>),
     Save(mpsc::Sender<Result<Vec<(String, RecordBatch)>>>),
@@ -195,9 +200,14 @@ impl Lane {
     }
 
     /// Changes to `object` (a table, source or view the view reads), in commit order. Past the
-    /// view's budget in memory they go to its spill file; past that too, this waits while the
-    /// view has more than its budget of changes to handle.
-    pub(super) fn push(&mut self, object: ObjectId, batches: Vec<ChangeBatch>) {
+    /// view's budget in memory they go to its spill file; past the spill's limit too, this
+    /// waits while the view has more than its budget to handle.
+    pub(super) fn push(
+        &mut self,
+        object: ObjectId,
+        batches: Vec<ChangeBatch>,
+        mut held: Option<ReaderRoom>,
+    ) {
         let bytes: usize = batches
             .iter()
             .map(|b| b.rows().get_array_memory_size())
@@ -208,7 +218,7 @@ impl Lane {
             *queued > 0 && queued.saturating_add(bytes) > budget
         };
         if over {
-            match self.spill(object, &batches) {
+            match self.spill(object, &batches, &mut held) {
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => {
@@ -232,16 +242,21 @@ impl Lane {
         drop(queued);
         if self
             .commands
-            .send(Command::Push(object, batches, bytes))
+            .send(Command::Push(object, batches, bytes, held))
             .is_err()
         {
             self.queue.handled(bytes);
         }
     }
 
-    /// Writes `batches` to the spill file and sends the lane where they are; `false` when the
-    /// spill is full (or there is none) and nothing was written.
-    fn spill(&mut self, object: ObjectId, batches: &[ChangeBatch]) -> Result<bool> {
+    /// Writes `batches` to the spill file and sends the lane where they are (with `held`);
+    /// `false` when the spill is full (or there is none) and nothing was written.
+    fn spill(
+        &mut self,
+        object: ObjectId,
+        batches: &[ChangeBatch],
+        held: &mut Option<ReaderRoom>,
+    ) -> Result<bool> {
         use std::os::unix::fs::FileExt;
         let Some(spill) = self.spill.as_mut() else {
             return Ok(false);
@@ -282,7 +297,8 @@ impl Lane {
             at += payload.len() as u64;
         }
         self.queue.spilled.fetch_add(len, Ordering::AcqRel);
-        for (payload, batch) in payloads.iter().zip(batches) {
+        let last = payloads.len().saturating_sub(1);
+        for (i, (payload, batch)) in payloads.iter().zip(batches).enumerate() {
             let spilled = Spilled {
                 file: Arc::clone(&file),
                 at: spill.end,
@@ -292,7 +308,11 @@ impl Lane {
             spill.end += payload.len() as u64;
             if self
                 .commands
-                .send(Command::Spilled(object, spilled))
+                .send(Command::Spilled(
+                    object,
+                    spilled,
+                    if i == last { held.take() } else { None },
+                ))
                 .is_err()
             {
                 self.queue
@@ -359,7 +379,7 @@ fn run(
     publish(&dataflow);
     for command in inbox {
         match command {
-            Command::Push(object, batches, bytes) => {
+            Command::Push(object, batches, bytes, _held) => {
                 let _handled = Handled(queue, bytes);
                 if failed.is_none()
                     && let Err(e) = push_all(view, &mut dataflow, object, &batches, &mut pending)
@@ -367,7 +387,7 @@ fn run(
                     failed = Some(e);
                 }
             }
-            Command::Spilled(object, spilled) => {
+            Command::Spilled(object, spilled, _held) => {
                 let read = spilled.read();
                 queue
                     .spilled

@@ -59,6 +59,11 @@ const BACKFILL_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// A reservation of the runtime's queue, released once the runtime has processed the changes.
 pub struct QueueBudget(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
+/// A source reader's room for changes it sent to its view, released once the view's lane has
+/// handled them (or read them back from its spill): a reader is held back at its source (whose
+/// external log is the buffer) by its own view, never by the runtime thread waiting for it.
+pub type ReaderRoom = tokio::sync::OwnedSemaphorePermit;
+
 /// Published contents of every view, all as of one epoch (or why a view's could not be built).
 pub type Snapshots = Arc<HashMap<ObjectId, Result<Arc<Vec<RecordBatch>>>>>;
 
@@ -234,6 +239,8 @@ enum Message {
         batches: Vec<ChangeBatch>,
         budget: Option<QueueBudget>,
         reader: Option<ReaderPosition>,
+        /// The reader's room, with a reader's changes.
+        held: Option<ReaderRoom>,
     },
     AddView {
         view: Arc<View>,

@@ -108,6 +108,7 @@ impl RuntimeState {
                 batches,
                 budget,
                 reader,
+                held,
             } => {
                 if reader
                     .as_ref()
@@ -126,7 +127,7 @@ impl RuntimeState {
                         None => *entry.read.entry((object, partition)).or_default() += 1,
                     }
                 }
-                self.push(object, partition, clock, &batches, view);
+                self.push(object, partition, clock, &batches, view, held);
                 drop(budget);
             }
             Message::AddView {
