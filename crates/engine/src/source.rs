@@ -86,8 +86,8 @@ pub(crate) struct SourceReader {
     stopped: Arc<AtomicBool>,
     /// Until the view has read what the source held when the reader started.
     catch_up: Mutex<CatchUp>,
-    /// KiB of changes the reader may have sent that its view has not handled yet: half the
-    /// view's budget (`views::ReaderRoom`).
+    /// KiB of changes the reader may have sent that its view has not handled yet: as much as
+    /// the view's budget for its other inputs (`views::ReaderRoom`).
     room: Arc<tokio::sync::Semaphore>,
 }
 
@@ -298,9 +298,7 @@ impl Engine {
                     reached: BTreeSet::new(),
                     done: Some(done),
                 }),
-                room: Arc::new(tokio::sync::Semaphore::new(
-                    limits::VIEW_QUEUE_KIB as usize / 2,
-                )),
+                room: Arc::new(tokio::sync::Semaphore::new(limits::VIEW_QUEUE_KIB as usize)),
             });
             readers.push(NewReader {
                 source,
@@ -386,7 +384,7 @@ impl Engine {
             .map(|c| c.rows().get_array_memory_size())
             .sum();
         // Room in the view's lane first: the reader waits here while its view is behind.
-        let room_kib = limits::VIEW_QUEUE_KIB / 2;
+        let room_kib = limits::VIEW_QUEUE_KIB;
         let held = Arc::clone(&reader.room)
             .acquire_many_owned((bytes / 1024).clamp(1, room_kib as usize) as u32)
             .await

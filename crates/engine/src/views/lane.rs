@@ -8,8 +8,8 @@
 //! file (an unlinked temporary file in the data directory) and sends the lane only where they
 //! are, so a view slower than its inputs falls behind (`eddy_views.lag_epochs`) without holding
 //! the runtime thread, the other views or the writers. A view's own source reader holds room
-//! for what it sent until the lane has handled it ([`super::ReaderRoom`]), so it waits at its
-//! source instead, and its changes are spilled only when they overshoot the budget at once. Past [`limits::VIEW_SPILL_MIB_MAX`] on
+//! for what it sent until the lane has handled it ([`super::ReaderRoom`], as much again as the
+//! budget), so it waits at its source instead, and the lane takes its changes as they come. Past [`limits::VIEW_SPILL_MIB_MAX`] on
 //! disk too (or without a data directory), `push` waits for the view: the writers are then
 //! throttled, and nothing grows without bound.
 //!
@@ -213,7 +213,9 @@ impl Lane {
             .map(|b| b.rows().get_array_memory_size())
             .sum();
         let budget = limits::VIEW_QUEUE_KIB as usize * 1024;
-        let over = {
+        // A source reader's changes are bounded by its room already: taken as they come.
+        let bounded = held.is_some();
+        let over = !bounded && {
             let queued = self.queue.bytes.lock().unwrap_or_else(|p| p.into_inner());
             *queued > 0 && queued.saturating_add(bytes) > budget
         };
@@ -227,7 +229,8 @@ impl Lane {
             }
         }
         let mut queued = self.queue.bytes.lock().unwrap_or_else(|p| p.into_inner());
-        while *queued > 0
+        while !bounded
+            && *queued > 0
             && queued.saturating_add(bytes) > budget
             && !self.queue.ended.load(Ordering::Acquire)
         {

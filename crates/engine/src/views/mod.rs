@@ -59,9 +59,10 @@ const BACKFILL_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// A reservation of the runtime's queue, released once the runtime has processed the changes.
 pub struct QueueBudget(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
-/// A source reader's room for changes it sent to its view, released once the view's lane has
-/// handled them (or read them back from its spill): a reader is held back at its source (whose
-/// external log is the buffer) by its own view, never by the runtime thread waiting for it.
+/// A source reader's room for changes it sent to its view (as much as the view's budget for
+/// its other inputs), released once the view's lane has handled them: a reader is held back at
+/// its source (whose external log is the buffer) by its own view, never by the runtime thread
+/// waiting for it, and the lane takes its changes without spilling them.
 pub type ReaderRoom = tokio::sync::OwnedSemaphorePermit;
 
 /// Published contents of every view, all as of one epoch (or why a view's could not be built).
