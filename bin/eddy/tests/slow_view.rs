@@ -150,8 +150,19 @@ async fn system_tables_answer_while_the_runtime_backfills() {
             .batch_execute("CREATE MATERIALIZED VIEW late AS SELECT sum(v) AS s FROM t")
             .await
     });
-    // Let the CREATE reach the runtime (it plans in milliseconds; the backfill takes seconds).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The CREATE has reached the runtime once the view is in the catalog (it is added there
+    // just before the runtime is handed it; the backfill then takes seconds).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while text(
+        &server,
+        "SELECT count(*) FROM eddy_views WHERE name = 'late'",
+    )
+    .await
+        != "1"
+    {
+        assert!(Instant::now() < deadline, "the view was never created");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for table in [
         "eddy_operators",
         "eddy_watermarks",
