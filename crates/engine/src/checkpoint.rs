@@ -52,7 +52,8 @@ pub struct ClockState {
 pub struct Checkpoint {
     pub epoch: u64,
     pub started_at_micros: i64,
-    /// How long the runtime stopped to copy the state (the pause the checkpoint caused).
+    /// The longest a view stopped to copy its state (the pause the checkpoint caused; views
+    /// copy theirs at once, each in its lane).
     pub pause: Duration,
     pub started: Instant,
     /// Shards per sharded operator: state is restored into as many.

@@ -423,10 +423,7 @@ impl Engine {
 
     /// Waits until every view reflects everything committed before the call.
     pub async fn flush(&self) -> Result<u64> {
-        self.runtime
-            .flush()?
-            .await
-            .map_err(|_| Error::internal("the view runtime stopped"))?
+        self.runtime.flush().await
     }
 
     pub(crate) fn runtime(&self) -> &ViewRuntime {

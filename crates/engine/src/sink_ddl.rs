@@ -16,6 +16,11 @@ impl Engine {
         key: Vec<usize>,
         if_not_exists: bool,
     ) -> Result<()> {
+        // A view behind is waited for before the write lock (the runtime waits for it too,
+        // but then only for what came since).
+        if let Some(v) = self.view(view) {
+            self.runtime.caught_up(None, Some(&[v.def.id])).await?;
+        }
         let guard = self.lock_writes().await;
         if self.name_taken(&name) {
             if if_not_exists

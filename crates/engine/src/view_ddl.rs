@@ -15,6 +15,11 @@ impl Engine {
         id: Option<ObjectId>,
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<(usize, usize)> {
+        // Views it reads that are behind are waited for here, before the write lock: the
+        // runtime waits for them too, but then only for what came since.
+        self.runtime
+            .caught_up(None, Some(&plan.node.sources()))
+            .await?;
         let guard = self.lock_writes().await;
         // A view rebuilt in place (RESTART) keeps its name.
         let rebuilt = id.is_some() && self.view(&name).map(|v| v.def.id) == id;
@@ -105,8 +110,9 @@ impl Engine {
         self: &Arc<Self>,
         plan: eddy_sql::ViewPlan,
     ) -> Result<ObjectId> {
-        let guard = self.lock_writes().await;
         let sources = plan.node.sources();
+        self.runtime.caught_up(None, Some(&sources)).await?;
+        let guard = self.lock_writes().await;
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
         let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
         let tables = self.backfill_inputs(&sources).await?;

@@ -12,8 +12,9 @@ impl RuntimeState {
         tables: Vec<Backfill>,
         progress: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<()> {
-        // Close the epoch in flight so that upstream views' contents are complete.
-        self.end_epoch()?;
+        // Close the epoch in flight so that upstream views' contents are complete (views behind
+        // that it does not read stay behind).
+        self.end_epoch(&sources)?;
         let mut pending = Vec::new();
         let mut read: HashMap<(ObjectId, u32), u64> = HashMap::new();
         for table in &tables {
@@ -147,6 +148,10 @@ impl RuntimeState {
         self.parked_sinks = parked;
         self.sinks.extend(back);
         let lane = lane::Lane::start(&view.def.name, dataflow, pending, self.spill_dir.as_deref())?;
+        // Its first epoch is waited for (its contents are complete once it is created), with
+        // the views it reads.
+        let mut keep = sources.clone();
+        keep.push(id);
         self.views.push(Entry {
             view,
             lane,
@@ -158,7 +163,7 @@ impl RuntimeState {
             read,
         });
         self.dirty = true;
-        self.end_epoch()
+        self.end_epoch(&keep)
     }
 
     /// Recovery: registers a view restored from a checkpoint.

@@ -1,55 +1,128 @@
-//! A checkpoint of every view's state, handed to the writer.
+//! Checkpoints of every view's state at one epoch, handed to the writer.
+//!
+//! A checkpoint is taken between two epochs: every view's lane is sent a save after the epoch
+//! end (so it saves its state as of that epoch, however far behind it is), and each view's
+//! contents and committed offsets are taken as of that epoch: now for a view in step, when
+//! [`RuntimeState::catch_up`] applies that epoch for a view behind. The runtime thread never
+//! waits for a view: the checkpoint is handed to the writer once every view has saved its part
+//! ([`RuntimeState::complete_checkpoints`]), all at one epoch, so recovery is unchanged.
 
 use super::*;
 
+/// A checkpoint whose views are still saving (or catching up to its epoch).
+pub(super) struct Pending {
+    epoch: u64,
+    started: Instant,
+    started_at_micros: i64,
+    /// How long the runtime thread took to ask for it.
+    asked: Duration,
+    clocks: Vec<ClockState>,
+    views: Vec<PendingView>,
+    reply: Option<oneshot::Sender<Result<u64>>>,
+}
+
+struct PendingView {
+    id: ObjectId,
+    name: String,
+    state: Saving,
+    /// Contents and committed offsets as of the checkpoint's epoch, once the view has it.
+    at_epoch: Option<AtEpoch>,
+    watermarks: Vec<(ObjectId, i64)>,
+}
+
+/// A view's contents, and the offsets (object, partition, next) it has committed.
+type AtEpoch = (Vec<RecordBatch>, Vec<(ObjectId, u32, u64)>);
+
+enum Saving {
+    Asked(lane::Answer<lane::Saved>),
+    Saved(lane::Saved),
+}
+
+impl Pending {
+    /// View `entry` has applied `epoch`'s output: if it is this checkpoint's, its contents
+    /// and offsets are the ones to save.
+    pub(super) fn reached(&mut self, entry: &mut Entry, epoch: u64) {
+        if epoch != self.epoch {
+            return;
+        }
+        let id = entry.view.def.id;
+        let Some(view) = self
+            .views
+            .iter_mut()
+            .find(|v| v.id == id && v.at_epoch.is_none())
+        else {
+            return;
+        };
+        match at_epoch(entry) {
+            Ok(state) => view.at_epoch = Some(state),
+            Err(e) => {
+                tracing::error!(view = %entry.view.def.name, error = %e, "copying a view's contents for a checkpoint failed: the checkpoint leaves it out");
+                self.views.retain(|v| v.id != id);
+            }
+        }
+    }
+
+    /// Views dropped or taken out to be rebuilt: left out (a restart rebuilds them from the
+    /// log, with the views created after them).
+    pub(super) fn forget(&mut self, gone: impl IntoIterator<Item = ObjectId>) {
+        let gone: Vec<ObjectId> = gone.into_iter().collect();
+        self.views.retain(|v| !gone.contains(&v.id));
+    }
+}
+
+/// A view's contents and committed offsets as of now.
+fn at_epoch(entry: &mut Entry) -> Result<AtEpoch> {
+    let contents = entry.contents.snapshot()?.as_ref().clone();
+    let committed = entry
+        .committed
+        .iter()
+        .map(|((o, p), n)| (*o, *p, *n))
+        .collect();
+    Ok((contents, committed))
+}
+
 impl RuntimeState {
-    /// Copies every materialized view's state (at an epoch end, when nothing is in flight) and
-    /// hands it to the checkpoint writer. A periodic checkpoint is skipped while the last one
-    /// is still being written; `CHECKPOINT` waits for the writer.
+    /// Starts a checkpoint of every materialized view as of the epoch that just ended (call
+    /// between epochs). A periodic checkpoint is skipped while the last one is still being
+    /// written; `CHECKPOINT` waits for the writer.
     pub(super) fn checkpoint(&mut self, reply: Option<oneshot::Sender<Result<u64>>>) {
         self.sink_progress();
-        let Some(checkpoints) = &self.checkpoints else {
+        if self.checkpoints.is_none() {
             if let Some(reply) = reply {
                 let _ = reply.send(Err(Error::unsupported(
                     "this server does not write checkpoints",
                 )));
             }
             return;
-        };
+        }
         let started = Instant::now();
         let started_at_micros = self.clock.now_micros();
         let mut views = Vec::new();
         for entry in self.views.iter_mut().filter(|e| !e.view.def.sql.is_empty()) {
-            let id = entry.view.def.id;
-            if is_failed(&self.failures, id) {
+            if is_failed(&self.failures, entry.view.def.id) {
                 // Its state stopped at the failure; the next start rebuilds it from the log.
                 tracing::warn!(view = %entry.view.def.name, "the checkpoint leaves out a failed view: a restart rebuilds it from the log");
                 continue;
             }
-            let state = (|| -> Result<ViewState> {
-                Ok(ViewState {
-                    id,
-                    parts: entry.lane.save()?,
-                    contents: entry.contents.snapshot()?.as_ref().clone(),
-                    committed: entry
-                        .committed
-                        .iter()
-                        .map(|((o, p), n)| (*o, *p, *n))
-                        .collect(),
-                    watermarks: entry.event_time.watermarks(),
-                })
-            })();
-            match state {
-                Ok(state) => views.push(state),
-                Err(e) => {
-                    if let Some(reply) = reply {
-                        let _ = reply.send(Err(e));
-                    } else {
-                        tracing::error!(view = %entry.view.def.name, error = %e, "copying a view's state for a checkpoint failed");
+            let at_epoch = if entry.behind.is_empty() {
+                match at_epoch(entry) {
+                    Ok(state) => Some(state),
+                    Err(e) => {
+                        fail_checkpoint(reply, &entry.view.def.name, e);
+                        return;
                     }
-                    return;
                 }
-            }
+            } else {
+                tracing::info!(view = %entry.view.def.name, epoch = self.epoch, "a view behind saves its part of the checkpoint when it gets to its epoch");
+                None
+            };
+            views.push(PendingView {
+                id: entry.view.def.id,
+                name: entry.view.def.name.clone(),
+                state: Saving::Asked(entry.lane.save()),
+                at_epoch,
+                watermarks: entry.event_time.watermarks(),
+            });
         }
         let clocks = self
             .clocks
@@ -61,30 +134,115 @@ impl RuntimeState {
                 watermark: c.watermark,
             })
             .collect();
-        let wait = reply.is_some();
-        let checkpoint = Checkpoint {
+        self.pending_checkpoints.push_back(Pending {
             epoch: self.epoch,
-            started_at_micros,
-            pause: started.elapsed(),
             started,
+            started_at_micros,
+            asked: started.elapsed(),
+            clocks,
+            views,
+            reply,
+        });
+        self.last_checkpoint = Instant::now();
+        self.changed_since_checkpoint = false;
+        self.complete_checkpoints();
+    }
+
+    /// Hands every pending checkpoint whose views have all saved their part to the writer,
+    /// oldest first.
+    pub(super) fn complete_checkpoints(&mut self) {
+        while let Some(pending) = self.pending_checkpoints.front_mut() {
+            let failures = Arc::clone(&self.failures);
+            // A view that failed meanwhile is left out.
+            pending.views.retain(|v| !is_failed(&failures, v.id));
+            let mut error = None;
+            for view in &mut pending.views {
+                if let Saving::Asked(answer) = &view.state
+                    && let Some(saved) = answer.try_take()
+                {
+                    match saved {
+                        Ok(saved) => view.state = Saving::Saved(saved),
+                        Err(e) => {
+                            error = Some((view.name.clone(), e));
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some((name, e)) = error {
+                if let Some(pending) = self.pending_checkpoints.pop_front() {
+                    fail_checkpoint(pending.reply, &name, e);
+                }
+                continue;
+            }
+            let complete = pending
+                .views
+                .iter()
+                .all(|v| matches!(v.state, Saving::Saved(_)) && v.at_epoch.is_some());
+            if !complete {
+                return;
+            }
+            let Some(pending) = self.pending_checkpoints.pop_front() else {
+                return;
+            };
+            self.submit(pending);
+        }
+    }
+
+    fn submit(&mut self, pending: Pending) {
+        let Some(checkpoints) = &self.checkpoints else {
+            return;
+        };
+        let mut pause = pending.asked;
+        let mut views = Vec::with_capacity(pending.views.len());
+        for view in pending.views {
+            let (Saving::Saved(saved), Some((contents, committed))) = (view.state, view.at_epoch)
+            else {
+                continue;
+            };
+            pause = pause.max(pending.asked + saved.took);
+            views.push(ViewState {
+                id: view.id,
+                parts: saved.parts,
+                contents,
+                committed,
+                watermarks: view.watermarks,
+            });
+        }
+        let wait = pending.reply.is_some();
+        let checkpoint = Checkpoint {
+            epoch: pending.epoch,
+            started_at_micros: pending.started_at_micros,
+            pause,
+            started: pending.started,
             workers: checkpoints.workers,
             views,
-            clocks,
-            reply,
+            clocks: pending.clocks,
+            reply: pending.reply,
         };
-        match checkpoints.writer.submit(checkpoint, wait) {
-            Ok(()) => {
-                self.last_checkpoint = Instant::now();
-                self.changed_since_checkpoint = false;
-            }
-            Err(c) => {
-                if let Some(reply) = c.reply {
+        if let Err(c) = checkpoints.writer.submit(checkpoint, wait) {
+            match c.reply {
+                Some(reply) => {
                     let _ = reply.send(Err(Error::new(
                         SqlState::ADMIN_SHUTDOWN,
                         "the checkpoint writer stopped",
                     )));
                 }
+                // The writer is busy with the last one: the next interval tries again.
+                None => self.changed_since_checkpoint = true,
             }
+        }
+    }
+}
+
+/// A checkpoint that cannot be taken: `CHECKPOINT` gets the error, a periodic one logs it.
+fn fail_checkpoint(reply: Option<oneshot::Sender<Result<u64>>>, view: &str, e: Error) {
+    match reply {
+        Some(reply) => {
+            let _ = reply.send(Err(e));
+        }
+        None => {
+            tracing::error!(view = %view, error = %e, "copying a view's state for a checkpoint failed")
         }
     }
 }

@@ -51,16 +51,17 @@ impl RuntimeState {
 
     /// The periodic end of an epoch: a slow view may be left behind.
     pub(super) fn end_epoch_logged(&mut self) {
-        if let Err(e) = self.end_epoch_with(true) {
+        if let Err(e) = self.end_epoch(&[]) {
             tracing::error!(error = %e, "ending an epoch failed");
         }
     }
 
-    /// Ends the epoch with every view in step: views behind catch up first, and the epoch
-    /// waits for every view (FLUSH, CHECKPOINT, a new view's backfill).
-    pub(super) fn end_epoch(&mut self) -> Result<()> {
-        self.catch_up(true);
-        self.end_epoch_with(false)
+    /// Ends the epoch with the views `keep` in step: those behind catch up first, and the
+    /// epoch waits for them (a new view's backfill waits for the views it reads). Any other
+    /// view may be left behind; whoever needs it (FLUSH, CHECKPOINT) waits for it elsewhere.
+    pub(super) fn end_epoch(&mut self, keep: &[ObjectId]) -> Result<()> {
+        self.catch_up(keep);
+        self.end_epoch_with(keep)
     }
 
     /// Ends the epoch: every view emits what it held back, downstream views receive upstream
@@ -68,10 +69,10 @@ impl RuntimeState {
     /// wall-clock time for every view (`now()` of temporal filters). Every view's lane gets
     /// the epoch end at once, except that a view reading views waits for their output (views
     /// are in creation order: what a view reads comes before it). A view that no other view
-    /// reads and that does not answer within [`limits::VIEW_LAG_AFTER_MS`] (or is behind
-    /// already) is left behind when `may_lag`: the epoch goes on without it and
+    /// reads, not in `keep`, and that does not answer within [`limits::VIEW_LAG_AFTER_MS`] (or
+    /// is behind already) is left behind: the epoch goes on without it and
     /// [`RuntimeState::catch_up`] takes its answers as they come.
-    fn end_epoch_with(&mut self, may_lag: bool) -> Result<()> {
+    fn end_epoch_with(&mut self, keep: &[ObjectId]) -> Result<()> {
         let now = self.clock.now_micros();
         let epoch = self.epoch + 1;
         let mut outputs: HashMap<ObjectId, Vec<ChangeBatch>> = HashMap::new();
@@ -128,7 +129,8 @@ impl RuntimeState {
             .flat_map(|e| e.sources.iter().copied())
             .collect();
         for i in 0..self.views.len() {
-            let may_lag = may_lag && !read_by_views.contains(&self.views[i].view.def.id);
+            let id = self.views[i].view.def.id;
+            let may_lag = !read_by_views.contains(&id) && !keep.contains(&id);
             self.settle_or_leave(i, epoch, may_lag, &mut answers, &mut outputs);
         }
         let mut changed = false;
@@ -226,9 +228,10 @@ impl RuntimeState {
     }
 
     /// Takes the answers of views that are behind, oldest first, as far as they have come
-    /// (all of them when `wait`): each is applied to the view's contents as the epoch it
-    /// answers, and the view's subscribers and sinks get it as that epoch.
-    pub(super) fn catch_up(&mut self, wait: bool) {
+    /// (all of them for the views in `wait`): each is applied to the view's contents as the
+    /// epoch it answers, and the view's subscribers and sinks get it as that epoch; a pending
+    /// checkpoint of that epoch takes the view's contents then.
+    pub(super) fn catch_up(&mut self, wait: &[ObjectId]) {
         if self.views.iter().all(|e| e.behind.is_empty()) {
             return;
         }
@@ -241,7 +244,7 @@ impl RuntimeState {
                 read,
             }) = entry.behind.pop_front()
             {
-                let answer = if wait {
+                let answer = if wait.contains(&entry.view.def.id) {
                     answer.wait()
                 } else {
                     match answer.ready() {
@@ -266,6 +269,9 @@ impl RuntimeState {
                 match applied {
                     Ok(out) => {
                         entry.committed = read;
+                        for pending in &mut self.pending_checkpoints {
+                            pending.reached(entry, epoch);
+                        }
                         done.push((epoch, entry.view.def.id, out));
                     }
                     Err(e) => {
@@ -299,18 +305,28 @@ impl RuntimeState {
         self.views.iter().any(|e| !e.behind.is_empty())
     }
 
-    /// Publishes which views are behind and by how many epochs.
-    fn publish_lag(&self) {
-        let lag: BTreeMap<ObjectId, u64> = self
+    /// Publishes which views are behind, by how many epochs, and where they are (failed
+    /// views are not: nothing waits for them).
+    pub(super) fn publish_lag(&self) {
+        let lag: BTreeMap<ObjectId, Lag> = self
             .views
             .iter()
-            .filter(|e| !e.behind.is_empty())
-            .map(|e| (e.view.def.id, e.behind.len() as u64))
+            .filter(|e| !e.behind.is_empty() && !is_failed(&self.failures, e.view.def.id))
+            .map(|e| {
+                let lag = Lag {
+                    epochs: e.behind.len() as u64,
+                    oldest: e.behind.front().map_or(0, |b| b.epoch),
+                };
+                (e.view.def.id, lag)
+            })
             .collect();
-        let mut published = self.lag.write().unwrap_or_else(|p| p.into_inner());
-        if *published != lag {
-            *published = lag;
-        }
+        self.lag.send_if_modified(|published| {
+            let changed = *published != lag;
+            if changed {
+                *published = lag;
+            }
+            changed
+        });
     }
 
     /// Some view's contents changed: the next reader has snapshots built.

@@ -15,6 +15,10 @@ pub struct ViewRuntime {
     observed: Arc<observed::Observed>,
 }
 
+fn stopped() -> Error {
+    Error::internal("the view runtime stopped")
+}
+
 impl ViewRuntime {
     /// Starts the runtime thread; with `checkpoints`, it hands a checkpoint to the writer
     /// every `interval` while views change (`None`: only on `CHECKPOINT`).
@@ -37,7 +41,7 @@ impl ViewRuntime {
         }));
         let requests = Arc::new(SnapshotRequests::default());
         let failures = ViewFailures::default();
-        let lag = ViewLag::default();
+        let lag: ViewLag = Arc::new(tokio::sync::watch::Sender::new(BTreeMap::new()));
         let observed = Arc::new(observed::Observed::default());
         let state = RuntimeState {
             views: Vec::new(),
@@ -61,6 +65,7 @@ impl ViewRuntime {
             clock,
             barrier_interval,
             spill_dir,
+            pending_checkpoints: Default::default(),
         };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
@@ -84,9 +89,7 @@ impl ViewRuntime {
     fn send(&self, message: Message) -> Result<()> {
         let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         match queue.as_ref() {
-            Some(tx) => tx
-                .send(message)
-                .map_err(|_| Error::internal("the view runtime stopped")),
+            Some(tx) => tx.send(message).map_err(|_| stopped()),
             None => Err(Error::new(
                 SqlState::ADMIN_SHUTDOWN,
                 "the server is shutting down",
@@ -107,7 +110,7 @@ impl ViewRuntime {
         let permit = Arc::clone(&self.budget)
             .acquire_many_owned(kib)
             .await
-            .map_err(|_| Error::internal("the view runtime stopped"))?;
+            .map_err(|_| stopped())?;
         Ok(QueueBudget(permit))
     }
 
@@ -169,7 +172,11 @@ impl ViewRuntime {
 
     /// Views that are behind, with how many epochs (`eddy_views.lag_epochs`).
     pub fn lag(&self) -> BTreeMap<ObjectId, u64> {
-        self.lag.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.lag
+            .borrow()
+            .iter()
+            .map(|(id, lag)| (*id, lag.epochs))
+            .collect()
     }
 
     /// Lets periodic checkpoints start: every stored view is restored or marked failed.
@@ -226,8 +233,7 @@ impl ViewRuntime {
             ended: Arc::clone(&ended),
             reply,
         })?;
-        done.await
-            .map_err(|_| Error::internal("the view runtime stopped"))??;
+        done.await.map_err(|_| stopped())??;
         Ok(Subscription { events: rx, ended })
     }
 
@@ -235,8 +241,7 @@ impl ViewRuntime {
     pub async fn stop_views(&self, ids: Vec<ObjectId>, why: Error) -> Result<()> {
         let (reply, done) = oneshot::channel();
         self.send(Message::StopViews { ids, why, reply })?;
-        done.await
-            .map_err(|_| Error::internal("the view runtime stopped"))
+        done.await.map_err(|_| stopped())
     }
 
     /// Drops the view `id` and the subscriptions' temporary views reading `id` (a view or a
@@ -269,8 +274,7 @@ impl ViewRuntime {
             feed,
             reply,
         })?;
-        done.await
-            .map_err(|_| Error::internal("the view runtime stopped"))?
+        done.await.map_err(|_| stopped())?
     }
 
     pub fn drop_sink(&self, id: ObjectId) -> Result<()> {
@@ -318,11 +322,30 @@ impl ViewRuntime {
         Ok(done)
     }
 
-    /// Ends the current epoch; resolves once every view reflects everything sent before.
-    pub fn flush(&self) -> Result<oneshot::Receiver<Result<u64>>> {
+    /// Ends the current epoch; resolves once every view reflects everything sent before (a
+    /// view behind is waited for here, by the caller, never by the runtime thread: the other
+    /// views and the writers go on meanwhile). Returns the epoch.
+    pub async fn flush(&self) -> Result<u64> {
         let (reply, done) = oneshot::channel();
         self.send(Message::Flush { reply })?;
-        Ok(done)
+        let epoch = done.await.map_err(|_| stopped())??;
+        self.caught_up(Some(epoch), None).await?;
+        Ok(epoch)
+    }
+
+    /// Waits until the views `only` (every view: `None`) have answered `epoch` (every epoch
+    /// ended so far: `None`). A failed or dropped view is not waited for.
+    pub async fn caught_up(&self, epoch: Option<u64>, only: Option<&[ObjectId]>) -> Result<()> {
+        let mut lag = self.lag.subscribe();
+        lag.wait_for(|views| {
+            views
+                .iter()
+                .filter(|(id, _)| only.is_none_or(|o| o.contains(id)))
+                .all(|(_, lag)| epoch.is_some_and(|e| lag.oldest > e))
+        })
+        .await
+        .map(|_| ())
+        .map_err(|_| stopped())
     }
 
     /// How far every materialized view has read its tables' logs, as of the last epoch end.
@@ -418,7 +441,7 @@ mod tests {
         runtime
             .changes(ObjectId(1), 0, None, Vec::new(), Some(all))
             .unwrap();
-        runtime.flush().unwrap().await.unwrap().unwrap();
+        runtime.flush().await.unwrap();
         assert!(runtime.reserve(4096, 1).now_or_never().is_some());
         runtime.shutdown();
     }

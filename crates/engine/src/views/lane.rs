@@ -39,7 +39,7 @@ enum Command {
     Spilled(ObjectId, Spilled, Option<ReaderRoom>),
     Watermark(ObjectId, i64),
     EndEpoch(EpochEnd, mpsc::Sender<Result<Vec<ChangeBatch>>>),
-    Save(mpsc::Sender<Result<Vec<(String, RecordBatch)>>>),
+    Save(mpsc::Sender<Result<Saved>>),
 }
 
 /// What the end of an epoch brings a view: the epoch's output of the views it reads (pushed
@@ -129,20 +129,24 @@ impl Drop for Handled<'_> {
     }
 }
 
-/// An epoch end sent to a lane, to be answered.
-pub(super) struct Answer(mpsc::Receiver<Result<Vec<ChangeBatch>>>);
+/// A view's operator state as checkpoint parts, and how long its lane took to copy it.
+pub(super) struct Saved {
+    pub(super) parts: Vec<(String, RecordBatch)>,
+    pub(super) took: Duration,
+}
 
-impl Answer {
-    /// The view's output of the epoch (or why it failed).
-    pub(super) fn wait(self) -> Result<Vec<ChangeBatch>> {
+/// A command sent to a lane, to be answered: an epoch end (the view's output of the epoch) or
+/// a save (its state).
+pub(super) struct Answer<T = Vec<ChangeBatch>>(mpsc::Receiver<Result<T>>);
+
+impl<T> Answer<T> {
+    /// The answer (or why the view failed).
+    pub(super) fn wait(self) -> Result<T> {
         self.0.recv().unwrap_or_else(|_| Err(gone()))
     }
 
     /// The answer if it comes within `timeout`; else the answer still to come.
-    pub(super) fn wait_for(
-        self,
-        timeout: Duration,
-    ) -> std::result::Result<Result<Vec<ChangeBatch>>, Answer> {
+    pub(super) fn wait_for(self, timeout: Duration) -> std::result::Result<Result<T>, Self> {
         match self.0.recv_timeout(timeout) {
             Ok(answer) => Ok(answer),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(self),
@@ -150,13 +154,18 @@ impl Answer {
         }
     }
 
-    /// The answer if it has come; else the answer still to come.
-    pub(super) fn ready(self) -> std::result::Result<Result<Vec<ChangeBatch>>, Answer> {
+    /// The answer if it has come.
+    pub(super) fn try_take(&self) -> Option<Result<T>> {
         match self.0.try_recv() {
-            Ok(answer) => Ok(answer),
-            Err(mpsc::TryRecvError::Empty) => Err(self),
-            Err(mpsc::TryRecvError::Disconnected) => Ok(Err(gone())),
+            Ok(answer) => Some(answer),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(gone())),
         }
+    }
+
+    /// The answer if it has come; else the answer still to come.
+    pub(super) fn ready(self) -> std::result::Result<Result<T>, Self> {
+        self.try_take().ok_or(self)
     }
 }
 
@@ -338,13 +347,12 @@ impl Lane {
         Answer(answer)
     }
 
-    /// The view's operator state as checkpoint parts, between epochs.
-    pub(super) fn save(&self) -> Result<Vec<(String, RecordBatch)>> {
+    /// The view's operator state as checkpoint parts, as of everything sent to the lane
+    /// before (a view behind saves once it has caught up to here).
+    pub(super) fn save(&self) -> Answer<Saved> {
         let (reply, answer) = mpsc::channel();
-        self.commands
-            .send(Command::Save(reply))
-            .map_err(|_| gone())?;
-        answer.recv().unwrap_or_else(|_| Err(gone()))
+        let _ = self.commands.send(Command::Save(reply));
+        Answer(answer)
     }
 
     /// The view's operators (`eddy_operators`), readable without the runtime.
@@ -425,7 +433,12 @@ fn run(
                 let _ = reply.send(result);
             }
             Command::Save(reply) => {
-                let _ = reply.send(catch_panic("saving a view's state", || dataflow.save()));
+                let started = std::time::Instant::now();
+                let saved = catch_panic("saving a view's state", || dataflow.save());
+                let _ = reply.send(saved.map(|parts| Saved {
+                    parts,
+                    took: started.elapsed(),
+                }));
             }
         }
     }

@@ -73,8 +73,18 @@ pub type Snapshots = Arc<HashMap<ObjectId, Result<Arc<Vec<RecordBatch>>>>>;
 /// Views that failed and why, by id ([`ViewRuntime::failures`]).
 pub type ViewFailures = Arc<RwLock<BTreeMap<ObjectId, Error>>>;
 
-/// Views behind the others, by id, with the epochs they have still to complete.
-pub type ViewLag = Arc<RwLock<BTreeMap<ObjectId, u64>>>;
+/// Views behind the others, by id (failed views are not: nothing waits for them). Sessions
+/// wait on it (FLUSH) without the runtime thread waiting for the views.
+pub type ViewLag = Arc<tokio::sync::watch::Sender<BTreeMap<ObjectId, Lag>>>;
+
+/// How far a view is behind the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lag {
+    /// Epochs it has still to answer.
+    pub epochs: u64,
+    /// The oldest of them: the view's contents are as of the epoch before it.
+    pub oldest: u64,
+}
 
 /// Whether view `id` failed.
 fn is_failed(failures: &ViewFailures, id: ObjectId) -> bool {
@@ -108,6 +118,11 @@ pub struct View {
 }
 
 impl Entry {
+    /// The last epoch whose output the view has applied to its contents.
+    fn committed_epoch(&self, epoch: u64) -> u64 {
+        self.behind.front().map_or(epoch, |b| b.epoch - 1)
+    }
+
     /// What the view has committed, in the order sinks record it.
     fn committed_offsets(&self) -> Offsets {
         self.committed.iter().map(|(k, n)| (*k, *n)).collect()
@@ -403,4 +418,7 @@ struct RuntimeState {
     barrier_interval: Duration,
     /// Where lanes spill changes past their budget (`None`: they hold the runtime instead).
     spill_dir: Option<std::path::PathBuf>,
+    /// Checkpoints whose views are still saving their state (or catching up to its epoch),
+    /// oldest first; each is handed to the writer once complete.
+    pending_checkpoints: std::collections::VecDeque<checkpointing::Pending>,
 }

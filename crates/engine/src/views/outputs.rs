@@ -20,8 +20,10 @@ impl RuntimeState {
             let batches: Vec<ChangeBatch> =
                 contents.iter().cloned().map(ChangeBatch::inserts).collect();
             let changes = eddy_dataflow::consolidate(&entry.view.schema, &batches)?;
+            // A view behind: its contents are as of the epoch it has got to, and its
+            // subscribers get the epochs after it as it catches up.
             let _ = events.try_send(EpochChanges {
-                epoch: self.epoch,
+                epoch: entry.committed_epoch(self.epoch),
                 changes,
             });
         }

@@ -13,8 +13,8 @@ impl RuntimeState {
             } else {
                 self.barrier_interval
             };
-            // Views behind are checked for their answers often.
-            if self.any_behind() {
+            // Views behind and checkpoints being saved are checked for their answers often.
+            if self.any_behind() || !self.pending_checkpoints.is_empty() {
                 wait = wait.min(Duration::from_millis(10));
             }
             match queue.recv_timeout(wait) {
@@ -29,7 +29,8 @@ impl RuntimeState {
                     return;
                 }
             }
-            self.catch_up(false);
+            self.catch_up(&[]);
+            self.complete_checkpoints();
             self.answer_snapshot_requests();
             self.expire_idle_partitions();
             // Views whose output moves with the wall clock (temporal filters) see every epoch.
@@ -55,12 +56,13 @@ impl RuntimeState {
                 .as_ref()
                 .and_then(|c| c.interval)
                 .is_some_and(|i| self.last_checkpoint.elapsed() >= i);
-            // A periodic checkpoint waits until no view is behind (all at one epoch).
+            // A periodic checkpoint is taken between epochs; views behind complete their part
+            // of it when they reach its epoch.
             if due
                 && self.recovered
                 && self.changed_since_checkpoint
                 && !self.dirty
-                && !self.any_behind()
+                && self.pending_checkpoints.is_empty()
             {
                 self.checkpoint(None);
             }
@@ -68,21 +70,17 @@ impl RuntimeState {
     }
 
     pub(super) fn handle(&mut self, message: Message, last_epoch: &mut Instant) {
-        // What changes the set of views, their readers or their state, and what must see every
-        // view at one epoch, waits for the views behind first.
-        if matches!(
-            message,
-            Message::Subscribe { .. }
-                | Message::AddView { .. }
-                | Message::DropView { .. }
-                | Message::Flush { .. }
-                | Message::Checkpoint { .. }
-                | Message::AddSink { .. }
-                | Message::DropSink { .. }
-                | Message::StopViews { .. }
-                | Message::RestoreView { .. }
-        ) {
-            self.catch_up(true);
+        // What reads a view's contents or output as of now (a new view or sink over it) waits
+        // for that view if it is behind, and only for it. Nothing waits for the other views
+        // behind: FLUSH and CHECKPOINT wait for them outside the runtime thread.
+        let wait: &[ObjectId] = match &message {
+            Message::AddView { sources, .. } | Message::RestoreView { sources, .. } => sources,
+            Message::AddSink { view, .. } => std::slice::from_ref(view),
+            _ => &[],
+        };
+        if !wait.is_empty() {
+            let wait = wait.to_vec();
+            self.catch_up(&wait);
         }
         let views_change = matches!(
             message,
@@ -96,6 +94,7 @@ impl RuntimeState {
         self.handle_message(message, last_epoch);
         if views_change {
             self.publish_status();
+            self.publish_lag();
         }
     }
 
@@ -163,12 +162,16 @@ impl RuntimeState {
             Message::DropView { id } => {
                 // Catalog views that read `id` were dropped before it; what still reads it are
                 // subscriptions' temporary views, whose streams end with it.
-                let gone: Vec<String> = self
+                let gone: Vec<(ObjectId, String)> = self
                     .views
                     .iter()
                     .filter(|v| v.view.def.id == id || v.sources.contains(&id))
-                    .map(|v| v.view.def.name.clone())
+                    .map(|v| (v.view.def.id, v.view.def.name.clone()))
                     .collect();
+                for pending in &mut self.pending_checkpoints {
+                    pending.forget(gone.iter().map(|(id, _)| *id));
+                }
+                let gone: Vec<String> = gone.into_iter().map(|(_, name)| name).collect();
                 self.observed.forget(&gone);
                 self.views
                     .retain(|v| v.view.def.id != id && !v.sources.contains(&id));
@@ -189,7 +192,7 @@ impl RuntimeState {
             Message::Recovered => self.recovered = true,
             Message::Wake => {}
             Message::Checkpoint { reply } => {
-                let ended = self.end_epoch();
+                let ended = self.end_epoch(&[]);
                 *last_epoch = Instant::now();
                 match ended {
                     Ok(()) => self.checkpoint(Some(reply)),
@@ -274,8 +277,9 @@ impl RuntimeState {
             }
             Message::Flush { reply } => {
                 // Failed views do not hold FLUSH (nor writers) back: the session reports them.
-                // Views behind do: FLUSH waits until they answered this epoch too.
-                let result = self.end_epoch().map(|()| self.epoch);
+                // Views behind do: the session waits until they answered this epoch too
+                // ([`ViewRuntime::flush`]), the runtime goes on.
+                let result = self.end_epoch(&[]).map(|()| self.epoch);
                 *last_epoch = Instant::now();
                 let _ = reply.send(result);
             }
@@ -362,6 +366,10 @@ impl RuntimeState {
             !reading
         });
         self.views.retain(|e| !gone.contains(&e.view.def.id));
+        // A checkpoint being saved leaves them out: a restart rebuilds them from the log.
+        for pending in &mut self.pending_checkpoints {
+            pending.forget(gone.iter().copied());
+        }
         for mut sink in std::mem::take(&mut self.sinks) {
             if gone.contains(&sink.view) {
                 sink.waiting = Some(None);
