@@ -411,7 +411,7 @@ impl StatementViews {
                 SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!("materialized view {name} has no contents published yet"),
             )
-            .with_hint("the view runtime is busy (a backfill, a restore or a view it waits for); try again in a moment")),
+            .with_hint("the view is still being built (its backfill), or the view runtime is busy (a restore or a view it waits for); try again in a moment")),
         }
     }
 }

@@ -1,27 +1,170 @@
-//! A new view backfilled from its inputs, and a view restored from a checkpoint.
+//! A new view backfilled from its inputs (in its own lane), and a view restored from a
+//! checkpoint.
 
 use super::*;
 
+/// A new view's backfill, which its lane runs before anything else (so the runtime thread, the
+/// other views and the writers go on meanwhile): every input's logged commits in commit order
+/// (views' contents first), each stream with its own clock so that its watermark moves as it
+/// did live (by the data and the log's watermark marks, never by the wall clock), then the
+/// inputs' live watermarks as of the view's registration.
+pub(super) struct Job {
+    view: String,
+    inputs: Vec<Backfill>,
+    clocks: HashMap<ObjectId, StreamClock>,
+    live: Vec<(ObjectId, i64)>,
+    event_time: Arc<EventTime>,
+    clock: Arc<dyn eddy_common::time::Clock>,
+    progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+}
+
+impl Job {
+    /// Pushes everything through `dataflow`, its output into `pending` (the view's first
+    /// epoch).
+    pub(super) fn run(
+        mut self,
+        dataflow: &mut eddy_dataflow::Dataflow,
+        pending: &mut Vec<ChangeBatch>,
+    ) -> Result<()> {
+        let rows: usize = self
+            .inputs
+            .iter()
+            .flat_map(|b| b.batches.iter())
+            .flat_map(|r| r.changes.iter())
+            .map(|b| b.len())
+            .sum();
+        tracing::info!(view = %self.view, rows, "backfilling a materialized view");
+        let started = Instant::now();
+        let mut reported = Instant::now();
+        let mut done = 0usize;
+        let mut since_epoch = 0usize;
+        let mut commits: Vec<(ObjectId, &LogRecord)> = self
+            .inputs
+            .iter()
+            .flat_map(|i| i.batches.iter().map(move |r| (i.object, r)))
+            .collect();
+        commits.sort_by_key(|(object, r)| (r.txn, *object, r.partition));
+        for (object, record) in commits {
+            crate::failpoints::failpoint("backfill", &self.view)?;
+            for batch in &record.changes {
+                pending.extend(catch_panic("a view's operators", || {
+                    dataflow.push(object, batch)
+                })?);
+                done += batch.len();
+                since_epoch += batch.len();
+            }
+            if let Some(clock) = self.clocks.get_mut(&object) {
+                let raised = match record.watermark {
+                    Some(mark) => clock.mark(mark),
+                    None => {
+                        clock.observe(record.partition, &record.changes, self.clock.instant())?
+                    }
+                };
+                if let Some(w) = raised {
+                    self.event_time.advance(object, w);
+                    pending.extend(dataflow.watermark(object, w)?);
+                }
+            }
+            if since_epoch >= limits::BACKFILL_EPOCH_ROWS {
+                since_epoch = 0;
+                pending.extend(catch_panic("a view's operators", || {
+                    dataflow.end_epoch(self.clock.now_micros())
+                })?);
+            }
+            if let Some(progress) = &self.progress
+                && reported.elapsed() >= BACKFILL_PROGRESS_INTERVAL
+            {
+                reported = Instant::now();
+                let _ = progress.send(format!(
+                    "materialized view \"{}\": backfilled {done} of {rows} rows ({} s)",
+                    self.view,
+                    started.elapsed().as_secs()
+                ));
+            }
+        }
+        for (object, live) in &self.live {
+            self.event_time.advance(*object, *live);
+            pending.extend(dataflow.watermark(*object, *live)?);
+        }
+        tracing::info!(view = %self.view, rows, seconds = started.elapsed().as_secs_f64(), "backfilled a materialized view");
+        Ok(())
+    }
+}
+
 impl RuntimeState {
+    /// Registers a new view whose lane backfills it from `tables` and the contents of the
+    /// views among `sources`; `reply` is answered once the view has applied its first epoch
+    /// (the backfill's output), or with why it could not be built. Until then the view is
+    /// behind, and reading it is an error (no contents published yet).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn add_view(
         &mut self,
         view: Arc<View>,
-        mut dataflow: eddy_dataflow::Dataflow,
+        dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
         tables: Vec<Backfill>,
-        progress: Option<&tokio::sync::mpsc::UnboundedSender<String>>,
-    ) -> Result<()> {
+        progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+        reply: oneshot::Sender<Result<()>>,
+    ) {
         // Close the epoch in flight so that upstream views' contents are complete (views behind
         // that it does not read stay behind).
-        self.end_epoch(&sources)?;
-        let mut pending = Vec::new();
-        let mut read: HashMap<(ObjectId, u32), u64> = HashMap::new();
+        let lane = self.end_epoch(&sources).and_then(|()| {
+            self.backfill_lane(&view, dataflow, &event_time, &sources, tables, progress)
+        });
+        let (lane, read) = match lane {
+            Ok(lane) => lane,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let id = view.def.id;
+        self.failures
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        let (back, parked) = std::mem::take(&mut self.parked_sinks)
+            .into_iter()
+            .partition(|s| s.view == id);
+        self.parked_sinks = parked;
+        self.sinks.extend(back);
+        let contents = TableData::for_view(Arc::clone(&view.schema));
+        self.views.push(Entry {
+            view,
+            lane,
+            event_time,
+            sources: sources.clone(),
+            contents,
+            behind: Default::default(),
+            committed: HashMap::new(),
+            read,
+            created: Some(reply),
+        });
+        // Its first epoch is the backfill's output: the epoch goes on without it.
+        self.dirty = true;
+        if let Err(e) = self.end_epoch(&sources) {
+            tracing::error!(error = %e, "ending an epoch failed");
+        }
+    }
+
+    /// The new view's lane, its backfill handed to it, and what the view has read of each
+    /// table by then.
+    fn backfill_lane(
+        &mut self,
+        view: &View,
+        dataflow: eddy_dataflow::Dataflow,
+        event_time: &Arc<EventTime>,
+        sources: &[ObjectId],
+        tables: Vec<Backfill>,
+        progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<(lane::Lane, ReadOffsets)> {
+        let mut read = ReadOffsets::new();
         for table in &tables {
             for (partition, start) in &table.start {
                 read.insert((table.object, *partition), *start);
                 if *start > 0
-                    && let Some(progress) = progress
+                    && let Some(progress) = &progress
                 {
                     let _ = progress.send(format!(
                         "table \"{}\" keeps its log from offset {start} of partition {partition} on (retention deleted what came before): the view is built from what it keeps",
@@ -34,7 +177,7 @@ impl RuntimeState {
             }
         }
         let mut inputs = tables;
-        for source in &sources {
+        for source in sources {
             if let Some(upstream) = self.views.iter_mut().find(|e| e.view.def.id == *source) {
                 let batches = upstream
                     .contents
@@ -57,113 +200,40 @@ impl RuntimeState {
                 });
             }
         }
-        let rows: usize = inputs
-            .iter()
-            .flat_map(|b| b.batches.iter())
-            .flat_map(|r| r.changes.iter())
-            .map(|b| b.len())
-            .sum();
-        tracing::info!(view = %view.def.name, rows, "backfilling a materialized view");
-        let started = Instant::now();
-        let mut reported = Instant::now();
-        let mut done = 0usize;
-        let mut since_epoch = 0usize;
-        // Every table's commits in commit order (views' contents first), each stream with its
-        // own clock so that its watermark moves as it did live: by the data and the log's
-        // watermark marks, never by the wall clock.
-        let mut clocks: HashMap<ObjectId, StreamClock> = inputs
+        let clocks: HashMap<ObjectId, StreamClock> = inputs
             .iter()
             .filter_map(|i| Some((i.object, StreamClock::replaying(i.clock?))))
             .collect();
-        let mut commits: Vec<(ObjectId, &LogRecord)> = inputs
+        let live = inputs
             .iter()
-            .flat_map(|i| i.batches.iter().map(move |r| (i.object, r)))
-            .collect();
-        commits.sort_by_key(|(object, r)| (r.txn, *object, r.partition));
-        for (object, record) in commits {
-            crate::failpoints::failpoint("backfill", &view.def.name)?;
-            for batch in &record.changes {
-                pending.extend(catch_panic("a view's operators", || {
-                    dataflow.push(object, batch)
-                })?);
-                done += batch.len();
-                since_epoch += batch.len();
-            }
-            if let Some(clock) = clocks.get_mut(&object) {
-                let raised = match record.watermark {
-                    Some(mark) => clock.mark(mark),
-                    None => {
-                        clock.observe(record.partition, &record.changes, self.clock.instant())?
-                    }
+            .filter_map(|input| {
+                let live = match self.clocks.get(&(input.object, None)) {
+                    Some(clock) => clock.watermark,
+                    None => self
+                        .views
+                        .iter()
+                        .find(|e| e.view.def.id == input.object)
+                        .and_then(Entry::watermark),
                 };
-                if let Some(w) = raised {
-                    event_time.advance(object, w);
-                    pending.extend(dataflow.watermark(object, w)?);
-                }
-            }
-            if since_epoch >= limits::BACKFILL_EPOCH_ROWS {
-                since_epoch = 0;
-                pending.extend(catch_panic("a view's operators", || {
-                    dataflow.end_epoch(self.clock.now_micros())
-                })?);
-            }
-            // Readers of the other views need not wait for a long backfill: their contents
-            // stay as of the epoch ended above until it is done.
-            self.answer_snapshot_requests();
-            if let Some(progress) = progress
-                && reported.elapsed() >= BACKFILL_PROGRESS_INTERVAL
-            {
-                reported = Instant::now();
-                let _ = progress.send(format!(
-                    "materialized view \"{}\": backfilled {done} of {rows} rows ({} s)",
-                    view.def.name,
-                    started.elapsed().as_secs()
-                ));
-            }
-        }
-        for input in &inputs {
-            let live = match self.clocks.get(&(input.object, None)) {
-                Some(clock) => clock.watermark,
-                None => self
-                    .views
-                    .iter()
-                    .find(|e| e.view.def.id == input.object)
-                    .and_then(Entry::watermark),
-            };
-            if let Some(live) = live {
-                event_time.advance(input.object, live);
-                pending.extend(dataflow.watermark(input.object, live)?);
-            }
-        }
-        self.collect_late(&view.def.name, &event_time);
-        let contents = TableData::for_view(Arc::clone(&view.schema));
-        let id = view.def.id;
-        self.failures
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
-        let (back, parked) = std::mem::take(&mut self.parked_sinks)
-            .into_iter()
-            .partition(|s| s.view == id);
-        self.parked_sinks = parked;
-        self.sinks.extend(back);
-        let lane = lane::Lane::start(&view.def.name, dataflow, pending, self.spill_dir.as_deref())?;
-        // Its first epoch is waited for (its contents are complete once it is created), with
-        // the views it reads.
-        let mut keep = sources.clone();
-        keep.push(id);
-        self.views.push(Entry {
-            view,
-            lane,
-            event_time,
-            sources,
-            contents,
-            behind: Default::default(),
-            committed: HashMap::new(),
-            read,
-        });
-        self.dirty = true;
-        self.end_epoch(&keep)
+                Some((input.object, live?))
+            })
+            .collect();
+        let job = Job {
+            view: view.def.name.clone(),
+            inputs,
+            clocks,
+            live,
+            event_time: Arc::clone(event_time),
+            clock: Arc::clone(&self.clock),
+            progress,
+        };
+        let lane = lane::Lane::start(
+            &view.def.name,
+            dataflow,
+            Some(job),
+            self.spill_dir.as_deref(),
+        )?;
+        Ok((lane, read))
     }
 
     /// Recovery: registers a view restored from a checkpoint.
@@ -185,12 +255,7 @@ impl RuntimeState {
         if !inserts.is_empty() {
             data.apply(&inserts)?;
         }
-        let lane = lane::Lane::start(
-            &view.def.name,
-            dataflow,
-            Vec::new(),
-            self.spill_dir.as_deref(),
-        )?;
+        let lane = lane::Lane::start(&view.def.name, dataflow, None, self.spill_dir.as_deref())?;
         self.views.push(Entry {
             view,
             lane,
@@ -200,6 +265,7 @@ impl RuntimeState {
             behind: Default::default(),
             read: committed.clone(),
             committed,
+            created: None,
         });
         self.mark_stale();
         Ok(())

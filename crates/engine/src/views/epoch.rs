@@ -141,6 +141,13 @@ impl RuntimeState {
                 entry.contents.apply(out)?;
                 changed = true;
             }
+            // A new view that answered at once: created.
+            if entry.behind.is_empty()
+                && outputs.contains_key(&entry.view.def.id)
+                && let Some(created) = entry.created.take()
+            {
+                let _ = created.send(Ok(()));
+            }
         }
         self.collect_all_late();
         self.dirty = false;
@@ -193,11 +200,19 @@ impl RuntimeState {
             return;
         };
         let answer = if may_lag {
-            match answer.wait_for(Duration::from_millis(limits::VIEW_LAG_AFTER_MS)) {
+            // A view being created answers once its lane has backfilled it: not waited for.
+            let patience = if self.views[i].created.is_some() {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(limits::VIEW_LAG_AFTER_MS)
+            };
+            match answer.wait_for(patience) {
                 Ok(answer) => answer,
                 Err(answer) => {
                     let entry = &mut self.views[i];
-                    tracing::info!(view = %entry.view.def.name, epoch, "a view falls behind: the epoch goes on without it");
+                    if entry.created.is_none() {
+                        tracing::info!(view = %entry.view.def.name, epoch, "a view falls behind: the epoch goes on without it");
+                    }
                     let read = entry.read.clone();
                     entry.behind.push_back(Behind {
                         epoch,
@@ -222,6 +237,9 @@ impl RuntimeState {
             }
             Err(e) => {
                 let id = entry.view.def.id;
+                if let Some(created) = entry.created.take() {
+                    let _ = created.send(Err(e.clone()));
+                }
                 self.fail(id, e);
             }
         }
@@ -236,6 +254,7 @@ impl RuntimeState {
             return;
         }
         let mut done: Vec<(u64, ObjectId, Vec<ChangeBatch>)> = Vec::new();
+        let mut first = false;
         let mut failed = Vec::new();
         for entry in &mut self.views {
             while let Some(Behind {
@@ -269,12 +288,20 @@ impl RuntimeState {
                 match applied {
                     Ok(out) => {
                         entry.committed = read;
+                        if let Some(created) = entry.created.take() {
+                            let _ = created.send(Ok(()));
+                            // Its contents are published from now on, empty or not.
+                            first = true;
+                        }
                         for pending in &mut self.pending_checkpoints {
                             pending.reached(entry, epoch);
                         }
                         done.push((epoch, entry.view.def.id, out));
                     }
                     Err(e) => {
+                        if let Some(created) = entry.created.take() {
+                            let _ = created.send(Err(e.clone()));
+                        }
                         entry.behind.clear();
                         failed.push((entry.view.def.id, e));
                         break;
@@ -285,7 +312,7 @@ impl RuntimeState {
         for (view, e) in failed {
             self.fail(view, e);
         }
-        let changed = done.iter().any(|(_, _, out)| !out.is_empty());
+        let changed = first || done.iter().any(|(_, _, out)| !out.is_empty());
         for (epoch, view, out) in done {
             let outputs = HashMap::from([(view, out)]);
             self.notify(epoch, &outputs, true);
@@ -375,7 +402,8 @@ impl RuntimeState {
 
     pub(super) fn publish(&mut self) {
         let mut map = HashMap::with_capacity(self.views.len());
-        for entry in &mut self.views {
+        // A view being created has no contents to read yet (not "empty").
+        for entry in self.views.iter_mut().filter(|e| e.created.is_none()) {
             let snapshot = entry.contents.snapshot();
             if let Err(e) = &snapshot {
                 tracing::error!(view = %entry.view.def.name, error = %e, "building a view snapshot failed");

@@ -175,12 +175,12 @@ fn gone() -> Error {
 
 impl Lane {
     /// Starts the lane of view `name` with its built (backfilled or restored) dataflow and
-    /// what it emitted already in the epoch.
+    /// the backfill it runs first (a new view; a restored one has none).
     /// `spill_dir`: where changes past the budget may go (`None`: `push` waits instead).
     pub(super) fn start(
         name: &str,
         dataflow: Dataflow,
-        pending: Vec<ChangeBatch>,
+        backfill: Option<super::backfill::Job>,
         spill_dir: Option<&std::path::Path>,
     ) -> Result<Lane> {
         let (commands, inbox) = mpsc::channel();
@@ -194,7 +194,7 @@ impl Lane {
             ))
             .spawn(move || {
                 let guard = guard;
-                run(&view, dataflow, pending, inbox, &guard.0);
+                run(&view, dataflow, backfill, inbox, &guard.0);
             })
             .map_err(|e| Error::internal(format!("starting the thread of view {name}: {e}")))?;
         Ok(Lane {
@@ -375,18 +375,26 @@ impl Stats {
     }
 }
 
-/// The lane's loop: commands in order until the runtime drops the lane.
+/// The lane's loop: the backfill, then commands in order until the runtime drops the lane
+/// (what the runtime sent during the backfill waits in the inbox).
 fn run(
     view: &str,
     mut dataflow: Dataflow,
-    mut pending: Vec<ChangeBatch>,
+    backfill: Option<super::backfill::Job>,
     inbox: mpsc::Receiver<Command>,
     queue: &Queue,
 ) {
     let mut failed: Option<Error> = None;
+    let mut pending = Vec::new();
     let publish = |dataflow: &Dataflow| {
         *queue.stats.lock().unwrap_or_else(|p| p.into_inner()) = dataflow.stats();
     };
+    if let Some(job) = backfill
+        && let Err(e) = catch_panic("a view's backfill", || job.run(&mut dataflow, &mut pending))
+    {
+        failed = Some(e);
+        pending.clear();
+    }
     publish(&dataflow);
     for command in inbox {
         match command {

@@ -351,6 +351,9 @@ pub struct ConsumerOffsets {
     pub committed: HashMap<(ObjectId, u32), u64>,
 }
 
+/// Per (table, partition) the log records read; per (source, partition) the source offset.
+type ReadOffsets = HashMap<(ObjectId, u32), u64>;
+
 struct Entry {
     view: Arc<View>,
     /// The view's dataflow, on its own thread.
@@ -363,9 +366,11 @@ struct Entry {
     behind: std::collections::VecDeque<Behind>,
     /// Log records read per (table, partition): each message of changes is one record; for a
     /// source, the source offset its reader got to.
-    read: HashMap<(ObjectId, u32), u64>,
+    read: ReadOffsets,
     /// `read` as of the last epoch the view committed.
-    committed: HashMap<(ObjectId, u32), u64>,
+    committed: ReadOffsets,
+    /// A new view until it has applied its first epoch (its backfill): who waits for that.
+    created: Option<oneshot::Sender<Result<()>>>,
 }
 
 /// An epoch end a view is still computing: its answer, and what the view had read by then

@@ -138,16 +138,8 @@ impl RuntimeState {
                 progress,
                 reply,
             } => {
-                let result = self.add_view(
-                    view,
-                    dataflow,
-                    event_time,
-                    sources,
-                    tables,
-                    progress.as_ref(),
-                );
+                self.add_view(view, dataflow, event_time, sources, tables, progress, reply);
                 *last_epoch = Instant::now();
-                let _ = reply.send(result);
             }
             Message::Subscribe {
                 view,
