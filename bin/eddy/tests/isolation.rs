@@ -132,15 +132,7 @@ async fn a_view_that_panics_fails_alone_and_restarts() {
         .batch_execute("ALTER MATERIALIZED VIEW bad RESTART")
         .await
         .unwrap();
-    assert!(
-        notices
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|n| n.contains("materialized view bad, above")),
-        "{:?}",
-        notices.lock().unwrap()
-    );
+    eddy_testkit::assert_noticed(&notices, &["materialized view bad, above"]);
     assert_eq!(
         text(&server, STATUS).await,
         "above running\nbad running\ngood running"

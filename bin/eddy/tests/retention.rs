@@ -87,15 +87,7 @@ async fn retention_deletes_only_what_no_checkpoint_needs() {
         one(&client, "SELECT n FROM late_totals").await,
         kept.to_string()
     );
-    assert!(
-        notices
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|n| n.contains("retention deleted what came before")),
-        "{:?}",
-        notices.lock().unwrap()
-    );
+    eddy_testkit::assert_noticed(&notices, &["retention deleted what came before"]);
     // More rows, then a crash: the views come back from the checkpoint plus what the log kept.
     fill(&client, 4000).await;
     client.batch_execute("FLUSH; CHECKPOINT").await.unwrap();

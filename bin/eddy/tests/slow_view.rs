@@ -109,15 +109,7 @@ async fn a_slow_view_falls_behind_without_holding_writers_or_other_views() {
     // FLUSH waits for the slow view and says so.
     let (flusher, notices) = server.connect_with_notices().await.unwrap();
     flusher.batch_execute("FLUSH").await.unwrap();
-    assert!(
-        notices
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|n| n.contains("slow") && n.contains("behind")),
-        "{:?}",
-        notices.lock().unwrap()
-    );
+    eddy_testkit::assert_noticed(&notices, &["slow", "behind"]);
     assert_eq!(text(&server, "SELECT n, s FROM slow").await, want);
     assert_eq!(text(&server, "SELECT n, s FROM fast").await, want);
     assert_eq!(
@@ -453,15 +445,7 @@ async fn a_stuck_view_holds_only_the_statements_that_wait_for_it() {
         .expect("FLUSH never ended")
         .unwrap()
         .unwrap();
-    assert!(
-        notices
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|n| n.contains("stuck") && n.contains("behind")),
-        "{:?}",
-        notices.lock().unwrap()
-    );
+    eddy_testkit::assert_noticed(&notices, &["stuck", "behind"]);
     tokio::time::timeout(Duration::from_secs(60), checkpoint)
         .await
         .expect("CHECKPOINT never ended")

@@ -523,6 +523,18 @@ pub fn rows_as_text(rows: &[Vec<Option<String>>]) -> String {
         .join("\n")
 }
 
+/// Asserts that some NOTICE a [`EddyProcess::connect_with_notices`] connection got contains
+/// every one of `parts`.
+pub fn assert_noticed(notices: &std::sync::Mutex<Vec<String>>, parts: &[&str]) {
+    let notices = notices.lock().unwrap_or_else(|p| p.into_inner());
+    assert!(
+        notices
+            .iter()
+            .any(|n| parts.iter().all(|part| n.contains(part))),
+        "no NOTICE says {parts:?}: {notices:?}"
+    );
+}
+
 /// [`rows`] as [`rows_as_text`].
 pub async fn text(server: &EddyProcess, sql: &str) -> String {
     rows_as_text(&rows(server, sql).await)
