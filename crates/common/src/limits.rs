@@ -51,6 +51,10 @@ pub const VIEW_LAG_AFTER_MS: u64 = 1000;
 /// During a backfill, operators end an epoch (emitting and freeing closed windows) after this
 /// many rows, so state stays bounded as it does live.
 pub const BACKFILL_EPOCH_ROWS: usize = 100_000;
+/// A backfill reads each partition of a table's log this many records at a time (each record
+/// one commit, at most `LOG_RECORD_BYTES_MAX`): memory stays bounded by the partitions it
+/// merges, not by the log, and appends to the partition wait only for one such read.
+pub const BACKFILL_READ_RECORDS: u64 = 64;
 
 /// Most partitions a table may have (and splits a Nexmark generator).
 pub const PARTITIONS_MAX: u32 = 1024;

@@ -207,6 +207,8 @@ pub struct Engine {
     /// Per keyed table partition, the offset its log is compacted to (this run of the server).
     /// Held by a retention/compaction run.
     compacted: tokio::sync::Mutex<HashMap<(ObjectId, u32), u64>>,
+    /// Tables whose logs a new view's backfill is reading (retention leaves them alone).
+    backfilling: views::Backfilling,
     /// Serializes catalog changes and commits: the order writers pass through here is the order
     /// of the log and of the in-memory contents.
     write_lock: Arc<Mutex<()>>,
@@ -321,6 +323,7 @@ impl Engine {
             stored_sinks: std::sync::Mutex::new(sink_defs),
             sinks: RwLock::new(BTreeMap::new()),
             compacted: tokio::sync::Mutex::new(HashMap::new()),
+            backfilling: views::Backfilling::default(),
             recovery: tokio::sync::watch::Sender::new(None),
             mark_requests: std::sync::Mutex::new(Some(mark_requests)),
             restored_from: RwLock::new(HashMap::new()),

@@ -41,12 +41,18 @@ impl Engine {
         let mut compacted = self.compacted.lock().await;
         let reads = checkpoint::latest_reads(&self.meta)?;
         let mut done = 0;
+        // A table a backfill is reading is left alone until the next run.
         for table in self
             .tables()
             .into_iter()
             .filter(|t| !t.def.primary_key.is_empty())
         {
-            done += self.compact(&table, &reads, &mut compacted)?;
+            let compact = || self.compact(&table, &reads, &mut compacted);
+            done += self
+                .backfilling
+                .unless_pinned(table.def.id, compact)
+                .transpose()?
+                .unwrap_or(0);
         }
         let tables: Vec<Arc<Table>> = self
             .tables()
@@ -83,9 +89,15 @@ impl Engine {
                     self.clock.now_system(),
                 )
                 .min(needed);
-                trimmed +=
+                let delete = || {
                     self.log
-                        .delete_segments_before(table.def.id, PartitionId(p), Offset(cut))?;
+                        .delete_segments_before(table.def.id, PartitionId(p), Offset(cut))
+                };
+                trimmed += self
+                    .backfilling
+                    .unless_pinned(table.def.id, delete)
+                    .transpose()?
+                    .unwrap_or(0);
             }
             if trimmed > 0 {
                 tracing::info!(table = %table.def.name, segments = trimmed, "retention deleted old log segments");

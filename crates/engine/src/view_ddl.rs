@@ -34,12 +34,6 @@ impl Engine {
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
         let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
         let tables = self.backfill_inputs(&sources).await?;
-        let backfill_rows: usize = tables
-            .iter()
-            .flat_map(|b| b.batches.iter())
-            .flat_map(|r| r.changes.iter())
-            .map(|b| b.len())
-            .sum();
         let is_new = id.is_none();
         let id = match id {
             Some(id) => id,
@@ -76,23 +70,26 @@ impl Engine {
         let result = done
             .await
             .map_err(|_| Error::internal("the view runtime stopped"))?;
-        if let Err(e) = result {
-            if is_new {
-                // A new view that cannot be built is not kept.
-                let _ = self
-                    .drop_objects(&[name], true, true, ObjectKind::MaterializedView)
-                    .await;
-            } else {
-                // A stored one keeps its catalog entry: recovery marks it failed.
-                self.stop_readers(id);
-                self.views
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&name);
-                let _ = self.runtime.drop_view(id);
+        let backfill_rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                if is_new {
+                    // A new view that cannot be built is not kept.
+                    let _ = self
+                        .drop_objects(&[name], true, true, ObjectKind::MaterializedView)
+                        .await;
+                } else {
+                    // A stored one keeps its catalog entry: recovery marks it failed.
+                    self.stop_readers(id);
+                    self.views
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&name);
+                    let _ = self.runtime.drop_view(id);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         let sources_read = caught_up.len();
         if is_new && sources_read > 0 {
             // A new view over sources answers once it has read what they hold now.
@@ -159,9 +156,11 @@ impl Engine {
     }
 
     /// What a new view reads first from each table among `sources` (call under the write
-    /// lock, so that it lines up with the changes the view runtime receives next): the table's
-    /// log from offset 0 in commit order, batch by batch — so a stream's watermark advances and
-    /// late rows are judged exactly as they were live.
+    /// lock, so that it lines up with the changes the view runtime receives next): where each
+    /// partition of the table's log starts and ends now. The view's lane reads them later, in
+    /// commit order, a few records at a time — so a stream's watermark advances and late rows
+    /// are judged exactly as they were live, and neither the write lock nor memory holds the
+    /// whole log.
     pub(super) async fn backfill_inputs(
         &self,
         sources: &[ObjectId],
@@ -182,25 +181,25 @@ impl Engine {
             .collect();
         let mut out = Vec::with_capacity(tables.len());
         for table in tables {
-            let mut records: Vec<views::LogRecord> = Vec::new();
-            let start = (0..table.def.partitions)
-                .map(|p| Ok((p, self.log.start_offset(table.def.id, PartitionId(p))?.0)))
+            // Pinned before the offsets are read: retention cannot cut what is about to be read.
+            let pin = self.backfilling.pin(table.def.id);
+            let ranges = (0..table.def.partitions)
+                .map(|p| {
+                    let start = self.log.start_offset(table.def.id, PartitionId(p))?.0;
+                    let end = self.log.end_offset(table.def.id, PartitionId(p))?.0;
+                    Ok((p, start, end))
+                })
                 .collect::<Result<Vec<_>>>()?;
-            for p in 0..table.def.partitions {
-                self.log
-                    .scan(table.def.id, PartitionId(p), Offset(0), |_, record| {
-                        records.push(views::LogRecord::decode(&record, p, &table.schema)?);
-                        Ok(())
-                    })?;
-            }
-            records.sort_by_key(|r| (r.txn, r.partition));
-            let batches = records;
             out.push(views::Backfill {
                 object: table.def.id,
                 name: table.def.qualified().display(),
                 clock: table.clock,
-                start,
-                batches,
+                input: views::BackfillInput::Log {
+                    log: Arc::clone(&self.log),
+                    schema: Arc::clone(&table.schema),
+                    ranges,
+                    pin,
+                },
             });
         }
         Ok(out)

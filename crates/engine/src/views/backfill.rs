@@ -16,6 +16,8 @@ pub(super) struct Job {
     event_time: Arc<EventTime>,
     clock: Arc<dyn eddy_common::time::Clock>,
     progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// Rows read, for whoever created the view.
+    rows: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Job {
@@ -26,31 +28,20 @@ impl Job {
         dataflow: &mut eddy_dataflow::Dataflow,
         pending: &mut Vec<ChangeBatch>,
     ) -> Result<()> {
-        let rows: usize = self
-            .inputs
-            .iter()
-            .flat_map(|b| b.batches.iter())
-            .flat_map(|r| r.changes.iter())
-            .map(|b| b.len())
-            .sum();
-        tracing::info!(view = %self.view, rows, "backfilling a materialized view");
+        let mut commits = log_reader::Commits::new(std::mem::take(&mut self.inputs));
+        let total = commits.total;
+        tracing::info!(view = %self.view, records = total, "backfilling a materialized view");
         let started = Instant::now();
         let mut reported = Instant::now();
-        let mut done = 0usize;
-        let mut since_epoch = 0usize;
-        let mut commits: Vec<(ObjectId, &LogRecord)> = self
-            .inputs
-            .iter()
-            .flat_map(|i| i.batches.iter().map(move |r| (i.object, r)))
-            .collect();
-        commits.sort_by_key(|(object, r)| (r.txn, *object, r.partition));
-        for (object, record) in commits {
+        let (mut records, mut rows, mut since_epoch) = (0u64, 0usize, 0usize);
+        while let Some((object, record)) = commits.next()? {
             crate::failpoints::failpoint("backfill", &self.view)?;
+            records += 1;
             for batch in &record.changes {
                 pending.extend(catch_panic("a view's operators", || {
                     dataflow.push(object, batch)
                 })?);
-                done += batch.len();
+                rows += batch.len();
                 since_epoch += batch.len();
             }
             if let Some(clock) = self.clocks.get_mut(&object) {
@@ -76,7 +67,7 @@ impl Job {
             {
                 reported = Instant::now();
                 let _ = progress.send(format!(
-                    "materialized view \"{}\": backfilled {done} of {rows} rows ({} s)",
+                    "materialized view \"{}\": backfilled {records} of {total} log records ({rows} rows, {} s)",
                     self.view,
                     started.elapsed().as_secs()
                 ));
@@ -86,8 +77,27 @@ impl Job {
             self.event_time.advance(*object, *live);
             pending.extend(dataflow.watermark(*object, *live)?);
         }
-        tracing::info!(view = %self.view, rows, seconds = started.elapsed().as_secs_f64(), "backfilled a materialized view");
+        self.rows.store(rows, std::sync::atomic::Ordering::Release);
+        tracing::info!(view = %self.view, records, rows, seconds = started.elapsed().as_secs_f64(), "backfilled a materialized view");
         Ok(())
+    }
+}
+
+/// Who waits for a new view to be created, and the rows its backfill read.
+pub(super) struct Created {
+    reply: oneshot::Sender<Result<usize>>,
+    rows: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Created {
+    /// The view has applied its first epoch.
+    pub(super) fn done(self) {
+        let rows = self.rows.load(std::sync::atomic::Ordering::Acquire);
+        let _ = self.reply.send(Ok(rows));
+    }
+
+    pub(super) fn failed(self, e: Error) {
+        let _ = self.reply.send(Err(e));
     }
 }
 
@@ -105,12 +115,20 @@ impl RuntimeState {
         sources: Vec<ObjectId>,
         tables: Vec<Backfill>,
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-        reply: oneshot::Sender<Result<()>>,
+        reply: oneshot::Sender<Result<usize>>,
     ) {
+        let rows = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         // Close the epoch in flight so that upstream views' contents are complete (views behind
         // that it does not read stay behind).
         let lane = self.end_epoch(&sources).and_then(|()| {
-            self.backfill_lane(&view, dataflow, &event_time, &sources, tables, progress)
+            self.backfill_lane(
+                &view,
+                dataflow,
+                (&event_time, &sources),
+                tables,
+                progress,
+                Arc::clone(&rows),
+            )
         });
         let (lane, read) = match lane {
             Ok(lane) => lane,
@@ -139,7 +157,7 @@ impl RuntimeState {
             behind: Default::default(),
             committed: HashMap::new(),
             read,
-            created: Some(reply),
+            created: Some(Created { reply, rows }),
         });
         // Its first epoch is the backfill's output: the epoch goes on without it.
         self.dirty = true;
@@ -154,15 +172,18 @@ impl RuntimeState {
         &mut self,
         view: &View,
         dataflow: eddy_dataflow::Dataflow,
-        event_time: &Arc<EventTime>,
-        sources: &[ObjectId],
+        (event_time, sources): (&Arc<EventTime>, &[ObjectId]),
         tables: Vec<Backfill>,
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+        rows: Arc<std::sync::atomic::AtomicUsize>,
     ) -> Result<(lane::Lane, ReadOffsets)> {
         let mut read = ReadOffsets::new();
         for table in &tables {
-            for (partition, start) in &table.start {
-                read.insert((table.object, *partition), *start);
+            let BackfillInput::Log { ranges, .. } = &table.input else {
+                continue;
+            };
+            for (partition, start, end) in ranges {
+                read.insert((table.object, *partition), *end);
                 if *start > 0
                     && let Some(progress) = &progress
                 {
@@ -171,9 +192,6 @@ impl RuntimeState {
                         table.name
                     ));
                 }
-            }
-            for record in &table.batches {
-                *read.entry((table.object, record.partition)).or_default() += 1;
             }
         }
         let mut inputs = tables;
@@ -195,8 +213,7 @@ impl RuntimeState {
                     object: *source,
                     name: upstream.view.def.name.clone(),
                     clock: None,
-                    start: Vec::new(),
-                    batches,
+                    input: BackfillInput::Rows(batches),
                 });
             }
         }
@@ -226,6 +243,7 @@ impl RuntimeState {
             event_time: Arc::clone(event_time),
             clock: Arc::clone(&self.clock),
             progress,
+            rows,
         };
         let lane = lane::Lane::start(
             &view.def.name,

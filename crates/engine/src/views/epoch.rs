@@ -146,7 +146,7 @@ impl RuntimeState {
                 && outputs.contains_key(&entry.view.def.id)
                 && let Some(created) = entry.created.take()
             {
-                let _ = created.send(Ok(()));
+                created.done();
             }
         }
         self.collect_all_late();
@@ -238,7 +238,7 @@ impl RuntimeState {
             Err(e) => {
                 let id = entry.view.def.id;
                 if let Some(created) = entry.created.take() {
-                    let _ = created.send(Err(e.clone()));
+                    created.failed(e.clone());
                 }
                 self.fail(id, e);
             }
@@ -289,7 +289,7 @@ impl RuntimeState {
                     Ok(out) => {
                         entry.committed = read;
                         if let Some(created) = entry.created.take() {
-                            let _ = created.send(Ok(()));
+                            created.done();
                             // Its contents are published from now on, empty or not.
                             first = true;
                         }
@@ -300,7 +300,7 @@ impl RuntimeState {
                     }
                     Err(e) => {
                         if let Some(created) = entry.created.take() {
-                            let _ = created.send(Err(e.clone()));
+                            created.failed(e.clone());
                         }
                         entry.behind.clear();
                         failed.push((entry.view.def.id, e));

@@ -197,7 +197,8 @@ impl ViewRuntime {
 
     /// Registers a view; `tables` are the logged commits of the tables it reads (taken under
     /// the write lock, like [`ViewRuntime::changes`]). Resolves once the view is backfilled.
-    /// `progress` receives a line every second of a long backfill.
+    /// `progress` receives a line every second of a long backfill. Resolves to the rows the
+    /// backfill read.
     pub fn add_view(
         &self,
         view: Arc<View>,
@@ -206,7 +207,7 @@ impl ViewRuntime {
         sources: Vec<ObjectId>,
         tables: Vec<Backfill>,
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    ) -> Result<oneshot::Receiver<Result<()>>> {
+    ) -> Result<oneshot::Receiver<Result<usize>>> {
         let (reply, done) = oneshot::channel();
         self.send(Message::AddView {
             view,

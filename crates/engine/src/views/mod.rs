@@ -43,6 +43,7 @@ mod checkpointing;
 mod epoch;
 mod handle;
 mod lane;
+mod log_reader;
 mod observed;
 mod outputs;
 mod supervise;
@@ -135,15 +136,81 @@ impl Entry {
     }
 }
 
-/// What a new view reads first from one table: (transaction id, partition, that commit's
-/// changes) in commit order.
+/// What a new view reads first from one of its inputs, in commit order.
 pub struct Backfill {
     pub object: ObjectId,
     pub name: String,
     pub clock: Option<ClockSpec>,
-    /// Per partition, the offset of the first record in `batches` (after retention, not 0).
-    pub start: Vec<(u32, u64)>,
-    pub batches: Vec<LogRecord>,
+    pub input: BackfillInput,
+}
+
+pub enum BackfillInput {
+    /// A table's log: per partition, the first offset it keeps (after retention, not 0) and
+    /// its end when the view was registered. The view's lane reads it a few records at a time
+    /// ([`limits::BACKFILL_READ_RECORDS`]), never all at once; the pin keeps retention and
+    /// compaction off it meanwhile.
+    Log {
+        log: Arc<eddy_storage::log::LogStore>,
+        schema: SchemaRef,
+        ranges: Vec<(u32, u64, u64)>,
+        pin: BackfillPin,
+    },
+    /// A view's contents, as one commit.
+    Rows(Vec<LogRecord>),
+}
+
+/// Tables whose logs backfills are reading: retention and compaction leave them alone
+/// meanwhile (a record deleted or rewritten mid-read would be lost or counted twice).
+#[derive(Clone, Default)]
+pub struct Backfilling(Arc<Mutex<HashMap<ObjectId, usize>>>);
+
+impl Backfilling {
+    pub fn pin(&self, table: ObjectId) -> BackfillPin {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(table)
+            .or_default() += 1;
+        BackfillPin {
+            set: self.clone(),
+            table,
+        }
+    }
+
+    /// Runs `f` (retention or compaction of `table`) unless a backfill is reading the table;
+    /// no backfill pins it while `f` runs.
+    pub fn unless_pinned<T>(
+        &self,
+        table: ObjectId,
+        f: impl FnOnce() -> Result<T>,
+    ) -> Option<Result<T>> {
+        let pins = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if pins.contains_key(&table) {
+            return None;
+        }
+        let result = f();
+        drop(pins);
+        Some(result)
+    }
+}
+
+/// A backfill reading a table's log, until it is dropped.
+pub struct BackfillPin {
+    set: Backfilling,
+    table: ObjectId,
+}
+
+impl Drop for BackfillPin {
+    fn drop(&mut self) {
+        let mut pins = self.set.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = pins.get_mut(&self.table) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&self.table);
+            }
+        }
+    }
 }
 
 /// One record of a table's log, as a backfill or a replay reads it.
@@ -265,7 +332,7 @@ enum Message {
         sources: Vec<ObjectId>,
         tables: Vec<Backfill>,
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-        reply: oneshot::Sender<Result<()>>,
+        reply: oneshot::Sender<Result<usize>>,
     },
     DropView {
         id: ObjectId,
@@ -370,7 +437,7 @@ struct Entry {
     /// `read` as of the last epoch the view committed.
     committed: ReadOffsets,
     /// A new view until it has applied its first epoch (its backfill): who waits for that.
-    created: Option<oneshot::Sender<Result<()>>>,
+    created: Option<backfill::Created>,
 }
 
 /// An epoch end a view is still computing: its answer, and what the view had read by then

@@ -246,12 +246,26 @@ impl LogStore {
         from: Offset,
         f: impl FnMut(Offset, Record) -> Result<()>,
     ) -> Result<()> {
-        let log = lock(&self.shared.partitions)
-            .get(&(object, partition))
-            .cloned();
-        let log = log.ok_or_else(|| Error::internal(format!("no log for object {object}")))?;
-        let log = lock(&log);
-        log.scan(from, f)
+        let log = self.partition(object, partition)?;
+        lock(&log).scan(from, f)
+    }
+
+    /// The records of a partition from `from` up to `until` (exclusive) or its end: a bounded
+    /// read, holding the partition only while it reads them (appends wait that long).
+    pub fn read_range(
+        &self,
+        object: ObjectId,
+        partition: PartitionId,
+        from: Offset,
+        until: Offset,
+    ) -> Result<Vec<(Offset, Record)>> {
+        let mut records = Vec::new();
+        let log = self.partition(object, partition)?;
+        lock(&log).scan_range(from, until, |offset, record| {
+            records.push((offset, record));
+            Ok(())
+        })?;
+        Ok(records)
     }
 
     /// Stops the committer after it has answered every queued commit.
