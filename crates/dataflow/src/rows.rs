@@ -231,9 +231,12 @@ pub fn batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> 
     RecordBatch::try_new(Arc::clone(schema), columns).map_err(arrow_error)
 }
 
-/// Sums the weights of equal rows and drops rows whose weight is zero.
+/// Sums the weights of equal rows and drops rows whose weight is zero (first-seen order).
+/// Rows stay in their batches' row format; a hash table of (batch, row) slots finds equal
+/// ones, so nothing is allocated per row.
 pub fn consolidate(schema: &SchemaRef, batches: &[ChangeBatch]) -> Result<Option<ChangeBatch>> {
     use arrow::row::{RowConverter, SortField};
+    use std::hash::BuildHasher;
     if batches.iter().all(|b| b.is_empty()) {
         return Ok(None);
     }
@@ -243,30 +246,40 @@ pub fn consolidate(schema: &SchemaRef, batches: &[ChangeBatch]) -> Result<Option
         .map(|f| SortField::new(f.data_type().clone()))
         .collect();
     let converter = RowConverter::new(fields).map_err(arrow_error)?;
-    let mut order: Vec<arrow::row::OwnedRow> = Vec::new();
-    let mut sums: crate::StateMap<arrow::row::OwnedRow, i64> = crate::StateMap::default();
-    for b in batches {
-        let rows = converter
-            .convert_columns(b.rows().columns())
-            .map_err(arrow_error)?;
-        for (i, d) in b.diffs().values().iter().enumerate() {
-            let row = rows.row(i).owned();
-            match sums.get_mut(&row) {
-                Some(sum) => *sum += d,
+    let converted = batches
+        .iter()
+        .map(|b| converter.convert_columns(b.rows().columns()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(arrow_error)?;
+    let row = |(b, r): (u32, u32)| converted[b as usize].row(r as usize);
+    let hasher = foldhash::fast::RandomState::default();
+    let mut table: hashbrown::HashTable<usize> = hashbrown::HashTable::new();
+    // First-seen (batch, row) of each distinct row, and its summed weight.
+    let mut slots: Vec<(u32, u32)> = Vec::new();
+    let mut weights: Vec<i64> = Vec::new();
+    for (b, batch) in batches.iter().enumerate() {
+        for (r, d) in batch.diffs().values().iter().enumerate() {
+            let at = (b as u32, r as u32);
+            let bytes = row(at);
+            let hash = hasher.hash_one(bytes.as_ref());
+            match table.find(hash, |&slot| row(slots[slot]) == bytes) {
+                Some(&slot) => weights[slot] += d,
                 None => {
-                    sums.insert(row.clone(), *d);
-                    order.push(row);
+                    let slot = slots.len();
+                    slots.push(at);
+                    weights.push(*d);
+                    table.insert_unique(hash, slot, |&s| hasher.hash_one(row(slots[s]).as_ref()));
                 }
             }
         }
     }
-    order.retain(|r| sums.get(r).is_some_and(|d| *d != 0));
-    if order.is_empty() {
+    let kept: Vec<usize> = (0..slots.len()).filter(|s| weights[*s] != 0).collect();
+    if kept.is_empty() {
         return Ok(None);
     }
-    let diffs: Vec<i64> = order.iter().map(|r| sums[r]).collect();
+    let diffs: Vec<i64> = kept.iter().map(|s| weights[*s]).collect();
     let columns = converter
-        .convert_rows(order.iter().map(|r| r.row()))
+        .convert_rows(kept.iter().map(|s| row(slots[*s])))
         .map_err(arrow_error)?;
     Ok(Some(ChangeBatch::new(
         batch(schema, columns)?,
@@ -293,7 +306,7 @@ pub fn arrangement_size<S, T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::Int32Array;
+    use arrow::array::{Array, Int32Array};
     use arrow::datatypes::{DataType, Field, Schema};
 
     #[test]
@@ -324,5 +337,83 @@ mod tests {
             .unwrap()
             .is_none()
         );
+    }
+
+    /// A row of the consolidation test and its weight.
+    type Weighted = ((Option<i32>, Option<String>), i64);
+
+    proptest::proptest! {
+        /// Consolidation equals a map from rows to summed weights (rows as (Option<i32>,
+        /// Option<String>), weights that cancel out included), in first-seen order.
+        #[test]
+        fn consolidation_equals_a_map_of_weights(
+            batches in proptest::collection::vec(
+                proptest::collection::vec(
+                    (proptest::option::of(0..4i32), proptest::option::of("[ab]{0,2}"), proptest::prop_oneof![-2..0i64, 1..3i64]),
+                    0..20,
+                ),
+                1..5,
+            )
+        ) {
+            let schema: SchemaRef = Arc::new(Schema::new(vec![
+                Field::new("x", DataType::Int32, true),
+                Field::new("s", DataType::Utf8, true),
+            ]));
+            let changes: Vec<ChangeBatch> = batches
+                .iter()
+                .map(|rows| {
+                    let xs: Vec<Option<i32>> = rows.iter().map(|r| r.0).collect();
+                    let ss: Vec<Option<&str>> = rows.iter().map(|r| r.1.as_deref()).collect();
+                    let ds: Vec<i64> = rows.iter().map(|r| r.2).collect();
+                    ChangeBatch::new(
+                        batch(
+                            &schema,
+                            vec![
+                                Arc::new(Int32Array::from(xs)),
+                                Arc::new(arrow::array::StringArray::from(ss)),
+                            ],
+                        )
+                        .unwrap(),
+                        Int64Array::from(ds),
+                    )
+                })
+                .collect();
+            let mut order = Vec::new();
+            let mut model = std::collections::HashMap::new();
+            for (x, s, d) in batches.iter().flatten() {
+                let key = (*x, s.clone());
+                if !model.contains_key(&key) {
+                    order.push(key.clone());
+                }
+                *model.entry(key).or_insert(0i64) += d;
+            }
+            let want: Vec<Weighted> = order
+                .into_iter()
+                .filter_map(|k| {
+                    let d = model[&k];
+                    (d != 0).then_some((k, d))
+                })
+                .collect();
+            let got: Vec<Weighted> = match consolidate(&schema, &changes).unwrap() {
+                None => Vec::new(),
+                Some(out) => {
+                    let rows = out.rows();
+                    let xs = rows.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
+                    let ss = rows
+                        .column(1)
+                        .as_any()
+                        .downcast_ref::<arrow::array::StringArray>()
+                        .unwrap();
+                    (0..out.len())
+                        .map(|i| {
+                            let x = (!xs.is_null(i)).then(|| xs.value(i));
+                            let s = (!ss.is_null(i)).then(|| ss.value(i).to_owned());
+                            ((x, s), out.diffs().value(i))
+                        })
+                        .collect()
+                }
+            };
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 }

@@ -18,6 +18,8 @@ pub(super) struct Job {
     progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     /// Rows read, for whoever created the view.
     rows: Arc<std::sync::atomic::AtomicUsize>,
+    /// The view's columns: its output is consolidated as it grows.
+    schema: SchemaRef,
 }
 
 impl Job {
@@ -34,6 +36,7 @@ impl Job {
         let started = Instant::now();
         let mut reported = Instant::now();
         let (mut records, mut rows, mut since_epoch) = (0u64, 0usize, 0usize);
+        let mut consolidated = 0usize;
         while let Some((object, record)) = commits.next()? {
             crate::failpoints::failpoint("backfill", &self.view)?;
             records += 1;
@@ -61,6 +64,16 @@ impl Job {
                 pending.extend(catch_panic("a view's operators", || {
                     dataflow.end_epoch(self.clock.now_micros())
                 })?);
+                // Each of those epochs retracts and inserts again the groups it touched: kept
+                // as they come, the output would be a multiple of the view (20 M changes for
+                // a 200 K-row view of 10 M rows), for the runtime thread to apply.
+                let held: usize = pending.iter().map(ChangeBatch::len).sum();
+                if held > limits::BACKFILL_EPOCH_ROWS.max(2 * consolidated) {
+                    *pending = eddy_dataflow::consolidate(&self.schema, pending)?
+                        .into_iter()
+                        .collect();
+                    consolidated = pending.iter().map(ChangeBatch::len).sum();
+                }
             }
             if let Some(progress) = &self.progress
                 && reported.elapsed() >= BACKFILL_PROGRESS_INTERVAL
@@ -76,6 +89,11 @@ impl Job {
         for (object, live) in &self.live {
             self.event_time.advance(*object, *live);
             pending.extend(dataflow.watermark(*object, *live)?);
+        }
+        if consolidated > 0 {
+            *pending = eddy_dataflow::consolidate(&self.schema, pending)?
+                .into_iter()
+                .collect();
         }
         self.rows.store(rows, std::sync::atomic::Ordering::Release);
         tracing::info!(view = %self.view, records, rows, seconds = started.elapsed().as_secs_f64(), "backfilled a materialized view");
@@ -244,6 +262,7 @@ impl RuntimeState {
             clock: Arc::clone(&self.clock),
             progress,
             rows,
+            schema: Arc::clone(&view.schema),
         };
         let lane = lane::Lane::start(
             &view.def.name,
