@@ -254,7 +254,7 @@ impl RuntimeState {
             return;
         }
         let mut done: Vec<(u64, ObjectId, Vec<ChangeBatch>)> = Vec::new();
-        let mut first = false;
+        let mut created_any = false;
         let mut failed = Vec::new();
         for entry in &mut self.views {
             while let Some(Behind {
@@ -291,7 +291,7 @@ impl RuntimeState {
                         if let Some(created) = entry.created.take() {
                             created.done();
                             // Its contents are published from now on, empty or not.
-                            first = true;
+                            created_any = true;
                         }
                         for pending in &mut self.pending_checkpoints {
                             pending.reached(entry, epoch);
@@ -312,7 +312,7 @@ impl RuntimeState {
         for (view, e) in failed {
             self.fail(view, e);
         }
-        let changed = first || done.iter().any(|(_, _, out)| !out.is_empty());
+        let changed = created_any || done.iter().any(|(_, _, out)| !out.is_empty());
         for (epoch, view, out) in done {
             let outputs = HashMap::from([(view, out)]);
             self.notify(epoch, &outputs, true);
