@@ -63,6 +63,9 @@ pub const PARTITIONS_MAX: u32 = 1024;
 pub const CONNECTOR_CHUNK_BYTES: usize = 4 << 20;
 /// Event ids a Nexmark split generates per chunk (one commit).
 pub const NEXMARK_CHUNK_EVENTS: u64 = 16_384;
+/// A view's reader of a Kafka partition joins the views reading it together once it is this
+/// many offsets behind them (it reads up to their position with their reader held).
+pub const CURSOR_MERGE_RECORDS: u64 = 16_384;
 /// A Kafka sink's produce request stays below this many bytes of keys and values.
 pub const KAFKA_PRODUCE_BYTES_MAX: usize = 512 * 1024;
 /// Largest HTTP ingest body accepted, in bytes.

@@ -1,8 +1,9 @@
 //! Sources (`CREATE SOURCE`): relations whose records stay in the external system. Eddy keeps
 //! no log for them; every view that reads a source has its own reader, which reads the topic
-//! or file from the source's start at the view's own pace and hands what it decodes to that
-//! view only. A view built again (a restart, or DROP and CREATE) reads the source from its
-//! start again, so it arrives at the same state.
+//! or file from the source's start (or the view's checkpoint) at the view's own pace. A view
+//! built again (a restart, or DROP and CREATE) reads the source from there again, so it
+//! arrives at the same state. Readers at the same position of a source partition read it
+//! together: one fetch and one decode for all of them (`ingest/cursor.rs`).
 //!
 //! A reader of a keyed source (a PRIMARY KEY, UPSERT or DEBEZIUM) keeps its own copy of the
 //! source's rows, to turn an upsert or a delete by key into the changes it makes.
@@ -18,7 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::catalog::{ObjectDef, OnError, SourceDef, TableDef};
 use crate::clock::ClockSpec;
-use crate::ingest::{ConnectorProgress, Feed, IngestReport, PartitionProgress};
+use crate::ingest::{ConnectorProgress, Cursor, Cursors, Feed, PartitionProgress};
 use crate::table::TableData;
 use crate::views::ReaderPosition;
 use crate::{Engine, QualifiedName, clock_of, fill_proctime};
@@ -32,6 +33,8 @@ pub struct Source {
     /// The reader of each view reading the source; shared by the definitions an ALTER SOURCE
     /// replaces.
     readers: Arc<Mutex<HashMap<ObjectId, Arc<SourceReader>>>>,
+    /// How the readers read it, per source partition; shared as `readers`.
+    pub(crate) cursors: Arc<Cursors>,
 }
 
 impl Source {
@@ -44,6 +47,7 @@ impl Source {
             clock,
             start: def.start,
             readers: Default::default(),
+            cursors: Default::default(),
         })
     }
 
@@ -102,6 +106,11 @@ struct CatchUp {
 impl SourceReader {
     pub(crate) fn stopped(&self) -> bool {
         self.stopped.load(Ordering::Acquire)
+    }
+
+    /// KiB of room left in the view's lane for this reader's changes.
+    pub(crate) fn room_left(&self) -> usize {
+        self.room.available_permits()
     }
 
     pub(crate) fn set_partitions(&self, n: usize) {
@@ -247,6 +256,7 @@ impl Engine {
             .put_object(def.table.id, &ObjectDef::Source(def.clone()).encode()?)?;
         let mut source = Source::new(def)?;
         source.readers = Arc::clone(&old.readers);
+        source.cursors = Arc::clone(&old.cursors);
         for reader in source.readers() {
             reader.relabel(&source.def, &source.schema)?;
         }
@@ -323,7 +333,7 @@ impl Engine {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(new.reader.view, Arc::clone(&new.reader));
-                self.follow(Feed::Reader(new.source, new.reader));
+                self.start_cursors(new.source, new.reader);
                 new.caught_up
             })
             .collect()
@@ -343,36 +353,146 @@ impl Engine {
         }
     }
 
-    /// Hands the rows decoded from a chunk a reader read to its view, with the positions
-    /// they take the view to (a connector's chunk comes from one source partition).
+    /// Starts reading `source` for `reader`'s view: a cursor per source partition, from the
+    /// view's position in it, each joining the readers ahead once it is near them.
+    fn start_cursors(self: &Arc<Self>, source: Arc<Source>, reader: Arc<SourceReader>) {
+        let engine = Arc::clone(self);
+        tokio::spawn(async move {
+            match engine.reader_starts(&source, &reader).await {
+                Ok(starts) => {
+                    for (partition, next) in starts {
+                        let cursor =
+                            source
+                                .cursors
+                                .open(partition, next, vec![Arc::clone(&reader)]);
+                        engine.follow(Feed::Cursor(Arc::clone(&source), cursor));
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(source = %source.def.name, error = %e, "the source cannot be read");
+                    reader.reached_end(None);
+                }
+            }
+        });
+    }
+
+    /// Where `reader` starts in each partition of `source`: where its view got to, or the
+    /// source's start. A Kafka topic is asked for its partitions (and the earliest offset of
+    /// those without a start), again every second while it cannot be reached.
+    async fn reader_starts(
+        &self,
+        source: &Source,
+        reader: &SourceReader,
+    ) -> Result<Vec<(u32, u64)>> {
+        let from = |p: u32| reader.progress.next(p);
+        match source.def.option("connector") {
+            Some("nexmark") => {
+                let splits = source.def.nexmark()?.map_or(1, |c| c.splits);
+                // The stream's watermark is the least over the splits; a generator has no
+                // backlog that a new view would wait for.
+                reader.set_partitions(splits as usize);
+                reader.reached_end(None);
+                Ok((0..splits).map(|s| (s, from(s).unwrap_or(0))).collect())
+            }
+            Some("kafka") => loop {
+                match crate::ingest::kafka_starts(&source.def, from).await {
+                    Ok(starts) => {
+                        reader.set_partitions(starts.len());
+                        return Ok(starts);
+                    }
+                    Err(e) => {
+                        tracing::warn!(source = %source.def.name, error = %e, "the Kafka topic cannot be read; retrying in 1 s");
+                        reader.reached_end(None);
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        if reader.stopped() || self.source_by_id(source.def.id).is_none() {
+                            return Ok(Vec::new());
+                        }
+                    }
+                }
+            },
+            _ => Ok(vec![(0, from(0).unwrap_or(0))]),
+        }
+    }
+
+    /// Hands a chunk a cursor read (`records`, decoded; all of one source partition) to each
+    /// of its members (`ingest/cursor.rs`): the records that did not decode are set aside
+    /// once; a member without room in its lane goes on with a cursor of its own from the
+    /// chunk's start, unless it is the only one (the cursor waits for it), or the cursor is
+    /// `merging` (it waits for none).
+    pub(crate) async fn deliver_to_members(
+        self: &Arc<Self>,
+        source: &Arc<Source>,
+        cursor: &Arc<Cursor>,
+        decoded: Decoded,
+        records: &[RawRecord<'_>],
+        positions: &[(u32, u64)],
+        merging: bool,
+    ) -> Result<()> {
+        let on_error = source.def.on_error();
+        self.set_aside(&source.def, records, &decoded.rejected, on_error)?;
+        let _gate = cursor.hold().await;
+        let start = cursor.next();
+        let members = cursor.live_members(&source.cursors);
+        let wait = members.len() == 1 && !merging;
+        for member in members {
+            let read = self
+                .read_into_view(
+                    source, &member, &decoded, records, positions, on_error, wait,
+                )
+                .await?;
+            match read {
+                Some(skipped) if on_error == OnError::Skip && skipped > 0 => {
+                    tracing::debug!(source = %source.def.name, skipped, "skipping undecodable records");
+                    member.progress.skip(cursor.partition, skipped);
+                }
+                Some(_) => {}
+                None => {
+                    cursor.remove(&member);
+                    let own = source.cursors.open(cursor.partition, start, vec![member]);
+                    self.follow(Feed::Cursor(Arc::clone(source), own));
+                }
+            }
+        }
+        if let Some(&(_, next)) = positions.last() {
+            cursor.advance(next);
+        }
+        Ok(())
+    }
+
+    /// Hands the rows decoded from a chunk to a reader's view, with the positions they take
+    /// it to; the records that did not decode were set aside already. Returns how many of
+    /// `records` the view does not get (undecodable, or a conflict in its copy of a keyed
+    /// source, set aside here); `None` without room in the view's lane, unless `wait`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn read_into_view(
         &self,
         source: &Source,
         reader: &SourceReader,
-        decoded: Decoded,
+        decoded: &Decoded,
         records: &[RawRecord<'_>],
         positions: &[(u32, u64)],
         on_error: OnError,
-    ) -> Result<IngestReport> {
+        wait: bool,
+    ) -> Result<Option<usize>> {
         let partition = positions.first().map_or(0, |(p, _)| *p);
-        let mut rejected = decoded.rejected;
+        let mut conflicts = Vec::new();
         let changes = match &reader.state {
-            None => ChangeBatch::inserts(decoded.rows),
+            None => ChangeBatch::inserts(decoded.rows.clone()),
             Some(state) => {
                 let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
-                let (changes, conflicts) = state.resolve(&decoded.rows, &decoded.kinds)?;
+                let (changes, found) = state.resolve(&decoded.rows, &decoded.kinds)?;
                 state.apply(std::slice::from_ref(&changes))?;
-                rejected.extend(
-                    conflicts
+                conflicts.extend(
+                    found
                         .into_iter()
                         .map(|(row, why)| (decoded.origins[row], why)),
                 );
                 changes
             }
         };
-        rejected.sort_by_key(|r| r.0);
-        rejected.dedup_by_key(|r| r.0);
-        self.set_aside(&source.def, records, &rejected, on_error)?;
+        conflicts.sort_by_key(|r| r.0);
+        conflicts.dedup_by_key(|r| r.0);
+        self.set_aside(&source.def, records, &conflicts, on_error)?;
         let changes = fill_proctime(
             &source.def,
             &source.schema,
@@ -384,11 +504,18 @@ impl Engine {
             .map(|c| c.rows().get_array_memory_size())
             .sum();
         // Room in the view's lane first: the reader waits here while its view is behind.
-        let room_kib = limits::VIEW_QUEUE_KIB;
-        let held = Arc::clone(&reader.room)
-            .acquire_many_owned((bytes / 1024).clamp(1, room_kib as usize) as u32)
-            .await
-            .map_err(|_| Error::internal("a source reader's room was closed"))?;
+        let kib = (bytes / 1024).clamp(1, limits::VIEW_QUEUE_KIB as usize) as u32;
+        let room = Arc::clone(&reader.room);
+        let held = if wait {
+            room.acquire_many_owned(kib)
+                .await
+                .map_err(|_| Error::internal("a source reader's room was closed"))?
+        } else {
+            match room.try_acquire_many_owned(kib) {
+                Ok(held) => held,
+                Err(_) => return Ok(None),
+            }
+        };
         let budget = self.runtime.reserve(bytes, 1).await?;
         let position = ReaderPosition {
             view: reader.view,
@@ -405,10 +532,11 @@ impl Engine {
             held,
         )?;
         reader.progress.advance(positions);
-        Ok(IngestReport {
-            accepted: records.len() - rejected.len(),
-            rejected,
-        })
+        let mut lost: Vec<usize> = decoded.rejected.iter().map(|r| r.0).collect();
+        lost.extend(conflicts.iter().map(|r| r.0));
+        lost.sort_unstable();
+        lost.dedup();
+        Ok(Some(lost.len()))
     }
 
     /// `ALTER SOURCE s REPLAY DEAD LETTERS`: decodes the source's dead letters again with its
@@ -426,15 +554,17 @@ impl Engine {
         let records = crate::ingest::letter_records(&letters);
         // What fails to decode stays; a conflict in one view's copy of a keyed source (a
         // duplicate key) is that view's and does not keep the letter.
-        let rejected = decoder.decode(&records)?.rejected;
+        let decoded = decoder.decode(&records)?;
+        let rejected = decoded.rejected.clone();
         for reader in source.readers() {
             self.read_into_view(
                 source,
                 &reader,
-                decoder.decode(&records)?,
+                &decoded,
                 &records,
                 &[],
                 OnError::Skip,
+                true,
             )
             .await?;
         }

@@ -313,6 +313,7 @@ fn source_offsets_schema() -> SchemaRef {
         Field::new("high_watermark", DataType::UInt64, true),
         Field::new("lag", DataType::UInt64, true),
         Field::new("skipped", DataType::UInt64, true),
+        Field::new("reader", DataType::UInt64, true),
     ]))
 }
 
@@ -320,14 +321,17 @@ fn source_offsets_schema() -> SchemaRef {
 /// reads the table, the offset up to which the view has committed and its lag. A partition
 /// nobody reads has one row with a NULL consumer. Per source partition read by a connector
 /// (into a table, or for a view reading a source): how far it has read, where the source
-/// ends, and how many records `on_error = 'skip'` dropped since the server started.
+/// ends, how many records `on_error = 'skip'` dropped since the server started, and for a view
+/// the reader it reads the partition with (views with the same one read it together: one
+/// fetch and one decode).
 fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let consumers = engine.runtime().offsets();
-    // (object, partition, consumer, committed offset, end, skipped)
+    // (object, partition, consumer, committed offset, end, skipped, reader)
     type Row = (
         String,
         u32,
         Option<String>,
+        Option<u64>,
         Option<u64>,
         Option<u64>,
         Option<u64>,
@@ -348,6 +352,7 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
                     None,
                     Some(end),
                     None,
+                    None,
                 ));
             }
             for reader in readers {
@@ -363,6 +368,7 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
                     Some(committed),
                     Some(end),
                     None,
+                    None,
                 ));
             }
         }
@@ -377,6 +383,7 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
                     progress.next,
                     progress.end,
                     Some(progress.skipped),
+                    None,
                 ));
             }
         }
@@ -395,6 +402,7 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
                 committed,
                 progress.end,
                 Some(progress.skipped),
+                progress.reader,
             ));
         }
     }
@@ -422,6 +430,9 @@ fn source_offsets(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         )),
         Arc::new(UInt64Array::from(
             rows.iter().map(|r| r.5).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter().map(|r| r.6).collect::<Vec<_>>(),
         )),
     ];
     batch("eddy_source_offsets", source_offsets_schema(), columns)

@@ -7,6 +7,7 @@
 //! docs/benchmarks.md): one chunk at a time.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use eddy_common::limits::CONNECTOR_CHUNK_BYTES;
 use eddy_common::{Error, Result, SqlState};
@@ -32,35 +33,34 @@ struct Chunk {
 /// A read in progress, handing the tail back with what it read.
 type Reading = JoinHandle<(FileTail, Result<Chunk>)>;
 
-/// Starts reading and decoding the next chunk off the async threads: about [`CONNECTOR_CHUNK_BYTES`] per
-/// worker, cut at line boundaries into one part per worker, decoded in parallel. `spare`: the
-/// lines of a chunk already delivered, whose buffer the read fills again.
+/// Starts reading and decoding the next chunk off the async threads: about `bytes`, cut at
+/// line boundaries into one part per worker, decoded in parallel. `spare`: the lines of a
+/// chunk already delivered, whose buffer the read fills again.
 fn start_read(
     mut tail: FileTail,
     spare: Option<Lines>,
     decoder: &RecordDecoder,
     workers: &Workers,
+    bytes: usize,
 ) -> Reading {
     if let Some(lines) = spare {
         tail.reuse(lines);
     }
     let (decoder, workers) = (decoder.clone(), workers.clone());
     tokio::task::spawn_blocking(move || {
-        let chunk = tail
-            .next_lines(CONNECTOR_CHUNK_BYTES * workers.count())
-            .map(|lines| {
-                let parts = lines.parts(workers.count());
-                let decoded = workers.run_parts(parts.len(), |i| {
-                    let part = parts[i].0.clone();
-                    decoder.decode_joined(&lines.records(part.clone()), lines.joined_part(part))
-                });
-                Chunk {
-                    size: tail.size(),
-                    lines,
-                    parts,
-                    decoded,
-                }
+        let chunk = tail.next_lines(bytes).map(|lines| {
+            let parts = lines.parts(workers.count());
+            let decoded = workers.run_parts(parts.len(), |i| {
+                let part = parts[i].0.clone();
+                decoder.decode_joined(&lines.records(part.clone()), lines.joined_part(part))
             });
+            Chunk {
+                size: tail.size(),
+                lines,
+                parts,
+                decoded,
+            }
+        });
         (tail, chunk)
     })
 }
@@ -72,21 +72,37 @@ async fn finish(reading: Reading) -> Result<(FileTail, Result<Chunk>)> {
 }
 
 impl Engine {
-    /// Follows the file of `feed`'s object until the object is dropped (or the view stops
-    /// reading it).
-    pub(super) async fn follow_file(&self, mut feed: Feed) -> Result<()> {
+    /// Follows the file of `feed`'s object until the object is dropped (or, for a cursor,
+    /// until it retires).
+    pub(super) async fn follow_file(self: &Arc<Self>, mut feed: Feed) -> Result<()> {
         let path = feed.def().option("path").unwrap_or_default().to_owned();
-        let start = feed.progress().next(0).unwrap_or(0);
+        let start = feed.position(0).unwrap_or(0);
         let mut decoder = feed.decoder()?;
         tracing::info!(object = %feed.name(), path, start, "following a file");
         let mut tail = FileTail::new(&path, start);
         let mut spare = None;
+        let chunk_bytes = CONNECTOR_CHUNK_BYTES * self.workers.count();
+        let mut merging = None;
         loop {
             if let Refresh::Gone = feed.follow_changes(self, &mut decoder)? {
                 return Ok(());
             }
-            let (t, chunk) =
-                finish(start_read(tail, spare.take(), &decoder, &self.workers)).await?;
+            feed.merging(&mut merging, chunk_bytes as u64);
+            if feed.merged(&mut merging, tail.position()).await {
+                return Ok(());
+            }
+            // Merging: up to the cursor ahead (a line boundary) and not past it.
+            let bytes = merging
+                .as_ref()
+                .map_or(chunk_bytes, |m| (m.at() - tail.position()) as usize);
+            let (t, chunk) = finish(start_read(
+                tail,
+                spare.take(),
+                &decoder,
+                &self.workers,
+                bytes,
+            ))
+            .await?;
             tail = t;
             let Chunk {
                 lines,
@@ -94,8 +110,9 @@ impl Engine {
                 decoded,
                 size,
             } = chunk?;
-            feed.progress().set_end(0, size);
+            feed.set_end(0, size);
             if lines.is_empty() {
+                merging = None;
                 spare = Some(lines);
                 feed.reached_end(Some(0));
                 tokio::time::sleep(POLL_INTERVAL).await;
@@ -106,8 +123,15 @@ impl Engine {
                 let records = lines.records(part);
                 delivered = match decoded {
                     Ok(decoded) => {
-                        self.deliver(&feed, decoded, &records, &[(0, end)], 0, None)
-                            .await
+                        self.deliver(
+                            &feed,
+                            decoded,
+                            &records,
+                            &[(0, end)],
+                            None,
+                            merging.is_some(),
+                        )
+                        .await
                     }
                     Err(e) => Err(e),
                 };
@@ -122,7 +146,7 @@ impl Engine {
                 Err(e) if e.state == SqlState::SERIALIZATION_FAILURE => {
                     // Altered while decoding: read again, with the new definition, from where
                     // the feed got to.
-                    tail.seek(feed.progress().next(0).unwrap_or(start));
+                    tail.seek(feed.position(0).unwrap_or(start));
                 }
                 Err(e) => return Err(e),
             }

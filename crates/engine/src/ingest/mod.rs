@@ -1,31 +1,37 @@
 //! Records from outside: HTTP ingest bodies, connector chunks and replayed dead letters into
 //! a table all pass through [`Engine::ingest_records`]; the connectors (a followed file, a
-//! Kafka topic) feed a table or, for a source, each view's reader ([`Feed`]).
+//! Kafka topic, the Nexmark generator) feed a table or, for a source, the views reading it
+//! together ([`Feed`], `cursor.rs`).
 //!
 //! The path into a table: decode the chunk (bad records are set aside with their reason),
 //! resolve what each row does to the table's contents under the write lock (a duplicate key or
 //! a delete of a row the table does not hold is set aside too), deal with the set-aside
 //! records as the table's `on_error` says — dead letters are stored durably *before* the rows
 //! around them are acknowledged — and commit the rows together with the connector's source
-//! positions. Into a source's reader: the same, against the reader's own copy of a keyed
-//! source's rows, and handed to the one view (see `source.rs`).
+//! positions. Into a source's cursor: decoded once, then the same for each member view, against
+//! its own copy of a keyed source's rows (see `source.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
-use eddy_common::limits::{CONNECTOR_CHUNK_BYTES, NEXMARK_CHUNK_EVENTS};
 use eddy_common::{Error, Result, SqlState};
 use eddy_connectors::kafka::{KafkaTopic, Startup};
-use eddy_connectors::nexmark::NexmarkGenerator;
 use eddy_connectors::{Decoded, RawRecord, RecordDecoder};
 use eddy_storage::meta::DeadLetter;
 
+mod cursor;
 mod file;
+mod kafka;
+mod nexmark;
+
+pub(crate) use cursor::{Cursor, Cursors, Merging};
+use kafka::KafkaSpec;
+pub(crate) use kafka::kafka_starts;
 
 use crate::catalog::{OnError, TableDef};
-use crate::source::{Source, SourceReader};
+use crate::source::Source;
 use crate::{Engine, Table};
 
 /// How far a connector has read, per source partition.
@@ -43,6 +49,9 @@ pub(crate) struct PartitionProgress {
     pub end: Option<u64>,
     /// Records dropped under `on_error = 'skip'` since the server started.
     pub skipped: u64,
+    /// For a view reading a source: the cursor it reads the partition with (views with the
+    /// same one read it together).
+    pub reader: Option<u64>,
 }
 
 impl ConnectorProgress {
@@ -72,7 +81,11 @@ impl ConnectorProgress {
         self.lock().entry(partition).or_default().end = Some(end);
     }
 
-    fn skip(&self, partition: u32, records: usize) {
+    pub(crate) fn set_reader(&self, partition: u32, cursor: u64) {
+        self.lock().entry(partition).or_default().reader = Some(cursor);
+    }
+
+    pub(crate) fn skip(&self, partition: u32, records: usize) {
         self.lock().entry(partition).or_default().skipped += records as u64;
     }
 
@@ -99,7 +112,8 @@ enum Refresh {
     Same,
     /// Altered: a new definition.
     Changed,
-    /// Dropped (or, for a source, the view stopped reading).
+    /// Dropped (or, for a source, every view reading with the cursor stopped, or they read
+    /// on with another cursor).
     Gone,
 }
 
@@ -108,29 +122,67 @@ enum Refresh {
 pub(crate) enum Feed {
     /// Into a table: appended to its log together with the source positions.
     Table(Arc<Table>),
-    /// To the one view a source's reader reads for (nothing is stored).
-    Reader(Arc<Source>, Arc<SourceReader>),
+    /// To the views reading a source partition together (nothing is stored).
+    Cursor(Arc<Source>, Arc<Cursor>),
 }
 
 impl Feed {
     fn def(&self) -> &TableDef {
         match self {
             Feed::Table(t) => &t.def,
-            Feed::Reader(s, _) => &s.def,
+            Feed::Cursor(s, _) => &s.def,
         }
     }
 
     fn schema(&self) -> &SchemaRef {
         match self {
             Feed::Table(t) => &t.schema,
-            Feed::Reader(s, _) => &s.schema,
+            Feed::Cursor(s, _) => &s.schema,
         }
     }
 
-    fn progress(&self) -> &ConnectorProgress {
+    /// Where reading `partition` goes on: the table's recorded source position, or the
+    /// cursor's.
+    fn position(&self, partition: u32) -> Option<u64> {
         match self {
-            Feed::Table(t) => &t.progress,
-            Feed::Reader(_, r) => &r.progress,
+            Feed::Table(t) => t.progress.next(partition),
+            Feed::Cursor(_, c) => Some(c.next()),
+        }
+    }
+
+    /// Where the source partition ends, as just seen.
+    fn set_end(&self, partition: u32, end: u64) {
+        match self {
+            Feed::Table(t) => t.progress.set_end(partition, end),
+            Feed::Cursor(_, c) => {
+                for m in c.members() {
+                    m.progress.set_end(partition, end);
+                }
+            }
+        }
+    }
+
+    /// A cursor near one ahead of it starts merging into it (see `cursor.rs`); `reach`: how
+    /// far ahead, in the connector's positions.
+    fn merging(&self, merging: &mut Option<Merging>, reach: u64) {
+        if let (Feed::Cursor(source, cursor), None) = (self, &merging) {
+            *merging = source.cursors.merging(cursor, reach);
+        }
+    }
+
+    /// After a read that took the cursor to `position`: when it reached the cursor it merges
+    /// into, its members join that one and `true` says its task ends. Past it, the merge is
+    /// given up.
+    async fn merged(&self, merging: &mut Option<Merging>, position: u64) -> bool {
+        let Feed::Cursor(source, cursor) = self else {
+            return false;
+        };
+        match merging.take() {
+            Some(m) if position >= m.at() => source.cursors.merge(cursor, m, position).await,
+            other => {
+                *merging = other;
+                false
+            }
         }
     }
 
@@ -145,8 +197,10 @@ impl Feed {
     /// A view's reader has read everything `partition` held when it started (`None`: it
     /// cannot read the source now; the view is not waited for).
     fn reached_end(&self, partition: Option<u32>) {
-        if let Feed::Reader(_, reader) = self {
-            reader.reached_end(partition);
+        if let Feed::Cursor(_, cursor) = self {
+            for reader in cursor.members() {
+                reader.reached_end(partition);
+            }
         }
     }
 
@@ -161,8 +215,8 @@ impl Feed {
                 }
                 Some(_) => Refresh::Same,
             },
-            Feed::Reader(source, reader) => match engine.source_by_id(source.def.id) {
-                _ if reader.stopped() => Refresh::Gone,
+            Feed::Cursor(source, cursor) => match engine.source_by_id(source.def.id) {
+                _ if cursor.abandoned(&source.cursors) => Refresh::Gone,
                 None => Refresh::Gone,
                 Some(now) if !Arc::ptr_eq(&now, source) => {
                     *source = now;
@@ -185,7 +239,9 @@ impl Feed {
     fn alive(&self, engine: &Engine) -> bool {
         match self {
             Feed::Table(t) => engine.table_by_id(t.def.id).is_some(),
-            Feed::Reader(s, r) => !r.stopped() && engine.source_by_id(s.def.id).is_some(),
+            Feed::Cursor(s, c) => {
+                !c.abandoned(&s.cursors) && engine.source_by_id(s.def.id).is_some()
+            }
         }
     }
 }
@@ -480,18 +536,30 @@ impl Engine {
         .await
     }
 
-    /// Runs the connector of `feed` in the background until its object is dropped.
+    /// Runs the connector of `feed` in the background until its object is dropped (or, for a
+    /// cursor, until it retires).
     pub(crate) fn follow(self: &Arc<Self>, feed: Feed) {
         let engine = Arc::clone(self);
         tokio::spawn(async move {
             let name = feed.name().to_owned();
-            let result = match feed.def().option("connector") {
-                Some("file") => engine.follow_file(feed.clone()).await,
-                Some("kafka") => {
+            let cursor = match &feed {
+                Feed::Table(_) => None,
+                Feed::Cursor(_, c) => Some(c.partition),
+            };
+            let result = match (feed.def().option("connector"), cursor) {
+                (Some("file"), _) => engine.follow_file(feed.clone()).await,
+                (Some("kafka"), None) => {
                     engine.follow_kafka(feed.clone()).await;
                     Ok(())
                 }
-                Some("nexmark") => engine.follow_nexmark(feed.clone()).await,
+                (Some("kafka"), Some(partition)) => {
+                    engine.follow_kafka_cursor(feed.clone(), partition).await;
+                    Ok(())
+                }
+                (Some("nexmark"), None) => engine.follow_nexmark(feed.clone()).await,
+                (Some("nexmark"), Some(split)) => {
+                    engine.follow_nexmark_split(feed.clone(), split).await
+                }
                 _ => Ok(()),
             };
             if let Err(e) = result {
@@ -501,210 +569,36 @@ impl Engine {
         });
     }
 
-    /// Hands a chunk's rows (decoded from `records`) to the feed's destination; counts what
-    /// `on_error = 'skip'` dropped. `pin` keeps a source partition's records in one log
-    /// partition.
+    /// Hands a chunk's rows (decoded from `records`, all of one source partition) to the
+    /// feed's destination; counts what `on_error = 'skip'` dropped. `pin` keeps a source
+    /// partition's records in one log partition. `merging`: the feed's cursor is merging into
+    /// another, and waits for none of its members.
     async fn deliver(
-        &self,
+        self: &Arc<Self>,
         feed: &Feed,
         decoded: Decoded,
         records: &[RawRecord<'_>],
         positions: &[(u32, u64)],
-        partition: u32,
         pin: Option<u32>,
+        merging: bool,
     ) -> Result<()> {
-        let on_error = feed.def().on_error();
-        let report = match feed {
+        match feed {
             Feed::Table(table) => {
-                self.ingest_records(table, decoded, records, positions, on_error, pin)
-                    .await?
-            }
-            Feed::Reader(source, reader) => {
-                self.read_into_view(source, reader, decoded, records, positions, on_error)
-                    .await?
-            }
-        };
-        if on_error == OnError::Skip && !report.rejected.is_empty() {
-            tracing::debug!(object = %feed.name(), skipped = report.rejected.len(), "skipping undecodable records");
-            feed.progress().skip(partition, report.rejected.len());
-        }
-        Ok(())
-    }
-
-    /// The Kafka connector: one reader per partition, reconnecting after a broker failure,
-    /// until the feed's object is dropped or a record fails under `on_error = 'fail'`.
-    async fn follow_kafka(self: Arc<Self>, feed: Feed) {
-        let name = feed.name().to_owned();
-        loop {
-            let result = async {
-                let spec = KafkaSpec::of(feed.def())?;
-                let topic = Arc::new(KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?);
-                let partitions = topic.partitions().await?;
-                if let Feed::Reader(_, reader) = &feed {
-                    reader.set_partitions(partitions.len());
+                let on_error = table.def.on_error();
+                let report = self
+                    .ingest_records(table, decoded, records, positions, on_error, pin)
+                    .await?;
+                if on_error == OnError::Skip && !report.rejected.is_empty() {
+                    tracing::debug!(object = %feed.name(), skipped = report.rejected.len(), "skipping undecodable records");
+                    let partition = positions.first().map_or(0, |(p, _)| *p);
+                    table.progress.skip(partition, report.rejected.len());
                 }
-                tracing::info!(object = %name, topic = spec.topic, partitions = partitions.len(), "reading a Kafka topic");
-                let mut readers = tokio::task::JoinSet::new();
-                for p in partitions {
-                    let (engine, feed, topic) = (Arc::clone(&self), feed.clone(), Arc::clone(&topic));
-                    readers.spawn(async move { engine.follow_kafka_partition(feed, &topic, p).await });
-                }
-                while let Some(done) = readers.join_next().await {
-                    done.map_err(|e| Error::internal(format!("kafka reader: {e}")))??;
-                }
-                Ok::<(), Error>(())
+                Ok(())
             }
-            .await;
-            match result {
-                Ok(()) => return,
-                Err(e) if e.state == SqlState::UNDEFINED_TABLE => return,
-                Err(e) if e.state.is_data_exception() => {
-                    tracing::error!(object = %name, error = %e, "the Kafka connector stopped (on_error = 'fail')");
-                    feed.reached_end(None);
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(object = %name, error = %e, "the Kafka connector failed; retrying in 1 s");
-                    feed.reached_end(None);
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    if !feed.alive(&self) {
-                        return;
-                    }
-                }
+            Feed::Cursor(source, cursor) => {
+                self.deliver_to_members(source, cursor, decoded, records, positions, merging)
+                    .await
             }
-        }
-    }
-
-    async fn follow_kafka_partition(
-        &self,
-        mut feed: Feed,
-        topic: &KafkaTopic,
-        partition: u32,
-    ) -> Result<()> {
-        let reader = topic.reader(partition).await?;
-        let mut offset = match feed.progress().next(partition) {
-            Some(offset) => offset,
-            // A partition without a recorded start begins at its earliest retained record.
-            None => reader.offset_at(Startup::Earliest).await?,
-        };
-        let mut decoder = feed.decoder()?;
-        let pin = matches!(feed, Feed::Table(_)).then_some(partition);
-        loop {
-            if let Refresh::Gone = feed.follow_changes(self, &mut decoder)? {
-                return Ok(());
-            }
-            let (records, high) = reader
-                .fetch(offset, CONNECTOR_CHUNK_BYTES as i32, KAFKA_WAIT)
-                .await?;
-            feed.progress().set_end(partition, high);
-            let Some(last) = records.last() else {
-                feed.reached_end(Some(partition));
-                continue;
-            };
-            let next = last.offset + 1;
-            let raw: Vec<RawRecord<'_>> = records
-                .iter()
-                .map(|r| RawRecord {
-                    key: r.key.as_deref(),
-                    value: r.value.as_deref(),
-                    partition: Some(partition),
-                    offset: Some(r.offset),
-                    timestamp_micros: Some(r.timestamp_micros),
-                })
-                .collect();
-            self.deliver(
-                &feed,
-                decoder.decode(&raw)?,
-                &raw,
-                &[(partition, next)],
-                partition,
-                pin,
-            )
-            .await?;
-            offset = next;
-            if next >= high {
-                feed.reached_end(Some(partition));
-            }
-        }
-    }
-}
-
-impl Engine {
-    /// The Nexmark generator: one task per split, each generating its share of the event ids
-    /// from where the feed got to, until a finite run ends or the object is dropped.
-    async fn follow_nexmark(self: &Arc<Self>, feed: Feed) -> Result<()> {
-        let Some(config) = feed.def().nexmark()? else {
-            return Ok(());
-        };
-        if let Feed::Reader(_, reader) = &feed {
-            // The stream's watermark is the least over the splits.
-            reader.set_partitions(config.splits as usize);
-        }
-        // A generator has no backlog that a new view would wait for.
-        feed.reached_end(None);
-        let mut splits = tokio::task::JoinSet::new();
-        for split in 0..config.splits {
-            let (engine, feed) = (Arc::clone(self), feed.clone());
-            splits.spawn(async move { engine.follow_nexmark_split(feed, split).await });
-        }
-        while let Some(done) = splits.join_next().await {
-            done.map_err(|e| Error::internal(format!("nexmark generator: {e}")))??;
-        }
-        Ok(())
-    }
-
-    /// One split of the generator: chunks of [`NEXMARK_CHUNK_EVENTS`] event ids, paced by
-    /// `nexmark.events.per.second` (shared by the splits) when it is set.
-    async fn follow_nexmark_split(&self, mut feed: Feed, split: u32) -> Result<()> {
-        let generator = |feed: &Feed| -> Result<NexmarkGenerator> {
-            let config = feed
-                .def()
-                .nexmark()?
-                .ok_or_else(|| Error::internal("not a nexmark connector"))?;
-            NexmarkGenerator::new(config, Arc::clone(feed.schema()), split)
-        };
-        let mut nexmark = generator(&feed)?;
-        let splits = feed.def().nexmark()?.map_or(1, |c| c.splits);
-        let per_split_rate = feed.def().nexmark_rate_limit() as f64 / f64::from(splits);
-        let mut position = feed.progress().next(split).unwrap_or(0);
-        let (started, first) = (tokio::time::Instant::now(), position);
-        // Paced: a millisecond's worth of events at a time, so that no event is generated
-        // much before its time.
-        let chunk = if per_split_rate > 0.0 {
-            ((per_split_rate / 1000.0) as u64).clamp(1, NEXMARK_CHUNK_EVENTS)
-        } else {
-            NEXMARK_CHUNK_EVENTS
-        };
-        let pin = matches!(feed, Feed::Table(_)).then_some(split);
-        tracing::info!(object = %feed.name(), split, position, "generating Nexmark events");
-        loop {
-            match feed.refresh(self) {
-                Refresh::Gone => return Ok(()),
-                Refresh::Changed => nexmark = generator(&feed)?,
-                Refresh::Same => {}
-            }
-            if nexmark.end().is_some_and(|end| position >= end) {
-                feed.progress().set_end(split, position);
-                return Ok(());
-            }
-            if per_split_rate > 0.0 {
-                let due =
-                    started + Duration::from_secs_f64((position - first) as f64 / per_split_rate);
-                tokio::time::sleep_until(due).await;
-            }
-            let (rows, next) = nexmark.generate(position, chunk)?;
-            let n = rows.num_rows();
-            let decoded = Decoded {
-                rows,
-                kinds: vec![eddy_connectors::RowKind::Insert; n],
-                origins: (0..n).collect(),
-                rejected: Vec::new(),
-            };
-            self.deliver(&feed, decoded, &[], &[(split, next)], split, pin)
-                .await?;
-            position = next;
-            feed.progress()
-                .set_end(split, nexmark.end().unwrap_or(position));
         }
     }
 }
@@ -723,41 +617,4 @@ pub(crate) fn letter_records(
             ..RawRecord::default()
         })
         .collect()
-}
-
-/// How long a Kafka fetch waits for the first record.
-const KAFKA_WAIT: Duration = Duration::from_millis(500);
-
-/// A Kafka connector's options.
-struct KafkaSpec {
-    bootstrap: String,
-    topic: String,
-    startup: Startup,
-}
-
-impl KafkaSpec {
-    fn of(def: &crate::catalog::TableDef) -> Result<KafkaSpec> {
-        let startup = match def.option("scan.startup.mode") {
-            None | Some("earliest") => Startup::Earliest,
-            Some("latest") => Startup::Latest,
-            Some(_) => {
-                let ms = def
-                    .option("scan.startup.timestamp.millis")
-                    .unwrap_or_default();
-                Startup::Timestamp(ms.parse().map_err(|_| {
-                    Error::invalid_parameter(format!(
-                        "scan.startup.timestamp.millis must be a number, not '{ms}'"
-                    ))
-                })?)
-            }
-        };
-        Ok(KafkaSpec {
-            bootstrap: def
-                .option("properties.bootstrap.server")
-                .unwrap_or_default()
-                .to_owned(),
-            topic: def.option("topic").unwrap_or_default().to_owned(),
-            startup,
-        })
-    }
 }

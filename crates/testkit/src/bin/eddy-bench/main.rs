@@ -104,7 +104,7 @@ enum Bench {
         #[arg(long, default_value_t = 5_000_000)]
         bids: u64,
         /// Queries: files of examples/nexmark over bids, or `tumble` (default: q0, q1, q2,
-        /// tumble, q5, q7).
+        /// tumble, q5, q7); `q0+q1` creates those views at once, reading the file together.
         #[arg(long, value_delimiter = ',')]
         queries: Vec<String>,
         /// Worker counts to run each query with (`eddy --workers`).

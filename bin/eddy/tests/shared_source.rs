@@ -1,0 +1,174 @@
+//! A `SOURCE` read by several views is read and decoded once (issue 18, ADR 0009 step 6):
+//! views at the same position of a source partition read it with one reader, which
+//! `eddy_source_offsets.reader` shows. A view created later reads the file on its own until it
+//! is near the others, then joins them; a view that cannot keep up leaves the shared reader
+//! (the others go on) and joins again once it has caught up; after a restart the views read
+//! together from the start. Every answer is checked against the file's own sums.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use eddy_testkit::{EddyProcess, eventually, text};
+
+fn binary() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
+}
+
+/// Appends lines `from..=to` of `{"id": i, "pad": "..."}` to `file`.
+fn append(file: &Path, from: i64, to: i64, pad: usize) {
+    let pad = "x".repeat(pad);
+    let lines: String = (from..=to)
+        .map(|i| format!("{{\"id\": {i}, \"pad\": \"{pad}\"}}\n"))
+        .collect();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+}
+
+/// `count(*) sum(id)` of ids 1..=n.
+fn sums(n: i64) -> String {
+    format!("{n} {}", n * (n + 1) / 2)
+}
+
+/// The reader each of `views` reads `events` with, one line per view; read without FLUSH.
+async fn readers(server: &EddyProcess) -> Vec<String> {
+    text(
+        server,
+        "SELECT consumer, reader FROM eddy_source_offsets WHERE object = 'events' ORDER BY consumer",
+    )
+    .await
+    .lines()
+    .map(|l| l.split(' ').nth(1).unwrap_or_default().to_owned())
+    .collect()
+}
+
+/// Waits until every view reads `events` with one reader.
+async fn together(server: &EddyProcess, views: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = readers(server).await;
+        if got.len() == views && got.iter().all(|r| *r == got[0] && r != "NULL") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the views never read together: readers {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn views_over_one_source_read_it_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    append(&file, 1, 30_000, 100);
+    let mut server = EddyProcess::start(&binary(), &dir.path().join("data")).unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE events (id BIGINT, pad TEXT) WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW a AS SELECT count(*) AS n, sum(id) AS s FROM events;",
+            file.display()
+        ))
+        .await
+        .unwrap();
+    append(&file, 30_001, 60_000, 100);
+    // `b` starts at the file's start, 7 MB behind `a`: it reads up to `a`'s position (a read
+    // cut exactly there), then joins `a`.
+    client
+        .batch_execute(
+            "CREATE MATERIALIZED VIEW b AS SELECT id % 7 AS k, count(*) AS n FROM events GROUP BY 1",
+        )
+        .await
+        .unwrap();
+    together(&server, 2).await;
+    append(&file, 60_001, 70_000, 100);
+    eventually(&server, "SELECT n, s FROM a", &sums(70_000)).await;
+    eventually(&server, "SELECT sum(n) FROM b", "70000").await;
+    eventually(
+        &server,
+        "SELECT k, n FROM b WHERE k IN (0, 6) ORDER BY k",
+        "0 10000\n6 10000",
+    )
+    .await;
+
+    // After a crash both read the file again from their checkpoint (or its start), together.
+    server.restart_in_place(true).unwrap();
+    eventually(&server, "SELECT n, s FROM a", &sums(70_000)).await;
+    eventually(&server, "SELECT sum(n) FROM b", "70000").await;
+    together(&server, 2).await;
+    append(&file, 70_001, 80_000, 100);
+    eventually(&server, "SELECT n, s FROM a", &sums(80_000)).await;
+    eventually(&server, "SELECT sum(n) FROM b", "80000").await;
+}
+
+/// Two views read a source together; one gets stuck (`EDDY_FAILPOINTS` blocks its dataflow).
+/// Once its lane is full it leaves the shared reader: the other view reads the whole file and
+/// what is appended while the stuck one waits. Released, the stuck one reads the rest on its
+/// own, joins the other's reader again, and both answer exactly.
+#[tokio::test]
+async fn a_view_that_cannot_keep_up_leaves_the_shared_reader_and_joins_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    std::fs::write(&file, b"").unwrap();
+    let gate = dir.path().join("release");
+    let server = EddyProcess::start_env(
+        &binary(),
+        &dir.path().join("data"),
+        &[],
+        &[
+            (
+                "EDDY_FAILPOINTS".to_owned(),
+                "view_changes:stuck:block".to_owned(),
+            ),
+            (
+                "EDDY_FAILPOINTS_GATE".to_owned(),
+                gate.display().to_string(),
+            ),
+        ],
+    )
+    .unwrap();
+    let client = server.connect().await.unwrap();
+    // Both created over the empty file: they start at one position and read together.
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE events (id BIGINT, pad TEXT) WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW stuck AS SELECT count(*) AS n, sum(id) AS s FROM events;
+             CREATE MATERIALIZED VIEW live AS SELECT count(*) AS n, sum(id) AS s FROM events;",
+            file.display()
+        ))
+        .await
+        .unwrap();
+    together(&server, 2).await;
+    // 40 MB: more than the stuck view's lane holds.
+    const LINES: i64 = 200_000;
+    append(&file, 1, LINES, 200);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while text(&server, "SELECT n, s FROM live").await != sums(LINES) {
+        assert!(
+            Instant::now() < deadline,
+            "live never read the file past the stuck view"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let apart = readers(&server).await;
+    assert_ne!(apart[0], apart[1], "the stuck view left the shared reader");
+    append(&file, LINES + 1, LINES + 1000, 200);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while text(&server, "SELECT n, s FROM live").await != sums(LINES + 1000) {
+        assert!(Instant::now() < deadline, "live never read the new lines");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(&gate, b"").unwrap();
+    eventually(&server, "SELECT n, s FROM stuck", &sums(LINES + 1000)).await;
+    together(&server, 2).await;
+    append(&file, LINES + 1001, LINES + 2000, 200);
+    eventually(&server, "SELECT n, s FROM stuck", &sums(LINES + 2000)).await;
+    eventually(&server, "SELECT n, s FROM live", &sums(LINES + 2000)).await;
+}
