@@ -7,9 +7,8 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use eddy_testkit::{EddyProcess, eventually, text};
+use eddy_testkit::{EddyProcess, eventually, text, until};
 
 fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
@@ -47,20 +46,10 @@ async fn readers(server: &EddyProcess) -> Vec<String> {
     .collect()
 }
 
-/// Waits until every view reads `events` with one reader.
-async fn together(server: &EddyProcess, views: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let got = readers(server).await;
-        if got.len() == views && got.iter().all(|r| *r == got[0] && r != "NULL") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the views never read together: readers {got:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Waits until the two views read `events` with one reader.
+async fn together(server: &EddyProcess) {
+    let sql = "SELECT count(*), count(DISTINCT reader), count(reader) FROM eddy_source_offsets WHERE object = 'events'";
+    until(server, sql, "2 1 2").await;
 }
 
 #[tokio::test]
@@ -87,7 +76,7 @@ async fn views_over_one_source_read_it_together() {
         )
         .await
         .unwrap();
-    together(&server, 2).await;
+    together(&server).await;
     append(&file, 60_001, 70_000, 100);
     eventually(&server, "SELECT n, s FROM a", &sums(70_000)).await;
     eventually(&server, "SELECT sum(n) FROM b", "70000").await;
@@ -102,7 +91,7 @@ async fn views_over_one_source_read_it_together() {
     server.restart_in_place(true).unwrap();
     eventually(&server, "SELECT n, s FROM a", &sums(70_000)).await;
     eventually(&server, "SELECT sum(n) FROM b", "70000").await;
-    together(&server, 2).await;
+    together(&server).await;
     append(&file, 70_001, 80_000, 100);
     eventually(&server, "SELECT n, s FROM a", &sums(80_000)).await;
     eventually(&server, "SELECT sum(n) FROM b", "80000").await;
@@ -145,29 +134,18 @@ async fn a_view_that_cannot_keep_up_leaves_the_shared_reader_and_joins_again() {
         ))
         .await
         .unwrap();
-    together(&server, 2).await;
+    together(&server).await;
     // 40 MB: more than the stuck view's lane holds.
     const LINES: i64 = 200_000;
     append(&file, 1, LINES, 200);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while text(&server, "SELECT n, s FROM live").await != sums(LINES) {
-        assert!(
-            Instant::now() < deadline,
-            "live never read the file past the stuck view"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(&server, "SELECT n, s FROM live", &sums(LINES)).await;
     let apart = readers(&server).await;
     assert_ne!(apart[0], apart[1], "the stuck view left the shared reader");
     append(&file, LINES + 1, LINES + 1000, 200);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while text(&server, "SELECT n, s FROM live").await != sums(LINES + 1000) {
-        assert!(Instant::now() < deadline, "live never read the new lines");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(&server, "SELECT n, s FROM live", &sums(LINES + 1000)).await;
     std::fs::write(&gate, b"").unwrap();
     eventually(&server, "SELECT n, s FROM stuck", &sums(LINES + 1000)).await;
-    together(&server, 2).await;
+    together(&server).await;
     append(&file, LINES + 1001, LINES + 2000, 200);
     eventually(&server, "SELECT n, s FROM stuck", &sums(LINES + 2000)).await;
     eventually(&server, "SELECT n, s FROM live", &sums(LINES + 2000)).await;

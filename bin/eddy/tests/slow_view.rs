@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use eddy_testkit::{EddyProcess, text};
+use eddy_testkit::{EddyProcess, text, until};
 
 fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
@@ -30,22 +30,6 @@ fn start(data: &std::path::Path, failpoints: &str, gate: &std::path::Path) -> Ed
 }
 
 const WRITES: i64 = 12;
-
-/// Waits until `sql` answers `want`, reading without FLUSH (which would wait for a view behind).
-async fn until(server: &EddyProcess, sql: &str, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let got = text(server, sql).await;
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{sql}: still {got:?}, waiting for {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test]
 async fn a_slow_view_falls_behind_without_holding_writers_or_other_views() {

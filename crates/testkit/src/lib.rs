@@ -481,6 +481,22 @@ pub async fn query_sorted(client: &Client, sql: &str) -> Result<Vec<Vec<Option<S
     Ok(rows)
 }
 
+/// Waits until `sql` answers `want`, reading without FLUSH (which would wait for a view behind).
+pub async fn until(server: &EddyProcess, sql: &str, want: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = text(server, sql).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{sql}: still {got:?}, waiting for {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (FLUSH after FLUSH, for at most a minute) until `sql` returns `want` — rows joined by
 /// newlines, cells by spaces, NULL as `NULL`. For state reached on a source's own schedule
 /// (connectors), where a test waits for the state rather than for a time.
