@@ -63,9 +63,15 @@ pub const PARTITIONS_MAX: u32 = 1024;
 pub const CONNECTOR_CHUNK_BYTES: usize = 4 << 20;
 /// Event ids a Nexmark split generates per chunk (one commit).
 pub const NEXMARK_CHUNK_EVENTS: u64 = 16_384;
-/// A view's reader of a Kafka partition joins the views reading it together once it is this
-/// many offsets behind them (it reads up to their position with their reader held).
+/// A Kafka partition's chunk for a cursor's reach: a view's reader of a partition joins the
+/// views reading it together once it is within [`CURSOR_MERGE_CHUNKS`] of these behind them.
 pub const CURSOR_MERGE_RECORDS: u64 = 16_384;
+/// How many chunks behind the views reading a source together a view's reader may be and
+/// still join them: it reads up to their position with their reader held, which pauses them
+/// meanwhile. One chunk was too few: a reader that left for want of room restarts a chunk
+/// behind, and while its view catches up the others move on, so it stayed apart (and the
+/// source was decoded twice) until they stopped (docs/benchmarks.md).
+pub const CURSOR_MERGE_CHUNKS: u64 = 4;
 /// A Kafka sink's produce request stays below this many bytes of keys and values.
 pub const KAFKA_PRODUCE_BYTES_MAX: usize = 512 * 1024;
 /// Largest HTTP ingest body accepted, in bytes.

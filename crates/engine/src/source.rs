@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use arrow::datatypes::SchemaRef;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState, limits};
 use eddy_connectors::{Decoded, RawRecord};
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 use crate::catalog::{ObjectDef, OnError, SourceDef, TableDef};
 use crate::clock::ClockSpec;
@@ -111,6 +111,20 @@ impl SourceReader {
     /// KiB of room left in the view's lane for this reader's changes.
     pub(crate) fn room_left(&self) -> usize {
         self.room.available_permits()
+    }
+
+    /// `kib` of room in the view's lane, if it has it now.
+    fn try_room(&self, kib: u32) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.room).try_acquire_many_owned(kib).ok()
+    }
+
+    /// `kib` of room in the view's lane, once it has it: the reader waits here while its
+    /// view is behind.
+    async fn room(&self, kib: u32) -> Result<OwnedSemaphorePermit> {
+        Arc::clone(&self.room)
+            .acquire_many_owned(kib)
+            .await
+            .map_err(|_| Error::internal("a source reader's room was closed"))
     }
 
     pub(crate) fn set_partitions(&self, n: usize) {
@@ -416,9 +430,10 @@ impl Engine {
 
     /// Hands a chunk a cursor read (`records`, decoded; all of one source partition) to each
     /// of its members (`ingest/cursor.rs`): the records that did not decode are set aside
-    /// once; a member without room in its lane goes on with a cursor of its own from the
-    /// chunk's start, unless it is the only one (the cursor waits for it), or the cursor is
-    /// `merging` (it waits for none).
+    /// once; the members with room in their lanes get it, the others go on with a cursor of
+    /// their own from the chunk's start. When none has room the cursor waits for the first
+    /// to have it (a stuck view never holds the others), unless it is `merging`: it holds
+    /// the gate of the one ahead, and waits for none.
     pub(crate) async fn deliver_to_members(
         self: &Arc<Self>,
         source: &Arc<Source>,
@@ -433,24 +448,29 @@ impl Engine {
         let _gate = cursor.hold().await;
         let start = cursor.next();
         let members = cursor.live_members(&source.cursors);
-        let wait = members.len() == 1 && !merging;
-        for member in members {
-            let read = self
+        let kib = room_for(&decoded);
+        let mut rooms: Vec<_> = members.iter().map(|m| m.try_room(kib)).collect();
+        if !merging && !members.is_empty() && rooms.iter().all(Option::is_none) {
+            let waits = members.iter().map(|m| Box::pin(m.room(kib)));
+            let (first, i, _) = futures::future::select_all(waits).await;
+            rooms[i] = Some(first?);
+        }
+        for (member, room) in members.into_iter().zip(rooms) {
+            let Some(room) = room else {
+                cursor.remove(&member);
+                let own = source.cursors.open(cursor.partition, start, vec![member]);
+                tracing::debug!(source = %source.def.name, from = cursor.id, to = own.id, at = start, "a member without room leaves its cursor");
+                self.follow(Feed::Cursor(Arc::clone(source), own));
+                continue;
+            };
+            let skipped = self
                 .read_into_view(
-                    source, &member, &decoded, records, positions, on_error, wait,
+                    source, &member, &decoded, records, positions, on_error, room,
                 )
                 .await?;
-            match read {
-                Some(skipped) if on_error == OnError::Skip && skipped > 0 => {
-                    tracing::debug!(source = %source.def.name, skipped, "skipping undecodable records");
-                    member.progress.skip(cursor.partition, skipped);
-                }
-                Some(_) => {}
-                None => {
-                    cursor.remove(&member);
-                    let own = source.cursors.open(cursor.partition, start, vec![member]);
-                    self.follow(Feed::Cursor(Arc::clone(source), own));
-                }
+            if on_error == OnError::Skip && skipped > 0 {
+                tracing::debug!(source = %source.def.name, skipped, "skipping undecodable records");
+                member.progress.skip(cursor.partition, skipped);
             }
         }
         if let Some(&(_, next)) = positions.last() {
@@ -460,9 +480,9 @@ impl Engine {
     }
 
     /// Hands the rows decoded from a chunk to a reader's view, with the positions they take
-    /// it to; the records that did not decode were set aside already. Returns how many of
-    /// `records` the view does not get (undecodable, or a conflict in its copy of a keyed
-    /// source, set aside here); `None` without room in the view's lane, unless `wait`.
+    /// it to, in the `room` taken for them in its lane; the records that did not decode were
+    /// set aside already. Returns how many of `records` the view does not get (undecodable,
+    /// or a conflict in its copy of a keyed source, set aside here).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn read_into_view(
         &self,
@@ -472,8 +492,8 @@ impl Engine {
         records: &[RawRecord<'_>],
         positions: &[(u32, u64)],
         on_error: OnError,
-        wait: bool,
-    ) -> Result<Option<usize>> {
+        room: OwnedSemaphorePermit,
+    ) -> Result<usize> {
         let partition = positions.first().map_or(0, |(p, _)| *p);
         let mut conflicts = Vec::new();
         let changes = match &reader.state {
@@ -503,19 +523,6 @@ impl Engine {
             .iter()
             .map(|c| c.rows().get_array_memory_size())
             .sum();
-        // Room in the view's lane first: the reader waits here while its view is behind.
-        let kib = (bytes / 1024).clamp(1, limits::VIEW_QUEUE_KIB as usize) as u32;
-        let room = Arc::clone(&reader.room);
-        let held = if wait {
-            room.acquire_many_owned(kib)
-                .await
-                .map_err(|_| Error::internal("a source reader's room was closed"))?
-        } else {
-            match room.try_acquire_many_owned(kib) {
-                Ok(held) => held,
-                Err(_) => return Ok(None),
-            }
-        };
         let budget = self.runtime.reserve(bytes, 1).await?;
         let position = ReaderPosition {
             view: reader.view,
@@ -529,14 +536,14 @@ impl Engine {
             changes,
             budget,
             position,
-            held,
+            room,
         )?;
         reader.progress.advance(positions);
         let mut lost: Vec<usize> = decoded.rejected.iter().map(|r| r.0).collect();
         lost.extend(conflicts.iter().map(|r| r.0));
         lost.sort_unstable();
         lost.dedup();
-        Ok(Some(lost.len()))
+        Ok(lost.len())
     }
 
     /// `ALTER SOURCE s REPLAY DEAD LETTERS`: decodes the source's dead letters again with its
@@ -557,6 +564,7 @@ impl Engine {
         let decoded = decoder.decode(&records)?;
         let rejected = decoded.rejected.clone();
         for reader in source.readers() {
+            let room = reader.room(room_for(&decoded)).await?;
             self.read_into_view(
                 source,
                 &reader,
@@ -564,7 +572,7 @@ impl Engine {
                 &records,
                 &[],
                 OnError::Skip,
-                true,
+                room,
             )
             .await?;
         }
@@ -585,4 +593,12 @@ impl Engine {
         }
         out
     }
+}
+
+/// The room in a view's lane that a decoded chunk takes, in KiB: taken before a keyed
+/// source's rows are resolved against the view's copy, so that a reader without room has
+/// changed nothing (its own cursor reads the chunk again).
+fn room_for(decoded: &Decoded) -> u32 {
+    let bytes = decoded.rows.get_array_memory_size();
+    (bytes / 1024).clamp(1, limits::VIEW_QUEUE_KIB as usize) as u32
 }

@@ -5,14 +5,15 @@
 //!
 //! - A new or restored view reads each partition with a cursor of its own, from its position.
 //!   Before each read a cursor looks for one of its partition a little ahead of it (within
-//!   `reach`: about a chunk); if that one's gate is free, the cursor holds it (the one ahead
+//!   `reach`: a few chunks, `limits::CURSOR_MERGE_CHUNKS`); if that one's gate is free, the cursor holds it (the one ahead
 //!   cannot move meanwhile), reads up to exactly its position, and hands it its members: raw
 //!   records are cut at the position, decoded batches never are. Two cursors at one position
 //!   merge into the one with the lower id, so a restart, where every view starts at the same
 //!   place, reads once from the start.
 //! - A slow view holds back only itself: a member without room in its lane leaves the cursor
 //!   for a new one of its own at its position (the source is the buffer), which waits for its
-//!   room and merges again once it has caught up. A cursor with one member waits for its room.
+//!   room and merges again once it has caught up. A cursor waits for the room of the member with
+//!   the most (so it never splits into one cursor per member at once).
 //!
 //! Locks: a cursor's gate is held while a chunk is handed to its members and by a cursor
 //! merging into it; a cursor takes another's gate only with `try_lock`, and only of one ahead
@@ -207,6 +208,12 @@ impl Cursors {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(members);
+        tracing::debug!(
+            from = cursor.id,
+            into = merging.into.id,
+            at = position,
+            "a cursor merges into the one ahead"
+        );
         cursor.retire(self);
         true
     }

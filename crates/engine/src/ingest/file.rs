@@ -92,9 +92,9 @@ impl Engine {
                 return Ok(());
             }
             // Merging: up to the cursor ahead (a line boundary) and not past it.
-            let bytes = merging
-                .as_ref()
-                .map_or(chunk_bytes, |m| (m.at() - tail.position()) as usize);
+            let bytes = merging.as_ref().map_or(chunk_bytes, |m| {
+                chunk_bytes.min((m.at() - tail.position()) as usize)
+            });
             let (t, chunk) = finish(start_read(
                 tail,
                 spare.take(),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
+use eddy_common::limits::CURSOR_MERGE_CHUNKS;
 use eddy_common::{Error, Result, SqlState};
 use eddy_connectors::kafka::{KafkaTopic, Startup};
 use eddy_connectors::{Decoded, RawRecord, RecordDecoder};
@@ -162,11 +163,11 @@ impl Feed {
         }
     }
 
-    /// A cursor near one ahead of it starts merging into it (see `cursor.rs`); `reach`: how
-    /// far ahead, in the connector's positions.
-    fn merging(&self, merging: &mut Option<Merging>, reach: u64) {
+    /// A cursor near one ahead of it starts merging into it (see `cursor.rs`); `chunk`: the
+    /// connector's chunk in its positions, the reach being [`CURSOR_MERGE_CHUNKS`] of them.
+    fn merging(&self, merging: &mut Option<Merging>, chunk: u64) {
         if let (Feed::Cursor(source, cursor), None) = (self, &merging) {
-            *merging = source.cursors.merging(cursor, reach);
+            *merging = source.cursors.merging(cursor, chunk * CURSOR_MERGE_CHUNKS);
         }
     }
 
