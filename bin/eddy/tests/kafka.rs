@@ -403,3 +403,87 @@ async fn a_source_is_read_by_each_view_at_its_own_offsets() {
         "since_created"
     );
 }
+
+/// A topic that gains a partition while a table and views read it: the new partition is read
+/// from its start, by the table and by each view's reader of a source, within the discovery
+/// interval; after a SIGKILL its offsets are Eddy's like the others' (nothing twice). Tansu
+/// cannot add partitions, so the topic has two from the start and the
+/// `kafka_partitions:grows:hide` failpoint shows Eddy only the first until the test opens the
+/// gate.
+#[tokio::test]
+async fn a_partition_added_to_a_topic_is_read_while_views_run() {
+    let broker = KafkaBroker::start().await.unwrap();
+    broker.create_topic("grows", 2).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("added");
+    let produce = |partition: i32, ids: std::ops::Range<usize>| {
+        let values: Vec<String> = ids.map(|i| format!("{{\"id\": {i}}}")).collect();
+        let broker = &broker;
+        async move {
+            let records = values.iter().map(|v| (None, Some(v.as_bytes()))).collect();
+            broker.produce("grows", partition, records).await.unwrap();
+        }
+    };
+    produce(0, 0..50).await;
+    produce(1, 50..100).await;
+    let mut server = EddyProcess::start_env(
+        &binary(),
+        &dir.path().join("data"),
+        &[],
+        &[
+            (
+                "EDDY_FAILPOINTS".to_owned(),
+                "kafka_partitions:grows:hide".to_owned(),
+            ),
+            (
+                "EDDY_FAILPOINTS_GATE".to_owned(),
+                gate.display().to_string(),
+            ),
+        ],
+    )
+    .unwrap();
+    server
+        .connect()
+        .await
+        .unwrap()
+        .batch_execute(&format!(
+            "CREATE TABLE t (id BIGINT) APPEND ONLY
+               WITH (connector = 'kafka', topic = 'grows', properties.bootstrap.server = '{0}')
+               FORMAT PLAIN ENCODE JSON;
+             CREATE SOURCE s (id BIGINT)
+               WITH (connector = 'kafka', topic = 'grows', properties.bootstrap.server = '{0}')
+               FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW from_table AS SELECT count(*) AS n, count(DISTINCT id) AS ids, sum(id) AS s FROM t;
+             CREATE MATERIALIZED VIEW from_source AS SELECT count(*) AS n, count(DISTINCT id) AS ids, sum(id) AS s FROM s;
+             CREATE MATERIALIZED VIEW also_from_source AS SELECT id % 2 AS k, count(*) AS n FROM s GROUP BY 1;",
+            broker.bootstrap()
+        ))
+        .await
+        .unwrap();
+    // Only the first partition is known: ids 0..50.
+    let sums = |n: usize, from: usize| format!("{n} {n} {}", (from..from + n).sum::<usize>());
+    eventually(&server, "SELECT n, ids, s FROM from_table", &sums(50, 0)).await;
+    eventually(&server, "SELECT n, ids, s FROM from_source", &sums(50, 0)).await;
+    eventually(&server, "SELECT sum(n) FROM also_from_source", "50").await;
+
+    // The partition is "added": everything in it is read, and what comes after.
+    std::fs::write(&gate, b"").unwrap();
+    produce(1, 100..120).await;
+    eventually(&server, "SELECT n, ids, s FROM from_table", &sums(120, 0)).await;
+    eventually(&server, "SELECT n, ids, s FROM from_source", &sums(120, 0)).await;
+    eventually(&server, "SELECT sum(n) FROM also_from_source", "120").await;
+    eventually(
+        &server,
+        "SELECT consumer, committed_offset FROM eddy_source_offsets WHERE object = 's' AND partition = 1 ORDER BY consumer",
+        "also_from_source 70\nfrom_source 70",
+    )
+    .await;
+
+    // After a crash, every partition from Eddy's own offsets: nothing lost, nothing twice.
+    server.restart_in_place(true).unwrap();
+    produce(0, 120..130).await;
+    produce(1, 130..140).await;
+    eventually(&server, "SELECT n, ids, s FROM from_table", &sums(140, 0)).await;
+    eventually(&server, "SELECT n, ids, s FROM from_source", &sums(140, 0)).await;
+    eventually(&server, "SELECT sum(n) FROM also_from_source", "140").await;
+}

@@ -66,6 +66,11 @@ pub const NEXMARK_CHUNK_EVENTS: u64 = 16_384;
 /// A Kafka partition's chunk for a cursor's reach: a view's reader of a partition joins the
 /// views reading it together once it is within [`CURSOR_MERGE_CHUNKS`] of these behind them.
 pub const CURSOR_MERGE_RECORDS: u64 = 16_384;
+/// Milliseconds between asking a Kafka topic that tables and views read for partitions added
+/// to it (each new one is read from its earliest record). Flink's Kafka source asks every
+/// 5 minutes by default; a metadata request is cheap, and a new partition's rows should not
+/// wait minutes.
+pub const KAFKA_PARTITION_DISCOVERY_MS: u64 = 10_000;
 /// How many chunks behind the views reading a source together a view's reader may be and
 /// still join them: it reads up to their position with their reader held, which pauses them
 /// meanwhile. One chunk was too few: a reader that left for want of room restarts a chunk

@@ -7,6 +7,8 @@
 //! `view_changes` (the live dataflow, on every batch of changes it is handed), `backfill` (a new
 //! view's backfill, on every log record it reads; it runs on the runtime thread). With `once`, a
 //! point fires the first time only (a restart of the view then succeeds).
+//! `kafka_partitions:topic:hide` shows only the first partition of a Kafka topic until the gate
+//! file exists (a topic gaining partitions while it is read; the test broker cannot add any).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +22,8 @@ enum Action {
     Error,
     Sleep,
     Block,
+    /// Asked with [`hidden`]: something is hidden until the gate file exists.
+    Hide,
 }
 
 /// How long a `sleep` failpoint holds the step.
@@ -49,6 +53,7 @@ fn points() -> &'static [Point] {
                         Some("panic") => Action::Panic,
                         Some("sleep") => Action::Sleep,
                         Some("block") => Action::Block,
+                        Some("hide") => Action::Hide,
                         _ => Action::Error,
                     },
                     once: (parts.next() == Some("once")).then(|| AtomicBool::new(false)),
@@ -89,5 +94,17 @@ pub(crate) fn failpoint(step: &str, view: &str) -> Result<()> {
             Ok(())
         }
         Action::Error => Err(Error::internal(message)),
+        Action::Hide => Ok(()),
     }
+}
+
+/// Whether a `hide` failpoint of `step` names `object` and its gate file does not exist yet
+/// (never in release builds).
+pub(crate) fn hidden(step: &str, object: &str) -> bool {
+    cfg!(debug_assertions)
+        && points()
+            .iter()
+            .any(|p| p.step == step && p.view == object && p.action == Action::Hide)
+        && std::env::var_os("EDDY_FAILPOINTS_GATE")
+            .is_none_or(|gate| !std::path::Path::new(&gate).exists())
 }

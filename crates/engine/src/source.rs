@@ -368,18 +368,25 @@ impl Engine {
     }
 
     /// Starts reading `source` for `reader`'s view: a cursor per source partition, from the
-    /// view's position in it, each joining the readers ahead once it is near them.
+    /// view's position in it, each joining the readers ahead once it is near them; a Kafka
+    /// topic's partitions added later get theirs as they are found.
     fn start_cursors(self: &Arc<Self>, source: Arc<Source>, reader: Arc<SourceReader>) {
         let engine = Arc::clone(self);
         tokio::spawn(async move {
             match engine.reader_starts(&source, &reader).await {
                 Ok(starts) => {
+                    let known = starts.iter().map(|(p, _)| *p).collect();
                     for (partition, next) in starts {
                         let cursor =
                             source
                                 .cursors
                                 .open(partition, next, vec![Arc::clone(&reader)]);
                         engine.follow(Feed::Cursor(Arc::clone(&source), cursor));
+                    }
+                    if source.def.option("connector") == Some("kafka") {
+                        engine
+                            .discover_kafka_partitions(source.def.id, reader, known)
+                            .await;
                     }
                 }
                 Err(e) => {

@@ -1,16 +1,20 @@
 //! The Kafka connector's loops: one per topic partition, into a table or a source's cursor.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_common::limits::{CONNECTOR_CHUNK_BYTES, CURSOR_MERGE_RECORDS};
-use eddy_common::{Error, Result, SqlState};
+use eddy_common::limits::{
+    CONNECTOR_CHUNK_BYTES, CURSOR_MERGE_RECORDS, KAFKA_PARTITION_DISCOVERY_MS,
+};
+use eddy_common::{Error, ObjectId, Result, SqlState};
 use eddy_connectors::RawRecord;
 use eddy_connectors::kafka::{KafkaTopic, Startup};
 
 use super::{Feed, Merging, Refresh};
 use crate::Engine;
 use crate::catalog::TableDef;
+use crate::source::SourceReader;
 
 impl Engine {
     /// The Kafka connector of a table: one reader per partition, reconnecting after a broker
@@ -21,21 +25,102 @@ impl Engine {
             let result = async {
                 let spec = KafkaSpec::of(feed.def())?;
                 let topic = Arc::new(KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?);
-                let partitions = topic.partitions().await?;
-                tracing::info!(object = %name, topic = spec.topic, partitions = partitions.len(), "reading a Kafka topic");
+                let mut found = partitions(&topic).await?;
+                tracing::info!(object = %name, topic = spec.topic, partitions = found.len(), "reading a Kafka topic");
                 let mut readers = tokio::task::JoinSet::new();
-                for p in partitions {
-                    let (engine, feed, topic) = (Arc::clone(&self), feed.clone(), Arc::clone(&topic));
-                    readers.spawn(async move { engine.follow_kafka_partition(feed, &topic, p).await });
+                let mut known = BTreeSet::new();
+                let mut discovery = tokio::time::interval(PARTITION_DISCOVERY);
+                discovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    for p in found.drain(..).filter(|p| known.insert(*p)) {
+                        let (engine, feed, topic) =
+                            (Arc::clone(&self), feed.clone(), Arc::clone(&topic));
+                        readers.spawn(async move { engine.follow_kafka_partition(feed, &topic, p).await });
+                    }
+                    tokio::select! {
+                        done = readers.join_next() => match done {
+                            Some(done) => done.map_err(|e| Error::internal(format!("kafka reader: {e}")))??,
+                            None => return Ok(()),
+                        },
+                        _ = discovery.tick() => {
+                            // Partitions added to the topic meanwhile, read from their start.
+                            if !feed.alive(&self) {
+                                return Ok(());
+                            }
+                            found = partitions(&topic).await?;
+                            if found.iter().any(|p| !known.contains(p)) {
+                                tracing::info!(object = %name, topic = spec.topic, partitions = found.len(), "the Kafka topic has new partitions");
+                            }
+                        }
+                    }
                 }
-                while let Some(done) = readers.join_next().await {
-                    done.map_err(|e| Error::internal(format!("kafka reader: {e}")))??;
-                }
-                Ok::<(), Error>(())
             }
             .await;
             if !self.again_after(&feed, result).await {
                 return;
+            }
+        }
+    }
+
+    /// Partitions added to a source's topic while `reader`'s view reads it (`known`: those it
+    /// reads already): asked for every [`PARTITION_DISCOVERY`], each new one is read by a
+    /// cursor of its own from its earliest record (the cursors of several views at one place
+    /// merge), until the view stops reading or the source is dropped. A topic that cannot be
+    /// reached is asked again next time.
+    pub(crate) async fn discover_kafka_partitions(
+        self: Arc<Self>,
+        source: ObjectId,
+        reader: Arc<SourceReader>,
+        mut known: BTreeSet<u32>,
+    ) {
+        let mut topic = None;
+        loop {
+            tokio::time::sleep(PARTITION_DISCOVERY).await;
+            let Some(current) = self.source_by_id(source) else {
+                return;
+            };
+            if reader.stopped() {
+                return;
+            }
+            let listed = async {
+                if topic.is_none() {
+                    let spec = KafkaSpec::of(&current.def)?;
+                    topic = Some(KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?);
+                }
+                match &topic {
+                    Some(t) => partitions(t).await,
+                    None => Ok(Vec::new()),
+                }
+            }
+            .await;
+            let new: Vec<u32> = match listed {
+                Ok(partitions) => partitions
+                    .into_iter()
+                    .filter(|p| !known.contains(p))
+                    .collect(),
+                Err(e) => {
+                    tracing::debug!(source = %current.def.name, error = %e, "listing the Kafka topic's partitions failed");
+                    topic = None;
+                    continue;
+                }
+            };
+            for p in new {
+                let Some(t) = &topic else { break };
+                let start = match reader.progress.next(p) {
+                    Some(next) => Ok(next),
+                    None => match t.reader(p).await {
+                        Ok(r) => r.offset_at(Startup::Earliest).await,
+                        Err(e) => Err(e),
+                    },
+                };
+                let Ok(start) = start else {
+                    // Asked again next time.
+                    continue;
+                };
+                known.insert(p);
+                tracing::info!(source = %current.def.name, view = %reader.view, partition = p, start, "reading a new partition of the Kafka topic");
+                let cursor = current.cursors.open(p, start, vec![Arc::clone(&reader)]);
+                self.follow(Feed::Cursor(Arc::clone(&current), cursor));
             }
         }
     }
@@ -159,7 +244,7 @@ pub(crate) async fn kafka_starts(
     let spec = KafkaSpec::of(def)?;
     let topic = KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?;
     let mut starts = Vec::new();
-    for p in topic.partitions().await? {
+    for p in partitions(&topic).await? {
         let start = match from(p) {
             Some(next) => next,
             None => topic.reader(p).await?.offset_at(Startup::Earliest).await?,
@@ -168,6 +253,19 @@ pub(crate) async fn kafka_starts(
     }
     Ok(starts)
 }
+
+/// The topic's partitions (the `kafka_partitions:topic:hide` failpoint shows only the first).
+pub(super) async fn partitions(topic: &KafkaTopic) -> Result<Vec<u32>> {
+    let mut partitions = topic.partitions().await?;
+    if crate::failpoints::hidden("kafka_partitions", topic.topic()) {
+        partitions.sort_unstable();
+        partitions.truncate(1);
+    }
+    Ok(partitions)
+}
+
+/// How often a Kafka topic being read is asked for partitions added to it.
+const PARTITION_DISCOVERY: Duration = Duration::from_millis(KAFKA_PARTITION_DISCOVERY_MS);
 
 /// How long a Kafka fetch waits for the first record.
 const KAFKA_WAIT: Duration = Duration::from_millis(500);

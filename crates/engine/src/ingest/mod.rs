@@ -507,7 +507,7 @@ impl Engine {
                 }
                 let topic = KafkaTopic::connect(&spec.bootstrap, &spec.topic).await?;
                 let mut positions = Vec::new();
-                for p in topic.partitions().await? {
+                for p in kafka::partitions(&topic).await? {
                     if spec.startup != Startup::Earliest {
                         positions.push((p, topic.reader(p).await?.offset_at(spec.startup).await?));
                     }
