@@ -6,7 +6,7 @@
 //! inputs; the answers then equal those of views that never failed, also after a crash.
 //! The panic is injected with the debug build's `EDDY_FAILPOINTS` (`once`: the rebuild works).
 
-use eddy_testkit::{EddyProcess, text};
+use eddy_testkit::{EddyProcess, failpoint_env, text};
 
 fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
@@ -39,10 +39,7 @@ async fn a_view_that_panics_fails_alone_and_restarts() {
         &binary(),
         dir.path(),
         &[],
-        &[(
-            "EDDY_FAILPOINTS".to_owned(),
-            "view_changes:bad:panic:once".to_owned(),
-        )],
+        &failpoint_env("view_changes:bad:panic:once", None),
     )
     .unwrap();
     let client = server.connect().await.unwrap();

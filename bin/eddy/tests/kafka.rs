@@ -5,7 +5,7 @@
 //! Sources: each view reads the topic itself, at its own offsets, from the source's start.
 
 use eddy_testkit::kafka::KafkaBroker;
-use eddy_testkit::{EddyProcess, eventually, rows};
+use eddy_testkit::{EddyProcess, eventually, failpoint_env, rows};
 
 fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
@@ -430,16 +430,7 @@ async fn a_partition_added_to_a_topic_is_read_while_views_run() {
         &binary(),
         &dir.path().join("data"),
         &[],
-        &[
-            (
-                "EDDY_FAILPOINTS".to_owned(),
-                "kafka_partitions:grows:hide".to_owned(),
-            ),
-            (
-                "EDDY_FAILPOINTS_GATE".to_owned(),
-                gate.display().to_string(),
-            ),
-        ],
+        &failpoint_env("kafka_partitions:grows:hide", Some(&gate)),
     )
     .unwrap();
     server

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use eddy_testkit::{EddyProcess, eventually, text, until};
+use eddy_testkit::{EddyProcess, eventually, failpoint_env, text, until};
 
 fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
@@ -123,16 +123,7 @@ async fn leaves_and_joins_again(key: &str) {
         &binary(),
         &dir.path().join("data"),
         &[],
-        &[
-            (
-                "EDDY_FAILPOINTS".to_owned(),
-                "view_changes:stuck:block".to_owned(),
-            ),
-            (
-                "EDDY_FAILPOINTS_GATE".to_owned(),
-                gate.display().to_string(),
-            ),
-        ],
+        &failpoint_env("view_changes:stuck:block", Some(&gate)),
     )
     .unwrap();
     let client = server.connect().await.unwrap();

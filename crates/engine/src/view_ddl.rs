@@ -74,7 +74,11 @@ impl Engine {
             Ok(rows) => rows,
             Err(e) => {
                 if is_new {
-                    // A new view that cannot be built is not kept.
+                    // A new view that cannot be built is not kept (unless it is gone already:
+                    // dropped while it was being built, its name maybe taken again since).
+                    if self.view(&name).map(|v| v.def.id) != Some(id) {
+                        return Err(e);
+                    }
                     let _ = self
                         .drop_objects(&[name], true, true, ObjectKind::MaterializedView)
                         .await;

@@ -44,6 +44,20 @@ pub struct EddyProcess {
     _owned_dir: Option<tempfile::TempDir>,
 }
 
+/// The environment that arms the debug build's failpoints: `EDDY_FAILPOINTS=spec` and, for
+/// `block` / `hide` failpoints, `EDDY_FAILPOINTS_GATE=gate` (the file whose creation releases
+/// them). Pass it, extended with any other variables, to [`EddyProcess::start_env`].
+pub fn failpoint_env(spec: &str, gate: Option<&Path>) -> Vec<(String, String)> {
+    let mut envs = vec![("EDDY_FAILPOINTS".to_owned(), spec.to_owned())];
+    if let Some(gate) = gate {
+        envs.push((
+            "EDDY_FAILPOINTS_GATE".to_owned(),
+            gate.display().to_string(),
+        ));
+    }
+    envs
+}
+
 impl EddyProcess {
     /// Starts `binary serve` on 127.0.0.1 with a port the OS picks, and waits until it listens.
     pub fn start(binary: &Path, data_dir: &Path) -> Result<Self> {

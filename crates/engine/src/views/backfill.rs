@@ -24,11 +24,13 @@ pub(super) struct Job {
 
 impl Job {
     /// Pushes everything through `dataflow`, its output into `pending` (the view's first
-    /// epoch).
+    /// epoch). Stops at the next log record once `dropped` is set (the view was dropped or
+    /// rebuilt meanwhile: nobody reads its output).
     pub(super) fn run(
         mut self,
         dataflow: &mut eddy_dataflow::Dataflow,
         pending: &mut Vec<ChangeBatch>,
+        dropped: &std::sync::atomic::AtomicBool,
     ) -> Result<()> {
         let mut commits = log_reader::Commits::new(std::mem::take(&mut self.inputs));
         let total = commits.total;
@@ -38,6 +40,10 @@ impl Job {
         let (mut records, mut rows, mut since_epoch) = (0u64, 0usize, 0usize);
         let mut consolidated = 0usize;
         while let Some((object, record)) = commits.next()? {
+            if dropped.load(std::sync::atomic::Ordering::Acquire) {
+                tracing::info!(view = %self.view, records, "backfill stopped: the view was dropped");
+                return Err(dropped_while_created(&self.view));
+            }
             crate::failpoints::failpoint("backfill", &self.view)?;
             records += 1;
             for batch in &record.changes {
@@ -99,6 +105,14 @@ impl Job {
         tracing::info!(view = %self.view, records, rows, seconds = started.elapsed().as_secs_f64(), "backfilled a materialized view");
         Ok(())
     }
+}
+
+/// What the CREATE of a view dropped before its backfill was done answers.
+pub(super) fn dropped_while_created(view: &str) -> Error {
+    Error::new(
+        SqlState::QUERY_CANCELED,
+        format!("materialized view \"{view}\" was dropped while it was being created"),
+    )
 }
 
 /// Who waits for a new view to be created, and the rows its backfill read.
@@ -269,6 +283,7 @@ impl RuntimeState {
             dataflow,
             Some(job),
             self.spill_dir.as_deref(),
+            self.waker.clone(),
         )?;
         Ok((lane, read))
     }
@@ -292,7 +307,13 @@ impl RuntimeState {
         if !inserts.is_empty() {
             data.apply(&inserts)?;
         }
-        let lane = lane::Lane::start(&view.def.name, dataflow, None, self.spill_dir.as_deref())?;
+        let lane = lane::Lane::start(
+            &view.def.name,
+            dataflow,
+            None,
+            self.spill_dir.as_deref(),
+            self.waker.clone(),
+        )?;
         self.views.push(Entry {
             view,
             lane,

@@ -327,11 +327,6 @@ impl RuntimeState {
         self.publish_status();
     }
 
-    /// Whether some view is behind.
-    pub(super) fn any_behind(&self) -> bool {
-        self.views.iter().any(|e| !e.behind.is_empty())
-    }
-
     /// Publishes which views are behind, by how many epochs, and where they are (failed
     /// views are not: nothing waits for them).
     pub(super) fn publish_lag(&self) {

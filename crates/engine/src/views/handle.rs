@@ -5,7 +5,7 @@
 use super::*;
 
 pub struct ViewRuntime {
-    queue: Mutex<Option<SyncSender<Message>>>,
+    queue: Waker,
     published: Arc<RwLock<Published>>,
     requests: Arc<SnapshotRequests>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -35,6 +35,7 @@ impl ViewRuntime {
     ) -> Result<ViewRuntime> {
         // Room for the budgeted changes, and as much again for requests (DDL, FLUSH, ...).
         let (tx, rx) = mpsc::sync_channel(2 * limits::RUNTIME_QUEUE_CAPACITY);
+        let queue = Waker::new(tx);
         let published = Arc::new(RwLock::new(Published {
             snapshots: Arc::new(HashMap::new()),
             stale: false,
@@ -66,6 +67,7 @@ impl ViewRuntime {
             barrier_interval,
             spill_dir,
             pending_checkpoints: Default::default(),
+            waker: queue.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("eddy-views".into())
@@ -75,7 +77,7 @@ impl ViewRuntime {
             limits::RUNTIME_QUEUE_KIB as usize,
         ));
         Ok(ViewRuntime {
-            queue: Mutex::new(Some(tx)),
+            queue,
             published,
             requests,
             thread: Mutex::new(Some(thread)),
@@ -87,7 +89,7 @@ impl ViewRuntime {
     }
 
     fn send(&self, message: Message) -> Result<()> {
-        let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let queue = self.queue.lock();
         match queue.as_ref() {
             Some(tx) => tx.send(message).map_err(|_| stopped()),
             None => Err(Error::new(
@@ -381,15 +383,7 @@ impl ViewRuntime {
         self.requests
             .pending
             .store(true, std::sync::atomic::Ordering::Release);
-        // An idle runtime waits on its queue; a full queue means it is busy and looks soon.
-        if let Some(queue) = self
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            let _ = queue.try_send(Message::Wake);
-        }
+        self.queue.wake();
         match tokio::time::timeout(SNAPSHOT_WAIT, answer).await {
             Ok(Ok(snapshots)) => snapshots,
             _ => {
@@ -408,7 +402,7 @@ impl ViewRuntime {
     }
 
     pub fn shutdown(&self) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.queue.lock().take();
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
         }

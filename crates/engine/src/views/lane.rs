@@ -56,6 +56,15 @@ pub(super) struct Lane {
     queue: Arc<Queue>,
     /// Where changes past the budget go (`None`: nowhere, `push` waits).
     spill: Option<Spill>,
+    /// Set when the runtime drops the lane (the view is dropped or rebuilt): a backfill still
+    /// running stops at its next log record.
+    dropped: Arc<AtomicBool>,
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::Release);
+    }
 }
 
 /// A lane's spill file: created at the first spill, appended by the runtime thread, read back
@@ -177,16 +186,23 @@ impl Lane {
     /// Starts the lane of view `name` with its built (backfilled or restored) dataflow and
     /// the backfill it runs first (a new view; a restored one has none).
     /// `spill_dir`: where changes past the budget may go (`None`: `push` waits instead).
+    /// `waker` wakes the runtime thread when the lane answers.
     pub(super) fn start(
         name: &str,
         dataflow: Dataflow,
         backfill: Option<super::backfill::Job>,
         spill_dir: Option<&std::path::Path>,
+        waker: super::Waker,
     ) -> Result<Lane> {
         let (commands, inbox) = mpsc::channel();
         let view = name.to_owned();
         let queue = Arc::new(Queue::default());
         let guard = EndGuard(Arc::clone(&queue));
+        let dropped = Arc::new(AtomicBool::new(false));
+        let lane = Ends {
+            waker,
+            dropped: Arc::clone(&dropped),
+        };
         std::thread::Builder::new()
             .name(format!(
                 "eddy-view-{}",
@@ -194,7 +210,7 @@ impl Lane {
             ))
             .spawn(move || {
                 let guard = guard;
-                run(&view, dataflow, backfill, inbox, &guard.0);
+                run(&view, dataflow, backfill, inbox, &guard.0, &lane);
             })
             .map_err(|e| Error::internal(format!("starting the thread of view {name}: {e}")))?;
         Ok(Lane {
@@ -205,6 +221,7 @@ impl Lane {
                 file: None,
                 end: 0,
             }),
+            dropped,
         })
     }
 
@@ -375,6 +392,14 @@ impl Stats {
     }
 }
 
+/// What a lane's thread shares with the runtime thread besides its commands.
+struct Ends {
+    /// Wakes the runtime thread after an answer.
+    waker: super::Waker,
+    /// The runtime dropped the lane.
+    dropped: Arc<AtomicBool>,
+}
+
 /// The lane's loop: the backfill, then commands in order until the runtime drops the lane
 /// (what the runtime sent during the backfill waits in the inbox).
 fn run(
@@ -383,6 +408,7 @@ fn run(
     backfill: Option<super::backfill::Job>,
     inbox: mpsc::Receiver<Command>,
     queue: &Queue,
+    lane: &Ends,
 ) {
     let mut failed: Option<Error> = None;
     let mut pending = Vec::new();
@@ -390,7 +416,9 @@ fn run(
         *queue.stats.lock().unwrap_or_else(|p| p.into_inner()) = dataflow.stats();
     };
     if let Some(job) = backfill
-        && let Err(e) = catch_panic("a view's backfill", || job.run(&mut dataflow, &mut pending))
+        && let Err(e) = catch_panic("a view's backfill", || {
+            job.run(&mut dataflow, &mut pending, &lane.dropped)
+        })
     {
         failed = Some(e);
         pending.clear();
@@ -439,6 +467,7 @@ fn run(
                 }
                 publish(&dataflow);
                 let _ = reply.send(result);
+                lane.waker.wake();
             }
             Command::Save(reply) => {
                 let started = std::time::Instant::now();
@@ -447,6 +476,7 @@ fn run(
                     parts,
                     took: started.elapsed(),
                 }));
+                lane.waker.wake();
             }
         }
     }

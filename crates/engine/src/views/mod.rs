@@ -340,7 +340,7 @@ enum Message {
     Flush {
         reply: oneshot::Sender<Result<u64>>,
     },
-    /// Wakes an idle runtime to answer [`SnapshotRequests`].
+    /// Wakes an idle runtime to answer [`SnapshotRequests`] or look at a lane's answer.
     Wake,
     /// Ends the epoch and checkpoints (`CHECKPOINT`); answered once the checkpoint is committed.
     Checkpoint {
@@ -493,4 +493,54 @@ struct RuntimeState {
     /// Checkpoints whose views are still saving their state (or catching up to its epoch),
     /// oldest first; each is handed to the writer once complete.
     pending_checkpoints: std::collections::VecDeque<checkpointing::Pending>,
+    /// Wakes this thread when a lane answers (its lanes hold clones).
+    waker: Waker,
+}
+
+/// The runtime's queue, shared by the handle and the lanes; taken (`None`) at shutdown so that
+/// the runtime thread sees its queue disconnect.
+#[derive(Clone)]
+struct Waker(Arc<WakerInner>);
+
+struct WakerInner {
+    queue: Mutex<Option<SyncSender<Message>>>,
+    /// A [`Message::Wake`] is queued: the runtime will look, no need to queue another.
+    queued: std::sync::atomic::AtomicBool,
+}
+
+impl Waker {
+    fn new(queue: SyncSender<Message>) -> Waker {
+        Waker(Arc::new(WakerInner {
+            queue: Mutex::new(Some(queue)),
+            queued: Default::default(),
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<SyncSender<Message>>> {
+        self.0.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes an idle runtime thread to look at its lanes' answers and its snapshot requests.
+    /// One wake at a time is queued; a full queue means the runtime is busy and looks soon.
+    fn wake(&self) {
+        use std::sync::atomic::Ordering;
+        if self.0.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let sent = self
+            .lock()
+            .as_ref()
+            .is_some_and(|queue| queue.try_send(Message::Wake).is_ok());
+        if !sent {
+            self.0.queued.store(false, Ordering::Release);
+        }
+    }
+
+    /// The runtime took a wake: it looks at everything after this, so the next answer queues
+    /// a new one.
+    fn woken(&self) {
+        self.0
+            .queued
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
 }

@@ -8,15 +8,12 @@ impl RuntimeState {
         let mut last_epoch = Instant::now();
         loop {
             // Idle, wait for work; with changes pending, wait only until the barrier is due.
-            let mut wait = if self.dirty {
+            // Lanes wake this thread when they answer (views behind, checkpoints being saved).
+            let wait = if self.dirty {
                 self.barrier_interval.saturating_sub(last_epoch.elapsed())
             } else {
                 self.barrier_interval
             };
-            // Views behind and checkpoints being saved are checked for their answers often.
-            if self.any_behind() || !self.pending_checkpoints.is_empty() {
-                wait = wait.min(Duration::from_millis(10));
-            }
             match queue.recv_timeout(wait) {
                 Ok(message) => self.handle(message, &mut last_epoch),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -165,6 +162,13 @@ impl RuntimeState {
                 }
                 let gone: Vec<String> = gone.into_iter().map(|(_, name)| name).collect();
                 self.observed.forget(&gone);
+                for entry in &mut self.views {
+                    if (entry.view.def.id == id || entry.sources.contains(&id))
+                        && let Some(created) = entry.created.take()
+                    {
+                        created.failed(backfill::dropped_while_created(&entry.view.def.name));
+                    }
+                }
                 self.views
                     .retain(|v| v.view.def.id != id && !v.sources.contains(&id));
                 let views = &self.views;
@@ -182,7 +186,7 @@ impl RuntimeState {
                 self.mark_stale();
             }
             Message::Recovered => self.recovered = true,
-            Message::Wake => {}
+            Message::Wake => self.waker.woken(),
             Message::Checkpoint { reply } => {
                 let ended = self.end_epoch(&[]);
                 *last_epoch = Instant::now();
