@@ -1,6 +1,6 @@
 //! Inner equi-join with both sides arranged by key.
 //!
-//! Each side keeps a multiset of its rows per join key. A change on the left is joined with
+//! Each side keeps its rows by join key in an [`Arrangement`]. A change on the left is joined with
 //! the right side's current rows (weights multiply), then added to the left arrangement; a
 //! change on the right likewise against the left, which already includes this push's left
 //! changes — so a self-join sees ΔL⋈R + L'⋈ΔR, the exact delta of L⋈R. NULL keys never match.
@@ -9,23 +9,23 @@
 //! row once the other side's watermark shows no matching row can still arrive, and drops (and
 //! records) rows too late to be matched completely.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 use eddy_common::{ChangeBatch, Error, Result};
 
+use crate::arrangement::{Arrangement, NEVER};
 use crate::event_time::{EventTime, micros};
 use crate::graph::{Barrier, Handler, Output};
 use crate::plan::{Expr, TimeBound};
 use crate::rows::{arrow_error, batch, eval_error, evaluate, filter_changes, take_columns};
 use crate::{OperatorState, checkpoint};
 
-/// The names of each side's checkpointed parts: rows, expiry, rows by time, their expiry.
-const LEFT_PARTS: [&str; 4] = ["left", "left_expiry", "left_timed", "left_timed_expiry"];
-const RIGHT_PARTS: [&str; 4] = ["right", "right_expiry", "right_timed", "right_timed_expiry"];
+/// The names of each side's checkpointed part (an [`Arrangement`]).
+const LEFT_PART: &str = "left_rows";
+const RIGHT_PART: &str = "right_rows";
 
 struct Side {
     keys: Vec<Expr>,
@@ -33,20 +33,49 @@ struct Side {
     rows: RowConverter,
     /// NULL keys match each other (IS NOT DISTINCT FROM).
     nulls_equal: bool,
-    /// Join key -> row -> multiplicity.
-    arrangement: crate::StateMap<OwnedRow, crate::StateMap<OwnedRow, i64>>,
     key_converter: RowConverter,
-    /// Time-bounded joins: when rows may be forgotten, and the rows by the watermark (of the
-    /// other side) that frees them.
+    /// Time-bounded joins: when rows may be forgotten (each row expires once the other side's
+    /// watermark passes its time plus the horizon), and for interval joins the time range a
+    /// probe reads.
     bound: Option<TimeBound>,
-    expiry: BTreeMap<i64, Vec<(OwnedRow, OwnedRow)>>,
-    /// Interval joins keep their rows here instead of in `arrangement`: per key, by event
-    /// time, each row with its multiplicity (rarely more than one per key and microsecond), so
-    /// a probe reads only the matching time range and a (key, time) slot expires whole. Rows
-    /// without a time never match and are not kept.
-    timed: crate::StateMap<OwnedRow, BTreeMap<i64, Vec<(OwnedRow, i64)>>>,
-    /// When each (key, time) slot of `timed` may be forgotten.
-    timed_expiry: BTreeMap<i64, Vec<(OwnedRow, i64)>>,
+    /// Join key -> row -> multiplicity, with each row's event time when bounded by time.
+    /// Interval joins keep only rows with a time (the others never match).
+    state: Arrangement,
+}
+
+/// The join keys of a batch's rows, encoded; `None` where a key column is NULL and NULLs do
+/// not match.
+pub(crate) struct Keys {
+    encoded: Rows,
+    /// Per row, whether it has a key (`None`: all have).
+    valid: Option<Vec<bool>>,
+}
+
+impl Keys {
+    /// Evaluates `exprs` over `rows` and encodes them with `converter`; with `nulls_equal`
+    /// (IS NOT DISTINCT FROM) a NULL key is a key like any other.
+    pub(crate) fn of(
+        exprs: &[Expr],
+        converter: &RowConverter,
+        nulls_equal: bool,
+        rows: &RecordBatch,
+    ) -> Result<Keys> {
+        let keys = crate::rows::evaluate_keys(exprs, rows)?;
+        let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
+        let valid = (!nulls_equal && keys.iter().any(|k| k.null_count() > 0)).then(|| {
+            (0..rows.num_rows())
+                .map(|i| keys.iter().all(|k| k.is_valid(i)))
+                .collect()
+        });
+        Ok(Keys { encoded, valid })
+    }
+
+    pub(crate) fn get(&self, i: usize) -> Option<&[u8]> {
+        match &self.valid {
+            Some(valid) if !valid[i] => None,
+            _ => Some(self.encoded.row(i).data()),
+        }
+    }
 }
 
 pub struct InnerJoin {
@@ -78,292 +107,54 @@ impl Side {
             keys,
             rows: RowConverter::new(fields).map_err(arrow_error)?,
             nulls_equal,
-            arrangement: crate::StateMap::default(),
             key_converter: RowConverter::new(key_fields).map_err(arrow_error)?,
             bound: None,
-            expiry: BTreeMap::new(),
-            timed: crate::StateMap::default(),
-            timed_expiry: BTreeMap::new(),
+            state: Arrangement::new(),
         })
     }
 
-    /// Whether rows are kept by time (`timed`) rather than in `arrangement`.
+    /// Whether probes read a time range of the rows (an interval join).
     fn indexed(&self) -> bool {
         self.bound.as_ref().is_some_and(|b| b.range.is_some())
     }
 
-    /// Join keys of each row; `None` where a key column is NULL.
-    fn keys_of(&mut self, rows: &RecordBatch) -> Result<Vec<Option<OwnedRow>>> {
-        let keys = crate::rows::evaluate_keys(&self.keys, rows)?;
-        let encoded = self
-            .key_converter
-            .convert_columns(&keys)
-            .map_err(arrow_error)?;
-        Ok((0..rows.num_rows())
-            .map(|i| {
-                if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) {
-                    None
-                } else {
-                    Some(encoded.row(i).owned())
-                }
-            })
-            .collect())
+    /// Join keys of each row.
+    fn keys_of(&self, rows: &RecordBatch) -> Result<Keys> {
+        Keys::of(&self.keys, &self.key_converter, self.nulls_equal, rows)
     }
 
-    fn insert(&mut self, changes: &ChangeBatch, keys: &[Option<OwnedRow>]) -> Result<()> {
+    /// Each row's event time (a time-bounded join).
+    fn times(&self, changes: &ChangeBatch) -> Result<Option<Vec<Option<i64>>>> {
+        match &self.bound {
+            Some(b) => Ok(Some(micros(&evaluate(&b.time, changes.rows())?)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn insert(&mut self, changes: &ChangeBatch, keys: &Keys) -> Result<()> {
         let rows = self
             .rows
             .convert_columns(changes.rows().columns())
             .map_err(arrow_error)?;
-        let expires = match &self.bound {
-            Some(b) => Some((
-                micros(&evaluate(&b.time, changes.rows())?)?,
-                b.horizon_micros,
-            )),
-            None => None,
-        };
-        if let (true, Some((times, horizon))) = (self.indexed(), &expires) {
-            return self.insert_timed(changes, keys, &rows, times, *horizon);
-        }
-        for (i, key) in keys.iter().enumerate() {
-            let Some(key) = key else { continue };
-            let bucket = self.arrangement.entry(key.clone()).or_default();
-            let row = rows.row(i).owned();
-            if let Some((times, horizon)) = &expires
-                && let Some(t) = times[i]
-                && changes.diffs().value(i) > 0
-            {
-                self.expiry
-                    .entry(t.saturating_add(*horizon))
-                    .or_default()
-                    .push((key.clone(), row.clone()));
-            }
-            let count = bucket.entry(row.clone()).or_insert(0);
-            *count += changes.diffs().value(i);
-            if *count == 0 {
-                bucket.remove(&row);
-                if bucket.is_empty() {
-                    self.arrangement.remove(key);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// [`Side::insert`] for an interval join: rows go to their (key, time) slot.
-    fn insert_timed(
-        &mut self,
-        changes: &ChangeBatch,
-        keys: &[Option<OwnedRow>],
-        rows: &arrow::row::Rows,
-        times: &[Option<i64>],
-        horizon: i64,
-    ) -> Result<()> {
-        for (i, key) in keys.iter().enumerate() {
-            let (Some(key), Some(t)) = (key, times[i]) else {
+        let times = self.times(changes)?;
+        let horizon = self.bound.as_ref().map(|b| b.horizon_micros);
+        let indexed = self.indexed();
+        let diffs = changes.diffs().values();
+        for (i, diff) in diffs.iter().enumerate() {
+            let Some(key) = keys.get(i) else { continue };
+            let time = times.as_ref().and_then(|t| t[i]);
+            if indexed && time.is_none() {
                 continue;
+            }
+            let expires = match (time, horizon) {
+                (Some(t), Some(h)) => t.saturating_add(h),
+                _ => NEVER,
             };
-            let diff = changes.diffs().value(i);
-            let row = rows.row(i);
-            if !self.timed.contains_key(key) {
-                self.timed.insert(key.clone(), BTreeMap::new());
-            }
-            let slots = self
-                .timed
-                .get_mut(key)
-                .ok_or_else(|| Error::internal("join time slots vanished"))?;
-            let slot = slots.entry(t).or_default();
-            if slot.is_empty() {
-                self.timed_expiry
-                    .entry(t.saturating_add(horizon))
-                    .or_default()
-                    .push((key.clone(), t));
-            }
-            match slot.iter().position(|(r, _)| r.row() == row) {
-                Some(at) => {
-                    slot[at].1 += diff;
-                    if slot[at].1 == 0 {
-                        slot.swap_remove(at);
-                    }
-                }
-                None => slot.push((row.owned(), diff)),
-            }
-            if slot.is_empty() {
-                slots.remove(&t);
-                if slots.is_empty() {
-                    self.timed.remove(key);
-                }
-            }
+            self.state
+                .update(key, rows.row(i).data(), time.unwrap_or(0), *diff, expires)?;
         }
         Ok(())
     }
-
-    /// This side's state as parts named `<side>…` (only those that hold something).
-    fn save(&self, side: &'static [&'static str; 4], out: &mut checkpoint::Parts) -> Result<()> {
-        if !self.arrangement.is_empty() {
-            let entries: Vec<(&OwnedRow, &OwnedRow, i64)> = self
-                .arrangement
-                .iter()
-                .flat_map(|(k, rows)| rows.iter().map(move |(r, n)| (k, r, *n)))
-                .collect();
-            let columns = vec![
-                (
-                    "key",
-                    checkpoint::binary(entries.iter().map(|e| e.0.as_ref())),
-                ),
-                (
-                    "row",
-                    checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
-                ),
-                ("count", checkpoint::int64s(entries.iter().map(|e| e.2))),
-            ];
-            out.push((side[0], checkpoint::part(columns, &[])?));
-        }
-        if !self.expiry.is_empty() {
-            let entries: Vec<(i64, &OwnedRow, &OwnedRow)> = self
-                .expiry
-                .iter()
-                .flat_map(|(t, v)| v.iter().map(move |(k, r)| (*t, k, r)))
-                .collect();
-            let columns = vec![
-                ("time", checkpoint::int64s(entries.iter().map(|e| e.0))),
-                (
-                    "key",
-                    checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
-                ),
-                (
-                    "row",
-                    checkpoint::binary(entries.iter().map(|e| e.2.as_ref())),
-                ),
-            ];
-            out.push((side[1], checkpoint::part(columns, &[])?));
-        }
-        if !self.timed.is_empty() {
-            let entries: Vec<(&OwnedRow, i64, &OwnedRow, i64)> = self
-                .timed
-                .iter()
-                .flat_map(|(k, slots)| {
-                    slots
-                        .iter()
-                        .flat_map(move |(t, slot)| slot.iter().map(move |(r, n)| (k, *t, r, *n)))
-                })
-                .collect();
-            let columns = vec![
-                (
-                    "key",
-                    checkpoint::binary(entries.iter().map(|e| e.0.as_ref())),
-                ),
-                ("time", checkpoint::int64s(entries.iter().map(|e| e.1))),
-                (
-                    "row",
-                    checkpoint::binary(entries.iter().map(|e| e.2.as_ref())),
-                ),
-                ("count", checkpoint::int64s(entries.iter().map(|e| e.3))),
-            ];
-            out.push((side[2], checkpoint::part(columns, &[])?));
-        }
-        if !self.timed_expiry.is_empty() {
-            let entries: Vec<(i64, &OwnedRow, i64)> = self
-                .timed_expiry
-                .iter()
-                .flat_map(|(e, v)| v.iter().map(move |(k, t)| (*e, k, *t)))
-                .collect();
-            let columns = vec![
-                ("expires", checkpoint::int64s(entries.iter().map(|e| e.0))),
-                (
-                    "key",
-                    checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
-                ),
-                ("time", checkpoint::int64s(entries.iter().map(|e| e.2))),
-            ];
-            out.push((side[3], checkpoint::part(columns, &[])?));
-        }
-        Ok(())
-    }
-
-    /// Takes back part `which` (0–3, as in [`Side::save`]).
-    fn load(&mut self, which: usize, batch: &RecordBatch) -> Result<()> {
-        let keys = || -> Result<Vec<OwnedRow>> {
-            checkpoint::required_rows(
-                &self.key_converter,
-                checkpoint::binary_column(batch, "key")?,
-            )
-        };
-        let rows = || -> Result<Vec<OwnedRow>> {
-            checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)
-        };
-        match which {
-            0 => {
-                let counts = checkpoint::int64_column(batch, "count")?;
-                for ((key, row), n) in keys()?.into_iter().zip(rows()?).zip(counts.values()) {
-                    self.arrangement.entry(key).or_default().insert(row, *n);
-                }
-            }
-            1 => {
-                let times = checkpoint::int64_column(batch, "time")?;
-                for ((key, row), t) in keys()?.into_iter().zip(rows()?).zip(times.values()) {
-                    self.expiry.entry(*t).or_default().push((key, row));
-                }
-            }
-            2 => {
-                let (times, counts) = (
-                    checkpoint::int64_column(batch, "time")?,
-                    checkpoint::int64_column(batch, "count")?,
-                );
-                for (i, (key, row)) in keys()?.into_iter().zip(rows()?).enumerate() {
-                    self.timed
-                        .entry(key)
-                        .or_default()
-                        .entry(times.value(i))
-                        .or_default()
-                        .push((row, counts.value(i)));
-                }
-            }
-            _ => {
-                let (expires, times) = (
-                    checkpoint::int64_column(batch, "expires")?,
-                    checkpoint::int64_column(batch, "time")?,
-                );
-                for (i, key) in keys()?.into_iter().enumerate() {
-                    self.timed_expiry
-                        .entry(expires.value(i))
-                        .or_default()
-                        .push((key, times.value(i)));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Rows and approximate bytes held, like [`crate::rows::arrangement_size`].
-    fn size(&self) -> (usize, usize) {
-        let (mut rows, mut bytes) = crate::rows::arrangement_size(&self.arrangement);
-        for (key, slots) in &self.timed {
-            bytes += key.as_ref().len()
-                + std::mem::size_of::<(OwnedRow, BTreeMap<i64, Vec<(OwnedRow, i64)>>)>();
-            for slot in slots.values() {
-                rows += slot.len();
-                bytes += std::mem::size_of::<(i64, Vec<(OwnedRow, i64)>)>()
-                    + slot
-                        .iter()
-                        .map(|(r, _)| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>())
-                        .sum::<usize>();
-            }
-        }
-        (rows, bytes)
-    }
-}
-
-/// Takes the entries of an expiry list due at `watermark` (their time at or below it).
-fn expired<T>(expiry: &mut BTreeMap<i64, Vec<T>>, watermark: i64) -> Vec<T> {
-    let later = match watermark.checked_add(1) {
-        Some(after) => expiry.split_off(&after),
-        None => BTreeMap::new(),
-    };
-    std::mem::replace(expiry, later)
-        .into_values()
-        .flatten()
-        .collect()
 }
 
 impl InnerJoin {
@@ -395,12 +186,7 @@ impl InnerJoin {
 
     /// Joins left changes with the right side as it is now; with `pad`, left rows that match
     /// nothing come out with NULLs for the right columns.
-    fn look_up(
-        &self,
-        changes: &ChangeBatch,
-        keys: &[Option<OwnedRow>],
-        pad: bool,
-    ) -> Result<Vec<ChangeBatch>> {
+    fn look_up(&self, changes: &ChangeBatch, keys: &Keys, pad: bool) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
         let joined = self.probe(changes, keys, true)?;
         if pad {
@@ -431,21 +217,20 @@ impl InnerJoin {
     }
 
     /// Per left row: whether it joins at least one right row (the filter included).
-    fn matched_rows(&self, changes: &ChangeBatch, keys: &[Option<OwnedRow>]) -> Result<Vec<bool>> {
+    fn matched_rows(&self, changes: &ChangeBatch, keys: &Keys) -> Result<Vec<bool>> {
         let mut matched = vec![false; changes.len()];
+        let parser = self.right.rows.parser();
         let mut mine = Vec::new();
         let mut theirs = Vec::new();
-        for (i, key) in keys.iter().enumerate() {
-            let Some(bucket) = key.as_ref().and_then(|k| self.right.arrangement.get(k)) else {
-                continue;
-            };
+        for (i, matched) in matched.iter_mut().enumerate() {
+            let Some(key) = keys.get(i) else { continue };
             if self.filter.is_none() {
-                matched[i] = !bucket.is_empty();
+                *matched = self.right.state.contains_key(key);
                 continue;
             }
-            for row in bucket.keys() {
+            for found in self.right.state.probe(key) {
                 mine.push(i as u32);
-                theirs.push(row.row());
+                theirs.push(parser.parse(found.row));
             }
         }
         if let (Some(filter), false) = (&self.filter, mine.is_empty()) {
@@ -469,7 +254,7 @@ impl InnerJoin {
     fn probe(
         &self,
         changes: &ChangeBatch,
-        keys: &[Option<OwnedRow>],
+        keys: &Keys,
         changes_are_left: bool,
     ) -> Result<Option<ChangeBatch>> {
         let (me, other) = if changes_are_left {
@@ -477,6 +262,7 @@ impl InnerJoin {
         } else {
             (&self.right, &self.left)
         };
+        let parser = other.rows.parser();
         let mut mine = Vec::new();
         let mut theirs = Vec::new();
         let mut diffs = Vec::new();
@@ -486,34 +272,22 @@ impl InnerJoin {
                 range: Some(range),
                 time,
                 ..
-            }) => Some((*range, micros(&evaluate(time, changes.rows())?)?)),
+            }) if other.indexed() => Some((*range, micros(&evaluate(time, changes.rows())?)?)),
             _ => None,
         };
-        for (i, key) in keys.iter().enumerate() {
-            let Some(key) = key.as_ref() else { continue };
-            match &ranged {
-                Some(((from, to), times)) if other.indexed() => {
-                    let (Some(t), Some(slots)) = (times[i], other.timed.get(key)) else {
-                        continue;
-                    };
-                    for (_, slot) in slots.range(t.saturating_add(*from)..=t.saturating_add(*to)) {
-                        for (row, count) in slot {
-                            mine.push(i as u32);
-                            theirs.push(row.row());
-                            diffs.push(changes.diffs().value(i) * count);
-                        }
-                    }
+        for (i, diff) in changes.diffs().values().iter().enumerate() {
+            let Some(key) = keys.get(i) else { continue };
+            let (from, to) = match &ranged {
+                Some(((from, to), times)) => {
+                    let Some(t) = times[i] else { continue };
+                    (t.saturating_add(*from), t.saturating_add(*to))
                 }
-                _ => {
-                    let Some(bucket) = other.arrangement.get(key) else {
-                        continue;
-                    };
-                    for (row, count) in bucket {
-                        mine.push(i as u32);
-                        theirs.push(row.row());
-                        diffs.push(changes.diffs().value(i) * count);
-                    }
-                }
+                None => (i64::MIN, i64::MAX),
+            };
+            for found in other.state.probe_range(key, from, to) {
+                mine.push(i as u32);
+                theirs.push(parser.parse(found.row));
+                diffs.push(diff * found.weight);
             }
         }
         if mine.is_empty() {
@@ -580,22 +354,7 @@ impl InnerJoin {
             let Some(watermark) = self.marks.min_of(&bound.other) else {
                 continue;
             };
-            for (key, row) in expired(&mut side.expiry, watermark) {
-                if let Some(bucket) = side.arrangement.get_mut(&key) {
-                    bucket.remove(&row);
-                    if bucket.is_empty() {
-                        side.arrangement.remove(&key);
-                    }
-                }
-            }
-            for (key, t) in expired(&mut side.timed_expiry, watermark) {
-                if let Some(slots) = side.timed.get_mut(&key) {
-                    slots.remove(&t);
-                    if slots.is_empty() {
-                        side.timed.remove(&key);
-                    }
-                }
-            }
+            side.state.expire(watermark);
         }
     }
 
@@ -659,23 +418,26 @@ impl Handler for InnerJoin {
     }
 
     fn state(&self) -> OperatorState {
-        let (left, right) = (self.left.size(), self.right.size());
+        let (left, right) = (&self.left.state, &self.right.state);
         OperatorState {
             name: "InnerJoin".to_owned(),
-            rows: left.0 + right.0,
-            bytes: left.1 + right.1,
+            rows: left.len() + right.len(),
+            bytes: left.size_bytes() + right.size_bytes(),
         }
     }
 
     fn save(&mut self) -> Result<checkpoint::Parts> {
         let mut out = Vec::new();
-        self.left.save(&LEFT_PARTS, &mut out)?;
-        self.right.save(&RIGHT_PARTS, &mut out)?;
+        for (name, side) in [(LEFT_PART, &self.left), (RIGHT_PART, &self.right)] {
+            if let Some(part) = side.state.save()? {
+                out.push((name, part));
+            }
+        }
         Ok(out)
     }
 
     fn part_keys(&mut self, name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
-        let side = if LEFT_PARTS.contains(&name) {
+        let side = if name == LEFT_PART {
             &self.left
         } else {
             &self.right
@@ -684,12 +446,10 @@ impl Handler for InnerJoin {
     }
 
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
-        if let Some(i) = LEFT_PARTS.iter().position(|p| *p == name) {
-            self.left.load(i, batch)
-        } else if let Some(i) = RIGHT_PARTS.iter().position(|p| *p == name) {
-            self.right.load(i, batch)
-        } else {
-            Err(checkpoint::unknown_part("InnerJoin", name))
+        match name {
+            LEFT_PART => self.left.state.load(batch),
+            RIGHT_PART => self.right.state.load(batch),
+            _ => Err(checkpoint::unknown_part("InnerJoin", name)),
         }
     }
 }

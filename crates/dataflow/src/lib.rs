@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod aggregate;
+pub mod arrangement;
 pub mod checkpoint;
 
 /// A hash map for operator state: foldhash instead of std's SipHash (keys are Eddy's own

@@ -1,36 +1,44 @@
-//! Outer, semi and anti joins, maintained by recomputing each touched join key.
+//! Outer, semi and anti joins, maintained row by row with match counts.
 //!
-//! Both sides are arranged by key (multisets of rows). For every key a push touches, the
-//! operator computes the key's output before and after applying the changes and emits the
-//! difference: matched pairs (weights multiply), NULL-padded rows of a side with no match
-//! (LEFT/RIGHT/FULL), or the side's rows with/without a match (SEMI/ANTI). A match is a pair
-//! with equal keys whose residual filter is true. Rows whose key is NULL never match: their
-//! padded/anti output follows their own weight directly. Cost per touched key is
-//! |left rows| × |right rows| of that key.
+//! Both sides are [`Arrangement`]s by join key. Each row held keeps, as its aux count, its
+//! *degree*: the summed weight of the other side's rows it matches (equal keys, residual filter
+//! true). A change of a row on one side is joined with the other side's rows of its key as in
+//! the inner join (matched pairs, weights multiply), and:
 //!
-//! A window join of two streams (the window bounds are among the keys) forgets a whole key —
-//! both sides at once, without changing its output — once both sides' watermarks show the
-//! key's window can no longer change.
+//! - its own padded (LEFT/RIGHT/FULL), anti or semi output follows its weight when its degree
+//!   is zero (padded, anti) or not (semi);
+//! - each matched row of the other side has its degree moved by the change's weight; one whose
+//!   degree goes from zero to not zero (or back) retracts (or emits) its padded or anti output,
+//!   and the reverse for semi.
+//!
+//! So the cost of a change is the rows of its key on the other side, as for an inner join: no
+//! key's output is recomputed. Left changes of a push are applied before right ones (the right
+//! ones see them), which gives the exact delta of the join. Rows whose key is NULL never match:
+//! their padded or anti output follows their own weight, and they are not kept.
+//!
+//! A window join of two streams (the window bounds are among the keys) forgets each row once
+//! both sides' watermarks are past its time plus its side's horizon: its key's window can no
+//! longer change, so nothing is retracted.
 
-use std::collections::BTreeMap;
-
-use crate::graph::{Barrier, Handler, Output as Emitted};
-use crate::{StateMap as HashMap, StateSet as HashSet};
 use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array, new_null_array,
 };
 use arrow::datatypes::SchemaRef;
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::row::{RowConverter, SortField};
 use eddy_common::{ChangeBatch, Error, Result};
 
+use crate::arrangement::{Arrangement, NEVER};
 use crate::event_time::{EventTime, micros};
+use crate::graph::{Barrier, Handler, Output as Emitted};
+use crate::join::Keys;
 use crate::plan::{Expr, JoinKind, TimeBound};
 use crate::rows::{arrow_error, batch, eval_error, evaluate, take_columns};
 use crate::{OperatorState, checkpoint};
 
-type Bucket = HashMap<OwnedRow, i64>;
+const LEFT_PART: &str = "left_rows";
+const RIGHT_PART: &str = "right_rows";
 
 struct Side {
     schema: SchemaRef,
@@ -39,7 +47,33 @@ struct Side {
     /// NULL keys match each other (IS NOT DISTINCT FROM).
     nulls_equal: bool,
     key_converter: RowConverter,
-    arrangement: HashMap<OwnedRow, Bucket>,
+    /// Join key -> row -> weight, each row's degree as its aux count.
+    state: Arrangement,
+    /// What this side's rows contribute besides matched pairs.
+    alone: Alone,
+}
+
+/// The output a side's row gives by itself.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Alone {
+    Nothing,
+    /// The row with the other side's columns NULL, while it matches nothing (LEFT/RIGHT/FULL).
+    Padded,
+    /// The row by itself while it matches nothing (anti join).
+    Anti,
+    /// The row by itself while it matches something (semi join).
+    Semi,
+}
+
+impl Alone {
+    /// Whether a row with this degree is in the output by itself.
+    fn shows(self, degree: i64) -> bool {
+        match self {
+            Alone::Nothing => false,
+            Alone::Padded | Alone::Anti => degree == 0,
+            Alone::Semi => degree != 0,
+        }
+    }
 }
 
 pub struct OuterJoin {
@@ -49,14 +83,15 @@ pub struct OuterJoin {
     left: Side,
     right: Side,
     filter: Option<Expr>,
+    /// The left and right columns side by side, what the filter reads.
+    pair_schema: SchemaRef,
     schema: SchemaRef,
-    /// Window joins: per side, when a key expires; keys by expiry time.
+    /// Window joins: each side's time bound, and the watermarks' sources.
     bounds: Option<([TimeBound; 2], Arc<EventTime>)>,
-    expiry: BTreeMap<i64, Vec<OwnedRow>>,
 }
 
 impl Side {
-    fn new(schema: SchemaRef, keys: Vec<Expr>, nulls_equal: bool) -> Result<Self> {
+    fn new(schema: SchemaRef, keys: Vec<Expr>, nulls_equal: bool, alone: Alone) -> Result<Self> {
         let fields = schema
             .fields()
             .iter()
@@ -74,101 +109,9 @@ impl Side {
             rows: RowConverter::new(fields).map_err(arrow_error)?,
             nulls_equal,
             key_converter,
-            arrangement: HashMap::default(),
+            state: Arrangement::new(),
+            alone,
         })
-    }
-
-    /// (key or None for NULL keys, row) per changed row.
-    fn encode(&mut self, changes: &ChangeBatch) -> Result<Vec<(Option<OwnedRow>, OwnedRow)>> {
-        let keys = crate::rows::evaluate_keys(&self.keys, changes.rows())?;
-        let encoded_keys = self
-            .key_converter
-            .convert_columns(&keys)
-            .map_err(arrow_error)?;
-        let rows = self
-            .rows
-            .convert_columns(changes.rows().columns())
-            .map_err(arrow_error)?;
-        Ok((0..changes.len())
-            .map(|i| {
-                let key = if !self.nulls_equal && keys.iter().any(|k| k.is_null(i)) {
-                    None
-                } else {
-                    Some(encoded_keys.row(i).owned())
-                };
-                (key, rows.row(i).owned())
-            })
-            .collect())
-    }
-
-    fn apply(&mut self, key: &OwnedRow, row: &OwnedRow, diff: i64) {
-        let bucket = self.arrangement.entry(key.clone()).or_default();
-        let count = bucket.entry(row.clone()).or_insert(0);
-        *count += diff;
-        if *count == 0 {
-            bucket.remove(row);
-            if bucket.is_empty() {
-                self.arrangement.remove(key);
-            }
-        }
-    }
-
-    /// The arrangement as (key, row, count) columns.
-    fn save(&self) -> Result<RecordBatch> {
-        let entries: Vec<(&OwnedRow, &OwnedRow, i64)> = self
-            .arrangement
-            .iter()
-            .flat_map(|(k, rows)| rows.iter().map(move |(r, n)| (k, r, *n)))
-            .collect();
-        let columns = vec![
-            (
-                "key",
-                checkpoint::binary(entries.iter().map(|e| e.0.as_ref())),
-            ),
-            (
-                "row",
-                checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
-            ),
-            ("count", checkpoint::int64s(entries.iter().map(|e| e.2))),
-        ];
-        checkpoint::part(columns, &[])
-    }
-
-    fn load(&mut self, batch: &RecordBatch) -> Result<()> {
-        let keys = checkpoint::required_rows(
-            &self.key_converter,
-            checkpoint::binary_column(batch, "key")?,
-        )?;
-        let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
-        for ((key, row), n) in keys
-            .into_iter()
-            .zip(rows)
-            .zip(checkpoint::int64_column(batch, "count")?.values())
-        {
-            self.arrangement.entry(key).or_default().insert(row, *n);
-        }
-        Ok(())
-    }
-
-    fn bucket(&self, key: &OwnedRow) -> Vec<(OwnedRow, i64)> {
-        self.arrangement
-            .get(key)
-            .map(|b| b.iter().map(|(r, c)| (r.clone(), *c)).collect())
-            .unwrap_or_default()
-    }
-
-    fn columns(&self, rows: &[(OwnedRow, i64)]) -> Result<Vec<ArrayRef>> {
-        if rows.is_empty() {
-            return Ok(self
-                .schema
-                .fields()
-                .iter()
-                .map(|f| new_null_array(f.data_type(), 0))
-                .collect());
-        }
-        self.rows
-            .convert_rows(rows.iter().map(|(r, _)| r.row()))
-            .map_err(arrow_error)
     }
 
     fn nulls(&self, n: usize) -> Vec<ArrayRef> {
@@ -205,160 +148,188 @@ impl OuterJoin {
         filter: Option<Expr>,
         schema: SchemaRef,
     ) -> Result<Self> {
+        let (left_alone, right_alone) = match kind {
+            JoinKind::Inner => (Alone::Nothing, Alone::Nothing),
+            JoinKind::Left => (Alone::Padded, Alone::Nothing),
+            JoinKind::Right => (Alone::Nothing, Alone::Padded),
+            JoinKind::Full => (Alone::Padded, Alone::Padded),
+            JoinKind::LeftSemi => (Alone::Semi, Alone::Nothing),
+            JoinKind::LeftAnti => (Alone::Anti, Alone::Nothing),
+            JoinKind::RightSemi => (Alone::Nothing, Alone::Semi),
+            JoinKind::RightAnti => (Alone::Nothing, Alone::Anti),
+        };
+        let pair_schema = Arc::new(arrow::datatypes::Schema::new(
+            left_schema
+                .fields()
+                .iter()
+                .chain(right_schema.fields().iter())
+                .cloned()
+                .collect::<Vec<_>>(),
+        ));
         Ok(OuterJoin {
             marks: crate::event_time::Marks::default(),
             kind,
-            left: Side::new(left_schema, left_keys, nulls_equal)?,
-            right: Side::new(right_schema, right_keys, nulls_equal)?,
+            left: Side::new(left_schema, left_keys, nulls_equal, left_alone)?,
+            right: Side::new(right_schema, right_keys, nulls_equal, right_alone)?,
             filter,
+            pair_schema,
             schema,
             bounds: None,
-            expiry: BTreeMap::new(),
         })
     }
 
-    /// The output of one key, multiplied by `sign`.
-    fn key_output(&self, key: &OwnedRow, sign: i64, out: &mut Output) -> Result<()> {
-        let left = self.left.bucket(key);
-        let right = self.right.bucket(key);
-        let left_columns = self.left.columns(&left)?;
-        let right_columns = self.right.columns(&right)?;
-        // Every pair, and which pairs satisfy the residual filter.
-        let (mut li, mut ri) = (Vec::new(), Vec::new());
-        for i in 0..left.len() {
-            for j in 0..right.len() {
-                li.push(i as u32);
-                ri.push(j as u32);
+    /// Whether matched pairs are output (not for semi and anti joins).
+    fn pairs_out(&self) -> bool {
+        matches!(
+            self.kind,
+            JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full
+        )
+    }
+
+    /// A row of a side by itself, as the output has it: padded with NULLs, or alone.
+    fn alone_columns(&self, is_left: bool, columns: Vec<ArrayRef>, n: usize) -> Vec<ArrayRef> {
+        let side = if is_left { &self.left } else { &self.right };
+        match (side.alone, is_left) {
+            (Alone::Padded, true) => [columns, self.right.nulls(n)].concat(),
+            (Alone::Padded, false) => [self.left.nulls(n), columns].concat(),
+            _ => columns,
+        }
+    }
+
+    /// Applies one batch of changes of one side (see the module documentation).
+    fn apply(&mut self, is_left: bool, changes: &ChangeBatch, out: &mut Output) -> Result<()> {
+        let pairs_out = self.pairs_out();
+        let (me, other) = if is_left {
+            (&mut self.left, &mut self.right)
+        } else {
+            (&mut self.right, &mut self.left)
+        };
+        let keys = Keys::of(&me.keys, &me.key_converter, me.nulls_equal, changes.rows())?;
+        let diffs = changes.diffs().values();
+        // Candidate pairs: each changed row with the other side's rows of its key.
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        for i in 0..changes.len() {
+            if let Some(key) = keys.get(i) {
+                for found in other.state.probe(key) {
+                    mine.push(i as u32);
+                    theirs.push(found.id);
+                }
             }
         }
-        let li = UInt32Array::from(li);
-        let ri = UInt32Array::from(ri);
-        let pairs = [
-            take_columns(&left_columns, &li)?,
-            take_columns(&right_columns, &ri)?,
-        ]
-        .concat();
-        let matched: Vec<bool> = match &self.filter {
-            None => vec![true; li.len()],
-            Some(filter) if !li.is_empty() => {
-                let pair_schema = Arc::new(arrow::datatypes::Schema::new(
-                    self.left
-                        .schema
-                        .fields()
-                        .iter()
-                        .chain(self.right.schema.fields().iter())
-                        .cloned()
-                        .collect::<Vec<_>>(),
-                ));
-                let joined = batch(&pair_schema, pairs.clone())?;
-                let mask = evaluate(filter, &joined)?;
+        // The pairs' columns (left first), and which pass the residual filter.
+        let parser = other.rows.parser();
+        let pair_columns = if mine.is_empty() {
+            None
+        } else {
+            let my_columns =
+                take_columns(changes.rows().columns(), &UInt32Array::from(mine.clone()))?;
+            let their_columns = other
+                .rows
+                .convert_rows(theirs.iter().map(|&e| parser.parse(other.state.row(e))))
+                .map_err(arrow_error)?;
+            Some(if is_left {
+                [my_columns, their_columns].concat()
+            } else {
+                [their_columns, my_columns].concat()
+            })
+        };
+        let passed: Option<Vec<bool>> = match (&self.filter, &pair_columns) {
+            (Some(filter), Some(columns)) => {
+                let pairs = batch(&self.pair_schema, columns.clone())?;
+                let mask = evaluate(filter, &pairs)?;
                 let mask = mask
                     .as_boolean_opt()
                     .ok_or_else(|| Error::internal("join filter is not boolean"))?;
-                (0..mask.len())
-                    .map(|k| mask.is_valid(k) && mask.value(k))
-                    .collect()
+                Some(
+                    (0..mask.len())
+                        .map(|k| mask.is_valid(k) && mask.value(k))
+                        .collect(),
+                )
             }
-            Some(_) => Vec::new(),
+            _ => None,
         };
-        let mut left_matched = vec![false; left.len()];
-        let mut right_matched = vec![false; right.len()];
-        let mut keep = Vec::new();
-        let mut diffs = Vec::new();
-        for (p, m) in matched.iter().enumerate() {
-            if *m {
-                let (i, j) = (li.value(p) as usize, ri.value(p) as usize);
-                left_matched[i] = true;
-                right_matched[j] = true;
-                keep.push(p as u32);
-                diffs.push(sign * left[i].1 * right[j].1);
+        let passes = |p: usize| passed.as_ref().is_none_or(|m| m[p]);
+        // Matched pairs, my rows' degrees, and the other side's rows whose degree crosses zero.
+        let mut degree = vec![0i64; changes.len()];
+        let (mut kept, mut kept_diffs) = (Vec::new(), Vec::new());
+        let (mut flipped, mut flipped_diffs) = (Vec::new(), Vec::new());
+        for (p, (&i, &e)) in mine.iter().zip(&theirs).enumerate() {
+            if !passes(p) {
+                continue;
+            }
+            let (i, their_weight) = (i as usize, other.state.weight(e));
+            degree[i] += their_weight;
+            if pairs_out {
+                kept.push(p as u32);
+                kept_diffs.push(diffs[i] * their_weight);
+            }
+            if other.alone != Alone::Nothing {
+                let (before, after) = other.state.add_aux(e, diffs[i]);
+                let (was, is) = (other.alone.shows(before), other.alone.shows(after));
+                if was != is {
+                    flipped.push(e);
+                    flipped_diffs.push(if is { their_weight } else { -their_weight });
+                }
             }
         }
-        match self.kind {
-            JoinKind::Left | JoinKind::Right | JoinKind::Full => {
-                out.push(take_columns(&pairs, &UInt32Array::from(keep))?, diffs);
-            }
-            _ => {}
+        if let (Some(columns), false) = (&pair_columns, kept.is_empty()) {
+            out.push(take_columns(columns, &UInt32Array::from(kept))?, kept_diffs);
         }
-        let unmatched = |flags: &[bool], want_matched: bool| -> Vec<u32> {
-            flags
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| **m == want_matched)
-                .map(|(i, _)| i as u32)
-                .collect()
+        if !flipped.is_empty() {
+            let columns = other
+                .rows
+                .convert_rows(flipped.iter().map(|&e| parser.parse(other.state.row(e))))
+                .map_err(arrow_error)?;
+            let n = flipped.len();
+            out.push(self.alone_columns(!is_left, columns, n), flipped_diffs);
+        }
+        // My rows by themselves (a NULL key matches nothing), then into my arrangement.
+        let me = if is_left {
+            &mut self.left
+        } else {
+            &mut self.right
         };
-        match self.kind {
-            JoinKind::Left | JoinKind::Full => {
-                let idx = unmatched(&left_matched, false);
-                let d = idx.iter().map(|&i| sign * left[i as usize].1).collect();
-                let cols = [
-                    take_columns(&left_columns, &UInt32Array::from(idx.clone()))?,
-                    self.right.nulls(idx.len()),
-                ]
-                .concat();
-                out.push(cols, d);
+        let (mut alone, mut alone_diffs) = (Vec::new(), Vec::new());
+        for (i, d) in diffs.iter().enumerate() {
+            if me.alone.shows(degree[i]) {
+                alone.push(i as u32);
+                alone_diffs.push(*d);
             }
-            _ => {}
         }
-        match self.kind {
-            JoinKind::Right | JoinKind::Full => {
-                let idx = unmatched(&right_matched, false);
-                let d = idx.iter().map(|&i| sign * right[i as usize].1).collect();
-                let cols = [
-                    self.left.nulls(idx.len()),
-                    take_columns(&right_columns, &UInt32Array::from(idx.clone()))?,
-                ]
-                .concat();
-                out.push(cols, d);
+        let times = match &self.bounds {
+            Some((bounds, _)) => {
+                let bound = &bounds[usize::from(!is_left)];
+                Some((
+                    micros(&evaluate(&bound.time, changes.rows())?)?,
+                    bound.horizon_micros,
+                ))
             }
-            _ => {}
-        }
-        let side_rows = |columns: &[ArrayRef],
-                         rows: &[(OwnedRow, i64)],
-                         flags: &[bool],
-                         want: bool,
-                         out: &mut Output|
-         -> Result<()> {
-            let idx = unmatched(flags, want);
-            let d = idx.iter().map(|&i| sign * rows[i as usize].1).collect();
-            out.push(take_columns(columns, &UInt32Array::from(idx))?, d);
-            Ok(())
+            None => None,
         };
-        match self.kind {
-            JoinKind::LeftSemi => side_rows(&left_columns, &left, &left_matched, true, out)?,
-            JoinKind::LeftAnti => side_rows(&left_columns, &left, &left_matched, false, out)?,
-            JoinKind::RightSemi => side_rows(&right_columns, &right, &right_matched, true, out)?,
-            JoinKind::RightAnti => side_rows(&right_columns, &right, &right_matched, false, out)?,
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// Output of rows whose key is NULL: they never match.
-    fn null_key_output(
-        &self,
-        left_side: bool,
-        changes: &ChangeBatch,
-        rows: &[usize],
-        out: &mut Output,
-    ) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let idx = UInt32Array::from(rows.iter().map(|&i| i as u32).collect::<Vec<_>>());
-        let cols = take_columns(changes.rows().columns(), &idx)?;
-        let diffs: Vec<i64> = rows.iter().map(|&i| changes.diffs().value(i)).collect();
-        let n = rows.len();
-        match (self.kind, left_side) {
-            (JoinKind::Left | JoinKind::Full, true) => {
-                out.push([cols, self.right.nulls(n)].concat(), diffs)
+        let rows = me
+            .rows
+            .convert_columns(changes.rows().columns())
+            .map_err(arrow_error)?;
+        for (i, d) in diffs.iter().enumerate() {
+            let Some(key) = keys.get(i) else { continue };
+            let (time, expires) = match &times {
+                Some((times, horizon)) => match times[i] {
+                    Some(t) => (t, t.saturating_add(*horizon)),
+                    None => (0, NEVER),
+                },
+                None => (0, NEVER),
+            };
+            if let Some(e) = me
+                .state
+                .update(key, rows.row(i).data(), time, *d, expires)?
+            {
+                me.state.set_aux(e, degree[i]);
             }
-            (JoinKind::Right | JoinKind::Full, false) => {
-                out.push([self.left.nulls(n), cols].concat(), diffs)
-            }
-            (JoinKind::LeftAnti, true) | (JoinKind::RightAnti, false) => out.push(cols, diffs),
-            _ => {}
+        }
+        if !alone.is_empty() {
+            let n = alone.len();
+            let columns = take_columns(changes.rows().columns(), &UInt32Array::from(alone))?;
+            out.push(self.alone_columns(is_left, columns, n), alone_diffs);
         }
         Ok(())
     }
@@ -369,60 +340,11 @@ impl OuterJoin {
         right: Vec<ChangeBatch>,
     ) -> Result<Vec<ChangeBatch>> {
         let mut out = Output { chunks: Vec::new() };
-        let mut encoded = Vec::new();
-        let mut touched: HashSet<OwnedRow> = HashSet::default();
-        for (is_left, batches) in [(true, left), (false, right)] {
-            for changes in batches {
-                let side = if is_left {
-                    &mut self.left
-                } else {
-                    &mut self.right
-                };
-                let rows = side.encode(&changes)?;
-                let mut null_keyed = Vec::new();
-                for (i, (key, _)) in rows.iter().enumerate() {
-                    match key {
-                        Some(k) => {
-                            touched.insert(k.clone());
-                        }
-                        None => null_keyed.push(i),
-                    }
-                }
-                self.null_key_output(is_left, &changes, &null_keyed, &mut out)?;
-                encoded.push((is_left, changes, rows));
-            }
+        for changes in &left {
+            self.apply(true, changes, &mut out)?;
         }
-        for key in &touched {
-            self.key_output(key, -1, &mut out)?;
-        }
-        for (is_left, changes, rows) in &encoded {
-            let side = if *is_left {
-                &mut self.left
-            } else {
-                &mut self.right
-            };
-            for (i, (key, row)) in rows.iter().enumerate() {
-                if let Some(key) = key {
-                    side.apply(key, row, changes.diffs().value(i));
-                }
-            }
-        }
-        for key in &touched {
-            self.key_output(key, 1, &mut out)?;
-        }
-        if let Some((bounds, _)) = &self.bounds {
-            for (is_left, changes, rows) in &encoded {
-                let bound = &bounds[usize::from(!*is_left)];
-                let times = micros(&evaluate(&bound.time, changes.rows())?)?;
-                for (i, (key, _)) in rows.iter().enumerate() {
-                    if let (Some(key), Some(t)) = (key, times[i]) {
-                        self.expiry
-                            .entry(t.saturating_add(bound.horizon_micros))
-                            .or_default()
-                            .push(key.clone());
-                    }
-                }
-            }
+        for changes in &right {
+            self.apply(false, changes, &mut out)?;
         }
         out.chunks
             .into_iter()
@@ -434,15 +356,13 @@ impl OuterJoin {
             })
             .collect()
     }
-}
 
-impl OuterJoin {
-    /// Makes this a window join of two streams whose keys expire by the watermarks.
+    /// Makes this a window join of two streams whose rows expire by the watermarks.
     pub fn bound_by_time(&mut self, bounds: [TimeBound; 2], event_time: Arc<EventTime>) {
         self.bounds = Some((bounds, event_time));
     }
 
-    /// Forgets keys whose window both sides' watermarks have passed (plus the lateness).
+    /// Forgets rows whose window both sides' watermarks have passed (plus the lateness).
     fn evict(&mut self) {
         let Some(([l, r], _)) = &self.bounds else {
             return;
@@ -452,15 +372,8 @@ impl OuterJoin {
         let Some(watermark) = self.marks.min_of(&sources) else {
             return;
         };
-        while let Some(entry) = self.expiry.first_entry() {
-            if *entry.key() > watermark {
-                break;
-            }
-            for key in entry.remove() {
-                self.left.arrangement.remove(&key);
-                self.right.arrangement.remove(&key);
-            }
-        }
+        self.left.state.expire(watermark);
+        self.right.state.expire(watermark);
     }
 }
 
@@ -485,40 +398,26 @@ impl Handler for OuterJoin {
     }
 
     fn state(&self) -> OperatorState {
-        let (left, right) = (
-            crate::rows::arrangement_size(&self.left.arrangement),
-            crate::rows::arrangement_size(&self.right.arrangement),
-        );
+        let (left, right) = (&self.left.state, &self.right.state);
         OperatorState {
             name: format!("{:?}Join", self.kind),
-            rows: left.0 + right.0,
-            bytes: left.1 + right.1,
+            rows: left.len() + right.len(),
+            bytes: left.size_bytes() + right.size_bytes(),
         }
     }
 
     fn save(&mut self) -> Result<checkpoint::Parts> {
-        let entries: Vec<(i64, &OwnedRow)> = self
-            .expiry
-            .iter()
-            .flat_map(|(t, keys)| keys.iter().map(move |k| (*t, k)))
-            .collect();
-        let expiry = vec![
-            ("time", checkpoint::int64s(entries.iter().map(|e| e.0))),
-            (
-                "key",
-                checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
-            ),
-        ];
-        Ok(vec![
-            ("left", self.left.save()?),
-            ("right", self.right.save()?),
-            ("expiry", checkpoint::part(expiry, &[])?),
-        ])
+        let mut out = Vec::new();
+        for (name, side) in [(LEFT_PART, &self.left), (RIGHT_PART, &self.right)] {
+            if let Some(part) = side.state.save()? {
+                out.push((name, part));
+            }
+        }
+        Ok(out)
     }
 
-    /// The expiry part holds join keys in the left side's format, as its load reads them.
     fn part_keys(&mut self, name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
-        let side = if name == "right" {
+        let side = if name == RIGHT_PART {
             &self.right
         } else {
             &self.left
@@ -528,21 +427,8 @@ impl Handler for OuterJoin {
 
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
         match name {
-            "left" => self.left.load(batch),
-            "right" => self.right.load(batch),
-            "expiry" => {
-                let keys = checkpoint::required_rows(
-                    &self.left.key_converter,
-                    checkpoint::binary_column(batch, "key")?,
-                )?;
-                for (key, t) in keys
-                    .into_iter()
-                    .zip(checkpoint::int64_column(batch, "time")?.values())
-                {
-                    self.expiry.entry(*t).or_default().push(key);
-                }
-                Ok(())
-            }
+            LEFT_PART => self.left.state.load(batch),
+            RIGHT_PART => self.right.state.load(batch),
             _ => Err(checkpoint::unknown_part("OuterJoin", name)),
         }
     }

@@ -1,12 +1,10 @@
 //! Small batch helpers shared by operators.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{filter_record_batch, take};
 use arrow::datatypes::SchemaRef;
-use arrow::row::OwnedRow;
 use datafusion::error::DataFusionError;
 use eddy_common::{ChangeBatch, Error, Result, SqlState};
 
@@ -285,22 +283,6 @@ pub fn consolidate(schema: &SchemaRef, batches: &[ChangeBatch]) -> Result<Option
         batch(schema, columns)?,
         Int64Array::from(diffs),
     )))
-}
-
-/// Rows and approximate bytes of a join arrangement (key -> row -> multiplicity).
-pub fn arrangement_size<S, T>(
-    arrangement: &HashMap<OwnedRow, HashMap<OwnedRow, i64, T>, S>,
-) -> (usize, usize) {
-    let (mut rows, mut bytes) = (0, 0);
-    for (key, bucket) in arrangement {
-        rows += bucket.len();
-        bytes += key.as_ref().len() + std::mem::size_of::<(OwnedRow, HashMap<OwnedRow, i64>)>();
-        bytes += bucket
-            .keys()
-            .map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>())
-            .sum::<usize>();
-    }
-    (rows, bytes)
 }
 
 #[cfg(test)]

@@ -67,6 +67,13 @@ enum Bench {
         updates: u64,
         #[arg(long, default_value_t = 10_000)]
         batch: u64,
+        /// Which views to measure: agg, join, left_join, join_agg (comma-separated).
+        #[arg(
+            long,
+            default_value = "agg,join,left_join,join_agg",
+            value_delimiter = ','
+        )]
+        views: Vec<String>,
     },
     /// Event-time views: TUMBLE, HOP, interval join throughput, state over time, latency.
     Windows {
@@ -188,7 +195,16 @@ fn main() -> Result<()> {
             backfill_rows,
             updates,
             batch,
-        } => runtime.block_on(views(&eddy, rows, groups, backfill_rows, updates, batch))?,
+            views: which,
+        } => runtime.block_on(views(
+            &eddy,
+            rows,
+            groups,
+            backfill_rows,
+            updates,
+            batch,
+            &which,
+        ))?,
         Bench::Windows {
             events,
             join_events,

@@ -77,6 +77,7 @@ pub(crate) async fn views(
     backfill_rows: u64,
     updates: u64,
     batch: u64,
+    which: &[String],
 ) -> Result<Vec<Measure>> {
     let server = EddyProcess::start_fresh(eddy)?;
     let client = server.connect().await?;
@@ -85,6 +86,7 @@ pub(crate) async fn views(
     let agg =
         "SELECT g, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi FROM t GROUP BY g";
     let join = "SELECT t.k, t.v, d.name FROM t JOIN d ON t.g = d.g";
+    let left_join = "SELECT t.k, t.v, d.name FROM t LEFT JOIN d ON t.g = d.g";
     let join_agg = "SELECT d.name, count(*) AS n, sum(t.v) AS total FROM t JOIN d ON t.g = d.g GROUP BY d.name";
 
     exec(
@@ -114,7 +116,16 @@ pub(crate) async fn views(
     )
     .await?;
 
-    for (name, query) in [("agg", agg), ("join", join), ("join_agg", join_agg)] {
+    let all = [
+        ("agg", agg),
+        ("join", join),
+        ("left_join", left_join),
+        ("join_agg", join_agg),
+    ];
+    for (name, query) in all
+        .into_iter()
+        .filter(|(n, _)| which.iter().any(|w| w == n))
+    {
         eprintln!("view {name} ...");
         let backfill = exec(
             &client,

@@ -1,0 +1,490 @@
+//! [`Arrangement`]: a multiset of rows by key, the state of Eddy's stateful operators (issue 19).
+//!
+//! Each entry is a (key, row) pair in Arrow's row format with a weight (the multiplicity, net of
+//! retractions: entries whose weight reaches zero are gone), an event time, and the watermark
+//! past which it may be forgotten. The bytes of keys and rows live in one arena; entries and
+//! keys are fixed-size slots in vectors, found through two hashbrown [`HashTable`]s of slot
+//! numbers (by key, and by key and row), the pattern the vectorized aggregate uses. The rows of
+//! one key form a linked list, so a probe reads exactly the rows of its key. Nothing is
+//! allocated per row: the arena, the slot vectors, the tables and the expiry heap grow
+//! amortized, and freed slots are reused. The arena is rewritten once more than half of it is
+//! garbage (bytes of entries and keys that are gone).
+//!
+//! Iteration follows slot order, so an arrangement that received the same updates in the same
+//! order iterates the same way (the hash seeds play no part).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use arrow::array::{Array, RecordBatch};
+use eddy_common::{Error, Result};
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+use crate::checkpoint;
+
+/// No slot (the end of a key's list).
+const NONE: u32 = u32::MAX;
+
+/// An entry's expiry when it has none.
+pub const NEVER: i64 = i64::MAX;
+
+/// The arena is rewritten once its garbage passes half of it and this many bytes.
+const COMPACT_MIN_BYTES: usize = 1 << 16;
+
+#[derive(Clone, Copy)]
+struct Span {
+    start: usize,
+    len: u32,
+}
+
+struct KeySlot {
+    bytes: Span,
+    hash: u64,
+    /// The first entry of this key (`NONE`: the slot is free).
+    head: u32,
+    rows: u32,
+}
+
+struct Entry {
+    key: u32,
+    row: Span,
+    hash: u64,
+    time: i64,
+    weight: i64,
+    expires: i64,
+    /// The operator's own count for this entry (an outer join's matches on the other side).
+    aux: i64,
+    prev: u32,
+    next: u32,
+}
+
+impl Entry {
+    fn live(&self) -> bool {
+        self.weight != 0
+    }
+}
+
+/// A row of an arrangement, as a probe or an iteration sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found<'a> {
+    /// The entry, for [`Arrangement::add_aux`] (valid until the arrangement changes).
+    pub id: u32,
+    pub key: &'a [u8],
+    pub row: &'a [u8],
+    pub time: i64,
+    pub weight: i64,
+    pub aux: i64,
+}
+
+/// Key → row → weight (see the module documentation).
+pub struct Arrangement {
+    hasher: foldhash::fast::RandomState,
+    arena: Vec<u8>,
+    garbage: usize,
+    keys: Vec<KeySlot>,
+    key_table: HashTable<u32>,
+    free_keys: Vec<u32>,
+    entries: Vec<Entry>,
+    entry_table: HashTable<u32>,
+    free_entries: Vec<u32>,
+    /// (expires, entry): an entry is forgotten when popped if it is still there and due
+    /// (a freed slot reused meanwhile is due only if its own expiry has passed too).
+    expiry: BinaryHeap<Reverse<(i64, u32)>>,
+    live: usize,
+}
+
+impl Default for Arrangement {
+    fn default() -> Self {
+        Arrangement::new()
+    }
+}
+
+impl Arrangement {
+    pub fn new() -> Arrangement {
+        Arrangement {
+            hasher: foldhash::fast::RandomState::default(),
+            arena: Vec::new(),
+            garbage: 0,
+            keys: Vec::new(),
+            key_table: HashTable::new(),
+            free_keys: Vec::new(),
+            entries: Vec::new(),
+            entry_table: HashTable::new(),
+            free_entries: Vec::new(),
+            expiry: BinaryHeap::new(),
+            live: 0,
+        }
+    }
+
+    /// Entries held (distinct (key, row) pairs with a weight).
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Bytes held: the arena, the slots, the tables and the expiry heap, as allocated.
+    pub fn size_bytes(&self) -> usize {
+        self.arena.capacity()
+            + self.keys.capacity() * std::mem::size_of::<KeySlot>()
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
+            + (self.key_table.capacity() + self.entry_table.capacity())
+                * (std::mem::size_of::<u32>() + 1)
+            + (self.free_keys.capacity() + self.free_entries.capacity())
+                * std::mem::size_of::<u32>()
+            + self.expiry.capacity() * std::mem::size_of::<Reverse<(i64, u32)>>()
+    }
+
+    fn bytes(&self, span: Span) -> &[u8] {
+        &self.arena[span.start..span.start + span.len as usize]
+    }
+
+    fn store(&mut self, bytes: &[u8]) -> Result<Span> {
+        let len = u32::try_from(bytes.len())
+            .map_err(|_| Error::internal("a row of operator state is larger than 4 GiB"))?;
+        let start = self.arena.len();
+        self.arena.extend_from_slice(bytes);
+        Ok(Span { start, len })
+    }
+
+    fn hash_key(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn hash_entry(&self, key_hash: u64, row: &[u8]) -> u64 {
+        self.hasher.hash_one((key_hash, row))
+    }
+
+    fn find_key(&self, hash: u64, key: &[u8]) -> Option<u32> {
+        self.key_table
+            .find(hash, |&k| {
+                let slot = &self.keys[k as usize];
+                slot.hash == hash && self.bytes(slot.bytes) == key
+            })
+            .copied()
+    }
+
+    /// Adds `weight` to (`key`, `row`); a new entry takes `time` and `expires` ([`NEVER`]:
+    /// kept until its weight is zero) and an aux count of zero. An entry whose weight reaches
+    /// zero is gone. Returns the entry if it is still there.
+    pub fn update(
+        &mut self,
+        key: &[u8],
+        row: &[u8],
+        time: i64,
+        weight: i64,
+        expires: i64,
+    ) -> Result<Option<u32>> {
+        if weight == 0 {
+            return Ok(None);
+        }
+        let key_hash = self.hash_key(key);
+        let hash = self.hash_entry(key_hash, row);
+        let key_slot = self.find_key(key_hash, key);
+        if let Some(k) = key_slot {
+            let found = self
+                .entry_table
+                .find(hash, |&e| {
+                    let entry = &self.entries[e as usize];
+                    entry.hash == hash && entry.key == k && self.bytes(entry.row) == row
+                })
+                .copied();
+            if let Some(e) = found {
+                let entry = &mut self.entries[e as usize];
+                entry.weight = entry.weight.saturating_add(weight);
+                if entry.weight == 0 {
+                    self.remove(e);
+                    return Ok(None);
+                }
+                return Ok(Some(e));
+            }
+        }
+        let k = match key_slot {
+            Some(k) => k,
+            None => self.new_key(key, key_hash)?,
+        };
+        let row = self.store(row)?;
+        let head = self.keys[k as usize].head;
+        let entry = Entry {
+            key: k,
+            row,
+            hash,
+            time,
+            weight,
+            expires,
+            aux: 0,
+            prev: NONE,
+            next: head,
+        };
+        let e = match self.free_entries.pop() {
+            Some(e) => {
+                self.entries[e as usize] = entry;
+                e
+            }
+            None => {
+                let e = u32::try_from(self.entries.len())
+                    .ok()
+                    .filter(|e| *e != NONE)
+                    .ok_or_else(|| Error::internal("an operator holds 4 G rows"))?;
+                self.entries.push(entry);
+                e
+            }
+        };
+        if head != NONE {
+            self.entries[head as usize].prev = e;
+        }
+        let slot = &mut self.keys[k as usize];
+        slot.head = e;
+        slot.rows += 1;
+        let entries = &self.entries;
+        self.entry_table
+            .insert_unique(hash, e, |&x| entries[x as usize].hash);
+        if expires != NEVER {
+            self.expiry.push(Reverse((expires, e)));
+        }
+        self.live += 1;
+        Ok(Some(e))
+    }
+
+    /// Entry `id`'s weight (an entry a probe or update just returned).
+    pub fn weight(&self, id: u32) -> i64 {
+        self.entries[id as usize].weight
+    }
+
+    /// Adds `delta` to entry `id`'s aux count; returns it before and after.
+    pub fn add_aux(&mut self, id: u32, delta: i64) -> (i64, i64) {
+        let entry = &mut self.entries[id as usize];
+        let before = entry.aux;
+        entry.aux = before.saturating_add(delta);
+        (before, entry.aux)
+    }
+
+    /// Sets entry `id`'s aux count.
+    pub fn set_aux(&mut self, id: u32, aux: i64) {
+        self.entries[id as usize].aux = aux;
+    }
+
+    /// Entry `id`'s row.
+    pub fn row(&self, id: u32) -> &[u8] {
+        self.bytes(self.entries[id as usize].row)
+    }
+
+    fn new_key(&mut self, key: &[u8], hash: u64) -> Result<u32> {
+        let bytes = self.store(key)?;
+        let slot = KeySlot {
+            bytes,
+            hash,
+            head: NONE,
+            rows: 0,
+        };
+        let k = match self.free_keys.pop() {
+            Some(k) => {
+                self.keys[k as usize] = slot;
+                k
+            }
+            None => {
+                let k = u32::try_from(self.keys.len())
+                    .ok()
+                    .filter(|k| *k != NONE)
+                    .ok_or_else(|| Error::internal("an operator holds 4 G keys"))?;
+                self.keys.push(slot);
+                k
+            }
+        };
+        let keys = &self.keys;
+        self.key_table
+            .insert_unique(hash, k, |&x| keys[x as usize].hash);
+        Ok(k)
+    }
+
+    /// Takes entry `e` out (its weight is zero or it expired).
+    fn remove(&mut self, e: u32) {
+        let (key, prev, next, hash, len) = {
+            let entry = &mut self.entries[e as usize];
+            entry.weight = 0;
+            (entry.key, entry.prev, entry.next, entry.hash, entry.row.len)
+        };
+        if prev != NONE {
+            self.entries[prev as usize].next = next;
+        } else {
+            self.keys[key as usize].head = next;
+        }
+        if next != NONE {
+            self.entries[next as usize].prev = prev;
+        }
+        if let Ok(found) = self.entry_table.find_entry(hash, |&x| x == e) {
+            found.remove();
+        }
+        self.free_entries.push(e);
+        self.garbage += len as usize;
+        self.live -= 1;
+        let slot = &mut self.keys[key as usize];
+        slot.rows -= 1;
+        if slot.rows == 0 {
+            let (hash, len) = (slot.hash, slot.bytes.len);
+            if let Ok(found) = self.key_table.find_entry(hash, |&x| x == key) {
+                found.remove();
+            }
+            self.free_keys.push(key);
+            self.garbage += len as usize;
+        }
+        if self.garbage > COMPACT_MIN_BYTES && self.garbage * 2 > self.arena.len() {
+            self.compact();
+        }
+    }
+
+    /// Rewrites the arena with only the bytes of live keys and entries.
+    fn compact(&mut self) {
+        let mut arena = Vec::with_capacity(self.arena.len() - self.garbage);
+        let mut moved = |span: &mut Span, old: &[u8]| {
+            let start = arena.len();
+            arena.extend_from_slice(&old[span.start..span.start + span.len as usize]);
+            span.start = start;
+        };
+        for slot in self.keys.iter_mut().filter(|k| k.rows > 0) {
+            moved(&mut slot.bytes, &self.arena);
+        }
+        for entry in self.entries.iter_mut().filter(|e| e.live()) {
+            moved(&mut entry.row, &self.arena);
+        }
+        self.arena = arena;
+        self.garbage = 0;
+    }
+
+    /// The rows of `key`, newest entry first.
+    pub fn probe<'a>(&'a self, key: &[u8]) -> Rows<'a> {
+        let head = self
+            .find_key(self.hash_key(key), key)
+            .map_or(NONE, |k| self.keys[k as usize].head);
+        Rows {
+            arrangement: self,
+            next: head,
+        }
+    }
+
+    /// The rows of `key` whose time is within `from..=to`.
+    pub fn probe_range<'a>(
+        &'a self,
+        key: &[u8],
+        from: i64,
+        to: i64,
+    ) -> impl Iterator<Item = Found<'a>> + 'a {
+        self.probe(key)
+            .filter(move |f| f.time >= from && f.time <= to)
+    }
+
+    /// Whether `key` has any row.
+    pub fn contains_key(&self, key: &[u8]) -> bool {
+        self.find_key(self.hash_key(key), key).is_some()
+    }
+
+    /// Every entry, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = Found<'_>> + '_ {
+        (0..self.entries.len() as u32)
+            .filter(|&e| self.entries[e as usize].live())
+            .map(|e| self.found(e))
+    }
+
+    fn found(&self, id: u32) -> Found<'_> {
+        let entry = &self.entries[id as usize];
+        Found {
+            id,
+            key: self.bytes(self.keys[entry.key as usize].bytes),
+            row: self.bytes(entry.row),
+            time: entry.time,
+            weight: entry.weight,
+            aux: entry.aux,
+        }
+    }
+
+    /// Forgets every entry whose expiry is at or below `watermark`; returns how many.
+    pub fn expire(&mut self, watermark: i64) -> usize {
+        let mut forgotten = 0;
+        while let Some(Reverse((expires, e))) = self.expiry.peek().copied() {
+            if expires > watermark {
+                break;
+            }
+            self.expiry.pop();
+            let entry = &self.entries[e as usize];
+            if entry.live() && entry.expires <= watermark {
+                self.remove(e);
+                forgotten += 1;
+            }
+        }
+        forgotten
+    }
+
+    /// The entries as one batch (key, row, time, weight, expires), for a checkpoint; `None`
+    /// when empty.
+    pub fn save(&self) -> Result<Option<RecordBatch>> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let live = || self.entries.iter().filter(|e| e.live());
+        let columns = vec![
+            (
+                "key",
+                checkpoint::binary(live().map(|e| self.bytes(self.keys[e.key as usize].bytes))),
+            ),
+            ("row", checkpoint::binary(live().map(|e| self.bytes(e.row)))),
+            ("time", checkpoint::int64s(live().map(|e| e.time))),
+            ("count", checkpoint::int64s(live().map(|e| e.weight))),
+            ("expires", checkpoint::int64s(live().map(|e| e.expires))),
+            ("aux", checkpoint::int64s(live().map(|e| e.aux))),
+        ];
+        checkpoint::part(columns, &[]).map(Some)
+    }
+
+    /// Takes back what [`Arrangement::save`] wrote (added to what is held).
+    pub fn load(&mut self, batch: &RecordBatch) -> Result<()> {
+        let keys = checkpoint::binary_column(batch, "key")?;
+        let rows = checkpoint::binary_column(batch, "row")?;
+        let times = checkpoint::int64_column(batch, "time")?;
+        let counts = checkpoint::int64_column(batch, "count")?;
+        let expires = checkpoint::int64_column(batch, "expires")?;
+        let aux = checkpoint::int64_column(batch, "aux")?;
+        for i in 0..batch.num_rows() {
+            if keys.is_null(i) || rows.is_null(i) {
+                return Err(Error::internal("a checkpointed arrangement has a NULL row"));
+            }
+            let entry = self.update(
+                keys.value(i),
+                rows.value(i),
+                times.value(i),
+                counts.value(i),
+                expires.value(i),
+            )?;
+            if let Some(e) = entry {
+                self.add_aux(e, aux.value(i));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The rows of one key ([`Arrangement::probe`]).
+pub struct Rows<'a> {
+    arrangement: &'a Arrangement,
+    next: u32,
+}
+
+impl<'a> Iterator for Rows<'a> {
+    type Item = Found<'a>;
+
+    fn next(&mut self) -> Option<Found<'a>> {
+        if self.next == NONE {
+            return None;
+        }
+        let id = self.next;
+        self.next = self.arrangement.entries[id as usize].next;
+        Some(self.arrangement.found(id))
+    }
+}
+
+#[cfg(test)]
+#[path = "arrangement_tests.rs"]
+mod tests;

@@ -1,0 +1,174 @@
+//! The arrangement against a model: a map from (key, row) to (weight, time, expiry).
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// key, row, weight, time, expiry (`None`: never)
+    Update(u8, u8, i64, i64, Option<i64>),
+    Expire(i64),
+    SaveLoad,
+    /// Adds to the aux count of (key, row), if held.
+    Aux(u8, u8, i64),
+}
+
+/// (key, row) -> (weight, time, expires, aux)
+type Model = BTreeMap<(Vec<u8>, Vec<u8>), (i64, i64, i64, i64)>;
+
+/// Keys and rows of several lengths (rows long enough that the arena gets compacted).
+fn key(k: u8) -> Vec<u8> {
+    vec![k; 1 + (k % 3) as usize]
+}
+
+fn row(r: u8) -> Vec<u8> {
+    vec![r; 1 + (r as usize % 5) * 700]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0u8..6, 0u8..12, -2i64..=3, 0i64..100, proptest::option::of(0i64..120))
+            .prop_map(|(k, r, w, t, e)| Op::Update(k, r, w, t, e)),
+        1 => (0i64..130).prop_map(Op::Expire),
+        1 => Just(Op::SaveLoad),
+        2 => (0u8..6, 0u8..12, -3i64..=3).prop_map(|(k, r, d)| Op::Aux(k, r, d)),
+    ]
+}
+
+fn apply(model: &mut Model, op: &Op) {
+    match op {
+        Op::Update(k, r, w, t, e) => {
+            let entry = model
+                .entry((key(*k), row(*r)))
+                .or_insert((0, *t, e.unwrap_or(NEVER), 0));
+            entry.0 += w;
+            if entry.0 == 0 {
+                model.remove(&(key(*k), row(*r)));
+            }
+        }
+        Op::Expire(w) => model.retain(|_, (_, _, expires, _)| *expires > *w),
+        Op::SaveLoad => {}
+        Op::Aux(k, r, d) => {
+            if let Some(entry) = model.get_mut(&(key(*k), row(*r))) {
+                entry.3 += d;
+            }
+        }
+    }
+}
+
+fn contents(a: &Arrangement) -> Model {
+    a.iter()
+        .map(|f| {
+            (
+                (f.key.to_vec(), f.row.to_vec()),
+                (f.weight, f.time, 0, f.aux),
+            )
+        })
+        .collect()
+}
+
+fn without_expiry(model: &Model) -> Model {
+    model
+        .iter()
+        .map(|(k, (w, t, _, aux))| (k.clone(), (*w, *t, 0, *aux)))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_arrangement_equals_a_map_of_weights(ops in proptest::collection::vec(op(), 1..300)) {
+        let mut a = Arrangement::new();
+        let mut model = Model::new();
+        for op in &ops {
+            match op {
+                Op::Update(k, r, w, t, e) => {
+                    a.update(&key(*k), &row(*r), *t, *w, e.unwrap_or(NEVER)).unwrap();
+                }
+                Op::Expire(w) => {
+                    let before = model.len();
+                    apply(&mut model, op);
+                    prop_assert_eq!(a.expire(*w), before - model.len());
+                    continue;
+                }
+                Op::SaveLoad => {
+                    let mut loaded = Arrangement::new();
+                    if let Some(batch) = a.save().unwrap() {
+                        loaded.load(&batch).unwrap();
+                    }
+                    a = loaded;
+                }
+                Op::Aux(k, r, d) => {
+                    let wanted = row(*r);
+                    let id = a.probe(&key(*k)).find(|f| f.row == wanted.as_slice()).map(|f| f.id);
+                    if let Some(id) = id {
+                        let (before, after) = a.add_aux(id, *d);
+                        prop_assert_eq!(after, before + d);
+                        prop_assert_eq!(a.row(id), wanted.as_slice());
+                        prop_assert!(a.weight(id) != 0);
+                    }
+                }
+            }
+            apply(&mut model, op);
+            prop_assert_eq!(contents(&a), without_expiry(&model));
+            prop_assert_eq!(a.len(), model.len());
+            prop_assert_eq!(a.is_empty(), model.is_empty());
+        }
+        // Probes: every key's rows, and a time range of them.
+        for k in 0u8..6 {
+            let mut got: Vec<(Vec<u8>, i64)> =
+                a.probe(&key(k)).map(|f| (f.row.to_vec(), f.weight)).collect();
+            got.sort();
+            let want: Vec<(Vec<u8>, i64)> = model
+                .iter()
+                .filter(|((mk, _), _)| *mk == key(k))
+                .map(|((_, r), (w, _, _, _))| (r.clone(), *w))
+                .collect();
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(a.contains_key(&key(k)), model.keys().any(|(mk, _)| *mk == key(k)));
+            let mut ranged: Vec<Vec<u8>> =
+                a.probe_range(&key(k), 20, 60).map(|f| f.row.to_vec()).collect();
+            ranged.sort();
+            let want: Vec<Vec<u8>> = model
+                .iter()
+                .filter(|((mk, _), (_, t, _, _))| *mk == key(k) && (20..=60).contains(t))
+                .map(|((_, r), _)| r.clone())
+                .collect();
+            prop_assert_eq!(ranged, want);
+        }
+    }
+}
+
+#[test]
+fn the_arena_is_compacted_as_rows_go() {
+    let mut a = Arrangement::new();
+    let big = vec![7u8; 4096];
+    for round in 0..50i64 {
+        for k in 0..64u32 {
+            a.update(&k.to_le_bytes(), &big, round, 1, NEVER).unwrap();
+        }
+        for k in 0..64u32 {
+            a.update(&k.to_le_bytes(), &big, round, -1, NEVER).unwrap();
+        }
+    }
+    assert!(a.is_empty());
+    // 50 rounds wrote 13 MB of rows; the arena never held more than about two rounds of it.
+    assert!(a.arena.len() <= 2 * 64 * (4096 + 4), "{}", a.arena.len());
+}
+
+#[test]
+fn a_slot_reused_before_its_old_expiry_is_kept_until_its_own() {
+    let mut a = Arrangement::new();
+    a.update(b"k", b"old", 1, 1, 10).unwrap();
+    a.update(b"k", b"old", 1, -1, 10).unwrap();
+    // The freed slot goes to a row that expires later; the old heap item must not take it.
+    a.update(b"k", b"new", 5, 1, 50).unwrap();
+    assert_eq!(a.expire(20), 0);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a.expire(50), 1);
+    assert!(a.is_empty());
+}
