@@ -17,6 +17,15 @@ fn start(data: &std::path::Path, failpoints: &str, gate: &std::path::Path) -> Ed
     EddyProcess::start_env(&binary(), data, &[], &failpoint_env(failpoints, Some(gate))).unwrap()
 }
 
+/// Runs `sql` in a session of its own, in the background.
+async fn in_another_session(
+    server: &EddyProcess,
+    sql: &'static str,
+) -> tokio::task::JoinHandle<Result<(), tokio_postgres::Error>> {
+    let client = server.connect().await.unwrap();
+    tokio::spawn(async move { client.batch_execute(sql).await })
+}
+
 const WRITES: i64 = 12;
 
 #[tokio::test]
@@ -125,12 +134,11 @@ async fn nothing_waits_for_a_new_views_backfill() {
     }
     client.batch_execute("FLUSH").await.unwrap();
     assert_eq!(text(&server, "SELECT n FROM early").await, "20");
-    let creator = server.connect().await.unwrap();
-    let create = tokio::spawn(async move {
-        creator
-            .batch_execute("CREATE MATERIALIZED VIEW late AS SELECT sum(v) AS s FROM t")
-            .await
-    });
+    let create = in_another_session(
+        &server,
+        "CREATE MATERIALIZED VIEW late AS SELECT sum(v) AS s FROM t",
+    )
+    .await;
     // The CREATE has reached the runtime once the view is in the catalog (it is added there
     // just before the runtime is handed it; the backfill then takes seconds).
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -290,14 +298,11 @@ async fn a_stuck_view_over_a_source_holds_back_only_its_reader() {
         .await
         .unwrap();
     // A new view over a source answers once it has read the file: not while it is stuck.
-    let creator = server.connect().await.unwrap();
-    let create = tokio::spawn(async move {
-        creator
-            .batch_execute(
-                "CREATE MATERIALIZED VIEW stuck AS SELECT count(*) AS n, sum(id) AS s FROM events",
-            )
-            .await
-    });
+    let create = in_another_session(
+        &server,
+        "CREATE MATERIALIZED VIEW stuck AS SELECT count(*) AS n, sum(id) AS s FROM events",
+    )
+    .await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while text(
         &server,
@@ -471,14 +476,11 @@ async fn a_view_dropped_during_its_backfill_stops_reading() {
             .await
             .unwrap();
     }
-    let creator = server.connect().await.unwrap();
-    let create = tokio::spawn(async move {
-        creator
-            .batch_execute(
-                "CREATE MATERIALIZED VIEW late AS SELECT k, sum(v) FROM events GROUP BY k",
-            )
-            .await
-    });
+    let create = in_another_session(
+        &server,
+        "CREATE MATERIALIZED VIEW late AS SELECT k, sum(v) FROM events GROUP BY k",
+    )
+    .await;
     until(
         &server,
         "SELECT count(*) FROM eddy_views WHERE name = 'late'",
