@@ -39,6 +39,7 @@ struct Span {
     len: u32,
 }
 
+#[derive(Clone)]
 struct KeySlot {
     bytes: Span,
     hash: u64,
@@ -47,6 +48,7 @@ struct KeySlot {
     rows: u32,
 }
 
+#[derive(Clone)]
 struct Entry {
     key: u32,
     row: Span,
@@ -79,6 +81,7 @@ pub struct Found<'a> {
 }
 
 /// Key → row → weight (see the module documentation).
+#[derive(Clone)]
 pub struct Arrangement {
     hasher: foldhash::fast::RandomState,
     arena: Vec<u8>,
@@ -220,20 +223,7 @@ impl Arrangement {
             prev: NONE,
             next: head,
         };
-        let e = match self.free_entries.pop() {
-            Some(e) => {
-                self.entries[e as usize] = entry;
-                e
-            }
-            None => {
-                let e = u32::try_from(self.entries.len())
-                    .ok()
-                    .filter(|e| *e != NONE)
-                    .ok_or_else(|| Error::internal("an operator holds 4 G rows"))?;
-                self.entries.push(entry);
-                e
-            }
-        };
+        let e = place(&mut self.entries, &mut self.free_entries, entry, "rows")?;
         if head != NONE {
             self.entries[head as usize].prev = e;
         }
@@ -281,20 +271,7 @@ impl Arrangement {
             head: NONE,
             rows: 0,
         };
-        let k = match self.free_keys.pop() {
-            Some(k) => {
-                self.keys[k as usize] = slot;
-                k
-            }
-            None => {
-                let k = u32::try_from(self.keys.len())
-                    .ok()
-                    .filter(|k| *k != NONE)
-                    .ok_or_else(|| Error::internal("an operator holds 4 G keys"))?;
-                self.keys.push(slot);
-                k
-            }
-        };
+        let k = place(&mut self.keys, &mut self.free_keys, slot, "keys")?;
         let keys = &self.keys;
         self.key_table
             .insert_unique(hash, k, |&x| keys[x as usize].hash);
@@ -483,6 +460,21 @@ impl<'a> Iterator for Rows<'a> {
         self.next = self.arrangement.entries[id as usize].next;
         Some(self.arrangement.found(id))
     }
+}
+
+/// Stores `value` in a freed slot of `slots` if there is one, else at the end; returns its
+/// index (`what` names the slots in the error when the `u32` index space is used up).
+fn place<T>(slots: &mut Vec<T>, free: &mut Vec<u32>, value: T, what: &str) -> Result<u32> {
+    if let Some(i) = free.pop() {
+        slots[i as usize] = value;
+        return Ok(i);
+    }
+    let i = u32::try_from(slots.len())
+        .ok()
+        .filter(|i| *i != NONE)
+        .ok_or_else(|| Error::internal(format!("an operator holds 4 G {what}")))?;
+    slots.push(value);
+    Ok(i)
 }
 
 #[cfg(test)]

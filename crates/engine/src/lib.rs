@@ -32,7 +32,10 @@ mod sink_ddl;
 mod source;
 mod system;
 mod table;
+mod table_chunks;
 mod table_ddl;
+#[cfg(test)]
+mod table_tests;
 #[cfg(test)]
 mod time_tests;
 mod variables;

@@ -164,7 +164,7 @@ impl SourceReader {
         if let Some(state) = &self.state {
             let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
             let old = std::mem::replace(&mut *state, TableData::new(def, Arc::clone(schema))?);
-            *state = old.relabel(Arc::clone(schema));
+            *state = old.relabel(Arc::clone(schema))?;
         }
         Ok(())
     }

@@ -14,10 +14,13 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use eddy_common::{ChangeBatch, Error, Result, SqlState, limits};
+use eddy_common::{ChangeBatch, Error, Result, SqlState};
 use eddy_connectors::RowKind;
 
+use eddy_dataflow::arrangement::{Arrangement, NEVER};
+
 use crate::catalog::TableDef;
+use crate::table_chunks::{Chunks, Loc, Moved};
 
 pub struct TableData {
     schema: SchemaRef,
@@ -33,25 +36,23 @@ enum Rows {
 
 struct Multiset {
     converter: RowConverter,
-    /// Row bytes -> multiplicity (always > 0).
-    counts: HashMap<Box<[u8]>, i64>,
+    /// Key (the primary key's bytes, or the row's bytes on a table without one) -> one entry
+    /// per row held: its location ([`Loc`]), then on a keyed table the row's bytes.
+    index: Arrangement,
+    chunks: Chunks,
     primary_key: Option<PrimaryKey>,
 }
 
 /// The net weight of one distinct row within a set of change batches.
 struct NetChange {
-    row: Box<[u8]>,
-    key: Option<Box<[u8]>>,
-    diff: i64,
-    /// (batch, row) of its first occurrence, to quote it in errors.
+    /// (batch, row) of its first occurrence: its bytes, and to quote it in errors.
     origin: (usize, usize),
+    diff: i64,
 }
 
 struct PrimaryKey {
     columns: Vec<usize>,
     converter: RowConverter,
-    /// Key bytes -> row bytes.
-    index: HashMap<Box<[u8]>, Box<[u8]>>,
     constraint_name: String,
     column_names: Vec<String>,
 }
@@ -65,39 +66,9 @@ impl TableData {
         let rows = if def.append_only {
             Rows::AppendOnly(Vec::new())
         } else {
-            let fields = schema
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect();
-            let converter =
-                RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
-            let primary_key = if def.primary_key.is_empty() {
-                None
-            } else {
-                let fields = def
-                    .primary_key
-                    .iter()
-                    .map(|&i| SortField::new(schema.field(i).data_type().clone()))
-                    .collect();
-                Some(PrimaryKey {
-                    columns: def.primary_key.clone(),
-                    converter: RowConverter::new(fields)
-                        .map_err(|e| arrow_error("key converter", e))?,
-                    index: HashMap::default(),
-                    constraint_name: format!("{}_pkey", def.name),
-                    column_names: def
-                        .primary_key
-                        .iter()
-                        .map(|&i| schema.field(i).name().clone())
-                        .collect(),
-                })
-            };
-            Rows::Multiset(Box::new(Multiset {
-                converter,
-                counts: HashMap::default(),
-                primary_key,
-            }))
+            let primary_key = (!def.primary_key.is_empty())
+                .then_some((def.primary_key.as_slice(), def.name.as_str()));
+            Rows::Multiset(Box::new(Multiset::new(&schema, primary_key)?))
         };
         Ok(TableData {
             schema,
@@ -140,18 +111,7 @@ impl TableData {
         let Rows::AppendOnly(batches) = &self.rows else {
             return Ok(());
         };
-        let fields = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
-        let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
-        let mut multiset = Multiset {
-            converter,
-            counts: HashMap::default(),
-            primary_key: None,
-        };
+        let mut multiset = Multiset::new(&self.schema, None)?;
         let inserts: Vec<ChangeBatch> = batches.iter().cloned().map(ChangeBatch::inserts).collect();
         multiset.apply(&inserts)?;
         self.rows = Rows::Multiset(Box::new(multiset));
@@ -162,7 +122,7 @@ impl TableData {
     pub fn row_count(&self) -> usize {
         match &self.rows {
             Rows::AppendOnly(batches) => batches.iter().map(|b| b.num_rows()).sum(),
-            Rows::Multiset(m) => m.counts.values().map(|c| *c as usize).sum(),
+            Rows::Multiset(m) => m.chunks.len(),
         }
     }
 
@@ -171,9 +131,9 @@ impl TableData {
         if let Some(s) = &self.snapshot {
             return Ok(Arc::clone(s));
         }
-        let batches = match &self.rows {
+        let batches = match &mut self.rows {
             Rows::AppendOnly(batches) => batches.clone(),
-            Rows::Multiset(m) => m.to_batches(&self.schema)?,
+            Rows::Multiset(m) => m.chunks.scan()?,
         };
         let snapshot = Arc::new(batches);
         self.snapshot = Some(Arc::clone(&snapshot));
@@ -266,20 +226,18 @@ impl TableData {
             .map_err(|e| arrow_error("encode rows", e))?;
         let mut rejected = Vec::new();
         let mut inserts: Vec<u32> = Vec::new();
-        let mut retracts: Vec<Box<[u8]>> = Vec::new();
+        let mut retracts: Vec<&[u8]> = Vec::new();
         match &m.primary_key {
             None => {
                 // Copies of a row available to retract: held, plus inserted earlier in the chunk.
                 let mut available: HashMap<&[u8], i64> = HashMap::default();
                 for (i, kind) in kinds.iter().enumerate() {
                     let row = encoded.row(i).data();
-                    let count = available
-                        .entry(row)
-                        .or_insert_with(|| m.counts.get(row).copied().unwrap_or(0));
+                    let count = available.entry(row).or_insert_with(|| m.held(row, None));
                     match kind {
                         RowKind::Retract if *count > 0 => {
                             *count -= 1;
-                            retracts.push(row.into());
+                            retracts.push(row);
                         }
                         RowKind::Retract | RowKind::Delete => rejected
                             .push((i, "a delete of a row the table does not hold".to_owned())),
@@ -291,15 +249,7 @@ impl TableData {
                 }
             }
             Some(pk) => {
-                let keys: Vec<ArrayRef> = pk
-                    .columns
-                    .iter()
-                    .map(|&c| Arc::clone(rows.column(c)))
-                    .collect();
-                let keys = pk
-                    .converter
-                    .convert_columns(&keys)
-                    .map_err(|e| arrow_error("encode keys", e))?;
+                let keys = pk.encode(rows)?;
                 // Final value per key (None: deleted), in order of first appearance.
                 let mut state: HashMap<&[u8], Option<usize>> = HashMap::default();
                 let mut order: Vec<&[u8]> = Vec::new();
@@ -307,7 +257,7 @@ impl TableData {
                     let key = keys.row(i).data();
                     let held = state
                         .get(key)
-                        .map_or_else(|| pk.index.contains_key(key), |s| s.is_some());
+                        .map_or_else(|| m.index.contains_key(key), |s| s.is_some());
                     let value = match kind {
                         RowKind::Insert if held => {
                             rejected.push((i, duplicate_key(pk, rows, i).message));
@@ -321,15 +271,15 @@ impl TableData {
                     }
                 }
                 for key in order {
-                    let current = pk.index.get(key);
+                    let current = m.current(key);
                     let new = state.get(key).copied().flatten();
                     if let (Some(current), Some(new)) = (current, new)
-                        && current.as_ref() == encoded.row(new).data()
+                        && current == encoded.row(new).data()
                     {
                         continue;
                     }
                     if let Some(current) = current {
-                        retracts.push(current.clone());
+                        retracts.push(current);
                     }
                     if let Some(new) = new {
                         inserts.push(new as u32);
@@ -367,15 +317,7 @@ impl TableData {
         let mut keep = Vec::with_capacity(old.num_rows());
         match &m.primary_key {
             Some(pk) => {
-                let keys: Vec<ArrayRef> = pk
-                    .columns
-                    .iter()
-                    .map(|&c| Arc::clone(old.column(c)))
-                    .collect();
-                let keys = pk
-                    .converter
-                    .convert_columns(&keys)
-                    .map_err(|e| arrow_error("encode keys", e))?;
+                let keys = pk.encode(old)?;
                 let mut seen: HashSet<&[u8]> = HashSet::new();
                 for i in 0..old.num_rows() {
                     if seen.insert(keys.row(i).data()) {
@@ -391,7 +333,7 @@ impl TableData {
                 let mut taken: HashMap<&[u8], i64> = HashMap::default();
                 for i in 0..old.num_rows() {
                     let row = rows.row(i).data();
-                    let held = m.counts.get(row).copied().unwrap_or(0);
+                    let held = m.held(row, None);
                     let n = taken.entry(row).or_insert(0);
                     if *n < held {
                         *n += 1;
@@ -404,21 +346,21 @@ impl TableData {
     }
 
     /// The same contents under a changed schema (a column's nullability changed).
-    pub fn relabel(mut self, schema: SchemaRef) -> TableData {
-        if let Rows::AppendOnly(batches) = &mut self.rows {
-            for b in batches.iter_mut() {
-                if let Ok(relabelled) =
-                    RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec())
-                {
-                    *b = relabelled;
+    pub fn relabel(mut self, schema: SchemaRef) -> Result<TableData> {
+        match &mut self.rows {
+            Rows::AppendOnly(batches) => {
+                for b in batches.iter_mut() {
+                    *b = RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec())
+                        .map_err(|e| arrow_error("relabel rows", e))?;
                 }
             }
+            Rows::Multiset(m) => m.chunks.relabel(Arc::clone(&schema))?,
         }
-        TableData {
+        Ok(TableData {
             schema,
             rows: self.rows,
             snapshot: None,
-        }
+        })
     }
 
     /// A private copy for an open transaction.
@@ -435,93 +377,124 @@ impl TableData {
     }
 }
 
+/// A change batch's rows and primary keys in arrow's row format.
+struct Encoded {
+    rows: arrow::row::Rows,
+    keys: Option<arrow::row::Rows>,
+}
+
 impl Multiset {
-    fn fork(&self, schema: &SchemaRef) -> Result<Multiset> {
+    fn new(schema: &SchemaRef, primary_key: Option<(&[usize], &str)>) -> Result<Multiset> {
         let fields = schema
             .fields()
             .iter()
             .map(|f| SortField::new(f.data_type().clone()))
             .collect();
         let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
-        let primary_key = match &self.primary_key {
+        let primary_key = match primary_key {
             None => None,
-            Some(pk) => {
-                let fields = pk
-                    .columns
+            Some((columns, table)) => {
+                let fields = columns
                     .iter()
                     .map(|&i| SortField::new(schema.field(i).data_type().clone()))
                     .collect();
                 Some(PrimaryKey {
-                    columns: pk.columns.clone(),
+                    columns: columns.to_vec(),
                     converter: RowConverter::new(fields)
                         .map_err(|e| arrow_error("key converter", e))?,
-                    index: pk.index.clone(),
-                    constraint_name: pk.constraint_name.clone(),
-                    column_names: pk.column_names.clone(),
+                    constraint_name: format!("{table}_pkey"),
+                    column_names: columns
+                        .iter()
+                        .map(|&i| schema.field(i).name().clone())
+                        .collect(),
                 })
             }
         };
         Ok(Multiset {
             converter,
-            counts: self.counts.clone(),
+            index: Arrangement::new(),
+            chunks: Chunks::new(Arc::clone(schema)),
             primary_key,
         })
     }
 
-    fn encode(&self, batch: &ChangeBatch) -> Result<(arrow::row::Rows, Option<arrow::row::Rows>)> {
+    fn fork(&self, schema: &SchemaRef) -> Result<Multiset> {
+        let mut fork = Multiset::new(
+            schema,
+            self.primary_key
+                .as_ref()
+                .map(|pk| (pk.columns.as_slice(), "")),
+        )?;
+        if let (Some(new), Some(old)) = (fork.primary_key.as_mut(), &self.primary_key) {
+            new.constraint_name.clone_from(&old.constraint_name);
+        }
+        fork.index = self.index.clone();
+        fork.chunks = self.chunks.clone();
+        Ok(fork)
+    }
+
+    /// Copies of `row` held (its primary key `key` on a keyed table).
+    fn held(&self, row: &[u8], key: Option<&[u8]>) -> i64 {
+        match key {
+            Some(key) => self
+                .index
+                .probe(key)
+                .filter(|f| &f.row[LOC..] == row)
+                .count() as i64,
+            None => self.index.probe(row).count() as i64,
+        }
+    }
+
+    /// The row a keyed table holds under `key`.
+    fn current(&self, key: &[u8]) -> Option<&[u8]> {
+        self.index.probe(key).next().map(|f| &f.row[LOC..])
+    }
+
+    fn encode(&self, batch: &RecordBatch) -> Result<Encoded> {
         let rows = self
             .converter
-            .convert_columns(batch.rows().columns())
+            .convert_columns(batch.columns())
             .map_err(|e| arrow_error("encode rows", e))?;
         let keys = match &self.primary_key {
             None => None,
-            Some(pk) => {
-                let columns: Vec<ArrayRef> = pk
-                    .columns
-                    .iter()
-                    .map(|&i| Arc::clone(batch.rows().column(i)))
-                    .collect();
-                Some(
-                    pk.converter
-                        .convert_columns(&columns)
-                        .map_err(|e| arrow_error("encode keys", e))?,
-                )
-            }
+            Some(pk) => Some(pk.encode(batch)?),
         };
-        Ok((rows, keys))
+        Ok(Encoded { rows, keys })
     }
 
     /// Sums the weights per distinct row, so that a transaction's insert-then-delete of one row
     /// nets to nothing whatever the order of its statements.
-    fn net(&self, changes: &[ChangeBatch]) -> Result<Vec<NetChange>> {
-        let mut by_row: HashMap<Box<[u8]>, usize> = HashMap::default();
+    fn net(&self, changes: &[ChangeBatch]) -> Result<(Vec<Encoded>, Vec<NetChange>)> {
+        let encoded = changes
+            .iter()
+            .map(|c| self.encode(c.rows()))
+            .collect::<Result<Vec<_>>>()?;
+        let mut by_row: HashMap<&[u8], usize> = HashMap::default();
         let mut out: Vec<NetChange> = Vec::new();
         for (b, batch) in changes.iter().enumerate() {
-            let (rows, keys) = self.encode(batch)?;
             for (i, diff) in batch.diffs().values().iter().enumerate() {
-                let row = rows.row(i).data();
+                let row = encoded[b].rows.row(i).data();
                 match by_row.get(row) {
                     Some(&at) => out[at].diff += diff,
                     None => {
-                        by_row.insert(row.into(), out.len());
+                        by_row.insert(row, out.len());
                         out.push(NetChange {
-                            row: row.into(),
-                            key: keys.as_ref().map(|k| k.row(i).data().into()),
-                            diff: *diff,
                             origin: (b, i),
+                            diff: *diff,
                         });
                     }
                 }
             }
         }
+        drop(by_row);
         out.retain(|c| c.diff != 0);
-        Ok(out)
+        Ok((encoded, out))
     }
 
     fn check(&self, changes: &[ChangeBatch]) -> Result<()> {
-        let net = self.net(changes)?;
+        let (encoded, net) = self.net(changes)?;
         for change in net.iter().filter(|c| c.diff < 0) {
-            if self.counts.get(&change.row).copied().unwrap_or(0) < -change.diff {
+            if self.held(change.row(&encoded), change.key(&encoded)) < -change.diff {
                 return Err(Error::new(
                     SqlState::SERIALIZATION_FAILURE,
                     "could not serialize access due to concurrent update",
@@ -535,14 +508,14 @@ impl Multiset {
         let freed: HashSet<&[u8]> = net
             .iter()
             .filter(|c| c.diff < 0)
-            .filter_map(|c| c.key.as_deref())
+            .filter_map(|c| c.key(&encoded))
             .collect();
         let mut added: HashSet<&[u8]> = HashSet::new();
         for change in net.iter().filter(|c| c.diff > 0) {
-            let Some(key) = change.key.as_deref() else {
+            let Some(key) = change.key(&encoded) else {
                 continue;
             };
-            let taken = pk.index.contains_key(key) && !freed.contains(key);
+            let taken = self.index.contains_key(key) && !freed.contains(key);
             if change.diff > 1 || taken || !added.insert(key) {
                 let (b, i) = change.origin;
                 return Err(duplicate_key(pk, changes[b].rows(), i));
@@ -552,70 +525,131 @@ impl Multiset {
     }
 
     fn apply(&mut self, changes: &[ChangeBatch]) -> Result<()> {
-        let net = self.net(changes)?;
+        let (encoded, net) = self.net(changes)?;
+        let mut entry = Vec::new();
+        let mut rewrite = Vec::new();
         for change in net.iter().filter(|c| c.diff < 0) {
-            self.retract(&change.row, -change.diff, change.key.as_deref())?;
-        }
-        for change in net.into_iter().filter(|c| c.diff > 0) {
-            if let (Some(pk), Some(key)) = (self.primary_key.as_mut(), change.key) {
-                pk.index.insert(key, change.row.clone());
+            let row = change.row(&encoded);
+            let key = change.key(&encoded).unwrap_or(row);
+            for _ in 0..-change.diff {
+                let found = self
+                    .index
+                    .probe(key)
+                    .find(|f| self.primary_key.is_none() || &f.row[LOC..] == row)
+                    .map(|f| Loc::from_bytes(f.row));
+                let Some(loc) = found else {
+                    return Err(Error::new(
+                        SqlState::DATA_CORRUPTED,
+                        "the log retracts a row the table does not hold",
+                    ));
+                };
+                self.index_update(key, loc, row, -1, &mut entry)?;
+                rewrite.extend(self.chunks.delete(loc)?);
             }
-            *self.counts.entry(change.row).or_default() += change.diff;
         }
-        Ok(())
-    }
-
-    fn retract(&mut self, row: &[u8], count: i64, key: Option<&[u8]>) -> Result<()> {
-        let Some(current) = self.counts.get_mut(row) else {
-            return Err(Error::new(
-                SqlState::DATA_CORRUPTED,
-                "the log retracts a row the table does not hold",
-            ));
-        };
-        *current -= count;
-        if *current < 0 {
-            return Err(Error::new(
-                SqlState::DATA_CORRUPTED,
-                "the log retracts a row more often than it was inserted",
-            ));
-        }
-        if *current == 0 {
-            self.counts.remove(row);
-        }
-        if let (Some(pk), Some(key)) = (self.primary_key.as_mut(), key) {
-            pk.index.remove(key);
-        }
-        Ok(())
-    }
-
-    fn to_batches(&self, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
         let parser = self.converter.parser();
-        let mut out = Vec::new();
-        let mut pending = Vec::with_capacity(limits::BATCH_ROWS_MAX.min(self.counts.len()));
-        let mut flush = |pending: &mut Vec<arrow::row::Row<'_>>| -> Result<()> {
-            if pending.is_empty() {
-                return Ok(());
-            }
+        let inserted: Vec<&NetChange> = net
+            .iter()
+            .filter(|c| c.diff > 0)
+            .flat_map(|c| std::iter::repeat_n(c, c.diff as usize))
+            .collect();
+        if !inserted.is_empty() {
             let columns = self
                 .converter
-                .convert_rows(pending.drain(..))
+                .convert_rows(inserted.iter().map(|c| parser.parse(c.row(&encoded))))
                 .map_err(|e| arrow_error("decode rows", e))?;
-            out.push(
-                RecordBatch::try_new(Arc::clone(schema), columns)
-                    .map_err(|e| arrow_error("snapshot batch", e))?,
-            );
-            Ok(())
-        };
-        for (bytes, count) in &self.counts {
-            for _ in 0..*count {
-                pending.push(parser.parse(bytes));
-                if pending.len() >= limits::BATCH_ROWS_MAX {
-                    flush(&mut pending)?;
-                }
+            let batch = RecordBatch::try_new(Arc::clone(self.chunks.schema()), columns)
+                .map_err(|e| arrow_error("inserted rows", e))?;
+            let mut placed = Vec::with_capacity(inserted.len());
+            self.chunks.append(&batch, &mut placed)?;
+            for (change, loc) in inserted.iter().zip(placed) {
+                let row = change.row(&encoded);
+                let key = change.key(&encoded).unwrap_or(row);
+                self.index_update(key, loc, row, 1, &mut entry)?;
             }
         }
-        flush(&mut pending)?;
-        Ok(out)
+        rewrite.sort_unstable();
+        rewrite.dedup();
+        for chunk in rewrite {
+            if let Some(moved) = self.chunks.rewrite(chunk)? {
+                self.repoint(&moved, &mut entry)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds `weight` to the index entry of `row` (under `key`) at `loc`.
+    fn index_update(
+        &mut self,
+        key: &[u8],
+        loc: Loc,
+        row: &[u8],
+        weight: i64,
+        entry: &mut Vec<u8>,
+    ) -> Result<()> {
+        entry.clear();
+        entry.extend_from_slice(&loc.to_bytes());
+        if self.primary_key.is_some() {
+            entry.extend_from_slice(row);
+        }
+        self.index.update(key, entry, 0, weight, NEVER)?;
+        Ok(())
+    }
+
+    /// Points the index at the rows of a rewritten chunk.
+    fn repoint(&mut self, moved: &Moved, entry: &mut Vec<u8>) -> Result<()> {
+        let encoded = self.encode(&moved.batch)?;
+        for (to, &from) in moved.from.iter().enumerate() {
+            if to as u32 == from {
+                continue;
+            }
+            let row = encoded.rows.row(to);
+            let row = row.data();
+            let key = encoded.keys.as_ref().map(|k| k.row(to));
+            let key = key.as_ref().map_or(row, |k| k.data());
+            let (old, new) = (
+                Loc {
+                    chunk: moved.chunk,
+                    row: from,
+                },
+                Loc {
+                    chunk: moved.chunk,
+                    row: to as u32,
+                },
+            );
+            self.index_update(key, old, row, -1, entry)?;
+            self.index_update(key, new, row, 1, entry)?;
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of a location at the start of an index entry.
+const LOC: usize = 8;
+
+impl PrimaryKey {
+    fn encode(&self, batch: &RecordBatch) -> Result<arrow::row::Rows> {
+        let columns: Vec<ArrayRef> = self
+            .columns
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        self.converter
+            .convert_columns(&columns)
+            .map_err(|e| arrow_error("encode keys", e))
+    }
+}
+
+impl NetChange {
+    fn row<'a>(&self, encoded: &'a [Encoded]) -> &'a [u8] {
+        encoded[self.origin.0].rows.row(self.origin.1).data()
+    }
+
+    fn key<'a>(&self, encoded: &'a [Encoded]) -> Option<&'a [u8]> {
+        encoded[self.origin.0]
+            .keys
+            .as_ref()
+            .map(|k| k.row(self.origin.1).data())
     }
 }
 

@@ -83,7 +83,7 @@ impl Engine {
             &mut *old.write(),
             TableData::new(&def, Arc::clone(&schema))?,
         )
-        .relabel(Arc::clone(&schema));
+        .relabel(Arc::clone(&schema))?;
         let table = Table {
             def,
             schema,

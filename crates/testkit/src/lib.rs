@@ -565,6 +565,16 @@ pub fn assert_noticed(notices: &std::sync::Mutex<Vec<String>>, parts: &[&str]) {
     );
 }
 
+/// Asserts that `error` came from the server with SQLSTATE `sqlstate` and a message that
+/// contains `message`.
+pub fn assert_error(error: &tokio_postgres::Error, sqlstate: &str, message: &str) {
+    let db = error
+        .as_db_error()
+        .unwrap_or_else(|| panic!("not an error from the server: {error:?}"));
+    assert_eq!(db.code().code(), sqlstate, "{error:?}");
+    assert!(db.message().contains(message), "{error:?}");
+}
+
 /// [`rows`] as [`rows_as_text`].
 pub async fn text(server: &EddyProcess, sql: &str) -> String {
     rows_as_text(&rows(server, sql).await)

@@ -1,0 +1,275 @@
+//! A table's rows as Arrow chunks with deletion vectors.
+//!
+//! Rows are appended to the last chunk until it holds [`CHUNK_ROWS`], then to a new one; a
+//! deleted row is a bit in its chunk's deletion vector. A scan clones the chunks (reference
+//! counts) and filters only the chunks that changed since the last scan, so a write costs its
+//! rows and one chunk, not the table. A chunk more than half deleted is rewritten without its
+//! deleted rows; its survivors move, and the caller re-points its index at them.
+
+use std::sync::Arc;
+
+use arrow::array::{BooleanArray, RecordBatch};
+use arrow::datatypes::SchemaRef;
+use eddy_common::{Error, Result, limits};
+
+/// Rows per chunk (a scan's batches are at most this long).
+pub const CHUNK_ROWS: usize = limits::BATCH_ROWS_MAX;
+
+/// Where a row is: its chunk and its index within the chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loc {
+    pub chunk: u32,
+    pub row: u32,
+}
+
+impl Loc {
+    pub fn to_bytes(self) -> [u8; 8] {
+        let mut out = [0; 8];
+        out[..4].copy_from_slice(&self.chunk.to_le_bytes());
+        out[4..].copy_from_slice(&self.row.to_le_bytes());
+        out
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Loc {
+        let word = |at: usize| {
+            let mut b = [0; 4];
+            b.copy_from_slice(&bytes[at..at + 4]);
+            u32::from_le_bytes(b)
+        };
+        Loc {
+            chunk: word(0),
+            row: word(4),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Chunk {
+    batch: RecordBatch,
+    /// Rows appended after `batch`, merged into it when the chunk is read (so that many small
+    /// appends, as a log replay makes, copy the chunk once).
+    appended: Vec<RecordBatch>,
+    rows: usize,
+    /// One flag per row (empty while nothing is deleted).
+    deleted: Vec<bool>,
+    deleted_rows: usize,
+    /// The rows without the deleted ones, as the last scan built them.
+    view: Option<RecordBatch>,
+}
+
+impl Chunk {
+    fn live(&self) -> usize {
+        self.rows - self.deleted_rows
+    }
+
+    fn merge(&mut self, schema: &SchemaRef) -> Result<()> {
+        if self.appended.is_empty() {
+            return Ok(());
+        }
+        let parts = std::iter::once(&self.batch).chain(&self.appended);
+        self.batch = arrow::compute::concat_batches(schema, parts)
+            .map_err(|e| arrow_error("append rows", e))?;
+        self.appended.clear();
+        Ok(())
+    }
+}
+
+/// A rewritten chunk's survivors: for each row of the new chunk, its row before.
+pub struct Moved {
+    pub chunk: u32,
+    pub batch: RecordBatch,
+    pub from: Vec<u32>,
+}
+
+#[derive(Clone)]
+pub struct Chunks {
+    schema: SchemaRef,
+    chunks: Vec<Chunk>,
+    /// Chunks with no rows, to reuse.
+    free: Vec<u32>,
+    /// The chunk appends go to.
+    tail: Option<u32>,
+    live: usize,
+}
+
+fn arrow_error(context: &str, err: arrow::error::ArrowError) -> Error {
+    Error::internal(format!("{context}: {err}"))
+}
+
+impl Chunks {
+    pub fn new(schema: SchemaRef) -> Chunks {
+        Chunks {
+            schema,
+            chunks: Vec::new(),
+            free: Vec::new(),
+            tail: None,
+            live: 0,
+        }
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Rows held (not deleted).
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Appends `batch` (of this table's schema); `placed` gets each row's location, in order.
+    pub fn append(&mut self, batch: &RecordBatch, placed: &mut Vec<Loc>) -> Result<()> {
+        let mut at = 0;
+        while at < batch.num_rows() {
+            let tail = match self.tail {
+                Some(t) if self.chunks[t as usize].rows < CHUNK_ROWS => t,
+                _ => self.new_chunk()?,
+            };
+            let chunk = &mut self.chunks[tail as usize];
+            let start = chunk.rows;
+            let n = (CHUNK_ROWS - start).min(batch.num_rows() - at);
+            let piece = batch.slice(at, n);
+            if start == 0 {
+                chunk.batch = piece;
+            } else {
+                chunk.appended.push(piece);
+            }
+            chunk.rows += n;
+            if !chunk.deleted.is_empty() {
+                chunk.deleted.resize(start + n, false);
+            }
+            chunk.view = None;
+            placed.extend((start..start + n).map(|row| Loc {
+                chunk: tail,
+                row: row as u32,
+            }));
+            self.live += n;
+            at += n;
+        }
+        Ok(())
+    }
+
+    fn new_chunk(&mut self) -> Result<u32> {
+        let empty = Chunk {
+            batch: RecordBatch::new_empty(Arc::clone(&self.schema)),
+            appended: Vec::new(),
+            rows: 0,
+            deleted: Vec::new(),
+            deleted_rows: 0,
+            view: None,
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.chunks[id as usize] = empty;
+                id
+            }
+            None => {
+                let id = u32::try_from(self.chunks.len())
+                    .map_err(|_| Error::internal("a table holds 4 G chunks"))?;
+                self.chunks.push(empty);
+                id
+            }
+        };
+        self.tail = Some(id);
+        Ok(id)
+    }
+
+    /// Deletes the row at `loc`; returns the chunk if it should now be rewritten
+    /// ([`Chunks::rewrite`]).
+    pub fn delete(&mut self, loc: Loc) -> Result<Option<u32>> {
+        let chunk = self
+            .chunks
+            .get_mut(loc.chunk as usize)
+            .filter(|c| (loc.row as usize) < c.rows)
+            .ok_or_else(|| Error::internal("a table's index points past its rows"))?;
+        if chunk.deleted.is_empty() {
+            chunk.deleted = vec![false; chunk.rows];
+        }
+        let flag = &mut chunk.deleted[loc.row as usize];
+        if *flag {
+            return Err(Error::internal("a table's index points at a deleted row"));
+        }
+        *flag = true;
+        chunk.deleted_rows += 1;
+        chunk.view = None;
+        self.live -= 1;
+        let rewrite = chunk.deleted_rows * 2 > chunk.rows;
+        Ok(rewrite.then_some(loc.chunk))
+    }
+
+    /// Rewrites `chunk` without its deleted rows. An emptied chunk is freed; otherwise the
+    /// survivors are returned with their old rows, for the caller's index.
+    pub fn rewrite(&mut self, id: u32) -> Result<Option<Moved>> {
+        let chunk = &mut self.chunks[id as usize];
+        if chunk.deleted_rows == 0 {
+            return Ok(None);
+        }
+        if chunk.live() == 0 {
+            chunk.batch = RecordBatch::new_empty(Arc::clone(&self.schema));
+            chunk.appended.clear();
+            chunk.rows = 0;
+            chunk.deleted = Vec::new();
+            chunk.deleted_rows = 0;
+            chunk.view = None;
+            if self.tail != Some(id) {
+                self.free.push(id);
+            }
+            return Ok(None);
+        }
+        chunk.merge(&self.schema)?;
+        let kept = filter(&chunk.batch, &chunk.deleted)?;
+        let from = (0..chunk.deleted.len() as u32)
+            .filter(|&r| !chunk.deleted[r as usize])
+            .collect();
+        chunk.batch = kept.clone();
+        chunk.rows = kept.num_rows();
+        chunk.deleted = Vec::new();
+        chunk.deleted_rows = 0;
+        chunk.view = None;
+        Ok(Some(Moved {
+            chunk: id,
+            batch: kept,
+            from,
+        }))
+    }
+
+    /// The rows as batches: shared with the chunks, filtered where rows were deleted.
+    pub fn scan(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::with_capacity(self.chunks.len());
+        for chunk in self.chunks.iter_mut().filter(|c| c.live() > 0) {
+            chunk.merge(&self.schema)?;
+            if chunk.deleted_rows == 0 {
+                out.push(chunk.batch.clone());
+                continue;
+            }
+            if chunk.view.is_none() {
+                chunk.view = Some(filter(&chunk.batch, &chunk.deleted)?);
+            }
+            out.extend(chunk.view.clone());
+        }
+        Ok(out)
+    }
+
+    /// The same rows under a schema that differs only in names or nullability.
+    pub fn relabel(&mut self, schema: SchemaRef) -> Result<()> {
+        for chunk in &mut self.chunks {
+            chunk.merge(&self.schema)?;
+            let relabel = |b: &RecordBatch| {
+                RecordBatch::try_new_with_options(
+                    Arc::clone(&schema),
+                    b.columns().to_vec(),
+                    &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
+                )
+                .map_err(|e| arrow_error("relabel rows", e))
+            };
+            chunk.batch = relabel(&chunk.batch)?;
+            chunk.view = None;
+        }
+        self.schema = schema;
+        Ok(())
+    }
+}
+
+fn filter(batch: &RecordBatch, deleted: &[bool]) -> Result<RecordBatch> {
+    let keep: BooleanArray = deleted.iter().map(|d| Some(!d)).collect();
+    arrow::compute::filter_record_batch(batch, &keep).map_err(|e| arrow_error("filter rows", e))
+}

@@ -1,0 +1,170 @@
+//! [`TableData`] against a model: random inserts, retractions and updates of keyed and
+//! unkeyed tables, through chunk rewrites and transaction forks.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{AsArray, Int32Array, Int64Array, RecordBatch};
+use arrow::datatypes::{Int32Type, Int64Type};
+use eddy_common::{ChangeBatch, ObjectId};
+use proptest::prelude::*;
+
+use crate::catalog::{ColumnDef, TableDef};
+use crate::table::TableData;
+
+fn def(keyed: bool) -> TableDef {
+    let column = |name: &str, arrow: &str, pg: &str| ColumnDef {
+        name: name.into(),
+        pg_type: pg.into(),
+        arrow_type: arrow.into(),
+        nullable: true,
+        proctime: false,
+        default: None,
+    };
+    TableDef {
+        id: ObjectId(7),
+        schema: "public".into(),
+        name: "kv".into(),
+        columns: vec![
+            column("k", "Int32", "integer"),
+            column("v", "Int64", "bigint"),
+        ],
+        primary_key: if keyed { vec![0] } else { Vec::new() },
+        append_only: false,
+        watermark: None,
+        options: Vec::new(),
+        partitions: 1,
+        format: None,
+        includes: Vec::new(),
+    }
+}
+
+type Model = BTreeMap<(i32, i64), i64>;
+
+fn changes(rows: &[(i32, i64, i64)]) -> ChangeBatch {
+    let batch = RecordBatch::try_new(
+        def(true).schema().unwrap(),
+        vec![
+            Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+        ],
+    )
+    .unwrap();
+    ChangeBatch::new(
+        batch,
+        Int64Array::from_iter_values(rows.iter().map(|r| r.2)),
+    )
+}
+
+fn contents(data: &mut TableData) -> Model {
+    let mut out = Model::new();
+    for batch in data.snapshot().unwrap().iter() {
+        let k = batch.column(0).as_primitive::<Int32Type>();
+        let v = batch.column(1).as_primitive::<Int64Type>();
+        for i in 0..batch.num_rows() {
+            *out.entry((k.value(i), v.value(i))).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// Applies `rows` to the table when it accepts them, to the model too; returns whether it did.
+fn write(data: &mut TableData, model: &mut Model, rows: &[(i32, i64, i64)]) -> bool {
+    let batch = [changes(rows)];
+    if data.check(&batch).is_err() {
+        return false;
+    }
+    data.apply(&batch).unwrap();
+    for &(k, v, d) in rows {
+        *model.entry((k, v)).or_default() += d;
+    }
+    model.retain(|_, n| *n != 0);
+    true
+}
+
+/// What a keyed table must refuse: a key held twice.
+fn keys_unique(model: &Model, rows: &[(i32, i64, i64)]) -> bool {
+    let mut after = model.clone();
+    for &(k, v, d) in rows {
+        *after.entry((k, v)).or_default() += d;
+    }
+    after.retain(|_, n| *n != 0);
+    let mut keys = std::collections::BTreeSet::new();
+    after.iter().all(|((k, _), n)| *n == 1 && keys.insert(*k))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Random batches of inserts and retractions: the table holds what the model holds, and
+    /// refuses exactly the batches that retract a row it does not hold or repeat a key.
+    #[test]
+    fn a_table_holds_what_its_changes_say(keyed: bool, ops in prop::collection::vec(prop::collection::vec((0..12i32, 0..4i64, prop::bool::weighted(0.6)), 1..40), 1..40)) {
+        let def = def(keyed);
+        let mut data = TableData::new(&def, def.schema().unwrap()).unwrap();
+        let mut model = Model::new();
+        for (n, op) in ops.iter().enumerate() {
+            let rows: Vec<(i32, i64, i64)> = op.iter().map(|&(k, v, insert)| (k, v, if insert { 1 } else { -1 })).collect();
+            // Retractions of what is held, so that most batches apply.
+            let mut held = model.clone();
+            let rows: Vec<(i32, i64, i64)> = rows.into_iter().filter_map(|(k, v, d)| {
+                if d > 0 {
+                    return Some((k, v, d));
+                }
+                let (&(k, v), n) = held.iter_mut().find(|((hk, _), n)| *hk == k && **n > 0)?;
+                *n -= 1;
+                Some((k, v, -1))
+            }).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let valid = !keyed || keys_unique(&model, &rows);
+            let applied = write(&mut data, &mut model, &rows);
+            prop_assert_eq!(applied, valid, "batch {} {:?}", n, rows);
+            if n % 3 == 0 {
+                prop_assert_eq!(&contents(&mut data), &model);
+            }
+        }
+        prop_assert_eq!(&contents(&mut data), &model);
+        prop_assert_eq!(data.row_count() as i64, model.values().sum::<i64>());
+        // A fork is the same table, and changes apart from it.
+        let mut fork = data.fork().unwrap();
+        prop_assert_eq!(&contents(&mut fork), &model);
+        let all: Vec<(i32, i64, i64)> = model.iter().map(|(&(k, v), _)| (k, v, -1)).collect();
+        if !all.is_empty() {
+            let mut emptied = model.clone();
+            prop_assert!(write(&mut fork, &mut emptied, &all));
+            prop_assert_eq!(contents(&mut fork), emptied);
+            prop_assert_eq!(contents(&mut data), model);
+        }
+    }
+}
+
+/// More rows than a chunk holds, most deleted then updated: chunks are rewritten and the
+/// index follows the rows that moved.
+#[test]
+fn rows_move_when_their_chunk_is_rewritten() {
+    for keyed in [true, false] {
+        let def = def(keyed);
+        let mut data = TableData::new(&def, def.schema().unwrap()).unwrap();
+        let mut model = Model::new();
+        let n = 20_000;
+        let rows: Vec<(i32, i64, i64)> = (0..n).map(|k| (k, i64::from(k), 1)).collect();
+        assert!(write(&mut data, &mut model, &rows));
+        let deleted: Vec<(i32, i64, i64)> = (0..n)
+            .filter(|k| k % 4 != 0)
+            .map(|k| (k, i64::from(k), -1))
+            .collect();
+        assert!(write(&mut data, &mut model, &deleted));
+        assert_eq!(contents(&mut data), model);
+        // Every survivor updated, one at a time for some (each a single-row write).
+        for k in (0..n).filter(|k| k % 4 == 0) {
+            let update = [(k, i64::from(k), -1), (k, i64::from(k) + 1, 1)];
+            assert!(write(&mut data, &mut model, &update), "{k}");
+        }
+        assert_eq!(contents(&mut data), model);
+        assert_eq!(data.row_count(), n as usize / 4);
+        // A retraction of a row the table no longer holds is refused.
+        assert!(!write(&mut data, &mut model, &[(0, 0, -1)]));
+    }
+}
