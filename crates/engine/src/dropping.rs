@@ -88,6 +88,9 @@ impl Engine {
             }
         }
         notices.extend(self.drop_ids_now(&ids, cascade, None)?);
+        // What a statement after the DROP reads (eddy_dead_letters, eddy_late_events) no
+        // longer shows the dropped views.
+        self.runtime.barrier().await?;
         Ok(notices)
     }
 

@@ -280,6 +280,7 @@ impl Engine {
         ));
         if !ids.is_empty() {
             self.drop_ids_now(&ids, true, None)?;
+            self.runtime.barrier().await?;
         }
         for (name, _) in &doomed {
             if let Some(def) = self

@@ -253,6 +253,14 @@ impl ViewRuntime {
         self.send(Message::DropView { id })
     }
 
+    /// Resolves once the runtime has handled every message sent before (a dropped view's late
+    /// and failed rows are forgotten, its subscriptions ended).
+    pub async fn barrier(&self) -> Result<()> {
+        let (reply, done) = oneshot::channel();
+        self.send(Message::Barrier { reply })?;
+        done.await.map_err(|_| stopped())
+    }
+
     /// Ends the current epoch and checkpoints every view; resolves with the checkpoint's epoch
     /// once it is committed.
     pub fn checkpoint(&self) -> Result<oneshot::Receiver<Result<u64>>> {

@@ -342,6 +342,10 @@ enum Message {
     },
     /// Wakes an idle runtime to answer [`SnapshotRequests`] or look at a lane's answer.
     Wake,
+    /// Answered once every message queued before it is handled (a DROP's runtime side done).
+    Barrier {
+        reply: oneshot::Sender<()>,
+    },
     /// Ends the epoch and checkpoints (`CHECKPOINT`); answered once the checkpoint is committed.
     Checkpoint {
         reply: oneshot::Sender<Result<u64>>,

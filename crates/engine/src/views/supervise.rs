@@ -187,6 +187,9 @@ impl RuntimeState {
             }
             Message::Recovered => self.recovered = true,
             Message::Wake => self.waker.woken(),
+            Message::Barrier { reply } => {
+                let _ = reply.send(());
+            }
             Message::Checkpoint { reply } => {
                 let ended = self.end_epoch(&[]);
                 *last_epoch = Instant::now();
