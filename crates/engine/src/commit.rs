@@ -83,9 +83,21 @@ impl Engine {
             .sum();
         let messages = routed.iter().map(Vec::len).sum();
         let mut budget = Some(self.runtime.reserve(bytes, messages).await?);
-        let ticket = self.log.commit(log_writes);
+        let n = log_writes.len();
+        let (ticket, offsets) = self.log.commit_at(log_writes);
+        if offsets.len() != n {
+            // Refused before it was queued (a record too large): nothing to apply.
+            drop(guard);
+            return ticket
+                .await
+                .map_err(|_| Error::internal("the log committer stopped without answering"))?
+                .map(|_| ());
+        }
+        let mut offsets = offsets.as_slice();
         for ((table, changes), parts) in writes.iter().zip(routed) {
-            table.write().apply(changes)?;
+            let (mine, rest) = offsets.split_at(parts.len());
+            offsets = rest;
+            table.write().apply_committed(changes, &parts, mine)?;
             table.progress.advance(positions);
             for (partition, part) in parts {
                 self.runtime.changes(

@@ -34,6 +34,7 @@ mod system;
 mod table;
 mod table_chunks;
 mod table_ddl;
+mod table_log;
 #[cfg(test)]
 mod table_tests;
 #[cfg(test)]
@@ -148,8 +149,9 @@ impl Table {
         self.data.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn snapshot(&self) -> Result<Arc<Vec<RecordBatch>>> {
-        self.write().snapshot()
+    /// The contents as a statement scans them (see [`TableData::scan`]).
+    pub(crate) fn scan(&self) -> Result<table::TableScan> {
+        self.write().scan()
     }
 
     /// The log partitions one transaction's changes go to: an append-only table's inserts to
@@ -508,7 +510,10 @@ impl Engine {
 
 /// A table as its log holds it, with its watermark clock as the log ends (tables with a
 /// `WATERMARK FOR`): the watermark a restart goes on from.
-fn load_table(log: &LogStore, def: TableDef) -> Result<(Arc<Table>, Option<clock::StreamClock>)> {
+fn load_table(
+    log: &Arc<LogStore>,
+    def: TableDef,
+) -> Result<(Arc<Table>, Option<clock::StreamClock>)> {
     let schema = def.schema()?;
     let clock = clock_of(&def)?;
     let mut stream_clock = clock.map(clock::StreamClock::replaying);
@@ -530,8 +535,9 @@ fn load_table(log: &LogStore, def: TableDef) -> Result<(Arc<Table>, Option<clock
 
 /// A table's contents as its log holds them, and (for a table fed by a connector) the source
 /// position each source partition was read to.
+#[cfg(test)]
 fn load_contents(
-    log: &LogStore,
+    log: &Arc<LogStore>,
     def: &TableDef,
     schema: &SchemaRef,
 ) -> Result<(TableData, Vec<(u32, u64)>)> {
@@ -540,12 +546,16 @@ fn load_contents(
 
 /// [`load_contents`], also raising `clock` with every record's data and watermark marks.
 fn load_contents_with(
-    log: &LogStore,
+    log: &Arc<LogStore>,
     def: &TableDef,
     schema: &SchemaRef,
     mut clock: Option<&mut clock::StreamClock>,
 ) -> Result<(TableData, Vec<(u32, u64)>)> {
-    let mut data = TableData::new(def, Arc::clone(schema))?;
+    // An append-only table's rows stay in its log: only counted here.
+    let mut data = (!def.append_only)
+        .then(|| TableData::new(def, Arc::clone(schema)))
+        .transpose()?;
+    let mut appended = 0usize;
     let mut records = 0u64;
     // Per source partition: the position written by the latest transaction.
     let mut positions: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
@@ -566,7 +576,10 @@ fn load_contents_with(
                     }
                 }
             }
-            data.apply(&changes)?;
+            match data.as_mut() {
+                Some(data) => data.apply(&changes)?,
+                None => appended += changes.iter().map(ChangeBatch::len).sum::<usize>(),
+            }
             if fed {
                 for (p, offset) in decode_positions(&record.payload)? {
                     let slot = positions.entry(p).or_insert((record.txn_id.0, offset));
@@ -579,6 +592,10 @@ fn load_contents_with(
             Ok(())
         })?;
     }
+    let data = match data {
+        Some(data) => data,
+        None => TableData::logged(def, Arc::clone(schema), log, appended)?,
+    };
     tracing::info!(table = %def.qualified().display(), records, rows = data.row_count(), "table restored from its log");
     Ok((
         data,

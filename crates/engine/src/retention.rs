@@ -28,7 +28,7 @@ use eddy_storage::log::{
 use arrow::datatypes::SchemaRef;
 
 use crate::catalog::TableDef;
-use crate::{Engine, Table, checkpoint, concat_changes, load_contents};
+use crate::{Engine, Table, checkpoint, concat_changes};
 
 /// How often retention runs in the background (also after every `CHECKPOINT`).
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
@@ -100,14 +100,8 @@ impl Engine {
                     .unwrap_or(0);
             }
             if trimmed > 0 {
+                // Its rows are read from the log (`table_log`), which no longer has these.
                 tracing::info!(table = %table.def.name, segments = trimmed, "retention deleted old log segments");
-                // The contents follow the log: rebuilt from what it keeps, with writes held.
-                let _guard = self.lock_writes().await;
-                self.log.commit(Vec::new()).await.map_err(|_| {
-                    eddy_common::Error::internal("the log committer stopped without answering")
-                })??;
-                let (data, _) = load_contents(&self.log, &table.def, &table.schema)?;
-                *table.write() = data;
                 deleted += trimmed;
             }
         }
@@ -344,6 +338,7 @@ mod tests {
 
     use super::*;
     use crate::catalog::ColumnDef;
+    use crate::load_contents;
 
     fn def() -> TableDef {
         let column = |name: &str, arrow: &str, pg: &str| ColumnDef {

@@ -15,7 +15,8 @@ use eddy_sql::pg_catalog::Namespace;
 use eddy_sql::{CatalogSource, EDDY_CATALOG_SCHEMA, QualifiedName, TableSource, ViewDefinition};
 
 use crate::names::SearchPath;
-use crate::table::TableData;
+use crate::table::{TableData, TableScan};
+use crate::table_log::LogScan;
 use crate::variables::Variables;
 use crate::{Engine, Table};
 
@@ -170,14 +171,15 @@ impl SessionCatalog {
         let snapshot = {
             let mut forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
             match forks.get_mut(&table.def.id) {
-                Some(fork) => fork.snapshot(),
-                None => table.snapshot(),
+                Some(fork) => fork.scan(),
+                None => table.scan(),
             }
         };
         // A snapshot that cannot be built (decoding rows failed, a bug) fails the statements
         // that scan the table, not those that only name it (`\d`, a catalog lookup).
         let contents = match snapshot {
-            Ok(rows) => Contents::Rows(rows),
+            Ok(TableScan::Rows(rows)) => Contents::Rows(rows),
+            Ok(TableScan::Log(log)) => Contents::Log(log),
             Err(e) => {
                 tracing::error!(table = %name.display(), error = %e, "building a table snapshot failed");
                 Contents::Failed(e)
@@ -346,9 +348,17 @@ impl TableSource for SnapshotTable {
         Arc::clone(&self.schema)
     }
 
+    fn stream(&self) -> Option<Arc<dyn eddy_sql::StreamSource>> {
+        match &self.contents {
+            Contents::Log(log) => Some(Arc::clone(log) as Arc<dyn eddy_sql::StreamSource>),
+            _ => None,
+        }
+    }
+
     async fn scan(&self) -> Result<Arc<Vec<RecordBatch>>> {
         match &self.contents {
             Contents::Rows(rows) => Ok(Arc::clone(rows)),
+            Contents::Log(log) => Ok(Arc::new(log.collect()?)),
             Contents::Failed(e) => Err(e.clone()),
             Contents::View(views, name) => views.rows(self.id, name).await,
             Contents::System(engine, name) => Ok(Arc::new(crate::system::rows(engine, name)?)),
@@ -365,6 +375,8 @@ impl TableSource for SnapshotTable {
 #[derive(Debug)]
 enum Contents {
     Rows(Arc<Vec<RecordBatch>>),
+    /// An append-only table's rows, read from its log as the statement scans them.
+    Log(Arc<LogScan>),
     /// Rows that could not be read.
     Failed(Error),
     /// A materialized view (by name, for errors), from the statement's snapshots.

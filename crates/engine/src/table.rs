@@ -1,8 +1,9 @@
 //! A table's current contents, kept in memory and rebuilt from its log on start-up.
 //!
-//! Append-only tables keep their batches as written. Other tables keep a multiset of rows in
-//! arrow's row format (plus a primary-key index when they have one), so that retractions find
-//! their rows. Invariant: applying a change batch is all-or-nothing — [`TableData::check`]
+//! Append-only tables keep their rows in their log, not in memory ([`LogRows`]); a view's
+//! contents that only ever got inserts keep their batches as written. Other tables keep a
+//! multiset of rows in arrow's row format (plus a primary-key index when they have one), so
+//! that retractions find their rows. Invariant: applying a change batch is all-or-nothing — [`TableData::check`]
 //! validates it against the current contents before [`TableData::apply`] changes anything.
 
 use std::collections::HashSet;
@@ -21,6 +22,7 @@ use eddy_dataflow::arrangement::{Arrangement, NEVER};
 
 use crate::catalog::TableDef;
 use crate::table_chunks::{Chunks, Loc, Moved};
+use crate::table_log::{LogRows, LogScan};
 
 pub struct TableData {
     schema: SchemaRef,
@@ -31,7 +33,14 @@ pub struct TableData {
 
 enum Rows {
     AppendOnly(Vec<RecordBatch>),
+    Log(LogRows),
     Multiset(Box<Multiset>),
+}
+
+/// What a scan of a table reads: rows in memory, or an append-only table's log.
+pub enum TableScan {
+    Rows(Arc<Vec<RecordBatch>>),
+    Log(Arc<LogScan>),
 }
 
 struct Multiset {
@@ -73,6 +82,21 @@ impl TableData {
         Ok(TableData {
             schema,
             rows,
+            snapshot: None,
+        })
+    }
+
+    /// An append-only table whose log holds `rows` rows up to its partitions' current ends.
+    pub fn logged(
+        def: &TableDef,
+        schema: SchemaRef,
+        log: &Arc<eddy_storage::log::LogStore>,
+        rows: usize,
+    ) -> Result<Self> {
+        let log = LogRows::at_end(log, def.id, def.partitions, Arc::clone(&schema), rows)?;
+        Ok(TableData {
+            schema,
+            rows: Rows::Log(log),
             snapshot: None,
         })
     }
@@ -119,20 +143,41 @@ impl TableData {
         Ok(())
     }
 
+    /// Rows held in memory by an append-only table (its tail not yet read back from the log).
+    #[cfg(test)]
+    pub fn held_in_memory(&self) -> usize {
+        match &self.rows {
+            Rows::Log(l) => l.held_in_memory(),
+            _ => self.row_count(),
+        }
+    }
+
     pub fn row_count(&self) -> usize {
         match &self.rows {
             Rows::AppendOnly(batches) => batches.iter().map(|b| b.num_rows()).sum(),
+            Rows::Log(l) => l.row_count(),
             Rows::Multiset(m) => m.chunks.len(),
         }
     }
 
-    /// The current contents, as an immutable snapshot.
+    /// The current contents as a scan reads them: frozen, an append-only table's read from
+    /// its log as the scan goes.
+    pub fn scan(&mut self) -> Result<TableScan> {
+        match &mut self.rows {
+            Rows::Log(l) => Ok(TableScan::Log(l.scan()?)),
+            _ => Ok(TableScan::Rows(self.snapshot()?)),
+        }
+    }
+
+    /// The current contents, as an immutable snapshot in memory.
     pub fn snapshot(&mut self) -> Result<Arc<Vec<RecordBatch>>> {
         if let Some(s) = &self.snapshot {
             return Ok(Arc::clone(s));
         }
         let batches = match &mut self.rows {
             Rows::AppendOnly(batches) => batches.clone(),
+            // Not cached: the rows are not to be held.
+            Rows::Log(l) => return Ok(Arc::new(l.scan()?.collect()?)),
             Rows::Multiset(m) => m.chunks.scan()?,
         };
         let snapshot = Arc::new(batches);
@@ -143,7 +188,7 @@ impl TableData {
     /// Checks that `changes` can be applied: retracted rows exist, no primary key repeats.
     pub fn check(&self, changes: &[ChangeBatch]) -> Result<()> {
         match &self.rows {
-            Rows::AppendOnly(_) => {
+            Rows::AppendOnly(_) | Rows::Log(_) => {
                 if changes
                     .iter()
                     .any(|c| c.diffs().values().iter().any(|d| *d < 0))
@@ -158,10 +203,29 @@ impl TableData {
         }
     }
 
+    /// Applies a commit's changes that [`TableData::check`] accepted, as routed to the log's
+    /// partitions (`parts`) whose records were promised `offsets`.
+    pub fn apply_committed(
+        &mut self,
+        changes: &[ChangeBatch],
+        parts: &[(u32, ChangeBatch)],
+        offsets: &[eddy_common::Offset],
+    ) -> Result<()> {
+        match &mut self.rows {
+            Rows::Log(l) => l.append(parts, Some(offsets)),
+            _ => self.apply(changes),
+        }
+    }
+
     /// Applies changes that [`TableData::check`] accepted.
     pub fn apply(&mut self, changes: &[ChangeBatch]) -> Result<()> {
         self.snapshot = None;
         match &mut self.rows {
+            Rows::Log(l) => {
+                let parts: Vec<(u32, ChangeBatch)> =
+                    changes.iter().map(|c| (0, c.clone())).collect();
+                l.append(&parts, None)
+            }
             Rows::AppendOnly(batches) => {
                 for rows in changes
                     .iter()
@@ -207,7 +271,7 @@ impl TableData {
             ))
         };
         let m = match &self.rows {
-            Rows::AppendOnly(_) => {
+            Rows::AppendOnly(_) | Rows::Log(_) => {
                 if kinds.iter().any(|k| *k != RowKind::Insert) {
                     return Err(Error::internal(
                         "an append-only table got a change that is not an insert",
@@ -354,6 +418,7 @@ impl TableData {
                         .map_err(|e| arrow_error("relabel rows", e))?;
                 }
             }
+            Rows::Log(l) => l.relabel(Arc::clone(&schema))?,
             Rows::Multiset(m) => m.chunks.relabel(Arc::clone(&schema))?,
         }
         Ok(TableData {
@@ -367,6 +432,7 @@ impl TableData {
     pub fn fork(&self) -> Result<TableData> {
         let rows = match &self.rows {
             Rows::AppendOnly(b) => Rows::AppendOnly(b.clone()),
+            Rows::Log(l) => Rows::Log(l.clone()),
             Rows::Multiset(m) => Rows::Multiset(Box::new(m.fork(&self.schema)?)),
         };
         Ok(TableData {

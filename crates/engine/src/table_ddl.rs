@@ -40,7 +40,11 @@ impl Engine {
         self.log.create_object(id, def.partitions)?;
         self.meta
             .put_object(id, &ObjectDef::Table(def.clone()).encode()?)?;
-        let data = TableData::new(&def, Arc::clone(&schema))?;
+        let data = if def.append_only {
+            TableData::logged(&def, Arc::clone(&schema), &self.log, 0)?
+        } else {
+            TableData::new(&def, Arc::clone(&schema))?
+        };
         let clock = clock_of(&def)?;
         let table = Arc::new(Table {
             def,

@@ -13,8 +13,10 @@ use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result as DfResult;
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use eddy_common::Error;
 
 use crate::pg_catalog::{Activity, Namespace, Relation};
@@ -30,6 +32,11 @@ pub trait TableSource: Send + Sync + fmt::Debug {
     /// immutable `Arc`ed copy). It may wait, asynchronously (a materialized view's contents
     /// being published); an error fails the statement.
     async fn scan(&self) -> eddy_common::Result<Arc<Vec<RecordBatch>>>;
+    /// Contents too large to hold in memory (an append-only table's log), read as a stream
+    /// each time a plan runs; `None` (the default): [`TableSource::scan`] gives them.
+    fn stream(&self) -> Option<Arc<dyn StreamSource>> {
+        None
+    }
     /// The column `WATERMARK FOR` names, for streams that declare one.
     fn watermark_column(&self) -> Option<String> {
         None
@@ -42,6 +49,30 @@ pub trait TableSource: Send + Sync + fmt::Debug {
     /// or `FOREIGN` (a source, whose records live elsewhere).
     fn table_type(&self) -> &'static str {
         "BASE TABLE"
+    }
+}
+
+/// A frozen relation read as a stream of batches: every `open` yields the same rows.
+pub trait StreamSource: Send + Sync + fmt::Debug {
+    /// The rows, labelled with `schema` (the table's columns, perhaps with other
+    /// nullability); errors come as items of the stream.
+    fn open(&self, schema: SchemaRef) -> SendableRecordBatchStream;
+}
+
+/// One [`StreamSource`] as DataFusion's partition of a streaming scan.
+#[derive(Debug)]
+struct StreamPartition {
+    source: Arc<dyn StreamSource>,
+    schema: SchemaRef,
+}
+
+impl PartitionStream for StreamPartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        self.source.open(Arc::clone(&self.schema))
     }
 }
 
@@ -258,8 +289,22 @@ impl TableProvider for TableBridge {
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
         _filters: &[Expr],
-        _limit: Option<usize>,
+        limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if let Some(source) = self.source.stream() {
+            let partition = Arc::new(StreamPartition {
+                source,
+                schema: self.schema(),
+            });
+            return Ok(Arc::new(StreamingTableExec::try_new(
+                self.schema(),
+                vec![partition],
+                projection,
+                Vec::new(),
+                false,
+                limit,
+            )?));
+        }
         let batches: Vec<RecordBatch> = self
             .source
             .scan()

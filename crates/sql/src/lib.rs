@@ -21,7 +21,7 @@ pub mod types;
 pub mod windows;
 
 pub use catalog::{
-    CatalogSource, EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, PUBLIC_SCHEMA, TableSource,
+    CatalogSource, EDDY_CATALOG_OID, EDDY_CATALOG_SCHEMA, PUBLIC_SCHEMA, StreamSource, TableSource,
     ViewDefinition,
 };
 pub use datafusion::sql::sqlparser::ast;

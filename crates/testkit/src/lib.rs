@@ -26,6 +26,8 @@ pub struct ProcessStats {
     pub cpu_seconds: f64,
     /// Peak resident set size.
     pub peak_rss_bytes: u64,
+    /// Resident set size now.
+    pub rss_bytes: u64,
 }
 
 /// A running `eddy serve` child process.
@@ -200,14 +202,17 @@ impl EddyProcess {
         // USER_HZ is 100 on every Linux configuration we run on.
         let cpu_seconds = (ticks(11) + ticks(12)) as f64 / 100.0;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let peak_kb = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0);
+        let kb = |field: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
         Ok(ProcessStats {
             cpu_seconds,
-            peak_rss_bytes: peak_kb * 1024,
+            peak_rss_bytes: kb("VmHWM:") * 1024,
+            rss_bytes: kb("VmRSS:") * 1024,
         })
     }
 

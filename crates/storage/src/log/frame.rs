@@ -33,9 +33,10 @@ pub struct Record {
     pub payload: Vec<u8>,
 }
 
-/// Appends the frame of `record` to `out`.
-pub fn encode(record: &Record, out: &mut Vec<u8>) -> Result<()> {
-    let body_len = 1 + 8 + 2 + 12 * record.participants.len() + record.payload.len();
+/// Checks that a record of `payload` bytes naming `participants` partitions fits a frame;
+/// returns its body's length.
+pub fn check(participants: usize, payload: usize) -> Result<usize> {
+    let body_len = 1 + 8 + 2 + 12 * participants + payload;
     if body_len > limits::LOG_RECORD_BYTES_MAX {
         return Err(Error::new(
             SqlState::PROGRAM_LIMIT_EXCEEDED,
@@ -45,12 +46,19 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) -> Result<()> {
             ),
         ));
     }
-    let participants = u16::try_from(record.participants.len()).map_err(|_| {
-        Error::new(
+    if u16::try_from(participants).is_err() {
+        return Err(Error::new(
             SqlState::PROGRAM_LIMIT_EXCEEDED,
             "a transaction wrote to too many tables",
-        )
-    })?;
+        ));
+    }
+    Ok(body_len)
+}
+
+/// Appends the frame of `record` to `out`.
+pub fn encode(record: &Record, out: &mut Vec<u8>) -> Result<()> {
+    let body_len = check(record.participants.len(), record.payload.len())?;
+    let participants = record.participants.len() as u16;
     let start = out.len();
     out.extend_from_slice(&(body_len as u32).to_le_bytes());
     out.extend_from_slice(&[0; 4]);

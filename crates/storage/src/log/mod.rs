@@ -50,7 +50,16 @@ pub type CommitTicket = oneshot::Receiver<Result<Committed>>;
 
 struct CommitRequest {
     writes: Vec<Write>,
+    /// The offset each write was promised when it was queued ([`LogStore::commit_at`]).
+    promised: Vec<Offset>,
     reply: oneshot::Sender<Result<Committed>>,
+}
+
+/// The committer's queue, and the offset the next queued record of each partition gets: the
+/// committer appends in queue order, so a record's offset is known when it is queued.
+struct Queue {
+    tx: Option<SyncSender<CommitRequest>>,
+    next: HashMap<PartitionKey, u64>,
 }
 
 type PartitionKey = (ObjectId, PartitionId);
@@ -66,7 +75,7 @@ struct Shared {
 
 pub struct LogStore {
     shared: Arc<Shared>,
-    queue: Mutex<Option<SyncSender<CommitRequest>>>,
+    queue: Mutex<Queue>,
     committer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -131,7 +140,10 @@ impl LogStore {
             .map_err(|e| Error::io("start the log committer", e))?;
         Ok(Arc::new(LogStore {
             shared,
-            queue: Mutex::new(Some(tx)),
+            queue: Mutex::new(Queue {
+                tx: Some(tx),
+                next: HashMap::new(),
+            }),
             committer: Mutex::new(Some(committer)),
         }))
     }
@@ -152,6 +164,7 @@ impl LogStore {
 
     /// Deletes an object's log. Call only once the catalog no longer lists the object.
     pub fn drop_object(&self, object: ObjectId) -> Result<()> {
+        lock(&self.queue).next.retain(|k, _| k.0 != object);
         lock(&self.shared.partitions).retain(|k, _| k.0 != object);
         let dir = self.shared.root.join(object.0.to_string());
         match fs::remove_dir_all(&dir) {
@@ -164,11 +177,49 @@ impl LogStore {
     /// Queues a commit. The order of calls is the order of the log; the ticket resolves once
     /// the commit is durable (or failed). Blocks while the queue is full (back-pressure).
     pub fn commit(&self, writes: Vec<Write>) -> CommitTicket {
+        self.commit_at(writes).0
+    }
+
+    /// [`LogStore::commit`], also returning the offset each write gets (in the order of
+    /// `writes`) if the commit succeeds: readers can tell a record they hold in memory from
+    /// the same record read back from the log. A record that does not land where it was
+    /// promised fails the log (see `append_commit`), so a promise is never silently wrong.
+    pub fn commit_at(&self, writes: Vec<Write>) -> (CommitTicket, Vec<Offset>) {
         let (reply, ticket) = oneshot::channel();
-        let queue = lock(&self.queue);
-        match queue.as_ref() {
+        // What would fail to append fails here, before offsets are promised.
+        let participants = writes
+            .iter()
+            .map(|w| (w.object, w.partition))
+            .collect::<HashSet<_>>()
+            .len();
+        let participants = if participants < 2 { 0 } else { participants };
+        if let Some(e) = writes
+            .iter()
+            .find_map(|w| frame::check(participants, w.payload.len()).err())
+        {
+            let _ = reply.send(Err(e));
+            return (ticket, Vec::new());
+        }
+        let mut queue = lock(&self.queue);
+        let mut promised = Vec::with_capacity(writes.len());
+        for w in &writes {
+            let key = (w.object, w.partition);
+            let next = match queue.next.get(&key) {
+                Some(&n) => n,
+                // Nothing of this partition is queued: its end is where the next record goes.
+                None => self.end_offset(w.object, w.partition).map_or(0, |o| o.0),
+            };
+            queue.next.insert(key, next + 1);
+            promised.push(Offset(next));
+        }
+        match queue.tx.as_ref() {
             Some(tx) => {
-                if let Err(mpsc::SendError(request)) = tx.send(CommitRequest { writes, reply }) {
+                let request = CommitRequest {
+                    writes,
+                    promised: promised.clone(),
+                    reply,
+                };
+                if let Err(mpsc::SendError(request)) = tx.send(request) {
                     let _ = request.reply.send(Err(shut_down()));
                 }
             }
@@ -176,7 +227,7 @@ impl LogStore {
                 let _ = reply.send(Err(shut_down()));
             }
         }
-        ticket
+        (ticket, promised)
     }
 
     /// The offset the next record appended to a partition gets (its log end).
@@ -288,7 +339,7 @@ impl LogStore {
     }
 
     pub fn shutdown(&self) {
-        lock(&self.queue).take();
+        lock(&self.queue).tx.take();
         if let Some(handle) = lock(&self.committer).take() {
             let _ = handle.join();
         }
@@ -392,7 +443,7 @@ fn run_committer(shared: &Shared, queue: &Receiver<CommitRequest>, txn_max: TxnI
             next_txn += 1;
             results.push(append_commit(
                 shared,
-                &request.writes,
+                request,
                 txn_id,
                 &mut touched,
                 &mut scratch,
@@ -425,13 +476,18 @@ fn log_failed(why: &str) -> Error {
     )
 }
 
+/// Appends one commit's records. Every partition is looked up before anything is appended (a
+/// commit naming a dropped object appends nothing); an append that fails, or lands elsewhere
+/// than promised, fails the log: what reached the file is unknown, and offsets promised to
+/// readers would no longer hold.
 fn append_commit(
     shared: &Shared,
-    writes: &[Write],
+    request: &CommitRequest,
     txn_id: TxnId,
     touched: &mut HashMap<PartitionKey, Arc<Mutex<PartitionLog>>>,
     scratch: &mut Vec<u8>,
 ) -> Result<Committed> {
+    let writes = &request.writes;
     let mut participants: Vec<Participant> = writes
         .iter()
         .map(|w| Participant {
@@ -444,23 +500,43 @@ fn append_commit(
     if participants.len() < 2 {
         participants.clear();
     }
+    let logs = writes
+        .iter()
+        .map(|write| {
+            lock(&shared.partitions)
+                .get(&(write.object, write.partition))
+                .cloned()
+                .ok_or_else(|| {
+                    Error::new(
+                        SqlState::UNDEFINED_TABLE,
+                        format!("table {} was dropped", write.object),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut offsets = Vec::with_capacity(writes.len());
-    for write in writes {
-        let key = (write.object, write.partition);
-        let log = lock(&shared.partitions).get(&key).cloned();
-        let log = log.ok_or_else(|| {
-            Error::new(
-                SqlState::UNDEFINED_TABLE,
-                format!("table {} was dropped", write.object),
-            )
-        })?;
+    for ((write, log), promised) in writes.iter().zip(logs).zip(&request.promised) {
         let record = Record {
             txn_id,
             participants: participants.clone(),
             payload: write.payload.clone(),
         };
-        let offset = lock(&log).append(&record, scratch)?;
-        touched.insert(key, log);
+        let appended = lock(&log).append(&record, scratch);
+        let failure = match &appended {
+            Err(e) => Some(e.message.clone()),
+            Ok(offset) if offset != promised => Some(format!(
+                "a record of object {} landed at offset {offset}, not at {promised} as promised",
+                write.object
+            )),
+            Ok(_) => None,
+        };
+        if let Some(why) = failure {
+            tracing::error!(error = %why, "appending to the log failed; refusing further writes");
+            *lock(&shared.failed) = Some(why.clone());
+            return Err(log_failed(&why));
+        }
+        let offset = *promised;
+        touched.insert((write.object, write.partition), log);
         offsets.push((write.object, write.partition, offset));
     }
     Ok(Committed { txn_id, offsets })
@@ -510,6 +586,40 @@ mod tests {
             c.txn_id.0 >= 3,
             "transaction ids keep growing across restarts"
         );
+    }
+
+    /// Offsets promised when commits are queued are where the records land, commit after
+    /// commit without waiting, across restarts; a record too large is refused before it is
+    /// promised anything, and the promises after it still hold.
+    #[tokio::test]
+    async fn queued_records_land_where_they_were_promised() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = [(ObjectId(1), 1), (ObjectId(2), 1)];
+        for round in 0..2u64 {
+            let store = LogStore::open(dir.path(), &objects).unwrap();
+            let mut queued = Vec::new();
+            for i in 0..50u64 {
+                let writes = if i % 3 == 0 {
+                    vec![write(1, b"a"), write(2, b"b")]
+                } else {
+                    vec![write(1 + i % 2, b"c")]
+                };
+                queued.push(store.commit_at(writes));
+                if i == 25 {
+                    let huge = vec![0u8; limits::LOG_RECORD_BYTES_MAX + 1];
+                    let (ticket, promised) = store.commit_at(vec![write(1, &huge)]);
+                    assert!(promised.is_empty());
+                    let e = ticket.await.unwrap().unwrap_err();
+                    assert_eq!(e.state, SqlState::PROGRAM_LIMIT_EXCEEDED);
+                }
+            }
+            for (ticket, promised) in queued {
+                let committed = ticket.await.unwrap().unwrap();
+                let landed: Vec<Offset> = committed.offsets.iter().map(|o| o.2).collect();
+                assert_eq!(landed, promised, "round {round}");
+            }
+            assert!(store.end_offset(ObjectId(1), PartitionId(0)).unwrap().0 > 30 * (round + 1));
+        }
     }
 
     #[tokio::test]

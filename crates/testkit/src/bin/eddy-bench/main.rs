@@ -33,7 +33,7 @@ mod windows;
 use file::file;
 use ingest::ingest;
 use nexmark::{NexmarkRun, nexmark};
-use views::views;
+use views::{ViewsRun, views};
 use windows::windows;
 
 #[derive(Parser)]
@@ -67,6 +67,14 @@ enum Bench {
         updates: u64,
         #[arg(long, default_value_t = 10_000)]
         batch: u64,
+        /// Rows of the keyed table whose single-row UPDATE + FLUSH latency is measured (with a
+        /// GROUP BY view over it); 0 skips that run.
+        #[arg(long, default_value_t = 10_000_000)]
+        latency_rows: u64,
+        /// Rows streamed into an APPEND ONLY table with no retention while the server's RSS
+        /// is sampled every 10M rows; 0 skips that run.
+        #[arg(long, default_value_t = 100_000_000)]
+        stream_rows: u64,
         /// Which views to measure: agg, join, left_join, join_agg (comma-separated).
         #[arg(
             long,
@@ -195,15 +203,21 @@ fn main() -> Result<()> {
             backfill_rows,
             updates,
             batch,
+            latency_rows,
+            stream_rows,
             views: which,
         } => runtime.block_on(views(
             &eddy,
-            rows,
-            groups,
-            backfill_rows,
-            updates,
-            batch,
-            &which,
+            &ViewsRun {
+                rows,
+                groups,
+                backfill_rows,
+                updates,
+                batch,
+                latency_rows,
+                stream_rows,
+                which,
+            },
         ))?,
         Bench::Windows {
             events,

@@ -70,15 +70,67 @@ pub(crate) async fn state_of(client: &Client, view: &str) -> Result<(u64, u64)> 
     Ok((cell(0), cell(1)))
 }
 
-pub(crate) async fn views(
-    eddy: &std::path::Path,
+/// What `eddy-bench views` measures (see its `--help`).
+pub(crate) struct ViewsRun {
+    pub rows: u64,
+    pub groups: u64,
+    pub backfill_rows: u64,
+    pub updates: u64,
+    pub batch: u64,
+    pub latency_rows: u64,
+    pub stream_rows: u64,
+    pub which: Vec<String>,
+}
+
+/// Single-row `UPDATE` of `table` (keys 1..=rows) then `FLUSH`, `n` times at random keys:
+/// the time until every view over the table shows the change, as (p50, p99).
+async fn single_row_latency(
+    client: &Client,
+    table: &str,
     rows: u64,
-    groups: u64,
-    backfill_rows: u64,
-    updates: u64,
-    batch: u64,
-    which: &[String],
-) -> Result<Vec<Measure>> {
+    n: usize,
+    seed: &mut u64,
+) -> Result<(Duration, Duration)> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let k = 1 + (*seed >> 33) % rows;
+        let start = Instant::now();
+        exec(
+            client,
+            &format!("UPDATE {table} SET v = v + 1 WHERE k = {k}"),
+        )
+        .await?;
+        exec(client, "FLUSH").await?;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    Ok((at(0.5), at(0.99)))
+}
+
+fn latency_measure(name: String, (p50, p99): (Duration, Duration)) -> Measure {
+    Measure {
+        name,
+        value: p50.as_secs_f64() * 1000.0,
+        unit: "ms p50",
+        note: format!("p99 {:.2} ms", p99.as_secs_f64() * 1000.0),
+    }
+}
+
+pub(crate) async fn views(eddy: &std::path::Path, run: &ViewsRun) -> Result<Vec<Measure>> {
+    let &ViewsRun {
+        rows,
+        groups,
+        backfill_rows,
+        updates,
+        batch,
+        latency_rows,
+        stream_rows,
+        ref which,
+    } = run;
     let server = EddyProcess::start_fresh(eddy)?;
     let client = server.connect().await?;
     let mut out = Vec::new();
@@ -148,6 +200,11 @@ pub(crate) async fn views(
             unit: "changes/s",
             note: format!("{updates} UPDATEs x {batch} rows in {elapsed:.1?}, {cpu:.1} CPU s (incl. log + table upkeep)"),
         });
+        let latency = single_row_latency(&client, "t", rows, 200, &mut seed).await?;
+        out.push(latency_measure(
+            format!("{name}: single-row UPDATE + FLUSH ({rows}-row table)"),
+            latency,
+        ));
         let (state_rows, state_bytes) = state_of(&client, name).await?;
         out.push(Measure {
             name: format!("{name}: state"),
@@ -187,6 +244,29 @@ pub(crate) async fn views(
         note: format!("{groups_state_rows} groups"),
     });
 
+    if latency_rows > 0 {
+        eprintln!("loading {latency_rows} rows into lt ...");
+        exec(
+            &client,
+            "CREATE TABLE lt (k BIGINT PRIMARY KEY, g BIGINT NOT NULL, v BIGINT NOT NULL)",
+        )
+        .await?;
+        fill(&client, "lt", latency_rows, groups).await?;
+        let latency = single_row_latency(&client, "lt", latency_rows, 200, &mut seed).await?;
+        out.push(latency_measure(
+            format!("single-row UPDATE + FLUSH, {latency_rows}-row table, no view"),
+            latency,
+        ));
+        exec(&client, "CREATE MATERIALIZED VIEW lt_agg AS SELECT g, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi FROM lt GROUP BY g").await?;
+        let latency = single_row_latency(&client, "lt", latency_rows, 200, &mut seed).await?;
+        out.push(latency_measure(
+            format!("single-row UPDATE + FLUSH, {latency_rows}-row table, GROUP BY view"),
+            latency,
+        ));
+        exec(&client, "DROP MATERIALIZED VIEW lt_agg").await?;
+        exec(&client, "DROP TABLE lt").await?;
+    }
+
     eprintln!("loading {backfill_rows} rows into big ...");
     exec(
         &client,
@@ -218,6 +298,9 @@ pub(crate) async fn views(
         unit: "ms",
         note: String::new(),
     });
+    if stream_rows > 0 {
+        out.extend(stream_rss(&server, &client, stream_rows).await?);
+    }
     let stats = server.stats()?;
     out.push(Measure {
         name: "server peak RSS".into(),
@@ -226,4 +309,70 @@ pub(crate) async fn views(
         note: format!("{:.1} CPU s in total", stats.cpu_seconds),
     });
     Ok(out)
+}
+
+/// Streams `rows` rows into an APPEND ONLY table with no retention, 10M at a time, sampling
+/// the server's RSS after each step: an append-only table's rows stay in its log, so the RSS
+/// should not follow the stream. The table is dropped after (its log is large).
+async fn stream_rss(server: &EddyProcess, client: &Client, rows: u64) -> Result<Vec<Measure>> {
+    const STEP: u64 = 10_000_000;
+    eprintln!("streaming {rows} rows into s, RSS every {STEP} ...");
+    exec(
+        client,
+        "CREATE TABLE s (k BIGINT, g BIGINT, v BIGINT) APPEND ONLY WITH (partitions = 2)",
+    )
+    .await?;
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    let mut from = 1;
+    while from <= rows {
+        let to = (from + STEP - 1).min(rows);
+        let mut at = from;
+        while at <= to {
+            let end = (at + 999_999).min(to);
+            exec(
+                client,
+                &format!("INSERT INTO s SELECT x, x % 1000, x FROM generate_series({at}, {end}) AS s(x)"),
+            )
+            .await?;
+            at = end + 1;
+        }
+        samples.push((to, server.stats()?.rss_bytes));
+        from = to + 1;
+    }
+    let elapsed = start.elapsed();
+    let scan = exec(client, "SELECT count(*), sum(v) FROM s").await?;
+    exec(client, "DROP TABLE s").await?;
+    let mb = |b: u64| b as f64 / 1e6;
+    let (first_rows, first) = samples[0];
+    let &(last_rows, last) = samples.last().unwrap_or(&samples[0]);
+    Ok(vec![
+        Measure {
+            name: format!("stream s: RSS after {first_rows} rows"),
+            value: mb(first),
+            unit: "MB",
+            note: String::new(),
+        },
+        Measure {
+            name: format!("stream s: RSS after {last_rows} rows"),
+            value: mb(last),
+            unit: "MB",
+            note: format!(
+                "{:.2}x of the first sample; samples (M rows: MB): {}; {:.0} rows/s",
+                last as f64 / first.max(1) as f64,
+                samples
+                    .iter()
+                    .map(|(r, b)| format!("{}: {:.0}", r / 1_000_000, mb(*b)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                rows as f64 / elapsed.as_secs_f64()
+            ),
+        },
+        Measure {
+            name: format!("stream s: SELECT count(*), sum(v) over {rows} rows (read from the log)"),
+            value: scan.as_secs_f64() * 1000.0,
+            unit: "ms",
+            note: String::new(),
+        },
+    ])
 }
