@@ -140,6 +140,14 @@ fn clock_of(def: &TableDef) -> Result<Option<clock::ClockSpec>> {
     }))
 }
 
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("name", &self.def.qualified().display())
+            .finish()
+    }
+}
+
 impl Table {
     fn read(&self) -> RwLockReadGuard<'_, TableData> {
         self.data.read().unwrap_or_else(|p| p.into_inner())
@@ -152,6 +160,15 @@ impl Table {
     /// The contents as a statement scans them (see [`TableData::scan`]).
     pub(crate) fn scan(&self) -> Result<table::TableScan> {
         self.write().scan()
+    }
+
+    /// See [`TableData::lookup`].
+    pub(crate) fn lookup(
+        &self,
+        version: u64,
+        key: &[arrow::array::ArrayRef],
+    ) -> Result<Option<Vec<RecordBatch>>> {
+        self.read().lookup(version, key)
     }
 
     /// The log partitions one transaction's changes go to: an append-only table's inserts to

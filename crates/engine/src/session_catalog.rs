@@ -168,17 +168,23 @@ impl SessionCatalog {
 
     fn table_table(&self, name: &QualifiedName) -> Option<Arc<dyn TableSource>> {
         let table = self.engine.table(name)?;
-        let snapshot = {
+        // A transaction's private copy is not looked up by key (it is not `table`'s data).
+        let (snapshot, shared) = {
             let mut forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
             match forks.get_mut(&table.def.id) {
-                Some(fork) => fork.scan(),
-                None => table.scan(),
+                Some(fork) => (fork.scan(), false),
+                None => (table.scan(), true),
             }
         };
         // A snapshot that cannot be built (decoding rows failed, a bug) fails the statements
         // that scan the table, not those that only name it (`\d`, a catalog lookup).
         let contents = match snapshot {
-            Ok(TableScan::Rows(rows)) => Contents::Rows(rows),
+            Ok(TableScan::Rows { rows, version }) if shared => Contents::Keyed {
+                rows,
+                table: Arc::clone(&table),
+                version,
+            },
+            Ok(TableScan::Rows { rows, .. }) => Contents::Rows(rows),
             Ok(TableScan::Log(log)) => Contents::Log(log),
             Err(e) => {
                 tracing::error!(table = %name.display(), error = %e, "building a table snapshot failed");
@@ -348,6 +354,20 @@ impl TableSource for SnapshotTable {
         Arc::clone(&self.schema)
     }
 
+    fn primary_key(&self) -> Vec<usize> {
+        match &self.contents {
+            Contents::Keyed { table, .. } => table.def.primary_key.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn lookup(&self, key: &[arrow::array::ArrayRef]) -> Option<Result<Vec<RecordBatch>>> {
+        match &self.contents {
+            Contents::Keyed { table, version, .. } => table.lookup(*version, key).transpose(),
+            _ => None,
+        }
+    }
+
     fn stream(&self) -> Option<Arc<dyn eddy_sql::StreamSource>> {
         match &self.contents {
             Contents::Log(log) => Some(Arc::clone(log) as Arc<dyn eddy_sql::StreamSource>),
@@ -357,7 +377,7 @@ impl TableSource for SnapshotTable {
 
     async fn scan(&self) -> Result<Arc<Vec<RecordBatch>>> {
         match &self.contents {
-            Contents::Rows(rows) => Ok(Arc::clone(rows)),
+            Contents::Rows(rows) | Contents::Keyed { rows, .. } => Ok(Arc::clone(rows)),
             Contents::Log(log) => Ok(Arc::new(log.collect()?)),
             Contents::Failed(e) => Err(e.clone()),
             Contents::View(views, name) => views.rows(self.id, name).await,
@@ -375,6 +395,13 @@ impl TableSource for SnapshotTable {
 #[derive(Debug)]
 enum Contents {
     Rows(Arc<Vec<RecordBatch>>),
+    /// A table's rows, which its primary-key index can find while `table` is still at
+    /// `version` ([`crate::table::TableData::lookup`]).
+    Keyed {
+        rows: Arc<Vec<RecordBatch>>,
+        table: Arc<Table>,
+        version: u64,
+    },
     /// An append-only table's rows, read from its log as the statement scans them.
     Log(Arc<LogScan>),
     /// Rows that could not be read.

@@ -27,6 +27,9 @@ use crate::table_log::{LogRows, LogScan};
 pub struct TableData {
     schema: SchemaRef,
     rows: Rows,
+    /// Changes with every write (unique across tables and their copies): a statement's
+    /// snapshot is still the contents while this is the version it was taken at.
+    version: u64,
     /// The contents as batches, built on demand and dropped on every change.
     snapshot: Option<Arc<Vec<RecordBatch>>>,
 }
@@ -37,10 +40,20 @@ enum Rows {
     Multiset(Box<Multiset>),
 }
 
-/// What a scan of a table reads: rows in memory, or an append-only table's log.
+/// What a scan of a table reads: rows in memory (as of `version`, see
+/// [`TableData::lookup`]), or an append-only table's log.
 pub enum TableScan {
-    Rows(Arc<Vec<RecordBatch>>),
+    Rows {
+        rows: Arc<Vec<RecordBatch>>,
+        version: u64,
+    },
     Log(Arc<LogScan>),
+}
+
+/// The next [`TableData::version`].
+fn next_version() -> u64 {
+    static VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    VERSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 struct Multiset {
@@ -82,6 +95,7 @@ impl TableData {
         Ok(TableData {
             schema,
             rows,
+            version: next_version(),
             snapshot: None,
         })
     }
@@ -97,6 +111,7 @@ impl TableData {
         Ok(TableData {
             schema,
             rows: Rows::Log(log),
+            version: next_version(),
             snapshot: None,
         })
     }
@@ -108,6 +123,7 @@ impl TableData {
         TableData {
             schema,
             rows: Rows::AppendOnly(Vec::new()),
+            version: next_version(),
             snapshot: None,
         }
     }
@@ -139,6 +155,7 @@ impl TableData {
         let inserts: Vec<ChangeBatch> = batches.iter().cloned().map(ChangeBatch::inserts).collect();
         multiset.apply(&inserts)?;
         self.rows = Rows::Multiset(Box::new(multiset));
+        self.version = next_version();
         self.snapshot = None;
         Ok(())
     }
@@ -165,7 +182,10 @@ impl TableData {
     pub fn scan(&mut self) -> Result<TableScan> {
         match &mut self.rows {
             Rows::Log(l) => Ok(TableScan::Log(l.scan()?)),
-            _ => Ok(TableScan::Rows(self.snapshot()?)),
+            _ => Ok(TableScan::Rows {
+                rows: self.snapshot()?,
+                version: self.version,
+            }),
         }
     }
 
@@ -183,6 +203,38 @@ impl TableData {
         let snapshot = Arc::new(batches);
         self.snapshot = Some(Arc::clone(&snapshot));
         Ok(snapshot)
+    }
+
+    /// The rows of a keyed table whose primary key is `key` (one array per key column, of
+    /// its type), found by the index, if the table is still as it was at `version`; `None`
+    /// otherwise (or without a primary key): the caller scans its snapshot instead.
+    pub fn lookup(&self, version: u64, key: &[ArrayRef]) -> Result<Option<Vec<RecordBatch>>> {
+        let Rows::Multiset(m) = &self.rows else {
+            return Ok(None);
+        };
+        let Some(pk) = &m.primary_key else {
+            return Ok(None);
+        };
+        if version != self.version {
+            return Ok(None);
+        }
+        let keys = pk
+            .converter
+            .convert_columns(key)
+            .map_err(|e| arrow_error("encode keys", e))?;
+        let parser = m.converter.parser();
+        let found: Vec<_> = (0..keys.num_rows())
+            .filter_map(|i| m.current(keys.row(i).data()))
+            .map(|row| parser.parse(row))
+            .collect();
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(found.len()));
+        let columns = m
+            .converter
+            .convert_rows(found)
+            .map_err(|e| arrow_error("decode rows", e))?;
+        let rows = RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)
+            .map_err(|e| arrow_error("looked-up rows", e))?;
+        Ok(Some(vec![rows]))
     }
 
     /// Checks that `changes` can be applied: retracted rows exist, no primary key repeats.
@@ -220,6 +272,7 @@ impl TableData {
     /// Applies changes that [`TableData::check`] accepted.
     pub fn apply(&mut self, changes: &[ChangeBatch]) -> Result<()> {
         self.snapshot = None;
+        self.version = next_version();
         match &mut self.rows {
             Rows::Log(l) => {
                 let parts: Vec<(u32, ChangeBatch)> =
@@ -424,6 +477,7 @@ impl TableData {
         Ok(TableData {
             schema,
             rows: self.rows,
+            version: next_version(),
             snapshot: None,
         })
     }
@@ -438,6 +492,7 @@ impl TableData {
         Ok(TableData {
             schema: Arc::clone(&self.schema),
             rows,
+            version: next_version(),
             snapshot: self.snapshot.clone(),
         })
     }

@@ -168,3 +168,50 @@ fn rows_move_when_their_chunk_is_rewritten() {
         assert!(!write(&mut data, &mut model, &[(0, 0, -1)]));
     }
 }
+
+/// A keyed table finds a row by its primary key while it is at the version a snapshot was
+/// taken at; after a write it answers `None` (the caller scans its snapshot instead).
+#[test]
+fn a_key_lookup_finds_the_row_of_the_snapshot_or_declines() {
+    let def = def(true);
+    let mut data = TableData::new(&def, def.schema().unwrap()).unwrap();
+    let mut model = Model::new();
+    let rows: Vec<(i32, i64, i64)> = (0..5000).map(|k| (k, i64::from(k) * 10, 1)).collect();
+    assert!(write(&mut data, &mut model, &rows));
+    assert!(write(
+        &mut data,
+        &mut model,
+        &[(7, 70, -1), (7, 71, 1), (8, 80, -1)]
+    ));
+    let crate::table::TableScan::Rows { version, .. } = data.scan().unwrap() else {
+        panic!("a keyed table's rows are in memory");
+    };
+    let key = |k: i32| -> Vec<arrow::array::ArrayRef> { vec![Arc::new(Int32Array::from(vec![k]))] };
+    let found = |data: &TableData, k: i32| -> Option<Vec<(i32, i64)>> {
+        data.lookup(version, &key(k)).unwrap().map(|batches| {
+            batches
+                .iter()
+                .flat_map(|b| {
+                    let ks = b.column(0).as_primitive::<Int32Type>().clone();
+                    let vs = b.column(1).as_primitive::<Int64Type>().clone();
+                    (0..b.num_rows()).map(move |i| (ks.value(i), vs.value(i)))
+                })
+                .collect()
+        })
+    };
+    assert_eq!(found(&data, 7), Some(vec![(7, 71)]));
+    assert_eq!(found(&data, 4999), Some(vec![(4999, 49990)]));
+    assert_eq!(found(&data, 8), Some(vec![]), "deleted");
+    assert_eq!(found(&data, 5000), Some(vec![]), "never held");
+    assert!(write(&mut data, &mut model, &[(9, 90, -1)]));
+    assert_eq!(
+        found(&data, 7),
+        None,
+        "the table changed since the snapshot"
+    );
+    // A copy (a transaction's) has a version of its own; an unkeyed table never looks up.
+    let fork = data.fork().unwrap();
+    assert_eq!(fork.lookup(version, &key(7)).unwrap().map(|_| ()), None);
+    let unkeyed = TableData::new(&self::def(false), self::def(false).schema().unwrap()).unwrap();
+    assert!(unkeyed.lookup(version, &key(7)).unwrap().is_none());
+}

@@ -5,16 +5,18 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::SchemaProvider;
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use eddy_common::Error;
@@ -35,6 +37,16 @@ pub trait TableSource: Send + Sync + fmt::Debug {
     /// Contents too large to hold in memory (an append-only table's log), read as a stream
     /// each time a plan runs; `None` (the default): [`TableSource::scan`] gives them.
     fn stream(&self) -> Option<Arc<dyn StreamSource>> {
+        None
+    }
+    /// The columns of the primary key, in key order (empty: none).
+    fn primary_key(&self) -> Vec<usize> {
+        Vec::new()
+    }
+    /// The rows of the statement's snapshot whose primary key is `key` (one single-value
+    /// array per key column, of the column's type), found by the table's index; `None` when
+    /// the source cannot (then the plan scans every row).
+    fn lookup(&self, _key: &[ArrayRef]) -> Option<eddy_common::Result<Vec<RecordBatch>>> {
         None
     }
     /// The column `WATERMARK FOR` names, for streams that declare one.
@@ -274,6 +286,76 @@ impl TableBridge {
     }
 }
 
+impl TableBridge {
+    /// The primary key `filters` pin down (`key_column = constant` for every key column,
+    /// among their conjuncts), as arrays of the key columns' types.
+    fn key_in(&self, filters: &[Expr]) -> Option<Vec<ArrayRef>> {
+        let key = self.source.primary_key();
+        if key.is_empty() {
+            return None;
+        }
+        let mut values: Vec<Option<ScalarValue>> = vec![None; key.len()];
+        for conjunct in filters.iter().flat_map(split_conjunction) {
+            let Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Eq,
+                right,
+            }) = conjunct
+            else {
+                continue;
+            };
+            let ((Expr::Column(column), Expr::Literal(value, _))
+            | (Expr::Literal(value, _), Expr::Column(column))) = (left.as_ref(), right.as_ref())
+            else {
+                continue;
+            };
+            let Ok(index) = self.schema.index_of(&column.name) else {
+                continue;
+            };
+            if let Some(at) = key.iter().position(|&k| k == index) {
+                values[at] = Some(value.clone());
+            }
+        }
+        key.iter()
+            .zip(values)
+            .map(|(&column, value)| {
+                let data_type = self.schema.field(column).data_type();
+                if !equal_means_same_bytes(data_type) {
+                    return None;
+                }
+                let value = value?.cast_to(data_type).ok()?;
+                value.to_array_of_size(1).ok()
+            })
+            .collect()
+    }
+}
+
+/// Whether two values of `data_type` are `=` exactly when their encodings are the same (what
+/// an index probe compares). Not floats (`-0.0 = 0.0`) nor intervals (`'1 day' = '24 hours'`).
+fn equal_means_same_bytes(data_type: &arrow::datatypes::DataType) -> bool {
+    use arrow::datatypes::DataType as T;
+    matches!(
+        data_type,
+        T::Boolean
+            | T::Int8
+            | T::Int16
+            | T::Int32
+            | T::Int64
+            | T::UInt8
+            | T::UInt16
+            | T::UInt32
+            | T::UInt64
+            | T::Utf8
+            | T::LargeUtf8
+            | T::Utf8View
+            | T::Binary
+            | T::LargeBinary
+            | T::Date32
+            | T::Timestamp(_, _)
+            | T::Decimal128(_, _)
+    )
+}
+
 #[async_trait]
 impl TableProvider for TableBridge {
     fn schema(&self) -> SchemaRef {
@@ -284,13 +366,42 @@ impl TableProvider for TableBridge {
         TableType::Base
     }
 
+    /// Filters reach [`TableBridge::scan`] on a table with a primary key (which may answer
+    /// them by its index), and are applied again above it.
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        let pushdown = if self.source.primary_key().is_empty() {
+            TableProviderFilterPushDown::Unsupported
+        } else {
+            TableProviderFilterPushDown::Inexact
+        };
+        Ok(vec![pushdown; filters.len()])
+    }
+
     async fn scan(
         &self,
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if let Some(key) = self.key_in(filters)
+            && let Some(found) = self.source.lookup(&key)
+        {
+            let batches = found
+                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
+                .into_iter()
+                .map(|b| b.with_schema(Arc::clone(&self.schema)))
+                .collect::<Result<Vec<_>, _>>()?;
+            return MemorySourceConfig::try_new_exec(
+                &[batches],
+                self.schema(),
+                projection.cloned(),
+            )
+            .map(|e| e as Arc<dyn ExecutionPlan>);
+        }
         if let Some(source) = self.source.stream() {
             let partition = Arc::new(StreamPartition {
                 source,

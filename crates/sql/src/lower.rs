@@ -981,10 +981,10 @@ impl Lowering<'_> {
             }
             LogicalPlan::SubqueryAlias(a) => self.lower(&a.input),
             LogicalPlan::TableScan(scan) => {
-                if scan.fetch.is_some() || !scan.filters.is_empty() {
-                    return Err(Error::internal(
-                        "table scan with pushed-down limit or filters",
-                    ));
+                // Filters pushed into the scan are only hints (`TableBridge` takes them
+                // `Inexact`): the Filter above still applies them, so they are not lowered.
+                if scan.fetch.is_some() {
+                    return Err(Error::internal("table scan with a pushed-down limit"));
                 }
                 let provider = source_as_provider(&scan.source).map_err(from_datafusion)?;
                 let any: &dyn std::any::Any = provider.as_ref();

@@ -332,7 +332,9 @@ async fn stream_rss(server: &EddyProcess, client: &Client, rows: u64) -> Result<
             let end = (at + 999_999).min(to);
             exec(
                 client,
-                &format!("INSERT INTO s SELECT x, x % 1000, x FROM generate_series({at}, {end}) AS s(x)"),
+                &format!(
+                    "INSERT INTO s SELECT x, x % 1000, x FROM generate_series({at}, {end}) AS s(x)"
+                ),
             )
             .await?;
             at = end + 1;
