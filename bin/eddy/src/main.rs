@@ -69,6 +69,16 @@ struct ServeArgs {
     /// (exactly once all the same). Default 64 MiB.
     #[arg(long, env = "EDDY_SINK_BUFFER_BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     sink_buffer_bytes: Option<u64>,
+    /// The most rows of state one operator of a materialized view may hold (groups of an
+    /// aggregate, open windows, rows a join keeps); past it the view fails with 54000 instead
+    /// of growing without bound. A view can set its own (`WITH (max_state_rows = n)`). 0: no
+    /// limit.
+    #[arg(long, env = "EDDY_MAX_STATE_ROWS", default_value_t = eddy_engine::MAX_STATE_ROWS)]
+    max_state_rows: u64,
+    /// The most client connections at once (PostgreSQL's `max_connections`); the next one is
+    /// refused with 53300.
+    #[arg(long, env = "EDDY_MAX_CONNECTIONS", default_value_t = eddy_engine::MAX_CONNECTIONS)]
+    max_connections: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -98,6 +108,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if !args.checkpoint_interval.is_finite() || args.checkpoint_interval < 0.0 {
         anyhow::bail!("--checkpoint-interval must be a number of seconds, 0 or more");
     }
+    if args.max_connections == 0 {
+        anyhow::bail!("--max-connections must be 1 or more");
+    }
     if !(0.001..=10.0).contains(&args.barrier_interval) {
         anyhow::bail!("--barrier-interval must be between 0.001 and 10 seconds");
     }
@@ -111,6 +124,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sink_buffer_bytes: args.sink_buffer_bytes.map(|b| b as usize),
         clock: eddy_common::time::system_clock(),
         barrier_interval: std::time::Duration::from_secs_f64(args.barrier_interval),
+        max_state_rows: (args.max_state_rows > 0).then_some(args.max_state_rows),
+        max_connections: args.max_connections,
     };
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?

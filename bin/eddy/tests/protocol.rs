@@ -162,3 +162,51 @@ async fn copy_from_stdin_text_and_csv() {
     assert_eq!(rows[0].get::<_, Option<Vec<u8>>>(2), Some(vec![10u8, 255]));
     assert_eq!(rows[2].get::<_, String>(1), "x, y");
 }
+
+/// `--max-connections` bounds the clients connected at once: the next one is refused as
+/// PostgreSQL refuses it (FATAL 53300), the connected ones go on, and a closed connection's
+/// slot is free again.
+#[tokio::test]
+async fn connections_past_max_connections_are_refused_with_53300() {
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_eddy"));
+    let server =
+        EddyProcess::start_fresh_args(binary, &["--max-connections".into(), "2".into()]).unwrap();
+    let first = server.connect().await.unwrap();
+    let second = server.connect().await.unwrap();
+    let Err(refused) = server.connect().await else {
+        panic!("a third connection was let in");
+    };
+    let refused = refused
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(|e| e.as_db_error())
+        .unwrap_or_else(|| panic!("not a database error: {refused:#}"));
+    assert_eq!(refused.code().code(), "53300");
+    assert_eq!(refused.severity(), "FATAL");
+    assert_eq!(refused.message(), "sorry, too many clients already");
+    for client in [&first, &second] {
+        assert_eq!(
+            client
+                .query_one("SELECT 1 + 1", &[])
+                .await
+                .unwrap()
+                .get::<_, i32>(0),
+            2
+        );
+    }
+    // The server learns that a connection closed when its socket does: ask until it has.
+    drop(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let third = loop {
+        match server.connect().await {
+            Ok(client) => break client,
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the closed connection's slot was never freed: {e:#}"
+                );
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    third.batch_execute("SELECT 1").await.unwrap();
+}

@@ -68,6 +68,7 @@ impl SqlState {
     pub const INSUFFICIENT_RESOURCES: SqlState = SqlState("53000");
     pub const DISK_FULL: SqlState = SqlState("53100");
     pub const OUT_OF_MEMORY: SqlState = SqlState("53200");
+    pub const TOO_MANY_CONNECTIONS: SqlState = SqlState("53300");
     pub const QUERY_CANCELED: SqlState = SqlState("57014");
     pub const ADMIN_SHUTDOWN: SqlState = SqlState("57P01");
     pub const IO_ERROR: SqlState = SqlState("58030");

@@ -478,6 +478,10 @@ impl Handler for Aggregate {
         "Aggregate".to_owned()
     }
 
+    fn state_rows(&self) -> usize {
+        self.live
+    }
+
     fn state(&self) -> OperatorState {
         let mut bytes = 0;
         for (g, key) in self.keys.iter().enumerate() {

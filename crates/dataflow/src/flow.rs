@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use eddy_common::{ChangeBatch, Error, ObjectId, Result};
+use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
 
 use crate::graph::{Barrier, Delivery, Graph, Handler, Message, NodeId, Route};
 use crate::plan::{Expr, Node};
@@ -86,6 +86,8 @@ pub struct Dataflow {
     output: NodeId,
     epoch: u64,
     failed: Option<Error>,
+    /// The most rows of state any one operator may hold ([`Dataflow::limit_state_rows`]).
+    max_state_rows: Option<u64>,
 }
 
 /// Builds the dataflow of a plan; its window operators read watermarks from `event_time` and
@@ -105,6 +107,7 @@ pub fn build(node: &Node, event_time: &Arc<EventTime>, workers: &Workers) -> Res
         output: 0,
         epoch: 0,
         failed: None,
+        max_state_rows: None,
     };
     flow.output = flow.add(node, "0".to_owned(), event_time, &mut Vec::new())?;
     flow.route_at_sources()?;
@@ -372,8 +375,49 @@ impl Dataflow {
         };
         if self.failed.is_none() {
             self.deliver(None, |_| Some(Message::Barrier(barrier)));
+            self.check_state_rows();
         }
         self.output()
+    }
+
+    /// Caps every operator's state at `max` rows (summed over its shards: groups, open
+    /// windows, join rows, ...), checked as each epoch ends: an operator past it fails the
+    /// dataflow with 54000, naming it, instead of growing until the machine runs out of memory.
+    pub fn limit_state_rows(&mut self, max: Option<u64>) {
+        self.max_state_rows = max;
+    }
+
+    fn check_state_rows(&mut self) {
+        let Some(max) = self.max_state_rows else {
+            return;
+        };
+        for (id, place) in self.places.iter().enumerate() {
+            let copies = if place.shards > 1 {
+                &self.copies[..]
+            } else {
+                &self.copies[..1.min(self.copies.len())]
+            };
+            let rows: u64 = copies
+                .iter()
+                .filter_map(|c| c.handler(id))
+                .map(|h| h.state_rows() as u64)
+                .sum();
+            if rows > max {
+                let name = copies
+                    .first()
+                    .and_then(|c| c.handler(id))
+                    .map(|h| crate::plan::readable_intervals(&h.state().name))
+                    .unwrap_or_default();
+                self.failed = Some(Error::new(
+                    SqlState::PROGRAM_LIMIT_EXCEEDED,
+                    format!(
+                        "operator {} ({name}) holds {rows} rows of state, more than the limit of {max} (max_state_rows); create the view again WITH (max_state_rows = ...) or start the server with a higher --max-state-rows",
+                        place.path
+                    ),
+                ));
+                return;
+            }
+        }
     }
 
     /// What the copies emitted since the last call, in worker order; the first failure of

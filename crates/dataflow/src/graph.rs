@@ -128,6 +128,12 @@ pub trait Handler: Send {
         crate::OperatorState::stateless(self.name())
     }
 
+    /// `state().rows`, checked every epoch against the view's limit: operators whose
+    /// `state` walks their state to size it answer this without.
+    fn state_rows(&self) -> usize {
+        self.state().rows
+    }
+
     /// The operator's state as named Arrow batches, at a barrier (stateless: none).
     fn save(&mut self) -> Result<crate::checkpoint::Parts> {
         Ok(Vec::new())

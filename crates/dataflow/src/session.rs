@@ -434,8 +434,12 @@ impl Handler for SessionAggregate {
         "SessionAggregate".to_owned()
     }
 
+    fn state_rows(&self) -> usize {
+        self.keys.values().map(|k| k.events.len()).sum()
+    }
+
     fn state(&self) -> OperatorState {
-        let rows = self.keys.values().map(|k| k.events.len()).sum();
+        let rows = self.state_rows();
         let bytes = self
             .keys
             .values()

@@ -296,6 +296,10 @@ impl Handler for TopN {
         format!("TopN limit {}", self.limit)
     }
 
+    fn state_rows(&self) -> usize {
+        self.state.values().map(|o| o.len()).sum()
+    }
+
     fn state(&self) -> OperatorState {
         let entry = std::mem::size_of::<((OwnedRow, OwnedRow), i64)>();
         let (mut rows, mut bytes) = (0, 0);

@@ -100,7 +100,17 @@ pub struct EngineConfig {
     /// How often an epoch ends while changes flow ([`views::BARRIER_INTERVAL`] by default):
     /// shorter lowers the latency of views and subscriptions, at more work per row.
     pub barrier_interval: std::time::Duration,
+    /// The most rows of state one operator of a view may hold, unless the view says otherwise
+    /// (`WITH (max_state_rows = n)`); `None`: no limit.
+    pub max_state_rows: Option<u64>,
+    /// The most client connections at once; the next one is refused with 53300.
+    pub max_connections: usize,
 }
+
+/// [`EngineConfig::max_state_rows`] by default: 100 M rows (a few GB of state in one operator).
+pub const MAX_STATE_ROWS: u64 = 100_000_000;
+/// [`EngineConfig::max_connections`] by default, as PostgreSQL's.
+pub const MAX_CONNECTIONS: usize = 100;
 
 /// A table: its definition, schema and current contents.
 pub struct Table {
@@ -221,6 +231,8 @@ pub struct Engine {
     checkpoints: Arc<checkpoint::Checkpointer>,
     /// The threads views' sharded operators run on.
     workers: eddy_dataflow::Workers,
+    max_state_rows: Option<u64>,
+    max_connections: usize,
     /// Views read from the catalog at start-up, planned again by [`Engine::restore_views`].
     stored_views: std::sync::Mutex<Vec<ViewDef>>,
     /// Sinks read from the catalog at start-up, started by [`Engine::restore_views`].
@@ -341,6 +353,8 @@ impl Engine {
             runtime,
             checkpoints,
             workers: eddy_dataflow::Workers::new(config.workers)?,
+            max_state_rows: config.max_state_rows,
+            max_connections: config.max_connections,
             stored_views: std::sync::Mutex::new(view_defs),
             stored_sinks: std::sync::Mutex::new(sink_defs),
             sinks: RwLock::new(BTreeMap::new()),

@@ -340,7 +340,7 @@ impl Engine {
             event_time.advance(*source, *watermark);
         }
         let dataflow = catch_panic("loading the view's state", || {
-            let mut dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
+            let mut dataflow = self.view_dataflow(&plan, &event_time)?;
             if reshard {
                 dataflow.load_resharded(state.parts)?;
             } else {

@@ -337,34 +337,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::catalog::ColumnDef;
     use crate::load_contents;
 
     fn def() -> TableDef {
-        let column = |name: &str, arrow: &str, pg: &str| ColumnDef {
-            name: name.into(),
-            pg_type: pg.into(),
-            arrow_type: arrow.into(),
-            nullable: true,
-            proctime: false,
-            default: None,
-        };
-        TableDef {
-            id: ObjectId(7),
-            schema: "public".into(),
-            name: "kv".into(),
-            columns: vec![
-                column("k", "Int32", "integer"),
-                column("v", "Int64", "bigint"),
-            ],
-            primary_key: vec![0],
-            append_only: false,
-            watermark: None,
-            options: Vec::new(),
-            partitions: 1,
-            format: None,
-            includes: Vec::new(),
-        }
+        crate::table_tests::kv_def(true, false, 1)
     }
 
     /// A record: (offset, its changes as (k, v, diff)).

@@ -18,7 +18,7 @@ use arrow::datatypes::SchemaRef;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use eddy_common::{ChangeBatch, Error, ObjectId, Offset, PartitionId, Result};
-use eddy_storage::log::{LogStore, decode_changes};
+use eddy_storage::log::{LogStore, decode_rows};
 
 /// Records read from the log at a time (the partition is locked while they are read).
 const READ_RECORDS: u64 = 16;
@@ -163,11 +163,13 @@ impl std::fmt::Debug for LogScan {
 }
 
 impl LogScan {
-    /// Calls `f` with every batch of rows, labelled with `schema`, in log order per partition
-    /// then the tail; stops at the first error `f` returns.
+    /// Calls `f` with every batch of rows, the columns `projection` picks (all when `None`)
+    /// labelled with `target`, in log order per partition then the tail; stops at the first
+    /// error `f` returns. Columns not picked are not decoded.
     pub(crate) fn read(
         &self,
-        schema: &SchemaRef,
+        projection: Option<&[usize]>,
+        target: &SchemaRef,
         mut f: impl FnMut(RecordBatch) -> Result<()>,
     ) -> Result<()> {
         for (p, &end) in self.bounds.iter().enumerate() {
@@ -181,16 +183,22 @@ impl LogScan {
                 // Retention may have deleted what came before: the next record read is later.
                 from = records.last().map_or(until, |(o, _)| o.0 + 1);
                 for (_, record) in records {
-                    for changes in decode_changes(&record.payload, &self.schema)? {
-                        if !changes.is_empty() {
-                            f(labelled(schema, changes.rows())?)?;
+                    for rows in decode_rows(&record.payload, &self.schema, projection, target)? {
+                        if rows.num_rows() > 0 {
+                            f(rows)?;
                         }
                     }
                 }
             }
         }
         for rows in &self.tail {
-            f(labelled(schema, rows)?)?;
+            let rows = match projection {
+                Some(p) => rows
+                    .project(p)
+                    .map_err(|e| Error::internal(format!("project a stream's rows: {e}")))?,
+                None => rows.clone(),
+            };
+            f(labelled(target, &rows)?)?;
         }
         Ok(())
     }
@@ -198,7 +206,7 @@ impl LogScan {
     /// Every row, in memory (for callers that need them all at once).
     pub(crate) fn collect(&self) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
-        self.read(&self.schema, |b| {
+        self.read(None, &self.schema, |b| {
             out.push(b);
             Ok(())
         })?;
@@ -209,12 +217,13 @@ impl LogScan {
 impl eddy_sql::StreamSource for LogScan {
     /// Reads on a blocking thread, a few batches ahead of the consumer; dropping the stream
     /// stops the read at its next batch.
-    fn open(&self, schema: SchemaRef) -> SendableRecordBatchStream {
+    fn open(&self, projection: Option<&[usize]>, schema: SchemaRef) -> SendableRecordBatchStream {
         let (tx, rx) = tokio::sync::mpsc::channel::<datafusion::error::Result<RecordBatch>>(2);
         let scan = self.clone();
         let target = Arc::clone(&schema);
+        let projection = projection.map(<[usize]>::to_vec);
         tokio::task::spawn_blocking(move || {
-            let result = scan.read(&target, |batch| {
+            let result = scan.read(projection.as_deref(), &target, |batch| {
                 tx.blocking_send(Ok(batch))
                     .map_err(|_| Error::internal("the scan's reader went away"))
             });
@@ -248,36 +257,13 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::catalog::{ColumnDef, TableDef};
+    use crate::catalog::TableDef;
     use crate::table::TableData;
 
     const PARTITIONS: u32 = 3;
 
     fn def() -> TableDef {
-        let column = |name: &str, arrow: &str, pg: &str| ColumnDef {
-            name: name.into(),
-            pg_type: pg.into(),
-            arrow_type: arrow.into(),
-            nullable: true,
-            proctime: false,
-            default: None,
-        };
-        TableDef {
-            id: ObjectId(9),
-            schema: "public".into(),
-            name: "s".into(),
-            columns: vec![
-                column("k", "Int32", "integer"),
-                column("v", "Int64", "bigint"),
-            ],
-            primary_key: Vec::new(),
-            append_only: true,
-            watermark: None,
-            options: Vec::new(),
-            partitions: PARTITIONS,
-            format: None,
-            includes: Vec::new(),
-        }
+        crate::table_tests::kv_def(false, true, PARTITIONS)
     }
 
     fn inserts(schema: &SchemaRef, rows: &[(i32, i64)]) -> ChangeBatch {

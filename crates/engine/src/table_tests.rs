@@ -12,7 +12,8 @@ use proptest::prelude::*;
 use crate::catalog::{ColumnDef, TableDef};
 use crate::table::TableData;
 
-fn def(keyed: bool) -> TableDef {
+/// A table `kv (k INT, v BIGINT)` for tests: keyed by `k` or not, append-only or not.
+pub(crate) fn kv_def(keyed: bool, append_only: bool, partitions: u32) -> TableDef {
     let column = |name: &str, arrow: &str, pg: &str| ColumnDef {
         name: name.into(),
         pg_type: pg.into(),
@@ -30,13 +31,17 @@ fn def(keyed: bool) -> TableDef {
             column("v", "Int64", "bigint"),
         ],
         primary_key: if keyed { vec![0] } else { Vec::new() },
-        append_only: false,
+        append_only,
         watermark: None,
         options: Vec::new(),
-        partitions: 1,
+        partitions,
         format: None,
         includes: Vec::new(),
     }
+}
+
+fn def(keyed: bool) -> TableDef {
+    kv_def(keyed, false, 1)
 }
 
 type Model = BTreeMap<(i32, i64), i64>;

@@ -53,6 +53,8 @@ pub(crate) async fn open(
         sink_buffer_bytes: None,
         clock,
         barrier_interval: crate::BARRIER_INTERVAL,
+        max_state_rows: Some(crate::MAX_STATE_ROWS),
+        max_connections: crate::MAX_CONNECTIONS,
     };
     let engine = Engine::open(&config).unwrap_or_else(|e| panic!("{e}"));
     between(&engine);

@@ -4,6 +4,23 @@
 use super::*;
 
 impl Engine {
+    /// A view's dataflow, its operators' state capped at the view's `max_state_rows` or the
+    /// server's.
+    pub(crate) fn view_dataflow(
+        &self,
+        plan: &eddy_sql::ViewPlan,
+        event_time: &Arc<eddy_dataflow::EventTime>,
+    ) -> Result<eddy_dataflow::Dataflow> {
+        let mut dataflow = eddy_dataflow::build(&plan.node, event_time, &self.workers)?;
+        dataflow.limit_state_rows(plan.max_state_rows.or(self.max_state_rows));
+        Ok(dataflow)
+    }
+
+    /// The most client connections at once ([`EngineConfig::max_connections`]).
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
+    }
+
     /// Registers a materialized view and backfills it; `id` is given when restoring one.
     /// Returns how many table rows the backfill read and how many sources it read to their
     /// end (a new view over sources answers once it has).
@@ -32,7 +49,7 @@ impl Engine {
         self.check_schema_for_create(&name)?;
         let sources = plan.node.sources();
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
-        let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
+        let dataflow = self.view_dataflow(&plan, &event_time)?;
         let tables = self.backfill_inputs(&sources).await?;
         let is_new = id.is_none();
         let id = match id {
@@ -115,7 +132,7 @@ impl Engine {
         self.runtime.caught_up(None, Some(&sources)).await?;
         let guard = self.lock_writes().await;
         let event_time = Arc::new(eddy_dataflow::EventTime::new(&sources));
-        let dataflow = eddy_dataflow::build(&plan.node, &event_time, &self.workers)?;
+        let dataflow = self.view_dataflow(&plan, &event_time)?;
         let tables = self.backfill_inputs(&sources).await?;
         let id = self.meta.allocate_object_id()?;
         let def = ViewDef {

@@ -4,7 +4,7 @@
 use std::fmt::Debug;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::DataType;
@@ -80,6 +80,29 @@ pub struct Handlers {
     connections: Arc<ConnectionManager>,
     next_pid: AtomicI32,
     parser: Arc<EddyQueryParser>,
+    /// Client connections past their startup, not yet closed.
+    open: Arc<AtomicUsize>,
+}
+
+/// One of the server's `max_connections`, held by a connection until it closes (in its
+/// session extensions, dropped with it).
+struct ConnectionSlot(Arc<AtomicUsize>);
+
+impl ConnectionSlot {
+    /// A slot, unless `max` connections hold one.
+    fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<ConnectionSlot> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| ConnectionSlot(Arc::clone(open)))
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Handlers {
@@ -89,6 +112,7 @@ impl Handlers {
             connections: Arc::new(ConnectionManager::new()),
             next_pid: AtomicI32::new(std::process::id() as i32 % 100_000 * 1000 + 1),
             parser: Arc::new(EddyQueryParser),
+            open: Arc::new(AtomicUsize::new(0)),
         }
     }
 }
@@ -122,6 +146,7 @@ pub struct Conn {
     connections: Arc<ConnectionManager>,
     pid: i32,
     parser: Arc<EddyQueryParser>,
+    open: Arc<AtomicUsize>,
 }
 
 impl Handlers {
@@ -131,6 +156,7 @@ impl Handlers {
             connections: Arc::clone(&self.connections),
             pid: self.next_pid.fetch_add(1, Ordering::Relaxed),
             parser: Arc::clone(&self.parser),
+            open: Arc::clone(&self.open),
         }
     }
 }
@@ -261,6 +287,15 @@ impl StartupHandler for Conn {
         let PgWireFrontendMessage::Startup(ref startup) = message else {
             return Ok(());
         };
+        // As PostgreSQL: FATAL 53300 once `max_connections` clients are connected.
+        let Some(slot) = ConnectionSlot::take(&self.open, self.engine.max_connections()) else {
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "FATAL".to_owned(),
+                SqlState::TOO_MANY_CONNECTIONS.code().to_owned(),
+                "sorry, too many clients already".to_owned(),
+            ))));
+        };
+        client.session_extensions().insert(slot);
         protocol_negotiation(client, startup).await?;
         save_startup_parameters_to_metadata(client, startup);
         let secret = SecretKey::I32(rand_secret(self.pid));

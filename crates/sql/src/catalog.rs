@@ -66,15 +66,18 @@ pub trait TableSource: Send + Sync + fmt::Debug {
 
 /// A frozen relation read as a stream of batches: every `open` yields the same rows.
 pub trait StreamSource: Send + Sync + fmt::Debug {
-    /// The rows, labelled with `schema` (the table's columns, perhaps with other
-    /// nullability); errors come as items of the stream.
-    fn open(&self, schema: SchemaRef) -> SendableRecordBatchStream;
+    /// The rows, only the columns `projection` picks (all when `None`), labelled with
+    /// `schema` (those columns, perhaps with other nullability); errors come as items of the
+    /// stream.
+    fn open(&self, projection: Option<&[usize]>, schema: SchemaRef) -> SendableRecordBatchStream;
 }
 
-/// One [`StreamSource`] as DataFusion's partition of a streaming scan.
+/// One [`StreamSource`] as DataFusion's partition of a streaming scan, its projection read by
+/// the source itself.
 #[derive(Debug)]
 struct StreamPartition {
     source: Arc<dyn StreamSource>,
+    projection: Option<Vec<usize>>,
     schema: SchemaRef,
 }
 
@@ -84,7 +87,8 @@ impl PartitionStream for StreamPartition {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        self.source.open(Arc::clone(&self.schema))
+        self.source
+            .open(self.projection.as_deref(), Arc::clone(&self.schema))
     }
 }
 
@@ -403,14 +407,19 @@ impl TableProvider for TableBridge {
             .map(|e| e as Arc<dyn ExecutionPlan>);
         }
         if let Some(source) = self.source.stream() {
+            let schema = match projection {
+                Some(p) => Arc::new(self.schema.project(p)?),
+                None => self.schema(),
+            };
             let partition = Arc::new(StreamPartition {
                 source,
-                schema: self.schema(),
+                projection: projection.cloned(),
+                schema: Arc::clone(&schema),
             });
             return Ok(Arc::new(StreamingTableExec::try_new(
-                self.schema(),
+                schema,
                 vec![partition],
-                projection,
+                None,
                 Vec::new(),
                 false,
                 limit,

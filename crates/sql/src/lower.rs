@@ -593,8 +593,8 @@ pub struct Lowering<'a> {
     pub sessions: std::cell::Cell<bool>,
 }
 
-/// A view's options: `WITH (late_events, allowed_lateness, unbounded_joins)` and `EMIT ON
-/// WINDOW CLOSE`.
+/// A view's options: `WITH (late_events, allowed_lateness, unbounded_joins, max_state_rows)`
+/// and `EMIT ON WINDOW CLOSE`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ViewOptions {
     pub lateness: Lateness,
@@ -602,6 +602,9 @@ pub struct ViewOptions {
     /// `unbounded_joins = 'allow'`: a join of two streams without a time bound keeps every
     /// row of both (its state grows with the streams), as asked.
     pub unbounded_joins: bool,
+    /// `max_state_rows = n`: past `n` rows of state in any one operator the view fails with
+    /// 54000 (`None`: the server's `--max-state-rows`).
+    pub max_state_rows: Option<u64>,
 }
 
 /// The first output column of `plan` that is a stream's watermark column, as an expression over

@@ -195,6 +195,8 @@ pub struct ViewPlan {
     pub watermark: Option<(String, Vec<eddy_common::ObjectId>)>,
     /// The plain views the query names (expanded into the dataflow): the view depends on them.
     pub views: Vec<eddy_common::ObjectId>,
+    /// `WITH (max_state_rows = n)`: the view's cap on any one operator's state.
+    pub max_state_rows: Option<u64>,
 }
 
 /// One session's DataFusion context: its catalog view, functions and settings.
@@ -506,6 +508,7 @@ impl SessionPlanner {
             schema,
             watermark,
             views: resolution.views,
+            max_state_rows: options.max_state_rows,
         })
     }
 

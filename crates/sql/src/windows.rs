@@ -528,8 +528,8 @@ fn window_subquery(factor: &ast::TableFactor, for_view: bool) -> Result<Option<a
     }))
 }
 
-/// A view's event-time options from `WITH (late_events = 'drop' | 'retract', allowed_lateness =
-/// '1 hour')` and `EMIT ON WINDOW CLOSE`.
+/// A view's options from `WITH (late_events = 'drop' | 'retract', allowed_lateness = '1 hour',
+/// unbounded_joins = 'allow' | 'refuse', max_state_rows = n)` and `EMIT ON WINDOW CLOSE`.
 pub fn view_options(
     options: &ast::CreateTableOptions,
     emit_on_close: bool,
@@ -579,6 +579,15 @@ pub fn view_options(
                 out.lateness.allowed_micros = duration_micros(&text)
                     .map_err(|_| invalid("expected an interval such as '1 hour'"))?;
             }
+            "max_state_rows" => {
+                out.max_state_rows = Some(
+                    text.trim()
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| invalid("expected a positive number of rows"))?,
+                );
+            }
             "unbounded_joins" => {
                 out.unbounded_joins = match text.to_lowercase().as_str() {
                     "allow" => true,
@@ -590,7 +599,7 @@ pub fn view_options(
                 return Err(Error::new(
                     SqlState::INVALID_PARAMETER_VALUE,
                     format!(
-                        "unknown materialized view option \"{other}\" (expected late_events, allowed_lateness, unbounded_joins)"
+                        "unknown materialized view option \"{other}\" (expected late_events, allowed_lateness, unbounded_joins, max_state_rows)"
                     ),
                 ));
             }

@@ -24,8 +24,8 @@ use eddy_common::{Error, ObjectId, Offset, PartitionId, Result, SqlState, TxnId,
 use tokio::sync::oneshot;
 
 pub use codec::{
-    decode_changes, decode_positions, decode_watermark, encode_changes, encode_changes_at,
-    encode_watermark,
+    decode_changes, decode_positions, decode_rows, decode_watermark, encode_changes,
+    encode_changes_at, encode_watermark,
 };
 pub use frame::{Participant, Record};
 use segment::PartitionLog;

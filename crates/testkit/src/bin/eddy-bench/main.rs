@@ -52,37 +52,7 @@ struct Args {
 #[derive(Subcommand)]
 enum Bench {
     /// Incremental views: update throughput, backfill, state size, batch recompute baseline.
-    Views {
-        /// Rows in the updated table.
-        #[arg(long, default_value_t = 1_000_000)]
-        rows: u64,
-        /// Groups of the GROUP BY view (and keys of the joined dimension table).
-        #[arg(long, default_value_t = 100_000)]
-        groups: u64,
-        /// Rows of the table a view backfills from.
-        #[arg(long, default_value_t = 10_000_000)]
-        backfill_rows: u64,
-        /// Update statements per measured run; each changes `batch` rows.
-        #[arg(long, default_value_t = 50)]
-        updates: u64,
-        #[arg(long, default_value_t = 10_000)]
-        batch: u64,
-        /// Rows of the keyed table whose single-row UPDATE + FLUSH latency is measured (with a
-        /// GROUP BY view over it); 0 skips that run.
-        #[arg(long, default_value_t = 10_000_000)]
-        latency_rows: u64,
-        /// Rows streamed into an APPEND ONLY table with no retention while the server's RSS
-        /// is sampled every 10M rows; 0 skips that run.
-        #[arg(long, default_value_t = 100_000_000)]
-        stream_rows: u64,
-        /// Which views to measure: agg, join, left_join, join_agg (comma-separated).
-        #[arg(
-            long,
-            default_value = "agg,join,left_join,join_agg",
-            value_delimiter = ','
-        )]
-        views: Vec<String>,
-    },
+    Views(ViewsRun),
     /// Event-time views: TUMBLE, HOP, interval join throughput, state over time, latency.
     Windows {
         /// Events in the generated stream.
@@ -197,28 +167,7 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     let measures = match args.bench {
-        Bench::Views {
-            rows,
-            groups,
-            backfill_rows,
-            updates,
-            batch,
-            latency_rows,
-            stream_rows,
-            views: which,
-        } => runtime.block_on(views(
-            &eddy,
-            &ViewsRun {
-                rows,
-                groups,
-                backfill_rows,
-                updates,
-                batch,
-                latency_rows,
-                stream_rows,
-                which,
-            },
-        ))?,
+        Bench::Views(run) => runtime.block_on(views(&eddy, &run))?,
         Bench::Windows {
             events,
             join_events,

@@ -70,23 +70,48 @@ pub(crate) async fn state_of(client: &Client, view: &str) -> Result<(u64, u64)> 
     Ok((cell(0), cell(1)))
 }
 
-/// What `eddy-bench views` measures (see its `--help`).
+/// What `eddy-bench views` measures.
+#[derive(clap::Args, Debug)]
 pub(crate) struct ViewsRun {
+    /// Rows in the updated table.
+    #[arg(long, default_value_t = 1_000_000)]
     pub rows: u64,
+    /// Groups of the GROUP BY view (and keys of the joined dimension table).
+    #[arg(long, default_value_t = 100_000)]
     pub groups: u64,
+    /// Rows of the table a view backfills from.
+    #[arg(long, default_value_t = 10_000_000)]
     pub backfill_rows: u64,
+    /// Update statements per measured run; each changes `batch` rows.
+    #[arg(long, default_value_t = 50)]
     pub updates: u64,
+    #[arg(long, default_value_t = 10_000)]
     pub batch: u64,
+    /// Rows of the keyed table whose single-row UPDATE + FLUSH latency is measured (with a
+    /// GROUP BY view over it); 0 skips that run.
+    #[arg(long, default_value_t = 10_000_000)]
     pub latency_rows: u64,
+    /// Rows streamed into an APPEND ONLY table with no retention while the server's RSS
+    /// is sampled every 10M rows; 0 skips that run.
+    #[arg(long, default_value_t = 100_000_000)]
     pub stream_rows: u64,
-    pub which: Vec<String>,
+    /// Which views to measure: agg, join, left_join, join_agg (comma-separated).
+    #[arg(
+        long,
+        default_value = "agg,join,left_join,join_agg",
+        value_delimiter = ','
+    )]
+    pub views: Vec<String>,
 }
 
 /// Single-row `UPDATE` of `table` (keys 1..=rows) then `FLUSH`, `n` times at random keys:
-/// the time until every view over the table shows the change, as (p50, p99).
+/// the time until every view over the table shows the change, as (p50, p99). `key` is the
+/// expression the key is compared with: `k` (answered by the primary-key index) or `k + 0`
+/// (the same rows, but a scan of the table: the baseline).
 async fn single_row_latency(
     client: &Client,
     table: &str,
+    key: &str,
     rows: u64,
     n: usize,
     seed: &mut u64,
@@ -100,7 +125,7 @@ async fn single_row_latency(
         let start = Instant::now();
         exec(
             client,
-            &format!("UPDATE {table} SET v = v + 1 WHERE k = {k}"),
+            &format!("UPDATE {table} SET v = v + 1 WHERE {key} = {k}"),
         )
         .await?;
         exec(client, "FLUSH").await?;
@@ -129,7 +154,7 @@ pub(crate) async fn views(eddy: &std::path::Path, run: &ViewsRun) -> Result<Vec<
         batch,
         latency_rows,
         stream_rows,
-        ref which,
+        views: ref which,
     } = run;
     let server = EddyProcess::start_fresh(eddy)?;
     let client = server.connect().await?;
@@ -200,7 +225,7 @@ pub(crate) async fn views(eddy: &std::path::Path, run: &ViewsRun) -> Result<Vec<
             unit: "changes/s",
             note: format!("{updates} UPDATEs x {batch} rows in {elapsed:.1?}, {cpu:.1} CPU s (incl. log + table upkeep)"),
         });
-        let latency = single_row_latency(&client, "t", rows, 200, &mut seed).await?;
+        let latency = single_row_latency(&client, "t", "k", rows, 200, &mut seed).await?;
         out.push(latency_measure(
             format!("{name}: single-row UPDATE + FLUSH ({rows}-row table)"),
             latency,
@@ -252,13 +277,19 @@ pub(crate) async fn views(eddy: &std::path::Path, run: &ViewsRun) -> Result<Vec<
         )
         .await?;
         fill(&client, "lt", latency_rows, groups).await?;
-        let latency = single_row_latency(&client, "lt", latency_rows, 200, &mut seed).await?;
+        let latency =
+            single_row_latency(&client, "lt", "k + 0", latency_rows, 50, &mut seed).await?;
+        out.push(latency_measure(
+            format!("baseline: the same by a scan (k + 0 = x), {latency_rows}-row table"),
+            latency,
+        ));
+        let latency = single_row_latency(&client, "lt", "k", latency_rows, 200, &mut seed).await?;
         out.push(latency_measure(
             format!("single-row UPDATE + FLUSH, {latency_rows}-row table, no view"),
             latency,
         ));
         exec(&client, "CREATE MATERIALIZED VIEW lt_agg AS SELECT g, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi FROM lt GROUP BY g").await?;
-        let latency = single_row_latency(&client, "lt", latency_rows, 200, &mut seed).await?;
+        let latency = single_row_latency(&client, "lt", "k", latency_rows, 200, &mut seed).await?;
         out.push(latency_measure(
             format!("single-row UPDATE + FLUSH, {latency_rows}-row table, GROUP BY view"),
             latency,
