@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use eddy_engine::{Engine, EngineConfig};
 use tracing_subscriber::EnvFilter;
 
+mod memory;
+
 /// mimalloc instead of glibc malloc: the dataflow allocates and frees many small rows and
 /// keys per epoch, where glibc's consolidation showed up as a third of the view thread's time.
 /// Built without transparent huge pages (`no_thp`, see the workspace Cargo.toml).
@@ -79,6 +81,11 @@ struct ServeArgs {
     /// refused with 53300.
     #[arg(long, env = "EDDY_MAX_CONNECTIONS", default_value_t = eddy_engine::MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Memory the server is held to (`2GB`, `512MB`; 0: no limit). Views' operator state
+    /// keeps half of it in memory and spills the rest to disk under the data directory.
+    /// Default: half of the machine's memory (or of its cgroup's limit).
+    #[arg(long, env = "EDDY_MEMORY_LIMIT", value_parser = memory::parse_size)]
+    memory_limit: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -126,6 +133,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         barrier_interval: std::time::Duration::from_secs_f64(args.barrier_interval),
         max_state_rows: (args.max_state_rows > 0).then_some(args.max_state_rows),
         max_connections: args.max_connections,
+        memory_limit: match args.memory_limit {
+            Some(0) => None,
+            Some(limit) => Some(limit),
+            None => memory::default_limit(),
+        },
     };
     let engine = tokio::task::spawn_blocking(move || Engine::open(&config))
         .await?

@@ -70,6 +70,26 @@ fn contents(a: &Arrangement) -> Model {
         .collect()
 }
 
+/// What a checkpoint of `a` holds (spilled keys included).
+fn saved(a: &Arrangement) -> Model {
+    let Some(batch) = a.save().unwrap() else {
+        return Model::new();
+    };
+    let keys = checkpoint::binary_column(&batch, "key").unwrap();
+    let rows = checkpoint::binary_column(&batch, "row").unwrap();
+    let times = checkpoint::int64_column(&batch, "time").unwrap();
+    let counts = checkpoint::int64_column(&batch, "count").unwrap();
+    let aux = checkpoint::int64_column(&batch, "aux").unwrap();
+    (0..batch.num_rows())
+        .map(|i| {
+            (
+                (keys.value(i).to_vec(), rows.value(i).to_vec()),
+                (counts.value(i), times.value(i), 0, aux.value(i)),
+            )
+        })
+        .collect()
+}
+
 fn without_expiry(model: &Model) -> Model {
     model
         .iter()
@@ -81,8 +101,17 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn the_arrangement_equals_a_map_of_weights(ops in proptest::collection::vec(op(), 1..300)) {
-        let mut a = Arrangement::new();
+    fn the_arrangement_equals_a_map_of_weights(ops in proptest::collection::vec(op(), 1..300), spill in any::<bool>()) {
+        // Spilling: a budget of no bytes, so every key goes to disk at each settle.
+        let spilling = spill.then(|| crate::spill::tests::Spilling::with_limit(0));
+        let new = || {
+            let mut a = Arrangement::new();
+            if let Some(s) = &spilling {
+                a.spill_to(&s.budget);
+            }
+            a
+        };
+        let mut a = new();
         let mut model = Model::new();
         for op in &ops {
             match op {
@@ -92,11 +121,13 @@ proptest! {
                 Op::Expire(w) => {
                     let before = model.len();
                     apply(&mut model, op);
-                    prop_assert_eq!(a.expire(*w), before - model.len());
+                    prop_assert_eq!(a.expire(*w).unwrap(), before - model.len());
+                    a.settle().unwrap();
+                    prop_assert_eq!(saved(&a), without_expiry(&model));
                     continue;
                 }
                 Op::SaveLoad => {
-                    let mut loaded = Arrangement::new();
+                    let mut loaded = new();
                     if let Some(batch) = a.save().unwrap() {
                         loaded.load(&batch).unwrap();
                     }
@@ -104,6 +135,7 @@ proptest! {
                 }
                 Op::Aux(k, r, d) => {
                     let wanted = row(*r);
+                    a.prepare([key(*k).as_slice()]).unwrap();
                     let id = a.probe(&key(*k)).find(|f| f.row == wanted.as_slice()).map(|f| f.id);
                     if let Some(id) = id {
                         let (before, after) = a.add_aux(id, *d);
@@ -114,12 +146,21 @@ proptest! {
                 }
             }
             apply(&mut model, op);
-            prop_assert_eq!(contents(&a), without_expiry(&model));
+            if !spill {
+                prop_assert_eq!(contents(&a), without_expiry(&model));
+            }
+            prop_assert_eq!(saved(&a), without_expiry(&model));
+            a.settle().unwrap();
+            prop_assert_eq!(saved(&a), without_expiry(&model));
+            if let Some(s) = &spilling && !model.is_empty() {
+                prop_assert!(a.spilled_rows() > 0 && s.budget.spilled_keys() > 0);
+            }
             prop_assert_eq!(a.len(), model.len());
             prop_assert_eq!(a.is_empty(), model.is_empty());
         }
         // Probes: every key's rows, and a time range of them.
         for k in 0u8..6 {
+            a.prepare([key(k).as_slice()]).unwrap();
             let mut got: Vec<(Vec<u8>, i64)> =
                 a.probe(&key(k)).map(|f| (f.row.to_vec(), f.weight)).collect();
             got.sort();
@@ -167,8 +208,8 @@ fn a_slot_reused_before_its_old_expiry_is_kept_until_its_own() {
     a.update(b"k", b"old", 1, -1, 10).unwrap();
     // The freed slot goes to a row that expires later; the old heap item must not take it.
     a.update(b"k", b"new", 5, 1, 50).unwrap();
-    assert_eq!(a.expire(20), 0);
+    assert_eq!(a.expire(20).unwrap(), 0);
     assert_eq!(a.len(), 1);
-    assert_eq!(a.expire(50), 1);
+    assert_eq!(a.expire(50).unwrap(), 1);
     assert!(a.is_empty());
 }

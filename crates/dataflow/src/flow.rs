@@ -387,6 +387,18 @@ impl Dataflow {
         self.max_state_rows = max;
     }
 
+    /// Lets every operator keep its arrangements within its share of `budget`, spilling the
+    /// rest to disk (ADR 0012); called before a checkpoint is loaded into the dataflow.
+    pub fn spill_to(&mut self, budget: &Arc<crate::spill::MemoryBudget>) {
+        for copy in &mut self.copies {
+            for id in 0..self.places.len() {
+                if let Some(handler) = copy.handler_mut(id) {
+                    handler.spill_to(budget);
+                }
+            }
+        }
+    }
+
     fn check_state_rows(&mut self) {
         let Some(max) = self.max_state_rows else {
             return;
@@ -443,12 +455,15 @@ impl Dataflow {
             .iter()
             .enumerate()
             .filter_map(|(id, place)| {
-                let mut state = self.copies.first()?.handler(id)?.state();
+                let first = self.copies.first()?.handler(id)?;
+                let (mut state, mut spilled_rows) = (first.state(), first.spilled_rows());
                 if place.shards > 1 {
                     for copy in &self.copies[1..] {
-                        let more = copy.handler(id)?.state();
+                        let handler = copy.handler(id)?;
+                        let more = handler.state();
                         state.rows += more.rows;
                         state.bytes += more.bytes;
+                        spilled_rows += handler.spilled_rows();
                     }
                 }
                 let rows_in = if place.inputs.is_empty() {
@@ -479,6 +494,7 @@ impl Dataflow {
                     rows_out: rows_out(id),
                     state_rows: state.rows,
                     state_bytes: state.bytes,
+                    spilled_rows,
                     shards: place.shards,
                 })
             })

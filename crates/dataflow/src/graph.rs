@@ -128,6 +128,15 @@ pub trait Handler: Send {
         crate::OperatorState::stateless(self.name())
     }
 
+    /// Lets the operator's arrangements spill to disk past their share of `budget` (ADR 0012);
+    /// operators whose state is not in arrangements keep it in memory.
+    fn spill_to(&mut self, _budget: &std::sync::Arc<crate::spill::MemoryBudget>) {}
+
+    /// Rows of its state that are on disk (`state().rows` counts them too).
+    fn spilled_rows(&self) -> usize {
+        0
+    }
+
     /// `state().rows`, checked every epoch against the view's limit: operators whose
     /// `state` walks their state to size it answer this without.
     fn state_rows(&self) -> usize {

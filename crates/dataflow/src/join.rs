@@ -21,6 +21,7 @@ use crate::event_time::{EventTime, micros};
 use crate::graph::{Barrier, Handler, Output};
 use crate::plan::{Expr, TimeBound};
 use crate::rows::{arrow_error, batch, eval_error, evaluate, filter_changes, take_columns};
+use crate::spill::MemoryBudget;
 use crate::{OperatorState, checkpoint};
 
 /// The names of each side's checkpointed part (an [`Arrangement`]).
@@ -75,6 +76,11 @@ impl Keys {
             Some(valid) if !valid[i] => None,
             _ => Some(self.encoded.row(i).data()),
         }
+    }
+
+    /// Every row's key, skipping the rows without one.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.encoded.num_rows()).filter_map(|i| self.get(i))
     }
 }
 
@@ -345,17 +351,24 @@ impl InnerJoin {
     }
 
     /// Forgets the rows of each side that the other side's watermark has passed.
-    fn evict(&mut self) {
+    fn evict(&mut self) -> Result<()> {
         if self.event_time.is_none() {
-            return;
+            return Ok(());
         }
         for side in [&mut self.left, &mut self.right] {
             let Some(bound) = &side.bound else { continue };
             let Some(watermark) = self.marks.min_of(&bound.other) else {
                 continue;
             };
-            side.state.expire(watermark);
+            side.state.expire(watermark)?;
         }
+        Ok(())
+    }
+
+    /// Ends a batch or an epoch: each side settles within its memory budget.
+    fn settle(&mut self) -> Result<()> {
+        self.left.state.settle()?;
+        self.right.state.settle()
     }
 
     fn process(
@@ -367,10 +380,12 @@ impl InnerJoin {
         if let Some(pad) = self.lookup {
             for changes in right {
                 let keys = self.right.keys_of(changes.rows())?;
+                self.right.state.prepare(keys.iter())?;
                 self.right.insert(&changes, &keys)?;
             }
             for changes in left {
                 let keys = self.left.keys_of(changes.rows())?;
+                self.right.state.prepare(keys.iter())?;
                 out.extend(self.look_up(&changes, &keys, pad)?);
             }
             return Ok(out);
@@ -385,12 +400,16 @@ impl InnerJoin {
             .collect::<Result<Vec<_>>>()?;
         for changes in left {
             let keys = self.left.keys_of(changes.rows())?;
+            self.right.state.prepare(keys.iter())?;
             out.extend(self.probe(&changes, &keys, true)?);
+            self.left.state.prepare(keys.iter())?;
             self.left.insert(&changes, &keys)?;
         }
         for changes in right {
             let keys = self.right.keys_of(changes.rows())?;
+            self.left.state.prepare(keys.iter())?;
             out.extend(self.probe(&changes, &keys, false)?);
+            self.right.state.prepare(keys.iter())?;
             self.right.insert(&changes, &keys)?;
         }
         Ok(out)
@@ -405,16 +424,25 @@ impl Handler for InnerJoin {
         for changes in self.process(left, right)? {
             out.data(changes);
         }
-        Ok(())
+        self.settle()
     }
 
     fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Output) -> Result<()> {
-        self.evict();
-        Ok(())
+        self.evict()?;
+        self.settle()
     }
 
     fn name(&self) -> String {
         "InnerJoin".to_owned()
+    }
+
+    fn spill_to(&mut self, budget: &Arc<MemoryBudget>) {
+        self.left.state.spill_to(budget);
+        self.right.state.spill_to(budget);
+    }
+
+    fn spilled_rows(&self) -> usize {
+        self.left.state.spilled_rows() + self.right.state.spilled_rows()
     }
 
     fn state(&self) -> OperatorState {

@@ -276,6 +276,7 @@ fn steps() -> impl Strategy<Value = Vec<Vec<(bool, Row, bool)>>> {
     prop::collection::vec(prop::collection::vec(step, 1..6), 1..8)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     kind: JoinKind,
     filtered: bool,
@@ -284,14 +285,19 @@ fn run(
     workers: &[crate::Workers; 2],
     epochs: Vec<Vec<(bool, Row, bool)>>,
     restart_after: usize,
+    spill: Option<&crate::spill::tests::Spilling>,
 ) -> Result<(), TestCaseError> {
     let build = |workers: &crate::Workers| {
-        crate::build(
+        let mut dataflow = crate::build(
             &plan(kind, filtered, nulls_equal, key),
             &std::sync::Arc::new(crate::EventTime::new(&[])),
             workers,
         )
-        .unwrap()
+        .unwrap();
+        if let Some(spill) = spill {
+            dataflow.spill_to(&spill.budget);
+        }
+        dataflow
     };
     drive(
         &build,
@@ -353,11 +359,17 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5, restart_after in 0..8usize, key in prop::sample::select(KEY_TYPES.to_vec())) {
+    fn every_join_kind_matches_its_oracle(epochs in steps(), filtered in any::<bool>(), nulls_equal in any::<bool>(), workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5, restart_after in 0..8usize, key in prop::sample::select(KEY_TYPES.to_vec()), spill in any::<bool>()) {
         // On several workers each side is routed by its key to one of the join's copies.
         let workers = [crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap()];
+        // A budget of no bytes: every key is spilled when each batch ends, and read back by
+        // the next batch that uses it.
+        let spill = spill.then(|| crate::spill::tests::Spilling::with_limit(0));
         for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full, JoinKind::LeftSemi, JoinKind::LeftAnti, JoinKind::RightSemi, JoinKind::RightAnti] {
-            run(kind, filtered, nulls_equal, key, &workers, epochs.clone(), restart_after)?;
+            run(kind, filtered, nulls_equal, key, &workers, epochs.clone(), restart_after, spill.as_ref())?;
+        }
+        if let Some(spill) = &spill && epochs.iter().flatten().any(|(_, _, insert)| *insert) {
+            prop_assert!(spill.budget.spills() > 0, "nothing was spilled");
         }
     }
 }
@@ -451,9 +463,16 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn interval_join_matches_its_oracle(epochs in steps(), workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5, restart_after in 0..8usize) {
+    fn interval_join_matches_its_oracle(epochs in steps(), workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5, restart_after in 0..8usize, spill in any::<bool>()) {
         let workers = [crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap()];
-        let build = |workers: &crate::Workers| crate::build(&interval_plan(), &std::sync::Arc::new(crate::EventTime::new(&[LEFT, RIGHT])), workers).unwrap();
+        let spill = spill.then(|| crate::spill::tests::Spilling::with_limit(0));
+        let build = |workers: &crate::Workers| {
+            let mut dataflow = crate::build(&interval_plan(), &std::sync::Arc::new(crate::EventTime::new(&[LEFT, RIGHT])), workers).unwrap();
+            if let Some(spill) = &spill {
+                dataflow.spill_to(&spill.budget);
+            }
+            dataflow
+        };
         drive(&build, &workers, restart_after, KeyType::Int, epochs, interval_oracle)?;
     }
 }

@@ -39,12 +39,15 @@ mod rows;
 pub use rows::{consolidate, partition_by_key};
 mod pool;
 mod session;
+pub mod spill;
 pub use pool::Workers;
 mod share;
 #[cfg(test)]
 mod source_routes_tests;
 mod stateless;
 mod temporal;
+#[cfg(test)]
+mod temporal_tests;
 mod topn;
 
 pub use event_time::{EventTime, LateEvent};
@@ -82,6 +85,8 @@ pub struct OperatorStats {
     pub rows_out: u64,
     pub state_rows: usize,
     pub state_bytes: usize,
+    /// Rows of its state on disk, not in memory (ADR 0012).
+    pub spilled_rows: usize,
     /// Shards the operator runs as (1: not sharded).
     pub shards: usize,
 }

@@ -35,6 +35,7 @@ use crate::graph::{Barrier, Handler, Output as Emitted};
 use crate::join::Keys;
 use crate::plan::{Expr, JoinKind, TimeBound};
 use crate::rows::{arrow_error, batch, eval_error, evaluate, take_columns};
+use crate::spill::MemoryBudget;
 use crate::{OperatorState, checkpoint};
 
 const LEFT_PART: &str = "left_rows";
@@ -205,6 +206,8 @@ impl OuterJoin {
             (&mut self.right, &mut self.left)
         };
         let keys = Keys::of(&me.keys, &me.key_converter, me.nulls_equal, changes.rows())?;
+        other.state.prepare(keys.iter())?;
+        me.state.prepare(keys.iter())?;
         let diffs = changes.diffs().values();
         // Candidate pairs: each changed row with the other side's rows of its key.
         let (mut mine, mut theirs) = (Vec::new(), Vec::new());
@@ -363,17 +366,24 @@ impl OuterJoin {
     }
 
     /// Forgets rows whose window both sides' watermarks have passed (plus the lateness).
-    fn evict(&mut self) {
+    fn evict(&mut self) -> Result<()> {
         let Some(([l, r], _)) = &self.bounds else {
-            return;
+            return Ok(());
         };
         let mut sources = l.own.clone();
         sources.extend(r.own.iter().copied());
         let Some(watermark) = self.marks.min_of(&sources) else {
-            return;
+            return Ok(());
         };
-        self.left.state.expire(watermark);
-        self.right.state.expire(watermark);
+        self.left.state.expire(watermark)?;
+        self.right.state.expire(watermark)?;
+        Ok(())
+    }
+
+    /// Ends a batch or an epoch: each side settles within its memory budget.
+    fn settle(&mut self) -> Result<()> {
+        self.left.state.settle()?;
+        self.right.state.settle()
     }
 }
 
@@ -385,16 +395,25 @@ impl Handler for OuterJoin {
         for changes in self.process(left, right)? {
             out.data(changes);
         }
-        Ok(())
+        self.settle()
     }
 
     fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Emitted) -> Result<()> {
-        self.evict();
-        Ok(())
+        self.evict()?;
+        self.settle()
     }
 
     fn name(&self) -> String {
         "OuterJoin".to_owned()
+    }
+
+    fn spill_to(&mut self, budget: &Arc<MemoryBudget>) {
+        self.left.state.spill_to(budget);
+        self.right.state.spill_to(budget);
+    }
+
+    fn spilled_rows(&self) -> usize {
+        self.left.state.spilled_rows() + self.right.state.spilled_rows()
     }
 
     fn state(&self) -> OperatorState {

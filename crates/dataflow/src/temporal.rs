@@ -7,29 +7,39 @@
 //! the epoch and every view): at the barrier, what is due is emitted and the rest scheduled.
 //! Retractions follow the same rule, so they cancel what their insert scheduled.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array};
 use arrow::datatypes::SchemaRef;
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::row::{RowConverter, SortField};
 use eddy_common::{ChangeBatch, Result};
 
+use crate::arrangement::{Arrangement, NEVER};
 use crate::event_time::micros;
 use crate::graph::{Barrier, Handler, Output};
 use crate::plan::Expr;
 use crate::rows::{arrow_error, batch, evaluate};
+use crate::spill::MemoryBudget;
 use crate::{OperatorState, checkpoint};
+
+const WAITING: &str = "waiting";
+const SHOWING: &str = "showing";
 
 pub struct TemporalFilter {
     from: Vec<(Expr, i64)>,
     until: Vec<(Expr, i64)>,
     schema: SchemaRef,
     rows: RowConverter,
-    /// Clock time (µs) -> rows whose weight changes then.
-    scheduled: BTreeMap<i64, Vec<(OwnedRow, i64)>>,
+    /// Rows whose start the clock has not reached: each row (the key; no row bytes) expires
+    /// at its start, and keeps its end as its aux count.
+    waiting: Arrangement,
+    /// Rows shown that will go: each expires at its end (rows with no end are not kept).
+    showing: Arrangement,
     /// This epoch's rows with their bounds (from, until) and weights, judged against the
     /// epoch's time at its barrier.
-    staged: Vec<(OwnedRow, i64, i64, i64)>,
+    staged: Vec<(usize, i64, i64, i64)>,
+    /// The bytes of the staged rows (`staged` holds their ends).
+    staged_bytes: Vec<u8>,
 }
 
 impl TemporalFilter {
@@ -48,8 +58,10 @@ impl TemporalFilter {
             until,
             schema: schema.clone(),
             rows: RowConverter::new(fields).map_err(arrow_error)?,
-            scheduled: BTreeMap::new(),
+            waiting: Arrangement::new(),
+            showing: Arrangement::new(),
             staged: Vec::new(),
+            staged_bytes: Vec::new(),
         })
     }
 
@@ -94,49 +106,101 @@ impl TemporalFilter {
                 continue;
             };
             let from = from.unwrap_or(i64::MIN);
-            let until = until.unwrap_or(i64::MAX);
+            let until = until.unwrap_or(NEVER);
             if from < until {
-                self.staged.push((encoded.row(i).owned(), from, until, *d));
+                let start = self.staged_bytes.len();
+                self.staged_bytes.extend_from_slice(encoded.row(i).data());
+                self.staged.push((start, from, until, *d));
             }
         }
         Ok(())
     }
 
-    /// The epoch ends at `now`: its rows that show now are emitted, the others scheduled, and
-    /// every scheduled change due by `now` is emitted.
+    /// The epoch ends at `now`: its rows that show now are emitted, the others wait for their
+    /// start; every waiting row whose start `now` reached shows, and every shown row whose
+    /// end it reached goes.
     fn emit(&mut self, now: i64) -> Result<Vec<ChangeBatch>> {
-        let mut out = Vec::new();
-        for (row, from, until, d) in std::mem::take(&mut self.staged) {
-            if until <= now {
+        let mut out = Emitted::default();
+        let staged = std::mem::take(&mut self.staged);
+        let bytes = std::mem::take(&mut self.staged_bytes);
+        let keys = staged.iter().enumerate().map(|(n, (start, ..))| {
+            let end = staged.get(n + 1).map_or(bytes.len(), |s| s.0);
+            &bytes[*start..end]
+        });
+        self.waiting.prepare(keys.clone())?;
+        self.showing.prepare(keys.clone())?;
+        for (row, (_, from, until, d)) in keys.zip(&staged) {
+            if *until <= now {
                 continue;
             }
-            if until != i64::MAX {
-                self.scheduled
-                    .entry(until)
-                    .or_default()
-                    .push((row.clone(), -d));
-            }
-            if from <= now {
-                out.push((row, d));
-            } else {
-                self.scheduled.entry(from).or_default().push((row, d));
+            if *from <= now {
+                out.push(row, *d);
+                if *until != NEVER {
+                    self.showing.update(row, &[], *from, *d, *until)?;
+                }
+            } else if let Some(e) = self.waiting.update(row, &[], *from, *d, *from)? {
+                self.waiting.set_aux(e, *until);
             }
         }
-        while let Some(entry) = self.scheduled.first_entry() {
-            if *entry.key() > now {
-                break;
+        let TemporalFilter {
+            waiting, showing, ..
+        } = self;
+        // Rows that start showing and will end: their bytes, then (end of bytes, start,
+        // weight, end) each.
+        let (mut moved_bytes, mut moved) = (Vec::new(), Vec::new());
+        waiting.drain_due(now, |found| {
+            let until = found.aux;
+            if until > now {
+                out.push(found.key, found.weight);
+                if until != NEVER {
+                    moved_bytes.extend_from_slice(found.key);
+                    moved.push((moved_bytes.len(), found.time, found.weight, until));
+                }
             }
-            out.extend(entry.remove());
+        })?;
+        let mut start = 0;
+        for (end, from, d, until) in moved {
+            showing.update(&moved_bytes[start..end], &[], from, d, until)?;
+            start = end;
         }
-        if out.is_empty() {
+        showing.drain_due(now, |found| out.push(found.key, -found.weight))?;
+        self.staged = staged;
+        self.staged.clear();
+        self.staged_bytes = bytes;
+        self.staged_bytes.clear();
+        self.waiting.settle()?;
+        self.showing.settle()?;
+        if out.diffs.is_empty() {
             return Ok(Vec::new());
         }
+        let parser = self.rows.parser();
         let columns: Vec<ArrayRef> = self
             .rows
-            .convert_rows(out.iter().map(|(r, _)| r.row()))
+            .convert_rows(out.starts.iter().enumerate().map(|(n, start)| {
+                let end = out.starts.get(n + 1).copied().unwrap_or(out.bytes.len());
+                parser.parse(&out.bytes[*start..end])
+            }))
             .map_err(arrow_error)?;
-        let diffs = Int64Array::from(out.iter().map(|(_, d)| *d).collect::<Vec<_>>());
-        Ok(vec![ChangeBatch::new(batch(&self.schema, columns)?, diffs)])
+        Ok(vec![ChangeBatch::new(
+            batch(&self.schema, columns)?,
+            Int64Array::from(out.diffs),
+        )])
+    }
+}
+
+/// Rows going out: their bytes back to back, and weights.
+#[derive(Default)]
+struct Emitted {
+    bytes: Vec<u8>,
+    starts: Vec<usize>,
+    diffs: Vec<i64>,
+}
+
+impl Emitted {
+    fn push(&mut self, row: &[u8], diff: i64) {
+        self.starts.push(self.bytes.len());
+        self.bytes.extend_from_slice(row);
+        self.diffs.push(diff);
     }
 }
 
@@ -157,53 +221,38 @@ impl Handler for TemporalFilter {
     }
 
     fn state(&self) -> OperatorState {
-        let entries = self.scheduled.values().map(Vec::len).sum();
-        let bytes = self
-            .scheduled
-            .values()
-            .flatten()
-            .map(|(r, _)| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>())
-            .sum();
         OperatorState {
             name: "TemporalFilter".to_owned(),
-            rows: entries,
-            bytes,
+            rows: self.waiting.len() + self.showing.len(),
+            bytes: self.waiting.size_bytes() + self.showing.size_bytes(),
         }
+    }
+
+    fn spill_to(&mut self, budget: &Arc<MemoryBudget>) {
+        self.waiting.spill_to(budget);
+        self.showing.spill_to(budget);
+    }
+
+    fn spilled_rows(&self) -> usize {
+        self.waiting.spilled_rows() + self.showing.spilled_rows()
     }
 
     fn save(&mut self) -> Result<checkpoint::Parts> {
-        let entries: Vec<(i64, &OwnedRow, i64)> = self
-            .scheduled
-            .iter()
-            .flat_map(|(t, rows)| rows.iter().map(move |(r, d)| (*t, r, *d)))
-            .collect();
-        let columns = vec![
-            ("time", checkpoint::int64s(entries.iter().map(|e| e.0))),
-            (
-                "row",
-                checkpoint::binary(entries.iter().map(|e| e.1.as_ref())),
-            ),
-            ("diff", checkpoint::int64s(entries.iter().map(|e| e.2))),
-        ];
-        Ok(vec![("scheduled", checkpoint::part(columns, &[])?)])
+        let mut parts = Vec::new();
+        for (name, rows) in [(WAITING, &self.waiting), (SHOWING, &self.showing)] {
+            if let Some(part) = rows.save()? {
+                parts.push((name, part));
+            }
+        }
+        Ok(parts)
     }
 
     fn load(&mut self, name: &str, batch: &arrow::array::RecordBatch) -> Result<()> {
-        if name != "scheduled" {
-            return Err(checkpoint::unknown_part("TemporalFilter", name));
+        match name {
+            WAITING => self.waiting.load(batch),
+            SHOWING => self.showing.load(batch),
+            _ => Err(checkpoint::unknown_part("TemporalFilter", name)),
         }
-        let rows = checkpoint::required_rows(&self.rows, checkpoint::binary_column(batch, "row")?)?;
-        let (times, diffs) = (
-            checkpoint::int64_column(batch, "time")?,
-            checkpoint::int64_column(batch, "diff")?,
-        );
-        for (i, row) in rows.into_iter().enumerate() {
-            self.scheduled
-                .entry(times.value(i))
-                .or_default()
-                .push((row, diffs.value(i)));
-        }
-        Ok(())
     }
 }
 

@@ -105,7 +105,15 @@ pub struct EngineConfig {
     pub max_state_rows: Option<u64>,
     /// The most client connections at once; the next one is refused with 53300.
     pub max_connections: usize,
+    /// Bytes of memory the server is held to (`None`: no limit). Views' operator state gets
+    /// [`STATE_SHARE_OF_MEMORY`] of it; past that, arrangements spill their coldest keys to
+    /// disk (ADR 0012).
+    pub memory_limit: Option<u64>,
 }
+
+/// The part of [`EngineConfig::memory_limit`] that views' operator state may hold in memory;
+/// the rest is left for tables, batches in flight and queries.
+pub const STATE_SHARE_OF_MEMORY: f64 = 0.5;
 
 /// [`EngineConfig::max_state_rows`] by default: 100 M rows (a few GB of state in one operator).
 pub const MAX_STATE_ROWS: u64 = 100_000_000;
@@ -233,6 +241,8 @@ pub struct Engine {
     workers: eddy_dataflow::Workers,
     max_state_rows: Option<u64>,
     max_connections: usize,
+    /// The budget of views' operator state, when the server has a memory limit.
+    memory: Option<Arc<eddy_dataflow::spill::MemoryBudget>>,
     /// Views read from the catalog at start-up, planned again by [`Engine::restore_views`].
     stored_views: std::sync::Mutex<Vec<ViewDef>>,
     /// Sinks read from the catalog at start-up, started by [`Engine::restore_views`].
@@ -355,6 +365,13 @@ impl Engine {
             workers: eddy_dataflow::Workers::new(config.workers)?,
             max_state_rows: config.max_state_rows,
             max_connections: config.max_connections,
+            memory: match config.memory_limit {
+                Some(limit) => Some(eddy_dataflow::spill::MemoryBudget::new(
+                    (limit as f64 * STATE_SHARE_OF_MEMORY) as usize,
+                    &dir.join("spill"),
+                )?),
+                None => None,
+            },
             stored_views: std::sync::Mutex::new(view_defs),
             stored_sinks: std::sync::Mutex::new(sink_defs),
             sinks: RwLock::new(BTreeMap::new()),

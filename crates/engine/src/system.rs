@@ -118,11 +118,13 @@ fn operators_schema() -> SchemaRef {
         Field::new("rows_out", DataType::UInt64, false),
         Field::new("state_rows", DataType::UInt64, false),
         Field::new("state_bytes", DataType::UInt64, false),
+        Field::new("spilled_rows", DataType::UInt64, false),
         Field::new("shards", DataType::UInt32, false),
     ]))
 }
 
-/// Per view and operator: rows in and out, the state held (rows, bytes) and its shards.
+/// Per view and operator: rows in and out, the state held (rows, bytes in memory, rows spilled
+/// to disk) and its shards.
 fn operators(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
     let rows = engine.runtime().operators();
     let columns: Vec<ArrayRef> = vec![
@@ -154,6 +156,11 @@ fn operators(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
         Arc::new(UInt64Array::from(
             rows.iter()
                 .map(|(_, s)| s.state_bytes as u64)
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt64Array::from(
+            rows.iter()
+                .map(|(_, s)| s.spilled_rows as u64)
                 .collect::<Vec<_>>(),
         )),
         Arc::new(UInt32Array::from(

@@ -54,6 +54,7 @@ pub(crate) async fn open(
         clock,
         barrier_interval: crate::BARRIER_INTERVAL,
         max_state_rows: Some(crate::MAX_STATE_ROWS),
+        memory_limit: None,
         max_connections: crate::MAX_CONNECTIONS,
     };
     let engine = Engine::open(&config).unwrap_or_else(|e| panic!("{e}"));

@@ -4,7 +4,8 @@
 use super::*;
 
 impl Engine {
-    /// A view's dataflow, its operators' state capped at the view's `max_state_rows` or the
+    /// A view's dataflow, its arrangements within the server's memory budget (spilling past
+    /// it), its operators' state capped at the view's `max_state_rows` or the
     /// server's.
     pub(crate) fn view_dataflow(
         &self,
@@ -13,6 +14,9 @@ impl Engine {
     ) -> Result<eddy_dataflow::Dataflow> {
         let mut dataflow = eddy_dataflow::build(&plan.node, event_time, &self.workers)?;
         dataflow.limit_state_rows(plan.max_state_rows.or(self.max_state_rows));
+        if let Some(budget) = &self.memory {
+            dataflow.spill_to(budget);
+        }
         Ok(dataflow)
     }
 

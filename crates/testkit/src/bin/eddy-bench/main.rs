@@ -27,12 +27,14 @@ use tokio_postgres::Client;
 mod file;
 mod ingest;
 mod nexmark;
+mod spill;
 mod views;
 mod windows;
 
 use file::file;
 use ingest::ingest;
 use nexmark::{NexmarkRun, nexmark};
+use spill::{SpillRun, spill};
 use views::{ViewsRun, views};
 use windows::windows;
 
@@ -53,6 +55,8 @@ struct Args {
 enum Bench {
     /// Incremental views: update throughput, backfill, state size, batch recompute baseline.
     Views(ViewsRun),
+    /// A join view under updates with and without a memory limit below its state (spilling).
+    Spill(SpillRun),
     /// Event-time views: TUMBLE, HOP, interval join throughput, state over time, latency.
     Windows {
         /// Events in the generated stream.
@@ -168,6 +172,7 @@ fn main() -> Result<()> {
         .build()?;
     let measures = match args.bench {
         Bench::Views(run) => runtime.block_on(views(&eddy, &run))?,
+        Bench::Spill(run) => runtime.block_on(spill(&eddy, &run))?,
         Bench::Windows {
             events,
             join_events,

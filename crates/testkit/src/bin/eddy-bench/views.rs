@@ -9,7 +9,7 @@ use tokio_postgres::Client;
 use crate::{Measure, exec};
 
 /// Fills `table` (k, g, v) with `rows` rows in statements of at most 1M rows.
-async fn fill(client: &Client, table: &str, rows: u64, groups: u64) -> Result<Duration> {
+pub(crate) async fn fill(client: &Client, table: &str, rows: u64, groups: u64) -> Result<Duration> {
     let start = Instant::now();
     let mut from = 1;
     while from <= rows {
@@ -20,9 +20,24 @@ async fn fill(client: &Client, table: &str, rows: u64, groups: u64) -> Result<Du
     Ok(start.elapsed())
 }
 
+/// The updated table `t` (k, g, v) and the dimension table `d` (g, name) it joins.
+pub(crate) async fn create_tables(client: &Client) -> Result<()> {
+    exec(
+        client,
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT NOT NULL, v BIGINT NOT NULL)",
+    )
+    .await?;
+    exec(
+        client,
+        "CREATE TABLE d (g BIGINT PRIMARY KEY, name TEXT NOT NULL)",
+    )
+    .await?;
+    Ok(())
+}
+
 /// Runs `updates` statements that each change `batch` consecutive keys of `t` (2 change rows
 /// per updated row), then FLUSH; returns change rows per second through the views.
-async fn update_throughput(
+pub(crate) async fn update_throughput(
     client: &Client,
     rows: u64,
     updates: u64,
@@ -166,16 +181,7 @@ pub(crate) async fn views(eddy: &std::path::Path, run: &ViewsRun) -> Result<Vec<
     let left_join = "SELECT t.k, t.v, d.name FROM t LEFT JOIN d ON t.g = d.g";
     let join_agg = "SELECT d.name, count(*) AS n, sum(t.v) AS total FROM t JOIN d ON t.g = d.g GROUP BY d.name";
 
-    exec(
-        &client,
-        "CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT NOT NULL, v BIGINT NOT NULL)",
-    )
-    .await?;
-    exec(
-        &client,
-        "CREATE TABLE d (g BIGINT PRIMARY KEY, name TEXT NOT NULL)",
-    )
-    .await?;
+    create_tables(&client).await?;
     eprintln!("loading {rows} rows into t ...");
     let load = fill(&client, "t", rows, groups).await?;
     out.push(Measure {

@@ -1,0 +1,279 @@
+//! The disk tier of operator state (issue 19, ADR 0012): a server-wide [`MemoryBudget`] for the
+//! arrangements of every view, and the store their coldest keys move to when they pass it.
+//!
+//! The store is one `fjall` database (an LSM tree) in a directory of its own, emptied when the
+//! server starts: spilled state is a cache of what the arrangements hold, not a durable copy
+//! (checkpoints are), so nothing in it is synced and nothing survives a restart. An
+//! arrangement's keys are stored under its own 8-byte prefix; the value of a key is its rows
+//! (see [`encode_rows`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use eddy_common::{Error, Result, SqlState};
+
+/// The bytes of operator state the arrangements of every view may keep in memory together;
+/// past it, each arrangement that grows moves its coldest keys to the spill store.
+pub struct MemoryBudget {
+    limit: usize,
+    used: AtomicUsize,
+    dir: PathBuf,
+    /// Opened when something first spills.
+    store: Mutex<Option<Arc<Store>>>,
+    next_id: AtomicU64,
+    spilled: AtomicUsize,
+    spills: AtomicU64,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes, spilling under `dir` (emptied now, and created when the
+    /// first key spills).
+    pub fn new(limit: usize, dir: &Path) -> Result<Arc<MemoryBudget>> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)
+                .map_err(|e| Error::io("emptying the spill directory", e))?;
+        }
+        Ok(Arc::new(MemoryBudget {
+            limit,
+            used: AtomicUsize::new(0),
+            dir: dir.to_path_buf(),
+            store: Mutex::new(None),
+            next_id: AtomicU64::new(0),
+            spilled: AtomicUsize::new(0),
+            spills: AtomicU64::new(0),
+        }))
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes of state the arrangements report holding in memory.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Keys of state on disk now, over every arrangement.
+    pub fn spilled_keys(&self) -> usize {
+        self.spilled.load(Ordering::Relaxed)
+    }
+
+    /// Keys spilled since the server started (a key spilled twice counts twice).
+    pub fn spills(&self) -> u64 {
+        self.spills.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records that an arrangement holds `now` bytes where it reported `before`; returns the
+    /// budget's total.
+    pub(crate) fn report(&self, before: usize, now: usize) -> usize {
+        if now >= before {
+            self.used.fetch_add(now - before, Ordering::Relaxed) + (now - before)
+        } else {
+            self.used.fetch_sub(before - now, Ordering::Relaxed) - (before - now)
+        }
+    }
+
+    pub(crate) fn count_spilled(&self, added: usize, removed: usize) {
+        self.spills.fetch_add(added as u64, Ordering::Relaxed);
+        self.spilled.fetch_add(added, Ordering::Relaxed);
+        self.spilled.fetch_sub(removed, Ordering::Relaxed);
+    }
+
+    pub(crate) fn store(&self) -> Result<Arc<Store>> {
+        let mut store = self
+            .store
+            .lock()
+            .map_err(|_| Error::internal("the spill store's lock is poisoned"))?;
+        if let Some(s) = &*store {
+            return Ok(s.clone());
+        }
+        let opened = Arc::new(Store::open(&self.dir)?);
+        *store = Some(opened.clone());
+        Ok(opened)
+    }
+}
+
+/// The spill store: one keyspace of (arrangement prefix, key) → rows.
+pub(crate) struct Store {
+    db: fjall::Database,
+    keys: fjall::Keyspace,
+}
+
+fn spill_error(e: fjall::Error) -> Error {
+    match e {
+        fjall::Error::Io(io) => Error::io("spilling operator state", io),
+        e => Error::new(SqlState::IO_ERROR, format!("spilling operator state: {e}")),
+    }
+}
+
+impl Store {
+    fn open(dir: &Path) -> Result<Store> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating the spill directory", e))?;
+        let db = fjall::Database::builder(dir)
+            .manual_journal_persist(true)
+            .temporary(true)
+            .worker_threads(1)
+            .open()
+            .map_err(spill_error)?;
+        let keys = db
+            .keyspace("state", fjall::KeyspaceCreateOptions::default)
+            .map_err(spill_error)?;
+        Ok(Store { db, keys })
+    }
+
+    pub(crate) fn batch(&self) -> Batch<'_> {
+        Batch {
+            store: self,
+            batch: self.db.batch().durability(None),
+        }
+    }
+
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<fjall::Slice>> {
+        self.keys.get(key).map_err(spill_error)
+    }
+
+    /// Forgets every key under `prefix`.
+    pub(crate) fn clear(&self, prefix: &[u8]) -> Result<()> {
+        let mut batch = self.batch();
+        for guard in self.keys.prefix(prefix) {
+            let key = guard.key().map_err(spill_error)?;
+            batch.remove(&key);
+        }
+        batch.commit()
+    }
+}
+
+/// Writes to the spill store, applied together.
+pub(crate) struct Batch<'a> {
+    store: &'a Store,
+    batch: fjall::OwnedWriteBatch,
+}
+
+impl Batch<'_> {
+    pub(crate) fn insert(&mut self, key: &[u8], value: &[u8]) {
+        self.batch.insert(&self.store.keys, key, value);
+    }
+
+    pub(crate) fn remove(&mut self, key: &[u8]) {
+        self.batch.remove(&self.store.keys, key);
+    }
+
+    pub(crate) fn commit(self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.batch.commit().map_err(spill_error)
+    }
+}
+
+/// One row of a spilled key: its bytes and the entry's numbers.
+pub(crate) struct SpilledRow<'a> {
+    pub row: &'a [u8],
+    pub time: i64,
+    pub weight: i64,
+    pub expires: i64,
+    pub aux: i64,
+}
+
+const HEADER: usize = 4 * 8 + 4;
+
+/// Appends one row to a spilled key's value: time, weight, expires, aux (little-endian i64s),
+/// the row's length (u32) and its bytes.
+pub(crate) fn encode_row(out: &mut Vec<u8>, row: &SpilledRow<'_>) {
+    out.reserve(HEADER + row.row.len());
+    for n in [row.time, row.weight, row.expires, row.aux] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out.extend_from_slice(&(row.row.len() as u32).to_le_bytes());
+    out.extend_from_slice(row.row);
+}
+
+/// The rows of a spilled key's value, in the order [`encode_row`] wrote them.
+pub(crate) fn decode_rows(mut value: &[u8]) -> impl Iterator<Item = Result<SpilledRow<'_>>> {
+    std::iter::from_fn(move || {
+        if value.is_empty() {
+            return None;
+        }
+        let corrupt = || Error::internal("a spilled key of operator state is corrupt");
+        if value.len() < HEADER {
+            value = &[];
+            return Some(Err(corrupt()));
+        }
+        let int =
+            |i: usize| i64::from_le_bytes(value[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        let len = u32::from_le_bytes(value[32..36].try_into().unwrap_or_default()) as usize;
+        if value.len() < HEADER + len {
+            value = &[];
+            return Some(Err(corrupt()));
+        }
+        let (time, weight, expires, aux) = (int(0), int(1), int(2), int(3));
+        let (head, rest) = value.split_at(HEADER + len);
+        value = rest;
+        Some(Ok(SpilledRow {
+            row: &head[HEADER..],
+            time,
+            weight,
+            expires,
+            aux,
+        }))
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A budget for tests, spilling into a directory that lives as long as it.
+    pub(crate) struct Spilling {
+        pub budget: Arc<MemoryBudget>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Spilling {
+        pub(crate) fn with_limit(limit: usize) -> Spilling {
+            let dir = tempfile::tempdir().unwrap();
+            let budget = MemoryBudget::new(limit, &dir.path().join("spill")).unwrap();
+            Spilling { budget, _dir: dir }
+        }
+    }
+
+    #[test]
+    fn rows_decode_as_they_were_encoded() {
+        let mut value = Vec::new();
+        let rows = [
+            (b"first".as_slice(), 1, 2, 3, 4),
+            (b"", -1, i64::MIN, NEVER_TEST, 0),
+        ];
+        for (row, time, weight, expires, aux) in rows {
+            encode_row(
+                &mut value,
+                &SpilledRow {
+                    row,
+                    time,
+                    weight,
+                    expires,
+                    aux,
+                },
+            );
+        }
+        let back: Vec<_> = decode_rows(&value)
+            .map(|r| r.map(|r| (r.row.to_vec(), r.time, r.weight, r.expires, r.aux)))
+            .collect::<Result<_>>()
+            .unwrap();
+        assert_eq!(
+            back,
+            rows.map(|(r, t, w, e, a)| (r.to_vec(), t, w, e, a))
+                .to_vec()
+        );
+        // A value cut short is an error, not a panic or a shorter list.
+        let cut: Vec<_> = decode_rows(&value[..value.len() - 1]).collect();
+        assert!(cut.last().unwrap().is_err());
+    }
+
+    const NEVER_TEST: i64 = i64::MAX;
+}
