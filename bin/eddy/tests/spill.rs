@@ -1,5 +1,5 @@
 //! State larger than memory (issue 19, ADR 0012): with a memory limit far below what the views'
-//! joins hold, their arrangements spill to disk and keep answering exactly — every view equals
+//! joins and top-N hold, their arrangements spill to disk and keep answering exactly — every view equals
 //! its query recomputed in batch — through updates, deletes, a checkpoint, a restart and a
 //! SIGKILL in the middle of writes that spill at every batch.
 
@@ -10,7 +10,7 @@ fn binary() -> std::path::PathBuf {
 }
 
 /// Each view and the query it maintains.
-const VIEWS: [(&str, &str); 3] = [
+const VIEWS: [(&str, &str); 4] = [
     (
         "orders_by_customer",
         "SELECT o.id, c.name, c.region, o.amount, o.note FROM orders o JOIN customers c ON o.customer = c.id",
@@ -18,6 +18,10 @@ const VIEWS: [(&str, &str); 3] = [
     (
         "orders_with_customer",
         "SELECT o.id, c.name, o.amount FROM orders o LEFT JOIN customers c ON o.customer = c.id",
+    ),
+    (
+        "top_orders",
+        "SELECT * FROM (SELECT id, customer, amount, note, ROW_NUMBER() OVER (PARTITION BY customer ORDER BY amount DESC, id) AS r FROM orders) x WHERE r <= 2",
     ),
     (
         "region_totals",

@@ -278,6 +278,16 @@ impl Arrangement {
         self.entries[id as usize].aux = aux;
     }
 
+    /// Entry `id`'s aux count.
+    pub fn aux(&self, id: u32) -> i64 {
+        self.entries[id as usize].aux
+    }
+
+    /// Entry `id`'s time.
+    pub fn time_of(&self, id: u32) -> i64 {
+        self.entries[id as usize].time
+    }
+
     /// Entry `id`'s row.
     pub fn row(&self, id: u32) -> &[u8] {
         self.bytes(self.entries[id as usize].row)

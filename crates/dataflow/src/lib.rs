@@ -49,6 +49,8 @@ mod temporal;
 #[cfg(test)]
 mod temporal_tests;
 mod topn;
+#[cfg(test)]
+mod topn_tests;
 
 pub use event_time::{EventTime, LateEvent};
 pub use plan::Node;

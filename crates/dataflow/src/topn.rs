@@ -2,32 +2,41 @@
 //! DENSE_RANK() OVER (PARTITION BY ... ORDER BY ...) <= n`), maintained under inserts and
 //! retractions.
 //!
-//! State: per partition, every input row with its multiplicity, ordered by (sort key, row) in
-//! arrow's row format (which encodes ASC/DESC and NULLS FIRST/LAST). At the end of an epoch the
-//! operator walks the first `offset + limit` rows of each changed partition and emits the
-//! difference with what it emitted before. Ties in the sort key are broken by the row's bytes,
-//! deterministically; identical rows get consecutive row numbers. Over an append-only input a
-//! row past the top of its partition can never return (rows only arrive), so each partition
-//! keeps only its top rows.
+//! State: an [`Arrangement`] from the partition (its key; empty without PARTITION BY) to every
+//! input row with its multiplicity, each stored as its sort key then the row, in arrow's row
+//! format (which encodes ASC/DESC and NULLS FIRST/LAST), the sort key's length in the entry's
+//! aux count; and one from the partition to what it shows (rank then row). At the end of an
+//! epoch the operator sorts each changed partition's rows, walks the first `offset + limit`
+//! and emits the difference with what it showed before. Ties in the sort key are broken by the
+//! row's bytes, deterministically; identical rows get consecutive row numbers. Over an
+//! append-only input a row past the top of its partition can never return (rows only arrive),
+//! so each partition keeps only its top rows. Top-N per window keeps each row with its
+//! window's end (plus the allowed lateness) as its time and expiry: a window's partition is
+//! forgotten once the watermark passes it (its rows stay in the view). Both arrangements spill
+//! past the memory budget (ADR 0012).
 
-use std::collections::BTreeMap;
-
-use crate::graph::{Barrier, Handler, Output};
-use crate::{StateMap as HashMap, StateSet as HashSet};
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt64Array};
 use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::row::{RowConverter, SortField};
 use eddy_common::{ChangeBatch, Result};
 
+use crate::arrangement::{Arrangement, NEVER};
 use crate::event_time::{EventTime, micros};
+use crate::graph::{Barrier, Handler, Output};
 use crate::plan::{Expr, Ranking, WindowClose};
 use crate::rows::{arrow_error, batch_of, eval_error, evaluate};
+use crate::spill::MemoryBudget;
 use crate::{OperatorState, checkpoint};
 
-type Ranked = HashMap<(OwnedRow, u64), i64>;
+const ROWS: &str = "rows";
+const EMITTED: &str = "emitted";
+
+/// The bytes of a rank in what a partition shows (before the row).
+const RANK_BYTES: usize = 8;
 
 pub struct TopN {
     /// The latest mark of each stream (in-band watermarks).
@@ -41,14 +50,50 @@ pub struct TopN {
     partition_keys: Option<RowConverter>,
     sort_keys: RowConverter,
     rows: RowConverter,
-    state: HashMap<Option<OwnedRow>, BTreeMap<(OwnedRow, OwnedRow), i64>>,
-    emitted: HashMap<Option<OwnedRow>, Ranked>,
-    dirty: HashSet<Option<OwnedRow>>,
-    /// Top-N per window: partitions by the watermark that frees them.
+    /// Partition -> sort key and row (aux: the sort key's length) -> multiplicity.
+    state: Arrangement,
+    /// Partition -> rank (big-endian) and row -> multiplicity: what the view shows.
+    emitted: Arrangement,
+    /// The partitions changed this epoch (keys with an empty row).
+    dirty: Arrangement,
+    /// Top-N per window: each row's partition is forgotten once the watermark passes its
+    /// window's end plus the allowed lateness.
     window: Option<(WindowClose, Arc<EventTime>)>,
-    expiry: BTreeMap<i64, Vec<Option<OwnedRow>>>,
     /// The input only inserts: partitions are trimmed to their top rows.
     append_only: bool,
+    scratch: Vec<u8>,
+}
+
+/// A row a partition shows: its rank, and its entry in the state.
+struct Shown {
+    rank: u64,
+    entry: u32,
+    count: i64,
+}
+
+/// Changes of what partitions show: (rank, row) bytes back to back, with ends and weights.
+#[derive(Default)]
+struct Changes {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    diffs: Vec<i64>,
+}
+
+impl Changes {
+    fn push(&mut self, rank: u64, row: &[u8], diff: i64) {
+        self.bytes.extend_from_slice(&rank.to_be_bytes());
+        self.bytes.extend_from_slice(row);
+        self.ends.push(self.bytes.len());
+        self.diffs.push(diff);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], i64)> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, end)| &self.bytes[start..*end])
+            .zip(self.diffs.iter().copied())
+    }
 }
 
 impl TopN {
@@ -98,12 +143,12 @@ impl TopN {
             partition_keys,
             sort_keys: RowConverter::new(sort_fields).map_err(arrow_error)?,
             rows,
-            state: HashMap::default(),
-            emitted: HashMap::default(),
-            dirty: HashSet::default(),
+            state: Arrangement::new(),
+            emitted: Arrangement::new(),
+            dirty: Arrangement::new(),
             window,
-            expiry: BTreeMap::new(),
             append_only,
+            scratch: Vec::new(),
         })
     }
 
@@ -123,67 +168,74 @@ impl TopN {
             Some(c) => Some(c.convert_columns(&parts).map_err(arrow_error)?),
             None => None,
         };
+        let part = |i: usize| parts.as_ref().map_or(&[][..], |p| p.row(i).data());
         let rows = self
             .rows
             .convert_columns(rows_in.columns())
             .map_err(arrow_error)?;
-        let ends = match &self.window {
+        // A windowed partition's rows expire with it.
+        let expiry = match &self.window {
             Some((w, _)) => Some((
                 micros(&evaluate(&self.partition[w.key], rows_in)?)?,
-                w.to_end_micros + w.lateness.allowed_micros,
+                w.to_end_micros.saturating_add(w.lateness.allowed_micros),
             )),
             None => None,
         };
+        self.state.prepare((0..changes.len()).map(part))?;
         for (i, d) in changes.diffs().values().iter().enumerate() {
-            let part = parts.as_ref().map(|p| p.row(i).owned());
-            if let Some((ends, horizon)) = &ends
-                && let Some(end) = ends[i]
-                && !self.state.contains_key(&part)
+            let expires = match &expiry {
+                Some((starts, horizon)) => starts[i].map_or(NEVER, |s| s.saturating_add(*horizon)),
+                None => NEVER,
+            };
+            let sort = sort.row(i);
+            self.scratch.clear();
+            self.scratch.extend_from_slice(sort.data());
+            self.scratch.extend_from_slice(rows.row(i).data());
+            let time = if expires == NEVER { 0 } else { expires };
+            if let Some(e) = self
+                .state
+                .update(part(i), &self.scratch, time, *d, expires)?
             {
-                self.expiry
-                    .entry(end.saturating_add(*horizon))
-                    .or_default()
-                    .push(part.clone());
+                self.state.set_aux(e, sort.data().len() as i64);
             }
-            let ordered = self.state.entry(part.clone()).or_default();
-            let entry = (sort.row(i).owned(), rows.row(i).owned());
-            let count = ordered.entry(entry.clone()).or_insert(0);
-            *count += d;
-            if *count == 0 {
-                ordered.remove(&entry);
-                if ordered.is_empty() {
-                    self.state.remove(&part);
-                }
-            }
-            self.dirty.insert(part);
+            self.dirty.update(part(i), &[], 0, 1, NEVER)?;
         }
         Ok(())
     }
 
-    /// The rows a partition shows now, with their ranks (0 when not ranking). With `trim`, the
-    /// partition forgets its rows past the top (rows with a copy in the top stay whole).
-    fn top(&mut self, partition: &Option<OwnedRow>, trim: bool) -> Ranked {
-        let mut now = Ranked::default();
-        let Some(ordered) = self.state.get_mut(partition) else {
-            return now;
+    /// The rows `partition` shows now, in order, with their ranks (0 when not ranking). With
+    /// `trim`, the partition forgets its rows past the top (rows with a copy in the top stay).
+    fn top(&mut self, partition: &[u8], trim: bool) -> Result<Vec<Shown>> {
+        let state = &self.state;
+        let mut ids: Vec<u32> = state.probe(partition).map(|f| f.id).collect();
+        let split = |id: u32| {
+            let bytes = state.row(id);
+            let sort_len = (state.aux(id) as usize).min(bytes.len());
+            bytes.split_at(sort_len)
         };
+        ids.sort_unstable_by(|a, b| {
+            let ((sa, ra), (sb, rb)) = (split(*a), split(*b));
+            sa.cmp(sb).then_with(|| ra.cmp(rb))
+        });
         let end = self.offset.saturating_add(self.limit);
+        let mut now = Vec::new();
         // `position` counts rows (with multiplicity); ties share the sort key.
         let (mut position, mut tie_start, mut distinct) = (0usize, 0usize, 0u64);
-        let mut previous: Option<&OwnedRow> = None;
-        // The first row with no copy in the top, and whether the walk got past the top.
+        let mut previous: Option<&[u8]> = None;
+        // The first entry with no copy in the top, once the walk got past the top.
         let (mut cut, mut full) = (None, false);
-        'rows: for ((sort, row), count) in ordered.iter() {
+        'rows: for (n, id) in ids.iter().enumerate() {
             if full {
-                cut = trim.then(|| (sort.clone(), row.clone()));
+                cut = Some(n);
                 break;
             }
+            let sort = split(*id).0;
             if previous != Some(sort) {
                 tie_start = position;
                 distinct += 1;
             }
             previous = Some(sort);
-            for copy in 0..(*count).max(0) {
+            for copy in 0..state.weight(*id).max(0) {
                 let rank = match self.rank {
                     None => 0,
                     Some(Ranking::RowNumber) => (position + 1) as u64,
@@ -196,100 +248,176 @@ impl TopN {
                 };
                 if past_end {
                     if copy == 0 {
-                        cut = trim.then(|| (sort.clone(), row.clone()));
+                        cut = Some(n);
                         break 'rows;
                     }
                     full = true;
                     continue 'rows;
                 }
                 if position >= self.offset {
-                    *now.entry((row.clone(), rank)).or_default() += 1;
+                    match now.last_mut() {
+                        Some(Shown {
+                            rank: r,
+                            entry,
+                            count,
+                        }) if *r == rank && *entry == *id => *count += 1,
+                        _ => now.push(Shown {
+                            rank,
+                            entry: *id,
+                            count: 1,
+                        }),
+                    }
                 }
                 position += 1;
             }
         }
-        if let Some(cut) = cut {
-            drop(ordered.split_off(&cut));
+        if let (true, Some(cut)) = (trim, cut) {
+            // Copies first: the updates move the arena.
+            let mut gone = Vec::new();
+            self.scratch.clear();
+            for id in &ids[cut..] {
+                let bytes = self.state.row(*id);
+                self.scratch.extend_from_slice(bytes);
+                gone.push((
+                    self.scratch.len(),
+                    self.state.time_of(*id),
+                    self.state.weight(*id),
+                ));
+            }
+            let mut start = 0;
+            for (end, time, weight) in gone {
+                let expires = if time == 0 { NEVER } else { time };
+                self.state
+                    .update(partition, &self.scratch[start..end], time, -weight, expires)?;
+                start = end;
+            }
         }
-        now
+        Ok(now)
     }
 
+    /// Emits, for every partition changed this epoch, what it shows now less what it showed.
     fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
-        let mut diffs: Ranked = Ranked::default();
-        for partition in std::mem::take(&mut self.dirty) {
-            let now = self.top(&partition, self.append_only);
-            for (key, n) in &now {
-                *diffs.entry(key.clone()).or_default() += n;
-            }
-            let before = if now.is_empty() {
-                self.emitted.remove(&partition)
-            } else {
-                self.emitted.insert(partition, now)
-            };
-            for (key, n) in before.unwrap_or_default() {
-                *diffs.entry(key).or_default() -= n;
-            }
+        let dirty = std::mem::take(&mut self.dirty);
+        let partitions = || dirty.iter().map(|f| f.key);
+        self.state.prepare(partitions())?;
+        self.emitted.prepare(partitions())?;
+        let mut out = Changes::default();
+        for partition in partitions() {
+            self.emit_partition(partition, &mut out)?;
         }
-        diffs.retain(|_, d| *d != 0);
-        if diffs.is_empty() {
+        if out.diffs.is_empty() {
             return Ok(Vec::new());
         }
-        let (keys, weights): (Vec<(OwnedRow, u64)>, Vec<i64>) = diffs.into_iter().unzip();
+        let parser = self.rows.parser();
         let mut columns = self
             .rows
-            .convert_rows(keys.iter().map(|(r, _)| r.row()))
+            .convert_rows(out.iter().map(|(b, _)| parser.parse(&b[RANK_BYTES..])))
             .map_err(arrow_error)?;
         if self.rank.is_some() {
-            columns.push(Arc::new(UInt64Array::from(
-                keys.iter().map(|(_, rank)| *rank).collect::<Vec<_>>(),
+            columns.push(Arc::new(UInt64Array::from_iter_values(
+                out.iter().map(|(b, _)| rank_of(b)),
             )));
         }
         Ok(vec![ChangeBatch::new(
-            batch_of(&self.schema, columns, weights.len())?,
-            Int64Array::from(weights),
+            batch_of(&self.schema, columns, out.diffs.len())?,
+            Int64Array::from(out.diffs),
         )])
     }
-}
 
-/// A partition key's bytes (`None`: no PARTITION BY).
-fn bytes(partition: &Option<OwnedRow>) -> Option<&[u8]> {
-    partition.as_ref().map(|r| r.as_ref())
-}
-
-impl TopN {
-    /// Forgets windows' partitions the watermark has passed (their rows stay in the view).
-    fn evict(&mut self) {
-        let Some((w, _)) = &self.window else {
-            return;
+    /// What `partition` shows now against what it showed: the changes go to `out` and into
+    /// `emitted`.
+    fn emit_partition(&mut self, partition: &[u8], out: &mut Changes) -> Result<()> {
+        // Every row of a partition has the same time: its window's expiry, or 0.
+        let time = self.state.probe(partition).next().map_or(0, |f| f.time);
+        let expires = if time == 0 { NEVER } else { time };
+        let shown = self.top(partition, self.append_only)?;
+        // Before and now, each in (rank, row) order, merged.
+        let mut before: Vec<u32> = self.emitted.probe(partition).map(|f| f.id).collect();
+        before.sort_unstable_by(|a, b| self.emitted.row(*a).cmp(self.emitted.row(*b)));
+        let row_of = |s: &Shown| {
+            let bytes = self.state.row(s.entry);
+            &bytes[(self.state.aux(s.entry) as usize).min(bytes.len())..]
         };
-        let Some(watermark) = self.marks.min_of(&w.sources) else {
-            return;
-        };
-        while let Some(entry) = self.expiry.first_entry() {
-            if *entry.key() > watermark {
-                break;
-            }
-            for part in entry.remove() {
-                self.state.remove(&part);
-                self.emitted.remove(&part);
+        let mut changes = Changes::default();
+        let (mut b, mut n) = (0, 0);
+        while b < before.len() || n < shown.len() {
+            let order = match (before.get(b), shown.get(n)) {
+                (Some(id), Some(s)) => {
+                    let was = self.emitted.row(*id);
+                    (rank_of(was), &was[RANK_BYTES..]).cmp(&(s.rank, row_of(s)))
+                }
+                (Some(_), None) => Ordering::Less,
+                _ => Ordering::Greater,
+            };
+            match order {
+                Ordering::Less => {
+                    let was = self.emitted.row(before[b]);
+                    changes.push(
+                        rank_of(was),
+                        &was[RANK_BYTES..],
+                        -self.emitted.weight(before[b]),
+                    );
+                    b += 1;
+                }
+                Ordering::Greater => {
+                    changes.push(shown[n].rank, row_of(&shown[n]), shown[n].count);
+                    n += 1;
+                }
+                Ordering::Equal => {
+                    let d = shown[n].count - self.emitted.weight(before[b]);
+                    if d != 0 {
+                        changes.push(shown[n].rank, row_of(&shown[n]), d);
+                    }
+                    b += 1;
+                    n += 1;
+                }
             }
         }
+        for (bytes, d) in changes.iter() {
+            self.emitted.update(partition, bytes, time, d, expires)?;
+            out.bytes.extend_from_slice(bytes);
+            out.ends.push(out.bytes.len());
+            out.diffs.push(d);
+        }
+        Ok(())
     }
+
+    /// Forgets windows' partitions the watermark has passed (their rows stay in the view).
+    fn evict(&mut self) -> Result<()> {
+        let Some((w, _)) = &self.window else {
+            return Ok(());
+        };
+        let Some(watermark) = self.marks.min_of(&w.sources) else {
+            return Ok(());
+        };
+        self.state.expire(watermark)?;
+        self.emitted.expire(watermark)?;
+        Ok(())
+    }
+}
+
+/// The rank at the front of a row of what a partition shows.
+fn rank_of(bytes: &[u8]) -> u64 {
+    let mut rank = [0u8; RANK_BYTES];
+    rank.copy_from_slice(&bytes[..RANK_BYTES]);
+    u64::from_be_bytes(rank)
 }
 
 impl Handler for TopN {
     crate::event_time::keeps_marks!();
 
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
-        self.absorb(&changes)
+        self.absorb(&changes)?;
+        self.state.settle()
     }
 
     fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Output) -> Result<()> {
         for changes in self.emit()? {
             out.data(changes);
         }
-        self.evict();
-        Ok(())
+        self.evict()?;
+        self.state.settle()?;
+        self.emitted.settle()
     }
 
     fn name(&self) -> String {
@@ -297,147 +425,48 @@ impl Handler for TopN {
     }
 
     fn state_rows(&self) -> usize {
-        self.state.values().map(|o| o.len()).sum()
+        self.state.len()
     }
 
     fn state(&self) -> OperatorState {
-        let entry = std::mem::size_of::<((OwnedRow, OwnedRow), i64)>();
-        let (mut rows, mut bytes) = (0, 0);
-        for ordered in self.state.values() {
-            rows += ordered.len();
-            bytes += ordered
-                .keys()
-                .map(|(s, r)| entry + s.as_ref().len() + r.as_ref().len())
-                .sum::<usize>();
-        }
-        for emitted in self.emitted.values() {
-            bytes += emitted
-                .keys()
-                .map(|(r, _)| std::mem::size_of::<((OwnedRow, u64), i64)>() + r.as_ref().len())
-                .sum::<usize>();
-        }
         OperatorState {
             name: format!("TopN limit {}", self.limit),
-            rows,
-            bytes,
+            rows: self.state.len(),
+            bytes: self.state.size_bytes() + self.emitted.size_bytes(),
         }
     }
 
+    fn spill_to(&mut self, budget: &Arc<MemoryBudget>) {
+        self.state.spill_to(budget);
+        self.emitted.spill_to(budget);
+    }
+
+    fn spilled_rows(&self) -> usize {
+        self.state.spilled_rows() + self.emitted.spilled_rows()
+    }
+
     fn save(&mut self) -> Result<checkpoint::Parts> {
-        let rows: Vec<(&Option<OwnedRow>, &OwnedRow, &OwnedRow, i64)> = self
-            .state
-            .iter()
-            .flat_map(|(p, ordered)| ordered.iter().map(move |((s, r), n)| (p, s, r, *n)))
-            .collect();
-        let rows = vec![
-            (
-                "partition",
-                checkpoint::optional_binary(rows.iter().map(|e| bytes(e.0))),
-            ),
-            (
-                "sort",
-                checkpoint::binary(rows.iter().map(|e| e.1.as_ref())),
-            ),
-            ("row", checkpoint::binary(rows.iter().map(|e| e.2.as_ref()))),
-            ("count", checkpoint::int64s(rows.iter().map(|e| e.3))),
-        ];
-        let emitted: Vec<(&Option<OwnedRow>, &OwnedRow, u64, i64)> = self
-            .emitted
-            .iter()
-            .flat_map(|(p, ranked)| ranked.iter().map(move |((r, rank), n)| (p, r, *rank, *n)))
-            .collect();
-        let emitted = vec![
-            (
-                "partition",
-                checkpoint::optional_binary(emitted.iter().map(|e| bytes(e.0))),
-            ),
-            (
-                "row",
-                checkpoint::binary(emitted.iter().map(|e| e.1.as_ref())),
-            ),
-            (
-                "rank",
-                checkpoint::int64s(emitted.iter().map(|e| e.2 as i64)),
-            ),
-            ("count", checkpoint::int64s(emitted.iter().map(|e| e.3))),
-        ];
-        let expiry: Vec<(i64, &Option<OwnedRow>)> = self
-            .expiry
-            .iter()
-            .flat_map(|(t, parts)| parts.iter().map(move |p| (*t, p)))
-            .collect();
-        let expiry = vec![
-            ("time", checkpoint::int64s(expiry.iter().map(|e| e.0))),
-            (
-                "partition",
-                checkpoint::optional_binary(expiry.iter().map(|e| bytes(e.1))),
-            ),
-        ];
-        Ok(vec![
-            ("rows", checkpoint::part(rows, &[])?),
-            ("emitted", checkpoint::part(emitted, &[])?),
-            ("expiry", checkpoint::part(expiry, &[])?),
-        ])
+        let mut parts = Vec::new();
+        for (name, rows) in [(ROWS, &self.state), (EMITTED, &self.emitted)] {
+            if let Some(part) = rows.save()? {
+                parts.push((name, part));
+            }
+        }
+        Ok(parts)
     }
 
     fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
         match &self.partition_keys {
-            Some(c) => checkpoint::key_columns(c, batch, "partition"),
+            Some(c) => checkpoint::key_columns(c, batch, "key"),
             None => Ok(None),
         }
     }
 
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
-        let partitions = match &self.partition_keys {
-            Some(c) => checkpoint::rows_of(c, checkpoint::binary_column(batch, "partition")?),
-            None => vec![None; batch.num_rows()],
-        };
         match name {
-            "rows" => {
-                let sort = checkpoint::required_rows(
-                    &self.sort_keys,
-                    checkpoint::binary_column(batch, "sort")?,
-                )?;
-                let rows = checkpoint::required_rows(
-                    &self.rows,
-                    checkpoint::binary_column(batch, "row")?,
-                )?;
-                let counts = checkpoint::int64_column(batch, "count")?;
-                for (((p, s), r), n) in partitions
-                    .into_iter()
-                    .zip(sort)
-                    .zip(rows)
-                    .zip(counts.values())
-                {
-                    self.state.entry(p).or_default().insert((s, r), *n);
-                }
-            }
-            "emitted" => {
-                let rows = checkpoint::required_rows(
-                    &self.rows,
-                    checkpoint::binary_column(batch, "row")?,
-                )?;
-                let (ranks, counts) = (
-                    checkpoint::int64_column(batch, "rank")?,
-                    checkpoint::int64_column(batch, "count")?,
-                );
-                for (i, (p, r)) in partitions.into_iter().zip(rows).enumerate() {
-                    self.emitted
-                        .entry(p)
-                        .or_default()
-                        .insert((r, ranks.value(i) as u64), counts.value(i));
-                }
-            }
-            "expiry" => {
-                for (p, t) in partitions
-                    .into_iter()
-                    .zip(checkpoint::int64_column(batch, "time")?.values())
-                {
-                    self.expiry.entry(*t).or_default().push(p);
-                }
-            }
-            _ => return Err(checkpoint::unknown_part("TopN", name)),
+            ROWS => self.state.load(batch),
+            EMITTED => self.emitted.load(batch),
+            _ => Err(checkpoint::unknown_part("TopN", name)),
         }
-        Ok(())
     }
 }

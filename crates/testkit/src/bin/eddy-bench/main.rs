@@ -140,6 +140,10 @@ enum Bench {
         /// measures what it costs).
         #[arg(long, default_value_t = 0.1)]
         barrier_interval: f64,
+        /// The server's `--memory-limit` (`2GB`; `0`: none): operator state past half of it
+        /// spills to disk.
+        #[arg(long, default_value = "0")]
+        memory_limit: String,
     },
 }
 
@@ -209,6 +213,7 @@ fn main() -> Result<()> {
             checkpoint_interval,
             recovery,
             barrier_interval,
+            memory_limit,
         } => {
             let run = NexmarkRun {
                 events,
@@ -217,6 +222,7 @@ fn main() -> Result<()> {
                 checkpoint_interval,
                 recovery,
                 barrier_interval,
+                memory_limit,
             };
             runtime.block_on(nexmark(
                 &eddy,

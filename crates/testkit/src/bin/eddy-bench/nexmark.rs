@@ -89,6 +89,8 @@ pub(crate) struct NexmarkRun {
     pub(crate) recovery: bool,
     /// The server's `--barrier-interval` (seconds).
     pub(crate) barrier_interval: f64,
+    /// The server's `--memory-limit` (`0`: none).
+    pub(crate) memory_limit: String,
 }
 
 /// Takes a checkpoint and reads what `eddy_checkpoints` says of it: (duration, pause) in ms and
@@ -126,6 +128,8 @@ pub(crate) async fn nexmark(
         run.checkpoint_interval.to_string(),
         "--barrier-interval".into(),
         run.barrier_interval.to_string(),
+        "--memory-limit".into(),
+        run.memory_limit.clone(),
     ];
     let dir = PathBuf::from("examples/nexmark");
     let queries = if queries.is_empty() {
