@@ -2,7 +2,8 @@
 //!
 //! Each entry is a (key, row) pair in Arrow's row format with a weight (the multiplicity, net of
 //! retractions: entries whose weight reaches zero are gone), an event time, and the watermark
-//! past which it may be forgotten. The bytes of keys and rows live in one arena; entries and
+//! past which it may be forgotten. The bytes of keys and rows live in one arena (chunks that
+//! are never reallocated, [`crate::arena`]); entries and
 //! keys are fixed-size slots in vectors, found through two hashbrown [`HashTable`]s of slot
 //! numbers (by key, and by key and row), the pattern the vectorized aggregate uses. The rows of
 //! one key form a linked list, so a probe reads exactly the rows of its key. Nothing is
@@ -22,6 +23,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
+use crate::arena::Arena;
 use crate::checkpoint;
 use crate::spill::SpilledRow;
 
@@ -97,7 +99,7 @@ pub struct Found<'a> {
 #[derive(Clone)]
 pub struct Arrangement {
     hasher: foldhash::fast::RandomState,
-    arena: Vec<u8>,
+    arena: Arena,
     garbage: usize,
     keys: Vec<KeySlot>,
     key_table: HashTable<u32>,
@@ -125,7 +127,7 @@ impl Arrangement {
     pub fn new() -> Arrangement {
         Arrangement {
             hasher: foldhash::fast::RandomState::default(),
-            arena: Vec::new(),
+            arena: Arena::default(),
             garbage: 0,
             keys: Vec::new(),
             key_table: HashTable::new(),
@@ -162,14 +164,13 @@ impl Arrangement {
     }
 
     fn bytes(&self, span: Span) -> &[u8] {
-        &self.arena[span.start..span.start + span.len as usize]
+        self.arena.get(span.start, span.len as usize)
     }
 
     fn store(&mut self, bytes: &[u8]) -> Result<Span> {
         let len = u32::try_from(bytes.len())
             .map_err(|_| Error::internal("a row of operator state is larger than 4 GiB"))?;
-        let start = self.arena.len();
-        self.arena.extend_from_slice(bytes);
+        let start = self.arena.push(bytes);
         Ok(Span { start, len })
     }
 
@@ -352,17 +353,16 @@ impl Arrangement {
 
     /// Rewrites the arena with only the bytes of live keys and entries.
     fn compact(&mut self) {
-        let mut arena = Vec::with_capacity(self.arena.len() - self.garbage);
-        let mut moved = |span: &mut Span, old: &[u8]| {
-            let start = arena.len();
-            arena.extend_from_slice(&old[span.start..span.start + span.len as usize]);
-            span.start = start;
+        let mut arena = Arena::default();
+        let old = std::mem::take(&mut self.arena);
+        let mut moved = |span: &mut Span| {
+            span.start = arena.push(old.get(span.start, span.len as usize));
         };
         for slot in self.keys.iter_mut().filter(|k| k.rows > 0) {
-            moved(&mut slot.bytes, &self.arena);
+            moved(&mut slot.bytes);
         }
         for entry in self.entries.iter_mut().filter(|e| e.live()) {
-            moved(&mut entry.row, &self.arena);
+            moved(&mut entry.row);
         }
         self.arena = arena;
         self.garbage = 0;

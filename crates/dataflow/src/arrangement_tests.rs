@@ -199,6 +199,11 @@ fn the_arena_is_compacted_as_rows_go() {
     assert!(a.is_empty());
     // 50 rounds wrote 13 MB of rows; the arena never held more than about two rounds of it.
     assert!(a.arena.len() <= 2 * 64 * (4096 + 4), "{}", a.arena.len());
+    assert!(
+        a.arena.capacity() <= 4 * 64 * (4096 + 4),
+        "{}",
+        a.arena.capacity()
+    );
 }
 
 #[test]

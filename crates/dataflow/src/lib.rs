@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod aggregate;
+mod arena;
 pub mod arrangement;
 pub mod checkpoint;
 

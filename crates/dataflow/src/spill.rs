@@ -30,10 +30,7 @@ impl MemoryBudget {
     /// A budget of `limit` bytes, spilling under `dir` (emptied now, and created when the
     /// first key spills).
     pub fn new(limit: usize, dir: &Path) -> Result<Arc<MemoryBudget>> {
-        if dir.exists() {
-            std::fs::remove_dir_all(dir)
-                .map_err(|e| Error::io("emptying the spill directory", e))?;
-        }
+        empty_spill_dir(dir)?;
         Ok(Arc::new(MemoryBudget {
             limit,
             used: AtomicUsize::new(0),
@@ -96,6 +93,14 @@ impl MemoryBudget {
         *store = Some(opened.clone());
         Ok(opened)
     }
+}
+
+/// Removes what a previous run spilled under `dir` (spilled state never outlives its server).
+pub fn empty_spill_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| Error::io("emptying the spill directory", e))?;
+    }
+    Ok(())
 }
 
 /// The spill store: one keyspace of (arrangement prefix, key) → rows.

@@ -111,6 +111,9 @@ pub struct EngineConfig {
     pub memory_limit: Option<u64>,
 }
 
+/// Where operator state spills, under the data directory (emptied at every start).
+const SPILL_DIR: &str = "spill";
+
 /// The part of [`EngineConfig::memory_limit`] that views' operator state may hold in memory;
 /// the rest is left for tables, batches in flight and queries.
 pub const STATE_SHARE_OF_MEMORY: f64 = 0.5;
@@ -368,9 +371,12 @@ impl Engine {
             memory: match config.memory_limit {
                 Some(limit) => Some(eddy_dataflow::spill::MemoryBudget::new(
                     (limit as f64 * STATE_SHARE_OF_MEMORY) as usize,
-                    &dir.join("spill"),
+                    &dir.join(SPILL_DIR),
                 )?),
-                None => None,
+                None => {
+                    eddy_dataflow::spill::empty_spill_dir(&dir.join(SPILL_DIR))?;
+                    None
+                }
             },
             stored_views: std::sync::Mutex::new(view_defs),
             stored_sinks: std::sync::Mutex::new(sink_defs),
