@@ -146,6 +146,33 @@ impl TableData {
         })
     }
 
+    /// [`TableData::check_view_output`] then [`TableData::apply`] of a non-empty output, the
+    /// changes encoded and netted once.
+    pub fn apply_view_output(&mut self, changes: &[ChangeBatch]) -> Result<()> {
+        if changes.iter().all(|c| c.is_empty()) {
+            return self.check_view_output(changes);
+        }
+        if matches!(self.rows, Rows::AppendOnly(_))
+            && changes
+                .iter()
+                .any(|c| c.diffs().values().iter().any(|d| *d != 1))
+        {
+            self.make_multiset()?;
+        }
+        let Rows::Multiset(m) = &mut self.rows else {
+            self.check_view_output(changes)?;
+            return self.apply(changes);
+        };
+        self.snapshot = None;
+        self.version = next_version();
+        m.check_and_apply(changes, |e| {
+            Error::internal(format!(
+                "a view's dataflow retracted a row the view does not hold ({})",
+                e.message
+            ))
+        })
+    }
+
     /// Turns batches of inserted rows into a multiset (a view's first retraction or repeat).
     fn make_multiset(&mut self) -> Result<()> {
         let Rows::AppendOnly(batches) = &self.rows else {
@@ -614,8 +641,29 @@ impl Multiset {
 
     fn check(&self, changes: &[ChangeBatch]) -> Result<()> {
         let (encoded, net) = self.net(changes)?;
+        self.check_net(changes, &encoded, &net)
+    }
+
+    /// [`Multiset::check`] then [`Multiset::apply`], netting the changes once; a failed check
+    /// (mapped by `on_check`) leaves the multiset as it was.
+    fn check_and_apply(
+        &mut self,
+        changes: &[ChangeBatch],
+        on_check: impl FnOnce(Error) -> Error,
+    ) -> Result<()> {
+        let (encoded, net) = self.net(changes)?;
+        self.check_net(changes, &encoded, &net).map_err(on_check)?;
+        self.apply_net(&encoded, &net)
+    }
+
+    fn check_net(
+        &self,
+        changes: &[ChangeBatch],
+        encoded: &[Encoded],
+        net: &[NetChange],
+    ) -> Result<()> {
         for change in net.iter().filter(|c| c.diff < 0) {
-            if self.held(change.row(&encoded), change.key(&encoded)) < -change.diff {
+            if self.held(change.row(encoded), change.key(encoded)) < -change.diff {
                 return Err(Error::new(
                     SqlState::SERIALIZATION_FAILURE,
                     "could not serialize access due to concurrent update",
@@ -629,11 +677,11 @@ impl Multiset {
         let freed: HashSet<&[u8]> = net
             .iter()
             .filter(|c| c.diff < 0)
-            .filter_map(|c| c.key(&encoded))
+            .filter_map(|c| c.key(encoded))
             .collect();
         let mut added: HashSet<&[u8]> = HashSet::new();
         for change in net.iter().filter(|c| c.diff > 0) {
-            let Some(key) = change.key(&encoded) else {
+            let Some(key) = change.key(encoded) else {
                 continue;
             };
             let taken = self.index.contains_key(key) && !freed.contains(key);
@@ -647,11 +695,15 @@ impl Multiset {
 
     fn apply(&mut self, changes: &[ChangeBatch]) -> Result<()> {
         let (encoded, net) = self.net(changes)?;
+        self.apply_net(&encoded, &net)
+    }
+
+    fn apply_net(&mut self, encoded: &[Encoded], net: &[NetChange]) -> Result<()> {
         let mut entry = Vec::new();
         let mut rewrite = Vec::new();
         for change in net.iter().filter(|c| c.diff < 0) {
-            let row = change.row(&encoded);
-            let key = change.key(&encoded).unwrap_or(row);
+            let row = change.row(encoded);
+            let key = change.key(encoded).unwrap_or(row);
             for _ in 0..-change.diff {
                 let found = self
                     .index
@@ -677,15 +729,15 @@ impl Multiset {
         if !inserted.is_empty() {
             let columns = self
                 .converter
-                .convert_rows(inserted.iter().map(|c| parser.parse(c.row(&encoded))))
+                .convert_rows(inserted.iter().map(|c| parser.parse(c.row(encoded))))
                 .map_err(|e| arrow_error("decode rows", e))?;
             let batch = RecordBatch::try_new(Arc::clone(self.chunks.schema()), columns)
                 .map_err(|e| arrow_error("inserted rows", e))?;
             let mut placed = Vec::with_capacity(inserted.len());
             self.chunks.append(&batch, &mut placed)?;
             for (change, loc) in inserted.iter().zip(placed) {
-                let row = change.row(&encoded);
-                let key = change.key(&encoded).unwrap_or(row);
+                let row = change.row(encoded);
+                let key = change.key(encoded).unwrap_or(row);
                 self.index_update(key, loc, row, 1, &mut entry)?;
             }
         }

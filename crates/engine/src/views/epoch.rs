@@ -279,10 +279,7 @@ impl RuntimeState {
                     }
                 };
                 let applied = answer.and_then(|out| {
-                    entry.contents.check_view_output(&out)?;
-                    if !out.is_empty() {
-                        entry.contents.apply(&out)?;
-                    }
+                    entry.contents.apply_view_output(&out)?;
                     Ok(out)
                 });
                 match applied {
