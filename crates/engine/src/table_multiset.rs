@@ -1,0 +1,360 @@
+//! A table's rows with retractions: Arrow chunks with deletion vectors, indexed by an
+//! [`Arrangement`] by primary key (or by the whole row), with the checks a commit needs.
+
+use super::*;
+
+/// A table's rows (or a view's contents) that may be retracted.
+pub(super) struct Multiset {
+    pub(super) converter: RowConverter,
+    /// Key (the primary key's bytes, or the row's bytes on a table without one) -> one entry
+    /// per row held: its location ([`Loc`]), then on a keyed table the row's bytes.
+    pub(super) index: Arrangement,
+    pub(super) chunks: Chunks,
+    pub(super) primary_key: Option<PrimaryKey>,
+}
+
+/// The net weight of one distinct row within a set of change batches.
+struct NetChange {
+    /// (batch, row) of its first occurrence: its bytes, and to quote it in errors.
+    origin: (usize, usize),
+    diff: i64,
+}
+
+pub(super) struct PrimaryKey {
+    columns: Vec<usize>,
+    pub(super) converter: RowConverter,
+    constraint_name: String,
+    column_names: Vec<String>,
+}
+
+/// A change batch's rows and primary keys in arrow's row format.
+struct Encoded {
+    rows: arrow::row::Rows,
+    keys: Option<arrow::row::Rows>,
+}
+
+impl Multiset {
+    pub(super) fn new(
+        schema: &SchemaRef,
+        primary_key: Option<(&[usize], &str)>,
+    ) -> Result<Multiset> {
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields).map_err(|e| arrow_error("row converter", e))?;
+        let primary_key = match primary_key {
+            None => None,
+            Some((columns, table)) => {
+                let fields = columns
+                    .iter()
+                    .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+                    .collect();
+                Some(PrimaryKey {
+                    columns: columns.to_vec(),
+                    converter: RowConverter::new(fields)
+                        .map_err(|e| arrow_error("key converter", e))?,
+                    constraint_name: format!("{table}_pkey"),
+                    column_names: columns
+                        .iter()
+                        .map(|&i| schema.field(i).name().clone())
+                        .collect(),
+                })
+            }
+        };
+        Ok(Multiset {
+            converter,
+            index: Arrangement::new(),
+            chunks: Chunks::new(Arc::clone(schema)),
+            primary_key,
+        })
+    }
+
+    pub(super) fn fork(&self, schema: &SchemaRef) -> Result<Multiset> {
+        let mut fork = Multiset::new(
+            schema,
+            self.primary_key
+                .as_ref()
+                .map(|pk| (pk.columns.as_slice(), "")),
+        )?;
+        if let (Some(new), Some(old)) = (fork.primary_key.as_mut(), &self.primary_key) {
+            new.constraint_name.clone_from(&old.constraint_name);
+        }
+        fork.index = self.index.clone();
+        fork.chunks = self.chunks.clone();
+        Ok(fork)
+    }
+
+    /// Copies of `row` held (its primary key `key` on a keyed table).
+    pub(super) fn held(&self, row: &[u8], key: Option<&[u8]>) -> i64 {
+        match key {
+            Some(key) => self
+                .index
+                .probe(key)
+                .filter(|f| &f.row[LOC..] == row)
+                .count() as i64,
+            None => self.index.probe(row).count() as i64,
+        }
+    }
+
+    /// The row a keyed table holds under `key`.
+    pub(super) fn current(&self, key: &[u8]) -> Option<&[u8]> {
+        self.index.probe(key).next().map(|f| &f.row[LOC..])
+    }
+
+    fn encode(&self, batch: &RecordBatch) -> Result<Encoded> {
+        let rows = self
+            .converter
+            .convert_columns(batch.columns())
+            .map_err(|e| arrow_error("encode rows", e))?;
+        let keys = match &self.primary_key {
+            None => None,
+            Some(pk) => Some(pk.encode(batch)?),
+        };
+        Ok(Encoded { rows, keys })
+    }
+
+    /// Sums the weights per distinct row, so that a transaction's insert-then-delete of one row
+    /// nets to nothing whatever the order of its statements.
+    fn net(&self, changes: &[ChangeBatch]) -> Result<(Vec<Encoded>, Vec<NetChange>)> {
+        let encoded = changes
+            .iter()
+            .map(|c| self.encode(c.rows()))
+            .collect::<Result<Vec<_>>>()?;
+        let mut by_row: HashMap<&[u8], usize> = HashMap::default();
+        let mut out: Vec<NetChange> = Vec::new();
+        for (b, batch) in changes.iter().enumerate() {
+            for (i, diff) in batch.diffs().values().iter().enumerate() {
+                let row = encoded[b].rows.row(i).data();
+                match by_row.get(row) {
+                    Some(&at) => out[at].diff += diff,
+                    None => {
+                        by_row.insert(row, out.len());
+                        out.push(NetChange {
+                            origin: (b, i),
+                            diff: *diff,
+                        });
+                    }
+                }
+            }
+        }
+        drop(by_row);
+        out.retain(|c| c.diff != 0);
+        Ok((encoded, out))
+    }
+
+    pub(super) fn check(&self, changes: &[ChangeBatch]) -> Result<()> {
+        let (encoded, net) = self.net(changes)?;
+        self.check_net(changes, &encoded, &net)
+    }
+
+    /// [`Multiset::check`] then [`Multiset::apply`], netting the changes once; a failed check
+    /// (mapped by `on_check`) leaves the multiset as it was.
+    pub(super) fn check_and_apply(
+        &mut self,
+        changes: &[ChangeBatch],
+        on_check: impl FnOnce(Error) -> Error,
+    ) -> Result<()> {
+        let (encoded, net) = self.net(changes)?;
+        self.check_net(changes, &encoded, &net).map_err(on_check)?;
+        self.apply_net(&encoded, &net)
+    }
+
+    fn check_net(
+        &self,
+        changes: &[ChangeBatch],
+        encoded: &[Encoded],
+        net: &[NetChange],
+    ) -> Result<()> {
+        for change in net.iter().filter(|c| c.diff < 0) {
+            if self.held(change.row(encoded), change.key(encoded)) < -change.diff {
+                return Err(Error::new(
+                    SqlState::SERIALIZATION_FAILURE,
+                    "could not serialize access due to concurrent update",
+                ));
+            }
+        }
+        let Some(pk) = &self.primary_key else {
+            return Ok(());
+        };
+        // Retractions first, so that an update may move a row onto a key it frees.
+        let freed: HashSet<&[u8]> = net
+            .iter()
+            .filter(|c| c.diff < 0)
+            .filter_map(|c| c.key(encoded))
+            .collect();
+        let mut added: HashSet<&[u8]> = HashSet::new();
+        for change in net.iter().filter(|c| c.diff > 0) {
+            let Some(key) = change.key(encoded) else {
+                continue;
+            };
+            let taken = self.index.contains_key(key) && !freed.contains(key);
+            if change.diff > 1 || taken || !added.insert(key) {
+                let (b, i) = change.origin;
+                return Err(duplicate_key(pk, changes[b].rows(), i));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply(&mut self, changes: &[ChangeBatch]) -> Result<()> {
+        let (encoded, net) = self.net(changes)?;
+        self.apply_net(&encoded, &net)
+    }
+
+    fn apply_net(&mut self, encoded: &[Encoded], net: &[NetChange]) -> Result<()> {
+        let mut entry = Vec::new();
+        let mut rewrite = Vec::new();
+        for change in net.iter().filter(|c| c.diff < 0) {
+            let row = change.row(encoded);
+            let key = change.key(encoded).unwrap_or(row);
+            for _ in 0..-change.diff {
+                let found = self
+                    .index
+                    .probe(key)
+                    .find(|f| self.primary_key.is_none() || &f.row[LOC..] == row)
+                    .map(|f| Loc::from_bytes(f.row));
+                let Some(loc) = found else {
+                    return Err(Error::new(
+                        SqlState::DATA_CORRUPTED,
+                        "the log retracts a row the table does not hold",
+                    ));
+                };
+                self.index_update(key, loc, row, -1, &mut entry)?;
+                rewrite.extend(self.chunks.delete(loc)?);
+            }
+        }
+        let parser = self.converter.parser();
+        let inserted: Vec<&NetChange> = net
+            .iter()
+            .filter(|c| c.diff > 0)
+            .flat_map(|c| std::iter::repeat_n(c, c.diff as usize))
+            .collect();
+        if !inserted.is_empty() {
+            let columns = self
+                .converter
+                .convert_rows(inserted.iter().map(|c| parser.parse(c.row(encoded))))
+                .map_err(|e| arrow_error("decode rows", e))?;
+            let batch = RecordBatch::try_new(Arc::clone(self.chunks.schema()), columns)
+                .map_err(|e| arrow_error("inserted rows", e))?;
+            let mut placed = Vec::with_capacity(inserted.len());
+            self.chunks.append(&batch, &mut placed)?;
+            for (change, loc) in inserted.iter().zip(placed) {
+                let row = change.row(encoded);
+                let key = change.key(encoded).unwrap_or(row);
+                self.index_update(key, loc, row, 1, &mut entry)?;
+            }
+        }
+        rewrite.sort_unstable();
+        rewrite.dedup();
+        for chunk in rewrite {
+            if let Some(moved) = self.chunks.rewrite(chunk)? {
+                self.repoint(&moved, &mut entry)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds `weight` to the index entry of `row` (under `key`) at `loc`.
+    fn index_update(
+        &mut self,
+        key: &[u8],
+        loc: Loc,
+        row: &[u8],
+        weight: i64,
+        entry: &mut Vec<u8>,
+    ) -> Result<()> {
+        entry.clear();
+        entry.extend_from_slice(&loc.to_bytes());
+        if self.primary_key.is_some() {
+            entry.extend_from_slice(row);
+        }
+        self.index.update(key, entry, 0, weight, NEVER)?;
+        Ok(())
+    }
+
+    /// Points the index at the rows of a rewritten chunk.
+    fn repoint(&mut self, moved: &Moved, entry: &mut Vec<u8>) -> Result<()> {
+        let encoded = self.encode(&moved.batch)?;
+        for (to, &from) in moved.from.iter().enumerate() {
+            if to as u32 == from {
+                continue;
+            }
+            let row = encoded.rows.row(to);
+            let row = row.data();
+            let key = encoded.keys.as_ref().map(|k| k.row(to));
+            let key = key.as_ref().map_or(row, |k| k.data());
+            let (old, new) = (
+                Loc {
+                    chunk: moved.chunk,
+                    row: from,
+                },
+                Loc {
+                    chunk: moved.chunk,
+                    row: to as u32,
+                },
+            );
+            self.index_update(key, old, row, -1, entry)?;
+            self.index_update(key, new, row, 1, entry)?;
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of a location at the start of an index entry.
+const LOC: usize = 8;
+
+impl PrimaryKey {
+    pub(super) fn encode(&self, batch: &RecordBatch) -> Result<arrow::row::Rows> {
+        let columns: Vec<ArrayRef> = self
+            .columns
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        self.converter
+            .convert_columns(&columns)
+            .map_err(|e| arrow_error("encode keys", e))
+    }
+}
+
+impl NetChange {
+    fn row<'a>(&self, encoded: &'a [Encoded]) -> &'a [u8] {
+        encoded[self.origin.0].rows.row(self.origin.1).data()
+    }
+
+    fn key<'a>(&self, encoded: &'a [Encoded]) -> Option<&'a [u8]> {
+        encoded[self.origin.0]
+            .keys
+            .as_ref()
+            .map(|k| k.row(self.origin.1).data())
+    }
+}
+
+pub(super) fn duplicate_key(pk: &PrimaryKey, rows: &RecordBatch, row: usize) -> Error {
+    let values: Vec<String> = pk
+        .columns
+        .iter()
+        .map(|&c| {
+            let column = rows.column(c);
+            if column.is_null(row) {
+                "null".to_owned()
+            } else {
+                arrow::util::display::array_value_to_string(column, row)
+                    .unwrap_or_else(|_| "?".into())
+            }
+        })
+        .collect();
+    Error::new(
+        SqlState::UNIQUE_VIOLATION,
+        format!(
+            "duplicate key value violates unique constraint \"{}\"",
+            pk.constraint_name
+        ),
+    )
+    .with_detail(format!(
+        "Key ({})=({}) already exists.",
+        pk.column_names.join(", "),
+        values.join(", ")
+    ))
+}
