@@ -8,8 +8,10 @@
 //! array_agg, variances), joins, filters over expressions and top-N; some exist before the
 //! data, the others are created mid-stream (backfill). The same statements run on a real
 //! PostgreSQL 15 too, and every view PostgreSQL can run equals PostgreSQL's answer, as text.
+//! Everything runs twice: without a memory limit, and with one so small that operator state
+//! lives on disk (the spill store) between batches.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use eddy_testkit::{EddyProcess, query_sorted};
 use proptest::prelude::*;
@@ -358,12 +360,13 @@ async fn compare(
     Ok(())
 }
 
+/// Runs one case; returns the rows its views' operators held on disk at the end.
 async fn check_case(
     server: &mut EddyProcess,
     pg: &tokio_postgres::Client,
     ops: &[Op],
     late_from: usize,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     let n = CASE.fetch_add(1, Ordering::Relaxed);
     let mut case = Case {
         t: format!("t{n}"),
@@ -449,6 +452,17 @@ async fn check_case(
         )
         .await?;
     }
+    let spilled = eddy_testkit::query_text(
+        &client,
+        "SELECT coalesce(sum(spilled_rows), 0)::text FROM eddy_operators",
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let spilled = spilled
+        .first()
+        .and_then(|r| r.first().cloned().flatten())
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or("eddy_operators.spilled_rows is not a number")?;
     // Each case leaves the server as it found it: later restarts rebuild only their own views.
     client
         .batch_execute(&format!("DROP TABLE {}, {} CASCADE", case.t, case.u))
@@ -457,15 +471,35 @@ async fn check_case(
     pg.batch_execute(&format!("DROP TABLE {}, {}", case.t, case.u))
         .await
         .map_err(|e| format!("PostgreSQL: {e}"))?;
-    Ok(())
+    Ok(spilled)
 }
 
 #[test]
 fn typed_views_equal_their_queries_through_restarts() {
+    let spilled = typed_views_equal_postgres(&[], 12);
+    assert_eq!(spilled, 0, "no limit was given, yet state spilled");
+}
+
+/// The same with a memory limit so small that every key of operator state goes to disk when
+/// each batch ends: joins and top-N read their state back from the spill store, and a restart
+/// rebuilds it from the checkpoint and the log (the spill store is emptied at start).
+#[test]
+fn typed_views_equal_their_queries_while_spilling() {
+    let spilled = typed_views_equal_postgres(&["--memory-limit".to_owned(), "1kB".to_owned()], 6);
+    assert!(spilled > 0, "nothing spilled under a 1kB memory limit");
+}
+
+/// Runs `cases` random cases on a server started with `args`; returns the rows spilled at the
+/// end of each case, summed.
+fn typed_views_equal_postgres(args: &[String], cases: u32) -> u64 {
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_eddy"));
-    let server = std::cell::RefCell::new(
-        EddyProcess::start_fresh_with(binary, Some(eddy_testkit::TEST_WORKERS)).unwrap(),
-    );
+    let mut args = args.to_vec();
+    args.extend([
+        "--workers".to_owned(),
+        eddy_testkit::TEST_WORKERS.to_string(),
+    ]);
+    let server = std::cell::RefCell::new(EddyProcess::start_fresh_args(binary, &args).unwrap());
+    let spilled = AtomicU64::new(0);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -480,7 +514,7 @@ fn typed_views_equal_their_queries_through_restarts() {
         pg
     });
     let config = ProptestConfig {
-        cases: 12,
+        cases,
         failure_persistence: None,
         ..ProptestConfig::default()
     };
@@ -501,9 +535,13 @@ fn typed_views_equal_their_queries_through_restarts() {
     let result = runner.run(&strategy, |(ops, late_from)| {
         runtime
             .block_on(check_case(&mut server.borrow_mut(), &pg, &ops, late_from))
+            .map(|rows| {
+                spilled.fetch_add(rows, Ordering::Relaxed);
+            })
             .map_err(TestCaseError::fail)
     });
     if let Err(e) = result {
         panic!("{e}");
     }
+    spilled.into_inner()
 }

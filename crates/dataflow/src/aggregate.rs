@@ -460,6 +460,41 @@ fn cast_to(array: &ArrayRef, t: &DataType) -> Result<ArrayRef> {
     }
 }
 
+impl Aggregate {
+    /// One batch of the `groups` part: these groups' keys, counts and accumulators.
+    fn save_groups(&mut self, groups: &[GroupId]) -> Result<RecordBatch> {
+        let at = |g: &GroupId| *g as usize;
+        let mut columns: Vec<(String, ArrayRef)> = vec![
+            (
+                "key".into(),
+                checkpoint::binary(groups.iter().map(|g| &*self.keys[at(g)])),
+            ),
+            (
+                "count".into(),
+                checkpoint::int64s(groups.iter().map(|g| self.counts[at(g)])),
+            ),
+            (
+                "emitted".into(),
+                checkpoint::optional_binary(groups.iter().map(|g| self.emitted[at(g)].as_deref())),
+            ),
+            (
+                "window_end".into(),
+                checkpoint::int64s(groups.iter().map(|g| self.window_end[at(g)])),
+            ),
+            (
+                "dirty".into(),
+                Arc::new(BooleanArray::from_iter(
+                    groups.iter().map(|g| Some(self.is_dirty[at(g)])),
+                )),
+            ),
+        ];
+        for (i, call) in self.calls.iter_mut().enumerate() {
+            call.save(i, groups, &mut columns)?;
+        }
+        checkpoint::part(columns, &[("evicted_to", self.evicted_to)])
+    }
+}
+
 impl Handler for Aggregate {
     crate::event_time::keeps_marks!();
 
@@ -500,41 +535,28 @@ impl Handler for Aggregate {
     }
 
     fn save(&mut self) -> Result<checkpoint::Parts> {
-        let groups: Vec<GroupId> = (0..self.keys.len() as GroupId)
-            .filter(|&g| self.alive[g as usize])
-            .collect();
-        let at = |g: &GroupId| *g as usize;
-        let mut columns: Vec<(String, ArrayRef)> = vec![
-            (
-                "key".into(),
-                checkpoint::binary(groups.iter().map(|g| &*self.keys[at(g)])),
-            ),
-            (
-                "count".into(),
-                checkpoint::int64s(groups.iter().map(|g| self.counts[at(g)])),
-            ),
-            (
-                "emitted".into(),
-                checkpoint::optional_binary(groups.iter().map(|g| self.emitted[at(g)].as_deref())),
-            ),
-            (
-                "window_end".into(),
-                checkpoint::int64s(groups.iter().map(|g| self.window_end[at(g)])),
-            ),
-            (
-                "dirty".into(),
-                Arc::new(BooleanArray::from_iter(
-                    groups.iter().map(|g| Some(self.is_dirty[at(g)])),
-                )),
-            ),
-        ];
-        for (i, call) in self.calls.iter_mut().enumerate() {
-            call.save(i, &groups, &mut columns)?;
+        // Batches of about SAVE_BATCH_BYTES each: a binary column holds less than 2 GiB.
+        let mut parts = Vec::new();
+        let mut groups: Vec<GroupId> = Vec::new();
+        let mut bytes = 0;
+        for g in 0..self.keys.len() as GroupId {
+            if !self.alive[g as usize] {
+                continue;
+            }
+            groups.push(g);
+            bytes += self.keys[g as usize].len()
+                + self.emitted[g as usize].as_ref().map_or(0, |e| e.len())
+                + self.calls.iter().map(|c| c.size(g)).sum::<usize>();
+            if bytes >= crate::arrangement::SAVE_BATCH_BYTES {
+                parts.push(("groups", self.save_groups(&groups)?));
+                groups.clear();
+                bytes = 0;
+            }
         }
-        Ok(vec![(
-            "groups",
-            checkpoint::part(columns, &[("evicted_to", self.evicted_to)])?,
-        )])
+        if !groups.is_empty() || parts.is_empty() {
+            parts.push(("groups", self.save_groups(&groups)?));
+        }
+        Ok(parts)
     }
 
     fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {

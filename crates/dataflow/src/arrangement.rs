@@ -17,7 +17,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use arrow::array::{Array, RecordBatch};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BinaryBuilder, RecordBatch};
 use eddy_common::{Error, Result};
 use std::hash::BuildHasher;
 
@@ -53,14 +55,12 @@ struct Span {
 struct KeySlot {
     bytes: Span,
     hash: u64,
-    /// The first entry of this key (`NONE`: the slot is free, or the key is spilled).
+    /// The first entry of this key (`NONE`: the slot is free).
     head: u32,
-    /// Entries of this key, held in memory or spilled (0: the slot is free).
+    /// Entries of this key (0: the slot is free).
     rows: u32,
     /// The last [`Arrangement::settle`] round that used this key (eviction takes cold keys).
     touched: u32,
-    /// The key's rows are in the spill store, not in memory.
-    spilled: bool,
 }
 
 #[derive(Clone)]
@@ -207,9 +207,14 @@ impl Arrangement {
         }
         let key_hash = self.hash_key(key);
         let hash = self.hash_entry(key_hash, row);
-        let key_slot = self.find_key(key_hash, key);
+        let key_slot = match self.find_key(key_hash, key) {
+            Some(k) => {
+                self.keys[k as usize].touched = self.tick;
+                Some(k)
+            }
+            None => self.recall(key, key_hash)?,
+        };
         if let Some(k) = key_slot {
-            self.use_key(k)?;
             let found = self
                 .entry_table
                 .find(hash, |&e| {
@@ -302,7 +307,6 @@ impl Arrangement {
             head: NONE,
             rows: 0,
             touched: self.tick,
-            spilled: false,
         };
         let k = place(&mut self.keys, &mut self.free_keys, slot, "keys")?;
         let keys = &self.keys;
@@ -371,16 +375,9 @@ impl Arrangement {
     /// The rows of `key`, newest entry first. In an arrangement that spills, the key must be
     /// in memory: operators [`Arrangement::prepare`] the keys of each batch before probing.
     pub fn probe<'a>(&'a self, key: &[u8]) -> Rows<'a> {
-        let head = self.find_key(self.hash_key(key), key).map_or(NONE, |k| {
-            let slot = &self.keys[k as usize];
-            if slot.spilled {
-                // A bug in the operator: the next settle fails the view rather than let it
-                // answer without this key's rows.
-                debug_assert!(false, "a probe of a spilled key that was not prepared");
-                self.spill.missed_prepare();
-            }
-            slot.head
-        });
+        let head = self
+            .resident_key(key)
+            .map_or(NONE, |k| self.keys[k as usize].head);
         Rows {
             arrangement: self,
             next: head,
@@ -400,7 +397,19 @@ impl Arrangement {
 
     /// Whether `key` has any row.
     pub fn contains_key(&self, key: &[u8]) -> bool {
-        self.find_key(self.hash_key(key), key).is_some()
+        self.resident_key(key).is_some()
+    }
+
+    /// The slot of `key` for a probe. A key absent from memory may be on disk only if the
+    /// operator did not prepare it: a bug the next settle reports, rather than let the view
+    /// answer without the key's rows.
+    fn resident_key(&self, key: &[u8]) -> Option<u32> {
+        let hash = self.hash_key(key);
+        let found = self.find_key(hash, key);
+        if found.is_none() {
+            self.check_unprepared(key, hash);
+        }
+        found
     }
 
     /// Every entry in memory, in slot order (all of them in an arrangement that never spills,
@@ -447,47 +456,30 @@ impl Arrangement {
         Ok(forgotten)
     }
 
-    /// The entries as one batch (key, row, time, weight, expires, aux), spilled ones included,
-    /// for a checkpoint; `None` when empty.
-    pub fn save(&self) -> Result<Option<RecordBatch>> {
-        if self.is_empty() {
-            return Ok(None);
-        }
-        let spilled = self.spilled_values()?;
-        let mut rows: Vec<(&[u8], SpilledRow<'_>)> = Vec::with_capacity(self.live);
+    /// The entries as batches (key, row, time, weight, expires, aux) of at most about
+    /// [`SAVE_BATCH_BYTES`] of keys and rows each (a binary column holds less than 2 GiB),
+    /// spilled ones included, for a checkpoint; none when empty.
+    pub fn save(&self) -> Result<Vec<RecordBatch>> {
+        let mut out = SavedBatches::default();
         for e in self.entries.iter().filter(|e| e.live()) {
-            rows.push((
+            out.push(
                 self.bytes(self.keys[e.key as usize].bytes),
-                SpilledRow {
+                &SpilledRow {
                     row: self.bytes(e.row),
                     time: e.time,
                     weight: e.weight,
                     expires: e.expires,
                     aux: e.aux,
                 },
-            ));
+            )?;
         }
-        for (k, value) in &spilled {
-            let key = self.bytes(self.keys[*k as usize].bytes);
+        self.for_each_spilled(|key, value| {
             for row in crate::spill::decode_rows(value) {
-                rows.push((key, row?));
+                out.push(key, &row?)?;
             }
-        }
-        let columns = vec![
-            ("key", checkpoint::binary(rows.iter().map(|(k, _)| *k))),
-            ("row", checkpoint::binary(rows.iter().map(|(_, r)| r.row))),
-            ("time", checkpoint::int64s(rows.iter().map(|(_, r)| r.time))),
-            (
-                "count",
-                checkpoint::int64s(rows.iter().map(|(_, r)| r.weight)),
-            ),
-            (
-                "expires",
-                checkpoint::int64s(rows.iter().map(|(_, r)| r.expires)),
-            ),
-            ("aux", checkpoint::int64s(rows.iter().map(|(_, r)| r.aux))),
-        ];
-        checkpoint::part(columns, &[]).map(Some)
+            Ok(())
+        })?;
+        out.finish()
     }
 
     /// Takes back what [`Arrangement::save`] wrote (added to what is held).
@@ -517,6 +509,62 @@ impl Arrangement {
             }
         }
         self.settle()
+    }
+}
+
+/// Bytes of keys and rows per batch of a checkpoint part ([`Arrangement::save`]; unit tests
+/// use small batches, so their restarts load parts of several).
+pub const SAVE_BATCH_BYTES: usize = if cfg!(test) { 4096 } else { 64 << 20 };
+
+/// The batches [`Arrangement::save`] builds.
+#[derive(Default)]
+struct SavedBatches {
+    keys: BinaryBuilder,
+    rows: BinaryBuilder,
+    times: Vec<i64>,
+    counts: Vec<i64>,
+    expires: Vec<i64>,
+    aux: Vec<i64>,
+    bytes: usize,
+    done: Vec<RecordBatch>,
+}
+
+impl SavedBatches {
+    fn push(&mut self, key: &[u8], row: &SpilledRow<'_>) -> Result<()> {
+        self.keys.append_value(key);
+        self.rows.append_value(row.row);
+        self.times.push(row.time);
+        self.counts.push(row.weight);
+        self.expires.push(row.expires);
+        self.aux.push(row.aux);
+        self.bytes += key.len() + row.row.len();
+        if self.bytes >= SAVE_BATCH_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.times.is_empty() {
+            return Ok(());
+        }
+        let ints = |v: &mut Vec<i64>| checkpoint::int64s(std::mem::take(v));
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            ("key", Arc::new(self.keys.finish())),
+            ("row", Arc::new(self.rows.finish())),
+            ("time", ints(&mut self.times)),
+            ("count", ints(&mut self.counts)),
+            ("expires", ints(&mut self.expires)),
+            ("aux", ints(&mut self.aux)),
+        ];
+        self.done.push(checkpoint::part(columns, &[])?);
+        self.bytes = 0;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Vec<RecordBatch>> {
+        self.flush()?;
+        Ok(self.done)
     }
 }
 

@@ -1,45 +1,64 @@
 //! The disk tier of an [`Arrangement`] (ADR 0012): past its share of the server's
-//! [`MemoryBudget`], an arrangement moves the rows of its coldest keys to the spill store and
-//! brings a key back when a batch uses it.
+//! [`MemoryBudget`], an arrangement moves its coldest keys, with all their rows, to the spill
+//! store and brings a key back when a batch uses it.
 //!
-//! A spilled key keeps its slot (its bytes, hash and row count) in memory, so the key tables
-//! still find it and `contains_key` needs no disk read; only its entries leave. Operators make
-//! the keys of a batch resident with [`Arrangement::prepare`] before probing, and call
-//! [`Arrangement::settle`] once the batch is applied: the only point where keys are evicted,
-//! so no entry id an operator holds during a batch goes stale. Eviction sweeps the key slots
-//! like a clock, first skipping the keys used since the last settle, then taking any.
+//! A spilled key leaves memory entirely: its slot, its bytes and its table bucket are freed, so
+//! what stays in memory does not grow with what is on disk. Any key absent from memory may
+//! therefore be on disk while anything is spilled. Operators make the keys of a batch resident
+//! with [`Arrangement::prepare`] before probing; a key `prepare` looked up and did not find is
+//! remembered as absent until the batch ends, so probes and updates of it cost no second
+//! lookup. An update of a key that was not prepared looks it up itself; a probe of one that
+//! was not prepared and is on disk is an operator's bug, and fails the view at its next settle
+//! rather than answer without the key's rows. [`Arrangement::settle`] ends a batch: the only
+//! point where keys are evicted, so no entry id an operator holds during a batch goes stale.
+//! Eviction sweeps the key slots like a clock, first skipping the keys used since the last
+//! settle, then taking any.
+//!
+//! Rows that expire at a watermark are found on disk through the store's expiry keyspace: a
+//! spilled key is entered there under the earliest expiry of its rows. A key brought back
+//! leaves its entry behind; when that comes due and the key is not on disk, it is dropped.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use eddy_common::{Error, Result};
+use hashbrown::HashTable;
 
 use super::{Arrangement, Entry, KeySlot, NEVER, NONE, place};
-use crate::spill::{Batch, MemoryBudget, SpilledRow, Store, decode_rows, encode_row};
+use crate::spill::{
+    Batch, MemoryBudget, SpilledRow, Store, decode_rows, due_key, encode_row, parse_due_key,
+};
 
 /// What an arrangement costs in memory besides its row bytes: its slot and a table bucket.
 const ENTRY_BYTES: usize = std::mem::size_of::<Entry>() + 5;
 const KEY_BYTES: usize = std::mem::size_of::<KeySlot>() + 5;
+
+/// The bytes of an arrangement's prefix in the store.
+const PREFIX: usize = 8;
 
 /// An arrangement's link to the budget and the store.
 pub(super) struct Spill {
     budget: Arc<MemoryBudget>,
     store: Option<Arc<Store>>,
     /// This arrangement's prefix in the store.
-    prefix: [u8; 8],
+    prefix: [u8; PREFIX],
     /// Bytes last reported to the budget.
     reported: usize,
     /// The clock hand of eviction, a key slot.
     hand: u32,
+    /// Keys and rows on disk.
     keys: usize,
     rows: usize,
-    /// Spilled keys by the earliest expiry of their rows.
-    expiry: BinaryHeap<Reverse<(i64, u32)>>,
+    /// No entry of the expiry keyspace is earlier than this ([`NEVER`]: there is none).
+    next_due: i64,
     store_key: Vec<u8>,
     value: Vec<u8>,
-    /// A spilled key was probed without being prepared (see [`SpillSlot::missed_prepare`]).
+    /// Keys looked up since the last settle and not found on disk: (hash, start, len) of their
+    /// bytes in `absent_bytes`.
+    absent: HashTable<(u64, usize, u32)>,
+    absent_bytes: Vec<u8>,
+    /// A spilled key was probed without being prepared (see [`Arrangement::probe`]).
     missed: AtomicBool,
 }
 
@@ -60,6 +79,21 @@ impl Spill {
         self.store_key.extend_from_slice(key);
         &self.store_key
     }
+
+    fn is_absent(&self, hash: u64, key: &[u8]) -> bool {
+        self.absent
+            .find(hash, |&(h, start, len)| {
+                h == hash && &self.absent_bytes[start..start + len as usize] == key
+            })
+            .is_some()
+    }
+
+    fn note_absent(&mut self, hash: u64, key: &[u8]) {
+        let start = self.absent_bytes.len();
+        self.absent_bytes.extend_from_slice(key);
+        self.absent
+            .insert_unique(hash, (hash, start, key.len() as u32), |&(h, _, _)| h);
+    }
 }
 
 impl Drop for Spill {
@@ -79,16 +113,6 @@ impl Drop for Spill {
 /// a transaction's private copy) never spills, so a clone starts without one.
 #[derive(Default)]
 pub(super) struct SpillSlot(Option<Box<Spill>>);
-
-impl SpillSlot {
-    /// Records that a probe read a spilled key that was not brought back: the operator's
-    /// answer for that key would be wrong, so its next settle fails.
-    pub(super) fn missed_prepare(&self) {
-        if let Some(spill) = &self.0 {
-            spill.missed.store(true, Ordering::Relaxed);
-        }
-    }
-}
 
 impl Clone for SpillSlot {
     fn clone(&self) -> Self {
@@ -112,9 +136,11 @@ impl Arrangement {
             hand: 0,
             keys: 0,
             rows: 0,
-            expiry: BinaryHeap::new(),
+            next_due: NEVER,
             store_key: Vec::new(),
             value: Vec::new(),
+            absent: HashTable::new(),
+            absent_bytes: Vec::new(),
             missed: AtomicBool::new(false),
         })));
     }
@@ -124,9 +150,9 @@ impl Arrangement {
         self.spill.0.as_ref().map_or(0, |s| s.rows)
     }
 
-    /// Bytes this arrangement counts against its budget, with `spilled` of its rows on disk:
-    /// live row and key bytes, and the slots and buckets of what is in memory.
-    fn resident_bytes(&self, spilled: usize) -> usize {
+    /// Bytes this arrangement counts against its budget: live row and key bytes, and the slots
+    /// and buckets of what is in memory.
+    pub(super) fn resident_bytes(&self, spilled: usize) -> usize {
         (self.arena.len() - self.garbage)
             + (self.live - spilled) * ENTRY_BYTES
             + (self.keys.len() - self.free_keys.len()) * KEY_BYTES
@@ -147,68 +173,94 @@ impl Arrangement {
         spill: &mut Spill,
         keys: impl IntoIterator<Item = &'k [u8]>,
     ) -> Result<()> {
-        let mut batch = None;
         let store = match spill.keys {
             0 => None,
             _ => Some(spill.store()?),
         };
+        let mut batch = None;
         for key in keys {
-            let Some(k) = self.find_key(self.hash_key(key), key) else {
+            let hash = self.hash_key(key);
+            if let Some(k) = self.find_key(hash, key) {
+                self.keys[k as usize].touched = self.tick;
                 continue;
-            };
-            self.keys[k as usize].touched = self.tick;
-            if let (true, Some(store)) = (self.keys[k as usize].spilled, &store) {
-                let batch = batch.get_or_insert_with(|| store.batch());
-                self.fault_in(spill, store, batch, k)?;
+            }
+            let Some(store) = &store else { continue };
+            if spill.is_absent(hash, key) {
+                continue;
+            }
+            match store.get(spill.store_key(key))? {
+                Some(value) => {
+                    let batch = batch.get_or_insert_with(|| store.batch());
+                    self.fault_in(spill, batch, key, hash, &value)?;
+                }
+                None => spill.note_absent(hash, key),
             }
         }
         batch.map_or(Ok(()), Batch::commit)
     }
 
-    /// Marks key slot `k` used, bringing its rows back if it is spilled (an update of it).
-    pub(super) fn use_key(&mut self, k: u32) -> Result<()> {
-        self.keys[k as usize].touched = self.tick;
-        if !self.keys[k as usize].spilled {
-            return Ok(());
-        }
+    /// Brings `key` back from disk for an update of it, if it is there; returns its slot.
+    pub(super) fn recall(&mut self, key: &[u8], hash: u64) -> Result<Option<u32>> {
         let Some(mut spill) = self.spill.0.take() else {
-            return Err(Error::internal(
-                "a spilled key in an arrangement that does not spill",
-            ));
+            return Ok(None);
         };
-        let result = spill.store().and_then(|store| {
-            let mut batch = store.batch();
-            self.fault_in(&mut spill, &store, &mut batch, k)?;
-            batch.commit()
-        });
+        let result = self.recall_with(&mut spill, key, hash);
         self.spill.0 = Some(spill);
         result
     }
 
-    /// Reads spilled key `k`'s rows back into memory, in their order, and drops them from the
-    /// store (in `batch`).
+    fn recall_with(&mut self, spill: &mut Spill, key: &[u8], hash: u64) -> Result<Option<u32>> {
+        if spill.keys == 0 || spill.is_absent(hash, key) {
+            return Ok(None);
+        }
+        let store = spill.store()?;
+        let Some(value) = store.get(spill.store_key(key))? else {
+            spill.note_absent(hash, key);
+            return Ok(None);
+        };
+        let mut batch = store.batch();
+        let k = self.fault_in(spill, &mut batch, key, hash, &value)?;
+        batch.commit()?;
+        Ok(Some(k))
+    }
+
+    /// Records a probe of `key`, absent from memory, that was not prepared: if the key is on
+    /// disk, the operator's answer for it would be wrong, so its next settle fails.
+    pub(super) fn check_unprepared(&self, key: &[u8], hash: u64) {
+        let Some(spill) = &self.spill.0 else { return };
+        if spill.keys == 0 || spill.is_absent(hash, key) {
+            return;
+        }
+        let Some(store) = &spill.store else { return };
+        let mut store_key = spill.prefix.to_vec();
+        store_key.extend_from_slice(key);
+        // A store that cannot answer cannot vouch for the probe either.
+        if !matches!(store.get(&store_key), Ok(None)) {
+            debug_assert!(false, "a probe of a spilled key that was not prepared");
+            spill.missed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Puts spilled `key`'s rows (`value`, as [`Arrangement::spill_key`] wrote them) back in
+    /// memory, in their order, under a new key slot; drops them from the store (in `batch`).
     fn fault_in(
         &mut self,
         spill: &mut Spill,
-        store: &Store,
         batch: &mut Batch<'_>,
-        k: u32,
-    ) -> Result<()> {
-        let slot = self.keys[k as usize].clone();
-        let key = self.bytes(slot.bytes).to_vec();
-        let store_key = spill.store_key(&key).to_vec();
-        let value = store.get(&store_key)?.ok_or_else(|| {
-            Error::internal("a spilled key of operator state is not in the store")
-        })?;
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+    ) -> Result<u32> {
+        let k = self.new_key(key, hash)?;
         let (mut head, mut tail, mut count) = (NONE, NONE, 0u32);
-        for row in decode_rows(&value) {
+        for row in decode_rows(value) {
             let row = row?;
             let span = self.store(row.row)?;
-            let hash = self.hash_entry(slot.hash, row.row);
+            let row_hash = self.hash_entry(hash, row.row);
             let entry = Entry {
                 key: k,
                 row: span,
-                hash,
+                hash: row_hash,
                 time: row.time,
                 weight: row.weight,
                 expires: row.expires,
@@ -225,26 +277,25 @@ impl Arrangement {
             tail = e;
             let entries = &self.entries;
             self.entry_table
-                .insert_unique(hash, e, |&x| entries[x as usize].hash);
+                .insert_unique(row_hash, e, |&x| entries[x as usize].hash);
             if row.expires != NEVER {
                 self.expiry.push(Reverse((row.expires, e)));
             }
             count += 1;
         }
-        if count != slot.rows {
-            return Err(Error::internal(format!(
-                "a spilled key of operator state came back with {count} rows of {}",
-                slot.rows
-            )));
+        if count == 0 {
+            return Err(Error::internal(
+                "a spilled key of operator state has no rows",
+            ));
         }
         let slot = &mut self.keys[k as usize];
         slot.head = head;
-        slot.spilled = false;
+        slot.rows = count;
         spill.keys -= 1;
         spill.rows -= count as usize;
         spill.budget.count_spilled(0, 1);
-        batch.remove(&store_key);
-        Ok(())
+        batch.remove(spill.store_key(key));
+        Ok(k)
     }
 
     /// Brings back the spilled keys holding rows due to expire at `watermark`.
@@ -258,24 +309,27 @@ impl Arrangement {
     }
 
     fn fault_in_due_with(&mut self, spill: &mut Spill, watermark: i64) -> Result<()> {
-        if spill
-            .expiry
-            .peek()
-            .is_none_or(|Reverse((t, _))| *t > watermark)
-        {
+        if spill.next_due > watermark {
             return Ok(());
         }
         let store = spill.store()?;
         let mut batch = store.batch();
-        while let Some(Reverse((expires, k))) = spill.expiry.peek().copied() {
+        spill.next_due = NEVER;
+        for due in store.scan_due(&spill.prefix) {
+            let due = due?;
+            let (expires, key) = parse_due_key(&due, PREFIX)?;
             if expires > watermark {
+                spill.next_due = expires;
                 break;
             }
-            spill.expiry.pop();
-            // A key brought back since, or a slot reused by a key spilled again, is harmless
-            // to bring back (its own heap entry stays).
-            if self.keys[k as usize].spilled {
-                self.fault_in(spill, &store, &mut batch, k)?;
+            batch.remove_due(&due);
+            // A key brought back since (in memory now, or gone) leaves its entry behind.
+            let hash = self.hash_key(key);
+            if self.find_key(hash, key).is_some() {
+                continue;
+            }
+            if let Some(value) = store.get(spill.store_key(key))? {
+                self.fault_in(spill, &mut batch, key, hash, &value)?;
             }
         }
         batch.commit()
@@ -289,6 +343,8 @@ impl Arrangement {
             None => Ok(()),
             Some(mut spill) => {
                 let result = self.settle_with(&mut spill);
+                spill.absent.clear();
+                spill.absent_bytes.clear();
                 self.spill.0 = Some(spill);
                 result
             }
@@ -323,7 +379,6 @@ impl Arrangement {
     fn evict_to(&mut self, spill: &mut Spill, target: usize) -> Result<()> {
         let n = self.keys.len() as u32;
         let mut resident = self.resident_bytes(spill.rows);
-        // With every row on disk already, what stays is the key slots: nothing to sweep.
         if n == 0 || resident <= target || self.live == spill.rows {
             return Ok(());
         }
@@ -338,7 +393,7 @@ impl Arrangement {
                 let k = spill.hand % n;
                 spill.hand = (k + 1) % n;
                 let slot = &self.keys[k as usize];
-                if slot.rows == 0 || slot.spilled || (pass == 0 && slot.touched == self.tick) {
+                if slot.rows == 0 || (pass == 0 && slot.touched == self.tick) {
                     continue;
                 }
                 resident = resident.saturating_sub(self.spill_key(spill, &mut batch, k));
@@ -351,8 +406,8 @@ impl Arrangement {
         Ok(())
     }
 
-    /// Writes key slot `k`'s rows to the store (in `batch`) and frees their entries; returns
-    /// the bytes that frees.
+    /// Writes key slot `k`'s rows to the store (in `batch`) and frees the slot and its
+    /// entries; returns the bytes that frees.
     fn spill_key(&mut self, spill: &mut Spill, batch: &mut Batch<'_>, k: u32) -> usize {
         let slot = self.keys[k as usize].clone();
         spill.value.clear();
@@ -383,43 +438,49 @@ impl Arrangement {
         let key = self.bytes(slot.bytes);
         batch.insert(spill.store_key(key), &value);
         spill.value = value;
-        let slot = &mut self.keys[k as usize];
-        slot.head = NONE;
-        slot.spilled = true;
+        if earliest != NEVER {
+            let mut due = std::mem::take(&mut spill.store_key);
+            due_key(&mut due, &spill.prefix, earliest, key);
+            batch.insert_due(&due);
+            spill.store_key = due;
+            spill.next_due = spill.next_due.min(earliest);
+        }
         spill.keys += 1;
         spill.rows += slot.rows as usize;
-        if earliest != NEVER {
-            spill.expiry.push(Reverse((earliest, k)));
+        if let Ok(found) = self.key_table.find_entry(slot.hash, |&x| x == k) {
+            found.remove();
         }
-        freed
+        let slot = &mut self.keys[k as usize];
+        slot.head = NONE;
+        slot.rows = 0;
+        self.free_keys.push(k);
+        self.garbage += slot.bytes.len as usize;
+        freed + slot.bytes.len as usize + KEY_BYTES
     }
 
-    /// The stored rows of every spilled key, for a checkpoint.
-    pub(super) fn spilled_values(&self) -> Result<Vec<(u32, fjall::Slice)>> {
+    /// Hands `f` every spilled key with its stored rows, for a checkpoint.
+    pub(super) fn for_each_spilled(
+        &self,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
         let Some(spill) = &self.spill.0 else {
-            return Ok(Vec::new());
+            return Ok(());
         };
-        if spill.keys == 0 {
-            return Ok(Vec::new());
+        let Some(store) = spill.store.as_ref().filter(|_| spill.keys > 0) else {
+            return Ok(());
+        };
+        let mut seen = 0;
+        for pair in store.scan(&spill.prefix) {
+            let (store_key, value) = pair?;
+            f(&store_key[PREFIX..], &value)?;
+            seen += 1;
         }
-        let store = spill
-            .store
-            .as_ref()
-            .ok_or_else(|| Error::internal("spilled keys without a spill store"))?;
-        let mut values = Vec::with_capacity(spill.keys);
-        let mut store_key = Vec::new();
-        for (k, slot) in self.keys.iter().enumerate() {
-            if slot.rows == 0 || !slot.spilled {
-                continue;
-            }
-            store_key.clear();
-            store_key.extend_from_slice(&spill.prefix);
-            store_key.extend_from_slice(self.bytes(slot.bytes));
-            let value = store.get(&store_key)?.ok_or_else(|| {
-                Error::internal("a spilled key of operator state is not in the store")
-            })?;
-            values.push((k as u32, value));
+        if seen != spill.keys {
+            return Err(Error::internal(format!(
+                "{seen} spilled keys of operator state are in the store, {} expected",
+                spill.keys
+            )));
         }
-        Ok(values)
+        Ok(())
     }
 }

@@ -72,14 +72,16 @@ fn contents(a: &Arrangement) -> Model {
 
 /// What a checkpoint of `a` holds (spilled keys included).
 fn saved(a: &Arrangement) -> Model {
-    let Some(batch) = a.save().unwrap() else {
-        return Model::new();
-    };
-    let keys = checkpoint::binary_column(&batch, "key").unwrap();
-    let rows = checkpoint::binary_column(&batch, "row").unwrap();
-    let times = checkpoint::int64_column(&batch, "time").unwrap();
-    let counts = checkpoint::int64_column(&batch, "count").unwrap();
-    let aux = checkpoint::int64_column(&batch, "aux").unwrap();
+    // Unit tests save in small batches, so that the state of a case takes several.
+    a.save().unwrap().iter().flat_map(saved_batch).collect()
+}
+
+fn saved_batch(batch: &RecordBatch) -> Model {
+    let keys = checkpoint::binary_column(batch, "key").unwrap();
+    let rows = checkpoint::binary_column(batch, "row").unwrap();
+    let times = checkpoint::int64_column(batch, "time").unwrap();
+    let counts = checkpoint::int64_column(batch, "count").unwrap();
+    let aux = checkpoint::int64_column(batch, "aux").unwrap();
     (0..batch.num_rows())
         .map(|i| {
             (
@@ -128,7 +130,7 @@ proptest! {
                 }
                 Op::SaveLoad => {
                     let mut loaded = new();
-                    if let Some(batch) = a.save().unwrap() {
+                    for batch in a.save().unwrap() {
                         loaded.load(&batch).unwrap();
                     }
                     a = loaded;
@@ -217,4 +219,52 @@ fn a_slot_reused_before_its_old_expiry_is_kept_until_its_own() {
     assert_eq!(a.len(), 1);
     assert_eq!(a.expire(50).unwrap(), 1);
     assert!(a.is_empty());
+}
+
+#[test]
+fn spilled_keys_leave_memory_entirely() {
+    let spilling = crate::spill::tests::Spilling::with_limit(0);
+    let mut a = Arrangement::new();
+    a.spill_to(&spilling.budget);
+    let key = |k: u32| k.to_be_bytes();
+    for k in 0..10_000u32 {
+        let expires = if k % 2 == 0 { NEVER } else { i64::from(k) };
+        a.update(&key(k), b"row", 0, 1, expires).unwrap();
+    }
+    a.settle().unwrap();
+    // Nothing of a spilled key stays: no slot, no bucket, no bytes.
+    assert_eq!(a.keys.len(), a.free_keys.len());
+    assert!(a.key_table.is_empty() && a.entry_table.is_empty());
+    assert_eq!(a.resident_bytes(a.spilled_rows()), 0);
+    assert_eq!((a.len(), a.spilled_rows()), (10_000, 10_000));
+    // A prepared key comes back with its row; a key never seen stays absent.
+    a.prepare([key(4).as_slice(), key(20_000).as_slice()])
+        .unwrap();
+    assert_eq!(
+        a.probe(&key(4)).map(|f| f.row).collect::<Vec<_>>(),
+        [b"row"]
+    );
+    assert_eq!(a.probe(&key(20_000)).count(), 0);
+    // An update of a key not prepared finds its row on disk rather than start it anew.
+    a.update(&key(6), b"row", 0, -1, NEVER).unwrap();
+    a.update(&key(8), b"row", 0, 1, NEVER).unwrap();
+    a.settle().unwrap();
+    assert_eq!(a.len(), 9_999);
+    // Spilled rows expire at their watermark: odd keys up to 99.
+    assert_eq!(a.expire(100).unwrap(), 50);
+    assert_eq!(a.len(), 9_949);
+    a.settle().unwrap();
+    let saved = a.save().unwrap();
+    assert!(saved.len() > 10, "{} batches", saved.len());
+    let rows: usize = saved.iter().map(|b| b.num_rows()).sum();
+    let count: i64 = saved
+        .iter()
+        .flat_map(|b| {
+            checkpoint::int64_column(b, "count")
+                .unwrap()
+                .iter()
+                .flatten()
+        })
+        .sum();
+    assert_eq!((rows, count), (9_949, 9_950));
 }

@@ -428,7 +428,7 @@ impl Handler for OuterJoin {
     fn save(&mut self) -> Result<checkpoint::Parts> {
         let mut out = Vec::new();
         for (name, side) in [(LEFT_PART, &self.left), (RIGHT_PART, &self.right)] {
-            if let Some(part) = side.state.save()? {
+            for part in side.state.save()? {
                 out.push((name, part));
             }
         }

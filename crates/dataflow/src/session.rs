@@ -13,8 +13,14 @@
 //! key (it would change a closed session): with `late_events = 'retract'` it is still applied
 //! while the sessions it touches are kept (before the end of any forgotten session, and within
 //! the allowed lateness); otherwise it is dropped and recorded.
+//!
+//! A key changes with the watermark only at its own thresholds: a session's end (it closes),
+//! its end plus the allowed lateness (it is forgotten), and the end of its closed sessions
+//! plus the gap (an empty key is dropped). Each key is queued under the earliest of its
+//! thresholds still ahead, so a watermark that moves revisits only the keys it passes.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::graph::{Barrier, Handler, Output};
 use crate::{StateMap as HashMap, StateSet as HashSet};
@@ -54,6 +60,30 @@ struct Key {
     /// The latest end of the key's closed sessions, and of its forgotten ones.
     closed_end: Option<i64>,
     forgotten_end: Option<i64>,
+    /// The earliest watermark at which the key changes without new events (it is queued in
+    /// [`SessionAggregate::wake`] under it).
+    wake: Option<i64>,
+}
+
+/// Events held and their bytes (as [`crate::OperatorState`] counts them), kept as they change.
+#[derive(Default)]
+struct Held {
+    rows: usize,
+    bytes: usize,
+}
+
+impl Held {
+    const EVENT: usize = std::mem::size_of::<((i64, OwnedRow), i64)>();
+
+    fn add(&mut self, row_len: usize) {
+        self.rows += 1;
+        self.bytes += row_len + Self::EVENT;
+    }
+
+    fn remove(&mut self, row_len: usize) {
+        self.rows -= 1;
+        self.bytes -= row_len + Self::EVENT;
+    }
 }
 
 pub struct SessionAggregate {
@@ -68,6 +98,15 @@ pub struct SessionAggregate {
     key_converter: RowConverter,
     keys: HashMap<OwnedRow, Key>,
     dirty: HashSet<OwnedRow>,
+    /// Keys by the watermark at which they are due to be looked at again (an item whose
+    /// time is not its key's `wake` any more is stale and skipped).
+    wake: BinaryHeap<Reverse<(i64, OwnedRow)>>,
+    /// The events held, over every key.
+    held: Held,
+    /// Tests only: look at every key whenever the watermark moves (the schedule `wake`
+    /// replaces, kept as the oracle of it).
+    #[cfg(test)]
+    revisit_all: bool,
     /// The type of the window bound columns (the time column's).
     bound_type: DataType,
     last_watermark: Option<i64>,
@@ -103,6 +142,10 @@ impl SessionAggregate {
             key_converter: RowConverter::new(key_fields).map_err(arrow_error)?,
             keys: HashMap::default(),
             dirty: HashSet::default(),
+            wake: BinaryHeap::new(),
+            held: Held::default(),
+            #[cfg(test)]
+            revisit_all: tests::REVISIT_ALL.get(),
             bound_type,
             last_watermark: None,
         })
@@ -220,11 +263,20 @@ impl SessionAggregate {
                     })
                 }
             };
-            let event = (t, encoded.row(i).owned());
-            let count = state.events.entry(event.clone()).or_insert(0);
-            *count += d;
-            if *count == 0 {
-                state.events.remove(&event);
+            let row = encoded.row(i);
+            match state.events.entry((t, row.owned())) {
+                std::collections::btree_map::Entry::Vacant(v) if *d != 0 => {
+                    v.insert(*d);
+                    self.held.add(row.as_ref().len());
+                }
+                std::collections::btree_map::Entry::Vacant(_) => {}
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    *o.get_mut() += d;
+                    if *o.get() == 0 {
+                        o.remove();
+                        self.held.remove(row.as_ref().len());
+                    }
+                }
             }
             self.dirty.insert(key);
         }
@@ -304,14 +356,27 @@ impl SessionAggregate {
         let (emit_on_close, allowed) = self.window.as_ref().map_or((false, 0), |(w, _)| {
             (w.emit_on_close, w.lateness.allowed_micros)
         });
-        // When the watermark moved, every key is looked at again: sessions may have closed
-        // (emitted under EMIT ON WINDOW CLOSE) or expired (forgotten). Tracked keys are those
-        // with sessions still open or within the allowed lateness.
-        let mut todo: Vec<OwnedRow> = std::mem::take(&mut self.dirty).into_iter().collect();
-        if watermark.is_some() && watermark != self.last_watermark {
-            todo = self.keys.keys().cloned().collect();
-            self.last_watermark = watermark;
+        // Keys that changed, and keys whose thresholds the watermark passed: sessions may
+        // have closed (emitted under EMIT ON WINDOW CLOSE) or expired (forgotten).
+        let mut todo = std::mem::take(&mut self.dirty);
+        if let Some(w) = watermark {
+            while let Some(Reverse((t, _))) = self.wake.peek()
+                && *t <= w
+            {
+                let Some(Reverse((t, key))) = self.wake.pop() else {
+                    break;
+                };
+                if self.keys.get(&key).is_some_and(|s| s.wake == Some(t)) {
+                    todo.insert(key);
+                }
+            }
         }
+        #[cfg(test)]
+        if self.revisit_all && watermark.is_some() && watermark != self.last_watermark {
+            todo = self.keys.keys().cloned().collect();
+        }
+        self.last_watermark = watermark.or(self.last_watermark);
+        let is_ahead = |t: i64| watermark.is_none_or(|w| t > w);
         let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
         let mut diffs: Vec<i64> = Vec::new();
         for key in todo {
@@ -321,8 +386,17 @@ impl SessionAggregate {
             let mut now: HashMap<Vec<ScalarValue>, i64> = HashMap::default();
             let mut expired: Vec<(i64, i64)> = Vec::new();
             let mut closed_end = state.closed_end;
+            // The earliest threshold of a session still ahead of the watermark.
+            let mut wake: Option<i64> = None;
+            let mut ahead = |t: i64| {
+                if is_ahead(t) {
+                    wake = Some(wake.map_or(t, |w| w.min(t)));
+                }
+            };
             for (start, end, members) in Self::sessions(&state.events, self.spec.gap_micros) {
                 let closed = watermark.is_some_and(|w| end <= w);
+                ahead(end);
+                ahead(end.saturating_add(allowed));
                 if closed {
                     closed_end = Some(closed_end.map_or(end, |c| c.max(end)));
                 }
@@ -358,7 +432,14 @@ impl SessionAggregate {
             // in the view).
             for (start, end) in expired {
                 state.forgotten_end = Some(state.forgotten_end.map_or(end, |f| f.max(end)));
-                state.events.retain(|(t, _), _| *t < start || *t >= end);
+                let held = &mut self.held;
+                state.events.retain(|(t, row), _| {
+                    let keep = *t < start || *t >= end;
+                    if !keep {
+                        held.remove(row.as_ref().len());
+                    }
+                    keep
+                });
                 state.emitted.retain(|row, _| {
                     let bounds_of = |i: &usize| row.get(*i).cloned();
                     let is_this = self
@@ -383,6 +464,16 @@ impl SessionAggregate {
             };
             if state.events.is_empty() && state.emitted.is_empty() && settled {
                 self.keys.remove(&key);
+                continue;
+            }
+            if let Some(end) = state.closed_end {
+                ahead(end.saturating_add(self.spec.gap_micros));
+            }
+            if wake != state.wake {
+                state.wake = wake;
+                if let Some(t) = wake {
+                    self.wake.push(Reverse((t, key)));
+                }
             }
         }
         if rows.is_empty() {
@@ -435,25 +526,14 @@ impl Handler for SessionAggregate {
     }
 
     fn state_rows(&self) -> usize {
-        self.keys.values().map(|k| k.events.len()).sum()
+        self.held.rows
     }
 
     fn state(&self) -> OperatorState {
-        let rows = self.state_rows();
-        let bytes = self
-            .keys
-            .values()
-            .map(|k| {
-                k.events
-                    .keys()
-                    .map(|(_, r)| r.as_ref().len() + std::mem::size_of::<((i64, OwnedRow), i64)>())
-                    .sum::<usize>()
-            })
-            .sum();
         OperatorState {
             name: "SessionAggregate".to_owned(),
-            rows,
-            bytes,
+            rows: self.held.rows,
+            bytes: self.held.bytes,
         }
     }
 
@@ -547,6 +627,8 @@ impl Handler for SessionAggregate {
                 );
                 for (i, key) in keys.into_iter().enumerate() {
                     let values = self.group_values(&columns, i)?;
+                    // Looked at again by the next barrier, which queues it by its thresholds.
+                    self.dirty.insert(key.clone());
                     let state = self.keys.entry(key).or_default();
                     state.values = values;
                     state.closed_end = checkpoint::value_at(closed, i);
@@ -564,11 +646,14 @@ impl Handler for SessionAggregate {
                     checkpoint::int64_column(batch, "count")?,
                 );
                 for (i, (key, row)) in keys.into_iter().zip(rows).enumerate() {
-                    self.keys
-                        .entry(key)
-                        .or_default()
-                        .events
-                        .insert((times.value(i), row), counts.value(i));
+                    let len = row.as_ref().len();
+                    let events = &mut self.keys.entry(key).or_default().events;
+                    if events
+                        .insert((times.value(i), row), counts.value(i))
+                        .is_none()
+                    {
+                        self.held.add(len);
+                    }
                 }
             }
             "emitted" => {
@@ -594,3 +679,7 @@ impl Handler for SessionAggregate {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;

@@ -5,7 +5,8 @@
 //! server starts: spilled state is a cache of what the arrangements hold, not a durable copy
 //! (checkpoints are), so nothing in it is synced and nothing survives a restart. An
 //! arrangement's keys are stored under its own 8-byte prefix; the value of a key is its rows
-//! (see [`encode_rows`]).
+//! (see [`encode_row`]). A second keyspace orders spilled keys by the earliest expiry of their
+//! rows (arrangement prefix, expiry, key), so the keys due at a watermark are one range scan.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -103,10 +104,31 @@ pub fn empty_spill_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The spill store: one keyspace of (arrangement prefix, key) → rows.
+/// The spill store: one keyspace of (arrangement prefix, key) → rows, and one of (arrangement
+/// prefix, expiry, key) → nothing.
 pub(crate) struct Store {
     db: fjall::Database,
     keys: fjall::Keyspace,
+    due: fjall::Keyspace,
+}
+
+/// A key of the expiry keyspace: `prefix`, `expires` (ordered as signed), `key`.
+pub(crate) fn due_key(out: &mut Vec<u8>, prefix: &[u8], expires: i64, key: &[u8]) {
+    out.clear();
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(&((expires as u64) ^ (1 << 63)).to_be_bytes());
+    out.extend_from_slice(key);
+}
+
+/// The expiry and the key of an expiry keyspace key with a `prefix_len`-byte prefix.
+pub(crate) fn parse_due_key(due: &[u8], prefix_len: usize) -> Result<(i64, &[u8])> {
+    let at = prefix_len + 8;
+    let time = due
+        .get(prefix_len..at)
+        .and_then(|b| b.try_into().ok())
+        .map(|b| (u64::from_be_bytes(b) ^ (1 << 63)) as i64)
+        .ok_or_else(|| Error::internal("a spilled expiry of operator state is corrupt"))?;
+    Ok((time, &due[at..]))
 }
 
 fn spill_error(e: fjall::Error) -> Error {
@@ -128,7 +150,10 @@ impl Store {
         let keys = db
             .keyspace("state", fjall::KeyspaceCreateOptions::default)
             .map_err(spill_error)?;
-        Ok(Store { db, keys })
+        let due = db
+            .keyspace("due", fjall::KeyspaceCreateOptions::default)
+            .map_err(spill_error)?;
+        Ok(Store { db, keys, due })
     }
 
     pub(crate) fn batch(&self) -> Batch<'_> {
@@ -142,12 +167,36 @@ impl Store {
         self.keys.get(key).map_err(spill_error)
     }
 
-    /// Forgets every key under `prefix`.
+    /// Every (key, value) under `prefix`, in key order.
+    pub(crate) fn scan(
+        &self,
+        prefix: &[u8],
+    ) -> impl Iterator<Item = Result<(fjall::Slice, fjall::Slice)>> + use<> {
+        self.keys
+            .prefix(prefix)
+            .map(|guard| guard.into_inner().map_err(spill_error))
+    }
+
+    /// Every key of the expiry keyspace under `prefix`, earliest expiry first.
+    pub(crate) fn scan_due(
+        &self,
+        prefix: &[u8],
+    ) -> impl Iterator<Item = Result<fjall::Slice>> + use<> {
+        self.due
+            .prefix(prefix)
+            .map(|guard| guard.key().map_err(spill_error))
+    }
+
+    /// Forgets every key under `prefix`, in both keyspaces.
     pub(crate) fn clear(&self, prefix: &[u8]) -> Result<()> {
         let mut batch = self.batch();
         for guard in self.keys.prefix(prefix) {
             let key = guard.key().map_err(spill_error)?;
             batch.remove(&key);
+        }
+        for guard in self.due.prefix(prefix) {
+            let key = guard.key().map_err(spill_error)?;
+            batch.remove_due(&key);
         }
         batch.commit()
     }
@@ -166,6 +215,14 @@ impl Batch<'_> {
 
     pub(crate) fn remove(&mut self, key: &[u8]) {
         self.batch.remove(&self.store.keys, key);
+    }
+
+    pub(crate) fn insert_due(&mut self, key: &[u8]) {
+        self.batch.insert(&self.store.due, key, []);
+    }
+
+    pub(crate) fn remove_due(&mut self, key: &[u8]) {
+        self.batch.remove(&self.store.due, key);
     }
 
     pub(crate) fn commit(self) -> Result<()> {

@@ -240,7 +240,7 @@ impl Handler for TemporalFilter {
     fn save(&mut self) -> Result<checkpoint::Parts> {
         let mut parts = Vec::new();
         for (name, rows) in [(WAITING, &self.waiting), (SHOWING, &self.showing)] {
-            if let Some(part) = rows.save()? {
+            for part in rows.save()? {
                 parts.push((name, part));
             }
         }

@@ -448,7 +448,7 @@ impl Handler for TopN {
     fn save(&mut self) -> Result<checkpoint::Parts> {
         let mut parts = Vec::new();
         for (name, rows) in [(ROWS, &self.state), (EMITTED, &self.emitted)] {
-            if let Some(part) = rows.save()? {
+            for part in rows.save()? {
                 parts.push((name, part));
             }
         }
