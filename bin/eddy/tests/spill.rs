@@ -1,7 +1,8 @@
 //! State larger than memory (issue 19, ADR 0012): with a memory limit far below what the views'
 //! joins and top-N hold, their arrangements spill to disk and keep answering exactly — every view equals
 //! its query recomputed in batch — through updates, deletes, a checkpoint, a restart and a
-//! SIGKILL in the middle of writes that spill at every batch.
+//! SIGKILL in the middle of writes that spill at every batch; checkpoints of their changes only
+//! restore exactly too.
 
 use eddy_testkit::{EddyProcess, TEST_WORKERS, query_sorted};
 
@@ -77,8 +78,9 @@ fn orders(from: u32, to: u32) -> String {
     format!("INSERT INTO orders VALUES {}", values.join(", "))
 }
 
-#[tokio::test]
-async fn joins_past_the_memory_limit_spill_and_stay_exact_through_restarts_and_a_crash() {
+/// A server with a memory limit far below the views' state, without periodic checkpoints:
+/// 1 200 customers, `orders_count` orders and the views over them.
+async fn start(orders_count: u32) -> EddyProcess {
     let args = [
         "--workers".to_owned(),
         TEST_WORKERS.to_string(),
@@ -87,7 +89,7 @@ async fn joins_past_the_memory_limit_spill_and_stay_exact_through_restarts_and_a
         "--checkpoint-interval".to_owned(),
         "0".to_owned(),
     ];
-    let mut server = EddyProcess::start_fresh_args(&binary(), &args).unwrap();
+    let server = EddyProcess::start_fresh_args(&binary(), &args).unwrap();
     let client = server.connect().await.unwrap();
     client
         .batch_execute(
@@ -106,13 +108,23 @@ async fn joins_past_the_memory_limit_spill_and_stay_exact_through_restarts_and_a
         ))
         .await
         .unwrap();
-    client.batch_execute(&orders(0, 4000)).await.unwrap();
+    client
+        .batch_execute(&orders(0, orders_count))
+        .await
+        .unwrap();
     for (view, query) in VIEWS {
         client
             .batch_execute(&format!("CREATE MATERIALIZED VIEW {view} AS {query}"))
             .await
             .unwrap();
     }
+    server
+}
+
+#[tokio::test]
+async fn joins_past_the_memory_limit_spill_and_stay_exact_through_restarts_and_a_crash() {
+    let mut server = start(4000).await;
+    let client = server.connect().await.unwrap();
     check_views(&server, "after backfill").await;
     assert!(spilled_rows(&server).await > 0, "nothing spilled");
 
@@ -156,4 +168,99 @@ async fn joins_past_the_memory_limit_spill_and_stay_exact_through_restarts_and_a
         spilled_rows(&server).await > 0,
         "nothing spilled after the crash"
     );
+}
+
+/// The newest checkpoint's bytes written.
+async fn checkpoint_bytes(server: &EddyProcess) -> u64 {
+    let client = server.connect().await.unwrap();
+    let rows = query_sorted(&client, "SELECT bytes FROM eddy_checkpoints")
+        .await
+        .unwrap();
+    rows.last().unwrap()[0].as_deref().unwrap().parse().unwrap()
+}
+
+/// Bytes of checkpoint files in the server's data directory, and the directories they are in.
+fn checkpoint_disk(server: &EddyProcess) -> (u64, usize) {
+    let (mut bytes, mut dirs) = (0, 0);
+    for dir in std::fs::read_dir(server.data_dir.join("checkpoints"))
+        .unwrap()
+        .flatten()
+    {
+        dirs += 1;
+        for file in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            bytes += file.metadata().unwrap().len();
+        }
+    }
+    (bytes, dirs)
+}
+
+#[tokio::test]
+async fn incremental_checkpoints_write_the_changed_keys_and_restore_exactly() {
+    let mut server = start(6000).await;
+    let client = server.connect().await.unwrap();
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    let whole = checkpoint_bytes(&server).await;
+
+    // A few keys change: the next checkpoint writes them (and the views' changed rows), and
+    // names the files of the first for the rest.
+    client
+        .batch_execute(
+            "UPDATE orders SET amount = amount + 1 WHERE id < 30;
+             UPDATE customers SET region = 'moved' WHERE id = 7;
+             DELETE FROM orders WHERE id BETWEEN 100 AND 104;
+             CHECKPOINT",
+        )
+        .await
+        .unwrap();
+    let changes = checkpoint_bytes(&server).await;
+    assert!(
+        changes * 5 < whole,
+        "a checkpoint of a few changes wrote {changes} bytes, the whole state {whole}"
+    );
+    let (on_disk, dirs) = checkpoint_disk(&server);
+    assert_eq!(dirs, 2, "the second names the first's files");
+    assert!(on_disk <= whole + changes, "{on_disk} bytes on disk");
+    check_views(&server, "after an incremental checkpoint").await;
+    drop(client);
+    server.restart_in_place(false).unwrap();
+    check_views(&server, "restored from a chain of checkpoints").await;
+
+    // Changes on top of the restored chain, another checkpoint of them, then a crash.
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "DELETE FROM customers WHERE id = 11;
+             UPDATE orders SET note = NULL WHERE id BETWEEN 200 AND 210;
+             CHECKPOINT;",
+        )
+        .await
+        .unwrap();
+    assert!(checkpoint_bytes(&server).await * 5 < whole);
+    client.batch_execute(&orders(6000, 6500)).await.unwrap();
+    drop(client);
+    server.restart_in_place(true).unwrap();
+    check_views(&server, "after a crash past a chain of three").await;
+
+    // Most keys change: the next checkpoint is whole again, and the older files go.
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "UPDATE orders SET amount = amount + 2;
+             UPDATE customers SET name = name || '!', region = region || '!';
+             CHECKPOINT;",
+        )
+        .await
+        .unwrap();
+    // Files the newest checkpoint does not name are gone (a view of a dozen rows may still
+    // name a few small files of changes in older directories).
+    let last = checkpoint_bytes(&server).await;
+    assert!(last * 2 > whole, "{last} bytes written, whole {whole}");
+    let (on_disk, _) = checkpoint_disk(&server);
+    assert!(
+        on_disk < last + 64 * 1024,
+        "{on_disk} bytes on disk, {last} written last"
+    );
+    drop(client);
+    server.restart_in_place(false).unwrap();
+    check_views(&server, "restored from a whole checkpoint again").await;
 }

@@ -534,7 +534,7 @@ impl Handler for Aggregate {
         }
     }
 
-    fn save(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self, _mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
         // Batches of about SAVE_BATCH_BYTES each: a binary column holds less than 2 GiB.
         let mut parts = Vec::new();
         let mut groups: Vec<GroupId> = Vec::new();

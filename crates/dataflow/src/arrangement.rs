@@ -16,22 +16,21 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-
-use std::sync::Arc;
-
-use arrow::array::{Array, ArrayRef, BinaryBuilder, RecordBatch};
-use eddy_common::{Error, Result};
 use std::hash::BuildHasher;
 
+use eddy_common::{Error, Result};
 use hashbrown::HashTable;
 
 use crate::arena::Arena;
-use crate::checkpoint;
-use crate::spill::SpilledRow;
 
 #[path = "arrangement_spill.rs"]
 mod spill;
 use spill::SpillSlot;
+
+#[path = "arrangement_save.rs"]
+mod save;
+use save::Changes;
+pub use save::{SAVE_BATCH_BYTES, SaveMode};
 
 /// No slot (the end of a key's list).
 const NONE: u32 = u32::MAX;
@@ -61,6 +60,8 @@ struct KeySlot {
     rows: u32,
     /// The last [`Arrangement::settle`] round that used this key (eviction takes cold keys).
     touched: u32,
+    /// The key is among the changes since the last save.
+    changed: bool,
 }
 
 #[derive(Clone)]
@@ -115,6 +116,8 @@ pub struct Arrangement {
     /// The current round of [`Arrangement::settle`].
     tick: u32,
     spill: SpillSlot,
+    /// The keys changed since the last save, for a checkpoint of only those.
+    changes: Changes,
 }
 
 impl Default for Arrangement {
@@ -139,6 +142,7 @@ impl Arrangement {
             live: 0,
             tick: 0,
             spill: SpillSlot::default(),
+            changes: Changes::default(),
         }
     }
 
@@ -223,6 +227,7 @@ impl Arrangement {
                 })
                 .copied();
             if let Some(e) = found {
+                self.changed(k);
                 let entry = &mut self.entries[e as usize];
                 entry.weight = entry.weight.saturating_add(weight);
                 if entry.weight == 0 {
@@ -236,6 +241,7 @@ impl Arrangement {
             Some(k) => k,
             None => self.new_key(key, key_hash)?,
         };
+        self.changed(k);
         let row = self.store(row)?;
         let head = self.keys[k as usize].head;
         let entry = Entry {
@@ -273,6 +279,9 @@ impl Arrangement {
 
     /// Adds `delta` to entry `id`'s aux count; returns it before and after.
     pub fn add_aux(&mut self, id: u32, delta: i64) -> (i64, i64) {
+        if delta != 0 {
+            self.changed(self.entries[id as usize].key);
+        }
         let entry = &mut self.entries[id as usize];
         let before = entry.aux;
         entry.aux = before.saturating_add(delta);
@@ -281,6 +290,9 @@ impl Arrangement {
 
     /// Sets entry `id`'s aux count.
     pub fn set_aux(&mut self, id: u32, aux: i64) {
+        if self.entries[id as usize].aux != aux {
+            self.changed(self.entries[id as usize].key);
+        }
         self.entries[id as usize].aux = aux;
     }
 
@@ -307,6 +319,7 @@ impl Arrangement {
             head: NONE,
             rows: 0,
             touched: self.tick,
+            changed: false,
         };
         let k = place(&mut self.keys, &mut self.free_keys, slot, "keys")?;
         let keys = &self.keys;
@@ -317,6 +330,7 @@ impl Arrangement {
 
     /// Takes entry `e` out (its weight is zero or it expired).
     fn remove(&mut self, e: u32) {
+        self.changed(self.entries[e as usize].key);
         let (key, prev, next, hash, len) = {
             let entry = &mut self.entries[e as usize];
             entry.weight = 0;
@@ -454,117 +468,6 @@ impl Arrangement {
             }
         }
         Ok(forgotten)
-    }
-
-    /// The entries as batches (key, row, time, weight, expires, aux) of at most about
-    /// [`SAVE_BATCH_BYTES`] of keys and rows each (a binary column holds less than 2 GiB),
-    /// spilled ones included, for a checkpoint; none when empty.
-    pub fn save(&self) -> Result<Vec<RecordBatch>> {
-        let mut out = SavedBatches::default();
-        for e in self.entries.iter().filter(|e| e.live()) {
-            out.push(
-                self.bytes(self.keys[e.key as usize].bytes),
-                &SpilledRow {
-                    row: self.bytes(e.row),
-                    time: e.time,
-                    weight: e.weight,
-                    expires: e.expires,
-                    aux: e.aux,
-                },
-            )?;
-        }
-        self.for_each_spilled(|key, value| {
-            for row in crate::spill::decode_rows(value) {
-                out.push(key, &row?)?;
-            }
-            Ok(())
-        })?;
-        out.finish()
-    }
-
-    /// Takes back what [`Arrangement::save`] wrote (added to what is held).
-    pub fn load(&mut self, batch: &RecordBatch) -> Result<()> {
-        let keys = checkpoint::binary_column(batch, "key")?;
-        let rows = checkpoint::binary_column(batch, "row")?;
-        let times = checkpoint::int64_column(batch, "time")?;
-        let counts = checkpoint::int64_column(batch, "count")?;
-        let expires = checkpoint::int64_column(batch, "expires")?;
-        let aux = checkpoint::int64_column(batch, "aux")?;
-        for i in 0..batch.num_rows() {
-            if keys.is_null(i) || rows.is_null(i) {
-                return Err(Error::internal("a checkpointed arrangement has a NULL row"));
-            }
-            let entry = self.update(
-                keys.value(i),
-                rows.value(i),
-                times.value(i),
-                counts.value(i),
-                expires.value(i),
-            )?;
-            if let Some(e) = entry {
-                self.add_aux(e, aux.value(i));
-            }
-            if i % LOAD_SETTLE_ROWS == LOAD_SETTLE_ROWS - 1 {
-                self.settle()?;
-            }
-        }
-        self.settle()
-    }
-}
-
-/// Bytes of keys and rows per batch of a checkpoint part ([`Arrangement::save`]; unit tests
-/// use small batches, so their restarts load parts of several).
-pub const SAVE_BATCH_BYTES: usize = if cfg!(test) { 4096 } else { 64 << 20 };
-
-/// The batches [`Arrangement::save`] builds.
-#[derive(Default)]
-struct SavedBatches {
-    keys: BinaryBuilder,
-    rows: BinaryBuilder,
-    times: Vec<i64>,
-    counts: Vec<i64>,
-    expires: Vec<i64>,
-    aux: Vec<i64>,
-    bytes: usize,
-    done: Vec<RecordBatch>,
-}
-
-impl SavedBatches {
-    fn push(&mut self, key: &[u8], row: &SpilledRow<'_>) -> Result<()> {
-        self.keys.append_value(key);
-        self.rows.append_value(row.row);
-        self.times.push(row.time);
-        self.counts.push(row.weight);
-        self.expires.push(row.expires);
-        self.aux.push(row.aux);
-        self.bytes += key.len() + row.row.len();
-        if self.bytes >= SAVE_BATCH_BYTES {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        if self.times.is_empty() {
-            return Ok(());
-        }
-        let ints = |v: &mut Vec<i64>| checkpoint::int64s(std::mem::take(v));
-        let columns: Vec<(&str, ArrayRef)> = vec![
-            ("key", Arc::new(self.keys.finish())),
-            ("row", Arc::new(self.rows.finish())),
-            ("time", ints(&mut self.times)),
-            ("count", ints(&mut self.counts)),
-            ("expires", ints(&mut self.expires)),
-            ("aux", ints(&mut self.aux)),
-        ];
-        self.done.push(checkpoint::part(columns, &[])?);
-        self.bytes = 0;
-        Ok(())
-    }
-
-    fn finish(mut self) -> Result<Vec<RecordBatch>> {
-        self.flush()?;
-        Ok(self.done)
     }
 }
 

@@ -414,16 +414,7 @@ impl Arrangement {
         let (mut e, mut earliest, mut freed) = (slot.head, NEVER, 0);
         while e != NONE {
             let entry = self.entries[e as usize].clone();
-            encode_row(
-                &mut spill.value,
-                &SpilledRow {
-                    row: self.bytes(entry.row),
-                    time: entry.time,
-                    weight: entry.weight,
-                    expires: entry.expires,
-                    aux: entry.aux,
-                },
-            );
+            encode_row(&mut spill.value, &self.spilled_row(&entry));
             earliest = earliest.min(entry.expires);
             if let Ok(found) = self.entry_table.find_entry(entry.hash, |&x| x == e) {
                 found.remove();
@@ -456,6 +447,30 @@ impl Arrangement {
         self.free_keys.push(k);
         self.garbage += slot.bytes.len as usize;
         freed + slot.bytes.len as usize + KEY_BYTES
+    }
+
+    /// Entry `entry` as the store (and a checkpoint) holds it.
+    pub(super) fn spilled_row(&self, entry: &Entry) -> SpilledRow<'_> {
+        SpilledRow {
+            row: self.bytes(entry.row),
+            time: entry.time,
+            weight: entry.weight,
+            expires: entry.expires,
+            aux: entry.aux,
+        }
+    }
+
+    /// Spilled `key`'s rows as the store holds them, if it is on disk.
+    pub(super) fn spilled_value(&self, key: &[u8]) -> Result<Option<fjall::Slice>> {
+        let Some(spill) = &self.spill.0 else {
+            return Ok(None);
+        };
+        let Some(store) = spill.store.as_ref().filter(|_| spill.keys > 0) else {
+            return Ok(None);
+        };
+        let mut store_key = spill.prefix.to_vec();
+        store_key.extend_from_slice(key);
+        store.get(&store_key)
     }
 
     /// Hands `f` every spilled key with its stored rows, for a checkpoint.

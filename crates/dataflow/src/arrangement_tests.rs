@@ -2,16 +2,23 @@
 
 use std::collections::BTreeMap;
 
+use arrow::array::{Array, RecordBatch};
 use proptest::prelude::*;
 
 use super::*;
+use crate::checkpoint;
 
 #[derive(Debug, Clone)]
 enum Op {
     /// key, row, weight, time, expiry (`None`: never)
     Update(u8, u8, i64, i64, Option<i64>),
     Expire(i64),
-    SaveLoad,
+    /// Saves (all of it, or its changes) and keeps the batches as a checkpoint's chain of
+    /// them; restarts from that chain.
+    Save {
+        full: bool,
+        restart: bool,
+    },
     /// Adds to the aux count of (key, row), if held.
     Aux(u8, u8, i64),
 }
@@ -33,7 +40,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (0u8..6, 0u8..12, -2i64..=3, 0i64..100, proptest::option::of(0i64..120))
             .prop_map(|(k, r, w, t, e)| Op::Update(k, r, w, t, e)),
         1 => (0i64..130).prop_map(Op::Expire),
-        1 => Just(Op::SaveLoad),
+        2 => (any::<bool>(), any::<bool>()).prop_map(|(full, restart)| Op::Save { full, restart }),
         2 => (0u8..6, 0u8..12, -3i64..=3).prop_map(|(k, r, d)| Op::Aux(k, r, d)),
     ]
 }
@@ -50,7 +57,7 @@ fn apply(model: &mut Model, op: &Op) {
             }
         }
         Op::Expire(w) => model.retain(|_, (_, _, expires, _)| *expires > *w),
-        Op::SaveLoad => {}
+        Op::Save { .. } => {}
         Op::Aux(k, r, d) => {
             if let Some(entry) = model.get_mut(&(key(*k), row(*r))) {
                 entry.3 += d;
@@ -73,7 +80,7 @@ fn contents(a: &Arrangement) -> Model {
 /// What a checkpoint of `a` holds (spilled keys included).
 fn saved(a: &Arrangement) -> Model {
     // Unit tests save in small batches, so that the state of a case takes several.
-    a.save().unwrap().iter().flat_map(saved_batch).collect()
+    a.save_all().unwrap().iter().flat_map(saved_batch).collect()
 }
 
 fn saved_batch(batch: &RecordBatch) -> Model {
@@ -115,6 +122,7 @@ proptest! {
         };
         let mut a = new();
         let mut model = Model::new();
+        let mut chain: Vec<RecordBatch> = Vec::new();
         for op in &ops {
             match op {
                 Op::Update(k, r, w, t, e) => {
@@ -128,12 +136,22 @@ proptest! {
                     prop_assert_eq!(saved(&a), without_expiry(&model));
                     continue;
                 }
-                Op::SaveLoad => {
-                    let mut loaded = new();
-                    for batch in a.save().unwrap() {
-                        loaded.load(&batch).unwrap();
+                Op::Save { full, restart } => {
+                    let mode = if *full { SaveMode::Full } else { SaveMode::Changes };
+                    let out = a.save(mode).unwrap();
+                    if !out.is_empty() && out.iter().all(checkpoint::is_changes) {
+                        chain.extend(out);
+                    } else {
+                        prop_assert!(!out.iter().any(checkpoint::is_changes));
+                        chain = out;
                     }
-                    a = loaded;
+                    if *restart {
+                        let mut loaded = new();
+                        for batch in &chain {
+                            loaded.load(batch).unwrap();
+                        }
+                        a = loaded;
+                    }
                 }
                 Op::Aux(k, r, d) => {
                     let wanted = row(*r);
@@ -254,7 +272,7 @@ fn spilled_keys_leave_memory_entirely() {
     assert_eq!(a.expire(100).unwrap(), 50);
     assert_eq!(a.len(), 9_949);
     a.settle().unwrap();
-    let saved = a.save().unwrap();
+    let saved = a.save(SaveMode::Full).unwrap();
     assert!(saved.len() > 10, "{} batches", saved.len());
     let rows: usize = saved.iter().map(|b| b.num_rows()).sum();
     let count: i64 = saved
@@ -267,4 +285,82 @@ fn spilled_keys_leave_memory_entirely() {
         })
         .sum();
     assert_eq!((rows, count), (9_949, 9_950));
+}
+
+#[test]
+fn a_save_of_changes_holds_only_the_changed_keys() {
+    for spill in [false, true] {
+        let spilling = crate::spill::tests::Spilling::with_limit(0);
+        let mut a = Arrangement::new();
+        if spill {
+            a.spill_to(&spilling.budget);
+        }
+        let key = |k: u32| k.to_be_bytes();
+        for k in 0..10_000u32 {
+            a.update(&key(k), b"row", 0, 1, NEVER).unwrap();
+        }
+        a.settle().unwrap();
+        let full = a.save(SaveMode::Changes).unwrap();
+        assert!(
+            !full.iter().any(checkpoint::is_changes),
+            "a first save is whole"
+        );
+        assert_eq!(full.iter().map(|b| b.num_rows()).sum::<usize>(), 10_000);
+        // Nothing changed: one batch of changes without rows.
+        let none = a.save(SaveMode::Changes).unwrap();
+        assert!(none.iter().all(checkpoint::is_changes));
+        assert_eq!(none.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
+        // Three keys change (one twice, one removed, one new): three markers, two rows.
+        for k in [1, 2] {
+            a.prepare([key(k).as_slice()]).unwrap();
+        }
+        a.update(&key(1), b"other", 0, 1, NEVER).unwrap();
+        a.update(&key(1), b"other", 0, -1, NEVER).unwrap();
+        a.update(&key(2), b"row", 0, -1, NEVER).unwrap();
+        a.update(&key(20_000), b"row", 0, 1, NEVER).unwrap();
+        a.settle().unwrap();
+        let changes = a.save(SaveMode::Changes).unwrap();
+        assert!(changes.iter().all(checkpoint::is_changes));
+        let rows: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
+            .iter()
+            .flat_map(|b| {
+                let keys = checkpoint::binary_column(b, "key").unwrap();
+                let rows = checkpoint::binary_column(b, "row").unwrap();
+                (0..b.num_rows())
+                    .map(|i| {
+                        (
+                            keys.value(i).to_vec(),
+                            rows.is_valid(i).then(|| rows.value(i).to_vec()),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let marker = |k: u32| (key(k).to_vec(), None);
+        let kept = |k: u32| (key(k).to_vec(), Some(b"row".to_vec()));
+        assert_eq!(
+            rows,
+            [marker(1), kept(1), marker(2), marker(20_000), kept(20_000)],
+            "spill: {spill}"
+        );
+        // The chain loads to the state.
+        let mut loaded = Arrangement::new();
+        for batch in full.iter().chain(&none).chain(&changes) {
+            loaded.load(batch).unwrap();
+        }
+        assert_eq!(loaded.len(), 10_000);
+        loaded
+            .prepare([key(2).as_slice(), key(20_000).as_slice()])
+            .unwrap();
+        assert_eq!(loaded.probe(&key(2)).count(), 0);
+        assert_eq!(loaded.probe(&key(20_000)).count(), 1);
+        // Changing most keys makes the next save whole again.
+        for k in 3..9_000u32 {
+            a.prepare([key(k).as_slice()]).unwrap();
+            a.update(&key(k), b"row", 0, 1, NEVER).unwrap();
+        }
+        a.settle().unwrap();
+        let whole = a.save(SaveMode::Changes).unwrap();
+        assert!(!whole.iter().any(checkpoint::is_changes));
+    }
 }

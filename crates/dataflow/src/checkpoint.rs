@@ -21,6 +21,16 @@ use crate::rows::arrow_error;
 /// One operator's state: named parts.
 pub type Parts = Vec<(&'static str, RecordBatch)>;
 
+/// The schema metadata that marks a batch of an arrangement's changes since its last save
+/// ([`crate::arrangement::SaveMode::Changes`]).
+pub const CHANGES: &str = "eddy_changes";
+
+/// Whether `batch` holds an arrangement's changes since its last save, to be loaded after the
+/// batches of that save (rather than all of its state).
+pub fn is_changes(batch: &RecordBatch) -> bool {
+    batch.schema().metadata().contains_key(CHANGES)
+}
+
 /// The column of a saved change batch that holds each row's weight.
 const DIFF: &str = "eddy_diff";
 
@@ -140,8 +150,32 @@ pub(crate) fn changes_part(changes: &[ChangeBatch]) -> Result<Option<RecordBatch
         .map_err(arrow_error)
 }
 
-/// The change batch saved by [`changes_part`].
-pub(crate) fn changes_of(batch: &RecordBatch) -> Result<ChangeBatch> {
+/// Change batches of rows of `schema` as one batch tagged as changes since the last save
+/// ([`is_changes`]; a view's contents, [`changes_of`] reads it back); one without rows when
+/// there are none.
+pub fn saved_changes(
+    schema: &arrow::datatypes::SchemaRef,
+    changes: &[ChangeBatch],
+) -> Result<RecordBatch> {
+    let batch = match changes_part(changes)? {
+        Some(batch) => batch,
+        None => {
+            let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
+            fields.push(Arc::new(Field::new(
+                DIFF,
+                arrow::datatypes::DataType::Int64,
+                false,
+            )));
+            RecordBatch::new_empty(Arc::new(Schema::new(fields)))
+        }
+    };
+    let tag = [(CHANGES.to_owned(), "1".to_owned())].into_iter().collect();
+    let schema = Arc::new(batch.schema().as_ref().clone().with_metadata(tag));
+    batch.with_schema(schema).map_err(arrow_error)
+}
+
+/// The change batch saved by [`changes_part`] or [`saved_changes`].
+pub fn changes_of(batch: &RecordBatch) -> Result<ChangeBatch> {
     let diffs = int64_column(batch, DIFF)?.clone();
     let n = batch.num_columns().saturating_sub(1);
     let schema = Arc::new(Schema::new(batch.schema().fields()[..n].to_vec()));

@@ -464,7 +464,7 @@ impl crate::graph::Handler for Release {
         }
     }
 
-    fn save(&mut self) -> Result<crate::checkpoint::Parts> {
+    fn save(&mut self, _mode: crate::arrangement::SaveMode) -> Result<crate::checkpoint::Parts> {
         Ok(crate::checkpoint::changes_part(&self.held)?
             .map(|b| ("held", b))
             .into_iter()

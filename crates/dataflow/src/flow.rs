@@ -21,6 +21,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
 
+use crate::arrangement::SaveMode;
 use crate::graph::{Barrier, Delivery, Graph, Handler, Message, NodeId, Route};
 use crate::plan::{Expr, Node};
 use crate::pool::{PARALLEL_ROWS, run_rounds};
@@ -503,19 +504,21 @@ impl Dataflow {
 
     /// Every operator's state as named batches (see [`crate::checkpoint`] for the names), at
     /// the end of an epoch: an operator running in every copy saves each copy's parts under
-    /// `path#worker`.
-    pub fn save(&mut self) -> Result<Vec<(String, RecordBatch)>> {
+    /// `path#worker`. With [`SaveMode::Changes`] (the caller vouches that the last save, or
+    /// the load, is kept), an arrangement's part may be only its changes since then: loaded
+    /// after the parts of that save, in order ([`crate::checkpoint::is_changes`]).
+    pub fn save(&mut self, mode: SaveMode) -> Result<Vec<(String, RecordBatch)>> {
         let mut out = Vec::new();
         for id in 0..self.places.len() {
             let path = self.places[id].path.clone();
             if self.places[id].shards > 1 {
                 for i in 0..self.copies.len() {
-                    for (name, batch) in self.handler(i, id)?.save()? {
+                    for (name, batch) in self.handler(i, id)?.save(mode)? {
                         out.push((format!("{path}#{i}:{name}"), batch));
                     }
                 }
             } else {
-                for (name, batch) in self.handler(0, id)?.save()? {
+                for (name, batch) in self.handler(0, id)?.save(mode)? {
                     out.push((format!("{path}:{name}"), batch));
                 }
             }
@@ -689,7 +692,7 @@ fn shard_keys(node: &Node) -> Option<Vec<Vec<Expr>>> {
 /// engine's checkpoints do), and loads it into the dataflow `rebuild` makes.
 #[cfg(test)]
 pub(crate) fn restart(flow: &mut Dataflow, rebuild: impl FnOnce() -> Dataflow) {
-    let parts = flow.save().unwrap();
+    let parts = flow.save(SaveMode::Full).unwrap();
     let parts = parts
         .into_iter()
         .map(|(name, batch)| {

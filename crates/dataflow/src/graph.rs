@@ -21,6 +21,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use eddy_common::limits::BATCH_ROWS_MAX;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result};
 
+use crate::arrangement::SaveMode;
+
 /// A two-input operator's changes as (left, right) batches: input 0 is the left side.
 pub(crate) fn by_side(input: usize, changes: ChangeBatch) -> (Vec<ChangeBatch>, Vec<ChangeBatch>) {
     if input == 0 {
@@ -143,8 +145,10 @@ pub trait Handler: Send {
         self.state().rows
     }
 
-    /// The operator's state as named Arrow batches, at a barrier (stateless: none).
-    fn save(&mut self) -> Result<crate::checkpoint::Parts> {
+    /// The operator's state as named Arrow batches, at a barrier (stateless: none). With
+    /// [`SaveMode::Changes`], an arrangement's part may hold only its changes since the last
+    /// save ([`crate::checkpoint::is_changes`]); other parts are whole.
+    fn save(&mut self, _mode: SaveMode) -> Result<crate::checkpoint::Parts> {
         Ok(Vec::new())
     }
 

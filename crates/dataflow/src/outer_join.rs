@@ -425,10 +425,10 @@ impl Handler for OuterJoin {
         }
     }
 
-    fn save(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self, mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
         let mut out = Vec::new();
-        for (name, side) in [(LEFT_PART, &self.left), (RIGHT_PART, &self.right)] {
-            for part in side.state.save()? {
+        for (name, side) in [(LEFT_PART, &mut self.left), (RIGHT_PART, &mut self.right)] {
+            for part in side.state.save(mode)? {
                 out.push((name, part));
             }
         }

@@ -537,7 +537,7 @@ impl Handler for SessionAggregate {
         }
     }
 
-    fn save(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self, _mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
         let keys: Vec<(&OwnedRow, &Key)> = self.keys.iter().collect();
         let columns = vec![
             (

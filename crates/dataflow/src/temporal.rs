@@ -237,10 +237,10 @@ impl Handler for TemporalFilter {
         self.waiting.spilled_rows() + self.showing.spilled_rows()
     }
 
-    fn save(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self, mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
         let mut parts = Vec::new();
-        for (name, rows) in [(WAITING, &self.waiting), (SHOWING, &self.showing)] {
-            for part in rows.save()? {
+        for (name, rows) in [(WAITING, &mut self.waiting), (SHOWING, &mut self.showing)] {
+            for part in rows.save(mode)? {
                 parts.push((name, part));
             }
         }

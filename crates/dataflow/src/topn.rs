@@ -445,10 +445,10 @@ impl Handler for TopN {
         self.state.spilled_rows() + self.emitted.spilled_rows()
     }
 
-    fn save(&mut self) -> Result<checkpoint::Parts> {
+    fn save(&mut self, mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
         let mut parts = Vec::new();
-        for (name, rows) in [(ROWS, &self.state), (EMITTED, &self.emitted)] {
-            for part in rows.save()? {
+        for (name, rows) in [(ROWS, &mut self.state), (EMITTED, &mut self.emitted)] {
+            for part in rows.save(mode)? {
                 parts.push((name, part));
             }
         }

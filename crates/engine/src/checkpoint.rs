@@ -9,10 +9,18 @@
 //! store; only then is the checkpoint complete. Older checkpoints are deleted after that.
 //! On start-up [`load_latest`] reads the newest manifest, checks every file's CRC, and deletes
 //! directories that no manifest names (a checkpoint cut off half-way).
+//!
+//! Checkpoints are incremental (ADR 0012): a view whose last save is in the committed
+//! checkpoint saves, for each arrangement, only the keys changed since
+//! ([`eddy_dataflow::checkpoint::is_changes`]). Its part then names the files of that part in
+//! the committed manifest, which may live in older checkpoints' directories, followed by the
+//! new file; loading reads a part's files in order. A part saved whole starts its list anew.
+//! After a commit, the files and directories the new manifest does not name are deleted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,12 +30,17 @@ use eddy_storage::meta::MetaStore;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-/// The manifest format this build writes and reads.
-const FORMAT: u32 = 1;
+/// The manifest format this build writes (it reads this one and the ones before: format 1
+/// had no lists of files across checkpoints).
+const FORMAT: u32 = 2;
 
 /// One view's state at a checkpoint.
 pub struct ViewState {
     pub id: ObjectId,
+    /// Written: the committed checkpoint whose parts this view's parts of changes are applied
+    /// onto ([`eddy_dataflow::checkpoint::is_changes`]; `None`: every part is whole). Read:
+    /// the checkpoint it was read from.
+    pub base: Option<u64>,
     /// Every operator's state, named by its place in the dataflow.
     pub parts: Vec<(String, RecordBatch)>,
     /// The view's contents.
@@ -68,6 +81,9 @@ pub struct Checkpoint {
 struct FileEntry {
     /// The part's name (`contents` for the view's contents).
     part: String,
+    /// The checkpoint directory that holds the file (`None`: the manifest's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dir: Option<String>,
     file: String,
     bytes: u64,
     crc32: u32,
@@ -86,9 +102,13 @@ struct ViewEntry {
 struct Manifest {
     format: u32,
     epoch: u64,
+    /// The directory of the files written for this checkpoint (`None`: the epoch's number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dir: Option<String>,
     started_at_micros: i64,
     duration_micros: u64,
     pause_micros: u64,
+    /// Bytes written for this checkpoint (files of earlier ones it names not counted).
     bytes: u64,
     workers: usize,
     /// The routing hash sharded state was split by (`eddy_dataflow::route`); 0 in checkpoints
@@ -142,12 +162,20 @@ fn checkpoints_dir(data_dir: &Path) -> PathBuf {
 pub struct Checkpointer {
     queue: Mutex<Option<std::sync::mpsc::SyncSender<Checkpoint>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The epoch of the newest committed checkpoint.
+    committed: Arc<Mutex<Option<u64>>>,
+    /// Checkpoints handed over and not yet written (or failed).
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Checkpointer {
     pub fn start(data_dir: &Path, meta: Arc<MetaStore>) -> Result<Checkpointer> {
         let dir = checkpoints_dir(data_dir);
         std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
+        let committed = Arc::new(Mutex::new(meta.checkpoints()?.last().map(|(e, _)| *e)));
+        let newest = Arc::clone(&committed);
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let written = Arc::clone(&in_flight);
         // One checkpoint in flight at a time: the runtime skips one while the last is written.
         let (tx, rx) = std::sync::mpsc::sync_channel::<Checkpoint>(1);
         let thread = std::thread::Builder::new()
@@ -156,6 +184,10 @@ impl Checkpointer {
                 for checkpoint in rx {
                     let epoch = checkpoint.epoch;
                     let (reply, result) = write(&dir, &meta, checkpoint);
+                    if result.is_ok() {
+                        *newest.lock().unwrap_or_else(|p| p.into_inner()) = Some(epoch);
+                    }
+                    written.fetch_sub(1, Ordering::AcqRel);
                     match &result {
                         Ok(info) => tracing::info!(
                             epoch,
@@ -175,7 +207,20 @@ impl Checkpointer {
         Ok(Checkpointer {
             queue: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            committed,
+            in_flight,
         })
+    }
+
+    /// Whether a checkpoint handed over is still being written (a periodic one waits).
+    pub fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    /// The epoch of the newest committed checkpoint: a view whose last save went into it may
+    /// save only its changes since.
+    pub fn committed(&self) -> Option<u64> {
+        *self.committed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Hands a checkpoint to the writer. Unless `wait`, gives it back when one is still
@@ -186,14 +231,19 @@ impl Checkpointer {
         wait: bool,
     ) -> std::result::Result<(), Checkpoint> {
         let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        match queue.as_ref() {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let sent = match queue.as_ref() {
             Some(tx) if wait => tx.send(checkpoint).map_err(|e| e.0),
             Some(tx) => tx.try_send(checkpoint).map_err(|e| match e {
                 std::sync::mpsc::TrySendError::Full(c)
                 | std::sync::mpsc::TrySendError::Disconnected(c) => c,
             }),
             None => Err(checkpoint),
+        };
+        if sent.is_err() {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
+        sent
     }
 
     /// Finishes the checkpoint being written, then stops.
@@ -211,6 +261,15 @@ fn write(
     meta: &MetaStore,
     checkpoint: Checkpoint,
 ) -> (Option<oneshot::Sender<Result<u64>>>, Result<CheckpointInfo>) {
+    let reply = checkpoint.reply;
+    let checkpoint = Checkpoint {
+        reply: None,
+        ..checkpoint
+    };
+    (reply, write_files(dir, meta, checkpoint))
+}
+
+fn write_files(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> Result<CheckpointInfo> {
     let Checkpoint {
         epoch,
         started_at_micros,
@@ -219,100 +278,247 @@ fn write(
         workers,
         views,
         clocks,
-        reply,
+        reply: _,
     } = checkpoint;
-    let result = (|| -> Result<CheckpointInfo> {
-        let target = dir.join(epoch.to_string());
-        if target.exists() {
-            std::fs::remove_dir_all(&target).map_err(|e| io("remove", &target, e))?;
+    let previous = match meta.checkpoints()?.pop() {
+        Some((e, bytes)) => Some(decode(e, &bytes)?),
+        None => None,
+    };
+    let own = fresh_dir(dir, previous.as_ref(), epoch)?;
+    let target = dir.join(&own);
+    std::fs::create_dir_all(&target).map_err(|e| io("create", &target, e))?;
+    let mut entries = Vec::with_capacity(views.len());
+    let mut total = 0u64;
+    for view in views {
+        let prior = prior_files(previous.as_ref(), &view)?;
+        let mut files = Vec::new();
+        let contents = view
+            .contents
+            .into_iter()
+            .map(|b| ("contents".to_owned(), b));
+        // Parts of one name (view contents in several batches) go to one file.
+        let mut named: Vec<(String, Vec<RecordBatch>)> = Vec::new();
+        for (part, batch) in view.parts.into_iter().chain(contents) {
+            match named
+                .iter_mut()
+                .find(|(p, b)| *p == part && b[0].schema() == batch.schema())
+            {
+                Some((_, batches)) => batches.push(batch),
+                None => named.push((part, vec![batch])),
+            }
         }
-        std::fs::create_dir_all(&target).map_err(|e| io("create", &target, e))?;
-        let mut entries = Vec::with_capacity(views.len());
-        let mut total = 0u64;
-        for view in views {
-            let mut files = Vec::new();
-            let contents = view
-                .contents
-                .into_iter()
-                .map(|b| ("contents".to_owned(), b));
-            // Parts of one name (view contents in several batches) go to one file.
-            let mut named: Vec<(String, Vec<RecordBatch>)> = Vec::new();
-            for (part, batch) in view.parts.into_iter().chain(contents) {
-                match named
-                    .iter_mut()
-                    .find(|(p, b)| *p == part && b[0].schema() == batch.schema())
-                {
-                    Some((_, batches)) => batches.push(batch),
-                    None => named.push((part, vec![batch])),
+        for (n, (part, batches)) in named.into_iter().enumerate() {
+            if batches.iter().all(eddy_dataflow::checkpoint::is_changes) {
+                // Changes since the base: after the part's files there, unless none.
+                if !files.iter().any(|f: &FileEntry| f.part == part) {
+                    files.extend(prior.iter().filter(|f| f.part == part).cloned());
+                }
+                if batches.iter().all(|b| b.num_rows() == 0) {
+                    continue;
                 }
             }
-            for (n, (part, batches)) in named.into_iter().enumerate() {
-                let file = format!("v{}-{n}.arrow", view.id.0);
-                let bytes = encode(&batches)?;
-                let path = target.join(&file);
-                let mut f = std::fs::File::create(&path).map_err(|e| io("create", &path, e))?;
-                f.write_all(&bytes).map_err(|e| io("write", &path, e))?;
-                f.sync_all().map_err(|e| io("sync", &path, e))?;
-                total += bytes.len() as u64;
-                files.push(FileEntry {
-                    part,
-                    file,
-                    bytes: bytes.len() as u64,
-                    crc32: crc32fast::hash(&bytes),
-                });
-            }
-            entries.push(ViewEntry {
-                id: view.id,
-                files,
-                committed: view.committed,
-                watermarks: view.watermarks,
+            let file = format!("v{}-{n}.arrow", view.id.0);
+            let path = target.join(&file);
+            let (bytes, crc32) = write_file(&path, &batches)?;
+            total += bytes;
+            files.push(FileEntry {
+                part,
+                dir: None,
+                file,
+                bytes,
+                crc32,
             });
         }
-        std::fs::File::open(&target)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io("sync", &target, e))?;
-        let manifest = Manifest {
-            format: FORMAT,
-            epoch,
-            started_at_micros,
-            duration_micros: started.elapsed().as_micros() as u64,
-            pause_micros: pause.as_micros() as u64,
-            bytes: total,
-            workers,
-            route_hash: eddy_dataflow::route::ROUTE_HASH_VERSION,
-            views: entries,
-            clocks,
-        };
-        let encoded = serde_json::to_vec(&manifest)
-            .map_err(|e| Error::internal(format!("encoding a checkpoint manifest: {e}")))?;
-        // The commit point: one write of the metadata store, which also drops older manifests.
-        let older: Vec<u64> = meta
-            .checkpoints()?
-            .into_iter()
-            .map(|(e, _)| e)
-            .filter(|e| *e != epoch)
-            .collect();
-        meta.commit_checkpoint(epoch, &encoded, &older)?;
-        for e in older {
-            let old = dir.join(e.to_string());
-            if let Err(err) = std::fs::remove_dir_all(&old)
-                && err.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(path = %old.display(), error = %err, "deleting an old checkpoint failed");
-            }
-        }
-        Ok(CheckpointInfo::from(&manifest))
-    })();
-    (reply, result)
+        entries.push(ViewEntry {
+            id: view.id,
+            files,
+            committed: view.committed,
+            watermarks: view.watermarks,
+        });
+    }
+    std::fs::File::open(&target)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io("sync", &target, e))?;
+    let manifest = Manifest {
+        format: FORMAT,
+        epoch,
+        dir: (own != epoch.to_string()).then_some(own),
+        started_at_micros,
+        duration_micros: started.elapsed().as_micros() as u64,
+        pause_micros: pause.as_micros() as u64,
+        bytes: total,
+        workers,
+        route_hash: eddy_dataflow::route::ROUTE_HASH_VERSION,
+        views: entries,
+        clocks,
+    };
+    let encoded = serde_json::to_vec(&manifest)
+        .map_err(|e| Error::internal(format!("encoding a checkpoint manifest: {e}")))?;
+    // The commit point: one write of the metadata store, which also drops older manifests.
+    let older: Vec<u64> = meta
+        .checkpoints()?
+        .into_iter()
+        .map(|(e, _)| e)
+        .filter(|e| *e != epoch)
+        .collect();
+    meta.commit_checkpoint(epoch, &encoded, &older)?;
+    delete_unnamed(dir, &manifest);
+    Ok(CheckpointInfo::from(&manifest))
 }
 
-fn encode(batches: &[RecordBatch]) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
+/// A directory for checkpoint `epoch`'s files that the committed checkpoint does not use (the
+/// epoch's number, unless that one holds files of the committed checkpoint of the same epoch).
+fn fresh_dir(dir: &Path, previous: Option<&Manifest>, epoch: u64) -> Result<String> {
+    let used: HashSet<String> = previous.map(Manifest::dirs).unwrap_or_default();
+    let own = (0..)
+        .map(|n| match n {
+            0 => epoch.to_string(),
+            n => format!("{epoch}.{n}"),
+        })
+        .find(|d| !used.contains(d))
+        .unwrap_or_else(|| epoch.to_string());
+    let target = dir.join(&own);
+    if target.exists() {
+        std::fs::remove_dir_all(&target).map_err(|e| io("remove", &target, e))?;
+    }
+    Ok(own)
+}
+
+/// The files of `view`'s parts in the committed checkpoint that its parts of changes build on,
+/// each with its directory.
+fn prior_files(previous: Option<&Manifest>, view: &ViewState) -> Result<Vec<FileEntry>> {
+    let Some(base) = view.base else {
+        return Ok(Vec::new());
+    };
+    let entry = previous
+        .filter(|m| m.epoch == base)
+        .and_then(|m| Some((m, m.views.iter().find(|v| v.id == view.id)?)));
+    let Some((manifest, entry)) = entry else {
+        return Err(Error::internal(format!(
+            "the changes of view {} build on checkpoint {base}, which is not the committed one",
+            view.id.0
+        )));
+    };
+    Ok(entry
+        .files
+        .iter()
+        .map(|f| FileEntry {
+            dir: Some(manifest.file_dir(f)),
+            ..f.clone()
+        })
+        .collect())
+}
+
+impl Manifest {
+    fn own_dir(&self) -> String {
+        self.dir.clone().unwrap_or_else(|| self.epoch.to_string())
+    }
+
+    fn file_dir(&self, file: &FileEntry) -> String {
+        file.dir.clone().unwrap_or_else(|| self.own_dir())
+    }
+
+    /// Every directory whose files this manifest names (and its own).
+    fn dirs(&self) -> HashSet<String> {
+        let mut dirs: HashSet<String> = self
+            .views
+            .iter()
+            .flat_map(|v| &v.files)
+            .filter_map(|f| f.dir.clone())
+            .collect();
+        dirs.insert(self.own_dir());
+        dirs
+    }
+
+    /// The path of `file` under the checkpoints directory `dir`.
+    fn path(&self, dir: &Path, file: &FileEntry) -> PathBuf {
+        dir.join(self.file_dir(file)).join(&file.file)
+    }
+}
+
+/// Deletes what `manifest` (just committed) does not name under the checkpoints directory
+/// `dir`: other directories, and files of earlier checkpoints it does not name.
+fn delete_unnamed(dir: &Path, manifest: &Manifest) {
+    let named: HashSet<PathBuf> = manifest
+        .views
+        .iter()
+        .flat_map(|v| &v.files)
+        .map(|f| manifest.path(dir, f))
+        .collect();
+    let dirs = manifest.dirs();
+    let own = manifest.own_dir();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let result = if name == own {
+            Ok(())
+        } else if !dirs.contains(&name) {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::read_dir(&path).and_then(|files| {
+                for file in files.flatten() {
+                    if !named.contains(&file.path()) {
+                        std::fs::remove_file(file.path())?;
+                    }
+                }
+                Ok(())
+            })
+        };
+        if let Err(err) = result
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), error = %err, "deleting an old checkpoint failed");
+        }
+    }
+}
+
+/// Writes `batches` as one Arrow IPC file at `path` and syncs it; returns its size and CRC32.
+/// The file is written as it is encoded (no copy of it in memory).
+fn write_file(path: &Path, batches: &[RecordBatch]) -> Result<(u64, u32)> {
+    let file = std::fs::File::create(path).map_err(|e| io("create", path, e))?;
+    let mut out = Crc32Writer {
+        inner: std::io::BufWriter::with_capacity(1 << 20, file),
+        crc: crc32fast::Hasher::new(),
+        bytes: 0,
+    };
+    encode(&mut out, batches)?;
+    let Crc32Writer { inner, crc, bytes } = out;
+    let file = inner
+        .into_inner()
+        .map_err(|e| io("write", path, e.into_error()))?;
+    file.sync_all().map_err(|e| io("sync", path, e))?;
+    Ok((bytes, crc.finalize()))
+}
+
+/// A writer that counts and checksums what passes through it.
+struct Crc32Writer<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Crc32Writer<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn encode(out: &mut impl Write, batches: &[RecordBatch]) -> Result<()> {
     let schema = batches
         .first()
         .map(|b| b.schema())
         .ok_or_else(|| Error::internal("an empty checkpoint part"))?;
-    let mut writer = arrow::ipc::writer::FileWriter::try_new(&mut out, &schema)
+    let mut writer = arrow::ipc::writer::FileWriter::try_new(out, &schema)
         .map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
     for batch in batches {
         writer
@@ -322,8 +528,7 @@ fn encode(batches: &[RecordBatch]) -> Result<Vec<u8>> {
     writer
         .finish()
         .map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
-    drop(writer);
-    Ok(out)
+    Ok(())
 }
 
 fn corrupted(message: String) -> Error {
@@ -350,57 +555,56 @@ pub fn latest_reads(meta: &MetaStore) -> Result<HashMap<ObjectId, Reads>> {
     let Some((epoch, bytes)) = meta.checkpoints()?.pop() else {
         return Ok(HashMap::new());
     };
-    let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
-        corrupted(format!(
-            "checkpoint {epoch}: the manifest does not decode: {e}"
-        ))
-    })?;
-    Ok(manifest
+    Ok(decode(epoch, &bytes)?
         .views
         .into_iter()
         .map(|v| (v.id, v.committed))
         .collect())
 }
 
-/// Reads the newest complete checkpoint (`None` when there is none) and deletes checkpoint
-/// directories no manifest names.
-pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>> {
-    let dir = checkpoints_dir(data_dir);
-    let manifests = meta.checkpoints()?;
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for entry in entries.flatten() {
-            let named = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_some_and(|e| manifests.iter().any(|(m, _)| *m == e));
-            if !named {
-                tracing::info!(path = %entry.path().display(), "deleting an incomplete checkpoint");
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    }
-    let Some((epoch, bytes)) = manifests.last() else {
-        return Ok(None);
-    };
+/// A committed manifest, of this build's format or an earlier one.
+fn decode(epoch: u64, bytes: &[u8]) -> Result<Manifest> {
     let manifest: Manifest = serde_json::from_slice(bytes).map_err(|e| {
         corrupted(format!(
             "checkpoint {epoch}: the manifest does not decode: {e}"
         ))
     })?;
-    if manifest.format != FORMAT {
+    if manifest.format == 0 || manifest.format > FORMAT {
         return Err(corrupted(format!(
-            "checkpoint {epoch} has format {}, this build reads {FORMAT}",
+            "checkpoint {epoch} has format {}, this build reads 1 to {FORMAT}",
             manifest.format
         )));
     }
-    let target = dir.join(epoch.to_string());
+    Ok(manifest)
+}
+
+/// Reads the newest complete checkpoint (`None` when there is none) and deletes checkpoint
+/// directories no manifest names.
+pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>> {
+    let dir = checkpoints_dir(data_dir);
+    let manifests = meta
+        .checkpoints()?
+        .into_iter()
+        .map(|(epoch, bytes)| decode(epoch, &bytes))
+        .collect::<Result<Vec<Manifest>>>()?;
+    let named: HashSet<String> = manifests.iter().flat_map(Manifest::dirs).collect();
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            if !named.contains(entry.file_name().to_string_lossy().as_ref()) {
+                tracing::info!(path = %entry.path().display(), "deleting an incomplete checkpoint");
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let Some(manifest) = manifests.into_iter().last() else {
+        return Ok(None);
+    };
     let mut views = HashMap::new();
-    for view in manifest.views {
+    for view in &manifest.views {
         let mut parts = Vec::new();
         let mut contents = Vec::new();
         for file in &view.files {
-            let path = target.join(&file.file);
+            let path = manifest.path(&dir, file);
             let bytes = std::fs::read(&path).map_err(|e| io("read", &path, e))?;
             if bytes.len() as u64 != file.bytes || crc32fast::hash(&bytes) != file.crc32 {
                 return Err(corrupted(format!(
@@ -424,10 +628,11 @@ pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>
             view.id,
             ViewState {
                 id: view.id,
+                base: Some(manifest.epoch),
                 parts,
                 contents,
-                committed: view.committed,
-                watermarks: view.watermarks,
+                committed: view.committed.clone(),
+                watermarks: view.watermarks.clone(),
             },
         );
     }

@@ -381,8 +381,11 @@ impl Engine {
             dataflow,
             event_time,
             sources,
-            state.contents,
-            committed,
+            crate::views::Restoring {
+                contents: state.contents,
+                committed,
+                checkpoint: if reshard { None } else { state.base },
+            },
         )?;
         done.await
             .map_err(|_| Error::internal("the view runtime stopped"))??;

@@ -111,6 +111,9 @@ impl Engine {
                         .unwrap_or_else(|p| p.into_inner())
                         .remove(&name);
                     let _ = self.runtime.drop_view(id);
+                    // Handled before recovery marks the view failed (a drop handled after it
+                    // would clear the failure: `eddy_views` would say `running`).
+                    let _ = self.runtime.barrier().await;
                 }
                 return Err(e);
             }
@@ -162,6 +165,8 @@ impl Engine {
             .map_err(|_| Error::internal("the view runtime stopped"))?
         {
             self.drop_temporary_view(id);
+            // As above: the drop is handled before recovery marks a stored view failed.
+            let _ = self.runtime.barrier().await;
             return Err(e);
         }
         Ok(id)

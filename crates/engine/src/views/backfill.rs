@@ -190,6 +190,8 @@ impl RuntimeState {
             committed: HashMap::new(),
             read,
             created: Some(Created { reply, rows }),
+            saved_in: None,
+            output_since: Default::default(),
         });
         // Its first epoch is the backfill's output: the epoch goes on without it.
         self.dirty = true;
@@ -295,17 +297,34 @@ impl RuntimeState {
         dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
-        contents: Vec<RecordBatch>,
-        committed: HashMap<(ObjectId, u32), u64>,
+        state: Restoring,
     ) -> Result<()> {
+        let Restoring {
+            contents,
+            committed,
+            checkpoint: saved_in,
+        } = state;
+        // The contents of the last whole save, then the changes saved since, in order.
         let mut data = TableData::for_view(Arc::clone(&view.schema));
-        let inserts: Vec<ChangeBatch> = contents
-            .into_iter()
-            .filter(|b| b.num_rows() > 0)
-            .map(ChangeBatch::inserts)
-            .collect();
+        let mut rows = 0;
+        let mut inserts = Vec::new();
+        for batch in contents.into_iter().filter(|b| b.num_rows() > 0) {
+            rows += batch.num_rows();
+            if !eddy_dataflow::checkpoint::is_changes(&batch) {
+                inserts.push(ChangeBatch::inserts(batch));
+                continue;
+            }
+            if !inserts.is_empty() {
+                data.apply(&std::mem::take(&mut inserts))?;
+            }
+            data.apply_view_output(&[eddy_dataflow::checkpoint::changes_of(&batch)?])?;
+        }
         if !inserts.is_empty() {
             data.apply(&inserts)?;
+        }
+        let mut output_since = checkpointing::OutputSince::default();
+        if saved_in.is_some() {
+            output_since.restart(rows);
         }
         let lane = lane::Lane::start(
             &view.def.name,
@@ -324,6 +343,8 @@ impl RuntimeState {
             read: committed.clone(),
             committed,
             created: None,
+            saved_in,
+            output_since,
         });
         self.mark_stale();
         Ok(())

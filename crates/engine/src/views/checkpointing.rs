@@ -8,6 +8,48 @@
 //! ([`RuntimeState::complete_checkpoints`]), all at one epoch, so recovery is unchanged.
 
 use super::*;
+use eddy_dataflow::arrangement::SaveMode;
+
+/// Rows of output a view notes besides half of the contents of its last whole save, before it
+/// stops noting (and saves its contents whole next).
+const OUTPUT_SLACK_ROWS: usize = 1024;
+
+/// A view's output since its last save: a checkpoint that builds on that save writes these
+/// changes of the contents rather than all of them. Noted from the first save on, until they
+/// pass half of the contents then saved (a whole save is cheaper from there on).
+#[derive(Default)]
+pub(super) struct OutputSince {
+    on: bool,
+    batches: Vec<ChangeBatch>,
+    rows: usize,
+    /// Rows of the contents at the last whole save.
+    whole_rows: usize,
+}
+
+impl OutputSince {
+    /// An epoch's output, applied to the contents.
+    pub(super) fn note(&mut self, out: &[ChangeBatch]) {
+        if !self.on {
+            return;
+        }
+        self.rows += out.iter().map(ChangeBatch::len).sum::<usize>();
+        if self.rows > self.whole_rows / 2 + OUTPUT_SLACK_ROWS {
+            *self = OutputSince::default();
+            return;
+        }
+        self.batches
+            .extend(out.iter().filter(|c| !c.is_empty()).cloned());
+    }
+
+    /// Noting from the contents of a whole save (or restore) of `rows` rows.
+    pub(super) fn restart(&mut self, rows: usize) {
+        *self = OutputSince {
+            on: true,
+            whole_rows: rows,
+            ..OutputSince::default()
+        };
+    }
+}
 
 /// A checkpoint whose views are still saving (or catching up to its epoch).
 pub(super) struct Pending {
@@ -25,6 +67,8 @@ struct PendingView {
     id: ObjectId,
     name: String,
     state: Saving,
+    /// The committed checkpoint the view's save builds on (asked for its changes only).
+    base: Option<u64>,
     /// Contents and committed offsets as of the checkpoint's epoch, once the view has it.
     at_epoch: Option<AtEpoch>,
     watermarks: Vec<(ObjectId, i64)>,
@@ -53,7 +97,7 @@ impl Pending {
         else {
             return;
         };
-        match at_epoch(entry) {
+        match at_epoch(entry, view.base.is_some()) {
             Ok(state) => view.at_epoch = Some(state),
             Err(e) => {
                 tracing::error!(view = %entry.view.def.name, error = %e, "copying a view's contents for a checkpoint failed: the checkpoint leaves it out");
@@ -70,9 +114,23 @@ impl Pending {
     }
 }
 
-/// A view's contents and committed offsets as of now.
-fn at_epoch(entry: &mut Entry) -> Result<AtEpoch> {
-    let contents = entry.contents.snapshot()?.as_ref().clone();
+/// A view's contents and committed offsets as of now: with `changes`, only the output since
+/// its last save if it noted it.
+fn at_epoch(entry: &mut Entry, changes: bool) -> Result<AtEpoch> {
+    let since = &mut entry.output_since;
+    let contents = if changes && since.on {
+        let batches = std::mem::take(&mut since.batches);
+        let whole_rows = since.whole_rows;
+        since.restart(whole_rows);
+        vec![eddy_dataflow::checkpoint::saved_changes(
+            &entry.view.schema,
+            &batches,
+        )?]
+    } else {
+        let contents = entry.contents.snapshot()?.as_ref().clone();
+        since.restart(contents.iter().map(RecordBatch::num_rows).sum());
+        contents
+    };
     let committed = entry
         .committed
         .iter()
@@ -97,6 +155,7 @@ impl RuntimeState {
         }
         let started = Instant::now();
         let started_at_micros = self.clock.now_micros();
+        let committed = self.checkpoints.as_ref().and_then(|c| c.writer.committed());
         let mut views = Vec::new();
         for entry in self.views.iter_mut().filter(|e| !e.view.def.sql.is_empty()) {
             if is_failed(&self.failures, entry.view.def.id) {
@@ -104,8 +163,14 @@ impl RuntimeState {
                 tracing::warn!(view = %entry.view.def.name, "the checkpoint leaves out a failed view: a restart rebuilds it from the log");
                 continue;
             }
+            // Only the changes since the view's last save, when that one is committed.
+            let base = entry.saved_in.take().filter(|s| Some(*s) == committed);
+            let mode = match base {
+                Some(_) => SaveMode::Changes,
+                None => SaveMode::Full,
+            };
             let at_epoch = if entry.behind.is_empty() {
-                match at_epoch(entry) {
+                match at_epoch(entry, base.is_some()) {
                     Ok(state) => Some(state),
                     Err(e) => {
                         fail_checkpoint(reply, &entry.view.def.name, e);
@@ -119,7 +184,8 @@ impl RuntimeState {
             views.push(PendingView {
                 id: entry.view.def.id,
                 name: entry.view.def.name.clone(),
-                state: Saving::Asked(entry.lane.save()),
+                base,
+                state: Saving::Asked(entry.lane.save(mode)),
                 at_epoch,
                 watermarks: entry.event_time.watermarks(),
             });
@@ -201,8 +267,12 @@ impl RuntimeState {
                 continue;
             };
             pause = pause.max(pending.asked + saved.took);
+            if let Some(entry) = self.views.iter_mut().find(|e| e.view.def.id == view.id) {
+                entry.saved_in = Some(pending.epoch);
+            }
             views.push(ViewState {
                 id: view.id,
+                base: view.base,
                 parts: saved.parts,
                 contents,
                 committed,

@@ -139,6 +139,7 @@ impl RuntimeState {
                 && !out.is_empty()
             {
                 entry.contents.apply(out)?;
+                entry.output_since.note(out);
                 changed = true;
             }
             // A new view that answered at once: created.
@@ -280,6 +281,7 @@ impl RuntimeState {
                 };
                 let applied = answer.and_then(|out| {
                     entry.contents.apply_view_output(&out)?;
+                    entry.output_since.note(&out);
                     Ok(out)
                 });
                 match applied {

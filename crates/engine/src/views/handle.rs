@@ -59,6 +59,7 @@ impl ViewRuntime {
             last_checkpoint: Instant::now(),
             recovered: false,
             changed_since_checkpoint: false,
+            deferred_checkpoints: Default::default(),
             restored_clocks: HashMap::new(),
             sinks: Vec::new(),
             parked_sinks: Vec::new(),
@@ -310,15 +311,13 @@ impl ViewRuntime {
 
     /// Recovery: registers a view whose dataflow was loaded from a checkpoint, with its
     /// contents and the offsets it had committed then (it reads on from there).
-    #[allow(clippy::too_many_arguments)]
     pub fn restore_view(
         &self,
         view: Arc<View>,
         dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
-        contents: Vec<RecordBatch>,
-        committed: HashMap<(ObjectId, u32), u64>,
+        state: Restoring,
     ) -> Result<oneshot::Receiver<Result<()>>> {
         let (reply, done) = oneshot::channel();
         self.send(Message::RestoreView {
@@ -326,8 +325,7 @@ impl ViewRuntime {
             dataflow,
             event_time,
             sources,
-            contents,
-            committed,
+            state,
             reply,
         })?;
         Ok(done)

@@ -27,6 +27,7 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 use eddy_common::panic::catch_panic;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState, limits};
+use eddy_dataflow::arrangement::SaveMode;
 use eddy_dataflow::{Dataflow, OperatorStats};
 
 use super::ReaderRoom;
@@ -39,7 +40,7 @@ enum Command {
     Spilled(ObjectId, Spilled, Option<ReaderRoom>),
     Watermark(ObjectId, i64),
     EndEpoch(EpochEnd, mpsc::Sender<Result<Vec<ChangeBatch>>>),
-    Save(mpsc::Sender<Result<Saved>>),
+    Save(SaveMode, mpsc::Sender<Result<Saved>>),
 }
 
 /// What the end of an epoch brings a view: the epoch's output of the views it reads (pushed
@@ -365,10 +366,11 @@ impl Lane {
     }
 
     /// The view's operator state as checkpoint parts, as of everything sent to the lane
-    /// before (a view behind saves once it has caught up to here).
-    pub(super) fn save(&self) -> Answer<Saved> {
+    /// before (a view behind saves once it has caught up to here). [`SaveMode::Changes`]: the
+    /// caller vouches that the view's last save is in the checkpoint the new one builds on.
+    pub(super) fn save(&self, mode: SaveMode) -> Answer<Saved> {
         let (reply, answer) = mpsc::channel();
-        let _ = self.commands.send(Command::Save(reply));
+        let _ = self.commands.send(Command::Save(mode, reply));
         Answer(answer)
     }
 
@@ -469,9 +471,9 @@ fn run(
                 let _ = reply.send(result);
                 lane.waker.wake();
             }
-            Command::Save(reply) => {
+            Command::Save(mode, reply) => {
                 let started = std::time::Instant::now();
-                let saved = catch_panic("saving a view's state", || dataflow.save());
+                let saved = catch_panic("saving a view's state", || dataflow.save(mode));
                 let _ = reply.send(saved.map(|parts| Saved {
                     parts,
                     took: started.elapsed(),

@@ -394,10 +394,19 @@ enum Message {
         dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
-        contents: Vec<RecordBatch>,
-        committed: HashMap<(ObjectId, u32), u64>,
+        state: Restoring,
         reply: oneshot::Sender<Result<()>>,
     },
+}
+
+/// A view's state read back from a checkpoint, besides its dataflow.
+pub struct Restoring {
+    pub contents: Vec<RecordBatch>,
+    /// Per (table or source, partition): what the view had committed.
+    pub committed: HashMap<(ObjectId, u32), u64>,
+    /// The checkpoint it was read from, when its operators hold their parts as saved then (not
+    /// re-sharded): the next checkpoint may save only their changes since.
+    pub checkpoint: Option<u64>,
 }
 
 /// Changes that one view's reader of a source read: only that view receives them, and they
@@ -442,6 +451,11 @@ struct Entry {
     committed: ReadOffsets,
     /// A new view until it has applied its first epoch (its backfill): who waits for that.
     created: Option<backfill::Created>,
+    /// The checkpoint the view's last save was handed to the writer in (or restored from):
+    /// once that one is committed, the next save may write only the changes since.
+    saved_in: Option<u64>,
+    /// The view's output since its last save (its contents' changes since).
+    output_since: checkpointing::OutputSince,
 }
 
 /// An epoch end a view is still computing: its answer, and what the view had read by then
@@ -481,6 +495,9 @@ struct RuntimeState {
     recovered: bool,
     /// Some epoch changed a view since the last checkpoint.
     changed_since_checkpoint: bool,
+    /// `CHECKPOINT`s waiting for the checkpoint in flight to be written, so that theirs saves
+    /// only the changes since it.
+    deferred_checkpoints: std::collections::VecDeque<oneshot::Sender<Result<u64>>>,
     /// Streams' watermarks from a checkpoint, taken up by their clocks when they start.
     restored_clocks: HashMap<ClockKey, ClockState>,
     sinks: Vec<RuntimeSink>,

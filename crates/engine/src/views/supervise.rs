@@ -28,6 +28,7 @@ impl RuntimeState {
             }
             self.catch_up(&[]);
             self.complete_checkpoints();
+            self.take_deferred_checkpoint(&mut last_epoch);
             self.answer_snapshot_requests();
             self.expire_idle_partitions();
             // Views whose output moves with the wall clock (temporal filters) see every epoch.
@@ -48,13 +49,14 @@ impl RuntimeState {
             {
                 self.feed_sinks(self.epoch, &HashMap::new());
             }
-            let due = self
-                .checkpoints
-                .as_ref()
-                .and_then(|c| c.interval)
-                .is_some_and(|i| self.last_checkpoint.elapsed() >= i);
-            // A periodic checkpoint is taken between epochs; views behind complete their part
-            // of it when they reach its epoch.
+            let due = self.checkpoints.as_ref().is_some_and(|c| {
+                c.interval
+                    .is_some_and(|i| self.last_checkpoint.elapsed() >= i)
+                    && !c.writer.busy()
+            });
+            // A periodic checkpoint is taken between epochs, once the last one is written (its
+            // views then save only their changes since); views behind complete their part of
+            // it when they reach its epoch.
             if due
                 && self.recovered
                 && self.changed_since_checkpoint
@@ -62,6 +64,26 @@ impl RuntimeState {
                 && self.pending_checkpoints.is_empty()
             {
                 self.checkpoint(None);
+            }
+        }
+    }
+
+    /// Takes the oldest `CHECKPOINT` asked for once no checkpoint is in flight (one taken
+    /// meanwhile would have to save every view whole: their last saves are not committed yet).
+    fn take_deferred_checkpoint(&mut self, last_epoch: &mut Instant) {
+        let busy = self.checkpoints.as_ref().is_some_and(|c| c.writer.busy());
+        if busy || !self.pending_checkpoints.is_empty() {
+            return;
+        }
+        let Some(reply) = self.deferred_checkpoints.pop_front() else {
+            return;
+        };
+        let ended = self.end_epoch(&[]);
+        *last_epoch = Instant::now();
+        match ended {
+            Ok(()) => self.checkpoint(Some(reply)),
+            Err(e) => {
+                let _ = reply.send(Err(e));
             }
         }
     }
@@ -191,14 +213,8 @@ impl RuntimeState {
                 let _ = reply.send(());
             }
             Message::Checkpoint { reply } => {
-                let ended = self.end_epoch(&[]);
-                *last_epoch = Instant::now();
-                match ended {
-                    Ok(()) => self.checkpoint(Some(reply)),
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
+                self.deferred_checkpoints.push_back(reply);
+                self.take_deferred_checkpoint(last_epoch);
             }
             Message::AddSink {
                 id,
@@ -266,13 +282,10 @@ impl RuntimeState {
                 dataflow,
                 event_time,
                 sources,
-                contents,
-                committed,
+                state,
                 reply,
             } => {
-                let _ = reply.send(
-                    self.restore_view(view, dataflow, event_time, sources, contents, committed),
-                );
+                let _ = reply.send(self.restore_view(view, dataflow, event_time, sources, state));
             }
             Message::Flush { reply } => {
                 // Failed views do not hold FLUSH (nor writers) back: the session reports them.
