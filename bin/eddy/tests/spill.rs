@@ -241,6 +241,28 @@ async fn incremental_checkpoints_write_the_changed_keys_and_restore_exactly() {
     server.restart_in_place(true).unwrap();
     check_views(&server, "after a crash past a chain of three").await;
 
+    // Checkpoint after checkpoint of changes: parts go whole again once their changes pass
+    // half of them, so what is on disk (and what a restart reads) stays within a bound.
+    let client = server.connect().await.unwrap();
+    for round in 0..10 {
+        client
+            .batch_execute(&format!(
+                "UPDATE orders SET amount = amount + 1 WHERE id % 10 IN ({round}, {}, {}); CHECKPOINT",
+                (round + 1) % 10,
+                (round + 2) % 10
+            ))
+            .await
+            .unwrap();
+        let (on_disk, _) = checkpoint_disk(&server);
+        assert!(
+            on_disk < whole * 2,
+            "round {round}: {on_disk} bytes on disk, whole {whole}"
+        );
+    }
+    drop(client);
+    server.restart_in_place(false).unwrap();
+    check_views(&server, "after rounds of checkpoints of changes").await;
+
     // Most keys change: the next checkpoint is whole again, and the older files go.
     let client = server.connect().await.unwrap();
     client

@@ -692,26 +692,85 @@ fn shard_keys(node: &Node) -> Option<Vec<Vec<Expr>>> {
 /// engine's checkpoints do), and loads it into the dataflow `rebuild` makes.
 #[cfg(test)]
 pub(crate) fn restart(flow: &mut Dataflow, rebuild: impl FnOnce() -> Dataflow) {
-    let parts = flow.save(SaveMode::Full).unwrap();
-    let parts = parts
-        .into_iter()
-        .map(|(name, batch)| {
-            let mut file = Vec::new();
-            let mut writer =
-                arrow::ipc::writer::FileWriter::try_new(&mut file, &batch.schema()).unwrap();
-            writer.write(&batch).unwrap();
-            writer.finish().unwrap();
-            drop(writer);
-            let mut reader =
-                arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(file), None).unwrap();
-            (name, reader.next().unwrap().unwrap())
-        })
-        .collect();
-    let mut fresh = rebuild();
-    if fresh.copies.len() == flow.copies.len() {
-        fresh.load(parts).unwrap();
-    } else {
-        fresh.load_resharded(parts).unwrap();
+    let mut checkpoints = TestCheckpoints::default();
+    checkpoints.save(flow);
+    checkpoints.restart(flow, rebuild);
+}
+
+/// Tests' checkpoints as the engine keeps them: after the first, each save writes only the
+/// changes of arrangements, which follow that part's earlier batches (a part saved whole
+/// replaces them; a part absent is empty); every batch goes through an Arrow IPC file.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct TestCheckpoints {
+    /// Each part's batches, in the order a restart loads them.
+    parts: Vec<(String, Vec<RecordBatch>)>,
+    /// The flow's last save is in `parts`: the next may be only its changes.
+    saved: bool,
+}
+
+#[cfg(test)]
+impl TestCheckpoints {
+    /// Takes a checkpoint of `flow`.
+    pub(crate) fn save(&mut self, flow: &mut Dataflow) {
+        let mode = if self.saved {
+            SaveMode::Changes
+        } else {
+            SaveMode::Full
+        };
+        let mut saved: Vec<(String, Vec<RecordBatch>)> = Vec::new();
+        for (name, batch) in flow.save(mode).unwrap() {
+            let batch = ipc_round_trip(&batch);
+            match saved.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, batches)) => batches.push(batch),
+                None => saved.push((name, vec![batch])),
+            }
+        }
+        let before = std::mem::take(&mut self.parts);
+        for (name, batches) in saved {
+            let mut list = Vec::new();
+            if batches.iter().all(crate::checkpoint::is_changes) {
+                if let Some((_, earlier)) = before.iter().find(|(n, _)| *n == name) {
+                    list.extend(earlier.iter().cloned());
+                }
+                list.extend(batches.into_iter().filter(|b| b.num_rows() > 0));
+            } else {
+                list = batches;
+            }
+            if !list.is_empty() {
+                self.parts.push((name, list));
+            }
+        }
+        self.saved = true;
     }
-    *flow = fresh;
+
+    /// Restarts `flow` from the last checkpoint into the dataflow `rebuild` makes (on another
+    /// number of workers: re-sharded, and the next save is whole).
+    pub(crate) fn restart(&mut self, flow: &mut Dataflow, rebuild: impl FnOnce() -> Dataflow) {
+        let parts = self
+            .parts
+            .iter()
+            .flat_map(|(name, batches)| batches.iter().map(move |b| (name.clone(), b.clone())))
+            .collect();
+        let mut fresh = rebuild();
+        if fresh.copies.len() == flow.copies.len() {
+            fresh.load(parts).unwrap();
+        } else {
+            fresh.load_resharded(parts).unwrap();
+            self.saved = false;
+        }
+        *flow = fresh;
+    }
+}
+
+#[cfg(test)]
+fn ipc_round_trip(batch: &RecordBatch) -> RecordBatch {
+    let mut file = Vec::new();
+    let mut writer = arrow::ipc::writer::FileWriter::try_new(&mut file, &batch.schema()).unwrap();
+    writer.write(batch).unwrap();
+    writer.finish().unwrap();
+    drop(writer);
+    let mut reader =
+        arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(file), None).unwrap();
+    reader.next().unwrap().unwrap()
 }

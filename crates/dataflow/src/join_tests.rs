@@ -323,6 +323,7 @@ fn drive(
     oracle: impl Fn(&Bag, &Bag) -> Bag,
 ) -> Result<(), TestCaseError> {
     let mut op = build(&workers[0]);
+    let mut checkpoints = crate::flow::TestCheckpoints::default();
     let (mut left, mut right, mut out) = (Bag::new(), Bag::new(), Bag::new());
     for (epoch_index, epoch) in epochs.into_iter().enumerate() {
         for (is_left, row, insert) in epoch {
@@ -348,8 +349,10 @@ fn drive(
         }
         accumulate(&mut out, op.end_epoch(0).unwrap(), key);
         prop_assert_eq!(&out, &oracle(&left, &right));
+        // A checkpoint at every epoch (their changes after the first), restored from once.
+        checkpoints.save(&mut op);
         if epoch_index == restart_after {
-            crate::flow::restart(&mut op, || build(&workers[1]));
+            checkpoints.restart(&mut op, || build(&workers[1]));
         }
     }
     Ok(())

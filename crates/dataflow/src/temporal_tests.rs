@@ -90,6 +90,7 @@ proptest! {
             flow
         };
         let mut flow = build();
+        let mut checkpoints = crate::flow::TestCheckpoints::default();
         let (mut held, mut out) = (Bag::new(), Bag::new());
         let mut now = 0i64;
         for (n, (rows, advance)) in epochs.into_iter().enumerate() {
@@ -114,9 +115,10 @@ proptest! {
                 .map(|(r, c)| (*r, *c))
                 .collect();
             prop_assert_eq!(&out, &want, "at {} s", now / SECOND);
+            // A checkpoint at every epoch (their changes after the first), restored from once.
+            checkpoints.save(&mut flow);
             if n == restart_after {
-                let rebuild = &build;
-                crate::flow::restart(&mut flow, rebuild);
+                checkpoints.restart(&mut flow, build);
             }
         }
     }

@@ -242,6 +242,7 @@ proptest! {
             flow
         };
         let mut flow = build(&workers[0]);
+        let mut checkpoints = crate::flow::TestCheckpoints::default();
         let (mut held, mut out) = (BTreeMap::<Row, i64>::new(), Bag::new());
         for (n, epoch) in epochs.into_iter().enumerate() {
             for (p, s, v, insert) in epoch {
@@ -260,8 +261,10 @@ proptest! {
             }
             accumulate(&mut out, flow.end_epoch(0).unwrap(), shape.rank.is_some());
             prop_assert_eq!(&out, &shape.oracle(&held), "{:?} after epoch {}", shape, n);
+            // A checkpoint at every epoch (their changes after the first), restored from once.
+            checkpoints.save(&mut flow);
             if n == restart_after {
-                crate::flow::restart(&mut flow, || build(&workers[1]));
+                checkpoints.restart(&mut flow, || build(&workers[1]));
             }
         }
     }

@@ -306,17 +306,18 @@ impl RuntimeState {
         } = state;
         // The contents of the last whole save, then the changes saved since, in order.
         let mut data = TableData::for_view(Arc::clone(&view.schema));
-        let mut rows = 0;
+        let (mut whole_rows, mut since) = (0, 0);
         let mut inserts = Vec::new();
         for batch in contents.into_iter().filter(|b| b.num_rows() > 0) {
-            rows += batch.num_rows();
             if !eddy_dataflow::checkpoint::is_changes(&batch) {
+                whole_rows += batch.num_rows();
                 inserts.push(ChangeBatch::inserts(batch));
                 continue;
             }
             if !inserts.is_empty() {
                 data.apply(&std::mem::take(&mut inserts))?;
             }
+            since += batch.num_rows();
             data.apply_view_output(&[eddy_dataflow::checkpoint::changes_of(&batch)?])?;
         }
         if !inserts.is_empty() {
@@ -324,7 +325,7 @@ impl RuntimeState {
         }
         let mut output_since = checkpointing::OutputSince::default();
         if saved_in.is_some() {
-            output_since.restart(rows);
+            output_since.restart(whole_rows, since);
         }
         let lane = lane::Lane::start(
             &view.def.name,

@@ -15,12 +15,14 @@ use eddy_dataflow::arrangement::SaveMode;
 const OUTPUT_SLACK_ROWS: usize = 1024;
 
 /// A view's output since its last save: a checkpoint that builds on that save writes these
-/// changes of the contents rather than all of them. Noted from the first save on, until they
-/// pass half of the contents then saved (a whole save is cheaper from there on).
+/// changes of the contents rather than all of them. Noted from the first save on, until the
+/// rows noted since the last whole save pass half of the contents then (a whole save is
+/// cheaper from there on, and it keeps a restore's chain of changes short).
 #[derive(Default)]
 pub(super) struct OutputSince {
     on: bool,
     batches: Vec<ChangeBatch>,
+    /// Rows noted since the last whole save (those saved since included).
     rows: usize,
     /// Rows of the contents at the last whole save.
     whole_rows: usize,
@@ -41,12 +43,14 @@ impl OutputSince {
             .extend(out.iter().filter(|c| !c.is_empty()).cloned());
     }
 
-    /// Noting from the contents of a whole save (or restore) of `rows` rows.
-    pub(super) fn restart(&mut self, rows: usize) {
+    /// Noting from a whole save of `whole_rows` rows of contents, followed by `since` rows of
+    /// changes (a restore's).
+    pub(super) fn restart(&mut self, whole_rows: usize, since: usize) {
         *self = OutputSince {
             on: true,
-            whole_rows: rows,
-            ..OutputSince::default()
+            whole_rows,
+            rows: since,
+            batches: Vec::new(),
         };
     }
 }
@@ -120,15 +124,13 @@ fn at_epoch(entry: &mut Entry, changes: bool) -> Result<AtEpoch> {
     let since = &mut entry.output_since;
     let contents = if changes && since.on {
         let batches = std::mem::take(&mut since.batches);
-        let whole_rows = since.whole_rows;
-        since.restart(whole_rows);
         vec![eddy_dataflow::checkpoint::saved_changes(
             &entry.view.schema,
             &batches,
         )?]
     } else {
         let contents = entry.contents.snapshot()?.as_ref().clone();
-        since.restart(contents.iter().map(RecordBatch::num_rows).sum());
+        since.restart(contents.iter().map(RecordBatch::num_rows).sum(), 0);
         contents
     };
     let committed = entry
