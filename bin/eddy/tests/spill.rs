@@ -2,7 +2,7 @@
 //! joins and top-N hold, their arrangements spill to disk and keep answering exactly — every view equals
 //! its query recomputed in batch — through updates, deletes, a checkpoint, a restart and a
 //! SIGKILL in the middle of writes that spill at every batch; checkpoints of their changes only
-//! restore exactly too.
+//! restore exactly too, also after a crash in the middle of writing one.
 
 use eddy_testkit::{EddyProcess, TEST_WORKERS, query_sorted};
 
@@ -285,4 +285,59 @@ async fn incremental_checkpoints_write_the_changed_keys_and_restore_exactly() {
     drop(client);
     server.restart_in_place(false).unwrap();
     check_views(&server, "restored from a whole checkpoint again").await;
+}
+
+#[tokio::test]
+async fn a_crash_in_the_middle_of_an_incremental_checkpoint_restores_exactly() {
+    let mut server = start(3000).await;
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CHECKPOINT;
+             UPDATE orders SET amount = amount + 1 WHERE id < 50;
+             CHECKPOINT;",
+        )
+        .await
+        .unwrap();
+    drop(client);
+    // The writer dies once the files of a checkpoint of changes are written and before its
+    // manifest is committed; then once it is committed and before older files are deleted.
+    for step in ["checkpoint_commit", "checkpoint_cleanup"] {
+        server.set_envs(&[("EDDY_FAILPOINTS", &format!("{step}:writer:abort"))]);
+        server.restart_in_place(false).unwrap();
+        let client = server.connect().await.unwrap();
+        client
+            .batch_execute(
+                "UPDATE customers SET region = region || '+' WHERE id % 100 = 3;
+                 DELETE FROM orders WHERE id % 97 = 5;",
+            )
+            .await
+            .unwrap();
+        client.batch_execute(&orders(3000, 3100)).await.unwrap();
+        let e = client.batch_execute("CHECKPOINT").await.unwrap_err();
+        assert!(e.is_closed() || e.code().is_none(), "{step}: {e:?}");
+        drop(client);
+        server.set_envs(&[]);
+        server.restart_in_place(true).unwrap();
+        check_views(&server, &format!("after a crash at {step}")).await;
+        // The next checkpoint builds on what was committed, and restores too.
+        let client = server.connect().await.unwrap();
+        client
+            .batch_execute("UPDATE orders SET note = 'again' WHERE id % 50 = 1; CHECKPOINT")
+            .await
+            .unwrap();
+        drop(client);
+        server.restart_in_place(false).unwrap();
+        check_views(
+            &server,
+            &format!("after a checkpoint past the crash at {step}"),
+        )
+        .await;
+        // The next round inserts these orders again.
+        let client = server.connect().await.unwrap();
+        client
+            .batch_execute("DELETE FROM orders WHERE id >= 3000")
+            .await
+            .unwrap();
+    }
 }

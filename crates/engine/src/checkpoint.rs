@@ -354,6 +354,7 @@ fn write_files(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> Result<C
     };
     let encoded = serde_json::to_vec(&manifest)
         .map_err(|e| Error::internal(format!("encoding a checkpoint manifest: {e}")))?;
+    crate::failpoints::failpoint("checkpoint_commit", "writer")?;
     // The commit point: one write of the metadata store, which also drops older manifests.
     let older: Vec<u64> = meta
         .checkpoints()?
@@ -362,6 +363,7 @@ fn write_files(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> Result<C
         .filter(|e| *e != epoch)
         .collect();
     meta.commit_checkpoint(epoch, &encoded, &older)?;
+    crate::failpoints::failpoint("checkpoint_cleanup", "writer")?;
     delete_unnamed(dir, &manifest);
     Ok(CheckpointInfo::from(&manifest))
 }

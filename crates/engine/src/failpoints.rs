@@ -1,12 +1,15 @@
 //! Test hooks, in debug builds only:
-//! `EDDY_FAILPOINTS=step:view:panic|error|sleep|block[:once],...` makes a step of one view
-//! panic, fail, take 200 ms longer (a slow view) or wait until the file named by
-//! `EDDY_FAILPOINTS_GATE` exists (a stuck view the test releases), so tests can prove what the
-//! server does then. Steps:
+//! `EDDY_FAILPOINTS=step:view:panic|error|sleep|block|abort[:once],...` makes a step of one view
+//! panic, fail, take 200 ms longer (a slow view), wait until the file named by
+//! `EDDY_FAILPOINTS_GATE` exists (a stuck view the test releases) or abort the process (a
+//! crash at that very point), so tests can prove what the server does then. Steps:
 //! `restore_view` (recovery, from the checkpoint), `rebuild_view` (recovery, from the log),
 //! `view_changes` (the live dataflow, on every batch of changes it is handed), `backfill` (a new
 //! view's backfill, on every log record it reads; it runs on the runtime thread). With `once`, a
 //! point fires the first time only (a restart of the view then succeeds).
+//! `checkpoint_commit:writer` (a checkpoint's files are written, its manifest not yet
+//! committed) and `checkpoint_cleanup:writer` (committed, the files it no longer names not yet
+//! deleted) are steps of the checkpoint writer.
 //! `kafka_partitions:topic:hide` shows only the first partition of a Kafka topic until the gate
 //! file exists (a topic gaining partitions while it is read; the test broker cannot add any).
 
@@ -24,6 +27,8 @@ enum Action {
     Block,
     /// Asked with [`hidden`]: something is hidden until the gate file exists.
     Hide,
+    /// Ends the process at once, as a SIGKILL would.
+    Abort,
 }
 
 /// How long a `sleep` failpoint holds the step.
@@ -54,6 +59,7 @@ fn points() -> &'static [Point] {
                         Some("sleep") => Action::Sleep,
                         Some("block") => Action::Block,
                         Some("hide") => Action::Hide,
+                        Some("abort") => Action::Abort,
                         _ => Action::Error,
                     },
                     once: (parts.next() == Some("once")).then(|| AtomicBool::new(false)),
@@ -95,6 +101,10 @@ pub(crate) fn failpoint(step: &str, view: &str) -> Result<()> {
         }
         Action::Error => Err(Error::internal(message)),
         Action::Hide => Ok(()),
+        Action::Abort => {
+            eprintln!("{message}: aborting");
+            std::process::abort()
+        }
     }
 }
 
