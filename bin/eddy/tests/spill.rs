@@ -340,4 +340,33 @@ async fn a_crash_in_the_middle_of_an_incremental_checkpoint_restores_exactly() {
             .await
             .unwrap();
     }
+
+    // A checkpoint file that does not match its checksum: the views are rebuilt from the log.
+    let client = server.connect().await.unwrap();
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    drop(client);
+    server.stop().unwrap();
+    let mut largest = None;
+    for dir in std::fs::read_dir(server.data_dir.join("checkpoints"))
+        .unwrap()
+        .flatten()
+    {
+        for file in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            let len = file.metadata().unwrap().len();
+            if largest.as_ref().is_none_or(|(l, _)| len > *l) {
+                largest = Some((len, file.path()));
+            }
+        }
+    }
+    let (len, path) = largest.unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[len as usize / 2] ^= 0x5a;
+    std::fs::write(&path, bytes).unwrap();
+    server.restart_in_place(true).unwrap();
+    check_views(&server, "after a checkpoint file was damaged").await;
+    let client = server.connect().await.unwrap();
+    let restored = query_sorted(&client, "SELECT DISTINCT restored_from FROM eddy_views")
+        .await
+        .unwrap();
+    assert_eq!(restored, [[Some("log".to_owned())]]);
 }

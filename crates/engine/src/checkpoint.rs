@@ -495,6 +495,18 @@ fn write_file(path: &Path, batches: &[RecordBatch]) -> Result<(u64, u32)> {
     Ok((bytes, crc.finalize()))
 }
 
+/// The size and CRC32 of the file at `path`, read in pieces.
+fn checksum(path: &Path) -> Result<(u64, u32)> {
+    let mut file = std::fs::File::open(path).map_err(|e| io("open", path, e))?;
+    let mut out = Crc32Writer {
+        inner: std::io::sink(),
+        crc: crc32fast::Hasher::new(),
+        bytes: 0,
+    };
+    std::io::copy(&mut file, &mut out).map_err(|e| io("read", path, e))?;
+    Ok((out.bytes, out.crc.finalize()))
+}
+
 /// A writer that counts and checksums what passes through it.
 struct Crc32Writer<W> {
     inner: W,
@@ -607,15 +619,19 @@ pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>
         let mut contents = Vec::new();
         for file in &view.files {
             let path = manifest.path(&dir, file);
-            let bytes = std::fs::read(&path).map_err(|e| io("read", &path, e))?;
-            if bytes.len() as u64 != file.bytes || crc32fast::hash(&bytes) != file.crc32 {
+            if checksum(&path)? != (file.bytes, file.crc32) {
                 return Err(corrupted(format!(
                     "checkpoint file {} does not match its checksum",
                     path.display()
                 )));
             }
-            let reader = arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(bytes), None)
-                .map_err(|e| corrupted(format!("checkpoint file {}: {e}", path.display())))?;
+            // Read from the file as it decodes (no copy of the file in memory).
+            let opened = std::fs::File::open(&path).map_err(|e| io("open", &path, e))?;
+            let reader = arrow::ipc::reader::FileReader::try_new(
+                std::io::BufReader::with_capacity(1 << 20, opened),
+                None,
+            )
+            .map_err(|e| corrupted(format!("checkpoint file {}: {e}", path.display())))?;
             for batch in reader {
                 let batch = batch
                     .map_err(|e| corrupted(format!("checkpoint file {}: {e}", path.display())))?;
