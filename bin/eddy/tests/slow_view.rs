@@ -378,10 +378,14 @@ async fn a_stuck_view_holds_only_the_statements_that_wait_for_it() {
         .await
         .unwrap();
     until(&server, "SELECT n, s FROM other", "100 5050").await;
+    let lag = "SELECT lag_epochs FROM eddy_views WHERE name = 'stuck'";
+    let behind: u64 = text(&server, lag).await.parse().unwrap();
     let (flusher, notices) = server.connect_with_notices().await.unwrap();
     let flush = tokio::spawn(async move { flusher.batch_execute("FLUSH").await });
     let checkpointer = server.connect().await.unwrap();
     let checkpoint = tokio::spawn(async move { checkpointer.batch_execute("CHECKPOINT").await });
+    // Both have ended their epoch (nothing else ends one meanwhile) before anything else runs.
+    until(&server, lag, &(behind + 2).to_string()).await;
     // Everything else goes on while both wait.
     let quick = Duration::from_secs(30);
     tokio::time::timeout(
