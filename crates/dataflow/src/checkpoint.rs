@@ -136,18 +136,22 @@ pub(crate) fn changes_part(changes: &[ChangeBatch]) -> Result<Option<RecordBatch
     let Some((rows, diffs)) = ChangeBatch::concat(changes)?.map(ChangeBatch::into_parts) else {
         return Ok(None);
     };
-    let schema = rows.schema();
+    let mut columns = rows.columns().to_vec();
+    columns.push(Arc::new(diffs));
+    RecordBatch::try_new(with_diff(&rows.schema()), columns)
+        .map(Some)
+        .map_err(arrow_error)
+}
+
+/// `schema` and the weight column of a saved change batch.
+fn with_diff(schema: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
     let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
     fields.push(Arc::new(Field::new(
         DIFF,
         arrow::datatypes::DataType::Int64,
         false,
     )));
-    let mut columns = rows.columns().to_vec();
-    columns.push(Arc::new(diffs));
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-        .map(Some)
-        .map_err(arrow_error)
+    Arc::new(Schema::new(fields))
 }
 
 /// Change batches of rows of `schema` as one batch tagged as changes since the last save
@@ -159,15 +163,7 @@ pub fn saved_changes(
 ) -> Result<RecordBatch> {
     let batch = match changes_part(changes)? {
         Some(batch) => batch,
-        None => {
-            let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
-            fields.push(Arc::new(Field::new(
-                DIFF,
-                arrow::datatypes::DataType::Int64,
-                false,
-            )));
-            RecordBatch::new_empty(Arc::new(Schema::new(fields)))
-        }
+        None => RecordBatch::new_empty(with_diff(schema)),
     };
     let tag = [(CHANGES.to_owned(), "1".to_owned())].into_iter().collect();
     let schema = Arc::new(batch.schema().as_ref().clone().with_metadata(tag));
