@@ -534,9 +534,13 @@ impl Handler for Aggregate {
         }
     }
 
-    fn save(&mut self, _mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
+    fn save(
+        &mut self,
+        _mode: crate::arrangement::SaveMode,
+        out: &mut dyn checkpoint::Sink,
+    ) -> Result<()> {
         // Batches of about SAVE_BATCH_BYTES each: a binary column holds less than 2 GiB.
-        let mut parts = Vec::new();
+        let mut put = false;
         let mut groups: Vec<GroupId> = Vec::new();
         let mut bytes = 0;
         for g in 0..self.keys.len() as GroupId {
@@ -548,15 +552,16 @@ impl Handler for Aggregate {
                 + self.emitted[g as usize].as_ref().map_or(0, |e| e.len())
                 + self.calls.iter().map(|c| c.size(g)).sum::<usize>();
             if bytes >= crate::arrangement::SAVE_BATCH_BYTES {
-                parts.push(("groups", self.save_groups(&groups)?));
+                out.put("groups", self.save_groups(&groups)?)?;
+                put = true;
                 groups.clear();
                 bytes = 0;
             }
         }
-        if !groups.is_empty() || parts.is_empty() {
-            parts.push(("groups", self.save_groups(&groups)?));
+        if !groups.is_empty() || !put {
+            out.put("groups", self.save_groups(&groups)?)?;
         }
-        Ok(parts)
+        Ok(())
     }
 
     fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {

@@ -20,7 +20,7 @@ use eddy_common::{Error, Result};
 use hashbrown::HashTable;
 
 use super::{Arrangement, LOAD_SETTLE_ROWS, NONE};
-use crate::checkpoint;
+use crate::checkpoint::{self, Sink};
 use crate::spill::{SpilledRow, decode_rows};
 
 /// Bytes of keys and rows per batch of a checkpoint part ([`Arrangement::save`]; unit tests
@@ -91,45 +91,55 @@ impl Arrangement {
 
     /// The entries as batches (key, row, time, weight, expires, aux) of at most about
     /// [`SAVE_BATCH_BYTES`] of keys and rows each (a binary column holds less than 2 GiB),
-    /// spilled ones included, for a checkpoint: all of them (none when empty), or with
-    /// [`SaveMode::Changes`] possibly only the changes since the last save (batches
-    /// [`checkpoint::is_changes`] says so of; at least one, maybe without rows).
-    pub fn save(&mut self, mode: SaveMode) -> Result<Vec<RecordBatch>> {
+    /// spilled ones included, put into `out` as part `part` as they fill, for a checkpoint:
+    /// all of them (none when empty), or with [`SaveMode::Changes`] possibly only the changes
+    /// since the last save (batches [`checkpoint::is_changes`] says so of; at least one, maybe
+    /// without rows).
+    pub fn save(&mut self, mode: SaveMode, part: &str, out: &mut dyn Sink) -> Result<()> {
         let changes = &self.changes;
-        let mut out = None;
+        let mut whole_next = false;
         if mode == SaveMode::Changes
             && changes.on
             && !changes.overflowed
             && changes.since_full + changes.keys.len() <= self.live / 2
+            && self.changed_rows() <= self.live / 2
         {
-            let saved = self.save_changes()?;
-            // Markers and rows: past half of the state since the last whole save, a whole
-            // save is what keeps the chain short.
-            let rows =
-                self.changes.since_full + saved.iter().map(RecordBatch::num_rows).sum::<usize>();
-            if rows <= self.live / 2 {
-                self.changes.since_full = rows;
-                out = Some(saved);
+            let mut saved = SavedBatches::new(part, out, true);
+            self.save_changes(&mut saved)?;
+            let rows = saved.finish()?;
+            // Past half of the state since the last whole save (spilled keys' rows are only
+            // known once read), the next save is whole: that keeps the chain short.
+            self.changes.since_full += rows;
+            whole_next = self.changes.since_full > self.live / 2;
+        } else {
+            for slot in &mut self.keys {
+                slot.changed = false;
             }
+            self.changes.since_full = 0;
+            let mut saved = SavedBatches::new(part, out, false);
+            self.save_all(&mut saved)?;
+            saved.finish()?;
         }
-        let out = match out {
-            Some(out) => out,
-            None => {
-                for slot in &mut self.keys {
-                    slot.changed = false;
-                }
-                self.changes.since_full = 0;
-                self.save_all()?
-            }
-        };
         self.changes.clear();
         self.changes.on = true;
-        Ok(out)
+        self.changes.overflowed = whole_next;
+        Ok(())
     }
 
-    /// Every entry, as [`Arrangement::save`] writes them (the unit tests' view of a checkpoint).
-    pub(super) fn save_all(&self) -> Result<Vec<RecordBatch>> {
-        let mut out = SavedBatches::default();
+    /// About the markers and rows a save of the changes would write, with those written
+    /// since the last whole save: a spilled key counts one row (its rows are known once read).
+    fn changed_rows(&self) -> usize {
+        let mut rows = self.changes.since_full;
+        for &(start, len) in &self.changes.keys {
+            let key = &self.changes.bytes[start..start + len as usize];
+            let held = self.find_key(self.hash_key(key), key);
+            rows += 1 + held.map_or(1, |k| self.keys[k as usize].rows as usize);
+        }
+        rows
+    }
+
+    /// Every entry into `out`, spilled ones included.
+    fn save_all(&self, out: &mut SavedBatches<'_>) -> Result<()> {
         for e in self.entries.iter().filter(|e| e.live()) {
             out.push(
                 self.bytes(self.keys[e.key as usize].bytes),
@@ -141,18 +151,23 @@ impl Arrangement {
                 out.push(key, &row?)?;
             }
             Ok(())
-        })?;
-        out.finish()
+        })
     }
 
-    /// Each key changed since the last save, once: a reset marker, then its rows.
-    fn save_changes(&mut self) -> Result<Vec<RecordBatch>> {
+    /// Every entry, as [`Arrangement::save`] writes them (the unit tests' view of a checkpoint).
+    #[cfg(test)]
+    pub(super) fn saved_whole(&self) -> Result<Vec<RecordBatch>> {
+        let mut batches: Vec<(String, RecordBatch)> = Vec::new();
+        let mut out = SavedBatches::new("", &mut batches, false);
+        self.save_all(&mut out)?;
+        out.finish()?;
+        Ok(batches.into_iter().map(|(_, b)| b).collect())
+    }
+
+    /// Each key changed since the last save, once, into `out`: a reset marker, then its rows.
+    fn save_changes(&mut self, out: &mut SavedBatches<'_>) -> Result<()> {
         let changes = std::mem::take(&mut self.changes);
         let mut seen: HashTable<(u64, usize, u32)> = HashTable::with_capacity(changes.keys.len());
-        let mut out = SavedBatches {
-            changes: true,
-            ..SavedBatches::default()
-        };
         for &(start, len) in &changes.keys {
             let key = &changes.bytes[start..start + len as usize];
             let hash = self.hash_key(key);
@@ -182,11 +197,7 @@ impl Arrangement {
             since_full: changes.since_full,
             ..Changes::default()
         };
-        let mut batches = out.finish()?;
-        if batches.is_empty() {
-            batches.push(SavedBatches::empty_changes()?);
-        }
-        Ok(batches)
+        Ok(())
     }
 
     /// Takes back a batch of what [`Arrangement::save`] wrote: rows are added to what is
@@ -249,10 +260,11 @@ impl Arrangement {
     }
 }
 
-/// The batches [`Arrangement::save`] builds.
-#[derive(Default)]
-struct SavedBatches {
-    /// Batches of changes (tagged so, [`checkpoint::is_changes`]).
+/// The batches [`Arrangement::save`] builds, put into a sink as they fill.
+struct SavedBatches<'a> {
+    part: &'a str,
+    out: &'a mut dyn Sink,
+    /// Batches of changes (tagged so, [`checkpoint::is_changes`]; at least one is put).
     changes: bool,
     keys: BinaryBuilder,
     rows: BinaryBuilder,
@@ -261,10 +273,30 @@ struct SavedBatches {
     expires: Vec<i64>,
     aux: Vec<i64>,
     bytes: usize,
-    done: Vec<RecordBatch>,
+    /// Rows put so far (markers included).
+    rows_put: usize,
+    /// Batches put so far.
+    batches: usize,
 }
 
-impl SavedBatches {
+impl<'a> SavedBatches<'a> {
+    fn new(part: &'a str, out: &'a mut dyn Sink, changes: bool) -> SavedBatches<'a> {
+        SavedBatches {
+            part,
+            out,
+            changes,
+            keys: BinaryBuilder::new(),
+            rows: BinaryBuilder::new(),
+            times: Vec::new(),
+            counts: Vec::new(),
+            expires: Vec::new(),
+            aux: Vec::new(),
+            bytes: 0,
+            rows_put: 0,
+            batches: 0,
+        }
+    }
+
     fn push(&mut self, key: &[u8], row: &SpilledRow<'_>) -> Result<()> {
         self.keys.append_value(key);
         self.rows.append_value(row.row);
@@ -298,8 +330,9 @@ impl SavedBatches {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
-        if self.times.is_empty() {
+    /// Puts what is built as a batch (one without rows only if `empty` and none was put).
+    fn flush_batch(&mut self, empty: bool) -> Result<()> {
+        if self.times.is_empty() && !(empty && self.batches == 0) {
             return Ok(());
         }
         let ints = |v: &mut Vec<i64>| checkpoint::int64s(std::mem::take(v));
@@ -313,25 +346,22 @@ impl SavedBatches {
         ];
         let tag = [(checkpoint::CHANGES, Some(1))];
         let tags: &[(&str, Option<i64>)] = if self.changes { &tag } else { &[] };
-        self.done.push(checkpoint::part(columns, tags)?);
+        let batch = checkpoint::part(columns, tags)?;
+        self.rows_put += batch.num_rows();
+        self.batches += 1;
         self.bytes = 0;
-        Ok(())
+        self.out.put(self.part, batch)
     }
 
-    fn finish(mut self) -> Result<Vec<RecordBatch>> {
-        self.flush()?;
-        Ok(self.done)
+    fn flush(&mut self) -> Result<()> {
+        self.flush_batch(false)
     }
 
-    /// A batch of changes without rows.
-    fn empty_changes() -> Result<RecordBatch> {
-        let mut out = SavedBatches {
-            changes: true,
-            ..SavedBatches::default()
-        };
-        out.reset(&[])?;
-        out.flush()?;
-        let batch = out.done.pop().ok_or_else(|| Error::internal("no batch"))?;
-        Ok(batch.slice(0, 0))
+    /// Puts the last batch (a save of changes puts one even without rows); returns the rows
+    /// put in all.
+    fn finish(mut self) -> Result<usize> {
+        let changes = self.changes;
+        self.flush_batch(changes)?;
+        Ok(self.rows_put)
     }
 }

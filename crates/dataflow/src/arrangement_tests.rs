@@ -80,7 +80,18 @@ fn contents(a: &Arrangement) -> Model {
 /// What a checkpoint of `a` holds (spilled keys included).
 fn saved(a: &Arrangement) -> Model {
     // Unit tests save in small batches, so that the state of a case takes several.
-    a.save_all().unwrap().iter().flat_map(saved_batch).collect()
+    a.saved_whole()
+        .unwrap()
+        .iter()
+        .flat_map(saved_batch)
+        .collect()
+}
+
+/// The batches of a save of `a`.
+fn save(a: &mut Arrangement, mode: SaveMode) -> Vec<RecordBatch> {
+    let mut out: Vec<(String, RecordBatch)> = Vec::new();
+    a.save(mode, "part", &mut out).unwrap();
+    out.into_iter().map(|(_, b)| b).collect()
 }
 
 fn saved_batch(batch: &RecordBatch) -> Model {
@@ -138,7 +149,7 @@ proptest! {
                 }
                 Op::Save { full, restart } => {
                     let mode = if *full { SaveMode::Full } else { SaveMode::Changes };
-                    let out = a.save(mode).unwrap();
+                    let out = save(&mut a, mode);
                     if !out.is_empty() && out.iter().all(checkpoint::is_changes) {
                         chain.extend(out);
                     } else {
@@ -272,7 +283,7 @@ fn spilled_keys_leave_memory_entirely() {
     assert_eq!(a.expire(100).unwrap(), 50);
     assert_eq!(a.len(), 9_949);
     a.settle().unwrap();
-    let saved = a.save(SaveMode::Full).unwrap();
+    let saved = save(&mut a, SaveMode::Full);
     assert!(saved.len() > 10, "{} batches", saved.len());
     let rows: usize = saved.iter().map(|b| b.num_rows()).sum();
     let count: i64 = saved
@@ -300,14 +311,14 @@ fn a_save_of_changes_holds_only_the_changed_keys() {
             a.update(&key(k), b"row", 0, 1, NEVER).unwrap();
         }
         a.settle().unwrap();
-        let full = a.save(SaveMode::Changes).unwrap();
+        let full = save(&mut a, SaveMode::Changes);
         assert!(
             !full.iter().any(checkpoint::is_changes),
             "a first save is whole"
         );
         assert_eq!(full.iter().map(|b| b.num_rows()).sum::<usize>(), 10_000);
         // Nothing changed: one batch of changes without rows.
-        let none = a.save(SaveMode::Changes).unwrap();
+        let none = save(&mut a, SaveMode::Changes);
         assert!(none.iter().all(checkpoint::is_changes));
         assert_eq!(none.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
         // Three keys change (one twice, one removed, one new): three markers, two rows.
@@ -319,7 +330,7 @@ fn a_save_of_changes_holds_only_the_changed_keys() {
         a.update(&key(2), b"row", 0, -1, NEVER).unwrap();
         a.update(&key(20_000), b"row", 0, 1, NEVER).unwrap();
         a.settle().unwrap();
-        let changes = a.save(SaveMode::Changes).unwrap();
+        let changes = save(&mut a, SaveMode::Changes);
         assert!(changes.iter().all(checkpoint::is_changes));
         let rows: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
             .iter()
@@ -360,7 +371,7 @@ fn a_save_of_changes_holds_only_the_changed_keys() {
             a.update(&key(k), b"row", 0, 1, NEVER).unwrap();
         }
         a.settle().unwrap();
-        let whole = a.save(SaveMode::Changes).unwrap();
+        let whole = save(&mut a, SaveMode::Changes);
         assert!(!whole.iter().any(checkpoint::is_changes));
     }
 }

@@ -1,7 +1,9 @@
-//! Operator state as Arrow batches, for checkpoints: [`crate::Dataflow::save`] returns every
-//! operator's state as named batches; [`crate::Dataflow::load`] puts them back into a freshly
-//! built copy of the same dataflow. The engine writes and reads the batches; this crate never
-//! touches disk. This module holds the helpers operators build their parts with.
+//! Operator state as Arrow batches, for checkpoints: [`crate::Dataflow::save`] hands every
+//! operator's state as named batches to a [`Sink`] as it makes them (the engine's writes each
+//! to a file at once, so a save holds about one batch however large the state);
+//! [`crate::Dataflow::load`] puts them back into a freshly built copy of the same dataflow.
+//! The engine writes and reads the batches; this crate never touches disk. This module holds
+//! the helpers operators build their parts with.
 //!
 //! A part is named `<path>:<part>`, where the path is the operator's place in the plan (`0`,
 //! `0.1`, as in `eddy_operators`) and, for a sharded operator, `<path>#<shard>:<part>`. Keys and rows are
@@ -18,8 +20,30 @@ use eddy_common::{ChangeBatch, Error, Result};
 
 use crate::rows::arrow_error;
 
-/// One operator's state: named parts.
-pub type Parts = Vec<(&'static str, RecordBatch)>;
+/// Where a save puts the batches of state it makes, each under its part's name.
+pub trait Sink {
+    fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()>;
+}
+
+/// Collected in memory (tests, and small saves).
+impl Sink for Vec<(String, RecordBatch)> {
+    fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()> {
+        self.push((part.to_owned(), batch));
+        Ok(())
+    }
+}
+
+/// A sink that names each part `<prefix>:<part>` (an operator's place in the dataflow).
+pub(crate) struct Prefixed<'a> {
+    pub prefix: String,
+    pub out: &'a mut dyn Sink,
+}
+
+impl Sink for Prefixed<'_> {
+    fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()> {
+        self.out.put(&format!("{}:{part}", self.prefix), batch)
+    }
+}
 
 /// The schema metadata that marks a batch of an arrangement's changes since its last save
 /// ([`crate::arrangement::SaveMode::Changes`]).

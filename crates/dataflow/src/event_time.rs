@@ -464,11 +464,15 @@ impl crate::graph::Handler for Release {
         }
     }
 
-    fn save(&mut self, _mode: crate::arrangement::SaveMode) -> Result<crate::checkpoint::Parts> {
-        Ok(crate::checkpoint::changes_part(&self.held)?
-            .map(|b| ("held", b))
-            .into_iter()
-            .collect())
+    fn save(
+        &mut self,
+        _mode: crate::arrangement::SaveMode,
+        out: &mut dyn crate::checkpoint::Sink,
+    ) -> Result<()> {
+        match crate::checkpoint::changes_part(&self.held)? {
+            Some(batch) => out.put("held", batch),
+            None => Ok(()),
+        }
     }
 
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {

@@ -15,13 +15,10 @@
 //! - a failed node (an error or a panic in its handler) fails the dataflow: every later call
 //!   returns that error.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState};
 
-use crate::arrangement::SaveMode;
 use crate::graph::{Barrier, Delivery, Graph, Handler, Message, NodeId, Route};
 use crate::plan::{Expr, Node};
 use crate::pool::{PARALLEL_ROWS, run_rounds};
@@ -70,6 +67,11 @@ impl Shape {
 
 #[path = "source_routes.rs"]
 mod source_routes;
+
+#[path = "flow_save.rs"]
+mod save;
+#[cfg(test)]
+pub(crate) use save::{TestCheckpoints, restart};
 
 /// A view's operators as a graph — one copy per worker — with the node each table's or
 /// view's changes enter at.
@@ -502,144 +504,6 @@ impl Dataflow {
             .collect()
     }
 
-    /// Every operator's state as named batches (see [`crate::checkpoint`] for the names), at
-    /// the end of an epoch: an operator running in every copy saves each copy's parts under
-    /// `path#worker`. With [`SaveMode::Changes`] (the caller vouches that the last save, or
-    /// the load, is kept), an arrangement's part may be only its changes since then: loaded
-    /// after the parts of that save, in order ([`crate::checkpoint::is_changes`]).
-    pub fn save(&mut self, mode: SaveMode) -> Result<Vec<(String, RecordBatch)>> {
-        let mut out = Vec::new();
-        for id in 0..self.places.len() {
-            let path = self.places[id].path.clone();
-            if self.places[id].shards > 1 {
-                for i in 0..self.copies.len() {
-                    for (name, batch) in self.handler(i, id)?.save(mode)? {
-                        out.push((format!("{path}#{i}:{name}"), batch));
-                    }
-                }
-            } else {
-                for (name, batch) in self.handler(0, id)?.save(mode)? {
-                    out.push((format!("{path}:{name}"), batch));
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Restores `parts` (from [`Dataflow::save`] of the same plan) into this freshly built
-    /// dataflow. Fails when a part has no operator to take it (a changed plan, or a checkpoint
-    /// taken with another number of shards).
-    pub fn load(&mut self, parts: Vec<(String, RecordBatch)>) -> Result<()> {
-        let by_path = self.by_path();
-        let mut targets = Vec::with_capacity(parts.len());
-        for (key, batch) in parts {
-            let no_operator = || {
-                Error::internal(format!(
-                    "checkpointed state {key} has no operator in the dataflow"
-                ))
-            };
-            let (place, name) = key.split_once(':').ok_or_else(no_operator)?;
-            let (path, shard) = match place.split_once('#') {
-                Some((path, shard)) => (
-                    path,
-                    Some(shard.parse::<usize>().map_err(|_| no_operator())?),
-                ),
-                None => (place, None),
-            };
-            let id = *by_path.get(path).ok_or_else(no_operator)?;
-            let sharded = self.places[id].shards > 1;
-            if sharded != shard.is_some() || shard.is_some_and(|s| s >= self.places[id].shards) {
-                return Err(Error::internal(format!(
-                    "checkpointed state {key} was taken with another number of shards than {}",
-                    self.places[id].shards
-                )));
-            }
-            targets.push((id, shard.unwrap_or(0), name.to_owned(), batch));
-        }
-        for (id, worker, name, batch) in targets {
-            self.handler(worker, id)?.load(&name, &batch)?;
-        }
-        Ok(())
-    }
-
-    /// Restores `parts` of a checkpoint of the same plan taken on another number of workers
-    /// (or with another routing hash): the parts of an operator that runs on every worker are
-    /// routed row by row to the copy their key picks now ([`Handler::part_keys`]), the parts of
-    /// one that runs once are put together on worker 0. Fails when an operator cannot name
-    /// its rows' keys.
-    pub fn load_resharded(&mut self, parts: Vec<(String, RecordBatch)>) -> Result<()> {
-        let by_path = self.by_path();
-        // Per (operator, part name): the batches of every copy it was saved from, in order.
-        let mut grouped: Vec<((NodeId, String), Vec<RecordBatch>)> = Vec::new();
-        for (key, batch) in parts {
-            let place = key.split_once(':').and_then(|(place, name)| {
-                let path = place.split_once('#').map_or(place, |(p, _)| p);
-                Some((*by_path.get(path)?, name.to_owned()))
-            });
-            let place = place.ok_or_else(|| {
-                Error::internal(format!(
-                    "checkpointed state {key} has no operator in the dataflow"
-                ))
-            })?;
-            match grouped.iter_mut().find(|(p, _)| *p == place) {
-                Some((_, batches)) => batches.push(batch),
-                None => grouped.push((place, vec![batch])),
-            }
-        }
-        let n = self.copies.len();
-        for ((id, name), batches) in grouped {
-            // Each piece loads on its own (operators add what they load to what they hold):
-            // the parts of two shards need not have the same columns.
-            let mut pieces: Vec<(usize, RecordBatch)> = Vec::new();
-            if self.places[id].shards > 1 {
-                for batch in &batches {
-                    let keys = self
-                        .handler(0, id)?
-                        .part_keys(&name, batch)?
-                        .ok_or_else(|| {
-                            Error::internal(format!(
-                                "the state {name} of operator {} cannot be re-sharded",
-                                self.places[id].path
-                            ))
-                        })?;
-                    let keys: Vec<_> = match &self.places[id].route_positions {
-                        Some(positions) => positions
-                            .iter()
-                            .filter_map(|p| keys.get(*p).cloned())
-                            .collect(),
-                        None => keys,
-                    };
-                    let hashes = crate::route::hash_keys(&keys, batch.num_rows())?;
-                    let mut rows: Vec<Vec<u32>> = (0..n).map(|_| Vec::new()).collect();
-                    for (i, h) in hashes.iter().enumerate() {
-                        rows[(h % n as u64) as usize].push(i as u32);
-                    }
-                    for (worker, rows) in rows.into_iter().enumerate() {
-                        let rows = arrow::array::UInt32Array::from(rows);
-                        let piece = arrow::compute::take_record_batch(batch, &rows)
-                            .map_err(crate::rows::arrow_error)?;
-                        pieces.push((worker, piece));
-                    }
-                }
-            } else {
-                pieces.extend(batches.into_iter().map(|b| (0, b)));
-            }
-            for (worker, piece) in pieces {
-                self.handler(worker, id)?.load(&name, &piece)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Each node by its path (the names of checkpoint parts).
-    fn by_path(&self) -> HashMap<&str, NodeId> {
-        self.places
-            .iter()
-            .enumerate()
-            .map(|(id, p)| (p.path.as_str(), id))
-            .collect()
-    }
-
     fn handler(&mut self, worker: usize, id: NodeId) -> Result<&mut (dyn Handler + 'static)> {
         self.copies
             .get_mut(worker)
@@ -686,91 +550,4 @@ fn shard_keys(node: &Node) -> Option<Vec<Vec<Expr>>> {
             })
     });
     routable.then_some(keys)
-}
-
-/// Tests' restart: saves `flow`'s state, sends every part through an Arrow IPC file (as the
-/// engine's checkpoints do), and loads it into the dataflow `rebuild` makes.
-#[cfg(test)]
-pub(crate) fn restart(flow: &mut Dataflow, rebuild: impl FnOnce() -> Dataflow) {
-    let mut checkpoints = TestCheckpoints::default();
-    checkpoints.save(flow);
-    checkpoints.restart(flow, rebuild);
-}
-
-/// Tests' checkpoints as the engine keeps them: after the first, each save writes only the
-/// changes of arrangements, which follow that part's earlier batches (a part saved whole
-/// replaces them; a part absent is empty); every batch goes through an Arrow IPC file.
-#[cfg(test)]
-#[derive(Default)]
-pub(crate) struct TestCheckpoints {
-    /// Each part's batches, in the order a restart loads them.
-    parts: Vec<(String, Vec<RecordBatch>)>,
-    /// The flow's last save is in `parts`: the next may be only its changes.
-    saved: bool,
-}
-
-#[cfg(test)]
-impl TestCheckpoints {
-    /// Takes a checkpoint of `flow`.
-    pub(crate) fn save(&mut self, flow: &mut Dataflow) {
-        let mode = if self.saved {
-            SaveMode::Changes
-        } else {
-            SaveMode::Full
-        };
-        let mut saved: Vec<(String, Vec<RecordBatch>)> = Vec::new();
-        for (name, batch) in flow.save(mode).unwrap() {
-            let batch = ipc_round_trip(&batch);
-            match saved.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, batches)) => batches.push(batch),
-                None => saved.push((name, vec![batch])),
-            }
-        }
-        let before = std::mem::take(&mut self.parts);
-        for (name, batches) in saved {
-            let mut list = Vec::new();
-            if batches.iter().all(crate::checkpoint::is_changes) {
-                if let Some((_, earlier)) = before.iter().find(|(n, _)| *n == name) {
-                    list.extend(earlier.iter().cloned());
-                }
-                list.extend(batches.into_iter().filter(|b| b.num_rows() > 0));
-            } else {
-                list = batches;
-            }
-            if !list.is_empty() {
-                self.parts.push((name, list));
-            }
-        }
-        self.saved = true;
-    }
-
-    /// Restarts `flow` from the last checkpoint into the dataflow `rebuild` makes (on another
-    /// number of workers: re-sharded, and the next save is whole).
-    pub(crate) fn restart(&mut self, flow: &mut Dataflow, rebuild: impl FnOnce() -> Dataflow) {
-        let parts = self
-            .parts
-            .iter()
-            .flat_map(|(name, batches)| batches.iter().map(move |b| (name.clone(), b.clone())))
-            .collect();
-        let mut fresh = rebuild();
-        if fresh.copies.len() == flow.copies.len() {
-            fresh.load(parts).unwrap();
-        } else {
-            fresh.load_resharded(parts).unwrap();
-            self.saved = false;
-        }
-        *flow = fresh;
-    }
-}
-
-#[cfg(test)]
-fn ipc_round_trip(batch: &RecordBatch) -> RecordBatch {
-    let mut file = Vec::new();
-    let mut writer = arrow::ipc::writer::FileWriter::try_new(&mut file, &batch.schema()).unwrap();
-    writer.write(batch).unwrap();
-    writer.finish().unwrap();
-    drop(writer);
-    let mut reader =
-        arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(file), None).unwrap();
-    reader.next().unwrap().unwrap()
 }

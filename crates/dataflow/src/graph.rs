@@ -145,11 +145,11 @@ pub trait Handler: Send {
         self.state().rows
     }
 
-    /// The operator's state as named Arrow batches, at a barrier (stateless: none). With
-    /// [`SaveMode::Changes`], an arrangement's part may hold only its changes since the last
-    /// save ([`crate::checkpoint::is_changes`]); other parts are whole.
-    fn save(&mut self, _mode: SaveMode) -> Result<crate::checkpoint::Parts> {
-        Ok(Vec::new())
+    /// Puts the operator's state into `out` as named Arrow batches, at a barrier (stateless:
+    /// none). With [`SaveMode::Changes`], an arrangement's part may hold only its changes
+    /// since the last save ([`crate::checkpoint::is_changes`]); other parts are whole.
+    fn save(&mut self, _mode: SaveMode, _out: &mut dyn crate::checkpoint::Sink) -> Result<()> {
+        Ok(())
     }
 
     /// Takes back one part of what [`Handler::save`] returned, into a fresh operator.

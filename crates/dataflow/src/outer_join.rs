@@ -425,14 +425,15 @@ impl Handler for OuterJoin {
         }
     }
 
-    fn save(&mut self, mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
-        let mut out = Vec::new();
+    fn save(
+        &mut self,
+        mode: crate::arrangement::SaveMode,
+        out: &mut dyn checkpoint::Sink,
+    ) -> Result<()> {
         for (name, side) in [(LEFT_PART, &mut self.left), (RIGHT_PART, &mut self.right)] {
-            for part in side.state.save(mode)? {
-                out.push((name, part));
-            }
+            side.state.save(mode, name, out)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     fn part_keys(&mut self, name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {

@@ -537,7 +537,11 @@ impl Handler for SessionAggregate {
         }
     }
 
-    fn save(&mut self, _mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
+    fn save(
+        &mut self,
+        _mode: crate::arrangement::SaveMode,
+        out: &mut dyn checkpoint::Sink,
+    ) -> Result<()> {
         let keys: Vec<(&OwnedRow, &Key)> = self.keys.iter().collect();
         let columns = vec![
             (
@@ -599,11 +603,9 @@ impl Handler for SessionAggregate {
             };
             columns.push((format!("o{c}"), array));
         }
-        Ok(vec![
-            ("keys", key_part),
-            ("events", events_part),
-            ("emitted", checkpoint::part(columns, &[])?),
-        ])
+        out.put("keys", key_part)?;
+        out.put("events", events_part)?;
+        out.put("emitted", checkpoint::part(columns, &[])?)
     }
 
     fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {

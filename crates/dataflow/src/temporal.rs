@@ -237,14 +237,15 @@ impl Handler for TemporalFilter {
         self.waiting.spilled_rows() + self.showing.spilled_rows()
     }
 
-    fn save(&mut self, mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
-        let mut parts = Vec::new();
+    fn save(
+        &mut self,
+        mode: crate::arrangement::SaveMode,
+        out: &mut dyn checkpoint::Sink,
+    ) -> Result<()> {
         for (name, rows) in [(WAITING, &mut self.waiting), (SHOWING, &mut self.showing)] {
-            for part in rows.save(mode)? {
-                parts.push((name, part));
-            }
+            rows.save(mode, name, out)?;
         }
-        Ok(parts)
+        Ok(())
     }
 
     fn load(&mut self, name: &str, batch: &arrow::array::RecordBatch) -> Result<()> {

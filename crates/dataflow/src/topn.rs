@@ -445,14 +445,15 @@ impl Handler for TopN {
         self.state.spilled_rows() + self.emitted.spilled_rows()
     }
 
-    fn save(&mut self, mode: crate::arrangement::SaveMode) -> Result<checkpoint::Parts> {
-        let mut parts = Vec::new();
+    fn save(
+        &mut self,
+        mode: crate::arrangement::SaveMode,
+        out: &mut dyn checkpoint::Sink,
+    ) -> Result<()> {
         for (name, rows) in [(ROWS, &mut self.state), (EMITTED, &mut self.emitted)] {
-            for part in rows.save(mode)? {
-                parts.push((name, part));
-            }
+            rows.save(mode, name, out)?;
         }
-        Ok(parts)
+        Ok(())
     }
 
     fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {

@@ -329,7 +329,7 @@ impl Engine {
         self: &Arc<Self>,
         session: &mut Session,
         def: &ViewDef,
-        state: checkpoint::ViewState,
+        mut state: checkpoint::RestoredView,
         reshard: bool,
     ) -> Result<()> {
         failpoint("restore_view", &def.name)?;
@@ -342,9 +342,9 @@ impl Engine {
         let dataflow = catch_panic("loading the view's state", || {
             let mut dataflow = self.view_dataflow(&plan, &event_time)?;
             if reshard {
-                dataflow.load_resharded(state.parts)?;
+                dataflow.load_resharded(state.parts())?;
             } else {
-                dataflow.load(state.parts)?;
+                dataflow.load(state.parts())?;
             }
             // The operators' marks travel in-band: they get the checkpoint's again.
             for (source, watermark) in &state.watermarks {
@@ -384,7 +384,7 @@ impl Engine {
             crate::views::Restoring {
                 contents: state.contents,
                 committed,
-                checkpoint: if reshard { None } else { state.base },
+                checkpoint: (!reshard).then_some(state.base),
             },
         )?;
         done.await

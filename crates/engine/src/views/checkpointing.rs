@@ -157,7 +157,10 @@ impl RuntimeState {
         }
         let started = Instant::now();
         let started_at_micros = self.clock.now_micros();
-        let committed = self.checkpoints.as_ref().and_then(|c| c.writer.committed());
+        let Some(writer) = self.checkpoints.as_ref().map(|c| Arc::clone(&c.writer)) else {
+            return;
+        };
+        let committed = writer.committed();
         let mut views = Vec::new();
         for entry in self.views.iter_mut().filter(|e| !e.view.def.sql.is_empty()) {
             if is_failed(&self.failures, entry.view.def.id) {
@@ -187,7 +190,11 @@ impl RuntimeState {
                 id: entry.view.def.id,
                 name: entry.view.def.name.clone(),
                 base,
-                state: Saving::Asked(entry.lane.save(mode)),
+                state: Saving::Asked(
+                    entry
+                        .lane
+                        .save(mode, writer.staging(self.epoch, entry.view.def.id)),
+                ),
                 at_epoch,
                 watermarks: entry.event_time.watermarks(),
             });

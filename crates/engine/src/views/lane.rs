@@ -24,13 +24,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
 use eddy_common::panic::catch_panic;
 use eddy_common::{ChangeBatch, Error, ObjectId, Result, SqlState, limits};
 use eddy_dataflow::arrangement::SaveMode;
 use eddy_dataflow::{Dataflow, OperatorStats};
 
 use super::ReaderRoom;
+use crate::checkpoint::{StagedFile, Staging};
 
 enum Command {
     /// Changes, the bytes of them counted against the budget, and the room a source reader
@@ -40,7 +40,8 @@ enum Command {
     Spilled(ObjectId, Spilled, Option<ReaderRoom>),
     Watermark(ObjectId, i64),
     EndEpoch(EpochEnd, mpsc::Sender<Result<Vec<ChangeBatch>>>),
-    Save(SaveMode, mpsc::Sender<Result<Saved>>),
+    /// Writes the view's operator state into the files of a checkpoint.
+    Save(SaveMode, Box<Staging>, mpsc::Sender<Result<Saved>>),
 }
 
 /// What the end of an epoch brings a view: the epoch's output of the views it reads (pushed
@@ -139,9 +140,9 @@ impl Drop for Handled<'_> {
     }
 }
 
-/// A view's operator state as checkpoint parts, and how long its lane took to copy it.
+/// A view's operator state as checkpoint files, and how long its lane took to write them.
 pub(super) struct Saved {
-    pub(super) parts: Vec<(String, RecordBatch)>,
+    pub(super) parts: Vec<StagedFile>,
     pub(super) took: Duration,
 }
 
@@ -365,12 +366,15 @@ impl Lane {
         Answer(answer)
     }
 
-    /// The view's operator state as checkpoint parts, as of everything sent to the lane
-    /// before (a view behind saves once it has caught up to here). [`SaveMode::Changes`]: the
-    /// caller vouches that the view's last save is in the checkpoint the new one builds on.
-    pub(super) fn save(&self, mode: SaveMode) -> Answer<Saved> {
+    /// Writes the view's operator state into `staging`'s files, as of everything sent to the
+    /// lane before (a view behind saves once it has caught up to here).
+    /// [`SaveMode::Changes`]: the caller vouches that the view's last save is in the
+    /// checkpoint the new one builds on.
+    pub(super) fn save(&self, mode: SaveMode, staging: Staging) -> Answer<Saved> {
         let (reply, answer) = mpsc::channel();
-        let _ = self.commands.send(Command::Save(mode, reply));
+        let _ = self
+            .commands
+            .send(Command::Save(mode, Box::new(staging), reply));
         Answer(answer)
     }
 
@@ -471,9 +475,12 @@ fn run(
                 let _ = reply.send(result);
                 lane.waker.wake();
             }
-            Command::Save(mode, reply) => {
+            Command::Save(mode, mut staging, reply) => {
                 let started = std::time::Instant::now();
-                let saved = catch_panic("saving a view's state", || dataflow.save(mode));
+                let saved = catch_panic("saving a view's state", || {
+                    dataflow.save(mode, staging.as_mut())?;
+                    staging.finish()
+                });
                 let _ = reply.send(saved.map(|parts| Saved {
                     parts,
                     took: started.elapsed(),

@@ -1,14 +1,17 @@
 //! Checkpoints: the views' state at the end of one epoch, written to disk, and read back on
 //! start-up (ADR 0007).
 //!
-//! The view runtime hands a [`Checkpoint`] (every operator's state as Arrow batches, each
-//! view's contents, the log offsets and source positions each view has committed, the streams'
-//! watermarks) to the [`Checkpointer`] thread and goes on with the next epoch. The thread
-//! writes one Arrow IPC file per part under `<data-dir>/checkpoints/<epoch>/`, fsyncs them and
-//! the directory, and then commits the manifest (JSON, with each file's CRC32) in the metadata
-//! store; only then is the checkpoint complete. Older checkpoints are deleted after that.
-//! On start-up [`load_latest`] reads the newest manifest, checks every file's CRC, and deletes
-//! directories that no manifest names (a checkpoint cut off half-way).
+//! At the end of an epoch each view's lane writes its operators' state as Arrow IPC files into
+//! a directory of its own (`<data-dir>/checkpoints/<epoch>-v<view>/`, [`files::Staging`]) as
+//! it saves it, so a save holds one batch in memory however large the state. The view runtime
+//! then hands a [`Checkpoint`] (those files, each view's contents, the log offsets and source
+//! positions each view has committed, the streams' watermarks) to the [`Checkpointer`] thread
+//! and goes on with the next epoch. The thread writes the contents under
+//! `<data-dir>/checkpoints/<epoch>/`, fsyncs every file and directory, and then commits the
+//! manifest (JSON, with each file's CRC32) in the metadata store; only then is the checkpoint
+//! complete. On start-up [`load_latest`] reads the newest manifest, checks every file's CRC,
+//! and deletes directories that no manifest names (a checkpoint cut off half-way); a view's
+//! operator state is read from its files as it loads ([`files::PartReader`]).
 //!
 //! Checkpoints are incremental (ADR 0012): a view whose last save is in the committed
 //! checkpoint saves, for each arrangement, only the keys changed since
@@ -17,8 +20,9 @@
 //! new file; loading reads a part's files in order. A part saved whole starts its list anew.
 //! After a commit, the files and directories the new manifest does not name are deleted.
 
+mod files;
+
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,15 +38,17 @@ use tokio::sync::oneshot;
 /// had no lists of files across checkpoints).
 const FORMAT: u32 = 2;
 
+pub use files::{PartReader, StagedFile, Staging};
+
 /// One view's state at a checkpoint.
 pub struct ViewState {
     pub id: ObjectId,
-    /// Written: the committed checkpoint whose parts this view's parts of changes are applied
-    /// onto ([`eddy_dataflow::checkpoint::is_changes`]; `None`: every part is whole). Read:
-    /// the checkpoint it was read from.
+    /// The committed checkpoint whose parts this view's parts of changes are applied onto
+    /// ([`eddy_dataflow::checkpoint::is_changes`]; `None`: every part is whole).
     pub base: Option<u64>,
-    /// Every operator's state, named by its place in the dataflow.
-    pub parts: Vec<(String, RecordBatch)>,
+    /// Every operator's state, in the files its lane wrote, named by the operators' places in
+    /// the dataflow.
+    pub parts: Vec<StagedFile>,
     /// The view's contents.
     pub contents: Vec<RecordBatch>,
     /// Per (table or source, partition): log records (or source offset) the view has committed.
@@ -146,8 +152,26 @@ pub struct Restored {
     pub epoch: u64,
     pub workers: usize,
     pub route_hash: u32,
-    pub views: HashMap<ObjectId, ViewState>,
+    pub views: HashMap<ObjectId, RestoredView>,
     pub clocks: Vec<ClockState>,
+}
+
+/// One view's state in a checkpoint read back.
+pub struct RestoredView {
+    /// The checkpoint it was read from.
+    pub base: u64,
+    /// Each operator part's files (checked against their CRCs), in the order they load.
+    files: Vec<(String, PathBuf)>,
+    pub contents: Vec<RecordBatch>,
+    pub committed: Vec<(ObjectId, u32, u64)>,
+    pub watermarks: Vec<(ObjectId, i64)>,
+}
+
+impl RestoredView {
+    /// The operators' state, read from its files as it is taken (one batch at a time).
+    pub fn parts(&mut self) -> PartReader {
+        PartReader::new(std::mem::take(&mut self.files))
+    }
 }
 
 fn io(context: &str, path: &Path, e: std::io::Error) -> Error {
@@ -160,6 +184,8 @@ fn checkpoints_dir(data_dir: &Path) -> PathBuf {
 
 /// Writes checkpoints on its own thread, so that the runtime goes on meanwhile.
 pub struct Checkpointer {
+    /// The checkpoints directory.
+    dir: PathBuf,
     queue: Mutex<Option<std::sync::mpsc::SyncSender<Checkpoint>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The epoch of the newest committed checkpoint.
@@ -172,6 +198,7 @@ impl Checkpointer {
     pub fn start(data_dir: &Path, meta: Arc<MetaStore>) -> Result<Checkpointer> {
         let dir = checkpoints_dir(data_dir);
         std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
+        let root = dir.clone();
         let committed = Arc::new(Mutex::new(meta.checkpoints()?.last().map(|(e, _)| *e)));
         let newest = Arc::clone(&committed);
         let in_flight = Arc::new(AtomicUsize::new(0));
@@ -205,11 +232,17 @@ impl Checkpointer {
             })
             .map_err(|e| Error::internal(format!("starting the checkpoint writer: {e}")))?;
         Ok(Checkpointer {
+            dir: root,
             queue: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
             committed,
             in_flight,
         })
+    }
+
+    /// Where view `view`'s lane writes its operators' state for checkpoint `epoch`.
+    pub fn staging(&self, epoch: u64, view: ObjectId) -> Staging {
+        Staging::new(&self.dir, epoch, view)
     }
 
     /// Whether a checkpoint handed over is still being written (a periodic one waits).
@@ -289,40 +322,57 @@ fn write_files(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> Result<C
     std::fs::create_dir_all(&target).map_err(|e| io("create", &target, e))?;
     let mut entries = Vec::with_capacity(views.len());
     let mut total = 0u64;
+    let mut staged_dirs = HashSet::new();
     for view in views {
         let prior = prior_files(previous.as_ref(), &view)?;
-        let mut files = Vec::new();
-        let contents = view
-            .contents
-            .into_iter()
-            .map(|b| ("contents".to_owned(), b));
-        // Parts of one name (view contents in several batches) go to one file.
-        let mut named: Vec<(String, Vec<RecordBatch>)> = Vec::new();
-        for (part, batch) in view.parts.into_iter().chain(contents) {
-            match named
+        let mut files: Vec<FileEntry> = Vec::new();
+        for staged in view.parts {
+            if staged.changes {
+                // Changes since the base: after the part's files there, unless none.
+                if !files.iter().any(|f| f.part == staged.part) {
+                    files.extend(prior.iter().filter(|f| f.part == staged.part).cloned());
+                }
+                if staged.rows == 0 {
+                    continue;
+                }
+            }
+            let path = dir.join(&staged.dir).join(&staged.file);
+            files::sync(&path)?;
+            staged_dirs.insert(staged.dir.clone());
+            total += staged.bytes;
+            files.push(FileEntry {
+                part: staged.part,
+                dir: Some(staged.dir),
+                file: staged.file,
+                bytes: staged.bytes,
+                crc32: staged.crc32,
+            });
+        }
+        // The contents, in one file per schema (a whole save, then changes, may differ).
+        let mut contents: Vec<Vec<RecordBatch>> = Vec::new();
+        for batch in view.contents {
+            match contents
                 .iter_mut()
-                .find(|(p, b)| *p == part && b[0].schema() == batch.schema())
+                .find(|b| b[0].schema() == batch.schema())
             {
-                Some((_, batches)) => batches.push(batch),
-                None => named.push((part, vec![batch])),
+                Some(batches) => batches.push(batch),
+                None => contents.push(vec![batch]),
             }
         }
-        for (n, (part, batches)) in named.into_iter().enumerate() {
+        for (n, batches) in contents.into_iter().enumerate() {
             if batches.iter().all(eddy_dataflow::checkpoint::is_changes) {
-                // Changes since the base: after the part's files there, unless none.
-                if !files.iter().any(|f: &FileEntry| f.part == part) {
-                    files.extend(prior.iter().filter(|f| f.part == part).cloned());
+                if !files.iter().any(|f| f.part == CONTENTS) {
+                    files.extend(prior.iter().filter(|f| f.part == CONTENTS).cloned());
                 }
                 if batches.iter().all(|b| b.num_rows() == 0) {
                     continue;
                 }
             }
             let file = format!("v{}-{n}.arrow", view.id.0);
-            let path = target.join(&file);
-            let (bytes, crc32) = write_file(&path, &batches)?;
+            let (bytes, crc32) = files::write_file(&target.join(&file), &batches)?;
             total += bytes;
             files.push(FileEntry {
-                part,
+                part: CONTENTS.to_owned(),
                 dir: None,
                 file,
                 bytes,
@@ -336,9 +386,10 @@ fn write_files(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> Result<C
             watermarks: view.watermarks,
         });
     }
-    std::fs::File::open(&target)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io("sync", &target, e))?;
+    for staged in staged_dirs {
+        files::sync(&dir.join(staged))?;
+    }
+    files::sync(&target)?;
     let manifest = Manifest {
         format: FORMAT,
         epoch,
@@ -455,7 +506,9 @@ fn delete_unnamed(dir: &Path, manifest: &Manifest) {
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
-        let result = if name == own {
+        // A lane may be writing its part of a later checkpoint.
+        let later = files::staging_epoch(&name).is_some_and(|e| e > manifest.epoch);
+        let result = if name == own || later {
             Ok(())
         } else if !dirs.contains(&name) {
             std::fs::remove_dir_all(&path)
@@ -477,73 +530,8 @@ fn delete_unnamed(dir: &Path, manifest: &Manifest) {
     }
 }
 
-/// Writes `batches` as one Arrow IPC file at `path` and syncs it; returns its size and CRC32.
-/// The file is written as it is encoded (no copy of it in memory).
-fn write_file(path: &Path, batches: &[RecordBatch]) -> Result<(u64, u32)> {
-    let file = std::fs::File::create(path).map_err(|e| io("create", path, e))?;
-    let mut out = Crc32Writer {
-        inner: std::io::BufWriter::with_capacity(1 << 20, file),
-        crc: crc32fast::Hasher::new(),
-        bytes: 0,
-    };
-    encode(&mut out, batches)?;
-    let Crc32Writer { inner, crc, bytes } = out;
-    let file = inner
-        .into_inner()
-        .map_err(|e| io("write", path, e.into_error()))?;
-    file.sync_all().map_err(|e| io("sync", path, e))?;
-    Ok((bytes, crc.finalize()))
-}
-
-/// The size and CRC32 of the file at `path`, read in pieces.
-fn checksum(path: &Path) -> Result<(u64, u32)> {
-    let mut file = std::fs::File::open(path).map_err(|e| io("open", path, e))?;
-    let mut out = Crc32Writer {
-        inner: std::io::sink(),
-        crc: crc32fast::Hasher::new(),
-        bytes: 0,
-    };
-    std::io::copy(&mut file, &mut out).map_err(|e| io("read", path, e))?;
-    Ok((out.bytes, out.crc.finalize()))
-}
-
-/// A writer that counts and checksums what passes through it.
-struct Crc32Writer<W> {
-    inner: W,
-    crc: crc32fast::Hasher,
-    bytes: u64,
-}
-
-impl<W: Write> Write for Crc32Writer<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.crc.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-fn encode(out: &mut impl Write, batches: &[RecordBatch]) -> Result<()> {
-    let schema = batches
-        .first()
-        .map(|b| b.schema())
-        .ok_or_else(|| Error::internal("an empty checkpoint part"))?;
-    let mut writer = arrow::ipc::writer::FileWriter::try_new(out, &schema)
-        .map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
-    for batch in batches {
-        writer
-            .write(batch)
-            .map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
-    }
-    writer
-        .finish()
-        .map_err(|e| Error::internal(format!("writing a checkpoint file: {e}")))?;
-    Ok(())
-}
+/// The part name of a view's contents in a manifest.
+const CONTENTS: &str = "contents";
 
 fn corrupted(message: String) -> Error {
     Error::new(SqlState::DATA_CORRUPTED, message)
@@ -619,35 +607,27 @@ pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>
         let mut contents = Vec::new();
         for file in &view.files {
             let path = manifest.path(&dir, file);
-            if checksum(&path)? != (file.bytes, file.crc32) {
+            if files::checksum(&path)? != (file.bytes, file.crc32) {
                 return Err(corrupted(format!(
                     "checkpoint file {} does not match its checksum",
                     path.display()
                 )));
             }
-            // Read from the file as it decodes (no copy of the file in memory).
-            let opened = std::fs::File::open(&path).map_err(|e| io("open", &path, e))?;
-            let reader = arrow::ipc::reader::FileReader::try_new(
-                std::io::BufReader::with_capacity(1 << 20, opened),
-                None,
-            )
-            .map_err(|e| corrupted(format!("checkpoint file {}: {e}", path.display())))?;
-            for batch in reader {
-                let batch = batch
-                    .map_err(|e| corrupted(format!("checkpoint file {}: {e}", path.display())))?;
-                if file.part == "contents" {
-                    contents.push(batch);
-                } else {
-                    parts.push((file.part.clone(), batch));
+            if file.part == CONTENTS {
+                for batch in files::open(&path)? {
+                    contents.push(batch.map_err(|e| {
+                        corrupted(format!("checkpoint file {}: {e}", path.display()))
+                    })?);
                 }
+            } else {
+                parts.push((file.part.clone(), path));
             }
         }
         views.insert(
             view.id,
-            ViewState {
-                id: view.id,
-                base: Some(manifest.epoch),
-                parts,
+            RestoredView {
+                base: manifest.epoch,
+                files: parts,
                 contents,
                 committed: view.committed.clone(),
                 watermarks: view.watermarks.clone(),
