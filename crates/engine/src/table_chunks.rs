@@ -2,9 +2,11 @@
 //!
 //! Rows are appended to the last chunk until it holds [`CHUNK_ROWS`], then to a new one; a
 //! deleted row is a bit in its chunk's deletion vector. A scan clones the chunks (reference
-//! counts) and filters only the chunks that changed since the last scan, so a write costs its
-//! rows and one chunk, not the table. A chunk more than half deleted is rewritten without its
-//! deleted rows; its survivors move, and the caller re-points its index at them.
+//! counts) and filters only the chunks with rows deleted since the last scan, so a write costs
+//! its rows and one chunk, not the table. The filtered rows replace the chunk's (they are not
+//! kept twice): a chunk remembers which of its rows' positions each row it holds is, so the
+//! positions (and the caller's index) stay. A chunk more than half deleted is rewritten
+//! without its deleted rows; its survivors move, and the caller re-points its index at them.
 
 use std::sync::Arc;
 
@@ -45,16 +47,21 @@ impl Loc {
 
 #[derive(Clone)]
 struct Chunk {
+    /// The rows held: row `i` is at position `positions[i]` (at `i` while `positions` is
+    /// empty). A scan drops the deleted rows from it.
     batch: RecordBatch,
     /// Rows appended after `batch`, merged into it when the chunk is read (so that many small
     /// appends, as a log replay makes, copy the chunk once).
     appended: Vec<RecordBatch>,
+    /// Positions given out (rows held and deleted).
     rows: usize,
-    /// One flag per row (empty while nothing is deleted).
+    /// The position of each row of `batch`, once a scan dropped rows from it.
+    positions: Vec<u32>,
+    /// One flag per position (empty while nothing is deleted).
     deleted: Vec<bool>,
     deleted_rows: usize,
-    /// The rows without the deleted ones, as the last scan built them.
-    view: Option<RecordBatch>,
+    /// Deleted rows still in `batch`.
+    unfiltered: usize,
 }
 
 impl Chunk {
@@ -70,6 +77,34 @@ impl Chunk {
         self.batch = arrow::compute::concat_batches(schema, parts)
             .map_err(|e| arrow_error("append rows", e))?;
         self.appended.clear();
+        Ok(())
+    }
+
+    /// The position of each row of `batch` (after [`Chunk::merge`]).
+    fn position(&self, i: usize) -> u32 {
+        match self.positions.get(i) {
+            Some(p) => *p,
+            None => i as u32,
+        }
+    }
+
+    /// Drops the deleted rows from `batch` (after [`Chunk::merge`]).
+    fn filter(&mut self) -> Result<()> {
+        if self.unfiltered == 0 {
+            return Ok(());
+        }
+        let held = self.batch.num_rows();
+        let keep: BooleanArray = (0..held)
+            .map(|i| Some(!self.deleted[self.position(i) as usize]))
+            .collect();
+        let positions = (0..held)
+            .map(|i| self.position(i))
+            .filter(|p| !self.deleted[*p as usize])
+            .collect();
+        self.batch = arrow::compute::filter_record_batch(&self.batch, &keep)
+            .map_err(|e| arrow_error("filter rows", e))?;
+        self.positions = positions;
+        self.unfiltered = 0;
         Ok(())
     }
 }
@@ -137,7 +172,9 @@ impl Chunks {
             if !chunk.deleted.is_empty() {
                 chunk.deleted.resize(start + n, false);
             }
-            chunk.view = None;
+            if !chunk.positions.is_empty() {
+                chunk.positions.extend(start as u32..(start + n) as u32);
+            }
             placed.extend((start..start + n).map(|row| Loc {
                 chunk: tail,
                 row: row as u32,
@@ -153,9 +190,10 @@ impl Chunks {
             batch: RecordBatch::new_empty(Arc::clone(&self.schema)),
             appended: Vec::new(),
             rows: 0,
+            positions: Vec::new(),
             deleted: Vec::new(),
             deleted_rows: 0,
-            view: None,
+            unfiltered: 0,
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -190,7 +228,7 @@ impl Chunks {
         }
         *flag = true;
         chunk.deleted_rows += 1;
-        chunk.view = None;
+        chunk.unfiltered += 1;
         self.live -= 1;
         let rewrite = chunk.deleted_rows * 2 > chunk.rows;
         Ok(rewrite.then_some(loc.chunk))
@@ -207,24 +245,25 @@ impl Chunks {
             chunk.batch = RecordBatch::new_empty(Arc::clone(&self.schema));
             chunk.appended.clear();
             chunk.rows = 0;
+            chunk.positions = Vec::new();
             chunk.deleted = Vec::new();
             chunk.deleted_rows = 0;
-            chunk.view = None;
+            chunk.unfiltered = 0;
             if self.tail != Some(id) {
                 self.free.push(id);
             }
             return Ok(None);
         }
         chunk.merge(&self.schema)?;
-        let kept = filter(&chunk.batch, &chunk.deleted)?;
-        let from = (0..chunk.deleted.len() as u32)
-            .filter(|&r| !chunk.deleted[r as usize])
-            .collect();
-        chunk.batch = kept.clone();
+        chunk.filter()?;
+        let kept = chunk.batch.clone();
+        let from = match std::mem::take(&mut chunk.positions) {
+            positions if positions.is_empty() => (0..kept.num_rows() as u32).collect(),
+            positions => positions,
+        };
         chunk.rows = kept.num_rows();
         chunk.deleted = Vec::new();
         chunk.deleted_rows = 0;
-        chunk.view = None;
         Ok(Some(Moved {
             chunk: id,
             batch: kept,
@@ -232,19 +271,13 @@ impl Chunks {
         }))
     }
 
-    /// The rows as batches: shared with the chunks, filtered where rows were deleted.
+    /// The rows as batches, shared with the chunks (whose deleted rows are dropped first).
     pub fn scan(&mut self) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::with_capacity(self.chunks.len());
         for chunk in self.chunks.iter_mut().filter(|c| c.live() > 0) {
             chunk.merge(&self.schema)?;
-            if chunk.deleted_rows == 0 {
-                out.push(chunk.batch.clone());
-                continue;
-            }
-            if chunk.view.is_none() {
-                chunk.view = Some(filter(&chunk.batch, &chunk.deleted)?);
-            }
-            out.extend(chunk.view.clone());
+            chunk.filter()?;
+            out.push(chunk.batch.clone());
         }
         Ok(out)
     }
@@ -262,14 +295,8 @@ impl Chunks {
                 .map_err(|e| arrow_error("relabel rows", e))
             };
             chunk.batch = relabel(&chunk.batch)?;
-            chunk.view = None;
         }
         self.schema = schema;
         Ok(())
     }
-}
-
-fn filter(batch: &RecordBatch, deleted: &[bool]) -> Result<RecordBatch> {
-    let keep: BooleanArray = deleted.iter().map(|d| Some(!d)).collect();
-    arrow::compute::filter_record_batch(batch, &keep).map_err(|e| arrow_error("filter rows", e))
 }
