@@ -105,9 +105,9 @@ pub struct EngineConfig {
     pub max_state_rows: Option<u64>,
     /// The most client connections at once; the next one is refused with 53300.
     pub max_connections: usize,
-    /// Bytes of memory the server is held to (`None`: no limit). Views' operator state gets
-    /// [`STATE_SHARE_OF_MEMORY`] of it; past that, arrangements spill their coldest keys to
-    /// disk (ADR 0012).
+    /// Bytes of memory the server is held to (`None`: no limit). Views' operator state and
+    /// the index of their contents get [`STATE_SHARE_OF_MEMORY`] of it; past that,
+    /// arrangements spill their coldest keys to disk (ADR 0012).
     pub memory_limit: Option<u64>,
 }
 
@@ -244,7 +244,8 @@ pub struct Engine {
     workers: eddy_dataflow::Workers,
     max_state_rows: Option<u64>,
     max_connections: usize,
-    /// The budget of views' operator state, when the server has a memory limit.
+    /// The budget of views' operator state (and their contents' index), when the server has a
+    /// memory limit.
     memory: Option<Arc<eddy_dataflow::spill::MemoryBudget>>,
     /// Views read from the catalog at start-up, planned again by [`Engine::restore_views`].
     stored_views: std::sync::Mutex<Vec<ViewDef>>,
@@ -340,6 +341,16 @@ impl Engine {
             tables.insert(table.def.qualified(), table);
         }
         let checkpoints = Arc::new(checkpoint::Checkpointer::start(dir, Arc::clone(&meta))?);
+        let memory = match config.memory_limit {
+            Some(limit) => Some(eddy_dataflow::spill::MemoryBudget::new(
+                (limit as f64 * STATE_SHARE_OF_MEMORY) as usize,
+                &dir.join(SPILL_DIR),
+            )?),
+            None => {
+                eddy_dataflow::spill::empty_spill_dir(&dir.join(SPILL_DIR))?;
+                None
+            }
+        };
         let (marks, mark_requests) =
             tokio::sync::mpsc::channel(eddy_common::limits::WATERMARK_MARKS_IN_FLIGHT_MAX);
         let runtime = ViewRuntime::start(
@@ -352,6 +363,7 @@ impl Engine {
             Arc::clone(&config.clock),
             config.barrier_interval,
             Some(dir.clone()),
+            memory.clone(),
         )?;
         runtime.seed_clocks(clocks)?;
         Ok(Arc::new(Engine {
@@ -368,16 +380,7 @@ impl Engine {
             workers: eddy_dataflow::Workers::new(config.workers)?,
             max_state_rows: config.max_state_rows,
             max_connections: config.max_connections,
-            memory: match config.memory_limit {
-                Some(limit) => Some(eddy_dataflow::spill::MemoryBudget::new(
-                    (limit as f64 * STATE_SHARE_OF_MEMORY) as usize,
-                    &dir.join(SPILL_DIR),
-                )?),
-                None => {
-                    eddy_dataflow::spill::empty_spill_dir(&dir.join(SPILL_DIR))?;
-                    None
-                }
-            },
+            memory,
             stored_views: std::sync::Mutex::new(view_defs),
             stored_sinks: std::sync::Mutex::new(sink_defs),
             sinks: RwLock::new(BTreeMap::new()),

@@ -19,6 +19,7 @@ use eddy_common::{ChangeBatch, Error, Result, SqlState};
 use eddy_connectors::RowKind;
 
 use eddy_dataflow::arrangement::{Arrangement, NEVER};
+use eddy_dataflow::spill::MemoryBudget;
 
 use crate::catalog::TableDef;
 use crate::table_chunks::{Chunks, Loc, Moved};
@@ -36,6 +37,8 @@ pub struct TableData {
     version: u64,
     /// The contents as batches, built on demand and dropped on every change.
     snapshot: Option<Arc<Vec<RecordBatch>>>,
+    /// A view's contents: the memory budget its index of rows spills past (ADR 0012).
+    spill: Option<Arc<MemoryBudget>>,
 }
 
 enum Rows {
@@ -78,6 +81,7 @@ impl TableData {
             rows,
             version: next_version(),
             snapshot: None,
+            spill: None,
         })
     }
 
@@ -94,18 +98,21 @@ impl TableData {
             rows: Rows::Log(log),
             version: next_version(),
             snapshot: None,
+            spill: None,
         })
     }
 
     /// The contents of a materialized view: its output batches as they come while it only
     /// inserts (no row encoding, no hashing: a pass-through or filter view costs a copy of
-    /// pointers), a multiset of rows from its first retraction on.
-    pub fn for_view(schema: SchemaRef) -> Self {
+    /// pointers), a multiset of rows from its first retraction on, whose index of rows spills
+    /// past its share of `spill` (the server's memory budget, when it has one).
+    pub fn for_view(schema: SchemaRef, spill: Option<&Arc<MemoryBudget>>) -> Self {
         TableData {
             schema,
             rows: Rows::AppendOnly(Vec::new()),
             version: next_version(),
             snapshot: None,
+            spill: spill.cloned(),
         }
     }
 
@@ -119,7 +126,12 @@ impl TableData {
         {
             self.make_multiset()?;
         }
-        self.check(changes).map_err(|e| {
+        let checked = match &mut self.rows {
+            // Its index may have spilled: the rows retracted are brought back first.
+            Rows::Multiset(m) => m.check_prepared(changes),
+            _ => self.check(changes),
+        };
+        checked.map_err(|e| {
             Error::internal(format!(
                 "a view's dataflow retracted a row the view does not hold ({})",
                 e.message
@@ -160,6 +172,9 @@ impl TableData {
             return Ok(());
         };
         let mut multiset = Multiset::new(&self.schema, None)?;
+        if let Some(budget) = &self.spill {
+            multiset.index.spill_to(budget);
+        }
         let inserts: Vec<ChangeBatch> = batches.iter().cloned().map(ChangeBatch::inserts).collect();
         multiset.apply(&inserts)?;
         self.rows = Rows::Multiset(Box::new(multiset));
@@ -487,6 +502,7 @@ impl TableData {
             rows: self.rows,
             version: next_version(),
             snapshot: None,
+            spill: self.spill,
         })
     }
 
@@ -502,6 +518,7 @@ impl TableData {
             rows,
             version: next_version(),
             snapshot: self.snapshot.clone(),
+            spill: None,
         })
     }
 }

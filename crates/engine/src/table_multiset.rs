@@ -144,8 +144,18 @@ impl Multiset {
         Ok((encoded, out))
     }
 
+    /// Checks `changes` against what is held. Not for an index that spills (a view's
+    /// contents): [`Multiset::check_prepared`] brings the rows it probes back first.
     pub(super) fn check(&self, changes: &[ChangeBatch]) -> Result<()> {
         let (encoded, net) = self.net(changes)?;
+        self.check_net(changes, &encoded, &net)
+    }
+
+    /// [`Multiset::check`] of an index that may have spilled.
+    pub(super) fn check_prepared(&mut self, changes: &[ChangeBatch]) -> Result<()> {
+        let (encoded, net) = self.net(changes)?;
+        // The rows stay in memory for the apply that follows (its settle may spill them).
+        self.prepare(&encoded, &net)?;
         self.check_net(changes, &encoded, &net)
     }
 
@@ -157,8 +167,21 @@ impl Multiset {
         on_check: impl FnOnce(Error) -> Error,
     ) -> Result<()> {
         let (encoded, net) = self.net(changes)?;
+        self.prepare(&encoded, &net)?;
         self.check_net(changes, &encoded, &net).map_err(on_check)?;
-        self.apply_net(&encoded, &net)
+        self.apply_net(&encoded, &net)?;
+        self.index.settle()
+    }
+
+    /// Brings back from disk the index keys that checking and applying `net` probe (when the
+    /// index spills): the retracted rows', and on a keyed table the inserted rows' keys.
+    fn prepare(&mut self, encoded: &[Encoded], net: &[NetChange]) -> Result<()> {
+        let keyed = self.primary_key.is_some();
+        let keys = net
+            .iter()
+            .filter(|c| c.diff < 0 || keyed)
+            .map(|c| c.key(encoded).unwrap_or(c.row(encoded)));
+        self.index.prepare(keys)
     }
 
     fn check_net(
@@ -200,7 +223,9 @@ impl Multiset {
 
     pub(super) fn apply(&mut self, changes: &[ChangeBatch]) -> Result<()> {
         let (encoded, net) = self.net(changes)?;
-        self.apply_net(&encoded, &net)
+        self.prepare(&encoded, &net)?;
+        self.apply_net(&encoded, &net)?;
+        self.index.settle()
     }
 
     fn apply_net(&mut self, encoded: &[Encoded], net: &[NetChange]) -> Result<()> {

@@ -179,7 +179,7 @@ impl RuntimeState {
             .partition(|s| s.view == id);
         self.parked_sinks = parked;
         self.sinks.extend(back);
-        let contents = TableData::for_view(Arc::clone(&view.schema));
+        let contents = TableData::for_view(Arc::clone(&view.schema), self.memory.as_ref());
         self.views.push(Entry {
             view,
             lane,
@@ -305,7 +305,7 @@ impl RuntimeState {
             checkpoint: saved_in,
         } = state;
         // The contents of the last whole save, then the changes saved since, in order.
-        let mut data = TableData::for_view(Arc::clone(&view.schema));
+        let mut data = TableData::for_view(Arc::clone(&view.schema), self.memory.as_ref());
         let (mut whole_rows, mut since) = (0, 0);
         let mut inserts = Vec::new();
         for batch in contents.into_iter().filter(|b| b.num_rows() > 0) {

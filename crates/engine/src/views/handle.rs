@@ -25,13 +25,15 @@ impl ViewRuntime {
     /// Idle decisions about tables' watermarks go to `marks` (table, watermark): the engine
     /// records each in the table's log and sends it back as [`ViewRuntime::watermark`] (`None`:
     /// applied at once, for tests without a log). A view's changes past its budget in memory
-    /// are spilled to `spill_dir` (`None`: the runtime waits for the view instead).
+    /// are spilled to `spill_dir` (`None`: the runtime waits for the view instead). Views'
+    /// contents keep their index of rows within `memory` (the server's budget, if any).
     pub fn start(
         checkpoints: Option<Checkpoints>,
         marks: Option<tokio::sync::mpsc::Sender<(ObjectId, i64)>>,
         clock: Arc<dyn eddy_common::time::Clock>,
         barrier_interval: Duration,
         spill_dir: Option<std::path::PathBuf>,
+        memory: Option<Arc<eddy_dataflow::spill::MemoryBudget>>,
     ) -> Result<ViewRuntime> {
         // Room for the budgeted changes, and as much again for requests (DDL, FLUSH, ...).
         let (tx, rx) = mpsc::sync_channel(2 * limits::RUNTIME_QUEUE_CAPACITY);
@@ -67,6 +69,7 @@ impl ViewRuntime {
             clock,
             barrier_interval,
             spill_dir,
+            memory,
             pending_checkpoints: Default::default(),
             waker: queue.clone(),
         };
@@ -427,6 +430,7 @@ mod tests {
             None,
             eddy_common::time::system_clock(),
             BARRIER_INTERVAL,
+            None,
             None,
         )
         .unwrap()

@@ -511,6 +511,8 @@ struct RuntimeState {
     barrier_interval: Duration,
     /// Where lanes spill changes past their budget (`None`: they hold the runtime instead).
     spill_dir: Option<std::path::PathBuf>,
+    /// The server's memory budget, which views' contents spill their index of rows past.
+    memory: Option<Arc<eddy_dataflow::spill::MemoryBudget>>,
     /// Checkpoints whose views are still saving their state (or catching up to its epoch),
     /// oldest first; each is handed to the writer once complete.
     pending_checkpoints: std::collections::VecDeque<checkpointing::Pending>,
