@@ -54,6 +54,17 @@ async fn spilled_rows(server: &EddyProcess) -> u64 {
     rows[0][0].as_deref().unwrap_or("0").parse().unwrap()
 }
 
+/// Files of views' contents' chunks on disk.
+fn contents_files(server: &EddyProcess) -> usize {
+    let dir = server.data_dir.join("spill-files");
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .count()
+}
+
 /// A batch of orders `from..to`: customers by a stride, amounts with cents, notes of ~100
 /// characters with some outside ASCII, some NULL.
 fn orders(from: u32, to: u32) -> String {
@@ -123,7 +134,7 @@ async fn start(orders_count: u32) -> EddyProcess {
 
 #[tokio::test]
 async fn joins_past_the_memory_limit_spill_and_stay_exact_through_restarts_and_a_crash() {
-    let mut server = start(4000).await;
+    let mut server = start(9000).await;
     let client = server.connect().await.unwrap();
     check_views(&server, "after backfill").await;
     assert!(spilled_rows(&server).await > 0, "nothing spilled");
@@ -138,8 +149,13 @@ async fn joins_past_the_memory_limit_spill_and_stay_exact_through_restarts_and_a
         )
         .await
         .unwrap();
-    client.batch_execute(&orders(4000, 6000)).await.unwrap();
+    client.batch_execute(&orders(9000, 11000)).await.unwrap();
     check_views(&server, "after changes").await;
+    // The views' contents (past a chunk of rows, with retractions) spill their chunks too.
+    assert!(
+        contents_files(&server) > 0,
+        "no chunk of a view's contents spilled"
+    );
 
     // A checkpoint of spilled state, then a clean restart from it.
     client.batch_execute("CHECKPOINT").await.unwrap();
@@ -157,7 +173,7 @@ async fn joins_past_the_memory_limit_spill_and_stay_exact_through_restarts_and_a
             .await
             .unwrap();
         client
-            .batch_execute(&orders(6000 + round * 300, 6300 + round * 300))
+            .batch_execute(&orders(11000 + round * 300, 11300 + round * 300))
             .await
             .unwrap();
     }

@@ -66,9 +66,9 @@ impl MemoryBudget {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Records that an arrangement holds `now` bytes where it reported `before`; returns the
-    /// budget's total.
-    pub(crate) fn report(&self, before: usize, now: usize) -> usize {
+    /// Records that an arrangement (or another holder of state in the budget, such as a view's
+    /// contents) holds `now` bytes where it reported `before`; returns the budget's total.
+    pub fn report(&self, before: usize, now: usize) -> usize {
         if now >= before {
             self.used.fetch_add(now - before, Ordering::Relaxed) + (now - before)
         } else {
@@ -80,6 +80,12 @@ impl MemoryBudget {
         self.spills.fetch_add(added as u64, Ordering::Relaxed);
         self.spilled.fetch_add(added, Ordering::Relaxed);
         self.spilled.fetch_sub(removed, Ordering::Relaxed);
+    }
+
+    /// A directory for state spilled as files (a view's contents' chunks), beside the store;
+    /// emptied at start like it.
+    pub fn files_dir(&self) -> PathBuf {
+        files_dir(&self.dir)
     }
 
     pub(crate) fn store(&self) -> Result<Arc<Store>> {
@@ -96,12 +102,23 @@ impl MemoryBudget {
     }
 }
 
-/// Removes what a previous run spilled under `dir` (spilled state never outlives its server).
+/// Removes what a previous run spilled under `dir` and as files beside it (spilled state never
+/// outlives its server).
 pub fn empty_spill_dir(dir: &Path) -> Result<()> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|e| Error::io("emptying the spill directory", e))?;
+    for dir in [dir.to_path_buf(), files_dir(dir)] {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| Error::io("emptying the spill directory", e))?;
+        }
     }
     Ok(())
+}
+
+/// The directory of spilled files beside the store's directory `dir`.
+fn files_dir(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push("-files");
+    dir.with_file_name(name)
 }
 
 /// The spill store: one keyspace of (arrangement prefix, key) → rows, and one of (arrangement

@@ -443,7 +443,9 @@ impl StatementViews {
             }
         };
         match snapshots.get(&id) {
-            Some(rows) => rows.clone(),
+            // Rows of the view on disk are read now, by this statement.
+            Some(Ok(rows)) => rows.batches(),
+            Some(Err(e)) => Err(e.clone()),
             // The runtime has not published since the view was added (it is busy: a backfill,
             // a restore, a view it waits for): no contents to read yet, which is not "empty".
             None => Err(Error::new(

@@ -22,7 +22,7 @@ use eddy_dataflow::arrangement::{Arrangement, NEVER};
 use eddy_dataflow::spill::MemoryBudget;
 
 use crate::catalog::TableDef;
-use crate::table_chunks::{Chunks, Loc, Moved};
+use crate::table_chunks::{Chunks, Loc, Moved, ViewRows};
 use crate::table_log::{LogRows, LogScan};
 
 #[path = "table_multiset.rs"]
@@ -174,6 +174,7 @@ impl TableData {
         let mut multiset = Multiset::new(&self.schema, None)?;
         if let Some(budget) = &self.spill {
             multiset.index.spill_to(budget);
+            multiset.chunks.spill_to(budget);
         }
         let inserts: Vec<ChangeBatch> = batches.iter().cloned().map(ChangeBatch::inserts).collect();
         multiset.apply(&inserts)?;
@@ -221,11 +222,27 @@ impl TableData {
             Rows::AppendOnly(batches) => batches.clone(),
             // Not cached: the rows are not to be held.
             Rows::Log(l) => return Ok(Arc::new(l.scan()?.collect()?)),
+            Rows::Multiset(m) if m.chunks.spilled() => return Ok(Arc::new(m.chunks.scan()?)),
             Rows::Multiset(m) => m.chunks.scan()?,
         };
         let snapshot = Arc::new(batches);
         self.snapshot = Some(Arc::clone(&snapshot));
         Ok(snapshot)
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// A view's contents as published for queries: its rows, or where some are on disk, what
+    /// a query reads them from (not read now).
+    pub fn view_rows(&mut self) -> Result<Arc<ViewRows>> {
+        if let Rows::Multiset(m) = &mut self.rows
+            && m.chunks.spilled()
+        {
+            return Ok(Arc::new(m.chunks.pieces()?));
+        }
+        Ok(Arc::new(ViewRows::Rows(self.snapshot()?)))
     }
 
     /// The rows of a keyed table whose primary key is `key` (one array per key column, of

@@ -7,6 +7,10 @@
 //! kept twice): a chunk remembers which of its rows' positions each row it holds is, so the
 //! positions (and the caller's index) stay. A chunk more than half deleted is rewritten
 //! without its deleted rows; its survivors move, and the caller re-points its index at them.
+//!
+//! A view's contents keep their chunks within the server's memory budget: past their share,
+//! the coldest sealed chunks are written to files and read back when scanned
+//! ([`Chunks::spill_to`], `table_chunks_spill.rs`).
 
 use std::sync::Arc;
 
@@ -62,6 +66,10 @@ struct Chunk {
     deleted_rows: usize,
     /// Deleted rows still in `batch`.
     unfiltered: usize,
+    /// On disk: the file that holds `batch` (then empty in memory), as it was when written.
+    file: Option<Arc<spill::SpilledFile>>,
+    /// The [`Chunks::tick`] of its last change, for choosing which chunks to spill.
+    touched: u64,
 }
 
 impl Chunk {
@@ -80,6 +88,15 @@ impl Chunk {
         Ok(())
     }
 
+    /// Rows held in `batch` (or in its file), deleted ones included.
+    fn positions_held(&self) -> usize {
+        if self.positions.is_empty() {
+            self.rows
+        } else {
+            self.positions.len()
+        }
+    }
+
     /// The position of each row of `batch` (after [`Chunk::merge`]).
     fn position(&self, i: usize) -> u32 {
         match self.positions.get(i) {
@@ -88,24 +105,31 @@ impl Chunk {
         }
     }
 
-    /// Drops the deleted rows from `batch` (after [`Chunk::merge`]).
+    /// Drops the deleted rows from `batch` (after [`Chunk::merge`]; in memory).
     fn filter(&mut self) -> Result<()> {
         if self.unfiltered == 0 {
             return Ok(());
         }
         let held = self.batch.num_rows();
-        let keep: BooleanArray = (0..held)
-            .map(|i| Some(!self.deleted[self.position(i) as usize]))
-            .collect();
         let positions = (0..held)
             .map(|i| self.position(i))
             .filter(|p| !self.deleted[*p as usize])
             .collect();
-        self.batch = arrow::compute::filter_record_batch(&self.batch, &keep)
-            .map_err(|e| arrow_error("filter rows", e))?;
+        self.batch = self.without_deleted(&self.batch)?;
         self.positions = positions;
         self.unfiltered = 0;
         Ok(())
+    }
+
+    /// `batch` (the chunk's rows, in memory or read back) without the rows deleted since.
+    fn without_deleted(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        if self.unfiltered == 0 {
+            return Ok(batch.clone());
+        }
+        let keep: BooleanArray = (0..batch.num_rows())
+            .map(|i| Some(!self.deleted[self.position(i) as usize]))
+            .collect();
+        arrow::compute::filter_record_batch(batch, &keep).map_err(|e| arrow_error("filter rows", e))
     }
 }
 
@@ -125,7 +149,15 @@ pub struct Chunks {
     /// The chunk appends go to.
     tail: Option<u32>,
     live: usize,
+    /// Where chunks past the memory budget go (a view's contents only).
+    spill: spill::SpillSlot,
+    /// Counts changes, to date each chunk's last one.
+    tick: u64,
 }
+
+#[path = "table_chunks_spill.rs"]
+mod spill;
+pub use spill::ViewRows;
 
 fn arrow_error(context: &str, err: arrow::error::ArrowError) -> Error {
     Error::internal(format!("{context}: {err}"))
@@ -139,6 +171,8 @@ impl Chunks {
             free: Vec::new(),
             tail: None,
             live: 0,
+            spill: spill::SpillSlot::default(),
+            tick: 0,
         }
     }
 
@@ -175,6 +209,7 @@ impl Chunks {
             if !chunk.positions.is_empty() {
                 chunk.positions.extend(start as u32..(start + n) as u32);
             }
+            chunk.touched = self.tick;
             placed.extend((start..start + n).map(|row| Loc {
                 chunk: tail,
                 row: row as u32,
@@ -194,6 +229,8 @@ impl Chunks {
             deleted: Vec::new(),
             deleted_rows: 0,
             unfiltered: 0,
+            file: None,
+            touched: self.tick,
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -229,6 +266,7 @@ impl Chunks {
         *flag = true;
         chunk.deleted_rows += 1;
         chunk.unfiltered += 1;
+        chunk.touched = self.tick;
         self.live -= 1;
         let rewrite = chunk.deleted_rows * 2 > chunk.rows;
         Ok(rewrite.then_some(loc.chunk))
@@ -237,10 +275,15 @@ impl Chunks {
     /// Rewrites `chunk` without its deleted rows. An emptied chunk is freed; otherwise the
     /// survivors are returned with their old rows, for the caller's index.
     pub fn rewrite(&mut self, id: u32) -> Result<Option<Moved>> {
-        let chunk = &mut self.chunks[id as usize];
-        if chunk.deleted_rows == 0 {
+        if self.chunks[id as usize].deleted_rows == 0 {
             return Ok(None);
         }
+        if self.chunks[id as usize].live() == 0 {
+            self.forget_file(id);
+        } else {
+            self.load(id)?;
+        }
+        let chunk = &mut self.chunks[id as usize];
         if chunk.live() == 0 {
             chunk.batch = RecordBatch::new_empty(Arc::clone(&self.schema));
             chunk.appended.clear();
@@ -271,10 +314,15 @@ impl Chunks {
         }))
     }
 
-    /// The rows as batches, shared with the chunks (whose deleted rows are dropped first).
+    /// The rows as batches, shared with the chunks in memory (whose deleted rows are dropped
+    /// first); chunks on disk are read back for the scan (and stay on disk).
     pub fn scan(&mut self) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::with_capacity(self.chunks.len());
         for chunk in self.chunks.iter_mut().filter(|c| c.live() > 0) {
+            if let Some(file) = &chunk.file {
+                out.push(chunk.without_deleted(&file.read(&self.schema)?)?);
+                continue;
+            }
             chunk.merge(&self.schema)?;
             chunk.filter()?;
             out.push(chunk.batch.clone());
@@ -284,6 +332,9 @@ impl Chunks {
 
     /// The same rows under a schema that differs only in names or nullability.
     pub fn relabel(&mut self, schema: SchemaRef) -> Result<()> {
+        for id in 0..self.chunks.len() as u32 {
+            self.load(id)?;
+        }
         for chunk in &mut self.chunks {
             chunk.merge(&self.schema)?;
             let relabel = |b: &RecordBatch| {

@@ -170,7 +170,14 @@ impl Multiset {
         self.prepare(&encoded, &net)?;
         self.check_net(changes, &encoded, &net).map_err(on_check)?;
         self.apply_net(&encoded, &net)?;
-        self.index.settle()
+        self.settle()
+    }
+
+    /// Ends a write: the index and the chunks within their share of the memory budget, when
+    /// they spill (a view's contents).
+    fn settle(&mut self) -> Result<()> {
+        self.index.settle()?;
+        self.chunks.settle()
     }
 
     /// Brings back from disk the index keys that checking and applying `net` probe (when the
@@ -225,7 +232,7 @@ impl Multiset {
         let (encoded, net) = self.net(changes)?;
         self.prepare(&encoded, &net)?;
         self.apply_net(&encoded, &net)?;
-        self.index.settle()
+        self.settle()
     }
 
     fn apply_net(&mut self, encoded: &[Encoded], net: &[NetChange]) -> Result<()> {

@@ -212,6 +212,20 @@ pub(super) fn write_file(path: &Path, batches: &[RecordBatch]) -> Result<(u64, u
     Ok(written)
 }
 
+/// Writes a view's contents `rows` (of `schema`) as one Arrow IPC file at `path`, the rows on
+/// disk read back one chunk at a time, and syncs it; returns its size and CRC32.
+pub(super) fn write_rows(
+    path: &Path,
+    schema: &SchemaRef,
+    rows: &crate::table_chunks::ViewRows,
+) -> Result<(u64, u32)> {
+    let mut out = FileOut::create(path, schema)?;
+    rows.for_each(|batch| out.write(&batch))?;
+    let written = out.finish()?;
+    sync(path)?;
+    Ok(written)
+}
+
 /// Syncs the file or directory at `path` to disk.
 pub(super) fn sync(path: &Path) -> Result<()> {
     std::fs::File::open(path)

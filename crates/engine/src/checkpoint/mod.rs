@@ -40,6 +40,8 @@ const FORMAT: u32 = 2;
 
 pub use files::{PartReader, StagedFile, Staging};
 
+use crate::table_chunks::ViewRows;
+
 /// One view's state at a checkpoint.
 pub struct ViewState {
     pub id: ObjectId,
@@ -50,11 +52,24 @@ pub struct ViewState {
     /// the dataflow.
     pub parts: Vec<StagedFile>,
     /// The view's contents.
-    pub contents: Vec<RecordBatch>,
+    pub contents: SavedContents,
     /// Per (table or source, partition): log records (or source offset) the view has committed.
     pub committed: Vec<(ObjectId, u32, u64)>,
     /// The watermark of each stream the view reads, as the view has seen it.
     pub watermarks: Vec<(ObjectId, i64)>,
+}
+
+/// A view's contents in a checkpoint.
+pub enum SavedContents {
+    /// All of them, as published at the checkpoint's epoch: the writer reads the rows on disk
+    /// back one chunk at a time as it writes them.
+    Whole {
+        schema: arrow::datatypes::SchemaRef,
+        rows: Arc<ViewRows>,
+    },
+    /// The view's output since its last save, as one batch of changes
+    /// ([`eddy_dataflow::checkpoint::saved_changes`]).
+    Changes(RecordBatch),
 }
 
 /// A stream's watermark as tracked by the runtime (per partition).
@@ -348,28 +363,21 @@ fn write_files(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> Result<C
                 crc32: staged.crc32,
             });
         }
-        // The contents, in one file per schema (a whole save, then changes, may differ).
-        let mut contents: Vec<Vec<RecordBatch>> = Vec::new();
-        for batch in view.contents {
-            match contents
-                .iter_mut()
-                .find(|b| b[0].schema() == batch.schema())
-            {
-                Some(batches) => batches.push(batch),
-                None => contents.push(vec![batch]),
+        // The contents: whole (a file of their own, read as they are written), or the changes
+        // since the base (after the contents' files there, unless none).
+        let file = format!("v{}-0.arrow", view.id.0);
+        let written = match view.contents {
+            SavedContents::Whole { schema, rows } => {
+                Some(files::write_rows(&target.join(&file), &schema, &rows)?)
             }
-        }
-        for (n, batches) in contents.into_iter().enumerate() {
-            if batches.iter().all(eddy_dataflow::checkpoint::is_changes) {
-                if !files.iter().any(|f| f.part == CONTENTS) {
-                    files.extend(prior.iter().filter(|f| f.part == CONTENTS).cloned());
-                }
-                if batches.iter().all(|b| b.num_rows() == 0) {
-                    continue;
-                }
+            SavedContents::Changes(batch) => {
+                files.extend(prior.iter().filter(|f| f.part == CONTENTS).cloned());
+                (batch.num_rows() > 0)
+                    .then(|| files::write_file(&target.join(&file), &[batch]))
+                    .transpose()?
             }
-            let file = format!("v{}-{n}.arrow", view.id.0);
-            let (bytes, crc32) = files::write_file(&target.join(&file), &batches)?;
+        };
+        if let Some((bytes, crc32)) = written {
             total += bytes;
             files.push(FileEntry {
                 part: CONTENTS.to_owned(),

@@ -8,6 +8,7 @@
 //! ([`RuntimeState::complete_checkpoints`]), all at one epoch, so recovery is unchanged.
 
 use super::*;
+use crate::checkpoint::SavedContents;
 use eddy_dataflow::arrangement::SaveMode;
 
 /// Rows of output a view notes besides half of the contents of its last whole save, before it
@@ -79,7 +80,7 @@ struct PendingView {
 }
 
 /// A view's contents, and the offsets (object, partition, next) it has committed.
-type AtEpoch = (Vec<RecordBatch>, Vec<(ObjectId, u32, u64)>);
+type AtEpoch = (SavedContents, Vec<(ObjectId, u32, u64)>);
 
 enum Saving {
     Asked(lane::Answer<lane::Saved>),
@@ -124,14 +125,17 @@ fn at_epoch(entry: &mut Entry, changes: bool) -> Result<AtEpoch> {
     let since = &mut entry.output_since;
     let contents = if changes && since.on {
         let batches = std::mem::take(&mut since.batches);
-        vec![eddy_dataflow::checkpoint::saved_changes(
+        SavedContents::Changes(eddy_dataflow::checkpoint::saved_changes(
             &entry.view.schema,
             &batches,
-        )?]
+        )?)
     } else {
-        let contents = entry.contents.snapshot()?.as_ref().clone();
-        since.restart(contents.iter().map(RecordBatch::num_rows).sum(), 0);
-        contents
+        // Rows on disk are read back by the writer as it writes them.
+        since.restart(entry.contents.row_count(), 0);
+        SavedContents::Whole {
+            schema: Arc::clone(entry.contents.schema()),
+            rows: entry.contents.view_rows()?,
+        }
     };
     let committed = entry
         .committed

@@ -398,7 +398,7 @@ impl RuntimeState {
         let mut map = HashMap::with_capacity(self.views.len());
         // A view being created has no contents to read yet (not "empty").
         for entry in self.views.iter_mut().filter(|e| e.created.is_none()) {
-            let snapshot = entry.contents.snapshot();
+            let snapshot = entry.contents.view_rows();
             if let Err(e) = &snapshot {
                 tracing::error!(view = %entry.view.def.name, error = %e, "building a view snapshot failed");
             }

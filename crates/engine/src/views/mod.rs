@@ -67,7 +67,7 @@ pub struct QueueBudget(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 pub type ReaderRoom = tokio::sync::OwnedSemaphorePermit;
 
 /// Published contents of every view, all as of one epoch (or why a view's could not be built).
-pub type Snapshots = Arc<HashMap<ObjectId, Result<Arc<Vec<RecordBatch>>>>>;
+pub type Snapshots = Arc<HashMap<ObjectId, Result<Arc<crate::table_chunks::ViewRows>>>>;
 
 /// What readers see: the last snapshots built, and whether an epoch has changed some view
 /// since (then a reader asks the runtime to build them again).
