@@ -382,7 +382,7 @@ impl Engine {
             event_time,
             sources,
             crate::views::Restoring {
-                contents: state.contents,
+                contents: state.contents(),
                 committed,
                 checkpoint: (!reshard).then_some(state.base),
             },

@@ -177,7 +177,8 @@ pub struct RestoredView {
     pub base: u64,
     /// Each operator part's files (checked against their CRCs), in the order they load.
     files: Vec<(String, PathBuf)>,
-    pub contents: Vec<RecordBatch>,
+    /// The contents' files (checked), in the order they apply.
+    contents: Vec<(String, PathBuf)>,
     pub committed: Vec<(ObjectId, u32, u64)>,
     pub watermarks: Vec<(ObjectId, i64)>,
 }
@@ -186,6 +187,12 @@ impl RestoredView {
     /// The operators' state, read from its files as it is taken (one batch at a time).
     pub fn parts(&mut self) -> PartReader {
         PartReader::new(std::mem::take(&mut self.files))
+    }
+
+    /// The contents (the last whole save, then the changes since), read from their files as
+    /// they are taken.
+    pub fn contents(&mut self) -> PartReader {
+        PartReader::new(std::mem::take(&mut self.contents))
     }
 }
 
@@ -622,11 +629,7 @@ pub fn load_latest(data_dir: &Path, meta: &MetaStore) -> Result<Option<Restored>
                 )));
             }
             if file.part == CONTENTS {
-                for batch in files::open(&path)? {
-                    contents.push(batch.map_err(|e| {
-                        corrupted(format!("checkpoint file {}: {e}", path.display()))
-                    })?);
-                }
+                contents.push((file.part.clone(), path));
             } else {
                 parts.push((file.part.clone(), path));
             }

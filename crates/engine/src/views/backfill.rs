@@ -304,24 +304,26 @@ impl RuntimeState {
             committed,
             checkpoint: saved_in,
         } = state;
-        // The contents of the last whole save, then the changes saved since, in order.
+        // The contents of the last whole save, then the changes saved since, in order, read
+        // and applied a batch at a time. Under a memory limit they are a multiset from the
+        // start, which keeps its rows within the budget as they come.
         let mut data = TableData::for_view(Arc::clone(&view.schema), self.memory.as_ref());
+        if self.memory.is_some() {
+            data.make_multiset()?;
+        }
         let (mut whole_rows, mut since) = (0, 0);
-        let mut inserts = Vec::new();
-        for batch in contents.into_iter().filter(|b| b.num_rows() > 0) {
-            if !eddy_dataflow::checkpoint::is_changes(&batch) {
-                whole_rows += batch.num_rows();
-                inserts.push(ChangeBatch::inserts(batch));
+        for batch in contents {
+            let (_, batch) = batch?;
+            if batch.num_rows() == 0 {
                 continue;
             }
-            if !inserts.is_empty() {
-                data.apply(&std::mem::take(&mut inserts))?;
+            if !eddy_dataflow::checkpoint::is_changes(&batch) {
+                whole_rows += batch.num_rows();
+                data.apply(&[ChangeBatch::inserts(batch)])?;
+                continue;
             }
             since += batch.num_rows();
             data.apply_view_output(&[eddy_dataflow::checkpoint::changes_of(&batch)?])?;
-        }
-        if !inserts.is_empty() {
-            data.apply(&inserts)?;
         }
         let mut output_since = checkpointing::OutputSince::default();
         if saved_in.is_some() {

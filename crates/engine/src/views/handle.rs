@@ -328,7 +328,7 @@ impl ViewRuntime {
             dataflow,
             event_time,
             sources,
-            state,
+            state: Box::new(state),
             reply,
         })?;
         Ok(done)

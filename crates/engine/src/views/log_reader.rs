@@ -134,7 +134,7 @@ impl Commits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::Int64Array;
+    use arrow::array::{Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
     use eddy_storage::log::{LogStore, Write, encode_changes};
 

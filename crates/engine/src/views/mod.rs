@@ -24,7 +24,6 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use eddy_common::limits;
 use eddy_common::panic::catch_panic;
@@ -394,14 +393,15 @@ enum Message {
         dataflow: eddy_dataflow::Dataflow,
         event_time: Arc<EventTime>,
         sources: Vec<ObjectId>,
-        state: Restoring,
+        state: Box<Restoring>,
         reply: oneshot::Sender<Result<()>>,
     },
 }
 
 /// A view's state read back from a checkpoint, besides its dataflow.
 pub struct Restoring {
-    pub contents: Vec<RecordBatch>,
+    /// The contents' batches (whole, then changes since), read as they are taken.
+    pub contents: crate::checkpoint::PartReader,
     /// Per (table or source, partition): what the view had committed.
     pub committed: HashMap<(ObjectId, u32), u64>,
     /// The checkpoint it was read from, when its operators hold their parts as saved then (not

@@ -285,7 +285,7 @@ impl RuntimeState {
                 state,
                 reply,
             } => {
-                let _ = reply.send(self.restore_view(view, dataflow, event_time, sources, state));
+                let _ = reply.send(self.restore_view(view, dataflow, event_time, sources, *state));
             }
             Message::Flush { reply } => {
                 // Failed views do not hold FLUSH (nor writers) back: the session reports them.
