@@ -166,9 +166,8 @@ impl TableData {
         })
     }
 
-    /// Turns batches of inserted rows into a multiset (a view's first retraction or repeat,
-    /// or a restore under a memory limit).
-    pub fn make_multiset(&mut self) -> Result<()> {
+    /// Turns batches of inserted rows into a multiset (a view's first retraction or repeat).
+    fn make_multiset(&mut self) -> Result<()> {
         let Rows::AppendOnly(batches) = &self.rows else {
             return Ok(());
         };

@@ -305,12 +305,9 @@ impl RuntimeState {
             checkpoint: saved_in,
         } = state;
         // The contents of the last whole save, then the changes saved since, in order, read
-        // and applied a batch at a time. Under a memory limit they are a multiset from the
-        // start, which keeps its rows within the budget as they come.
+        // and applied a batch at a time (as batches while they only insert: a view that never
+        // retracts stays cheap; the first retraction makes them a multiset within the budget).
         let mut data = TableData::for_view(Arc::clone(&view.schema), self.memory.as_ref());
-        if self.memory.is_some() {
-            data.make_multiset()?;
-        }
         let (mut whole_rows, mut since) = (0, 0);
         for batch in contents {
             let (_, batch) = batch?;
