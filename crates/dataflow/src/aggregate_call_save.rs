@@ -12,6 +12,7 @@ impl Call {
     ) -> Result<()> {
         let at = |g: &GroupId| *g as usize;
         let accumulates = self.accumulates();
+        let (function, retractable) = (&self.spec.function, self.retractable);
         match &mut self.state {
             CallState::Count(counts) => out.push((
                 format!("c{i}"),
@@ -91,7 +92,21 @@ impl Call {
                         .ok_or_else(|| Error::internal("a group without its aggregate state"))?
                     {
                         AggState::Retractable(acc) | AggState::InsertOnly(acc) => {
+                            // DataFusion's `state` consumes what the accumulator holds
+                            // (`string_agg`'s string, `count(DISTINCT ..)`'s set): the live
+                            // accumulator is made again from it, as a restore makes it.
                             let state = acc.state().map_err(eval_error)?;
+                            let mut again = if retractable {
+                                function.create_sliding_accumulator()
+                            } else {
+                                function.create_accumulator()
+                            }
+                            .map_err(eval_error)?;
+                            let arrays = (state.iter())
+                                .map(|v| v.to_array().map_err(eval_error))
+                                .collect::<Result<Vec<_>>>()?;
+                            again.merge_batch(&arrays).map_err(eval_error)?;
+                            *acc = again;
                             if k == 0 {
                                 scalars = vec![Vec::with_capacity(groups.len()); state.len()];
                             }

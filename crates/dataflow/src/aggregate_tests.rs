@@ -187,6 +187,7 @@ proptest! {
         let (workers, restored_on) = (crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap());
         let build = |workers: &crate::Workers| crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
         let mut op = build(&workers);
+        let mut checkpoints = crate::flow::TestCheckpoints::default();
         let mut rows: HashMap<(Option<i32>, Option<i32>), i64> = HashMap::new();
         let mut out = BTreeMap::new();
         for (epoch_index, epoch) in epochs.into_iter().enumerate() {
@@ -204,8 +205,11 @@ proptest! {
             push(&mut op, &mut out, pending);
             accumulate(&mut out, op.end_epoch(0).unwrap());
             prop_assert_eq!(&out, &oracle(grouped, &rows));
-            if epoch_index == restart_after {
-                crate::flow::restart(&mut op, || build(&restored_on));
+            // A checkpoint each epoch (after the first, of the changes since the last), and
+            // restarts from the chain of them.
+            checkpoints.save(&mut op);
+            if epoch_index == restart_after || epoch_index == restart_after + 2 {
+                checkpoints.restart(&mut op, || build(&restored_on));
             }
         }
     }

@@ -469,6 +469,7 @@ proptest! {
         let node = plan(append_only);
         let build = |workers: &crate::Workers| crate::build(&node, &Arc::new(crate::EventTime::new(&[])), workers).unwrap();
         let mut op = build(&workers);
+        let mut checkpoints = crate::flow::TestCheckpoints::default();
         let mut rows: BTreeMap<Row, i64> = BTreeMap::new();
         let mut out = Output::new();
         for (epoch_index, epoch) in epochs.into_iter().enumerate() {
@@ -500,8 +501,11 @@ proptest! {
             let want = oracle(&rows);
             let diff = differences(&out, &want);
             prop_assert!(diff.is_empty(), "after epoch {epoch_index}:\n{}", diff.join("\n"));
-            if epoch_index == restart_after {
-                crate::flow::restart(&mut op, || build(&restored_on));
+            // A checkpoint each epoch (after the first, of the changes since the last), and
+            // restarts from the chain of them.
+            checkpoints.save(&mut op);
+            if epoch_index == restart_after || epoch_index == restart_after + 2 {
+                checkpoints.restart(&mut op, || build(&restored_on));
             }
         }
     }
