@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{cast, concat};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -39,6 +39,9 @@ use crate::rows::{arrow_error, batch_of, eval_error, take_columns};
 use crate::{OperatorState, checkpoint};
 
 use crate::aggregate_call::{Call, GroupId, Kind, Runs};
+
+#[path = "aggregate_save.rs"]
+mod save;
 
 pub struct Aggregate {
     /// The latest mark of each stream (in-band watermarks).
@@ -76,6 +79,9 @@ pub struct Aggregate {
     evicted_to: Option<i64>,
     /// The input only ever inserts (a stream through filters and projections).
     append_only: bool,
+    /// What changed since the last save, for a checkpoint of only that (`None`: the next save
+    /// is whole).
+    changes: Option<save::GroupChanges>,
 }
 
 impl Aggregate {
@@ -132,6 +138,7 @@ impl Aggregate {
             expiry: BTreeMap::new(),
             evicted_to: None,
             append_only,
+            changes: None,
         };
         if global {
             // The global group's row exists before any input: emitted at the first epoch.
@@ -182,6 +189,7 @@ impl Aggregate {
         if !self.alive[at] {
             return Ok(());
         }
+        self.note_removed(g);
         let hash = self.hasher.hash_one(&*self.keys[at]);
         if let Ok(entry) = self.table.find_entry(hash, |&x| x == g) {
             entry.remove();
@@ -355,6 +363,7 @@ impl Aggregate {
         let mut dirty = std::mem::take(&mut self.dirty);
         for &g in &dirty {
             self.is_dirty[g as usize] = false;
+            self.note_changed(g);
         }
         // EMIT ON WINDOW CLOSE: open windows stay dirty until the watermark closes them.
         if self.window.as_ref().is_some_and(|(w, _)| w.emit_on_close) {
@@ -460,41 +469,6 @@ fn cast_to(array: &ArrayRef, t: &DataType) -> Result<ArrayRef> {
     }
 }
 
-impl Aggregate {
-    /// One batch of the `groups` part: these groups' keys, counts and accumulators.
-    fn save_groups(&mut self, groups: &[GroupId]) -> Result<RecordBatch> {
-        let at = |g: &GroupId| *g as usize;
-        let mut columns: Vec<(String, ArrayRef)> = vec![
-            (
-                "key".into(),
-                checkpoint::binary(groups.iter().map(|g| &*self.keys[at(g)])),
-            ),
-            (
-                "count".into(),
-                checkpoint::int64s(groups.iter().map(|g| self.counts[at(g)])),
-            ),
-            (
-                "emitted".into(),
-                checkpoint::optional_binary(groups.iter().map(|g| self.emitted[at(g)].as_deref())),
-            ),
-            (
-                "window_end".into(),
-                checkpoint::int64s(groups.iter().map(|g| self.window_end[at(g)])),
-            ),
-            (
-                "dirty".into(),
-                Arc::new(BooleanArray::from_iter(
-                    groups.iter().map(|g| Some(self.is_dirty[at(g)])),
-                )),
-            ),
-        ];
-        for (i, call) in self.calls.iter_mut().enumerate() {
-            call.save(i, groups, &mut columns)?;
-        }
-        checkpoint::part(columns, &[("evicted_to", self.evicted_to)])
-    }
-}
-
 impl Handler for Aggregate {
     crate::event_time::keeps_marks!();
 
@@ -536,32 +510,10 @@ impl Handler for Aggregate {
 
     fn save(
         &mut self,
-        _mode: crate::arrangement::SaveMode,
+        mode: crate::arrangement::SaveMode,
         out: &mut dyn checkpoint::Sink,
     ) -> Result<()> {
-        // Batches of about SAVE_BATCH_BYTES each: a binary column holds less than 2 GiB.
-        let mut put = false;
-        let mut groups: Vec<GroupId> = Vec::new();
-        let mut bytes = 0;
-        for g in 0..self.keys.len() as GroupId {
-            if !self.alive[g as usize] {
-                continue;
-            }
-            groups.push(g);
-            bytes += self.keys[g as usize].len()
-                + self.emitted[g as usize].as_ref().map_or(0, |e| e.len())
-                + self.calls.iter().map(|c| c.size(g)).sum::<usize>();
-            if bytes >= crate::arrangement::SAVE_BATCH_BYTES {
-                out.put("groups", self.save_groups(&groups)?)?;
-                put = true;
-                groups.clear();
-                bytes = 0;
-            }
-        }
-        if !groups.is_empty() || !put {
-            out.put("groups", self.save_groups(&groups)?)?;
-        }
-        Ok(())
+        self.save_state(mode, out)
     }
 
     fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
@@ -569,53 +521,6 @@ impl Handler for Aggregate {
     }
 
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
-        if name != "groups" {
-            return Err(checkpoint::unknown_part("Aggregate", name));
-        }
-        // A global aggregate made its group already: start empty, then add the saved group.
-        // A grouped one adds the groups to those it has (the parts of several shards load one
-        // after another when a checkpoint is re-sharded).
-        if self.global {
-            let alive: Vec<GroupId> = (0..self.keys.len() as GroupId)
-                .filter(|&g| self.alive[g as usize])
-                .collect();
-            for g in alive {
-                self.free_group(g)?;
-            }
-            self.dirty.clear();
-            self.is_dirty.iter_mut().for_each(|d| *d = false);
-            self.expiry.clear();
-        }
-        let keys = checkpoint::binary_column(batch, "key")?;
-        let counts = checkpoint::int64_column(batch, "count")?;
-        let emitted = checkpoint::binary_column(batch, "emitted")?;
-        let ends = checkpoint::int64_column(batch, "window_end")?;
-        let dirty = checkpoint::column(batch, "dirty")?
-            .as_boolean_opt()
-            .ok_or_else(|| Error::internal("checkpointed dirty flags are not boolean"))?
-            .clone();
-        self.key_converter()?;
-        let mut groups = Vec::with_capacity(batch.num_rows());
-        for i in 0..batch.num_rows() {
-            let key: Box<[u8]> = keys.value(i).into();
-            let hash = self.hasher.hash_one(&*key);
-            let g = self.new_group(key, ends.value(i))?;
-            if !self.global {
-                let (keys, hasher) = (&self.keys, &self.hasher);
-                self.table
-                    .insert_unique(hash, g, |&x| hasher.hash_one(&*keys[x as usize]));
-            }
-            self.counts[g as usize] = counts.value(i);
-            self.emitted[g as usize] = emitted.is_valid(i).then(|| emitted.value(i).into());
-            if dirty.value(i) {
-                self.mark_dirty(g);
-            }
-            groups.push(g);
-        }
-        for (i, call) in self.calls.iter_mut().enumerate() {
-            call.load(i, batch, &groups)?;
-        }
-        self.evicted_to = checkpoint::scalar(batch, "evicted_to")?;
-        Ok(())
+        self.load_state(name, batch)
     }
 }

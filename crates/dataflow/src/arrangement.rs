@@ -409,6 +409,24 @@ impl Arrangement {
             .filter(move |f| f.time >= from && f.time <= to)
     }
 
+    /// Forgets the rows of `key` (in memory: prepared) that `which` picks, walking only that
+    /// key's rows; returns how many.
+    pub fn forget_where(&mut self, key: &[u8], which: impl Fn(Found<'_>) -> bool) -> usize {
+        let Some(k) = self.resident_key(key) else {
+            return 0;
+        };
+        let (mut e, mut forgotten) = (self.keys[k as usize].head, 0);
+        while e != NONE {
+            let next = self.entries[e as usize].next;
+            if which(self.found(e)) {
+                self.remove(e);
+                forgotten += 1;
+            }
+            e = next;
+        }
+        forgotten
+    }
+
     /// Whether `key` has any row.
     pub fn contains_key(&self, key: &[u8]) -> bool {
         self.resident_key(key).is_some()

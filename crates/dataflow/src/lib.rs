@@ -14,10 +14,6 @@ mod arena;
 pub mod arrangement;
 pub mod checkpoint;
 
-/// A hash map for operator state: foldhash instead of std's SipHash (keys are Eddy's own
-/// row encodings, and the state maps are on every row's path).
-pub(crate) type StateMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-pub(crate) type StateSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 mod aggregate_call;
 #[cfg(test)]
 mod aggregate_tests;
@@ -34,6 +30,7 @@ mod join;
 #[cfg(test)]
 mod join_tests;
 mod outer_join;
+mod packed;
 pub mod plan;
 pub mod route;
 mod rows;

@@ -1,9 +1,19 @@
 //! Session windows: `GROUP BY` over `SESSION(rel, ts, gap)`'s window bounds and other keys.
 //!
-//! State per key (the group values other than the window bounds): its events ordered by time,
-//! with multiplicities, and the rows it last emitted. When a key changes, its sessions are
-//! recomputed — events closer than the gap chain into one session [first, last + gap) — each
-//! session's aggregates are evaluated over its events, and the difference with what was
+//! State, in [`Arrangement`]s keyed by the group values other than the window bounds (so it
+//! spills past the memory budget and its checkpoints are incremental, ADR 0012): the key's
+//! events (event time then input row, in arrow's row format, with their multiplicity); the
+//! rows emitted for its sessions still tracked (the session's bounds then the output row);
+//! its thresholds (below); and when the watermark next concerns it. Nothing is kept per row
+//! outside them.
+//!
+//! At the end of an epoch each key that changed is looked at again: its events, sorted by
+//! time, chain into sessions — events closer than the gap make one session
+//! [first, last + gap). Only a session that changed is evaluated again: one whose bounds
+//! were not emitted, or with a changed event time within (start − gap, end) (an event in it,
+//! or one that bridged it to a neighbour or split it off). The sessions to evaluate, over
+//! every key, are aggregated in one batch by the vectorized aggregate's calls
+//! ([`crate::aggregate_call::Call`], one group per session); the difference with what was
 //! emitted goes out: a bridging event merges sessions, retracting the merged-away rows.
 //!
 //! Over a watermarked stream a session is closed once the watermark reaches its end: under
@@ -16,26 +26,39 @@
 //!
 //! A key changes with the watermark only at its own thresholds: a session's end (it closes),
 //! its end plus the allowed lateness (it is forgotten), and the end of its closed sessions
-//! plus the gap (an empty key is dropped). Each key is queued under the earliest of its
-//! thresholds still ahead, so a watermark that moves revisits only the keys it passes.
+//! plus the gap (an empty key is dropped). Each key is due under the earliest of its
+//! thresholds still ahead, so a watermark that moves looks only at the keys it passes.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
-
-use crate::graph::{Barrier, Handler, Output};
-use crate::{StateMap as HashMap, StateSet as HashSet};
+use std::hash::BuildHasher;
+use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::array::{
+    ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray, TimestampNanosecondArray,
+};
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
-use arrow::row::{OwnedRow, RowConverter, SortField};
-use datafusion::common::ScalarValue;
+use arrow::row::{RowConverter, Rows, SortField};
 use eddy_common::{ChangeBatch, Error, Result};
+use hashbrown::HashTable;
 
+use crate::aggregate_call::{Call, GroupId, Runs};
+use crate::arrangement::{Arrangement, NEVER};
 use crate::event_time::{EventTime, LateEvent, micros, row_json};
+use crate::graph::{Barrier, Handler, Output};
+use crate::packed::{Packed, Weighted};
 use crate::plan::{AggregateCall, Expr, WindowClose};
-use crate::rows::{arrow_error, batch, eval_error, evaluate};
+use crate::rows::{arrow_error, batch_of, eval_error, evaluate};
+use crate::spill::MemoryBudget;
 use crate::{OperatorState, checkpoint};
+
+const EVENTS: &str = "session_events";
+const EMITTED: &str = "session_rows";
+const KEYS: &str = "session_keys";
+const WAKE: &str = "session_wake";
+
+/// Bytes of an event's time before its row, and of a session's bounds before its output row.
+const TIME_BYTES: usize = 8;
+const BOUNDS_BYTES: usize = 2 * TIME_BYTES;
 
 /// Which group positions are the window bounds, and the session's time and gap.
 pub struct Spec {
@@ -46,44 +69,60 @@ pub struct Spec {
     pub gap_micros: i64,
 }
 
-/// One session: start, end (last event + gap), and its events with multiplicity.
-type Session<'a> = (i64, i64, Vec<(&'a OwnedRow, i64)>);
-
-#[derive(Default)]
-struct Key {
-    /// The key's group values (window bound positions hold NULL).
-    values: Vec<ScalarValue>,
-    /// (event time µs, input row) -> multiplicity.
-    events: BTreeMap<(i64, OwnedRow), i64>,
-    /// Rows emitted for sessions still tracked, with multiplicity.
-    emitted: HashMap<Vec<ScalarValue>, i64>,
-    /// The latest end of the key's closed sessions, and of its forgotten ones.
+/// A key's thresholds: the latest end of its closed sessions and of its forgotten ones, and
+/// the earliest watermark at which it changes without new events (it is due in `wake` then).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Thresholds {
     closed_end: Option<i64>,
     forgotten_end: Option<i64>,
-    /// The earliest watermark at which the key changes without new events (it is queued in
-    /// [`SessionAggregate::wake`] under it).
     wake: Option<i64>,
 }
 
-/// Events held and their bytes (as [`crate::OperatorState`] counts them), kept as they change.
-#[derive(Default)]
-struct Held {
-    rows: usize,
-    bytes: usize,
+impl Thresholds {
+    const BYTES: usize = 3 * TIME_BYTES;
+
+    fn encode(&self) -> [u8; Self::BYTES] {
+        let mut out = [0u8; Self::BYTES];
+        for (i, v) in [self.closed_end, self.forgotten_end, self.wake]
+            .into_iter()
+            .enumerate()
+        {
+            out[i * TIME_BYTES..(i + 1) * TIME_BYTES]
+                .copy_from_slice(&time_bytes(v.unwrap_or(i64::MIN)));
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Thresholds> {
+        if bytes.len() != Self::BYTES {
+            return Err(Error::internal("a session key's thresholds are damaged"));
+        }
+        let at = |i: usize| {
+            let t = time_at(&bytes[i * TIME_BYTES..]);
+            (t != i64::MIN).then_some(t)
+        };
+        Ok(Thresholds {
+            closed_end: at(0),
+            forgotten_end: at(1),
+            wake: at(2),
+        })
+    }
 }
 
-impl Held {
-    const EVENT: usize = std::mem::size_of::<((i64, OwnedRow), i64)>();
+/// `t` as bytes whose order is the order of the times.
+fn time_bytes(t: i64) -> [u8; TIME_BYTES] {
+    ((t as u64) ^ (1 << 63)).to_be_bytes()
+}
 
-    fn add(&mut self, row_len: usize) {
-        self.rows += 1;
-        self.bytes += row_len + Self::EVENT;
-    }
+fn time_at(bytes: &[u8]) -> i64 {
+    let mut b = [0u8; TIME_BYTES];
+    b.copy_from_slice(&bytes[..TIME_BYTES]);
+    (u64::from_be_bytes(b) ^ (1 << 63)) as i64
+}
 
-    fn remove(&mut self, row_len: usize) {
-        self.rows -= 1;
-        self.bytes -= row_len + Self::EVENT;
-    }
+/// A session's bounds, from the front of a row of `emitted`.
+fn bounds_at(bytes: &[u8]) -> (i64, i64) {
+    (time_at(bytes), time_at(&bytes[TIME_BYTES..]))
 }
 
 pub struct SessionAggregate {
@@ -96,21 +135,34 @@ pub struct SessionAggregate {
     window: Option<(WindowClose, Arc<EventTime>)>,
     rows: RowConverter,
     key_converter: RowConverter,
-    keys: HashMap<OwnedRow, Key>,
-    dirty: HashSet<OwnedRow>,
-    /// Keys by the watermark at which they are due to be looked at again (an item whose
-    /// time is not its key's `wake` any more is stale and skipped).
-    wake: BinaryHeap<Reverse<(i64, OwnedRow)>>,
-    /// The events held, over every key.
-    held: Held,
+    out_rows: RowConverter,
+    /// Key -> event time and input row -> multiplicity (the entry's time: the event time).
+    events: Arrangement,
+    /// Key -> session bounds and output row -> multiplicity: what its sessions show.
+    emitted: Arrangement,
+    /// Key -> its [`Thresholds`], one row per key tracked.
+    keys: Arrangement,
+    /// Key -> a watermark at which it is due, expiring then (an entry left by a threshold that
+    /// moved since only makes the key looked at once more).
+    wake: Arrangement,
+    /// The keys changed this epoch (with an empty row), and by the entry of each the range of
+    /// event times changed.
+    dirty: Arrangement,
+    changed: Vec<(i64, i64)>,
     /// Tests only: look at every key whenever the watermark moves (the schedule `wake`
     /// replaces, kept as the oracle of it).
     #[cfg(test)]
     revisit_all: bool,
+    #[cfg(test)]
+    last_watermark: Option<i64>,
     /// The type of the window bound columns (the time column's).
     bound_type: DataType,
-    last_watermark: Option<i64>,
+    hasher: foldhash::fast::RandomState,
+    scratch: Vec<u8>,
 }
+
+/// No event time changed (a key looked at again for its thresholds).
+const UNCHANGED: (i64, i64) = (i64::MAX, i64::MIN);
 
 impl SessionAggregate {
     pub fn new(
@@ -120,34 +172,37 @@ impl SessionAggregate {
         window: Option<(WindowClose, Arc<EventTime>)>,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let fields = input_schema
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
+        let fields = |types: Vec<DataType>| types.into_iter().map(SortField::new).collect();
         let bound_type = spec.time.data_type(input_schema).map_err(eval_error)?;
-        let key_fields = (spec.group.iter().enumerate())
+        let key_types = (spec.group.iter().enumerate())
             .filter(|(i, _)| !spec.starts.contains(i) && !spec.ends.contains(i))
-            .map(|(_, e)| e.data_type(input_schema).map(SortField::new))
+            .map(|(_, e)| e.data_type(input_schema))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(eval_error)?;
+        let types = |s: &SchemaRef| s.fields().iter().map(|f| f.data_type().clone()).collect();
         Ok(SessionAggregate {
             marks: crate::event_time::Marks::default(),
             input_schema: input_schema.clone(),
+            rows: RowConverter::new(fields(types(input_schema))).map_err(arrow_error)?,
+            key_converter: RowConverter::new(fields(key_types)).map_err(arrow_error)?,
+            out_rows: RowConverter::new(fields(types(&schema))).map_err(arrow_error)?,
             spec,
             calls,
             schema,
             window,
-            rows: RowConverter::new(fields).map_err(arrow_error)?,
-            key_converter: RowConverter::new(key_fields).map_err(arrow_error)?,
-            keys: HashMap::default(),
-            dirty: HashSet::default(),
-            wake: BinaryHeap::new(),
-            held: Held::default(),
+            events: Arrangement::new(),
+            emitted: Arrangement::new(),
+            keys: Arrangement::new(),
+            wake: Arrangement::new(),
+            dirty: Arrangement::new(),
+            changed: Vec::new(),
             #[cfg(test)]
             revisit_all: tests::REVISIT_ALL.get(),
-            bound_type,
+            #[cfg(test)]
             last_watermark: None,
+            bound_type,
+            hasher: foldhash::fast::RandomState::default(),
+            scratch: Vec::new(),
         })
     }
 
@@ -170,21 +225,6 @@ impl SessionAggregate {
         rows.project(&keep).map_err(arrow_error)
     }
 
-    /// A key's group values from row `i` of its key columns (window bound positions: NULL).
-    fn group_values(&self, key_columns: &[ArrayRef], i: usize) -> Result<Vec<ScalarValue>> {
-        let mut values = Vec::with_capacity(self.spec.group.len());
-        let mut k = 0;
-        for g in 0..self.spec.group.len() {
-            if self.is_bound(g) {
-                values.push(ScalarValue::Null);
-            } else {
-                values.push(ScalarValue::try_from_array(&key_columns[k], i).map_err(eval_error)?);
-                k += 1;
-            }
-        }
-        Ok(values)
-    }
-
     fn is_bound(&self, i: usize) -> bool {
         self.spec.starts.contains(&i) || self.spec.ends.contains(&i)
     }
@@ -192,6 +232,15 @@ impl SessionAggregate {
     fn watermark(&self) -> Option<i64> {
         let (w, _) = self.window.as_ref()?;
         self.marks.min_of(&w.sources)
+    }
+
+    /// The thresholds of `key` (prepared), if it is tracked.
+    fn thresholds(&self, key: &[u8]) -> Result<Option<Thresholds>> {
+        self.keys
+            .probe(key)
+            .next()
+            .map(|f| Thresholds::decode(f.row))
+            .transpose()
     }
 
     fn absorb(&mut self, changes: ChangeBatch) -> Result<()> {
@@ -226,19 +275,28 @@ impl SessionAggregate {
             .convert_columns(rows.columns())
             .map_err(arrow_error)?;
         let times = micros(&evaluate(&self.spec.time, rows)?)?;
+        // The batch's distinct keys (each row's among them): their thresholds are read, and
+        // they are noted as changed, once per batch.
+        let (distinct, of_row) = distinct_keys(&self.hasher, &keys);
+        let mut thresholds = Vec::new();
+        if watermark.is_some() {
+            self.keys
+                .prepare(distinct.iter().map(|&i| keys.row(i).data()))?;
+            for &i in &distinct {
+                thresholds.push(self.thresholds(keys.row(i).data())?.unwrap_or_default());
+            }
+        }
+        let mut ranges = vec![UNCHANGED; distinct.len()];
         for (i, d) in changes.diffs().values().iter().enumerate() {
             // A NULL time belongs to no session.
             let Some(t) = times[i] else { continue };
-            let key = keys.row(i).owned();
+            let k = of_row[i] as usize;
             if let Some(w) = watermark {
-                let state = self.keys.get(&key);
-                let on_time =
-                    t + gap > w && state.and_then(|s| s.closed_end).is_none_or(|end| t >= end);
+                let state = thresholds[k];
+                let on_time = t + gap > w && state.closed_end.is_none_or(|end| t >= end);
                 let applied = lateness.retract
                     && t + gap + lateness.allowed_micros > w
-                    && state
-                        .and_then(|s| s.forgotten_end)
-                        .is_none_or(|end| t >= end);
+                    && state.forgotten_end.is_none_or(|end| t >= end);
                 if !on_time && !applied {
                     if shown.is_none() {
                         shown = Some(self.without_bounds(rows)?);
@@ -253,32 +311,26 @@ impl SessionAggregate {
                     continue;
                 }
             }
-            let state = match self.keys.get_mut(&key) {
-                Some(s) => s,
-                None => {
-                    let values = self.group_values(&key_columns, i)?;
-                    self.keys.entry(key.clone()).or_insert(Key {
-                        values,
-                        ..Key::default()
-                    })
-                }
-            };
-            let row = encoded.row(i);
-            match state.events.entry((t, row.owned())) {
-                std::collections::btree_map::Entry::Vacant(v) if *d != 0 => {
-                    v.insert(*d);
-                    self.held.add(row.as_ref().len());
-                }
-                std::collections::btree_map::Entry::Vacant(_) => {}
-                std::collections::btree_map::Entry::Occupied(mut o) => {
-                    *o.get_mut() += d;
-                    if *o.get() == 0 {
-                        o.remove();
-                        self.held.remove(row.as_ref().len());
-                    }
-                }
+            self.scratch.clear();
+            self.scratch.extend_from_slice(&time_bytes(t));
+            self.scratch.extend_from_slice(encoded.row(i).data());
+            self.events
+                .update(keys.row(i).data(), &self.scratch, t, *d, NEVER)?;
+            let (lo, hi) = &mut ranges[k];
+            (*lo, *hi) = ((*lo).min(t), (*hi).max(t));
+        }
+        for (&i, (lo, hi)) in distinct.iter().zip(ranges) {
+            if lo > hi {
+                continue;
             }
-            self.dirty.insert(key);
+            if let Some(id) = self.dirty.update(keys.row(i).data(), &[], 0, 1, NEVER)? {
+                let id = id as usize;
+                if self.changed.len() <= id {
+                    self.changed.resize(id + 1, UNCHANGED);
+                }
+                let range = &mut self.changed[id];
+                *range = (range.0.min(lo), range.1.max(hi));
+            }
         }
         if !late.is_empty()
             && let Some((_, event_time)) = &self.window
@@ -287,236 +339,51 @@ impl SessionAggregate {
         }
         Ok(())
     }
-
-    /// The sessions of a key: (start, end, events in the session with multiplicity).
-    fn sessions(events: &BTreeMap<(i64, OwnedRow), i64>, gap: i64) -> Vec<Session<'_>> {
-        let mut out: Vec<Session<'_>> = Vec::new();
-        for ((t, row), n) in events {
-            if *n <= 0 {
-                continue;
-            }
-            match out.last_mut() {
-                Some((_, end, members)) if *t < *end => {
-                    *end = (*end).max(t + gap);
-                    members.push((row, *n));
-                }
-                _ => out.push((*t, t + gap, vec![(row, *n)])),
-            }
-        }
-        out
-    }
-
-    /// One session's output row: the key's values with the bounds filled, then the aggregates.
-    fn session_row(
-        &self,
-        values: &[ScalarValue],
-        start: i64,
-        end: i64,
-        members: &[(&OwnedRow, i64)],
-    ) -> Result<Vec<ScalarValue>> {
-        let mut out: Vec<ScalarValue> = values.to_vec();
-        for &i in &self.spec.starts {
-            out[i] = bound(&self.bound_type, start);
-        }
-        for &i in &self.spec.ends {
-            out[i] = bound(&self.bound_type, end);
-        }
-        let repeated: Vec<arrow::row::Row<'_>> = members
-            .iter()
-            .flat_map(|(r, n)| std::iter::repeat_n(r.row(), *n as usize))
-            .collect();
-        let columns = self.rows.convert_rows(repeated).map_err(arrow_error)?;
-        let events =
-            RecordBatch::try_new(self.input_schema.clone(), columns).map_err(arrow_error)?;
-        for call in &self.calls {
-            let mut args: Vec<ArrayRef> = crate::aggregate_call::arguments(call)
-                .iter()
-                .map(|e| evaluate(e, &events))
-                .collect::<Result<_>>()?;
-            if let Some(filter) = &call.filter {
-                let mask = evaluate(filter, &events)?;
-                let mask = mask
-                    .as_boolean_opt()
-                    .ok_or_else(|| Error::internal("FILTER is not boolean"))?;
-                let mask: BooleanArray = mask.iter().map(|v| Some(v == Some(true))).collect();
-                args = args
-                    .iter()
-                    .map(|a| arrow::compute::filter(a, &mask).map_err(arrow_error))
-                    .collect::<Result<_>>()?;
-            }
-            let mut acc = call.function.create_accumulator().map_err(eval_error)?;
-            acc.update_batch(&args).map_err(eval_error)?;
-            out.push(acc.evaluate().map_err(eval_error)?);
-        }
-        Ok(out)
-    }
-
-    fn emit(&mut self) -> Result<Vec<ChangeBatch>> {
-        let watermark = self.watermark();
-        let (emit_on_close, allowed) = self.window.as_ref().map_or((false, 0), |(w, _)| {
-            (w.emit_on_close, w.lateness.allowed_micros)
-        });
-        // Keys that changed, and keys whose thresholds the watermark passed: sessions may
-        // have closed (emitted under EMIT ON WINDOW CLOSE) or expired (forgotten).
-        let mut todo = std::mem::take(&mut self.dirty);
-        if let Some(w) = watermark {
-            while let Some(Reverse((t, _))) = self.wake.peek()
-                && *t <= w
-            {
-                let Some(Reverse((t, key))) = self.wake.pop() else {
-                    break;
-                };
-                if self.keys.get(&key).is_some_and(|s| s.wake == Some(t)) {
-                    todo.insert(key);
-                }
-            }
-        }
-        #[cfg(test)]
-        if self.revisit_all && watermark.is_some() && watermark != self.last_watermark {
-            todo = self.keys.keys().cloned().collect();
-        }
-        self.last_watermark = watermark.or(self.last_watermark);
-        let is_ahead = |t: i64| watermark.is_none_or(|w| t > w);
-        let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
-        let mut diffs: Vec<i64> = Vec::new();
-        for key in todo {
-            let Some(state) = self.keys.get(&key) else {
-                continue;
-            };
-            let mut now: HashMap<Vec<ScalarValue>, i64> = HashMap::default();
-            let mut expired: Vec<(i64, i64)> = Vec::new();
-            let mut closed_end = state.closed_end;
-            // The earliest threshold of a session still ahead of the watermark.
-            let mut wake: Option<i64> = None;
-            let mut ahead = |t: i64| {
-                if is_ahead(t) {
-                    wake = Some(wake.map_or(t, |w| w.min(t)));
-                }
-            };
-            for (start, end, members) in Self::sessions(&state.events, self.spec.gap_micros) {
-                let closed = watermark.is_some_and(|w| end <= w);
-                ahead(end);
-                ahead(end.saturating_add(allowed));
-                if closed {
-                    closed_end = Some(closed_end.map_or(end, |c| c.max(end)));
-                }
-                if emit_on_close && !closed {
-                    continue;
-                }
-                *now.entry(self.session_row(&state.values, start, end, &members)?)
-                    .or_default() += 1;
-                if watermark.is_some_and(|w| end.saturating_add(allowed) <= w) {
-                    expired.push((start, end));
-                }
-            }
-            let state = self
-                .keys
-                .get_mut(&key)
-                .ok_or_else(|| Error::internal("session key vanished"))?;
-            for (row, n) in &now {
-                let before = state.emitted.get(row).copied().unwrap_or(0);
-                if *n != before {
-                    rows.push(row.clone());
-                    diffs.push(n - before);
-                }
-            }
-            for (row, before) in &state.emitted {
-                if !now.contains_key(row) {
-                    rows.push(row.clone());
-                    diffs.push(-before);
-                }
-            }
-            state.emitted = now;
-            state.closed_end = closed_end;
-            // Forget sessions past the allowed lateness: their events and rows (the rows stay
-            // in the view).
-            for (start, end) in expired {
-                state.forgotten_end = Some(state.forgotten_end.map_or(end, |f| f.max(end)));
-                let held = &mut self.held;
-                state.events.retain(|(t, row), _| {
-                    let keep = *t < start || *t >= end;
-                    if !keep {
-                        held.remove(row.as_ref().len());
-                    }
-                    keep
-                });
-                state.emitted.retain(|row, _| {
-                    let bounds_of = |i: &usize| row.get(*i).cloned();
-                    let is_this = self
-                        .spec
-                        .starts
-                        .iter()
-                        .all(|i| bounds_of(i) == Some(bound(&self.bound_type, start)))
-                        && self
-                            .spec
-                            .ends
-                            .iter()
-                            .all(|i| bounds_of(i) == Some(bound(&self.bound_type, end)));
-                    !is_this
-                });
-            }
-            // A key with nothing tracked is forgotten once every row that could still touch
-            // its closed sessions is late by its own window anyway.
-            let settled = match (state.closed_end, watermark) {
-                (None, _) => true,
-                (Some(end), Some(w)) => end + self.spec.gap_micros <= w,
-                (Some(_), None) => false,
-            };
-            if state.events.is_empty() && state.emitted.is_empty() && settled {
-                self.keys.remove(&key);
-                continue;
-            }
-            if let Some(end) = state.closed_end {
-                ahead(end.saturating_add(self.spec.gap_micros));
-            }
-            if wake != state.wake {
-                state.wake = wake;
-                if let Some(t) = wake {
-                    self.wake.push(Reverse((t, key)));
-                }
-            }
-        }
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut columns = Vec::with_capacity(self.schema.fields().len());
-        for (c, field) in self.schema.fields().iter().enumerate() {
-            let array = ScalarValue::iter_to_array(rows.iter().map(|r| r[c].clone()))
-                .map_err(eval_error)?;
-            let array = if array.data_type() == field.data_type() {
-                array
-            } else {
-                arrow::compute::cast(&array, field.data_type()).map_err(arrow_error)?
-            };
-            columns.push(array);
-        }
-        Ok(vec![ChangeBatch::new(
-            batch(&self.schema, columns)?,
-            Int64Array::from(diffs),
-        )])
-    }
 }
 
-fn bound(data_type: &DataType, micros: i64) -> ScalarValue {
-    match data_type {
-        DataType::Timestamp(TimeUnit::Nanosecond, tz) => {
-            ScalarValue::TimestampNanosecond(Some(micros * 1000), tz.clone())
-        }
-        DataType::Timestamp(_, tz) => ScalarValue::TimestampMicrosecond(Some(micros), tz.clone()),
-        _ => ScalarValue::Int64(Some(micros)),
+/// The distinct keys of a batch (the first row of each), and each row's index among them.
+fn distinct_keys(hasher: &foldhash::fast::RandomState, keys: &Rows) -> (Vec<usize>, Vec<u32>) {
+    let mut firsts: Vec<usize> = Vec::new();
+    let mut of_row: Vec<u32> = Vec::with_capacity(keys.num_rows());
+    let mut table: HashTable<(u64, u32)> = HashTable::new();
+    for i in 0..keys.num_rows() {
+        let key = keys.row(i).data();
+        let hash = hasher.hash_one(key);
+        let same = |&(h, d): &(u64, u32)| h == hash && keys.row(firsts[d as usize]).data() == key;
+        let d = match table.find(hash, same) {
+            Some(&(_, d)) => d,
+            None => {
+                let d = firsts.len() as u32;
+                firsts.push(i);
+                table.insert_unique(hash, (hash, d), |&(h, _)| h);
+                d
+            }
+        };
+        of_row.push(d);
     }
+    (firsts, of_row)
 }
 
 impl Handler for SessionAggregate {
     crate::event_time::keeps_marks!();
 
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
-        self.absorb(changes)
+        self.absorb(changes)?;
+        self.events.settle()?;
+        self.keys.settle()
     }
 
     fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Output) -> Result<()> {
         for changes in self.emit()? {
             out.data(changes);
+        }
+        for a in [
+            &mut self.events,
+            &mut self.emitted,
+            &mut self.keys,
+            &mut self.wake,
+        ] {
+            a.settle()?;
         }
         Ok(())
     }
@@ -526,86 +393,43 @@ impl Handler for SessionAggregate {
     }
 
     fn state_rows(&self) -> usize {
-        self.held.rows
+        self.events.len()
     }
 
     fn state(&self) -> OperatorState {
         OperatorState {
             name: "SessionAggregate".to_owned(),
-            rows: self.held.rows,
-            bytes: self.held.bytes,
+            rows: self.events.len(),
+            bytes: self.events.size_bytes()
+                + self.emitted.size_bytes()
+                + self.keys.size_bytes()
+                + self.wake.size_bytes(),
         }
+    }
+
+    fn spill_to(&mut self, budget: &Arc<MemoryBudget>) {
+        self.events.spill_to(budget);
+        self.emitted.spill_to(budget);
+        self.keys.spill_to(budget);
+        self.wake.spill_to(budget);
+    }
+
+    fn spilled_rows(&self) -> usize {
+        self.events.spilled_rows()
+            + self.emitted.spilled_rows()
+            + self.keys.spilled_rows()
+            + self.wake.spilled_rows()
     }
 
     fn save(
         &mut self,
-        _mode: crate::arrangement::SaveMode,
+        mode: crate::arrangement::SaveMode,
         out: &mut dyn checkpoint::Sink,
     ) -> Result<()> {
-        let keys: Vec<(&OwnedRow, &Key)> = self.keys.iter().collect();
-        let columns = vec![
-            (
-                "key",
-                checkpoint::binary(keys.iter().map(|(k, _)| k.as_ref())),
-            ),
-            (
-                "closed_end",
-                Arc::new(Int64Array::from_iter(
-                    keys.iter().map(|(_, s)| s.closed_end),
-                )) as ArrayRef,
-            ),
-            (
-                "forgotten_end",
-                Arc::new(Int64Array::from_iter(
-                    keys.iter().map(|(_, s)| s.forgotten_end),
-                )),
-            ),
-        ];
-        let key_part = checkpoint::part(columns, &[("last_watermark", self.last_watermark)])?;
-        let events: Vec<(&OwnedRow, i64, &OwnedRow, i64)> = keys
-            .iter()
-            .flat_map(|(k, s)| s.events.iter().map(move |((t, r), n)| (*k, *t, r, *n)))
-            .collect();
-        let columns = vec![
-            (
-                "key",
-                checkpoint::binary(events.iter().map(|e| e.0.as_ref())),
-            ),
-            ("time", checkpoint::int64s(events.iter().map(|e| e.1))),
-            (
-                "row",
-                checkpoint::binary(events.iter().map(|e| e.2.as_ref())),
-            ),
-            ("count", checkpoint::int64s(events.iter().map(|e| e.3))),
-        ];
-        let events_part = checkpoint::part(columns, &[])?;
-        // Emitted rows as computed (not cast to the output types), so they compare equal again.
-        let emitted: Vec<(&OwnedRow, &Vec<ScalarValue>, i64)> = keys
-            .iter()
-            .flat_map(|(k, s)| s.emitted.iter().map(move |(row, n)| (*k, row, *n)))
-            .collect();
-        let mut columns: Vec<(String, ArrayRef)> = vec![
-            (
-                "key".into(),
-                checkpoint::binary(emitted.iter().map(|e| e.0.as_ref())),
-            ),
-            (
-                "count".into(),
-                checkpoint::int64s(emitted.iter().map(|e| e.2)),
-            ),
-        ];
-        for (c, field) in self.schema.fields().iter().enumerate() {
-            let array = if emitted.is_empty() {
-                arrow::array::new_empty_array(field.data_type())
-            } else {
-                ScalarValue::iter_to_array(emitted.iter().map(|e| e.1[c].clone()))
-                    .map_err(eval_error)?
-            };
-            columns.push((format!("o{c}"), array));
-        }
-        out.put("keys", key_part)?;
-        out.put("events", events_part)?;
-        out.put("emitted", checkpoint::part(columns, &[])?)
+        self.events.save(mode, EVENTS, out)?;
+        self.emitted.save(mode, EMITTED, out)?;
+        self.keys.save(mode, KEYS, out)?;
+        self.wake.save(mode, WAKE, out)
     }
 
     fn part_keys(&mut self, _name: &str, batch: &RecordBatch) -> Result<Option<Vec<ArrayRef>>> {
@@ -613,74 +437,18 @@ impl Handler for SessionAggregate {
     }
 
     fn load(&mut self, name: &str, batch: &RecordBatch) -> Result<()> {
-        let keys = checkpoint::required_rows(
-            &self.key_converter,
-            checkpoint::binary_column(batch, "key")?,
-        )?;
         match name {
-            "keys" => {
-                let columns = self
-                    .key_converter
-                    .convert_rows(keys.iter().map(|k| k.row()))
-                    .map_err(arrow_error)?;
-                let (closed, forgotten) = (
-                    checkpoint::int64_column(batch, "closed_end")?,
-                    checkpoint::int64_column(batch, "forgotten_end")?,
-                );
-                for (i, key) in keys.into_iter().enumerate() {
-                    let values = self.group_values(&columns, i)?;
-                    // Looked at again by the next barrier, which queues it by its thresholds.
-                    self.dirty.insert(key.clone());
-                    let state = self.keys.entry(key).or_default();
-                    state.values = values;
-                    state.closed_end = checkpoint::value_at(closed, i);
-                    state.forgotten_end = checkpoint::value_at(forgotten, i);
-                }
-                self.last_watermark = checkpoint::scalar(batch, "last_watermark")?;
-            }
-            "events" => {
-                let rows = checkpoint::required_rows(
-                    &self.rows,
-                    checkpoint::binary_column(batch, "row")?,
-                )?;
-                let (times, counts) = (
-                    checkpoint::int64_column(batch, "time")?,
-                    checkpoint::int64_column(batch, "count")?,
-                );
-                for (i, (key, row)) in keys.into_iter().zip(rows).enumerate() {
-                    let len = row.as_ref().len();
-                    let events = &mut self.keys.entry(key).or_default().events;
-                    if events
-                        .insert((times.value(i), row), counts.value(i))
-                        .is_none()
-                    {
-                        self.held.add(len);
-                    }
-                }
-            }
-            "emitted" => {
-                let counts = checkpoint::int64_column(batch, "count")?;
-                let columns = (0..self.schema.fields().len())
-                    .map(|c| checkpoint::column(batch, &format!("o{c}")).cloned())
-                    .collect::<Result<Vec<_>>>()?;
-                for (i, key) in keys.into_iter().enumerate() {
-                    let row = columns
-                        .iter()
-                        .map(|c| ScalarValue::try_from_array(c, i))
-                        .collect::<std::result::Result<Vec<_>, _>>()
-                        .map_err(eval_error)?;
-                    self.keys
-                        .entry(key)
-                        .or_default()
-                        .emitted
-                        .insert(row, counts.value(i));
-                }
-            }
-            _ => return Err(checkpoint::unknown_part("SessionAggregate", name)),
+            EVENTS => self.events.load(batch),
+            EMITTED => self.emitted.load(batch),
+            KEYS => self.keys.load(batch),
+            WAKE => self.wake.load(batch),
+            _ => Err(checkpoint::unknown_part("SessionAggregate", name)),
         }
-        Ok(())
     }
 }
+
+#[path = "session_emit.rs"]
+mod emit;
 
 #[cfg(test)]
 #[path = "session_tests.rs"]

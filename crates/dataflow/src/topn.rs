@@ -27,6 +27,7 @@ use eddy_common::{ChangeBatch, Result};
 use crate::arrangement::{Arrangement, NEVER};
 use crate::event_time::{EventTime, micros};
 use crate::graph::{Barrier, Handler, Output};
+use crate::packed::Weighted;
 use crate::plan::{Expr, Ranking, WindowClose};
 use crate::rows::{arrow_error, batch_of, eval_error, evaluate};
 use crate::spill::MemoryBudget;
@@ -69,31 +70,6 @@ struct Shown {
     rank: u64,
     entry: u32,
     count: i64,
-}
-
-/// Changes of what partitions show: (rank, row) bytes back to back, with ends and weights.
-#[derive(Default)]
-struct Changes {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-    diffs: Vec<i64>,
-}
-
-impl Changes {
-    fn push(&mut self, rank: u64, row: &[u8], diff: i64) {
-        self.bytes.extend_from_slice(&rank.to_be_bytes());
-        self.bytes.extend_from_slice(row);
-        self.ends.push(self.bytes.len());
-        self.diffs.push(diff);
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&[u8], i64)> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts
-            .zip(&self.ends)
-            .map(|(start, end)| &self.bytes[start..*end])
-            .zip(self.diffs.iter().copied())
-    }
 }
 
 impl TopN {
@@ -301,7 +277,7 @@ impl TopN {
         let partitions = || dirty.iter().map(|f| f.key);
         self.state.prepare(partitions())?;
         self.emitted.prepare(partitions())?;
-        let mut out = Changes::default();
+        let mut out = Weighted::default();
         for partition in partitions() {
             self.emit_partition(partition, &mut out)?;
         }
@@ -326,7 +302,7 @@ impl TopN {
 
     /// What `partition` shows now against what it showed: the changes go to `out` and into
     /// `emitted`.
-    fn emit_partition(&mut self, partition: &[u8], out: &mut Changes) -> Result<()> {
+    fn emit_partition(&mut self, partition: &[u8], out: &mut Weighted) -> Result<()> {
         // Every row of a partition has the same time: its window's expiry, or 0.
         let time = self.state.probe(partition).next().map_or(0, |f| f.time);
         let expires = if time == 0 { NEVER } else { time };
@@ -338,7 +314,8 @@ impl TopN {
             let bytes = self.state.row(s.entry);
             &bytes[(self.state.aux(s.entry) as usize).min(bytes.len())..]
         };
-        let mut changes = Changes::default();
+        // What the partition shows, changed: (rank, row) bytes.
+        let mut changes = Weighted::default();
         let (mut b, mut n) = (0, 0);
         while b < before.len() || n < shown.len() {
             let order = match (before.get(b), shown.get(n)) {
@@ -352,21 +329,20 @@ impl TopN {
             match order {
                 Ordering::Less => {
                     let was = self.emitted.row(before[b]);
-                    changes.push(
-                        rank_of(was),
-                        &was[RANK_BYTES..],
-                        -self.emitted.weight(before[b]),
-                    );
+                    changes.push(&[was], -self.emitted.weight(before[b]));
                     b += 1;
                 }
                 Ordering::Greater => {
-                    changes.push(shown[n].rank, row_of(&shown[n]), shown[n].count);
+                    changes.push(
+                        &[&shown[n].rank.to_be_bytes(), row_of(&shown[n])],
+                        shown[n].count,
+                    );
                     n += 1;
                 }
                 Ordering::Equal => {
                     let d = shown[n].count - self.emitted.weight(before[b]);
                     if d != 0 {
-                        changes.push(shown[n].rank, row_of(&shown[n]), d);
+                        changes.push(&[&shown[n].rank.to_be_bytes(), row_of(&shown[n])], d);
                     }
                     b += 1;
                     n += 1;
@@ -375,9 +351,7 @@ impl TopN {
         }
         for (bytes, d) in changes.iter() {
             self.emitted.update(partition, bytes, time, d, expires)?;
-            out.bytes.extend_from_slice(bytes);
-            out.ends.push(out.bytes.len());
-            out.diffs.push(d);
+            out.push(&[bytes], d);
         }
         Ok(())
     }
