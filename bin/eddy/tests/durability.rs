@@ -45,7 +45,10 @@ async fn clean_restart_keeps_everything() {
         vec![(1, "a".into()), (2, "bb".into()), (4, "d".into())]
     );
     assert_eq!(count(&server, "SELECT count(*) FROM log").await, 1001);
-    assert_eq!(count(&server, "SELECT sum(n) FROM log").await, 500_500 - 1);
+    assert_eq!(
+        count(&server, "SELECT sum(n)::bigint FROM log").await,
+        500_500 - 1
+    );
     // Keys still hold after a restart.
     let err = client
         .execute("INSERT INTO kv VALUES (1, 'dup')", &[])
@@ -206,7 +209,7 @@ async fn statements_during_recovery_wait_with_notices() {
     let server = server.restart().unwrap();
     let (client, notices) = server.connect_with_notices().await.unwrap();
     let row = client
-        .query_one("SELECT count(*), sum(n) FROM per_k", &[])
+        .query_one("SELECT count(*), sum(n)::bigint FROM per_k", &[])
         .await
         .unwrap();
     assert_eq!(

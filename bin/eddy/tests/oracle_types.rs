@@ -360,13 +360,14 @@ async fn compare(
     Ok(())
 }
 
-/// Runs one case; returns the rows its views' operators held on disk at the end.
+/// Runs one case; returns the rows its views' operators held on disk at the end, and the
+/// files of views' contents spilled then.
 async fn check_case(
     server: &mut EddyProcess,
     pg: &tokio_postgres::Client,
     ops: &[Op],
     late_from: usize,
-) -> Result<u64, String> {
+) -> Result<(u64, usize), String> {
     let n = CASE.fetch_add(1, Ordering::Relaxed);
     let mut case = Case {
         t: format!("t{n}"),
@@ -463,6 +464,7 @@ async fn check_case(
         .and_then(|r| r.first().cloned().flatten())
         .and_then(|v| v.parse::<u64>().ok())
         .ok_or("eddy_operators.spilled_rows is not a number")?;
+    let contents_files = server.contents_spill_files();
     // Each case leaves the server as it found it: later restarts rebuild only their own views.
     client
         .batch_execute(&format!("DROP TABLE {}, {} CASCADE", case.t, case.u))
@@ -471,7 +473,7 @@ async fn check_case(
     pg.batch_execute(&format!("DROP TABLE {}, {}", case.t, case.u))
         .await
         .map_err(|e| format!("PostgreSQL: {e}"))?;
-    Ok(spilled)
+    Ok((spilled, contents_files))
 }
 
 #[test]
@@ -487,6 +489,77 @@ fn typed_views_equal_their_queries_through_restarts() {
 fn typed_views_equal_their_queries_while_spilling() {
     let spilled = typed_views_equal_postgres(&["--memory-limit".to_owned(), "1kB".to_owned()], 6);
     assert!(spilled > 0, "nothing spilled under a 1kB memory limit");
+}
+
+/// Views whose contents pass a chunk of rows (8 192), under a limit so small that their
+/// sealed chunks go to files (`spill-files/`): still equal to PostgreSQL after updates and
+/// deletes that land in spilled chunks, a checkpoint and a clean restart, and a crash.
+#[test]
+fn typed_view_contents_past_a_chunk_equal_postgres_while_spilling() {
+    // Rows cycling through every column's values at a different stride each.
+    let rows = |n: usize, shift: usize| {
+        Op::Insert(
+            (0..n)
+                .map(|r| {
+                    (COLUMNS.iter().enumerate())
+                        .map(|(c, (_, pool))| (r * (c + 1) + r / 7 + shift) % pool.len())
+                        .collect()
+                })
+                .collect(),
+        )
+    };
+    let ops = vec![
+        rows(10_000, 0),
+        rows(10_000, 3),
+        Op::Update {
+            id: 17,
+            column: 4,
+            value: 3,
+        },
+        Op::DeleteWhere {
+            column: 1,
+            value: 2,
+        },
+        Op::Restart {
+            checkpoint: true,
+            crash: false,
+        },
+        Op::Update {
+            id: 15_001,
+            column: 8,
+            value: 4,
+        },
+        Op::Delete { id: 19_999 },
+        rows(300, 5),
+        Op::Restart {
+            checkpoint: false,
+            crash: true,
+        },
+        Op::DeleteWhere {
+            column: 9,
+            value: 1,
+        },
+    ];
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_eddy"));
+    let args = ["--memory-limit", "1kB", "--workers"].map(str::to_owned);
+    let args = [&args[..], &[eddy_testkit::TEST_WORKERS.to_string()]].concat();
+    let mut server = EddyProcess::start_fresh_args(binary, &args).unwrap();
+    let postgres = eddy_testkit::postgres::PostgresServer::start()
+        .expect("PostgreSQL 15 (bin/test installs it)");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_, files) = runtime.block_on(async {
+        let pg = postgres.connect().await.unwrap();
+        pg.batch_execute("SET TimeZone = 'UTC'; SET extra_float_digits = 1")
+            .await
+            .unwrap();
+        check_case(&mut server, &pg, &ops, VIEWS.len())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    });
+    assert!(files > 0, "no view's contents went to files");
 }
 
 /// Runs `cases` random cases on a server started with `args`; returns the rows spilled at the
@@ -535,7 +608,7 @@ fn typed_views_equal_postgres(args: &[String], cases: u32) -> u64 {
     let result = runner.run(&strategy, |(ops, late_from)| {
         runtime
             .block_on(check_case(&mut server.borrow_mut(), &pg, &ops, late_from))
-            .map(|rows| {
+            .map(|(rows, _)| {
                 spilled.fetch_add(rows, Ordering::Relaxed);
             })
             .map_err(TestCaseError::fail)

@@ -54,17 +54,6 @@ async fn spilled_rows(server: &EddyProcess) -> u64 {
     rows[0][0].as_deref().unwrap_or("0").parse().unwrap()
 }
 
-/// Files of views' contents' chunks on disk.
-fn contents_files(server: &EddyProcess) -> usize {
-    let dir = server.data_dir.join("spill-files");
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
-        .count()
-}
-
 /// A batch of orders `from..to`: customers by a stride, amounts with cents, notes of ~100
 /// characters with some outside ASCII, some NULL.
 fn orders(from: u32, to: u32) -> String {
@@ -153,7 +142,7 @@ async fn joins_past_the_memory_limit_spill_and_stay_exact_through_restarts_and_a
     check_views(&server, "after changes").await;
     // The views' contents (past a chunk of rows, with retractions) spill their chunks too.
     assert!(
-        contents_files(&server) > 0,
+        server.contents_spill_files() > 0,
         "no chunk of a view's contents spilled"
     );
 

@@ -61,6 +61,16 @@ pub fn failpoint_env(spec: &str, gate: Option<&Path>) -> Vec<(String, String)> {
 }
 
 impl EddyProcess {
+    /// Files of views' contents spilled to `spill-files/` (chunks of rows past the budget).
+    pub fn contents_spill_files(&self) -> usize {
+        std::fs::read_dir(self.data_dir.join("spill-files"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+            .count()
+    }
+
     /// Starts `binary serve` on 127.0.0.1 with a port the OS picks, and waits until it listens.
     pub fn start(binary: &Path, data_dir: &Path) -> Result<Self> {
         EddyProcess::start_with(binary, data_dir, None)

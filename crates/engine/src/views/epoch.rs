@@ -147,6 +147,12 @@ impl RuntimeState {
                 && outputs.contains_key(&entry.view.def.id)
                 && let Some(created) = entry.created.take()
             {
+                // Stale first: a reader that the answer lets in must not take the snapshots
+                // published without this view.
+                self.published
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .stale = true;
                 created.done();
             }
         }
@@ -288,8 +294,13 @@ impl RuntimeState {
                     Ok(out) => {
                         entry.committed = read;
                         if let Some(created) = entry.created.take() {
+                            // Its contents are published from now on, empty or not: stale
+                            // before the answer lets a reader in.
+                            self.published
+                                .write()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .stale = true;
                             created.done();
-                            // Its contents are published from now on, empty or not.
                             created_any = true;
                         }
                         for pending in &mut self.pending_checkpoints {

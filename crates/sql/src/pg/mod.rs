@@ -32,6 +32,7 @@ pub mod planner;
 pub mod repeated_names;
 pub mod rules;
 pub mod strings;
+pub mod sum;
 pub mod template;
 pub mod text;
 pub mod to_char;
@@ -136,7 +137,7 @@ pub fn session_state(config: SessionConfig) -> Result<SessionState> {
             .register_udf(f)
             .map_err(crate::error::from_datafusion)?;
     }
-    for f in aggregates::functions() {
+    for f in aggregates::functions().into_iter().chain([sum::function()]) {
         state
             .register_udaf(f)
             .map_err(crate::error::from_datafusion)?;
