@@ -279,7 +279,9 @@ impl RuntimeState {
             else {
                 continue;
             };
-            pause = pause.max(pending.asked + saved.took);
+            // The views stood still from the start (the runtime thread was asking them) until
+            // this one's lane had copied its state (it may have begun before the asking ended).
+            pause = pause.max(saved.done.saturating_duration_since(pending.started));
             if let Some(entry) = self.views.iter_mut().find(|e| e.view.def.id == view.id) {
                 entry.saved_in = Some(pending.epoch);
             }

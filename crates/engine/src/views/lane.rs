@@ -140,10 +140,10 @@ impl Drop for Handled<'_> {
     }
 }
 
-/// A view's operator state as checkpoint files, and how long its lane took to write them.
+/// A view's operator state as checkpoint files, and when its lane had written them.
 pub(super) struct Saved {
     pub(super) parts: Vec<StagedFile>,
-    pub(super) took: Duration,
+    pub(super) done: std::time::Instant,
 }
 
 /// A command sent to a lane, to be answered: an epoch end (the view's output of the epoch) or
@@ -476,14 +476,13 @@ fn run(
                 lane.waker.wake();
             }
             Command::Save(mode, mut staging, reply) => {
-                let started = std::time::Instant::now();
                 let saved = catch_panic("saving a view's state", || {
                     dataflow.save(mode, staging.as_mut())?;
                     staging.finish()
                 });
                 let _ = reply.send(saved.map(|parts| Saved {
                     parts,
-                    took: started.elapsed(),
+                    done: std::time::Instant::now(),
                 }));
                 lane.waker.wake();
             }
