@@ -138,7 +138,9 @@ impl Arrangement {
         rows
     }
 
-    /// Every entry into `out`, spilled ones included.
+    /// Every entry into `out`: those in memory now, and the spilled ones through a job the
+    /// sink runs later ([`Sink::defer`]: the operators go on meanwhile; it reads the spill
+    /// store as it was now).
     fn save_all(&self, out: &mut SavedBatches<'_>) -> Result<()> {
         for e in self.entries.iter().filter(|e| e.live()) {
             out.push(
@@ -146,12 +148,20 @@ impl Arrangement {
                 &self.spilled_row(e),
             )?;
         }
-        self.for_each_spilled(|key, value| {
-            for row in decode_rows(value) {
-                out.push(key, &row?)?;
-            }
-            Ok(())
-        })
+        let Some(spilled) = self.spilled_snapshot() else {
+            return Ok(());
+        };
+        let part = out.part.to_owned();
+        out.out.defer(Box::new(move |sink| {
+            let mut saved = SavedBatches::new(&part, sink, false);
+            spilled.for_each(|key, value| {
+                for row in decode_rows(value) {
+                    saved.push(key, &row?)?;
+                }
+                Ok(())
+            })?;
+            saved.finish().map(drop)
+        }))
     }
 
     /// Every entry, as [`Arrangement::save`] writes them (the unit tests' view of a checkpoint).

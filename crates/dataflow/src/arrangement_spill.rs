@@ -473,27 +473,43 @@ impl Arrangement {
         store.get(&store_key)
     }
 
-    /// Hands `f` every spilled key with its stored rows, for a checkpoint.
-    pub(super) fn for_each_spilled(
-        &self,
-        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
-    ) -> Result<()> {
-        let Some(spill) = &self.spill.0 else {
-            return Ok(());
-        };
-        let Some(store) = spill.store.as_ref().filter(|_| spill.keys > 0) else {
-            return Ok(());
-        };
+    /// Every key on disk now with its stored rows, to be read later, off the operators'
+    /// thread (a whole save's spilled part); `None` when nothing is on disk.
+    pub(super) fn spilled_snapshot(&self) -> Option<SpilledSnapshot> {
+        let spill = self.spill.0.as_ref()?;
+        let store = spill.store.as_ref().filter(|_| spill.keys > 0)?;
+        Some(SpilledSnapshot {
+            pairs: Box::new(store.scan_snapshot(&spill.prefix)),
+            store: Arc::clone(store),
+            keys: spill.keys,
+        })
+    }
+}
+
+/// The keys an arrangement had on disk at one moment ([`Arrangement::spilled_snapshot`]):
+/// writes to the store after it was taken do not show in it.
+pub(super) struct SpilledSnapshot {
+    pairs: Box<dyn Iterator<Item = Result<(fjall::Slice, fjall::Slice)>> + Send>,
+    /// Keeps the store's files while they are read.
+    store: Arc<Store>,
+    /// Keys on disk then.
+    keys: usize,
+}
+
+impl SpilledSnapshot {
+    /// Hands `f` every key with its stored rows.
+    pub(super) fn for_each(self, mut f: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
         let mut seen = 0;
-        for pair in store.scan(&spill.prefix) {
+        for pair in self.pairs {
             let (store_key, value) = pair?;
             f(&store_key[PREFIX..], &value)?;
             seen += 1;
         }
-        if seen != spill.keys {
+        drop(self.store);
+        if seen != self.keys {
             return Err(Error::internal(format!(
                 "{seen} spilled keys of operator state are in the store, {} expected",
-                spill.keys
+                self.keys
             )));
         }
         Ok(())

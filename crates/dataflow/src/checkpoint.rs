@@ -23,13 +23,26 @@ use crate::rows::arrow_error;
 /// Where a save puts the batches of state it makes, each under its part's name.
 pub trait Sink {
     fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()>;
+
+    /// Takes work the save leaves to be done after it returned, off the thread that runs the
+    /// operators (an arrangement's spilled rows, read from a snapshot of the spill store taken
+    /// at the save): `job` puts more batches, after those of the same part the save put. The
+    /// save is complete once every deferred job ran.
+    fn defer(&mut self, job: Deferred) -> Result<()>;
 }
 
-/// Collected in memory (tests, and small saves).
+/// Work a save leaves to be done after it returned ([`Sink::defer`]).
+pub type Deferred = Box<dyn FnOnce(&mut dyn Sink) -> Result<()> + Send>;
+
+/// Collected in memory (tests, and small saves); deferred work runs at once.
 impl Sink for Vec<(String, RecordBatch)> {
     fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()> {
         self.push((part.to_owned(), batch));
         Ok(())
+    }
+
+    fn defer(&mut self, job: Deferred) -> Result<()> {
+        job(self)
     }
 }
 
@@ -42,6 +55,12 @@ pub(crate) struct Prefixed<'a> {
 impl Sink for Prefixed<'_> {
     fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()> {
         self.out.put(&format!("{}:{part}", self.prefix), batch)
+    }
+
+    fn defer(&mut self, job: Deferred) -> Result<()> {
+        let prefix = self.prefix.clone();
+        self.out
+            .defer(Box::new(move |out| job(&mut Prefixed { prefix, out })))
     }
 }
 

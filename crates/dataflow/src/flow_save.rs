@@ -147,7 +147,9 @@ pub(crate) fn restart(flow: &mut Dataflow, rebuild: impl FnOnce() -> Dataflow) {
 
 /// Tests' checkpoints as the engine keeps them: after the first, each save writes only the
 /// changes of arrangements, which follow that part's earlier batches (a part saved whole
-/// replaces them; a part absent is empty); every batch goes through an Arrow IPC file.
+/// replaces them; a part absent is empty); every batch goes through an Arrow IPC file. What a
+/// save defers runs as the engine's writer runs it: after the flow went on (at the next save
+/// or restart).
 #[cfg(test)]
 #[derive(Default)]
 pub(crate) struct TestCheckpoints {
@@ -155,19 +157,55 @@ pub(crate) struct TestCheckpoints {
     parts: Vec<(String, Vec<RecordBatch>)>,
     /// The flow's last save is in `parts`: the next may be only its changes.
     saved: bool,
+    /// The last save, while what it deferred has not run.
+    pending: Option<TestSink>,
+}
+
+/// A save's batches and what it deferred.
+#[cfg(test)]
+#[derive(Default)]
+struct TestSink {
+    put: Vec<(String, RecordBatch)>,
+    deferred: Vec<crate::checkpoint::Deferred>,
+}
+
+#[cfg(test)]
+impl Sink for TestSink {
+    fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()> {
+        self.put.push((part.to_owned(), batch));
+        Ok(())
+    }
+
+    fn defer(&mut self, job: crate::checkpoint::Deferred) -> Result<()> {
+        self.deferred.push(job);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 impl TestCheckpoints {
-    /// Takes a checkpoint of `flow`.
+    /// Takes a checkpoint of `flow` (complete once what it deferred ran).
     pub(crate) fn save(&mut self, flow: &mut Dataflow) {
+        self.complete();
         let mode = if self.saved {
             SaveMode::Changes
         } else {
             SaveMode::Full
         };
-        let mut put: Vec<(String, RecordBatch)> = Vec::new();
-        flow.save(mode, &mut put).unwrap();
+        let mut sink = TestSink::default();
+        flow.save(mode, &mut sink).unwrap();
+        self.pending = Some(sink);
+        self.saved = true;
+    }
+
+    /// Runs what the last save deferred and makes its batches the checkpoint's.
+    fn complete(&mut self) {
+        let Some(TestSink { mut put, deferred }) = self.pending.take() else {
+            return;
+        };
+        for job in deferred {
+            job(&mut put).unwrap();
+        }
         let mut saved: Vec<(String, Vec<RecordBatch>)> = Vec::new();
         for (name, batch) in put {
             let batch = ipc_round_trip(&batch);
@@ -191,12 +229,12 @@ impl TestCheckpoints {
                 self.parts.push((name, list));
             }
         }
-        self.saved = true;
     }
 
     /// Restarts `flow` from the last checkpoint into the dataflow `rebuild` makes (on another
     /// number of workers: re-sharded, and the next save is whole).
     pub(crate) fn restart(&mut self, flow: &mut Dataflow, rebuild: impl FnOnce() -> Dataflow) {
+        self.complete();
         let parts = self
             .parts
             .iter()

@@ -184,13 +184,16 @@ impl Store {
         self.keys.get(key).map_err(spill_error)
     }
 
-    /// Every (key, value) under `prefix`, in key order.
-    pub(crate) fn scan(
+    /// Every (key, value) under `prefix` as of now, in key order: the iterator reads a
+    /// snapshot, so writes after this call do not show in it (a deferred checkpoint save).
+    pub(crate) fn scan_snapshot(
         &self,
         prefix: &[u8],
-    ) -> impl Iterator<Item = Result<(fjall::Slice, fjall::Slice)>> + use<> {
-        self.keys
-            .prefix(prefix)
+    ) -> impl Iterator<Item = Result<(fjall::Slice, fjall::Slice)>> + Send + use<> {
+        use fjall::Readable;
+        self.db
+            .snapshot()
+            .prefix(&self.keys, prefix)
             .map(|guard| guard.into_inner().map_err(spill_error))
     }
 

@@ -3,8 +3,10 @@
 //!
 //! A view's lane writes its operators' state itself as it saves ([`Staging`], a sink of
 //! [`eddy_dataflow::Dataflow::save`]), into a directory of its own under the checkpoints
-//! directory, `<epoch>-v<view>`: a save of any size then holds one batch in memory, and the
-//! writer thread only syncs the files and names them in the manifest.
+//! directory, `<epoch>-v<view>`: a save of any size then holds one batch in memory. What the
+//! save deferred (an arrangement's spilled rows, read from a snapshot of the spill store) the
+//! writer thread writes, while the view goes on; then it syncs the files and names them in the
+//! manifest.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,8 @@ pub struct Staging {
     dir: Option<String>,
     open: Option<Open>,
     files: Vec<StagedFile>,
+    /// What the save left to do after it returned (spilled state, read from a snapshot).
+    deferred: Vec<eddy_dataflow::checkpoint::Deferred>,
 }
 
 /// The file being written.
@@ -62,11 +66,16 @@ impl Staging {
             dir: None,
             open: None,
             files: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 
-    /// Closes the last file; the files written, in the order their batches came.
+    /// Does what the save deferred (the checkpoint writer calls this, while the view goes
+    /// on), then closes the last file; the files written, in the order their batches came.
     pub fn finish(mut self) -> Result<Vec<StagedFile>> {
+        for job in std::mem::take(&mut self.deferred) {
+            job(&mut self)?;
+        }
         self.close()?;
         Ok(self.files)
     }
@@ -131,6 +140,11 @@ impl eddy_dataflow::checkpoint::Sink for Staging {
             open.rows += batch.num_rows();
             open.out.write(&batch)?;
         }
+        Ok(())
+    }
+
+    fn defer(&mut self, job: eddy_dataflow::checkpoint::Deferred) -> Result<()> {
+        self.deferred.push(job);
         Ok(())
     }
 }

@@ -38,7 +38,7 @@ use tokio::sync::oneshot;
 /// had no lists of files across checkpoints).
 const FORMAT: u32 = 2;
 
-pub use files::{PartReader, StagedFile, Staging};
+pub use files::{PartReader, Staging};
 
 use crate::table_chunks::ViewRows;
 
@@ -48,9 +48,9 @@ pub struct ViewState {
     /// The committed checkpoint whose parts this view's parts of changes are applied onto
     /// ([`eddy_dataflow::checkpoint::is_changes`]; `None`: every part is whole).
     pub base: Option<u64>,
-    /// Every operator's state, in the files its lane wrote, named by the operators' places in
-    /// the dataflow.
-    pub parts: Vec<StagedFile>,
+    /// Every operator's state, in the files its lane wrote (and the writer finishes: what the
+    /// save deferred), named by the operators' places in the dataflow.
+    pub parts: Box<Staging>,
     /// The view's contents.
     pub contents: SavedContents,
     /// Per (table or source, partition): log records (or source offset) the view has committed.
@@ -348,7 +348,10 @@ fn write_files(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> Result<C
     for view in views {
         let prior = prior_files(previous.as_ref(), &view)?;
         let mut files: Vec<FileEntry> = Vec::new();
-        for staged in view.parts {
+        let parts = view.parts;
+        let staged =
+            eddy_common::panic::catch_panic("writing a view's spilled state", || parts.finish())?;
+        for staged in staged {
             if staged.changes {
                 // Changes since the base: after the part's files there, unless none.
                 if !files.iter().any(|f| f.part == staged.part) {

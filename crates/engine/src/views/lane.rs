@@ -30,7 +30,7 @@ use eddy_dataflow::arrangement::SaveMode;
 use eddy_dataflow::{Dataflow, OperatorStats};
 
 use super::ReaderRoom;
-use crate::checkpoint::{StagedFile, Staging};
+use crate::checkpoint::Staging;
 
 enum Command {
     /// Changes, the bytes of them counted against the budget, and the room a source reader
@@ -140,9 +140,10 @@ impl Drop for Handled<'_> {
     }
 }
 
-/// A view's operator state as checkpoint files, and when its lane had written them.
+/// A view's operator state as checkpoint files (and what the writer still has to write of
+/// it), and when its lane had saved it.
 pub(super) struct Saved {
-    pub(super) parts: Vec<StagedFile>,
+    pub(super) parts: Box<Staging>,
     pub(super) done: std::time::Instant,
 }
 
@@ -477,11 +478,10 @@ fn run(
             }
             Command::Save(mode, mut staging, reply) => {
                 let saved = catch_panic("saving a view's state", || {
-                    dataflow.save(mode, staging.as_mut())?;
-                    staging.finish()
+                    dataflow.save(mode, staging.as_mut())
                 });
-                let _ = reply.send(saved.map(|parts| Saved {
-                    parts,
+                let _ = reply.send(saved.map(|()| Saved {
+                    parts: staging,
                     done: std::time::Instant::now(),
                 }));
                 lane.waker.wake();
