@@ -1,12 +1,14 @@
 //! Test hooks, in debug builds only:
-//! `EDDY_FAILPOINTS=step:view:panic|error|sleep|block|abort[:once],...` makes a step of one view
+//! `EDDY_FAILPOINTS=step:view:panic|error|sleep|block|abort[:once][:gated],...` makes a step of one view
 //! panic, fail, take 200 ms longer (a slow view), wait until the file named by
 //! `EDDY_FAILPOINTS_GATE` exists (a stuck view the test releases) or abort the process (a
 //! crash at that very point), so tests can prove what the server does then. Steps:
 //! `restore_view` (recovery, from the checkpoint), `rebuild_view` (recovery, from the log),
 //! `view_changes` (the live dataflow, on every batch of changes it is handed), `backfill` (a new
-//! view's backfill, on every log record it reads; it runs on the runtime thread). With `once`, a
-//! point fires the first time only (a restart of the view then succeeds).
+//! view's backfill, on every log record it reads; it runs on the runtime thread),
+//! `view_contents` (an epoch's output of the view applied to its contents). With `once`, a
+//! point fires the first time only (a restart of the view then succeeds); with `gated`, only
+//! once the gate file exists.
 //! `checkpoint_commit:writer` (a checkpoint's files are written, its manifest not yet
 //! committed) and `checkpoint_cleanup:writer` (committed, the files it no longer names not yet
 //! deleted) are steps of the checkpoint writer.
@@ -40,6 +42,8 @@ struct Point {
     action: Action,
     /// `Some`: fires once; `true` once it has.
     once: Option<AtomicBool>,
+    /// Fires only once the gate file exists.
+    gated: bool,
 }
 
 fn points() -> &'static [Point] {
@@ -62,7 +66,18 @@ fn points() -> &'static [Point] {
                         Some("abort") => Action::Abort,
                         _ => Action::Error,
                     },
-                    once: (parts.next() == Some("once")).then(|| AtomicBool::new(false)),
+                    once: None,
+                    gated: false,
+                })
+                .map(|mut point| {
+                    for flag in parts {
+                        match flag {
+                            "once" => point.once = Some(AtomicBool::new(false)),
+                            "gated" => point.gated = true,
+                            _ => {}
+                        }
+                    }
+                    point
                 })
             })
             .collect()
@@ -77,6 +92,9 @@ pub(crate) fn failpoint(step: &str, view: &str) -> Result<()> {
     let Some(point) = points().iter().find(|p| p.step == step && p.view == view) else {
         return Ok(());
     };
+    if point.gated && !gate_open() {
+        return Ok(());
+    }
     if point
         .once
         .as_ref()
@@ -115,6 +133,11 @@ pub(crate) fn hidden(step: &str, object: &str) -> bool {
         && points()
             .iter()
             .any(|p| p.step == step && p.view == object && p.action == Action::Hide)
-        && std::env::var_os("EDDY_FAILPOINTS_GATE")
-            .is_none_or(|gate| !std::path::Path::new(&gate).exists())
+        && !gate_open()
+}
+
+/// Whether the file `EDDY_FAILPOINTS_GATE` names exists.
+fn gate_open() -> bool {
+    std::env::var_os("EDDY_FAILPOINTS_GATE")
+        .is_some_and(|gate| std::path::Path::new(&gate).exists())
 }

@@ -1,7 +1,8 @@
 //! A table's current contents, kept in memory and rebuilt from its log on start-up.
 //!
 //! Append-only tables keep their rows in their log, not in memory ([`LogRows`]); a view's
-//! contents that only ever got inserts keep their batches as written. Other tables keep a
+//! contents that only ever got inserts keep their batches as written, in chunks without an
+//! index (which spill past the memory budget as a multiset's do). Other tables keep a
 //! multiset of rows in arrow's row format (plus a primary-key index when they have one), so
 //! that retractions find their rows. Invariant: applying a change batch is all-or-nothing — [`TableData::check`]
 //! validates it against the current contents before [`TableData::apply`] changes anything.
@@ -42,7 +43,8 @@ pub struct TableData {
 }
 
 enum Rows {
-    AppendOnly(Vec<RecordBatch>),
+    /// Rows that only ever got inserts, as written (no index).
+    AppendOnly(Chunks),
     Log(LogRows),
     Multiset(Box<Multiset>),
 }
@@ -67,10 +69,18 @@ fn arrow_error(context: &str, err: arrow::error::ArrowError) -> Error {
     Error::internal(format!("{context}: {err}"))
 }
 
+/// Whether `changes` only insert rows, once each (contents that only ever got such changes
+/// keep them as written, [`Rows::AppendOnly`]).
+pub fn only_inserts(changes: &[ChangeBatch]) -> bool {
+    changes
+        .iter()
+        .all(|c| c.diffs().values().iter().all(|d| *d == 1))
+}
+
 impl TableData {
     pub fn new(def: &TableDef, schema: SchemaRef) -> Result<Self> {
         let rows = if def.append_only {
-            Rows::AppendOnly(Vec::new())
+            Rows::AppendOnly(Chunks::new(Arc::clone(&schema)))
         } else {
             let primary_key = (!def.primary_key.is_empty())
                 .then_some((def.primary_key.as_slice(), def.name.as_str()));
@@ -104,12 +114,17 @@ impl TableData {
 
     /// The contents of a materialized view: its output batches as they come while it only
     /// inserts (no row encoding, no hashing: a pass-through or filter view costs a copy of
-    /// pointers), a multiset of rows from its first retraction on, whose index of rows spills
-    /// past its share of `spill` (the server's memory budget, when it has one).
+    /// pointers), a multiset of rows from its first retraction on; either keeps within its
+    /// share of `spill` (the server's memory budget, when it has one), spilling its coldest
+    /// chunks (and the multiset its index of rows).
     pub fn for_view(schema: SchemaRef, spill: Option<&Arc<MemoryBudget>>) -> Self {
+        let mut chunks = Chunks::new(Arc::clone(&schema));
+        if let Some(budget) = spill {
+            chunks.spill_to(budget);
+        }
         TableData {
             schema,
-            rows: Rows::AppendOnly(Vec::new()),
+            rows: Rows::AppendOnly(chunks),
             version: next_version(),
             snapshot: None,
             spill: spill.cloned(),
@@ -119,11 +134,7 @@ impl TableData {
     /// Checks a view's epoch output against its contents: a retraction of a row the view does
     /// not hold is a bug in the dataflow, never a user error.
     pub fn check_view_output(&mut self, changes: &[ChangeBatch]) -> Result<()> {
-        if matches!(self.rows, Rows::AppendOnly(_))
-            && changes
-                .iter()
-                .any(|c| c.diffs().values().iter().any(|d| *d != 1))
-        {
+        if matches!(self.rows, Rows::AppendOnly(_)) && !only_inserts(changes) {
             self.make_multiset()?;
         }
         let checked = match &mut self.rows {
@@ -145,11 +156,7 @@ impl TableData {
         if changes.iter().all(|c| c.is_empty()) {
             return self.check_view_output(changes);
         }
-        if matches!(self.rows, Rows::AppendOnly(_))
-            && changes
-                .iter()
-                .any(|c| c.diffs().values().iter().any(|d| *d != 1))
-        {
+        if matches!(self.rows, Rows::AppendOnly(_)) && !only_inserts(changes) {
             self.make_multiset()?;
         }
         let Rows::Multiset(m) = &mut self.rows else {
@@ -166,9 +173,10 @@ impl TableData {
         })
     }
 
-    /// Turns batches of inserted rows into a multiset (a view's first retraction or repeat).
+    /// Turns batches of inserted rows into a multiset (a view's first retraction or repeat),
+    /// a chunk at a time (those on disk read back one by one).
     fn make_multiset(&mut self) -> Result<()> {
-        let Rows::AppendOnly(batches) = &self.rows else {
+        let Rows::AppendOnly(chunks) = &mut self.rows else {
             return Ok(());
         };
         let mut multiset = Multiset::new(&self.schema, None)?;
@@ -176,8 +184,7 @@ impl TableData {
             multiset.index.spill_to(budget);
             multiset.chunks.spill_to(budget);
         }
-        let inserts: Vec<ChangeBatch> = batches.iter().cloned().map(ChangeBatch::inserts).collect();
-        multiset.apply(&inserts)?;
+        chunks.for_each_batch(|batch| multiset.apply(&[ChangeBatch::inserts(batch)]))?;
         self.rows = Rows::Multiset(Box::new(multiset));
         self.version = next_version();
         self.snapshot = None;
@@ -195,7 +202,7 @@ impl TableData {
 
     pub fn row_count(&self) -> usize {
         match &self.rows {
-            Rows::AppendOnly(batches) => batches.iter().map(|b| b.num_rows()).sum(),
+            Rows::AppendOnly(chunks) => chunks.len(),
             Rows::Log(l) => l.row_count(),
             Rows::Multiset(m) => m.chunks.len(),
         }
@@ -218,13 +225,19 @@ impl TableData {
         if let Some(s) = &self.snapshot {
             return Ok(Arc::clone(s));
         }
-        let batches = match &mut self.rows {
-            Rows::AppendOnly(batches) => batches.clone(),
+        if let Rows::Log(l) = &mut self.rows {
             // Not cached: the rows are not to be held.
-            Rows::Log(l) => return Ok(Arc::new(l.scan()?.collect()?)),
-            Rows::Multiset(m) if m.chunks.spilled() => return Ok(Arc::new(m.chunks.scan()?)),
-            Rows::Multiset(m) => m.chunks.scan()?,
+            return Ok(Arc::new(l.scan()?.collect()?));
+        }
+        let Some(chunks) = self.chunks() else {
+            return Err(Error::internal(
+                "a table's rows are neither in its log nor chunks",
+            ));
         };
+        if chunks.spilled() {
+            return Ok(Arc::new(chunks.scan()?));
+        }
+        let batches = chunks.scan()?;
         let snapshot = Arc::new(batches);
         self.snapshot = Some(Arc::clone(&snapshot));
         Ok(snapshot)
@@ -234,15 +247,38 @@ impl TableData {
         &self.schema
     }
 
+    /// The chunks that hold the rows, unless they are in the log.
+    fn chunks(&mut self) -> Option<&mut Chunks> {
+        match &mut self.rows {
+            Rows::AppendOnly(chunks) => Some(chunks),
+            Rows::Multiset(m) => Some(&mut m.chunks),
+            Rows::Log(_) => None,
+        }
+    }
+
     /// A view's contents as published for queries: its rows, or where some are on disk, what
     /// a query reads them from (not read now).
     pub fn view_rows(&mut self) -> Result<Arc<ViewRows>> {
-        if let Rows::Multiset(m) = &mut self.rows
-            && m.chunks.spilled()
+        if let Some(chunks) = self.chunks()
+            && chunks.spilled()
         {
-            return Ok(Arc::new(m.chunks.pieces()?));
+            return Ok(Arc::new(chunks.pieces()?));
         }
         Ok(Arc::new(ViewRows::Rows(self.snapshot()?)))
+    }
+
+    /// A view's contents from row `start` on while they only ever got inserts (the rows
+    /// inserted since a save of `start` rows); `None` once they took a retraction.
+    pub fn inserted_since(&mut self, start: usize) -> Result<Option<Arc<ViewRows>>> {
+        match &mut self.rows {
+            Rows::AppendOnly(chunks) => Ok(Some(Arc::new(chunks.pieces_from(start)?))),
+            _ => Ok(None),
+        }
+    }
+
+    /// The contents only ever got inserts.
+    pub fn only_inserted(&self) -> bool {
+        matches!(self.rows, Rows::AppendOnly(_))
     }
 
     /// The rows of a keyed table whose primary key is `key` (one array per key column, of
@@ -319,7 +355,7 @@ impl TableData {
                     changes.iter().map(|c| (0, c.clone())).collect();
                 l.append(&parts, None)
             }
-            Rows::AppendOnly(batches) => {
+            Rows::AppendOnly(chunks) => {
                 for rows in changes
                     .iter()
                     .filter(|c| !c.is_empty())
@@ -328,16 +364,15 @@ impl TableData {
                     // Under this table's (or view's) column names.
                     let options = arrow::array::RecordBatchOptions::new()
                         .with_row_count(Some(rows.num_rows()));
-                    batches.push(
-                        RecordBatch::try_new_with_options(
-                            Arc::clone(&self.schema),
-                            rows.columns().to_vec(),
-                            &options,
-                        )
-                        .map_err(|e| arrow_error("appended rows", e))?,
-                    );
+                    let rows = RecordBatch::try_new_with_options(
+                        Arc::clone(&self.schema),
+                        rows.columns().to_vec(),
+                        &options,
+                    )
+                    .map_err(|e| arrow_error("appended rows", e))?;
+                    chunks.append(&rows, None)?;
                 }
-                Ok(())
+                chunks.settle()
             }
             Rows::Multiset(m) => m.apply(changes),
         }
@@ -505,12 +540,7 @@ impl TableData {
     /// The same contents under a changed schema (a column's nullability changed).
     pub fn relabel(mut self, schema: SchemaRef) -> Result<TableData> {
         match &mut self.rows {
-            Rows::AppendOnly(batches) => {
-                for b in batches.iter_mut() {
-                    *b = RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec())
-                        .map_err(|e| arrow_error("relabel rows", e))?;
-                }
-            }
+            Rows::AppendOnly(chunks) => chunks.relabel(Arc::clone(&schema))?,
             Rows::Log(l) => l.relabel(Arc::clone(&schema))?,
             Rows::Multiset(m) => m.chunks.relabel(Arc::clone(&schema))?,
         }

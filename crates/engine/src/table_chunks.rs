@@ -10,7 +10,8 @@
 //!
 //! A view's contents keep their chunks within the server's memory budget: past their share,
 //! the coldest sealed chunks are written to files and read back when scanned
-//! ([`Chunks::spill_to`], `table_chunks_spill.rs`).
+//! ([`Chunks::spill_to`], `table_chunks_spill.rs`). Contents that only ever got inserts are
+//! chunks without an index (rows are placed, never looked up).
 
 use std::sync::Arc;
 
@@ -149,7 +150,8 @@ pub struct Chunks {
     /// The chunk appends go to.
     tail: Option<u32>,
     live: usize,
-    /// Where chunks past the memory budget go (a view's contents only).
+    /// Where chunks past the memory budget go (a view's contents only). After `chunks`: it is
+    /// dropped after them, once their files are deleted.
     spill: spill::SpillSlot,
     /// Counts changes, to date each chunk's last one.
     tick: u64,
@@ -185,8 +187,9 @@ impl Chunks {
         self.live
     }
 
-    /// Appends `batch` (of this table's schema); `placed` gets each row's location, in order.
-    pub fn append(&mut self, batch: &RecordBatch, placed: &mut Vec<Loc>) -> Result<()> {
+    /// Appends `batch` (of this table's schema); `placed` gets each row's location, in order
+    /// (for an index; `None`: rows nobody looks up, a view's contents that only insert).
+    pub fn append(&mut self, batch: &RecordBatch, mut placed: Option<&mut Vec<Loc>>) -> Result<()> {
         let mut at = 0;
         while at < batch.num_rows() {
             let tail = match self.tail {
@@ -210,10 +213,12 @@ impl Chunks {
                 chunk.positions.extend(start as u32..(start + n) as u32);
             }
             chunk.touched = self.tick;
-            placed.extend((start..start + n).map(|row| Loc {
-                chunk: tail,
-                row: row as u32,
-            }));
+            if let Some(placed) = placed.as_deref_mut() {
+                placed.extend((start..start + n).map(|row| Loc {
+                    chunk: tail,
+                    row: row as u32,
+                }));
+            }
             self.live += n;
             at += n;
         }
@@ -318,16 +323,26 @@ impl Chunks {
     /// first); chunks on disk are read back for the scan (and stay on disk).
     pub fn scan(&mut self) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::with_capacity(self.chunks.len());
+        self.for_each_batch(|batch| {
+            out.push(batch);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Hands `f` the rows a chunk at a time, as [`Chunks::scan`] returns them (chunks on disk
+    /// read back one at a time).
+    pub fn for_each_batch(&mut self, mut f: impl FnMut(RecordBatch) -> Result<()>) -> Result<()> {
         for chunk in self.chunks.iter_mut().filter(|c| c.live() > 0) {
             if let Some(file) = &chunk.file {
-                out.push(chunk.without_deleted(&file.read(&self.schema)?)?);
+                f(chunk.without_deleted(&file.read(&self.schema)?)?)?;
                 continue;
             }
             chunk.merge(&self.schema)?;
             chunk.filter()?;
-            out.push(chunk.batch.clone());
+            f(chunk.batch.clone())?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The same rows under a schema that differs only in names or nullability.

@@ -10,9 +10,8 @@
 //! (shared) and, for chunks on disk, their open files and which rows are deleted; a query
 //! reads the files of the views it scans, on its own task. A file stays readable while a
 //! published snapshot holds it, after its chunk came back into memory (it is deleted when
-//! the last holder lets go).
+//! the last holder lets go); it is not held open between reads.
 
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,11 +31,10 @@ pub(super) struct ChunkSpill {
 impl Drop for ChunkSpill {
     fn drop(&mut self) {
         self.budget.report(self.reported, 0);
-        if self.dir.exists()
-            && let Err(e) = std::fs::remove_dir_all(&self.dir)
-        {
-            tracing::warn!(dir = %self.dir.display(), error = %e, "could not delete a view's spilled contents");
-        }
+        // The chunks were dropped first (a field before this one), deleting their files but
+        // those a published snapshot still reads: the directory goes once empty; one left
+        // behind goes at the next start, which empties the spill directory.
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
@@ -152,6 +150,41 @@ impl Chunks {
         })
     }
 
+    /// The rows from position `start` on, in the order they were appended, as [`ViewRows`]
+    /// (chunks that only ever got appends: a view's contents since a save that held `start`
+    /// rows).
+    pub fn pieces_from(&mut self, start: usize) -> Result<ViewRows> {
+        let mut pieces = Vec::new();
+        let mut end = 0;
+        for chunk in &mut self.chunks {
+            let first = end;
+            end += chunk.rows;
+            if end <= start {
+                continue;
+            }
+            if chunk.deleted_rows > 0 || !chunk.positions.is_empty() {
+                return Err(Error::internal(
+                    "rows appended to a view's contents since a save were deleted",
+                ));
+            }
+            let skip = start.saturating_sub(first);
+            if let Some(file) = &chunk.file {
+                let keep = (skip > 0).then(|| (0..chunk.rows).map(|i| Some(i >= skip)).collect());
+                pieces.push(Piece::Spilled {
+                    file: Arc::clone(file),
+                    keep,
+                });
+                continue;
+            }
+            chunk.merge(&self.schema)?;
+            pieces.push(Piece::Rows(chunk.batch.slice(skip, chunk.rows - skip)));
+        }
+        Ok(ViewRows::Pieces {
+            schema: Arc::clone(&self.schema),
+            pieces,
+        })
+    }
+
     /// Bytes of the chunks' rows in memory.
     fn resident_bytes(&self) -> usize {
         self.chunks
@@ -241,27 +274,23 @@ impl ViewRows {
     }
 }
 
-/// A chunk's rows in a file, open: readable by whoever holds it, deleted when the last
-/// holder lets go.
+/// A chunk's rows in a file: readable by whoever holds it, deleted when the last holder lets
+/// go. It is opened for each read (a view of a billion rows has 120 000 such files; holding
+/// them open would pass the process's limit of open files).
 pub struct SpilledFile {
     path: PathBuf,
-    file: std::fs::File,
 }
 
 impl SpilledFile {
     fn create(path: PathBuf, batch: &RecordBatch) -> Result<Arc<SpilledFile>> {
         write(&path, batch)?;
-        let file = std::fs::File::open(&path)
-            .map_err(|e| Error::io("reading a view's spilled rows", e))?;
-        Ok(Arc::new(SpilledFile { path, file }))
+        Ok(Arc::new(SpilledFile { path }))
     }
 
     /// The rows, under `schema`.
     pub(super) fn read(&self, schema: &SchemaRef) -> Result<RecordBatch> {
-        let io = |e: std::io::Error| Error::io("reading a view's spilled rows", e);
-        let len = self.file.metadata().map_err(io)?.len() as usize;
-        let mut bytes = vec![0; len];
-        self.file.read_exact_at(&mut bytes, 0).map_err(io)?;
+        let bytes =
+            std::fs::read(&self.path).map_err(|e| Error::io("reading a view's spilled rows", e))?;
         let reader = arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(bytes), None)
             .map_err(|e| arrow_error("reading a view's spilled rows", e))?;
         let batches = reader

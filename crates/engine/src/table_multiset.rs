@@ -271,7 +271,7 @@ impl Multiset {
             let batch = RecordBatch::try_new(Arc::clone(self.chunks.schema()), columns)
                 .map_err(|e| arrow_error("inserted rows", e))?;
             let mut placed = Vec::with_capacity(inserted.len());
-            self.chunks.append(&batch, &mut placed)?;
+            self.chunks.append(&batch, Some(&mut placed))?;
             for (change, loc) in inserted.iter().zip(placed) {
                 let row = change.row(encoded);
                 let key = change.key(encoded).unwrap_or(row);

@@ -10,6 +10,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -163,6 +164,7 @@ pub(super) fn staging_epoch(name: &str) -> Option<u64> {
 /// An Arrow IPC file being written, counted and checksummed as it goes.
 struct FileOut {
     path: PathBuf,
+    schema: SchemaRef,
     writer: FileWriter<Crc32Writer<std::io::BufWriter<std::fs::File>>>,
 }
 
@@ -177,6 +179,7 @@ impl FileOut {
         let writer = FileWriter::try_new(out, schema).map_err(|e| write_error(path, e))?;
         Ok(FileOut {
             path: path.to_path_buf(),
+            schema: Arc::clone(schema),
             writer,
         })
     }
@@ -210,22 +213,6 @@ fn write_error(path: &Path, e: arrow::error::ArrowError) -> Error {
     Error::internal(format!("writing checkpoint file {}: {e}", path.display()))
 }
 
-/// Writes `batches` (at least one) as one Arrow IPC file at `path` and syncs it; returns its
-/// size and CRC32.
-pub(super) fn write_file(path: &Path, batches: &[RecordBatch]) -> Result<(u64, u32)> {
-    let schema = batches
-        .first()
-        .map(|b| b.schema())
-        .ok_or_else(|| Error::internal("an empty checkpoint part"))?;
-    let mut out = FileOut::create(path, &schema)?;
-    for batch in batches {
-        out.write(batch)?;
-    }
-    let written = out.finish()?;
-    sync(path)?;
-    Ok(written)
-}
-
 /// Writes a view's contents `rows` (of `schema`) as one Arrow IPC file at `path`, the rows on
 /// disk read back one chunk at a time, and syncs it; returns its size and CRC32.
 pub(super) fn write_rows(
@@ -238,6 +225,54 @@ pub(super) fn write_rows(
     let written = out.finish()?;
     sync(path)?;
     Ok(written)
+}
+
+/// Writes a view's contents' changes since a save to a file at `path` and syncs it: the rows
+/// `inserted` first (as inserts, read and written one chunk at a time), then `changes` (a
+/// batch of [`eddy_dataflow::checkpoint::saved_changes`]); its size and CRC32, or `None` (no
+/// file) without rows.
+pub(super) fn write_changes(
+    path: &Path,
+    inserted: Option<&crate::table_chunks::ViewRows>,
+    changes: &RecordBatch,
+) -> Result<Option<(u64, u32)>> {
+    let mut out: Option<FileOut> = None;
+    let mut put = |batch: RecordBatch| -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        match &mut out {
+            Some(file) => {
+                // Under the file's column names (the dataflow's output may name them apart).
+                let options =
+                    arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                let batch = RecordBatch::try_new_with_options(
+                    Arc::clone(&file.schema),
+                    batch.columns().to_vec(),
+                    &options,
+                )
+                .map_err(|e| write_error(path, e))?;
+                file.write(&batch)
+            }
+            None => out
+                .insert(FileOut::create(path, &batch.schema())?)
+                .write(&batch),
+        }
+    };
+    if let Some(rows) = inserted {
+        rows.for_each(|batch| {
+            let schema = batch.schema();
+            let inserts = [eddy_common::ChangeBatch::inserts(batch)];
+            put(eddy_dataflow::checkpoint::saved_changes(&schema, &inserts)?)
+        })?;
+    }
+    put(changes.clone())?;
+    let Some(out) = out else {
+        return Ok(None);
+    };
+    let written = out.finish()?;
+    sync(path)?;
+    Ok(Some(written))
 }
 
 /// Syncs the file or directory at `path` to disk.

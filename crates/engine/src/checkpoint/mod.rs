@@ -67,9 +67,14 @@ pub enum SavedContents {
         schema: arrow::datatypes::SchemaRef,
         rows: Arc<ViewRows>,
     },
-    /// The view's output since its last save, as one batch of changes
+    /// The view's output since its last save: first the rows it inserted while its contents
+    /// only ever got inserts (some maybe on disk, read back by the writer one chunk at a
+    /// time), then the rest as one batch of changes
     /// ([`eddy_dataflow::checkpoint::saved_changes`]).
-    Changes(RecordBatch),
+    Changes {
+        inserted: Option<Arc<ViewRows>>,
+        batch: RecordBatch,
+    },
 }
 
 /// A stream's watermark as tracked by the runtime (per partition).
@@ -380,11 +385,9 @@ fn write_files(dir: &Path, meta: &MetaStore, checkpoint: Checkpoint) -> Result<C
             SavedContents::Whole { schema, rows } => {
                 Some(files::write_rows(&target.join(&file), &schema, &rows)?)
             }
-            SavedContents::Changes(batch) => {
+            SavedContents::Changes { inserted, batch } => {
                 files.extend(prior.iter().filter(|f| f.part == CONTENTS).cloned());
-                (batch.num_rows() > 0)
-                    .then(|| files::write_file(&target.join(&file), &[batch]))
-                    .transpose()?
+                files::write_changes(&target.join(&file), inserted.as_deref(), &batch)?
             }
         };
         if let Some((bytes, crc32)) = written {

@@ -324,7 +324,11 @@ impl RuntimeState {
         }
         let mut output_since = checkpointing::OutputSince::default();
         if saved_in.is_some() {
-            output_since.restart(whole_rows, since);
+            output_since.restart(
+                whole_rows,
+                since,
+                data.only_inserted().then(|| data.row_count()),
+            );
         }
         let lane = lane::Lane::start(
             &view.def.name,

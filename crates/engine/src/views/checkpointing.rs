@@ -9,6 +9,7 @@
 
 use super::*;
 use crate::checkpoint::SavedContents;
+use crate::table_chunks::ViewRows;
 use eddy_dataflow::arrangement::SaveMode;
 
 /// Rows of output a view notes besides half of the contents of its last whole save, before it
@@ -18,7 +19,9 @@ const OUTPUT_SLACK_ROWS: usize = 1024;
 /// A view's output since its last save: a checkpoint that builds on that save writes these
 /// changes of the contents rather than all of them. Noted from the first save on, until the
 /// rows noted since the last whole save pass half of the contents then (a whole save is
-/// cheaper from there on, and it keeps a restore's chain of changes short).
+/// cheaper from there on, and it keeps a restore's chain of changes short). While the
+/// contents only ever got inserts, the output is not kept: it is the contents' rows past
+/// those of the last save (which may have spilled to files).
 #[derive(Default)]
 pub(super) struct OutputSince {
     on: bool,
@@ -27,9 +30,34 @@ pub(super) struct OutputSince {
     rows: usize,
     /// Rows of the contents at the last whole save.
     whole_rows: usize,
+    /// The contents only ever got inserts: rows of them at the last save.
+    inserted_from: Option<usize>,
+    /// The rows inserted since the last save before the first retraction (taken then, as the
+    /// contents cannot tell them apart after it).
+    inserted: Option<Arc<ViewRows>>,
 }
 
 impl OutputSince {
+    /// An epoch's output, before it is checked against `contents`: if it is the first that
+    /// does more than insert, the rows inserted since the last save are taken from the
+    /// contents now (from then on, the output is kept).
+    pub(super) fn before(&mut self, contents: &mut TableData, out: &[ChangeBatch]) -> Result<()> {
+        let Some(from) = self.inserted_from.filter(|_| self.on) else {
+            return Ok(());
+        };
+        if crate::table::only_inserts(out) {
+            return Ok(());
+        }
+        match contents.inserted_since(from)? {
+            Some(rows) => {
+                self.inserted = Some(rows);
+                self.inserted_from = None;
+            }
+            None => *self = OutputSince::default(),
+        }
+        Ok(())
+    }
+
     /// An epoch's output, applied to the contents.
     pub(super) fn note(&mut self, out: &[ChangeBatch]) {
         if !self.on {
@@ -40,18 +68,23 @@ impl OutputSince {
             *self = OutputSince::default();
             return;
         }
-        self.batches
-            .extend(out.iter().filter(|c| !c.is_empty()).cloned());
+        if self.inserted_from.is_none() {
+            self.batches
+                .extend(out.iter().filter(|c| !c.is_empty()).cloned());
+        }
     }
 
     /// Noting from a whole save of `whole_rows` rows of contents, followed by `since` rows of
-    /// changes (a restore's).
-    pub(super) fn restart(&mut self, whole_rows: usize, since: usize) {
+    /// changes (a restore's); `inserted`: the contents' rows now, if they only ever got
+    /// inserts.
+    pub(super) fn restart(&mut self, whole_rows: usize, since: usize, inserted: Option<usize>) {
         *self = OutputSince {
             on: true,
             whole_rows,
             rows: since,
             batches: Vec::new(),
+            inserted_from: inserted,
+            inserted: None,
         };
     }
 }
@@ -123,18 +156,33 @@ impl Pending {
 /// its last save if it noted it.
 fn at_epoch(entry: &mut Entry, changes: bool) -> Result<AtEpoch> {
     let since = &mut entry.output_since;
-    let contents = if changes && since.on {
-        let batches = std::mem::take(&mut since.batches);
-        SavedContents::Changes(eddy_dataflow::checkpoint::saved_changes(
-            &entry.view.schema,
-            &batches,
-        )?)
-    } else {
-        // Rows on disk are read back by the writer as it writes them.
-        since.restart(entry.contents.row_count(), 0);
-        SavedContents::Whole {
-            schema: Arc::clone(entry.contents.schema()),
-            rows: entry.contents.view_rows()?,
+    let rows = entry.contents.row_count();
+    let contents = match since.inserted_from {
+        Some(from) if changes && since.on => {
+            let inserted = entry.contents.inserted_since(from)?.ok_or_else(|| {
+                Error::internal("a view's contents noted as inserted-only took a retraction")
+            })?;
+            since.inserted_from = Some(rows);
+            SavedContents::Changes {
+                inserted: Some(inserted),
+                batch: eddy_dataflow::checkpoint::saved_changes(&entry.view.schema, &[])?,
+            }
+        }
+        _ if changes && since.on => {
+            let batches = std::mem::take(&mut since.batches);
+            SavedContents::Changes {
+                inserted: since.inserted.take(),
+                batch: eddy_dataflow::checkpoint::saved_changes(&entry.view.schema, &batches)?,
+            }
+        }
+        _ => {
+            // Rows on disk are read back by the writer as it writes them.
+            let only_inserted = entry.contents.only_inserted();
+            since.restart(rows, 0, only_inserted.then_some(rows));
+            SavedContents::Whole {
+                schema: Arc::clone(entry.contents.schema()),
+                rows: entry.contents.view_rows()?,
+            }
         }
     };
     let committed = entry

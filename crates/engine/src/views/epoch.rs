@@ -134,11 +134,20 @@ impl RuntimeState {
             self.settle_or_leave(i, epoch, may_lag, &mut answers, &mut outputs);
         }
         let mut changed = false;
+        let mut failed = Vec::new();
         for entry in &mut self.views {
             if let Some(out) = outputs.get(&entry.view.def.id)
                 && !out.is_empty()
             {
-                entry.contents.apply(out)?;
+                // A view whose contents cannot take its output (its rows could not spill)
+                // fails alone; the epoch goes on for the others.
+                let name = &entry.view.def.name;
+                let applied = crate::failpoints::failpoint("view_contents", name)
+                    .and_then(|()| entry.contents.apply(out));
+                if let Err(e) = applied {
+                    failed.push((entry.view.def.id, e));
+                    continue;
+                }
                 entry.output_since.note(out);
                 changed = true;
             }
@@ -155,6 +164,18 @@ impl RuntimeState {
                     .stale = true;
                 created.done();
             }
+        }
+        for (id, e) in failed {
+            outputs.remove(&id);
+            if let Some(created) = self
+                .views
+                .iter_mut()
+                .find(|v| v.view.def.id == id)
+                .and_then(|v| v.created.take())
+            {
+                created.failed(e.clone());
+            }
+            self.fail(id, e);
         }
         self.collect_all_late();
         self.dirty = false;
@@ -234,6 +255,7 @@ impl RuntimeState {
         };
         let entry = &mut self.views[i];
         let result = answer.and_then(|out| {
+            entry.output_since.before(&mut entry.contents, &out)?;
             entry.contents.check_view_output(&out)?;
             Ok(out)
         });
@@ -286,6 +308,8 @@ impl RuntimeState {
                     }
                 };
                 let applied = answer.and_then(|out| {
+                    entry.output_since.before(&mut entry.contents, &out)?;
+                    crate::failpoints::failpoint("view_contents", &entry.view.def.name)?;
                     entry.contents.apply_view_output(&out)?;
                     entry.output_since.note(&out);
                     Ok(out)
