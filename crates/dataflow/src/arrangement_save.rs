@@ -5,10 +5,12 @@
 //! insert, a retraction, an expiry, an aux count) the first time it changes after a save: a
 //! flag on the key's slot and the key's bytes in a list, which outlives the slot (a key may be
 //! removed or spilled before the next save). A save of the changes writes, per changed key, a
-//! reset marker (the key with a NULL row) and then the key's rows now, from memory or from
-//! the spill store; loading applies the markers in order, so a full save followed by the
-//! saves of changes in order gives the state of the last. Such a save is taken only when the
-//! caller vouches that the last save was kept ([`SaveMode::Changes`]); the arrangement writes
+//! reset marker (the key with a NULL row) and then the key's rows now: from memory, or for a
+//! key on disk through a job the sink runs later, off the operators' thread, reading a
+//! snapshot of the spill store taken at the save; loading applies the markers in order (each
+//! key's once per save), so a full save followed by the saves of changes in order gives the
+//! state of the last. Such a save is taken only when the caller vouches that the last save
+//! was kept ([`SaveMode::Changes`]); the arrangement writes
 //! all of itself instead when its changes since its last full save pass half of its rows, so
 //! a chain of saves stays within about 1.5 times the state. When the list would pass half of
 //! the keys, the arrangement stops noting and its next save is a full one.
@@ -105,11 +107,12 @@ impl Arrangement {
             && self.changed_rows() <= self.live / 2
         {
             let mut saved = SavedBatches::new(part, out, true);
-            self.save_changes(&mut saved)?;
+            let deferred = self.save_changes(&mut saved)?;
             let rows = saved.finish()?;
-            // Past half of the state since the last whole save (spilled keys' rows are only
-            // known once read), the next save is whole: that keeps the chain short.
-            self.changes.since_full += rows;
+            // Past half of the state since the last whole save (a spilled key counts its
+            // marker and a row: its rows are only known once read), the next save is whole:
+            // that keeps the chain short.
+            self.changes.since_full += rows + 2 * deferred;
             whole_next = self.changes.since_full > self.live / 2;
         } else {
             for slot in &mut self.keys {
@@ -175,39 +178,79 @@ impl Arrangement {
     }
 
     /// Each key changed since the last save, once, into `out`: a reset marker, then its rows.
-    fn save_changes(&mut self, out: &mut SavedBatches<'_>) -> Result<()> {
-        let changes = std::mem::take(&mut self.changes);
-        let mut seen: HashTable<(u64, usize, u32)> = HashTable::with_capacity(changes.keys.len());
-        for &(start, len) in &changes.keys {
-            let key = &changes.bytes[start..start + len as usize];
+    /// Returns how many keys it left to a deferred job (not in memory: spilled or gone).
+    fn save_changes(&mut self, out: &mut SavedBatches<'_>) -> Result<usize> {
+        let Changes {
+            keys,
+            bytes,
+            since_full,
+            ..
+        } = std::mem::take(&mut self.changes);
+        let mut seen: HashTable<(u64, usize, u32)> = HashTable::with_capacity(keys.len());
+        let mut absent: Vec<(usize, u32)> = Vec::new();
+        for &(start, len) in &keys {
+            let key = &bytes[start..start + len as usize];
             let hash = self.hash_key(key);
-            let bytes = &changes.bytes;
             let same =
                 |&(h, s, l): &(u64, usize, u32)| h == hash && &bytes[s..s + l as usize] == key;
             if seen.find(hash, same).is_some() {
                 continue;
             }
             seen.insert_unique(hash, (hash, start, len), |&(h, _, _)| h);
+            let Some(k) = self.find_key(hash, key) else {
+                absent.push((start, len));
+                continue;
+            };
             out.reset(key)?;
-            if let Some(k) = self.find_key(hash, key) {
-                self.keys[k as usize].changed = false;
-                let mut e = self.keys[k as usize].head;
-                while e != NONE {
-                    let entry = &self.entries[e as usize];
-                    out.push(key, &self.spilled_row(entry))?;
-                    e = entry.next;
-                }
-            } else if let Some(value) = self.spilled_value(key)? {
-                for row in decode_rows(&value) {
-                    out.push(key, &row?)?;
-                }
+            self.keys[k as usize].changed = false;
+            let mut e = self.keys[k as usize].head;
+            while e != NONE {
+                let entry = &self.entries[e as usize];
+                out.push(key, &self.spilled_row(entry))?;
+                e = entry.next;
             }
         }
         self.changes = Changes {
-            since_full: changes.since_full,
+            since_full,
             ..Changes::default()
         };
-        Ok(())
+        self.save_absent(out, bytes, absent)
+    }
+
+    /// Changed keys not in memory (spans of `bytes`): gone, or spilled. With anything on disk,
+    /// a job the sink runs later ([`Sink::defer`]) writes each one's reset marker and the rows
+    /// the spill store held at this save; otherwise the markers go now. Returns the keys left
+    /// to the job.
+    fn save_absent(
+        &self,
+        out: &mut SavedBatches<'_>,
+        bytes: Vec<u8>,
+        absent: Vec<(usize, u32)>,
+    ) -> Result<usize> {
+        let key = |&(start, len): &(usize, u32)| start..start + len as usize;
+        let reader = self.spilled_reader().filter(|_| !absent.is_empty());
+        let Some(mut reader) = reader else {
+            for span in &absent {
+                out.reset(&bytes[key(span)])?;
+            }
+            return Ok(0);
+        };
+        let deferred = absent.len();
+        let part = out.part.to_owned();
+        out.out.defer(Box::new(move |sink| {
+            let mut saved = SavedBatches::new(&part, sink, true);
+            for span in &absent {
+                let key = &bytes[key(span)];
+                saved.reset(key)?;
+                if let Some(value) = reader.get(key)? {
+                    for row in decode_rows(&value) {
+                        saved.push(key, &row?)?;
+                    }
+                }
+            }
+            saved.finish().map(drop)
+        }))?;
+        Ok(deferred)
     }
 
     /// Takes back a batch of what [`Arrangement::save`] wrote: rows are added to what is

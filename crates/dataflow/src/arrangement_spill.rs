@@ -460,17 +460,17 @@ impl Arrangement {
         }
     }
 
-    /// Spilled `key`'s rows as the store holds them, if it is on disk.
-    pub(super) fn spilled_value(&self, key: &[u8]) -> Result<Option<fjall::Slice>> {
-        let Some(spill) = &self.spill.0 else {
-            return Ok(None);
-        };
-        let Some(store) = spill.store.as_ref().filter(|_| spill.keys > 0) else {
-            return Ok(None);
-        };
-        let mut store_key = spill.prefix.to_vec();
-        store_key.extend_from_slice(key);
-        store.get(&store_key)
+    /// Reads of the keys on disk as they are now, to be made later, off the operators' thread
+    /// (a save of changes' spilled keys); `None` when nothing is on disk.
+    pub(super) fn spilled_reader(&self) -> Option<SpilledReader> {
+        let spill = self.spill.0.as_ref()?;
+        let store = spill.store.as_ref().filter(|_| spill.keys > 0)?;
+        Some(SpilledReader {
+            snapshot: store.snapshot(),
+            store: Arc::clone(store),
+            prefix: spill.prefix,
+            store_key: Vec::new(),
+        })
     }
 
     /// Every key on disk now with its stored rows, to be read later, off the operators'
@@ -483,6 +483,26 @@ impl Arrangement {
             store: Arc::clone(store),
             keys: spill.keys,
         })
+    }
+}
+
+/// Point reads of what an arrangement had on disk at one moment
+/// ([`Arrangement::spilled_reader`]): writes to the store after it was taken do not show.
+pub(super) struct SpilledReader {
+    snapshot: fjall::Snapshot,
+    /// Keeps the store's files while they are read (dropped after the snapshot).
+    store: Arc<Store>,
+    prefix: [u8; PREFIX],
+    store_key: Vec<u8>,
+}
+
+impl SpilledReader {
+    /// `key`'s stored rows then, if it was on disk.
+    pub(super) fn get(&mut self, key: &[u8]) -> Result<Option<fjall::Slice>> {
+        self.store_key.clear();
+        self.store_key.extend_from_slice(&self.prefix);
+        self.store_key.extend_from_slice(key);
+        self.store.get_at(&self.snapshot, &self.store_key)
     }
 }
 

@@ -332,7 +332,7 @@ fn a_save_of_changes_holds_only_the_changed_keys() {
         a.settle().unwrap();
         let changes = save(&mut a, SaveMode::Changes);
         assert!(changes.iter().all(checkpoint::is_changes));
-        let rows: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
+        let mut rows: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
             .iter()
             .flat_map(|b| {
                 let keys = checkpoint::binary_column(b, "key").unwrap();
@@ -347,6 +347,8 @@ fn a_save_of_changes_holds_only_the_changed_keys() {
                     .collect::<Vec<_>>()
             })
             .collect();
+        // Keys in any order (those not in memory come last), each key's marker first.
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
         let marker = |k: u32| (key(k).to_vec(), None);
         let kept = |k: u32| (key(k).to_vec(), Some(b"row".to_vec()));
         assert_eq!(
@@ -373,5 +375,84 @@ fn a_save_of_changes_holds_only_the_changed_keys() {
         a.settle().unwrap();
         let whole = save(&mut a, SaveMode::Changes);
         assert!(!whole.iter().any(checkpoint::is_changes));
+    }
+}
+
+/// A sink that keeps what a save defers, to run it later (as the engine's checkpoint writer
+/// does, while the operators go on).
+#[derive(Default)]
+struct Later {
+    put: Vec<(String, RecordBatch)>,
+    deferred: Vec<checkpoint::Deferred>,
+}
+
+impl checkpoint::Sink for Later {
+    fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()> {
+        self.put.push((part.to_owned(), batch));
+        Ok(())
+    }
+
+    fn defer(&mut self, job: checkpoint::Deferred) -> Result<()> {
+        self.deferred.push(job);
+        Ok(())
+    }
+}
+
+impl Later {
+    /// Runs the deferred jobs; every batch of the save.
+    fn finish(mut self) -> Vec<RecordBatch> {
+        for job in std::mem::take(&mut self.deferred) {
+            job(&mut self.put).unwrap();
+        }
+        self.put.into_iter().map(|(_, b)| b).collect()
+    }
+}
+
+/// What a save leaves to a job (spilled keys, of a whole save and of a save of changes) is
+/// read as the spill store was at the save, though the arrangement changed, faulted keys in
+/// and spilled them again before the job ran.
+#[test]
+fn deferred_saves_read_the_spill_store_as_it_was_at_the_save() {
+    let spilling = crate::spill::tests::Spilling::with_limit(0);
+    let mut a = Arrangement::new();
+    a.spill_to(&spilling.budget);
+    let key = |k: u32| k.to_be_bytes();
+    let set = |a: &mut Arrangement, keys: std::ops::Range<u32>, old: &[u8], new: &[u8]| {
+        for k in keys {
+            a.prepare([key(k).as_slice()]).unwrap();
+            a.update(&key(k), old, 0, -1, NEVER).unwrap();
+            a.update(&key(k), new, 0, 1, NEVER).unwrap();
+        }
+        a.settle().unwrap();
+    };
+    for k in 0..1000u32 {
+        a.update(&key(k), b"v1", 0, 1, NEVER).unwrap();
+    }
+    a.settle().unwrap();
+    let mut whole = Later::default();
+    a.save(SaveMode::Full, "part", &mut whole).unwrap();
+    assert!(
+        !whole.deferred.is_empty(),
+        "no spilled key was left to a job"
+    );
+    set(&mut a, 0..10, b"v1", b"v2");
+    let mut changes = Later::default();
+    a.save(SaveMode::Changes, "part", &mut changes).unwrap();
+    assert!(
+        !changes.deferred.is_empty(),
+        "no changed key was left to a job"
+    );
+    // The arrangement goes on before the jobs run.
+    set(&mut a, 0..10, b"v2", b"v3");
+    set(&mut a, 500..600, b"v1", b"v3");
+    let mut loaded = Arrangement::new();
+    for batch in whole.finish().iter().chain(&changes.finish()) {
+        loaded.load(batch).unwrap();
+    }
+    assert_eq!(loaded.len(), 1000);
+    for k in 0..1000u32 {
+        let rows: Vec<Vec<u8>> = loaded.probe(&key(k)).map(|f| f.row.to_vec()).collect();
+        let want: &[u8] = if k < 10 { b"v2" } else { b"v1" };
+        assert_eq!(rows, [want.to_vec()], "key {k}");
     }
 }

@@ -184,6 +184,21 @@ impl Store {
         self.keys.get(key).map_err(spill_error)
     }
 
+    /// The store as of now, for reads later ([`Store::get_at`]).
+    pub(crate) fn snapshot(&self) -> fjall::Snapshot {
+        self.db.snapshot()
+    }
+
+    /// `key`'s value in `snapshot`.
+    pub(crate) fn get_at(
+        &self,
+        snapshot: &fjall::Snapshot,
+        key: &[u8],
+    ) -> Result<Option<fjall::Slice>> {
+        use fjall::Readable;
+        snapshot.get(&self.keys, key).map_err(spill_error)
+    }
+
     /// Every (key, value) under `prefix` as of now, in key order: the iterator reads a
     /// snapshot, so writes after this call do not show in it (a deferred checkpoint save).
     pub(crate) fn scan_snapshot(
