@@ -378,36 +378,6 @@ fn a_save_of_changes_holds_only_the_changed_keys() {
     }
 }
 
-/// A sink that keeps what a save defers, to run it later (as the engine's checkpoint writer
-/// does, while the operators go on).
-#[derive(Default)]
-struct Later {
-    put: Vec<(String, RecordBatch)>,
-    deferred: Vec<checkpoint::Deferred>,
-}
-
-impl checkpoint::Sink for Later {
-    fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()> {
-        self.put.push((part.to_owned(), batch));
-        Ok(())
-    }
-
-    fn defer(&mut self, job: checkpoint::Deferred) -> Result<()> {
-        self.deferred.push(job);
-        Ok(())
-    }
-}
-
-impl Later {
-    /// Runs the deferred jobs; every batch of the save.
-    fn finish(mut self) -> Vec<RecordBatch> {
-        for job in std::mem::take(&mut self.deferred) {
-            job(&mut self.put).unwrap();
-        }
-        self.put.into_iter().map(|(_, b)| b).collect()
-    }
-}
-
 /// What a save leaves to a job (spilled keys, of a whole save and of a save of changes) is
 /// read as the spill store was at the save, though the arrangement changed, faulted keys in
 /// and spilled them again before the job ran.
@@ -429,14 +399,14 @@ fn deferred_saves_read_the_spill_store_as_it_was_at_the_save() {
         a.update(&key(k), b"v1", 0, 1, NEVER).unwrap();
     }
     a.settle().unwrap();
-    let mut whole = Later::default();
+    let mut whole = checkpoint::Later::default();
     a.save(SaveMode::Full, "part", &mut whole).unwrap();
     assert!(
         !whole.deferred.is_empty(),
         "no spilled key was left to a job"
     );
     set(&mut a, 0..10, b"v1", b"v2");
-    let mut changes = Later::default();
+    let mut changes = checkpoint::Later::default();
     a.save(SaveMode::Changes, "part", &mut changes).unwrap();
     assert!(
         !changes.deferred.is_empty(),
@@ -446,7 +416,7 @@ fn deferred_saves_read_the_spill_store_as_it_was_at_the_save() {
     set(&mut a, 0..10, b"v2", b"v3");
     set(&mut a, 500..600, b"v1", b"v3");
     let mut loaded = Arrangement::new();
-    for batch in whole.finish().iter().chain(&changes.finish()) {
+    for (_, batch) in whole.finish().iter().chain(&changes.finish()) {
         loaded.load(batch).unwrap();
     }
     assert_eq!(loaded.len(), 1000);

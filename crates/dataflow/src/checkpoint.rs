@@ -46,6 +46,39 @@ impl Sink for Vec<(String, RecordBatch)> {
     }
 }
 
+/// Tests' sink that keeps what a save defers, to run it later (as the engine's checkpoint
+/// writer does, while the operators go on).
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Later {
+    put: Vec<(String, RecordBatch)>,
+    pub(crate) deferred: Vec<Deferred>,
+}
+
+#[cfg(test)]
+impl Sink for Later {
+    fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()> {
+        self.put.push((part.to_owned(), batch));
+        Ok(())
+    }
+
+    fn defer(&mut self, job: Deferred) -> Result<()> {
+        self.deferred.push(job);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Later {
+    /// Runs what was deferred; every batch of the save, with its part's name.
+    pub(crate) fn finish(mut self) -> Vec<(String, RecordBatch)> {
+        for job in std::mem::take(&mut self.deferred) {
+            job(&mut self.put).unwrap();
+        }
+        self.put
+    }
+}
+
 /// A sink that names each part `<prefix>:<part>` (an operator's place in the dataflow).
 pub(crate) struct Prefixed<'a> {
     pub prefix: String,

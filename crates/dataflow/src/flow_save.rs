@@ -158,28 +158,7 @@ pub(crate) struct TestCheckpoints {
     /// The flow's last save is in `parts`: the next may be only its changes.
     saved: bool,
     /// The last save, while what it deferred has not run.
-    pending: Option<TestSink>,
-}
-
-/// A save's batches and what it deferred.
-#[cfg(test)]
-#[derive(Default)]
-struct TestSink {
-    put: Vec<(String, RecordBatch)>,
-    deferred: Vec<crate::checkpoint::Deferred>,
-}
-
-#[cfg(test)]
-impl Sink for TestSink {
-    fn put(&mut self, part: &str, batch: RecordBatch) -> Result<()> {
-        self.put.push((part.to_owned(), batch));
-        Ok(())
-    }
-
-    fn defer(&mut self, job: crate::checkpoint::Deferred) -> Result<()> {
-        self.deferred.push(job);
-        Ok(())
-    }
+    pending: Option<crate::checkpoint::Later>,
 }
 
 #[cfg(test)]
@@ -192,7 +171,7 @@ impl TestCheckpoints {
         } else {
             SaveMode::Full
         };
-        let mut sink = TestSink::default();
+        let mut sink = crate::checkpoint::Later::default();
         flow.save(mode, &mut sink).unwrap();
         self.pending = Some(sink);
         self.saved = true;
@@ -200,14 +179,11 @@ impl TestCheckpoints {
 
     /// Runs what the last save deferred and makes its batches the checkpoint's.
     fn complete(&mut self) {
-        let Some(TestSink { mut put, deferred }) = self.pending.take() else {
+        let Some(pending) = self.pending.take() else {
             return;
         };
-        for job in deferred {
-            job(&mut put).unwrap();
-        }
         let mut saved: Vec<(String, Vec<RecordBatch>)> = Vec::new();
-        for (name, batch) in put {
+        for (name, batch) in pending.finish() {
             let batch = ipc_round_trip(&batch);
             match saved.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, batches)) => batches.push(batch),
