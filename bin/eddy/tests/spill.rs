@@ -487,3 +487,184 @@ async fn insert_only_view_contents_spill_and_equal_postgres_through_restarts_and
         "the view's contents did not spill again after the crash"
     );
 }
+
+/// The aggregate views of the aggregate test, each with the query PostgreSQL runs for it.
+const AGGREGATES: [(&str, &str, &str); 3] = [
+    (
+        "by_customer",
+        "SELECT customer, count(*) AS n, sum(amount) AS total, max(price) AS top, min(note) AS first_note FROM sales GROUP BY customer",
+        "SELECT customer, count(*) AS n, sum(amount) AS total, max(price) AS top, min(note) AS first_note FROM sales GROUP BY customer",
+    ),
+    (
+        "by_bucket",
+        "SELECT customer % 700 AS bucket, count(DISTINCT customer) AS customers, sum(DISTINCT amount) AS amounts FROM sales GROUP BY customer % 700",
+        "SELECT customer % 700 AS bucket, count(DISTINCT customer) AS customers, sum(DISTINCT amount) AS amounts FROM sales GROUP BY customer % 700",
+    ),
+    (
+        "per_user_minute",
+        "SELECT window_start, u, count(*) AS n FROM TUMBLE(clicks, ts, INTERVAL '1' MINUTE) GROUP BY 1, 2",
+        "SELECT date_bin('1 minute', ts, TIMESTAMP '2000-01-01') AS window_start, u, count(*) AS n FROM clicks GROUP BY 1, 2",
+    ),
+];
+
+/// Sales `from..to`: 4 001 customers, amounts with cents, doubles with NaN, notes outside
+/// ASCII, some NULL.
+fn sales(from: u32, to: u32) -> String {
+    let values: Vec<String> = (from..to)
+        .map(|i| {
+            let price = match i % 500 {
+                0 => "'NaN'".to_owned(),
+                k => format!("{k}.{}", i % 10),
+            };
+            let note = match i % 17 {
+                0 => "NULL".to_owned(),
+                k => format!("'sale {i} — ✓ ß {k}'"),
+            };
+            format!(
+                "({i}, {}, {}.{:02}, {price}, {note})",
+                (i * 7) % 4001,
+                i % 997,
+                i % 100
+            )
+        })
+        .collect();
+    format!("INSERT INTO sales VALUES {}", values.join(", "))
+}
+
+/// Clicks `from..to`, a second apart (`late`: ten minutes behind), 97 users.
+fn clicks(from: u32, to: u32, late: bool) -> String {
+    let values: Vec<String> = (from..to)
+        .map(|i| {
+            let at = if late { i - 600 } else { i };
+            format!(
+                "({i}, {}, TIMESTAMP '2026-01-01' + INTERVAL '{at} seconds')",
+                i % 97
+            )
+        })
+        .collect();
+    format!("INSERT INTO clicks VALUES {}", values.join(", "))
+}
+
+/// Every aggregate view equals PostgreSQL 15 running its query over the same rows.
+async fn check_aggregates(server: &EddyProcess, pg: &tokio_postgres::Client, when: &str) {
+    let client = server.connect().await.unwrap();
+    client.batch_execute("FLUSH").await.unwrap();
+    for (view, _, query) in AGGREGATES {
+        let got = query_sorted(&client, &format!("SELECT * FROM {view}"))
+            .await
+            .unwrap();
+        let want = query_sorted(pg, query).await.unwrap();
+        assert!(want.len() >= 700, "{when}: {view} has too few groups");
+        assert_eq!(got.len(), want.len(), "{when}: {view} has another count");
+        assert!(got == want, "{when}: {view} differs from PostgreSQL");
+    }
+}
+
+/// Groups of `view`'s aggregates on disk now.
+async fn spilled_groups(server: &EddyProcess, view: &str) -> u64 {
+    let client = server.connect().await.unwrap();
+    let sql = format!(
+        "SELECT coalesce(sum(spilled_rows), 0) FROM eddy_operators WHERE view = '{view}' AND operator LIKE 'Aggregate%'"
+    );
+    let rows = query_sorted(&client, &sql).await.unwrap();
+    rows[0][0].as_deref().unwrap_or("0").parse().unwrap()
+}
+
+#[tokio::test]
+async fn aggregates_past_the_memory_limit_spill_and_equal_postgres_through_restarts_and_a_crash() {
+    const SALES: &str = "CREATE TABLE sales (id BIGINT PRIMARY KEY, customer BIGINT, amount NUMERIC(10,2), price DOUBLE PRECISION, note TEXT)";
+    let mut server = EddyProcess::start_fresh_args(&binary(), &limited()).unwrap();
+    let postgres = eddy_testkit::postgres::PostgresServer::start()
+        .expect("PostgreSQL 15 (bin/test installs it)");
+    let pg = postgres.connect().await.unwrap();
+    pg.batch_execute(&format!(
+        "{SALES}; CREATE TABLE clicks (id BIGINT, u BIGINT, ts TIMESTAMP)"
+    ))
+    .await
+    .unwrap();
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "{SALES}; CREATE TABLE clicks (id BIGINT, u BIGINT, ts TIMESTAMP, \
+             WATERMARK FOR ts AS ts - INTERVAL '5 seconds') APPEND ONLY"
+        ))
+        .await
+        .unwrap();
+    let both = async |sql: &str| {
+        client.batch_execute(sql).await.unwrap();
+        pg.batch_execute(sql).await.unwrap();
+    };
+    for start in (0..12_000).step_by(2000) {
+        both(&sales(start, start + 2000)).await;
+        both(&clicks(start, start + 2000, false)).await;
+    }
+    for (view, query, _) in AGGREGATES {
+        // Windows keep their state for 30 minutes after they close: late rows correct them.
+        let with = match view {
+            "per_user_minute" => "WITH (late_events = 'retract', allowed_lateness = '30 minutes')",
+            _ => "",
+        };
+        client
+            .batch_execute(&format!(
+                "CREATE MATERIALIZED VIEW {view} {with} AS {query}"
+            ))
+            .await
+            .unwrap();
+    }
+    check_aggregates(&server, &pg, "after backfill").await;
+    for (view, _, _) in AGGREGATES {
+        assert!(
+            spilled_groups(&server, view).await > 0,
+            "no group of {view} went to disk"
+        );
+    }
+
+    // Changes to groups on disk: updates, deletes, new sales, clicks on time and late ones
+    // (their windows closed and spilled, within the allowed lateness).
+    let change = async |round: u32| {
+        both(&format!(
+            "UPDATE sales SET amount = amount + 1.25, note = 'round {round} ü' WHERE id % {} = 0",
+            9 + round
+        ))
+        .await;
+        both(&format!("DELETE FROM sales WHERE id % {} = 3", 13 + round)).await;
+        let from = 12_000 + round * 1000;
+        both(&sales(from, from + 1000)).await;
+        both(&clicks(from, from + 1000, false)).await;
+        both(&clicks(from + 500, from + 600, true)).await;
+    };
+    change(0).await;
+    check_aggregates(&server, &pg, "after changes").await;
+
+    // A whole checkpoint, changes, a checkpoint of them, a restart from the chain.
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    change(1).await;
+    client.batch_execute("FLUSH; CHECKPOINT").await.unwrap();
+    drop(client);
+    server.restart_in_place(false).unwrap();
+    check_aggregates(&server, &pg, "after a restart").await;
+
+    // Changes past the checkpoint, then a SIGKILL: the restore replays them from the log.
+    let client = server.connect().await.unwrap();
+    let both = async |sql: &str| {
+        client.batch_execute(sql).await.unwrap();
+        pg.batch_execute(sql).await.unwrap();
+    };
+    both(&sales(20_000, 22_000)).await;
+    both("UPDATE sales SET price = price * 2 WHERE customer % 5 = 1").await;
+    both(&clicks(20_000, 22_000, false)).await;
+    drop(client);
+    server.restart_in_place(true).unwrap();
+    check_aggregates(&server, &pg, "after a crash").await;
+    assert!(
+        spilled_groups(&server, "by_customer").await > 0,
+        "the aggregate did not spill again after the crash"
+    );
+    // Windows the watermark passed by more than the lateness left the disk too: of the
+    // ~22 000 (window, user) groups ever made, about 31 windows of 60 are kept.
+    let windows = spilled_groups(&server, "per_user_minute").await;
+    assert!(
+        windows < 4000,
+        "{windows} groups of passed windows are still on disk"
+    );
+}

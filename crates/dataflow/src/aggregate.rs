@@ -42,6 +42,8 @@ use crate::aggregate_call::{Call, GroupId, Kind, Runs};
 
 #[path = "aggregate_save.rs"]
 mod save;
+#[path = "aggregate_spill.rs"]
+mod spill;
 
 pub struct Aggregate {
     /// The latest mark of each stream (in-band watermarks).
@@ -82,6 +84,8 @@ pub struct Aggregate {
     /// What changed since the last save, for a checkpoint of only that (`None`: the next save
     /// is whole).
     changes: Option<save::GroupChanges>,
+    /// The disk tier, once the aggregate spills past a memory budget (not a global one).
+    spill: Option<Box<spill::GroupSpill>>,
 }
 
 impl Aggregate {
@@ -139,6 +143,7 @@ impl Aggregate {
             evicted_to: None,
             append_only,
             changes: None,
+            spill: None,
         };
         if global {
             // The global group's row exists before any input: emitted at the first epoch.
@@ -181,15 +186,22 @@ impl Aggregate {
                 .push(g);
         }
         self.live += 1;
+        self.measure(g);
         Ok(g)
     }
 
     fn free_group(&mut self, g: GroupId) -> Result<()> {
-        let at = g as usize;
-        if !self.alive[at] {
+        if !self.alive[g as usize] {
             return Ok(());
         }
         self.note_removed(g);
+        self.unload(g)
+    }
+
+    /// Takes live group `g` out of memory (freed, or spilled).
+    fn unload(&mut self, g: GroupId) -> Result<()> {
+        let at = g as usize;
+        self.forget(g);
         let hash = self.hasher.hash_one(&*self.keys[at]);
         if let Ok(entry) = self.table.find_entry(hash, |&x| x == g) {
             entry.remove();
@@ -239,6 +251,7 @@ impl Aggregate {
         let keys = crate::rows::evaluate_keys(&self.group_exprs, rows)?;
         let converter = self.key_converter()?;
         let encoded = converter.convert_columns(&keys).map_err(arrow_error)?;
+        self.recall(encoded.iter().map(|row| row.data()))?;
         let mut ids = Vec::with_capacity(rows.num_rows());
         for (i, row) in encoded.iter().enumerate() {
             let bytes: &[u8] = row.as_ref();
@@ -258,6 +271,7 @@ impl Aggregate {
                     g
                 }
             };
+            self.touch(g);
             ids.push(g);
         }
         Ok(ids)
@@ -336,7 +350,7 @@ impl Aggregate {
             self.expiry.insert(watermark, held);
         }
         self.evicted_to = Some(watermark);
-        Ok(())
+        self.expire_spilled(watermark)
     }
 
     /// The group key columns of `groups`, as the output's types.
@@ -454,6 +468,9 @@ impl Aggregate {
                     .into(),
             );
         }
+        for &g in &live {
+            self.measure(g);
+        }
         for g in dead {
             self.free_group(g)?;
         }
@@ -473,14 +490,16 @@ impl Handler for Aggregate {
     crate::event_time::keeps_marks!();
 
     fn on_data(&mut self, _input: usize, changes: ChangeBatch, _out: &mut Output) -> Result<()> {
-        self.absorb(&changes)
+        self.absorb(&changes)?;
+        self.settle(false)
     }
 
     fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Output) -> Result<()> {
         for changes in self.emit()? {
             out.data(changes);
         }
-        self.evict()
+        self.evict()?;
+        self.settle(true)
     }
 
     fn name(&self) -> String {
@@ -488,24 +507,29 @@ impl Handler for Aggregate {
     }
 
     fn state_rows(&self) -> usize {
-        self.live
+        self.live + self.spilled_groups()
     }
 
     fn state(&self) -> OperatorState {
-        let mut bytes = 0;
-        for (g, key) in self.keys.iter().enumerate() {
-            if !self.alive[g] {
-                continue;
-            }
-            let g = g as GroupId;
-            bytes += key.len() + self.emitted[g as usize].as_ref().map_or(0, |e| e.len()) + 48;
-            bytes += self.calls.iter().map(|c| c.size(g)).sum::<usize>();
-        }
+        let bytes = (0..self.keys.len() as GroupId)
+            .filter(|&g| self.alive[g as usize])
+            .map(|g| self.group_bytes(g))
+            .sum();
         OperatorState {
             name: "Aggregate".to_owned(),
-            rows: self.live,
+            rows: self.state_rows(),
             bytes,
         }
+    }
+
+    fn spill_to(&mut self, budget: &Arc<crate::spill::MemoryBudget>) {
+        if !self.global {
+            self.spill = Some(Box::new(spill::GroupSpill::new(budget)));
+        }
+    }
+
+    fn spilled_rows(&self) -> usize {
+        self.spilled_groups()
     }
 
     fn save(

@@ -685,10 +685,11 @@ impl Call {
             }),
             CallState::Generic(states) => match states.get(g).and_then(Option::as_ref) {
                 Some(AggState::Retractable(a) | AggState::InsertOnly(a)) => a.size(),
-                Some(AggState::Multiset(m)) => m
-                    .keys()
-                    .map(|r| r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>())
-                    .sum(),
+                // Measured without a walk (a group is measured after every epoch that changed
+                // it): its distinct rows as long as its first.
+                Some(AggState::Multiset(m)) => m.first_key_value().map_or(0, |(r, _)| {
+                    m.len() * (r.as_ref().len() + std::mem::size_of::<(OwnedRow, i64)>())
+                }),
                 None => 0,
             },
         }

@@ -29,6 +29,9 @@ pub(super) struct GroupChanges {
     /// Keys of freed groups, back to back.
     removed: Vec<u8>,
     removed_ends: Vec<usize>,
+    /// Keys of noted groups that went to disk since (they are read from it at the save).
+    spilled: Vec<u8>,
+    spilled_ends: Vec<usize>,
     /// Rows written by saves of changes since the last whole save.
     since_full: usize,
 }
@@ -42,14 +45,14 @@ impl GroupChanges {
     }
 
     fn len(&self) -> usize {
-        self.groups.len() + self.removed_ends.len()
+        self.groups.len() + self.removed_ends.len() + self.spilled_ends.len()
     }
 }
 
 impl Aggregate {
     /// Notes that group `g` changed (an epoch touched it).
     pub(super) fn note_changed(&mut self, g: GroupId) {
-        let live = self.live;
+        let live = self.live + self.spilled_groups();
         let Some(changes) = &mut self.changes else {
             return;
         };
@@ -66,14 +69,32 @@ impl Aggregate {
 
     /// Notes that group `g`, about to be freed, is gone.
     pub(super) fn note_removed(&mut self, g: GroupId) {
-        let live = self.live;
-        let key = &self.keys[g as usize];
+        let key = std::mem::take(&mut self.keys[g as usize]);
+        self.note_removed_key(&key);
+        self.keys[g as usize] = key;
+    }
+
+    /// Notes that the group of `key` is gone.
+    pub(super) fn note_removed_key(&mut self, key: &[u8]) {
+        let live = self.live + self.spilled_groups();
         let Some(changes) = &mut self.changes else {
             return;
         };
         changes.removed.extend_from_slice(key);
         changes.removed_ends.push(changes.removed.len());
         self.stop_noting_past(live);
+    }
+
+    /// Notes that group `g`, about to be spilled, must be read from disk if it changed.
+    pub(super) fn note_spilled(&mut self, g: GroupId) {
+        let key = &self.keys[g as usize];
+        let Some(changes) = &mut self.changes else {
+            return;
+        };
+        if changes.noted.get(g as usize).copied().unwrap_or(false) {
+            changes.spilled.extend_from_slice(key);
+            changes.spilled_ends.push(changes.spilled.len());
+        }
     }
 
     fn stop_noting_past(&mut self, live: usize) {
@@ -87,7 +108,7 @@ impl Aggregate {
     }
 
     /// One batch of the `groups` part: these groups' keys, counts and accumulators.
-    fn save_groups(&mut self, groups: &[GroupId], changes: bool) -> Result<RecordBatch> {
+    pub(super) fn save_groups(&mut self, groups: &[GroupId], changes: bool) -> Result<RecordBatch> {
         let at = |g: &GroupId| *g as usize;
         let mut columns: Vec<(String, ArrayRef)> = vec![
             (
@@ -131,7 +152,7 @@ impl Aggregate {
         mode: SaveMode,
         out: &mut dyn checkpoint::Sink,
     ) -> Result<()> {
-        let live = self.live;
+        let live = self.live + self.spilled_groups();
         let incremental = mode == SaveMode::Changes
             && self
                 .changes
@@ -160,6 +181,7 @@ impl Aggregate {
                 let groups: Vec<GroupId> = (changes.groups.iter().copied())
                     .filter(|&g| self.alive[g as usize])
                     .collect();
+                self.defer_spilled_changes(&changes, out)?;
                 (groups, changes.since_full + changes.len())
             }
             _ => (
@@ -187,6 +209,9 @@ impl Aggregate {
         if !batch.is_empty() || !put {
             out.put("groups", self.save_groups(&batch, incremental)?)?;
         }
+        if !incremental && let Some(spilled) = self.spilled_part() {
+            out.defer(Box::new(move |sink| spilled.write(sink)))?;
+        }
         // Past half of the groups since the last whole save, the next save is whole.
         self.changes = (since_full <= live / 2).then(|| GroupChanges::after(since_full));
         Ok(())
@@ -202,6 +227,10 @@ impl Aggregate {
             + if changes { batch.num_rows() } else { 0 };
         self.key_converter()?;
         let keys = checkpoint::binary_column(batch, "key")?;
+        if changes {
+            // A group a save of changes replaces or removes may be on disk by now.
+            self.recall(keys.iter().flatten())?;
+        }
         if batch.column_by_name(REMOVED).is_some() {
             for i in 0..batch.num_rows() {
                 if let Some(g) = self.find_group(keys.value(i)) {
@@ -212,7 +241,44 @@ impl Aggregate {
             self.load_groups(batch, changes)?;
         }
         self.changes = Some(GroupChanges::after(since_full));
-        Ok(())
+        self.settle(false)
+    }
+
+    /// The noted groups of `changes` that went to disk and are still there: a job `out` runs
+    /// later reads them from the store as it is now.
+    fn defer_spilled_changes(
+        &self,
+        changes: &GroupChanges,
+        out: &mut dyn checkpoint::Sink,
+    ) -> Result<()> {
+        if changes.spilled_ends.is_empty() {
+            return Ok(());
+        }
+        let Some((mut reader, schema)) = self.spilled_reader() else {
+            return Ok(()); // nothing on disk: each was brought back or is gone
+        };
+        let starts = std::iter::once(0).chain(changes.spilled_ends.iter().copied());
+        let mut keys: Vec<u8> = Vec::new();
+        let mut ends: Vec<usize> = Vec::new();
+        for (start, &end) in starts.zip(&changes.spilled_ends) {
+            let key = &changes.spilled[start..end];
+            // One brought back is in memory, noted again when its epoch touched it.
+            if self.find_group(key).is_none() {
+                keys.extend_from_slice(key);
+                ends.push(keys.len());
+            }
+        }
+        let evicted_to = self.evicted_to;
+        out.defer(Box::new(move |sink| {
+            let mut batches = spill::StoredBatches::new(&schema, evicted_to, true)?;
+            let starts = std::iter::once(0).chain(ends.iter().copied());
+            for (start, &end) in starts.zip(&ends) {
+                if let Some(stored) = reader.get(&keys[start..end])? {
+                    batches.push(&stored, sink)?;
+                }
+            }
+            batches.flush(sink)
+        }))
     }
 
     fn load_groups(&mut self, batch: &RecordBatch, changes: bool) -> Result<()> {
@@ -230,6 +296,18 @@ impl Aggregate {
             self.is_dirty.iter_mut().for_each(|d| *d = false);
             self.expiry.clear();
         }
+        self.add_groups(batch, changes)?;
+        self.evicted_to = checkpoint::scalar(batch, "evicted_to")?;
+        Ok(())
+    }
+
+    /// Makes the groups of a batch of the `groups` part (`replace`: in place of those of the
+    /// same keys in memory); returns their ids.
+    pub(super) fn add_groups(
+        &mut self,
+        batch: &RecordBatch,
+        replace: bool,
+    ) -> Result<Vec<GroupId>> {
         let keys = checkpoint::binary_column(batch, "key")?;
         let counts = checkpoint::int64_column(batch, "count")?;
         let emitted = checkpoint::binary_column(batch, "emitted")?;
@@ -240,7 +318,7 @@ impl Aggregate {
             .clone();
         let mut groups = Vec::with_capacity(batch.num_rows());
         for i in 0..batch.num_rows() {
-            if changes && let Some(g) = self.find_group(keys.value(i)) {
+            if replace && let Some(g) = self.find_group(keys.value(i)) {
                 self.free_group(g)?;
             }
             let key: Box<[u8]> = keys.value(i).into();
@@ -261,8 +339,10 @@ impl Aggregate {
         for (i, call) in self.calls.iter_mut().enumerate() {
             call.load(i, batch, &groups)?;
         }
-        self.evicted_to = checkpoint::scalar(batch, "evicted_to")?;
-        Ok(())
+        for &g in &groups {
+            self.measure(g);
+        }
+        Ok(groups)
     }
 
     /// The live group of `key`.

@@ -183,9 +183,19 @@ proptest! {
         batched in any::<bool>(),
         workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5,
         restart_after in 0..8usize,
+        spill in any::<bool>(),
     ) {
         let (workers, restored_on) = (crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap());
-        let build = |workers: &crate::Workers| crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
+        // Spilling: a budget of no bytes, so every group without pending output goes to disk
+        // whenever a batch or an epoch ends (a global aggregate's one group stays).
+        let spilling = spill.then(|| crate::spill::tests::Spilling::with_limit(0));
+        let build = |workers: &crate::Workers| {
+            let mut flow = crate::build(&plan(grouped, append_only), &std::sync::Arc::new(crate::EventTime::new(&[])), workers).unwrap();
+            if let Some(s) = &spilling {
+                flow.spill_to(&s.budget);
+            }
+            flow
+        };
         let mut op = build(&workers);
         let mut checkpoints = crate::flow::TestCheckpoints::default();
         let mut rows: HashMap<(Option<i32>, Option<i32>), i64> = HashMap::new();
@@ -205,12 +215,96 @@ proptest! {
             push(&mut op, &mut out, pending);
             accumulate(&mut out, op.end_epoch(0).unwrap());
             prop_assert_eq!(&out, &oracle(grouped, &rows));
+            if let Some(s) = &spilling {
+                // An epoch without rows: the groups the last one used go to disk.
+                accumulate(&mut out, op.end_epoch(0).unwrap());
+                prop_assert!(!grouped || rows.is_empty() || s.budget.spilled_keys() > 0, "no group went to disk");
+            }
             // A checkpoint each epoch (after the first, of the changes since the last), and
             // restarts from the chain of them.
             checkpoints.save(&mut op);
             if epoch_index == restart_after || epoch_index == restart_after + 2 {
                 checkpoints.restart(&mut op, || build(&restored_on));
             }
+        }
+    }
+}
+
+/// Groups that changed and then went to disk between two checkpoints are read from the disk
+/// by the save of those changes (off the operators' thread), and restore exactly: many groups,
+/// a few touched per epoch (so each save after the first is of changes), a budget of no bytes
+/// (every group an epoch did not use spills), restarts from the chain.
+#[test]
+fn saves_of_changes_read_the_groups_that_went_to_disk() {
+    let spilling = crate::spill::tests::Spilling::with_limit(0);
+    let build = || {
+        let mut flow = crate::build(
+            &plan(true, false),
+            &Arc::new(crate::EventTime::new(&[])),
+            &crate::Workers::single(),
+        )
+        .unwrap();
+        flow.spill_to(&spilling.budget);
+        flow
+    };
+    let mut flow = build();
+    let mut checkpoints = crate::flow::TestCheckpoints::default();
+    let mut rows = HashMap::new();
+    let mut out = BTreeMap::new();
+    type Held = HashMap<(Option<i32>, Option<i32>), i64>;
+    fn write(
+        flow: &mut crate::Dataflow,
+        out: &mut BTreeMap<Row, i64>,
+        rows: &mut Held,
+        batch: &[(i32, i32, i64)],
+    ) {
+        for &(k, v, d) in batch {
+            *rows.entry((Some(k), Some(v))).or_default() += d;
+        }
+        rows.retain(|_, n| *n != 0);
+        let batch = batch
+            .iter()
+            .map(|&(k, v, d)| (Some(k), Some(i64::from(v)), d))
+            .collect();
+        push(flow, out, batch);
+        accumulate(out, flow.end_epoch(0).unwrap());
+        assert_eq!(*out, oracle(true, rows));
+    }
+    write(
+        &mut flow,
+        &mut out,
+        &mut rows,
+        &(0..300).map(|k| (k, k % 7, 1)).collect::<Vec<_>>(),
+    );
+    // An epoch without rows: the groups the first one used go to disk.
+    accumulate(&mut out, flow.end_epoch(0).unwrap());
+    checkpoints.save(&mut flow);
+    assert_eq!(
+        spilling.budget.spilled_keys(),
+        300,
+        "every group went to disk"
+    );
+    for epoch in 0..8 {
+        // Two groups change, one of them to nothing (a removal), one is new. A save every
+        // other epoch: the groups the first changed went to disk during the second.
+        let k = epoch * 11;
+        write(
+            &mut flow,
+            &mut out,
+            &mut rows,
+            &[(k, 100 + k, 1), (k + 1, (k + 1) % 7, -1), (1000 + k, 1, 1)],
+        );
+        if epoch % 2 == 0 {
+            continue;
+        }
+        checkpoints.save(&mut flow);
+        assert!(checkpoints.changed_rows() > 0, "no save was of changes");
+        if epoch % 4 == 3 {
+            checkpoints.restart(&mut flow, build);
+            // Every group is touched after the restart: a stale or missing one shows.
+            let all: Vec<(i32, i32, i64)> = rows.keys().map(|&(k, _)| (k.unwrap(), 5, 1)).collect();
+            write(&mut flow, &mut out, &mut rows, &all);
+            checkpoints.save(&mut flow);
         }
     }
 }

@@ -464,10 +464,20 @@ proptest! {
         append_only in any::<bool>(),
         workers in prop::sample::select(vec![1usize, 2, 4]), restored_on in 1usize..5,
         restart_after in 0..7usize,
+        spill in any::<bool>(),
     ) {
         let (workers, restored_on) = (crate::Workers::new(workers).unwrap(), crate::Workers::new(restored_on).unwrap());
         let node = plan(append_only);
-        let build = |workers: &crate::Workers| crate::build(&node, &Arc::new(crate::EventTime::new(&[])), workers).unwrap();
+        // Spilling: a budget of no bytes, so every group without pending output goes to disk
+        // whenever a batch or an epoch ends, and comes back when a batch has rows for it.
+        let spilling = spill.then(|| crate::spill::tests::Spilling::with_limit(0));
+        let build = |workers: &crate::Workers| {
+            let mut flow = crate::build(&node, &Arc::new(crate::EventTime::new(&[])), workers).unwrap();
+            if let Some(s) = &spilling {
+                flow.spill_to(&s.budget);
+            }
+            flow
+        };
         let mut op = build(&workers);
         let mut checkpoints = crate::flow::TestCheckpoints::default();
         let mut rows: BTreeMap<Row, i64> = BTreeMap::new();
@@ -501,6 +511,11 @@ proptest! {
             let want = oracle(&rows);
             let diff = differences(&out, &want);
             prop_assert!(diff.is_empty(), "after epoch {epoch_index}:\n{}", diff.join("\n"));
+            if let Some(s) = &spilling {
+                // An epoch without rows: the groups the last one used go to disk.
+                accumulate(&mut out, op.end_epoch(0).unwrap());
+                prop_assert!(rows.is_empty() || s.budget.spilled_keys() > 0, "no group went to disk");
+            }
             // A checkpoint each epoch (after the first, of the changes since the last), and
             // restarts from the chain of them.
             checkpoints.save(&mut op);

@@ -27,32 +27,23 @@ use hashbrown::HashTable;
 
 use super::{Arrangement, Entry, KeySlot, NEVER, NONE, place};
 use crate::spill::{
-    Batch, MemoryBudget, SpilledRow, Store, decode_rows, due_key, encode_row, parse_due_key,
+    Batch, MemoryBudget, PREFIX, SpilledReader, SpilledRow, SpilledSnapshot, Tier, decode_rows,
+    encode_row, parse_due_key,
 };
 
 /// What an arrangement costs in memory besides its row bytes: its slot and a table bucket.
 const ENTRY_BYTES: usize = std::mem::size_of::<Entry>() + 5;
 const KEY_BYTES: usize = std::mem::size_of::<KeySlot>() + 5;
 
-/// The bytes of an arrangement's prefix in the store.
-const PREFIX: usize = 8;
-
 /// An arrangement's link to the budget and the store.
 pub(super) struct Spill {
-    budget: Arc<MemoryBudget>,
-    store: Option<Arc<Store>>,
-    /// This arrangement's prefix in the store.
-    prefix: [u8; PREFIX],
-    /// Bytes last reported to the budget.
-    reported: usize,
+    tier: Tier,
     /// The clock hand of eviction, a key slot.
     hand: u32,
-    /// Keys and rows on disk.
-    keys: usize,
+    /// Rows on disk (`tier.keys`: keys).
     rows: usize,
     /// No entry of the expiry keyspace is earlier than this ([`NEVER`]: there is none).
     next_due: i64,
-    store_key: Vec<u8>,
     value: Vec<u8>,
     /// Keys looked up since the last settle and not found on disk: (hash, start, len) of their
     /// bytes in `absent_bytes`.
@@ -63,23 +54,6 @@ pub(super) struct Spill {
 }
 
 impl Spill {
-    fn store(&mut self) -> Result<Arc<Store>> {
-        if let Some(s) = &self.store {
-            return Ok(s.clone());
-        }
-        let store = self.budget.store()?;
-        self.store = Some(store.clone());
-        Ok(store)
-    }
-
-    /// The store's key of `key`: this arrangement's prefix, then the key's bytes.
-    fn store_key(&mut self, key: &[u8]) -> &[u8] {
-        self.store_key.clear();
-        self.store_key.extend_from_slice(&self.prefix);
-        self.store_key.extend_from_slice(key);
-        &self.store_key
-    }
-
     fn is_absent(&self, hash: u64, key: &[u8]) -> bool {
         self.absent
             .find(hash, |&(h, start, len)| {
@@ -96,19 +70,6 @@ impl Spill {
     }
 }
 
-impl Drop for Spill {
-    fn drop(&mut self) {
-        self.budget.report(self.reported, 0);
-        self.budget.count_spilled(0, self.keys);
-        if let Some(store) = &self.store {
-            // A failure leaves dead keys in the store, which the next start empties.
-            if let Err(e) = store.clear(&self.prefix) {
-                tracing::warn!("could not clear spilled operator state: {e}");
-            }
-        }
-    }
-}
-
 /// An arrangement's spill link, if it has one. A copy of an arrangement (table contents, for
 /// a transaction's private copy) never spills, so a clone starts without one.
 #[derive(Default)]
@@ -117,7 +78,7 @@ pub(super) struct SpillSlot(Option<Box<Spill>>);
 impl Clone for SpillSlot {
     fn clone(&self) -> Self {
         debug_assert!(
-            self.0.as_ref().is_none_or(|s| s.keys == 0),
+            self.0.as_ref().is_none_or(|s| s.tier.keys == 0),
             "a clone of an arrangement with spilled keys"
         );
         SpillSlot(None)
@@ -127,17 +88,11 @@ impl Clone for SpillSlot {
 impl Arrangement {
     /// Makes this arrangement hold its rows within its share of `budget`, spilling the rest.
     pub fn spill_to(&mut self, budget: &Arc<MemoryBudget>) {
-        let id = budget.next_id();
         self.spill = SpillSlot(Some(Box::new(Spill {
-            budget: budget.clone(),
-            store: None,
-            prefix: id.to_be_bytes(),
-            reported: 0,
+            tier: Tier::new(budget),
             hand: 0,
-            keys: 0,
             rows: 0,
             next_due: NEVER,
-            store_key: Vec::new(),
             value: Vec::new(),
             absent: HashTable::new(),
             absent_bytes: Vec::new(),
@@ -173,9 +128,9 @@ impl Arrangement {
         spill: &mut Spill,
         keys: impl IntoIterator<Item = &'k [u8]>,
     ) -> Result<()> {
-        let store = match spill.keys {
+        let store = match spill.tier.keys {
             0 => None,
-            _ => Some(spill.store()?),
+            _ => Some(spill.tier.store()?),
         };
         let mut batch = None;
         for key in keys {
@@ -188,7 +143,7 @@ impl Arrangement {
             if spill.is_absent(hash, key) {
                 continue;
             }
-            match store.get(spill.store_key(key))? {
+            match store.get(spill.tier.store_key(key))? {
                 Some(value) => {
                     let batch = batch.get_or_insert_with(|| store.batch());
                     self.fault_in(spill, batch, key, hash, &value)?;
@@ -210,11 +165,11 @@ impl Arrangement {
     }
 
     fn recall_with(&mut self, spill: &mut Spill, key: &[u8], hash: u64) -> Result<Option<u32>> {
-        if spill.keys == 0 || spill.is_absent(hash, key) {
+        if spill.tier.keys == 0 || spill.is_absent(hash, key) {
             return Ok(None);
         }
-        let store = spill.store()?;
-        let Some(value) = store.get(spill.store_key(key))? else {
+        let store = spill.tier.store()?;
+        let Some(value) = store.get(spill.tier.store_key(key))? else {
             spill.note_absent(hash, key);
             return Ok(None);
         };
@@ -228,11 +183,13 @@ impl Arrangement {
     /// disk, the operator's answer for it would be wrong, so its next settle fails.
     pub(super) fn check_unprepared(&self, key: &[u8], hash: u64) {
         let Some(spill) = &self.spill.0 else { return };
-        if spill.keys == 0 || spill.is_absent(hash, key) {
+        if spill.tier.keys == 0 || spill.is_absent(hash, key) {
             return;
         }
-        let Some(store) = &spill.store else { return };
-        let mut store_key = spill.prefix.to_vec();
+        let Some(store) = spill.tier.opened() else {
+            return;
+        };
+        let mut store_key = spill.tier.prefix.to_vec();
         store_key.extend_from_slice(key);
         // A store that cannot answer cannot vouch for the probe either.
         if !matches!(store.get(&store_key), Ok(None)) {
@@ -291,10 +248,9 @@ impl Arrangement {
         let slot = &mut self.keys[k as usize];
         slot.head = head;
         slot.rows = count;
-        spill.keys -= 1;
+        spill.tier.count(0, 1);
         spill.rows -= count as usize;
-        spill.budget.count_spilled(0, 1);
-        batch.remove(spill.store_key(key));
+        batch.remove(spill.tier.store_key(key));
         Ok(k)
     }
 
@@ -312,10 +268,10 @@ impl Arrangement {
         if spill.next_due > watermark {
             return Ok(());
         }
-        let store = spill.store()?;
+        let store = spill.tier.store()?;
         let mut batch = store.batch();
         spill.next_due = NEVER;
-        for due in store.scan_due(&spill.prefix) {
+        for due in store.scan_due(&spill.tier.prefix) {
             let due = due?;
             let (expires, key) = parse_due_key(&due, PREFIX)?;
             if expires > watermark {
@@ -328,7 +284,7 @@ impl Arrangement {
             if self.find_key(hash, key).is_some() {
                 continue;
             }
-            if let Some(value) = store.get(spill.store_key(key))? {
+            if let Some(value) = store.get(spill.tier.store_key(key))? {
                 self.fault_in(spill, &mut batch, key, hash, &value)?;
             }
         }
@@ -360,17 +316,12 @@ impl Arrangement {
             ));
         }
         let now = self.resident_bytes(spill.rows);
-        let total = spill.budget.report(spill.reported, now);
-        spill.reported = now;
-        let limit = spill.budget.limit();
-        if total <= limit {
+        let total = spill.tier.report(now);
+        let Some(target) = spill.tier.share(now, total) else {
             return Ok(());
-        }
-        let target = (now as u128 * limit as u128 / total.max(1) as u128) as usize;
+        };
         self.evict_to(spill, target)?;
-        let after = self.resident_bytes(spill.rows);
-        spill.budget.report(spill.reported, after);
-        spill.reported = after;
+        spill.tier.report(self.resident_bytes(spill.rows));
         Ok(())
     }
 
@@ -382,7 +333,7 @@ impl Arrangement {
         if n == 0 || resident <= target || self.live == spill.rows {
             return Ok(());
         }
-        let store = spill.store()?;
+        let store = spill.tier.store()?;
         let mut batch = store.batch();
         let mut spilled = 0;
         'sweeps: for pass in 0..2 {
@@ -401,7 +352,7 @@ impl Arrangement {
             }
         }
         batch.commit()?;
-        spill.budget.count_spilled(spilled, 0);
+        spill.tier.count(spilled, 0);
         self.compact_if_wasteful();
         Ok(())
     }
@@ -425,18 +376,12 @@ impl Arrangement {
             freed += entry.row.len as usize + ENTRY_BYTES;
             e = entry.next;
         }
-        let value = std::mem::take(&mut spill.value);
         let key = self.bytes(slot.bytes);
-        batch.insert(spill.store_key(key), &value);
-        spill.value = value;
+        batch.insert(spill.tier.store_key(key), &spill.value);
         if earliest != NEVER {
-            let mut due = std::mem::take(&mut spill.store_key);
-            due_key(&mut due, &spill.prefix, earliest, key);
-            batch.insert_due(&due);
-            spill.store_key = due;
+            batch.insert_due(spill.tier.due_key(earliest, key));
             spill.next_due = spill.next_due.min(earliest);
         }
-        spill.keys += 1;
         spill.rows += slot.rows as usize;
         if let Ok(found) = self.key_table.find_entry(slot.hash, |&x| x == k) {
             found.remove();
@@ -463,75 +408,12 @@ impl Arrangement {
     /// Reads of the keys on disk as they are now, to be made later, off the operators' thread
     /// (a save of changes' spilled keys); `None` when nothing is on disk.
     pub(super) fn spilled_reader(&self) -> Option<SpilledReader> {
-        let spill = self.spill.0.as_ref()?;
-        let store = spill.store.as_ref().filter(|_| spill.keys > 0)?;
-        Some(SpilledReader {
-            snapshot: store.snapshot(),
-            store: Arc::clone(store),
-            prefix: spill.prefix,
-            store_key: Vec::new(),
-        })
+        self.spill.0.as_ref()?.tier.reader()
     }
 
     /// Every key on disk now with its stored rows, to be read later, off the operators'
     /// thread (a whole save's spilled part); `None` when nothing is on disk.
     pub(super) fn spilled_snapshot(&self) -> Option<SpilledSnapshot> {
-        let spill = self.spill.0.as_ref()?;
-        let store = spill.store.as_ref().filter(|_| spill.keys > 0)?;
-        Some(SpilledSnapshot {
-            pairs: Box::new(store.scan_snapshot(&spill.prefix)),
-            store: Arc::clone(store),
-            keys: spill.keys,
-        })
-    }
-}
-
-/// Point reads of what an arrangement had on disk at one moment
-/// ([`Arrangement::spilled_reader`]): writes to the store after it was taken do not show.
-pub(super) struct SpilledReader {
-    snapshot: fjall::Snapshot,
-    /// Keeps the store's files while they are read (dropped after the snapshot).
-    store: Arc<Store>,
-    prefix: [u8; PREFIX],
-    store_key: Vec<u8>,
-}
-
-impl SpilledReader {
-    /// `key`'s stored rows then, if it was on disk.
-    pub(super) fn get(&mut self, key: &[u8]) -> Result<Option<fjall::Slice>> {
-        self.store_key.clear();
-        self.store_key.extend_from_slice(&self.prefix);
-        self.store_key.extend_from_slice(key);
-        self.store.get_at(&self.snapshot, &self.store_key)
-    }
-}
-
-/// The keys an arrangement had on disk at one moment ([`Arrangement::spilled_snapshot`]):
-/// writes to the store after it was taken do not show in it.
-pub(super) struct SpilledSnapshot {
-    pairs: Box<dyn Iterator<Item = Result<(fjall::Slice, fjall::Slice)>> + Send>,
-    /// Keeps the store's files while they are read.
-    store: Arc<Store>,
-    /// Keys on disk then.
-    keys: usize,
-}
-
-impl SpilledSnapshot {
-    /// Hands `f` every key with its stored rows.
-    pub(super) fn for_each(self, mut f: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
-        let mut seen = 0;
-        for pair in self.pairs {
-            let (store_key, value) = pair?;
-            f(&store_key[PREFIX..], &value)?;
-            seen += 1;
-        }
-        drop(self.store);
-        if seen != self.keys {
-            return Err(Error::internal(format!(
-                "{seen} spilled keys of operator state are in the store, {} expected",
-                self.keys
-            )));
-        }
-        Ok(())
+        self.spill.0.as_ref()?.tier.snapshot()
     }
 }

@@ -224,6 +224,16 @@ impl TestCheckpoints {
         }
         *flow = fresh;
     }
+
+    /// Rows of the checkpoint's batches that saves of changes wrote (after what they defer
+    /// ran).
+    pub(crate) fn changed_rows(&mut self) -> usize {
+        self.complete();
+        (self.parts.iter().flat_map(|(_, batches)| batches))
+            .filter(|b| crate::checkpoint::is_changes(b))
+            .map(RecordBatch::num_rows)
+            .sum()
+    }
 }
 
 #[cfg(test)]

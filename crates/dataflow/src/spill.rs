@@ -121,6 +121,171 @@ fn files_dir(dir: &Path) -> PathBuf {
     dir.with_file_name(name)
 }
 
+/// The bytes of a holder's prefix in the store.
+pub(crate) const PREFIX: usize = 8;
+
+/// One holder of state's link to the budget and the store (an arrangement's, an aggregate's):
+/// its prefix in the store, what it last reported and how many of its keys are on disk. Its
+/// keys leave the store with it.
+pub(crate) struct Tier {
+    pub budget: Arc<MemoryBudget>,
+    store: Option<Arc<Store>>,
+    pub prefix: [u8; PREFIX],
+    /// Bytes last reported to the budget.
+    pub reported: usize,
+    /// Keys on disk.
+    pub keys: usize,
+    store_key: Vec<u8>,
+}
+
+impl Tier {
+    pub(crate) fn new(budget: &Arc<MemoryBudget>) -> Tier {
+        Tier {
+            budget: Arc::clone(budget),
+            store: None,
+            prefix: budget.next_id().to_be_bytes(),
+            reported: 0,
+            keys: 0,
+            store_key: Vec::new(),
+        }
+    }
+
+    /// The store, opened when first needed.
+    pub(crate) fn store(&mut self) -> Result<Arc<Store>> {
+        if let Some(s) = &self.store {
+            return Ok(s.clone());
+        }
+        let store = self.budget.store()?;
+        self.store = Some(store.clone());
+        Ok(store)
+    }
+
+    /// The store once something spilled to it.
+    pub(crate) fn opened(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
+    }
+
+    /// The store's key of `key`: this holder's prefix, then the key's bytes.
+    pub(crate) fn store_key(&mut self, key: &[u8]) -> &[u8] {
+        self.store_key.clear();
+        self.store_key.extend_from_slice(&self.prefix);
+        self.store_key.extend_from_slice(key);
+        &self.store_key
+    }
+
+    /// The expiry keyspace's key of `key`, due at `expires`.
+    pub(crate) fn due_key(&mut self, expires: i64, key: &[u8]) -> &[u8] {
+        due_key(&mut self.store_key, &self.prefix, expires, key);
+        &self.store_key
+    }
+
+    /// Reports that this holder keeps `now` bytes in memory; returns the budget's total.
+    pub(crate) fn report(&mut self, now: usize) -> usize {
+        let total = self.budget.report(self.reported, now);
+        self.reported = now;
+        total
+    }
+
+    /// The bytes this holder may keep when the budget's total is `total` and it holds `now`:
+    /// its part of the limit, in proportion to what it holds; `None` within the limit.
+    pub(crate) fn share(&self, now: usize, total: usize) -> Option<usize> {
+        let limit = self.budget.limit();
+        (total > limit).then(|| (now as u128 * limit as u128 / total.max(1) as u128) as usize)
+    }
+
+    /// Records `added` keys written to disk and `removed` ones taken off it.
+    pub(crate) fn count(&mut self, added: usize, removed: usize) {
+        self.keys = self.keys + added - removed;
+        self.budget.count_spilled(added, removed);
+    }
+
+    /// Point reads of the keys on disk as they are now, to be made later, off the operators'
+    /// thread (a save of changes' spilled keys); `None` when nothing is on disk.
+    pub(crate) fn reader(&self) -> Option<SpilledReader> {
+        let store = self.store.as_ref().filter(|_| self.keys > 0)?;
+        Some(SpilledReader {
+            snapshot: store.snapshot(),
+            store: Arc::clone(store),
+            prefix: self.prefix,
+            store_key: Vec::new(),
+        })
+    }
+
+    /// Every key on disk now with its value, to be read later, off the operators' thread (a
+    /// whole save's spilled part); `None` when nothing is on disk.
+    pub(crate) fn snapshot(&self) -> Option<SpilledSnapshot> {
+        let store = self.store.as_ref().filter(|_| self.keys > 0)?;
+        Some(SpilledSnapshot {
+            pairs: Box::new(store.scan_snapshot(&self.prefix)),
+            store: Arc::clone(store),
+            keys: self.keys,
+        })
+    }
+}
+
+impl Drop for Tier {
+    fn drop(&mut self) {
+        self.budget.report(self.reported, 0);
+        self.budget.count_spilled(0, self.keys);
+        if let Some(store) = &self.store {
+            // A failure leaves dead keys in the store, which the next start empties.
+            if let Err(e) = store.clear(&self.prefix) {
+                tracing::warn!("could not clear spilled operator state: {e}");
+            }
+        }
+    }
+}
+
+/// Point reads of what a holder had on disk at one moment ([`Tier::reader`]): writes to the
+/// store after it was taken do not show.
+pub(crate) struct SpilledReader {
+    snapshot: fjall::Snapshot,
+    /// Keeps the store's files while they are read (dropped after the snapshot).
+    store: Arc<Store>,
+    prefix: [u8; PREFIX],
+    store_key: Vec<u8>,
+}
+
+impl SpilledReader {
+    /// `key`'s stored value then, if it was on disk.
+    pub(crate) fn get(&mut self, key: &[u8]) -> Result<Option<fjall::Slice>> {
+        self.store_key.clear();
+        self.store_key.extend_from_slice(&self.prefix);
+        self.store_key.extend_from_slice(key);
+        self.store.get_at(&self.snapshot, &self.store_key)
+    }
+}
+
+/// The keys a holder had on disk at one moment ([`Tier::snapshot`]): writes to the store after
+/// it was taken do not show in it.
+pub(crate) struct SpilledSnapshot {
+    pairs: Box<dyn Iterator<Item = Result<(fjall::Slice, fjall::Slice)>> + Send>,
+    /// Keeps the store's files while they are read.
+    store: Arc<Store>,
+    /// Keys on disk then.
+    keys: usize,
+}
+
+impl SpilledSnapshot {
+    /// Hands `f` every key with its stored value.
+    pub(crate) fn for_each(self, mut f: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+        let mut seen = 0;
+        for pair in self.pairs {
+            let (store_key, value) = pair?;
+            f(&store_key[PREFIX..], &value)?;
+            seen += 1;
+        }
+        drop(self.store);
+        if seen != self.keys {
+            return Err(Error::internal(format!(
+                "{seen} spilled keys of operator state are in the store, {} expected",
+                self.keys
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The spill store: one keyspace of (arrangement prefix, key) → rows, and one of (arrangement
 /// prefix, expiry, key) → nothing.
 pub(crate) struct Store {
