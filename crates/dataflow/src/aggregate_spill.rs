@@ -30,7 +30,7 @@ use super::Aggregate;
 use crate::aggregate_call::GroupId;
 use crate::checkpoint;
 use crate::rows::arrow_error;
-use crate::spill::{MemoryBudget, PREFIX, SpilledReader, SpilledSnapshot, Tier, parse_due_key};
+use crate::spill::{MemoryBudget, SpilledReader, SpilledSnapshot, Tier};
 
 /// What a group costs in memory besides its key, its last output and its accumulators: its
 /// slots in the per-group vectors and its table bucket.
@@ -61,8 +61,6 @@ pub(super) struct GroupSpill {
     tick: u32,
     /// The clock hand of eviction, a group id.
     hand: u32,
-    /// No entry of the expiry keyspace is earlier than this ([`NEVER`]: there is none).
-    next_due: i64,
 }
 
 impl GroupSpill {
@@ -76,7 +74,6 @@ impl GroupSpill {
             used: Vec::new(),
             tick: 1,
             hand: 0,
-            next_due: NEVER,
         }
     }
 
@@ -314,9 +311,9 @@ impl Aggregate {
                 written.insert(spill.tier.store_key(key), rows.row(j).data());
                 let end = self.window_end[g as usize];
                 if end != NEVER {
-                    let due = end.saturating_add(allowed);
-                    written.insert_due(spill.tier.due_key(due, key));
-                    spill.next_due = spill.next_due.min(due);
+                    spill
+                        .tier
+                        .enter_due(&mut written, end.saturating_add(allowed), key);
                 }
             }
             written.commit()?;
@@ -335,30 +332,22 @@ impl Aggregate {
         let Some(spill) = self.spill.as_deref_mut() else {
             return Ok(());
         };
-        if spill.next_due > watermark || spill.tier.keys == 0 {
+        if !spill.tier.due_by(watermark) {
             return Ok(());
         }
         let store = spill.tier.store()?;
         let mut batch = store.batch();
         let mut gone: Vec<Vec<u8>> = Vec::new();
-        spill.next_due = NEVER;
-        for due in store.scan_due(&spill.tier.prefix) {
-            let due = due?;
-            let (expires, key) = parse_due_key(&due, PREFIX)?;
-            if expires > watermark {
-                spill.next_due = expires;
-                break;
-            }
-            batch.remove_due(&due);
+        for key in spill.tier.take_due(&store, &mut batch, watermark)? {
             // A group brought back since is in memory, or gone.
-            let hash = self.hasher.hash_one(key);
-            let resident = |&g: &GroupId| &*self.keys[g as usize] == key;
+            let hash = self.hasher.hash_one(&key);
+            let resident = |&g: &GroupId| *self.keys[g as usize] == *key;
             if self.table.find(hash, resident).is_some() {
                 continue;
             }
-            if store.get(spill.tier.store_key(key))?.is_some() {
-                batch.remove(spill.tier.store_key(key));
-                gone.push(key.to_vec());
+            if store.get(spill.tier.store_key(&key))?.is_some() {
+                batch.remove(spill.tier.store_key(&key));
+                gone.push(key);
             }
         }
         batch.commit()?;

@@ -27,8 +27,7 @@ use hashbrown::HashTable;
 
 use super::{Arrangement, Entry, KeySlot, NEVER, NONE, place};
 use crate::spill::{
-    Batch, MemoryBudget, PREFIX, SpilledReader, SpilledRow, SpilledSnapshot, Tier, decode_rows,
-    encode_row, parse_due_key,
+    Batch, MemoryBudget, SpilledReader, SpilledRow, SpilledSnapshot, Tier, decode_rows, encode_row,
 };
 
 /// What an arrangement costs in memory besides its row bytes: its slot and a table bucket.
@@ -42,8 +41,6 @@ pub(super) struct Spill {
     hand: u32,
     /// Rows on disk (`tier.keys`: keys).
     rows: usize,
-    /// No entry of the expiry keyspace is earlier than this ([`NEVER`]: there is none).
-    next_due: i64,
     value: Vec<u8>,
     /// Keys looked up since the last settle and not found on disk: (hash, start, len) of their
     /// bytes in `absent_bytes`.
@@ -92,7 +89,6 @@ impl Arrangement {
             tier: Tier::new(budget),
             hand: 0,
             rows: 0,
-            next_due: NEVER,
             value: Vec::new(),
             absent: HashTable::new(),
             absent_bytes: Vec::new(),
@@ -265,27 +261,19 @@ impl Arrangement {
     }
 
     fn fault_in_due_with(&mut self, spill: &mut Spill, watermark: i64) -> Result<()> {
-        if spill.next_due > watermark {
+        if !spill.tier.due_by(watermark) {
             return Ok(());
         }
         let store = spill.tier.store()?;
         let mut batch = store.batch();
-        spill.next_due = NEVER;
-        for due in store.scan_due(&spill.tier.prefix) {
-            let due = due?;
-            let (expires, key) = parse_due_key(&due, PREFIX)?;
-            if expires > watermark {
-                spill.next_due = expires;
-                break;
-            }
-            batch.remove_due(&due);
+        for key in spill.tier.take_due(&store, &mut batch, watermark)? {
             // A key brought back since (in memory now, or gone) leaves its entry behind.
-            let hash = self.hash_key(key);
-            if self.find_key(hash, key).is_some() {
+            let hash = self.hash_key(&key);
+            if self.find_key(hash, &key).is_some() {
                 continue;
             }
-            if let Some(value) = store.get(spill.tier.store_key(key))? {
-                self.fault_in(spill, &mut batch, key, hash, &value)?;
+            if let Some(value) = store.get(spill.tier.store_key(&key))? {
+                self.fault_in(spill, &mut batch, &key, hash, &value)?;
             }
         }
         batch.commit()
@@ -379,8 +367,7 @@ impl Arrangement {
         let key = self.bytes(slot.bytes);
         batch.insert(spill.tier.store_key(key), &spill.value);
         if earliest != NEVER {
-            batch.insert_due(spill.tier.due_key(earliest, key));
-            spill.next_due = spill.next_due.min(earliest);
+            spill.tier.enter_due(batch, earliest, key);
         }
         spill.rows += slot.rows as usize;
         if let Ok(found) = self.key_table.find_entry(slot.hash, |&x| x == k) {

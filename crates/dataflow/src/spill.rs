@@ -135,6 +135,8 @@ pub(crate) struct Tier {
     pub reported: usize,
     /// Keys on disk.
     pub keys: usize,
+    /// No entry of the expiry keyspace is earlier than this (`i64::MAX`: there is none).
+    next_due: i64,
     store_key: Vec<u8>,
 }
 
@@ -146,6 +148,7 @@ impl Tier {
             prefix: budget.next_id().to_be_bytes(),
             reported: 0,
             keys: 0,
+            next_due: i64::MAX,
             store_key: Vec::new(),
         }
     }
@@ -173,10 +176,42 @@ impl Tier {
         &self.store_key
     }
 
-    /// The expiry keyspace's key of `key`, due at `expires`.
-    pub(crate) fn due_key(&mut self, expires: i64, key: &[u8]) -> &[u8] {
+    /// Enters `key` in the expiry keyspace (in `batch`), due at `expires`.
+    pub(crate) fn enter_due(&mut self, batch: &mut Batch<'_>, expires: i64, key: &[u8]) {
         due_key(&mut self.store_key, &self.prefix, expires, key);
-        &self.store_key
+        batch.insert_due(&self.store_key);
+        self.next_due = self.next_due.min(expires);
+    }
+
+    /// Whether an entry of the expiry keyspace may be due at `watermark`.
+    pub(crate) fn due_by(&self, watermark: i64) -> bool {
+        self.next_due <= watermark
+    }
+
+    /// The keys entered in the expiry keyspace that are due at `watermark`, earliest first;
+    /// their entries are removed (in `batch`). A key may have left the disk since.
+    pub(crate) fn take_due(
+        &mut self,
+        store: &Store,
+        batch: &mut Batch<'_>,
+        watermark: i64,
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut keys = Vec::new();
+        if !self.due_by(watermark) {
+            return Ok(keys);
+        }
+        self.next_due = i64::MAX;
+        for due in store.scan_due(&self.prefix) {
+            let due = due?;
+            let (expires, key) = parse_due_key(&due, PREFIX)?;
+            if expires > watermark {
+                self.next_due = expires;
+                break;
+            }
+            batch.remove_due(&due);
+            keys.push(key.to_vec());
+        }
+        Ok(keys)
     }
 
     /// Reports that this holder keeps `now` bytes in memory; returns the budget's total.
