@@ -371,6 +371,11 @@ impl TableSource for SnapshotTable {
     fn stream(&self) -> Option<Arc<dyn eddy_sql::StreamSource>> {
         match &self.contents {
             Contents::Log(log) => Some(Arc::clone(log) as Arc<dyn eddy_sql::StreamSource>),
+            Contents::View(views, name) => Some(Arc::new(ViewStream {
+                views: Arc::clone(views),
+                id: self.id,
+                name: name.clone(),
+            })),
             _ => None,
         }
     }
@@ -388,6 +393,30 @@ impl TableSource for SnapshotTable {
                     .with_hint("read it through a materialized view (CREATE MATERIALIZED VIEW v AS SELECT ... FROM the source), or SUBSCRIBE to a query over it"),
             }),
         }
+    }
+}
+
+/// A materialized view's contents read by a plan as a stream: the statement's snapshot of the
+/// view, then its pieces one at a time (those on disk read from their files), so a query over
+/// a view larger than memory holds a few pieces at a time, not the view.
+#[derive(Debug)]
+struct ViewStream {
+    views: Arc<StatementViews>,
+    id: ObjectId,
+    name: String,
+}
+
+impl eddy_sql::StreamSource for ViewStream {
+    fn open(
+        &self,
+        projection: Option<&[usize]>,
+        schema: SchemaRef,
+    ) -> datafusion::physical_plan::SendableRecordBatchStream {
+        let (views, id, name) = (Arc::clone(&self.views), self.id, self.name.clone());
+        let projection = projection.map(<[usize]>::to_vec);
+        crate::table_chunks::stream_pieces(schema, async move {
+            Ok((views.view_rows(id, &name).await?, projection))
+        })
     }
 }
 
@@ -429,6 +458,15 @@ impl StatementViews {
     }
 
     async fn rows(&self, id: ObjectId, name: &str) -> Result<Arc<Vec<RecordBatch>>> {
+        self.view_rows(id, name).await?.batches()
+    }
+
+    /// The statement's snapshot of view `id`'s contents (its rows on disk not read yet).
+    async fn view_rows(
+        &self,
+        id: ObjectId,
+        name: &str,
+    ) -> Result<Arc<crate::table_chunks::ViewRows>> {
         let taken = self.taken.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let snapshots = match taken {
             Some(snapshots) => snapshots,
@@ -443,8 +481,7 @@ impl StatementViews {
             }
         };
         match snapshots.get(&id) {
-            // Rows of the view on disk are read now, by this statement.
-            Some(Ok(rows)) => rows.batches(),
+            Some(Ok(rows)) => Ok(Arc::clone(rows)),
             Some(Err(e)) => Err(e.clone()),
             // The runtime has not published since the view was added (it is busy: a backfill,
             // a restore, a view it waits for): no contents to read yet, which is not "empty".

@@ -159,7 +159,7 @@ pub struct Chunks {
 
 #[path = "table_chunks_spill.rs"]
 mod spill;
-pub use spill::ViewRows;
+pub use spill::{ViewRows, stream_pieces};
 
 fn arrow_error(context: &str, err: arrow::error::ArrowError) -> Error {
     Error::internal(format!("{context}: {err}"))

@@ -274,6 +274,50 @@ impl ViewRows {
     }
 }
 
+/// The rows of the [`ViewRows`] `rows` yields (with the columns it names, all when `None`) as
+/// a stream labelled `schema`: read on a blocking thread a couple of pieces ahead of the
+/// consumer, those on disk from their files; dropping the stream stops the read at its next
+/// piece.
+pub fn stream_pieces(
+    schema: SchemaRef,
+    rows: impl std::future::Future<Output = Result<(Arc<ViewRows>, Option<Vec<usize>>)>>
+    + Send
+    + 'static,
+) -> datafusion::physical_plan::SendableRecordBatchStream {
+    use datafusion::error::DataFusionError;
+    let (tx, rx) = tokio::sync::mpsc::channel::<datafusion::error::Result<RecordBatch>>(2);
+    let target = Arc::clone(&schema);
+    tokio::spawn(async move {
+        let (rows, projection) = match rows.await {
+            Ok(found) => found,
+            Err(e) => {
+                let _ = tx.send(Err(DataFusionError::External(Box::new(e)))).await;
+                return;
+            }
+        };
+        tokio::task::spawn_blocking(move || {
+            let result = rows.for_each(|batch| {
+                let batch = match &projection {
+                    Some(p) => batch
+                        .project(p)
+                        .map_err(|e| arrow_error("project a view's rows", e))?,
+                    None => batch,
+                };
+                let batch = crate::table_log::labelled(&target, &batch)?;
+                tx.blocking_send(Ok(batch))
+                    .map_err(|_| Error::internal("the scan's reader went away"))
+            });
+            if let Err(e) = result {
+                let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(e))));
+            }
+        });
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, stream))
+}
+
 /// A chunk's rows in a file: readable by whoever holds it, deleted when the last holder lets
 /// go. It is opened for each read (a view of a billion rows has 120 000 such files; holding
 /// them open would pass the process's limit of open files).

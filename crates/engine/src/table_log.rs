@@ -241,7 +241,7 @@ impl eddy_sql::StreamSource for LogScan {
 }
 
 /// `rows` under `schema`'s column names and nullability (same types).
-fn labelled(schema: &SchemaRef, rows: &RecordBatch) -> Result<RecordBatch> {
+pub(crate) fn labelled(schema: &SchemaRef, rows: &RecordBatch) -> Result<RecordBatch> {
     let options = RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
     RecordBatch::try_new_with_options(Arc::clone(schema), rows.columns().to_vec(), &options)
         .map_err(|e| Error::internal(format!("label a stream's rows: {e}")))
