@@ -41,6 +41,9 @@ pub const NEVER: i64 = i64::MAX;
 /// The arena is rewritten once its garbage passes half of it and this many bytes.
 const COMPACT_MIN_BYTES: usize = 1 << 16;
 
+/// Slot vectors are renumbered once more than half free and at least this long.
+const COMPACT_MIN_SLOTS: usize = if cfg!(test) { 4 } else { 1 << 12 };
+
 /// A restore settles (and may spill) after this many rows.
 const LOAD_SETTLE_ROWS: usize = 1 << 16;
 
@@ -384,6 +387,62 @@ impl Arrangement {
         }
         self.arena = arena;
         self.garbage = 0;
+    }
+
+    /// Renumbers the key and entry slots in use into vectors without the free ones, once
+    /// most slots are free (keys gone to disk leave their slots behind: without this, what
+    /// stays in memory would grow with what is on disk). Slot order, hence iteration order,
+    /// is kept. Only between batches: entry ids given out before are stale after.
+    fn compact_slots_if_sparse(&mut self) -> bool {
+        let sparse = |len: usize, free: usize| len >= COMPACT_MIN_SLOTS && free * 2 > len;
+        if !sparse(self.keys.len(), self.free_keys.len())
+            && !sparse(self.entries.len(), self.free_entries.len())
+        {
+            return false;
+        }
+        let mut key_ids = vec![NONE; self.keys.len()];
+        let mut keys = Vec::with_capacity(self.keys.len() - self.free_keys.len());
+        for (old, slot) in self.keys.iter().enumerate() {
+            if slot.rows > 0 {
+                key_ids[old] = keys.len() as u32;
+                keys.push(slot.clone());
+            }
+        }
+        let mut entry_ids = vec![NONE; self.entries.len()];
+        let mut entries = Vec::with_capacity(self.entries.len() - self.free_entries.len());
+        for (old, entry) in self.entries.iter().enumerate() {
+            if entry.live() {
+                entry_ids[old] = entries.len() as u32;
+                entries.push(entry.clone());
+            }
+        }
+        let moved = |ids: &[u32], id: u32| if id == NONE { NONE } else { ids[id as usize] };
+        for slot in &mut keys {
+            slot.head = moved(&entry_ids, slot.head);
+        }
+        self.expiry.clear();
+        for (e, entry) in entries.iter_mut().enumerate() {
+            entry.key = key_ids[entry.key as usize];
+            entry.prev = moved(&entry_ids, entry.prev);
+            entry.next = moved(&entry_ids, entry.next);
+            if entry.expires != NEVER {
+                self.expiry.push(Reverse((entry.expires, e as u32)));
+            }
+        }
+        let mut entry_table = HashTable::with_capacity(entries.len());
+        for (e, entry) in entries.iter().enumerate() {
+            entry_table.insert_unique(entry.hash, e as u32, |&x| entries[x as usize].hash);
+        }
+        let mut key_table = HashTable::with_capacity(keys.len());
+        for (k, slot) in keys.iter().enumerate() {
+            key_table.insert_unique(slot.hash, k as u32, |&x| keys[x as usize].hash);
+        }
+        self.expiry.shrink_to_fit();
+        (self.keys, self.entries) = (keys, entries);
+        (self.key_table, self.entry_table) = (key_table, entry_table);
+        self.free_keys = Vec::new();
+        self.free_entries = Vec::new();
+        true
     }
 
     /// The rows of `key`, newest entry first. In an arrangement that spills, the key must be

@@ -98,6 +98,11 @@ impl Arrangement {
     /// since the last save (batches [`checkpoint::is_changes`] says so of; at least one, maybe
     /// without rows).
     pub fn save(&mut self, mode: SaveMode, part: &str, out: &mut dyn Sink) -> Result<()> {
+        if self.is_partial_copy() {
+            return Err(Error::internal(
+                "a copy of operator state without its original's rows on disk was saved",
+            ));
+        }
         let changes = &self.changes;
         let mut whole_next = false;
         if mode == SaveMode::Changes

@@ -273,6 +273,7 @@ impl Drop for Tier {
 
 /// Point reads of what a holder had on disk at one moment ([`Tier::reader`]): writes to the
 /// store after it was taken do not show.
+#[derive(Clone)]
 pub(crate) struct SpilledReader {
     snapshot: fjall::Snapshot,
     /// Keeps the store's files while they are read (dropped after the snapshot).
@@ -358,18 +359,19 @@ fn spill_error(e: fjall::Error) -> Error {
 impl Store {
     fn open(dir: &Path) -> Result<Store> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating the spill directory", e))?;
+        // Memory the store itself holds, besides what the budget counts: its block cache (32
+        // MiB), and per keyspace an active memtable and up to four sealed ones waiting for the
+        // flush (writes wait past that); journals are rotated (memtables flushed) past 64 MiB.
         let db = fjall::Database::builder(dir)
             .manual_journal_persist(true)
             .temporary(true)
             .worker_threads(1)
+            .max_journaling_size(64 << 20)
             .open()
             .map_err(spill_error)?;
-        let keys = db
-            .keyspace("state", fjall::KeyspaceCreateOptions::default)
-            .map_err(spill_error)?;
-        let due = db
-            .keyspace("due", fjall::KeyspaceCreateOptions::default)
-            .map_err(spill_error)?;
+        let options = || fjall::KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES);
+        let keys = db.keyspace("state", options).map_err(spill_error)?;
+        let due = db.keyspace("due", options).map_err(spill_error)?;
         Ok(Store { db, keys, due })
     }
 
@@ -377,6 +379,7 @@ impl Store {
         Batch {
             store: self,
             batch: self.db.batch().durability(None),
+            bytes: 0,
         }
     }
 
@@ -437,15 +440,36 @@ impl Store {
     }
 }
 
-/// Writes to the spill store, applied together.
+/// Writes to the spill store, applied together (or, with [`Batch::commit_if_large`], in
+/// parts of at most about [`BATCH_BYTES`]).
 pub(crate) struct Batch<'a> {
     store: &'a Store,
     batch: fjall::OwnedWriteBatch,
+    /// Bytes of keys and values inserted since the batch began.
+    bytes: usize,
 }
+
+/// The spill store's memtables rotate past this.
+const MEMTABLE_BYTES: u64 = 16 << 20;
+
+/// Bytes of a write to the store committed at once by long evictions: a write goes whole into
+/// the store's memtable, so one of a million keys would hold them all in memory until flushed.
+const BATCH_BYTES: usize = 8 << 20;
 
 impl Batch<'_> {
     pub(crate) fn insert(&mut self, key: &[u8], value: &[u8]) {
+        self.bytes += key.len() + value.len();
         self.batch.insert(&self.store.keys, key, value);
+    }
+
+    /// Commits what the batch holds once it passes [`BATCH_BYTES`], and goes on with a new
+    /// one (for writes whose parts may land apart: evictions).
+    pub(crate) fn commit_if_large(&mut self) -> Result<()> {
+        if self.bytes < BATCH_BYTES {
+            return Ok(());
+        }
+        let full = std::mem::replace(self, self.store.batch());
+        full.commit()
     }
 
     pub(crate) fn remove(&mut self, key: &[u8]) {

@@ -58,7 +58,7 @@ impl Engine {
                 }
                 Some(_) => {}
             }
-            table.read().check(changes)?;
+            table.write().check(changes)?;
             let mut parts = table.route(concat_changes(&table.schema, changes)?, partition)?;
             if parts.is_empty() {
                 parts.push((

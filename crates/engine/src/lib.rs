@@ -189,7 +189,7 @@ impl Table {
         version: u64,
         key: &[arrow::array::ArrayRef],
     ) -> Result<Option<Vec<RecordBatch>>> {
-        self.read().lookup(version, key)
+        self.write().lookup(version, key)
     }
 
     /// The log partitions one transaction's changes go to: an append-only table's inserts to
@@ -333,14 +333,6 @@ impl Engine {
                 .log_segment_bytes
                 .unwrap_or(eddy_common::limits::LOG_SEGMENT_BYTES_TARGET),
         )?;
-        let mut tables = BTreeMap::new();
-        let mut clocks = Vec::new();
-        for def in defs {
-            let (table, clock) = load_table(&log, def)?;
-            clocks.extend(clock.map(|c| (table.def.id, c)));
-            tables.insert(table.def.qualified(), table);
-        }
-        let checkpoints = Arc::new(checkpoint::Checkpointer::start(dir, Arc::clone(&meta))?);
         let memory = match config.memory_limit {
             Some(limit) => Some(eddy_dataflow::spill::MemoryBudget::new(
                 (limit as f64 * STATE_SHARE_OF_MEMORY) as usize,
@@ -351,6 +343,14 @@ impl Engine {
                 None
             }
         };
+        let mut tables = BTreeMap::new();
+        let mut clocks = Vec::new();
+        for def in defs {
+            let (table, clock) = load_table(&log, def, memory.as_ref())?;
+            clocks.extend(clock.map(|c| (table.def.id, c)));
+            tables.insert(table.def.qualified(), table);
+        }
+        let checkpoints = Arc::new(checkpoint::Checkpointer::start(dir, Arc::clone(&meta))?);
         let (marks, mark_requests) =
             tokio::sync::mpsc::channel(eddy_common::limits::WATERMARK_MARKS_IN_FLIGHT_MAX);
         let runtime = ViewRuntime::start(
@@ -566,15 +566,17 @@ impl Engine {
 }
 
 /// A table as its log holds it, with its watermark clock as the log ends (tables with a
-/// `WATERMARK FOR`): the watermark a restart goes on from.
+/// `WATERMARK FOR`): the watermark a restart goes on from. Its rows are kept within `memory`
+/// (the server's budget, when it has one) as they are read.
 fn load_table(
     log: &Arc<LogStore>,
     def: TableDef,
+    memory: Option<&Arc<eddy_dataflow::spill::MemoryBudget>>,
 ) -> Result<(Arc<Table>, Option<clock::StreamClock>)> {
     let schema = def.schema()?;
     let clock = clock_of(&def)?;
     let mut stream_clock = clock.map(clock::StreamClock::replaying);
-    let (data, positions) = load_contents_with(log, &def, &schema, stream_clock.as_mut())?;
+    let (data, positions) = load_contents_with(log, &def, &schema, stream_clock.as_mut(), memory)?;
     // Live, the clock judges idleness by the wall clock again.
     if let (Some(c), Some(spec)) = (stream_clock.as_mut(), clock) {
         c.spec = spec;
@@ -598,7 +600,7 @@ fn load_contents(
     def: &TableDef,
     schema: &SchemaRef,
 ) -> Result<(TableData, Vec<(u32, u64)>)> {
-    load_contents_with(log, def, schema, None)
+    load_contents_with(log, def, schema, None, None)
 }
 
 /// [`load_contents`], also raising `clock` with every record's data and watermark marks.
@@ -607,10 +609,11 @@ fn load_contents_with(
     def: &TableDef,
     schema: &SchemaRef,
     mut clock: Option<&mut clock::StreamClock>,
+    memory: Option<&Arc<eddy_dataflow::spill::MemoryBudget>>,
 ) -> Result<(TableData, Vec<(u32, u64)>)> {
     // An append-only table's rows stay in its log: only counted here.
     let mut data = (!def.append_only)
-        .then(|| TableData::new(def, Arc::clone(schema)))
+        .then(|| TableData::new(def, Arc::clone(schema)).map(|d| d.within(memory)))
         .transpose()?;
     let mut appended = 0usize;
     let mut records = 0u64;

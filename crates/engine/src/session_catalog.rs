@@ -16,6 +16,7 @@ use eddy_sql::{CatalogSource, EDDY_CATALOG_SCHEMA, QualifiedName, TableSource, V
 
 use crate::names::SearchPath;
 use crate::table::{TableData, TableScan};
+use crate::table_chunks::ViewRows;
 use crate::table_log::LogScan;
 use crate::variables::Variables;
 use crate::{Engine, Table};
@@ -84,7 +85,7 @@ impl SessionCatalog {
             id: ObjectId(0),
             kind: "BASE TABLE",
             schema,
-            contents: Contents::Rows(Arc::new(rows)),
+            contents: Contents::Rows(Arc::new(ViewRows::Rows(Arc::new(rows)))),
             watermark: None,
             append_only: false,
         };
@@ -99,18 +100,6 @@ impl SessionCatalog {
     }
 
     /// Runs `f` on the table's contents as this session sees them (its transaction's copy).
-    pub(crate) fn with_table_data<R>(
-        &self,
-        table: &Table,
-        f: impl FnOnce(&TableData) -> R,
-    ) -> Result<R> {
-        let forks = self.forks.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(match forks.get(&table.def.id) {
-            Some(fork) => f(fork),
-            None => f(&table.read()),
-        })
-    }
-
     pub(crate) fn with_table_data_mut<R>(
         &self,
         table: &Table,
@@ -376,13 +365,19 @@ impl TableSource for SnapshotTable {
                 id: self.id,
                 name: name.clone(),
             })),
+            // A table with rows on disk is read a chunk at a time, not into memory whole.
+            Contents::Rows(rows) | Contents::Keyed { rows, .. }
+                if matches!(**rows, ViewRows::Pieces { .. }) =>
+            {
+                Some(Arc::new(PiecesStream(Arc::clone(rows))))
+            }
             _ => None,
         }
     }
 
     async fn scan(&self) -> Result<Arc<Vec<RecordBatch>>> {
         match &self.contents {
-            Contents::Rows(rows) | Contents::Keyed { rows, .. } => Ok(Arc::clone(rows)),
+            Contents::Rows(rows) | Contents::Keyed { rows, .. } => rows.batches(),
             Contents::Log(log) => Ok(Arc::new(log.collect()?)),
             Contents::Failed(e) => Err(e.clone()),
             Contents::View(views, name) => views.rows(self.id, name).await,
@@ -420,14 +415,31 @@ impl eddy_sql::StreamSource for ViewStream {
     }
 }
 
+/// A table's rows frozen for a statement, some of them on disk, read as a stream of its
+/// pieces (see [`ViewStream`]).
+#[derive(Debug)]
+struct PiecesStream(Arc<ViewRows>);
+
+impl eddy_sql::StreamSource for PiecesStream {
+    fn open(
+        &self,
+        projection: Option<&[usize]>,
+        schema: SchemaRef,
+    ) -> datafusion::physical_plan::SendableRecordBatchStream {
+        let rows = Arc::clone(&self.0);
+        let projection = projection.map(<[usize]>::to_vec);
+        crate::table_chunks::stream_pieces(schema, async move { Ok((rows, projection)) })
+    }
+}
+
 /// What scanning a [`SnapshotTable`] reads.
 #[derive(Debug)]
 enum Contents {
-    Rows(Arc<Vec<RecordBatch>>),
+    Rows(Arc<ViewRows>),
     /// A table's rows, which its primary-key index can find while `table` is still at
     /// `version` ([`crate::table::TableData::lookup`]).
     Keyed {
-        rows: Arc<Vec<RecordBatch>>,
+        rows: Arc<ViewRows>,
         table: Arc<Table>,
         version: u64,
     },

@@ -307,10 +307,10 @@ impl Engine {
             let state = if source.def.append_only {
                 None
             } else {
-                Some(Mutex::new(TableData::new(
-                    &source.def,
-                    Arc::clone(&source.schema),
-                )?))
+                Some(Mutex::new(
+                    TableData::new(&source.def, Arc::clone(&source.schema))?
+                        .within(self.memory.as_ref()),
+                ))
             };
             let reader = Arc::new(SourceReader {
                 view,

@@ -1,6 +1,6 @@
 //! Eddy's own system tables, computed when a query reads them: `eddy_views`,
-//! `eddy_operators`, `eddy_watermarks`, `eddy_late_events`, `eddy_source_offsets`,
-//! `eddy_dead_letters` and `eddy_checkpoints`
+//! `eddy_operators`, `eddy_tables`, `eddy_watermarks`, `eddy_late_events`,
+//! `eddy_source_offsets`, `eddy_dead_letters` and `eddy_checkpoints`
 //! (SQL.md, "System catalogs"), in schema `eddy_catalog`, which every session's search path
 //! reaches first (after `pg_catalog`), as PostgreSQL reaches `pg_catalog`.
 
@@ -18,12 +18,13 @@ use eddy_common::{Error, Result};
 use crate::Engine;
 
 /// The tables of `eddy_catalog`.
-pub(crate) const NAMES: [&str; 7] = [
+pub(crate) const NAMES: [&str; 8] = [
     "eddy_checkpoints",
     "eddy_dead_letters",
     "eddy_late_events",
     "eddy_operators",
     "eddy_source_offsets",
+    "eddy_tables",
     "eddy_views",
     "eddy_watermarks",
 ];
@@ -34,6 +35,7 @@ pub(crate) fn schema(name: &str) -> Option<(&'static str, SchemaRef)> {
     let schema = match name {
         "eddy_views" => views_schema(),
         "eddy_operators" => operators_schema(),
+        "eddy_tables" => tables_schema(),
         "eddy_watermarks" => watermarks_schema(),
         "eddy_late_events" => late_events_schema(),
         "eddy_source_offsets" => source_offsets_schema(),
@@ -49,6 +51,7 @@ pub(crate) fn rows(engine: &Engine, name: &str) -> Result<Vec<RecordBatch>> {
     let (_, batch) = match name {
         "eddy_views" => views(engine),
         "eddy_operators" => operators(engine),
+        "eddy_tables" => tables(engine),
         "eddy_watermarks" => watermarks(engine),
         "eddy_late_events" => late_events(engine),
         "eddy_source_offsets" => source_offsets(engine),
@@ -75,6 +78,47 @@ fn timestamp(nullable: bool, name: &str) -> Field {
         DataType::Timestamp(TimeUnit::Microsecond, None),
         nullable,
     )
+}
+
+fn tables_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("table_schema", DataType::Utf8, false),
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("rows", DataType::Int64, false),
+        Field::new("rows_on_disk", DataType::Int64, false),
+        Field::new("index_entries_on_disk", DataType::Int64, false),
+    ]))
+}
+
+/// Every table: its rows, and how much of them is on disk past the server's memory limit
+/// (rows of its chunks spilled to files, entries of its key index in the spill store; an
+/// `APPEND ONLY` table's rows are in its log, neither counted here).
+fn tables(engine: &Engine) -> Result<(SchemaRef, RecordBatch)> {
+    let tables = engine.tables();
+    let stats: Vec<(usize, (usize, usize))> = tables
+        .iter()
+        .map(|t| {
+            let data = t.read();
+            (data.row_count(), data.spilled())
+        })
+        .collect();
+    let count = |f: fn(&(usize, (usize, usize))) -> usize| {
+        Arc::new(Int64Array::from_iter_values(
+            stats.iter().map(|s| f(s) as i64),
+        )) as ArrayRef
+    };
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            tables.iter().map(|t| t.def.schema.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            tables.iter().map(|t| t.def.name.as_str()),
+        )),
+        count(|s| s.0),
+        count(|s| s.1.1),
+        count(|s| s.1.0),
+    ];
+    batch("eddy_tables", tables_schema(), columns)
 }
 
 fn views_schema() -> SchemaRef {

@@ -52,8 +52,9 @@ enum Rows {
 /// What a scan of a table reads: rows in memory (as of `version`, see
 /// [`TableData::lookup`]), or an append-only table's log.
 pub enum TableScan {
+    /// In memory, or some chunks on disk (read as the scan goes).
     Rows {
-        rows: Arc<Vec<RecordBatch>>,
+        rows: Arc<ViewRows>,
         version: u64,
     },
     Log(Arc<LogScan>),
@@ -112,6 +113,17 @@ impl TableData {
         })
     }
 
+    /// The same contents kept within their share of `budget` (when the server has one) from
+    /// now on: a table's index of rows and its chunks spill past it (ADR 0012). An
+    /// append-only table's rows are in its log, not in memory.
+    pub fn within(mut self, budget: Option<&Arc<MemoryBudget>>) -> Self {
+        if let (Rows::Multiset(m), Some(budget)) = (&mut self.rows, budget) {
+            m.spill_to(budget);
+            self.spill = Some(Arc::clone(budget));
+        }
+        self
+    }
+
     /// The contents of a materialized view: its output batches as they come while it only
     /// inserts (no row encoding, no hashing: a pass-through or filter view costs a copy of
     /// pointers), a multiset of rows from its first retraction on; either keeps within its
@@ -137,12 +149,8 @@ impl TableData {
         if matches!(self.rows, Rows::AppendOnly(_)) && !only_inserts(changes) {
             self.make_multiset()?;
         }
-        let checked = match &mut self.rows {
-            // Its index may have spilled: the rows retracted are brought back first.
-            Rows::Multiset(m) => m.check_prepared(changes),
-            _ => self.check(changes),
-        };
-        checked.map_err(|e| {
+        // Its index may have spilled: the check brings the rows retracted back first.
+        self.check(changes).map_err(|e| {
             Error::internal(format!(
                 "a view's dataflow retracted a row the view does not hold ({})",
                 e.message
@@ -200,6 +208,16 @@ impl TableData {
         }
     }
 
+    /// What is on disk past the memory budget: (entries of the index of rows, rows of
+    /// chunks).
+    pub fn spilled(&self) -> (usize, usize) {
+        match &self.rows {
+            Rows::Multiset(m) => (m.index.spilled_rows(), m.chunks.spilled_rows()),
+            Rows::AppendOnly(chunks) => (0, chunks.spilled_rows()),
+            Rows::Log(_) => (0, 0),
+        }
+    }
+
     pub fn row_count(&self) -> usize {
         match &self.rows {
             Rows::AppendOnly(chunks) => chunks.len(),
@@ -214,7 +232,7 @@ impl TableData {
         match &mut self.rows {
             Rows::Log(l) => Ok(TableScan::Log(l.scan()?)),
             _ => Ok(TableScan::Rows {
-                rows: self.snapshot()?,
+                rows: self.view_rows()?,
                 version: self.version,
             }),
         }
@@ -256,8 +274,9 @@ impl TableData {
         }
     }
 
-    /// A view's contents as published for queries: its rows, or where some are on disk, what
-    /// a query reads them from (not read now).
+    /// The contents as published for queries (a view's) or frozen for a statement (a
+    /// table's): its rows, or where some are on disk, what a query reads them from (not read
+    /// now).
     pub fn view_rows(&mut self) -> Result<Arc<ViewRows>> {
         if let Some(chunks) = self.chunks()
             && chunks.spilled()
@@ -284,8 +303,8 @@ impl TableData {
     /// The rows of a keyed table whose primary key is `key` (one array per key column, of
     /// its type), found by the index, if the table is still as it was at `version`; `None`
     /// otherwise (or without a primary key): the caller scans its snapshot instead.
-    pub fn lookup(&self, version: u64, key: &[ArrayRef]) -> Result<Option<Vec<RecordBatch>>> {
-        let Rows::Multiset(m) = &self.rows else {
+    pub fn lookup(&mut self, version: u64, key: &[ArrayRef]) -> Result<Option<Vec<RecordBatch>>> {
+        let Rows::Multiset(m) = &mut self.rows else {
             return Ok(None);
         };
         let Some(pk) = &m.primary_key else {
@@ -298,6 +317,19 @@ impl TableData {
             .converter
             .convert_columns(key)
             .map_err(|e| arrow_error("encode keys", e))?;
+        m.prepare_keys(&keys)?;
+        let rows = Self::found_rows(&self.schema, m, &keys);
+        // The keys brought back from disk may go again (the contents did not change).
+        m.settle()?;
+        rows.map(Some)
+    }
+
+    /// The rows `m` holds under the (prepared) primary keys `keys`.
+    fn found_rows(
+        schema: &SchemaRef,
+        m: &Multiset,
+        keys: &arrow::row::Rows,
+    ) -> Result<Vec<RecordBatch>> {
         let parser = m.converter.parser();
         let found: Vec<_> = (0..keys.num_rows())
             .filter_map(|i| m.current(keys.row(i).data()))
@@ -308,14 +340,15 @@ impl TableData {
             .converter
             .convert_rows(found)
             .map_err(|e| arrow_error("decode rows", e))?;
-        let rows = RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)
+        let rows = RecordBatch::try_new_with_options(Arc::clone(schema), columns, &options)
             .map_err(|e| arrow_error("looked-up rows", e))?;
-        Ok(Some(vec![rows]))
+        Ok(vec![rows])
     }
 
     /// Checks that `changes` can be applied: retracted rows exist, no primary key repeats.
-    pub fn check(&self, changes: &[ChangeBatch]) -> Result<()> {
-        match &self.rows {
+    /// (The index keys it reads are brought back from disk, for the apply that follows.)
+    pub fn check(&mut self, changes: &[ChangeBatch]) -> Result<()> {
+        match &mut self.rows {
             Rows::AppendOnly(_) | Rows::Log(_) => {
                 if changes
                     .iter()
@@ -384,7 +417,7 @@ impl TableData {
     /// its exact row. Rows that cannot apply (a duplicate key, a retraction of a row the table
     /// does not hold) are returned as (row, why) and left out.
     pub fn resolve(
-        &self,
+        &mut self,
         rows: &RecordBatch,
         kinds: &[RowKind],
     ) -> Result<(ChangeBatch, Vec<(usize, String)>)> {
@@ -398,7 +431,7 @@ impl TableData {
                 arrow::array::Int64Array::from(diffs),
             ))
         };
-        let m = match &self.rows {
+        let m = match &mut self.rows {
             Rows::AppendOnly(_) | Rows::Log(_) => {
                 if kinds.iter().any(|k| *k != RowKind::Insert) {
                     return Err(Error::internal(
@@ -416,6 +449,12 @@ impl TableData {
             .converter
             .convert_columns(rows.columns())
             .map_err(|e| arrow_error("encode rows", e))?;
+        let keys = match &m.primary_key {
+            Some(pk) => Some(pk.encode(rows)?),
+            None => None,
+        };
+        m.prepare_keys(keys.as_ref().unwrap_or(&encoded))?;
+        let m = &**m;
         let mut rejected = Vec::new();
         let mut inserts: Vec<u32> = Vec::new();
         let mut retracts: Vec<&[u8]> = Vec::new();
@@ -441,7 +480,9 @@ impl TableData {
                 }
             }
             Some(pk) => {
-                let keys = pk.encode(rows)?;
+                let Some(keys) = &keys else {
+                    return Err(Error::internal("a keyed table's keys were not encoded"));
+                };
                 // Final value per key (None: deleted), in order of first appearance.
                 let mut state: HashMap<&[u8], Option<usize>> = HashMap::default();
                 let mut order: Vec<&[u8]> = Vec::new();
@@ -502,8 +543,8 @@ impl TableData {
 
     /// Of the rows an `UPDATE ... FROM` matched (`old`, one per matching FROM row), the ones
     /// to update: each held row once (the first match), as PostgreSQL updates it once.
-    pub fn first_matches(&self, old: &RecordBatch) -> Result<Vec<u32>> {
-        let Rows::Multiset(m) = &self.rows else {
+    pub fn first_matches(&mut self, old: &RecordBatch) -> Result<Vec<u32>> {
+        let Rows::Multiset(m) = &mut self.rows else {
             return Ok((0..old.num_rows() as u32).collect());
         };
         let mut keep = Vec::with_capacity(old.num_rows());
@@ -522,6 +563,7 @@ impl TableData {
                     .converter
                     .convert_columns(old.columns())
                     .map_err(|e| arrow_error("encode rows", e))?;
+                m.prepare_keys(&rows)?;
                 let mut taken: HashMap<&[u8], i64> = HashMap::default();
                 for i in 0..old.num_rows() {
                     let row = rows.row(i).data();

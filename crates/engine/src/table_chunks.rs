@@ -190,6 +190,10 @@ impl Chunks {
     /// Appends `batch` (of this table's schema); `placed` gets each row's location, in order
     /// (for an index; `None`: rows nobody looks up, a view's contents that only insert).
     pub fn append(&mut self, batch: &RecordBatch, mut placed: Option<&mut Vec<Loc>>) -> Result<()> {
+        // A batch larger than a chunk is cut into pieces. Where chunks spill, each piece gets
+        // buffers of its own: a slice keeps the whole batch's buffers alive while any other
+        // piece is in memory, so a piece written to disk would free nothing.
+        let own = self.spills() && batch.num_rows() > CHUNK_ROWS;
         let mut at = 0;
         while at < batch.num_rows() {
             let tail = match self.tail {
@@ -199,7 +203,12 @@ impl Chunks {
             let chunk = &mut self.chunks[tail as usize];
             let start = chunk.rows;
             let n = (CHUNK_ROWS - start).min(batch.num_rows() - at);
-            let piece = batch.slice(at, n);
+            let mut piece = batch.slice(at, n);
+            if own {
+                let rows = arrow::array::UInt32Array::from_iter_values(0..n as u32);
+                piece = arrow::compute::take_record_batch(&piece, &rows)
+                    .map_err(|e| arrow_error("copy appended rows", e))?;
+            }
             if start == 0 {
                 chunk.batch = piece;
             } else {

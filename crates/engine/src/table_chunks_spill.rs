@@ -118,9 +118,23 @@ impl Chunks {
         Ok(())
     }
 
+    /// Whether the chunks spill past a budget.
+    pub(super) fn spills(&self) -> bool {
+        self.spill.0.is_some()
+    }
+
     /// Whether a chunk is on disk.
     pub fn spilled(&self) -> bool {
         self.chunks.iter().any(|c| c.file.is_some())
+    }
+
+    /// Rows held in chunks on disk.
+    pub fn spilled_rows(&self) -> usize {
+        self.chunks
+            .iter()
+            .filter(|c| c.file.is_some())
+            .map(Chunk::live)
+            .sum()
     }
 
     /// The rows as [`ViewRows`]: chunks in memory shared (their deleted rows dropped first),

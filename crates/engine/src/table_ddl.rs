@@ -43,7 +43,7 @@ impl Engine {
         let data = if def.append_only {
             TableData::logged(&def, Arc::clone(&schema), &self.log, 0)?
         } else {
-            TableData::new(&def, Arc::clone(&schema))?
+            TableData::new(&def, Arc::clone(&schema))?.within(self.memory.as_ref())
         };
         let clock = clock_of(&def)?;
         let table = Arc::new(Table {
@@ -135,7 +135,7 @@ impl Engine {
             .commit(Vec::new())
             .await
             .map_err(|_| Error::internal("the log committer stopped without answering"))??;
-        let (mut table, _) = load_table(&self.log, def.clone())?;
+        let (mut table, _) = load_table(&self.log, def.clone(), self.memory.as_ref())?;
         self.meta
             .put_object(def.id, &ObjectDef::Table(def).encode()?)?;
         if let Some(table) = Arc::get_mut(&mut table) {

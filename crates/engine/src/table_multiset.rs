@@ -86,7 +86,19 @@ impl Multiset {
         Ok(fork)
     }
 
-    /// Copies of `row` held (its primary key `key` on a keyed table).
+    /// Keeps the index and the chunks within their share of `budget` from now on.
+    pub(super) fn spill_to(&mut self, budget: &Arc<MemoryBudget>) {
+        self.index.spill_to(budget);
+        self.chunks.spill_to(budget);
+    }
+
+    /// Brings back from disk the index entries of `keys` (primary keys, or whole rows on a
+    /// table without one) for the probes that follow.
+    pub(super) fn prepare_keys(&mut self, keys: &arrow::row::Rows) -> Result<()> {
+        self.index.prepare(keys.iter().map(|k| k.data()))
+    }
+
+    /// Copies of `row` held (its primary key `key` on a keyed table); the key prepared.
     pub(super) fn held(&self, row: &[u8], key: Option<&[u8]>) -> i64 {
         match key {
             Some(key) => self
@@ -98,7 +110,7 @@ impl Multiset {
         }
     }
 
-    /// The row a keyed table holds under `key`.
+    /// The row a keyed table holds under `key` (prepared).
     pub(super) fn current(&self, key: &[u8]) -> Option<&[u8]> {
         self.index.probe(key).next().map(|f| &f.row[LOC..])
     }
@@ -144,17 +156,11 @@ impl Multiset {
         Ok((encoded, out))
     }
 
-    /// Checks `changes` against what is held. Not for an index that spills (a view's
-    /// contents): [`Multiset::check_prepared`] brings the rows it probes back first.
-    pub(super) fn check(&self, changes: &[ChangeBatch]) -> Result<()> {
+    /// Checks `changes` against what is held. The index keys it probes are brought back from
+    /// disk first (when the index spills) and stay in memory for the apply that follows (its
+    /// settle may spill them again).
+    pub(super) fn check(&mut self, changes: &[ChangeBatch]) -> Result<()> {
         let (encoded, net) = self.net(changes)?;
-        self.check_net(changes, &encoded, &net)
-    }
-
-    /// [`Multiset::check`] of an index that may have spilled.
-    pub(super) fn check_prepared(&mut self, changes: &[ChangeBatch]) -> Result<()> {
-        let (encoded, net) = self.net(changes)?;
-        // The rows stay in memory for the apply that follows (its settle may spill them).
         self.prepare(&encoded, &net)?;
         self.check_net(changes, &encoded, &net)
     }
@@ -173,9 +179,9 @@ impl Multiset {
         self.settle()
     }
 
-    /// Ends a write: the index and the chunks within their share of the memory budget, when
-    /// they spill (a view's contents).
-    fn settle(&mut self) -> Result<()> {
+    /// Ends a write (or a read that brought index keys back): the index and the chunks within
+    /// their share of the memory budget, when they spill.
+    pub(super) fn settle(&mut self) -> Result<()> {
         self.index.settle()?;
         self.chunks.settle()
     }

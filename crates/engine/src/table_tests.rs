@@ -44,6 +44,27 @@ fn def(keyed: bool) -> TableDef {
     kv_def(keyed, false, 1)
 }
 
+/// A budget of no bytes, spilling into a directory that lives as long as it: every key of
+/// the index and every sealed chunk goes to disk at each write.
+struct Spilling {
+    budget: Arc<eddy_dataflow::spill::MemoryBudget>,
+    _dir: tempfile::TempDir,
+}
+
+fn spilling() -> Spilling {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = eddy_dataflow::spill::MemoryBudget::new(0, &dir.path().join("spill")).unwrap();
+    Spilling { budget, _dir: dir }
+}
+
+/// An empty table `kv`, keyed or not, spilling everything when `spill` is given.
+fn table(keyed: bool, spill: Option<&Spilling>) -> TableData {
+    let def = def(keyed);
+    TableData::new(&def, def.schema().unwrap())
+        .unwrap()
+        .within(spill.map(|s| &s.budget))
+}
+
 type Model = BTreeMap<(i32, i64), i64>;
 
 fn changes(rows: &[(i32, i64, i64)]) -> ChangeBatch {
@@ -108,9 +129,9 @@ proptest! {
     /// Random batches of inserts and retractions: the table holds what the model holds, and
     /// refuses exactly the batches that retract a row it does not hold or repeat a key.
     #[test]
-    fn a_table_holds_what_its_changes_say(keyed: bool, ops in prop::collection::vec(prop::collection::vec((0..12i32, 0..4i64, prop::bool::weighted(0.6)), 1..40), 1..40)) {
-        let def = def(keyed);
-        let mut data = TableData::new(&def, def.schema().unwrap()).unwrap();
+    fn a_table_holds_what_its_changes_say(keyed: bool, spill: bool, ops in prop::collection::vec(prop::collection::vec((0..12i32, 0..4i64, prop::bool::weighted(0.6)), 1..40), 1..40)) {
+        let spilling = spill.then(spilling);
+        let mut data = table(keyed, spilling.as_ref());
         let mut model = Model::new();
         for (n, op) in ops.iter().enumerate() {
             let rows: Vec<(i32, i64, i64)> = op.iter().map(|&(k, v, insert)| (k, v, if insert { 1 } else { -1 })).collect();
@@ -136,13 +157,28 @@ proptest! {
         }
         prop_assert_eq!(&contents(&mut data), &model);
         prop_assert_eq!(data.row_count() as i64, model.values().sum::<i64>());
-        // A fork is the same table, and changes apart from it.
+        if spill && !model.is_empty() {
+            // A refused batch leaves the keys it checked in memory until the next write.
+            data.apply(&[changes(&[])]).unwrap();
+            prop_assert!(data.spilled().0 > 0, "nothing went to disk");
+        }
+        // A fork is the same table (its rows on disk read as they were when it was made),
+        // and changes apart from it.
         let mut fork = data.fork().unwrap();
-        prop_assert_eq!(&contents(&mut fork), &model);
-        let all: Vec<(i32, i64, i64)> = model.iter().map(|(&(k, v), _)| (k, v, -1)).collect();
+        let at_fork = model.clone();
+        let all: Vec<(i32, i64, i64)> = model.iter().map(|(&(k, v), &n)| (k, v, -n)).collect();
+        if let Some(&(k, v, _)) = all.first() {
+            // The table goes on after the fork: a row replaced, another added.
+            prop_assert!(write(&mut data, &mut model, &[(k, v, -1), (k, v + 10, 1), (100, 1, 1)]));
+        }
+        prop_assert_eq!(&contents(&mut fork), &at_fork);
         if !all.is_empty() {
-            let mut emptied = model.clone();
-            prop_assert!(write(&mut fork, &mut emptied, &all));
+            let mut emptied = at_fork.clone();
+            prop_assert!(write(&mut fork, &mut emptied, &all[..1]));
+            // Retracting what it no longer holds is refused (not read from disk again, while
+            // other rows are still there).
+            prop_assert!(!write(&mut fork, &mut emptied, &all[..1]));
+            prop_assert!(write(&mut fork, &mut emptied, &all[1..]));
             prop_assert_eq!(contents(&mut fork), emptied);
             prop_assert_eq!(contents(&mut data), model);
         }
@@ -153,9 +189,9 @@ proptest! {
 /// index follows the rows that moved.
 #[test]
 fn rows_move_when_their_chunk_is_rewritten() {
-    for keyed in [true, false] {
-        let def = def(keyed);
-        let mut data = TableData::new(&def, def.schema().unwrap()).unwrap();
+    for (keyed, spill) in [(true, false), (false, false), (true, true), (false, true)] {
+        let spilling = spill.then(spilling);
+        let mut data = table(keyed, spilling.as_ref());
         let mut model = Model::new();
         let n = 20_000;
         let rows: Vec<(i32, i64, i64)> = (0..n).map(|k| (k, i64::from(k), 1)).collect();
@@ -183,9 +219,9 @@ fn rows_move_when_their_chunk_is_rewritten() {
 /// rewrite still find the right rows.
 #[test]
 fn scans_drop_deleted_rows_and_positions_stay() {
-    for keyed in [true, false] {
-        let def = def(keyed);
-        let mut data = TableData::new(&def, def.schema().unwrap()).unwrap();
+    for (keyed, spill) in [(true, false), (false, false), (true, true), (false, true)] {
+        let spilling = spill.then(spilling);
+        let mut data = table(keyed, spilling.as_ref());
         let mut model = Model::new();
         let n = 12_000i32;
         let rows: Vec<(i32, i64, i64)> = (0..n).map(|k| (k, i64::from(k), 1)).collect();
@@ -226,47 +262,51 @@ fn scans_drop_deleted_rows_and_positions_stay() {
 /// taken at; after a write it answers `None` (the caller scans its snapshot instead).
 #[test]
 fn a_key_lookup_finds_the_row_of_the_snapshot_or_declines() {
-    let def = def(true);
-    let mut data = TableData::new(&def, def.schema().unwrap()).unwrap();
-    let mut model = Model::new();
-    let rows: Vec<(i32, i64, i64)> = (0..5000).map(|k| (k, i64::from(k) * 10, 1)).collect();
-    assert!(write(&mut data, &mut model, &rows));
-    assert!(write(
-        &mut data,
-        &mut model,
-        &[(7, 70, -1), (7, 71, 1), (8, 80, -1)]
-    ));
-    let crate::table::TableScan::Rows { version, .. } = data.scan().unwrap() else {
-        panic!("a keyed table's rows are in memory");
-    };
-    let key = |k: i32| -> Vec<arrow::array::ArrayRef> { vec![Arc::new(Int32Array::from(vec![k]))] };
-    let found = |data: &TableData, k: i32| -> Option<Vec<(i32, i64)>> {
-        data.lookup(version, &key(k)).unwrap().map(|batches| {
-            batches
-                .iter()
-                .flat_map(|b| {
-                    let ks = b.column(0).as_primitive::<Int32Type>().clone();
-                    let vs = b.column(1).as_primitive::<Int64Type>().clone();
-                    (0..b.num_rows()).map(move |i| (ks.value(i), vs.value(i)))
-                })
-                .collect()
-        })
-    };
-    assert_eq!(found(&data, 7), Some(vec![(7, 71)]));
-    assert_eq!(found(&data, 4999), Some(vec![(4999, 49990)]));
-    assert_eq!(found(&data, 8), Some(vec![]), "deleted");
-    assert_eq!(found(&data, 5000), Some(vec![]), "never held");
-    assert!(write(&mut data, &mut model, &[(9, 90, -1)]));
-    assert_eq!(
-        found(&data, 7),
-        None,
-        "the table changed since the snapshot"
-    );
-    // A copy (a transaction's) has a version of its own; an unkeyed table never looks up.
-    let fork = data.fork().unwrap();
-    assert_eq!(fork.lookup(version, &key(7)).unwrap().map(|_| ()), None);
-    let unkeyed = TableData::new(&self::def(false), self::def(false).schema().unwrap()).unwrap();
-    assert!(unkeyed.lookup(version, &key(7)).unwrap().is_none());
+    for spill in [false, true] {
+        let spilling = spill.then(spilling);
+        let mut data = table(true, spilling.as_ref());
+        let mut model = Model::new();
+        let rows: Vec<(i32, i64, i64)> = (0..5000).map(|k| (k, i64::from(k) * 10, 1)).collect();
+        assert!(write(&mut data, &mut model, &rows));
+        assert!(write(
+            &mut data,
+            &mut model,
+            &[(7, 70, -1), (7, 71, 1), (8, 80, -1)]
+        ));
+        assert_eq!(data.spilled().0 > 0, spill);
+        let crate::table::TableScan::Rows { version, .. } = data.scan().unwrap() else {
+            panic!("a keyed table's rows are in memory");
+        };
+        let key =
+            |k: i32| -> Vec<arrow::array::ArrayRef> { vec![Arc::new(Int32Array::from(vec![k]))] };
+        let found = |data: &mut TableData, k: i32| -> Option<Vec<(i32, i64)>> {
+            data.lookup(version, &key(k)).unwrap().map(|batches| {
+                batches
+                    .iter()
+                    .flat_map(|b| {
+                        let ks = b.column(0).as_primitive::<Int32Type>().clone();
+                        let vs = b.column(1).as_primitive::<Int64Type>().clone();
+                        (0..b.num_rows()).map(move |i| (ks.value(i), vs.value(i)))
+                    })
+                    .collect()
+            })
+        };
+        assert_eq!(found(&mut data, 7), Some(vec![(7, 71)]));
+        assert_eq!(found(&mut data, 4999), Some(vec![(4999, 49990)]));
+        assert_eq!(found(&mut data, 8), Some(vec![]), "deleted");
+        assert_eq!(found(&mut data, 5000), Some(vec![]), "never held");
+        assert!(write(&mut data, &mut model, &[(9, 90, -1)]));
+        assert_eq!(
+            found(&mut data, 7),
+            None,
+            "the table changed since the snapshot"
+        );
+        // A copy (a transaction's) has a version of its own; an unkeyed table never looks up.
+        let mut fork = data.fork().unwrap();
+        assert_eq!(fork.lookup(version, &key(7)).unwrap().map(|_| ()), None);
+        let mut unkeyed = table(false, None);
+        assert!(unkeyed.lookup(version, &key(7)).unwrap().is_none());
+    }
 }
 
 /// A view's contents held to a memory budget of nothing: their index of rows and their sealed

@@ -291,7 +291,7 @@ impl Engine {
                 ),
             ));
         }
-        let (changes, conflicts) = table.read().resolve(&decoded.rows, &decoded.kinds)?;
+        let (changes, conflicts) = table.write().resolve(&decoded.rows, &decoded.kinds)?;
         let mut rejected = decoded.rejected;
         rejected.extend(
             conflicts

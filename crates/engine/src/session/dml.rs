@@ -271,7 +271,7 @@ impl Session {
         }
         let keep = arrow::array::UInt32Array::from(
             self.view
-                .with_table_data(table, |data| data.first_matches(&old))??,
+                .with_table_data_mut(table, |data| data.first_matches(&old))??,
         );
         let take = |b: &RecordBatch| {
             arrow::compute::take_record_batch(b, &keep)
@@ -338,7 +338,7 @@ impl Session {
         let kinds = vec![RowKind::Insert; proposed.num_rows()];
         let (fresh, rejected) = self
             .view
-            .with_table_data(&table, |data| data.resolve(&proposed, &kinds))??;
+            .with_table_data_mut(&table, |data| data.resolve(&proposed, &kinds))??;
         let inserted = fresh.rows().clone();
         let assignments = match &on.action {
             ast::OnConflictAction::DoNothing => {

@@ -79,12 +79,13 @@ pub(crate) async fn spill(eddy: &std::path::Path, run: &SpillRun) -> Result<Vec<
             value: rate,
             unit: "changes/s",
             note: format!(
-                "{} UPDATEs x {} rows in {elapsed:.1?}, {:.1} CPU s, peak RSS {:.0} MB, {} rows spilled after",
+                "{} UPDATEs x {} rows in {elapsed:.1?}, {:.1} CPU s, peak RSS {:.0} MB, {} rows spilled after; table t: {}",
                 run.updates,
                 run.batch,
                 after.cpu_seconds - before.cpu_seconds,
                 after.peak_rss_bytes as f64 / 1e6,
-                spilled_rows(&client).await?
+                spilled_rows(&client).await?,
+                table_on_disk(&client).await
             ),
         });
     }
@@ -98,6 +99,23 @@ pub(crate) async fn spill(eddy: &std::path::Path, run: &SpillRun) -> Result<Vec<
         note: String::new(),
     });
     Ok(out)
+}
+
+/// What of table `t` is on disk (`eddy_tables`; a server without it says so).
+async fn table_on_disk(client: &tokio_postgres::Client) -> String {
+    let rows = query_text(
+        client,
+        "SELECT rows_on_disk, index_entries_on_disk FROM eddy_tables WHERE table_name = 't'",
+    )
+    .await;
+    match rows.as_deref() {
+        Ok([row]) => format!(
+            "{} rows and {} index entries on disk",
+            row[0].as_deref().unwrap_or("?"),
+            row[1].as_deref().unwrap_or("?")
+        ),
+        _ => "rows on disk not reported".to_owned(),
+    }
 }
 
 async fn spilled_rows(client: &tokio_postgres::Client) -> Result<u64> {
