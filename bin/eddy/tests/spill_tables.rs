@@ -10,7 +10,7 @@ fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_eddy"))
 }
 
-const TABLES: &str = "CREATE TABLE accounts (id BIGINT PRIMARY KEY, owner TEXT, balance NUMERIC(12,2), rate DOUBLE PRECISION, note TEXT);
+const TABLES: &str = "CREATE TABLE accounts (id BIGINT PRIMARY KEY, owner TEXT NOT NULL, balance NUMERIC(12,2), rate DOUBLE PRECISION, note TEXT);
      CREATE TABLE ledger (account BIGINT, amount NUMERIC(10,2), memo TEXT)";
 
 /// Each query, run on both.
@@ -187,6 +187,35 @@ async fn tables_past_the_memory_limit_spill_and_equal_postgres_through_restarts_
     let lost = client.batch_execute("COMMIT").await.unwrap_err();
     assert_error(&lost, "40001", "could not serialize");
     check(&server, &pg, "after transactions").await;
+
+    // Schema changes of a table on disk: a column made nullable (the chunks on disk are read
+    // under the new schema, not brought back), and a column added (the table read back from
+    // its log within the limit).
+    both(
+        &client,
+        &pg,
+        "ALTER TABLE accounts ALTER COLUMN owner DROP NOT NULL",
+    )
+    .await;
+    let (rows_on_disk, _) = on_disk(&server, "accounts").await;
+    assert!(
+        rows_on_disk > 10_000,
+        "dropping NOT NULL brought the table's rows back into memory: {rows_on_disk} on disk"
+    );
+    both(
+        &client,
+        &pg,
+        "INSERT INTO accounts VALUES (40001, NULL, 0.10, NULL, 'no owner'); ALTER TABLE ledger ADD COLUMN extra TEXT",
+    )
+    .await;
+    both(
+        &client,
+        &pg,
+        "UPDATE ledger SET extra = 'x' WHERE account % 4 = 1",
+    )
+    .await;
+    check(&server, &pg, "after schema changes").await;
+    assert!(on_disk(&server, "ledger").await.0 > 10_000);
 
     // A restart reads the tables back from their logs within the limit; so does a crash in
     // the middle of writes.

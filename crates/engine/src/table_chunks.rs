@@ -356,10 +356,8 @@ impl Chunks {
 
     /// The same rows under a schema that differs only in names or nullability.
     pub fn relabel(&mut self, schema: SchemaRef) -> Result<()> {
-        for id in 0..self.chunks.len() as u32 {
-            self.load(id)?;
-        }
-        for chunk in &mut self.chunks {
+        // Chunks on disk are read under the schema of the time (files hold only columns).
+        for chunk in self.chunks.iter_mut().filter(|c| c.file.is_none()) {
             chunk.merge(&self.schema)?;
             let relabel = |b: &RecordBatch| {
                 RecordBatch::try_new_with_options(

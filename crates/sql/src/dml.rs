@@ -115,6 +115,7 @@ pub(crate) fn fill_defaults(
             None => Ok(ast::Expr::value(ast::Value::Null)),
         }
     };
+    values_target_columns(insert, table)?;
     let named: Vec<usize> = if insert.columns.is_empty() {
         (0..table.fields().len()).collect()
     } else {
@@ -241,6 +242,41 @@ pub(crate) fn assign_defaults(
 /// The keyword `DEFAULT` where a value goes (sqlparser reads it as an identifier).
 fn is_default(expr: &ast::Expr) -> bool {
     matches!(expr, ast::Expr::Identifier(i) if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"))
+}
+
+/// `INSERT INTO t VALUES (..)` without a column list whose rows are shorter than the table:
+/// as in PostgreSQL, the values go to the first columns (the rest take their defaults). Rows of
+/// other lengths, or not as long as a column list, or longer than the table, are 42601 with
+/// PostgreSQL's messages.
+fn values_target_columns(insert: &mut ast::Insert, table: &arrow::datatypes::Schema) -> Result<()> {
+    let Some(source) = insert.source.as_ref() else {
+        return Ok(());
+    };
+    let ast::SetExpr::Values(values) = source.body.as_ref() else {
+        return Ok(());
+    };
+    let Some(width) = values.rows.first().map(|r| r.content.len()) else {
+        return Ok(());
+    };
+    let syntax = |message: &str| Error::new(eddy_common::SqlState::SYNTAX_ERROR, message);
+    if values.rows.iter().any(|r| r.content.len() != width) {
+        return Err(syntax("VALUES lists must all be the same length"));
+    }
+    let targets = if insert.columns.is_empty() {
+        table.fields().len()
+    } else {
+        insert.columns.len()
+    };
+    if width > targets {
+        return Err(syntax("INSERT has more expressions than target columns"));
+    }
+    if !insert.columns.is_empty() && width < targets {
+        return Err(syntax("INSERT has more target columns than expressions"));
+    }
+    if insert.columns.is_empty() && width < targets {
+        insert.columns = (0..width).map(|i| column_name(table, i)).collect();
+    }
+    Ok(())
 }
 
 fn column_name(table: &arrow::datatypes::Schema, index: usize) -> ast::ObjectName {
