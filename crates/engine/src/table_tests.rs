@@ -386,3 +386,53 @@ fn a_views_contents_spill_their_index_and_stay_exact() {
     assert_eq!(contents(&mut data), model);
     assert_eq!(spilled_files(), 0);
 }
+
+/// Connector rows resolved against a table whose rows are on disk (a budget of nothing):
+/// upserts replace the rows their keys hold, deletes remove them, inserts of a held key are
+/// rejected, retractions find their exact rows — as against the same table in memory.
+#[test]
+fn connector_rows_resolve_against_rows_on_disk() {
+    use eddy_connectors::RowKind;
+    for keyed in [true, false] {
+        let spilling = spilling();
+        let mut outcomes = Vec::new();
+        for spill in [None, Some(&spilling)] {
+            let mut data = table(keyed, spill);
+            let mut model = Model::new();
+            let rows: Vec<(i32, i64, i64)> = (0..5_000).map(|k| (k, i64::from(k), 1)).collect();
+            assert!(write(&mut data, &mut model, &rows));
+            assert_eq!(data.spilled().0 > 0, spill.is_some());
+            let incoming = changes(&[
+                (7, 700, 1),
+                (8, 8, 1),
+                (9, 0, 1),
+                (10, 10, 1),
+                (6_000, 1, 1),
+                (4_000, 4_000, 1),
+            ]);
+            let kinds = [
+                RowKind::Upsert,
+                RowKind::Delete,
+                RowKind::Insert,
+                RowKind::Retract,
+                RowKind::Insert,
+                RowKind::Upsert,
+            ];
+            let (resolved, rejected) = data.resolve(incoming.rows(), &kinds).unwrap();
+            data.check(std::slice::from_ref(&resolved)).unwrap();
+            data.apply(std::slice::from_ref(&resolved)).unwrap();
+            let rejected: Vec<usize> = rejected.into_iter().map(|(i, _)| i).collect();
+            outcomes.push((contents(&mut data), rejected));
+        }
+        assert!(outcomes[0] == outcomes[1], "keyed: {keyed}");
+        let (contents, rejected) = &outcomes[0];
+        if keyed {
+            // Key 9 is held: its insert is rejected; key 8 deleted, 7 replaced.
+            assert_eq!(rejected, &[2]);
+            assert_eq!(contents.get(&(7, 700)), Some(&1));
+            assert!(!contents.keys().any(|(k, _)| *k == 8));
+        }
+        assert_eq!(contents.get(&(6_000, 1)), Some(&1));
+        assert!(!contents.contains_key(&(10, 10)));
+    }
+}
