@@ -261,7 +261,7 @@ impl Arrangement {
     /// disk, the operator's answer for it would be wrong, so its next settle fails.
     pub(super) fn check_unprepared(&self, key: &[u8], hash: u64) {
         if let Some(behind) = &self.spill.behind {
-            if behind.rows > 0 && !behind.seen.contains(hash, key) {
+            if behind.rows > 0 && !behind.seen.contains(hash, key) && behind.reader.may_hold(key) {
                 debug_assert!(false, "a probe of a copy's key that was not prepared");
                 // Recorded at the next settle (a copy's probes take `&self`).
                 self.spill.unprepared_copy.store(true, Ordering::Relaxed);

@@ -450,6 +450,9 @@ fn a_copy_reads_the_keys_its_original_had_on_disk() {
     assert_eq!(a.spilled_rows(), 1000);
     let mut copy = a.clone();
     assert_eq!((copy.len(), copy.spilled_rows()), (1000, 1000));
+    // A key that was never held may be probed unprepared: nothing of it is on disk.
+    assert_eq!(copy.probe(&key(5_000)).count(), 0);
+    copy.settle().unwrap();
     // The original goes on: keys come back, change and go to disk again.
     for k in 0..100u32 {
         a.prepare([key(k).as_slice()]).unwrap();

@@ -283,6 +283,13 @@ pub(crate) struct SpilledReader {
 }
 
 impl SpilledReader {
+    /// Whether `key` was on disk then, or the store cannot say (a check off the hot path).
+    pub(crate) fn may_hold(&self, key: &[u8]) -> bool {
+        let mut store_key = self.prefix.to_vec();
+        store_key.extend_from_slice(key);
+        !matches!(self.store.get_at(&self.snapshot, &store_key), Ok(None))
+    }
+
     /// `key`'s stored value then, if it was on disk.
     pub(crate) fn get(&mut self, key: &[u8]) -> Result<Option<fjall::Slice>> {
         self.store_key.clear();
