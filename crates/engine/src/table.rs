@@ -1,10 +1,11 @@
-//! A table's current contents, kept in memory and rebuilt from its log on start-up.
+//! A table's current contents (or a view's), rebuilt from its log on start-up.
 //!
 //! Append-only tables keep their rows in their log, not in memory ([`LogRows`]); a view's
 //! contents that only ever got inserts keep their batches as written, in chunks without an
-//! index (which spill past the memory budget as a multiset's do). Other tables keep a
-//! multiset of rows in arrow's row format (plus a primary-key index when they have one), so
-//! that retractions find their rows. Invariant: applying a change batch is all-or-nothing — [`TableData::check`]
+//! index. Other tables (and views once they retract) keep their rows in Arrow chunks indexed
+//! by primary key, or by the whole row without one (`table_multiset.rs`), so that retractions
+//! find their rows. Past the server's memory budget the chunks and the index spill to disk
+//! (ADR 0012). Invariant: applying a change batch is all-or-nothing — [`TableData::check`]
 //! validates it against the current contents before [`TableData::apply`] changes anything.
 
 use std::collections::HashSet;
@@ -38,7 +39,7 @@ pub struct TableData {
     version: u64,
     /// The contents as batches, built on demand and dropped on every change.
     snapshot: Option<Arc<Vec<RecordBatch>>>,
-    /// A view's contents: the memory budget its index of rows spills past (ADR 0012).
+    /// The memory budget the rows spill past (ADR 0012), when the server has one.
     spill: Option<Arc<MemoryBudget>>,
 }
 
