@@ -435,6 +435,20 @@ fn conform(table: &Table, batch: RecordBatch) -> Result<RecordBatch> {
         .map_err(|e| Error::internal(format!("labelling rows of \"{}\": {e}", table.def.name)))
 }
 
+/// The columns of `SHOW MATERIALIZED VIEWS` (its rows and its Describe alike).
+const SHOW_VIEWS_COLUMNS: [&str; 3] = ["name", "status", "error"];
+
+/// The columns of `SHOW SINKS`.
+const SHOW_SINKS_COLUMNS: [&str; 7] = [
+    "name",
+    "from",
+    "connector",
+    "target",
+    "committed_epoch",
+    "rows",
+    "error",
+];
+
 fn text_schema(names: &[&str]) -> SchemaRef {
     Arc::new(Schema::new(
         names

@@ -23,19 +23,11 @@ impl Session {
             Statement::Fetch { skip: true, .. } => return Ok(no_rows),
             Statement::Fetch { cursor, .. } => return Ok(rows(self.cursor_schema(cursor)?)),
             Statement::ShowMaterializedViews => {
-                return Ok(rows(text_schema(&["name", "status", "error"])));
+                return Ok(rows(text_schema(&SHOW_VIEWS_COLUMNS)));
             }
             Statement::ShowSources => return Ok(rows(text_schema(&["name"]))),
             Statement::ShowSinks => {
-                return Ok(rows(text_schema(&[
-                    "name",
-                    "from",
-                    "connector",
-                    "target",
-                    "committed_epoch",
-                    "rows",
-                    "error",
-                ])));
+                return Ok(rows(text_schema(&SHOW_SINKS_COLUMNS)));
             }
             Statement::ShowCreateMaterializedView(_)
             | Statement::ShowCreateSource(_)

@@ -80,7 +80,7 @@ impl Session {
                     .into_iter()
                     .map(|v| vec![v.name, v.status.to_owned(), v.error.unwrap_or_default()])
                     .collect();
-                rows_of_text(&["name", "status", "error"], rows)
+                rows_of_text(&SHOW_VIEWS_COLUMNS, rows)
             }
             Statement::ShowCreateMaterializedView(name) => {
                 let name = self.existing_name(name)?;
@@ -323,18 +323,7 @@ impl Session {
                     },
                 ))
             }
-            Statement::ShowSinks => rows_of_text(
-                &[
-                    "name",
-                    "from",
-                    "connector",
-                    "target",
-                    "committed_epoch",
-                    "rows",
-                    "error",
-                ],
-                self.engine.sink_rows(),
-            ),
+            Statement::ShowSinks => rows_of_text(&SHOW_SINKS_COLUMNS, self.engine.sink_rows()),
             Statement::ShowSources => rows_of_text(
                 &["name"],
                 self.engine
