@@ -275,6 +275,55 @@ impl Arrangement {
         Ok(Some(e))
     }
 
+    /// Replaces the row of entry `id` (live: a probe or update just returned it) by `row`,
+    /// keeping its key, weight, time, expiry and aux count: a keyed table's row replaced by
+    /// an update, without taking its key out and putting it back. `row` must not be the row
+    /// of another entry of the same key (a table's entries begin with the row's location).
+    pub fn replace_row(&mut self, id: u32, row: &[u8]) -> Result<()> {
+        let (k, old_hash, old_len) = {
+            let entry = &self.entries[id as usize];
+            (entry.key, entry.hash, entry.row.len)
+        };
+        let hash = self.hash_entry(self.keys[k as usize].hash, row);
+        if let Ok(found) = self.entry_table.find_entry(old_hash, |&x| x == id) {
+            found.remove();
+        }
+        let span = self.store(row)?;
+        let entry = &mut self.entries[id as usize];
+        (entry.row, entry.hash) = (span, hash);
+        let entries = &self.entries;
+        self.entry_table
+            .insert_unique(hash, id, |&x| entries[x as usize].hash);
+        self.garbage += old_len as usize;
+        self.keys[k as usize].touched = self.tick;
+        self.changed(k);
+        self.compact_if_wasteful();
+        Ok(())
+    }
+
+    /// Adds `weight` to entry `id` (live: a probe just returned it): [`Arrangement::update`]
+    /// of its key and row without finding them again. The entry is gone once its weight is
+    /// zero (and the ids of other entries stay).
+    pub fn add_weight(&mut self, id: u32, weight: i64) {
+        if weight == 0 {
+            return;
+        }
+        let k = self.entries[id as usize].key;
+        self.keys[k as usize].touched = self.tick;
+        self.changed(k);
+        let entry = &mut self.entries[id as usize];
+        entry.weight = entry.weight.saturating_add(weight);
+        if entry.weight == 0 {
+            self.remove(id);
+        }
+    }
+
+    /// The current round of [`Arrangement::settle`]: keys brought back from disk stay in
+    /// memory until the round changes.
+    pub fn round(&self) -> u32 {
+        self.tick
+    }
+
     /// Entry `id`'s weight (an entry a probe or update just returned).
     pub fn weight(&self, id: u32) -> i64 {
         self.entries[id as usize].weight

@@ -229,6 +229,11 @@ impl Arrangement {
 
     /// Brings `key` back from disk for an update of it, if it is there; returns its slot.
     pub(super) fn recall(&mut self, key: &[u8], hash: u64) -> Result<Option<u32>> {
+        // The common case, checked before moving the spill state out: no key on disk.
+        if self.spill.behind.is_none() && self.spill.live.as_ref().is_none_or(|s| s.tier.keys == 0)
+        {
+            return Ok(None);
+        }
         if let Some(mut behind) = self.spill.behind.take() {
             let result = self.bring_from(&mut behind, key);
             self.spill.behind = Some(behind);

@@ -21,6 +21,10 @@ enum Op {
     },
     /// Adds to the aux count of (key, row), if held.
     Aux(u8, u8, i64),
+    /// Replaces the row of (key, row) by another row, if held and the other is not.
+    Replace(u8, u8, u8),
+    /// Adds to the weight of (key, row) found by a probe, if held.
+    AddWeight(u8, u8, i64),
 }
 
 /// (key, row) -> (weight, time, expires, aux)
@@ -42,6 +46,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0i64..130).prop_map(Op::Expire),
         2 => (any::<bool>(), any::<bool>()).prop_map(|(full, restart)| Op::Save { full, restart }),
         2 => (0u8..6, 0u8..12, -3i64..=3).prop_map(|(k, r, d)| Op::Aux(k, r, d)),
+        2 => (0u8..6, 0u8..12, 0u8..12).prop_map(|(k, from, to)| Op::Replace(k, from, to)),
+        2 => (0u8..6, 0u8..12, -2i64..=2).prop_map(|(k, r, w)| Op::AddWeight(k, r, w)),
     ]
 }
 
@@ -61,6 +67,21 @@ fn apply(model: &mut Model, op: &Op) {
         Op::Aux(k, r, d) => {
             if let Some(entry) = model.get_mut(&(key(*k), row(*r))) {
                 entry.3 += d;
+            }
+        }
+        Op::AddWeight(k, r, w) => {
+            if let Some(entry) = model.get_mut(&(key(*k), row(*r))) {
+                entry.0 += w;
+                if entry.0 == 0 {
+                    model.remove(&(key(*k), row(*r)));
+                }
+            }
+        }
+        Op::Replace(k, from, to) => {
+            if !model.contains_key(&(key(*k), row(*to)))
+                && let Some(entry) = model.remove(&(key(*k), row(*from)))
+            {
+                model.insert((key(*k), row(*to)), entry);
             }
         }
     }
@@ -174,6 +195,26 @@ proptest! {
                         prop_assert_eq!(after, before + d);
                         prop_assert_eq!(a.row(id), wanted.as_slice());
                         prop_assert!(a.weight(id) != 0);
+                    }
+                }
+                Op::AddWeight(k, r, w) => {
+                    let wanted = row(*r);
+                    a.prepare([key(*k).as_slice()]).unwrap();
+                    let id = a.probe(&key(*k)).find(|f| f.row == wanted.as_slice()).map(|f| f.id);
+                    if let Some(id) = id {
+                        a.add_weight(id, *w);
+                    }
+                }
+                Op::Replace(k, from, to) => {
+                    let (from, to) = (row(*from), row(*to));
+                    a.prepare([key(*k).as_slice()]).unwrap();
+                    let id = a.probe(&key(*k)).find(|f| f.row == from.as_slice()).map(|f| f.id);
+                    let taken = a.probe(&key(*k)).any(|f| f.row == to.as_slice());
+                    if let Some(id) = id && !taken {
+                        let (weight, aux) = (a.weight(id), a.aux(id));
+                        a.replace_row(id, &to).unwrap();
+                        prop_assert_eq!(a.row(id), to.as_slice());
+                        prop_assert_eq!((a.weight(id), a.aux(id)), (weight, aux));
                     }
                 }
             }

@@ -6,12 +6,13 @@
 //! by primary key, or by the whole row without one (`table_multiset.rs`), so that retractions
 //! find their rows. Past the server's memory budget the chunks and the index spill to disk
 //! (ADR 0012). Invariant: applying a change batch is all-or-nothing — [`TableData::check`]
-//! validates it against the current contents before [`TableData::apply`] changes anything.
-
-use std::collections::HashSet;
+//! validates it against the current contents before [`TableData::apply`] changes anything;
+//! the apply of the changes a check accepted reuses their encoding, and an update of a keyed
+//! table's row keeps the key's index entry, pointed at the new row.
 
 /// Rows and keys hash with foldhash: they are Eddy's own encodings, hashed on every change.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, RecordBatch};
@@ -552,7 +553,7 @@ impl TableData {
         match &m.primary_key {
             Some(pk) => {
                 let keys = pk.encode(old)?;
-                let mut seen: HashSet<&[u8]> = HashSet::new();
+                let mut seen: HashSet<&[u8]> = HashSet::default();
                 for i in 0..old.num_rows() {
                     if seen.insert(keys.row(i).data()) {
                         keep.push(i as u32);

@@ -11,6 +11,41 @@ pub(super) struct Multiset {
     pub(super) index: Arrangement,
     pub(super) chunks: Chunks,
     pub(super) primary_key: Option<PrimaryKey>,
+    /// The last [`Multiset::check`]'s netted changes, for the [`Multiset::apply`] of the same
+    /// changes that follows it (a commit checks before its log append and applies after).
+    checked: Option<Checked>,
+}
+
+/// Changes a check encoded and netted, kept so that their apply does not do it again.
+struct Checked {
+    /// The index entries its retractions take, in order ([`Multiset::check_net`]).
+    found: Vec<u32>,
+    /// The changes checked (clones sharing their arrays: an apply of the same arrays is an
+    /// apply of these changes).
+    changes: Vec<ChangeBatch>,
+    encoded: Vec<Encoded>,
+    net: Vec<NetChange>,
+    /// The index's round ([`Arrangement::round`]) when the check brought its keys back from
+    /// disk: they are still in memory while it is the same.
+    round: u32,
+}
+
+impl Checked {
+    /// Whether `changes` are the very changes checked (the same arrays).
+    fn is_of(&self, changes: &[ChangeBatch]) -> bool {
+        let same = |a: &ChangeBatch, b: &ChangeBatch| {
+            a.len() == b.len()
+                && a.diffs().values().as_ptr() == b.diffs().values().as_ptr()
+                && a.rows().num_columns() == b.rows().num_columns()
+                && a.rows()
+                    .columns()
+                    .iter()
+                    .zip(b.rows().columns())
+                    .all(|(x, y)| Arc::ptr_eq(x, y))
+        };
+        self.changes.len() == changes.len()
+            && self.changes.iter().zip(changes).all(|(a, b)| same(a, b))
+    }
 }
 
 /// The net weight of one distinct row within a set of change batches.
@@ -68,6 +103,7 @@ impl Multiset {
             index: Arrangement::new(),
             chunks: Chunks::new(Arc::clone(schema)),
             primary_key,
+            checked: None,
         })
     }
 
@@ -100,14 +136,19 @@ impl Multiset {
 
     /// Copies of `row` held (its primary key `key` on a keyed table); the key prepared.
     pub(super) fn held(&self, row: &[u8], key: Option<&[u8]>) -> i64 {
-        match key {
-            Some(key) => self
-                .index
-                .probe(key)
-                .filter(|f| &f.row[LOC..] == row)
-                .count() as i64,
-            None => self.index.probe(row).count() as i64,
-        }
+        self.copies(row, key).count() as i64
+    }
+
+    /// The index entries of the copies of `row` held (see [`Multiset::held`]).
+    fn copies<'a>(
+        &'a self,
+        row: &'a [u8],
+        key: Option<&'a [u8]>,
+    ) -> impl Iterator<Item = u32> + 'a {
+        self.index
+            .probe(key.unwrap_or(row))
+            .filter(move |f| key.is_none() || &f.row[LOC..] == row)
+            .map(|f| f.id)
     }
 
     /// The row a keyed table holds under `key` (prepared).
@@ -134,8 +175,10 @@ impl Multiset {
             .iter()
             .map(|c| self.encode(c.rows()))
             .collect::<Result<Vec<_>>>()?;
-        let mut by_row: HashMap<&[u8], usize> = HashMap::default();
-        let mut out: Vec<NetChange> = Vec::new();
+        let rows = changes.iter().map(ChangeBatch::len).sum();
+        let mut by_row: HashMap<&[u8], usize> =
+            HashMap::with_capacity_and_hasher(rows, Default::default());
+        let mut out: Vec<NetChange> = Vec::with_capacity(rows);
         for (b, batch) in changes.iter().enumerate() {
             for (i, diff) in batch.diffs().values().iter().enumerate() {
                 let row = encoded[b].rows.row(i).data();
@@ -158,11 +201,20 @@ impl Multiset {
 
     /// Checks `changes` against what is held. The index keys it probes are brought back from
     /// disk first (when the index spills) and stay in memory for the apply that follows (its
-    /// settle may spill them again).
+    /// settle may spill them again); the netted changes are kept for that apply.
     pub(super) fn check(&mut self, changes: &[ChangeBatch]) -> Result<()> {
+        self.checked = None;
         let (encoded, net) = self.net(changes)?;
         self.prepare(&encoded, &net)?;
-        self.check_net(changes, &encoded, &net)
+        let found = self.check_net(changes, &encoded, &net)?;
+        self.checked = Some(Checked {
+            found,
+            changes: changes.to_vec(),
+            encoded,
+            net,
+            round: self.index.round(),
+        });
+        Ok(())
     }
 
     /// [`Multiset::check`] then [`Multiset::apply`], netting the changes once; a failed check
@@ -172,10 +224,11 @@ impl Multiset {
         changes: &[ChangeBatch],
         on_check: impl FnOnce(Error) -> Error,
     ) -> Result<()> {
+        self.checked = None;
         let (encoded, net) = self.net(changes)?;
         self.prepare(&encoded, &net)?;
-        self.check_net(changes, &encoded, &net).map_err(on_check)?;
-        self.apply_net(&encoded, &net)?;
+        let found = self.check_net(changes, &encoded, &net).map_err(on_check)?;
+        self.apply_net(&encoded, &net, Some(&found[..]))?;
         self.settle()
     }
 
@@ -187,24 +240,44 @@ impl Multiset {
     }
 
     /// Brings back from disk the index keys that checking and applying `net` probe (when the
-    /// index spills): the retracted rows', and on a keyed table the inserted rows' keys.
+    /// index spills): the retracted rows', and on a keyed table the inserted rows' keys (once
+    /// per key: an update retracts and inserts the same key).
     fn prepare(&mut self, encoded: &[Encoded], net: &[NetChange]) -> Result<()> {
-        let keyed = self.primary_key.is_some();
-        let keys = net
-            .iter()
-            .filter(|c| c.diff < 0 || keyed)
-            .map(|c| c.key(encoded).unwrap_or(c.row(encoded)));
+        let freed = self.freed_keys(encoded, net);
+        let keys = net.iter().filter_map(|c| match c.key(encoded) {
+            None if c.diff < 0 => Some(c.row(encoded)),
+            None => None,
+            Some(key) if c.diff < 0 || !freed.contains(key) => Some(key),
+            Some(_) => None,
+        });
         self.index.prepare(keys)
     }
 
+    /// On a keyed table, the keys `net` retracts a row of.
+    fn freed_keys<'a>(&self, encoded: &'a [Encoded], net: &[NetChange]) -> HashSet<&'a [u8]> {
+        match self.primary_key {
+            None => HashSet::default(),
+            Some(_) => keys_where(encoded, net, |diff| diff < 0),
+        }
+    }
+
+    /// Checks `net` against what is held; returns the index entries its retractions take
+    /// (as many as each retracts, in order), for its apply while nothing else changed.
     fn check_net(
         &self,
         changes: &[ChangeBatch],
         encoded: &[Encoded],
         net: &[NetChange],
-    ) -> Result<()> {
+    ) -> Result<Vec<u32>> {
+        let mut found = Vec::new();
         for change in net.iter().filter(|c| c.diff < 0) {
-            if self.held(change.row(encoded), change.key(encoded)) < -change.diff {
+            let wanted = change.diff.unsigned_abs() as usize;
+            let before = found.len();
+            found.extend(
+                self.copies(change.row(encoded), change.key(encoded))
+                    .take(wanted),
+            );
+            if found.len() - before < wanted {
                 return Err(Error::new(
                     SqlState::SERIALIZATION_FAILURE,
                     "could not serialize access due to concurrent update",
@@ -212,54 +285,83 @@ impl Multiset {
             }
         }
         let Some(pk) = &self.primary_key else {
-            return Ok(());
+            return Ok(found);
         };
         // Retractions first, so that an update may move a row onto a key it frees.
-        let freed: HashSet<&[u8]> = net
-            .iter()
-            .filter(|c| c.diff < 0)
-            .filter_map(|c| c.key(encoded))
-            .collect();
-        let mut added: HashSet<&[u8]> = HashSet::new();
+        let freed = self.freed_keys(encoded, net);
+        let mut added: HashSet<&[u8]> = HashSet::default();
         for change in net.iter().filter(|c| c.diff > 0) {
             let Some(key) = change.key(encoded) else {
                 continue;
             };
-            let taken = self.index.contains_key(key) && !freed.contains(key);
+            let taken = !freed.contains(key) && self.index.contains_key(key);
             if change.diff > 1 || taken || !added.insert(key) {
                 let (b, i) = change.origin;
                 return Err(duplicate_key(pk, changes[b].rows(), i));
             }
         }
-        Ok(())
+        Ok(found)
     }
 
+    /// Applies changes that a check accepted (netted again unless they are the last check's).
     pub(super) fn apply(&mut self, changes: &[ChangeBatch]) -> Result<()> {
-        let (encoded, net) = self.net(changes)?;
-        self.prepare(&encoded, &net)?;
-        self.apply_net(&encoded, &net)?;
+        let (encoded, net, found) = match self.checked.take().filter(|c| c.is_of(changes)) {
+            // The entries the check found are still them while no settle came between.
+            Some(checked) if checked.round == self.index.round() => {
+                (checked.encoded, checked.net, Some(checked.found))
+            }
+            Some(checked) => {
+                self.prepare(&checked.encoded, &checked.net)?;
+                (checked.encoded, checked.net, None)
+            }
+            None => {
+                let (encoded, net) = self.net(changes)?;
+                self.prepare(&encoded, &net)?;
+                (encoded, net, None)
+            }
+        };
+        self.apply_net(&encoded, &net, found.as_deref())?;
         self.settle()
     }
 
-    fn apply_net(&mut self, encoded: &[Encoded], net: &[NetChange]) -> Result<()> {
+    /// Applies `net`; `found`: the entries its retractions take, as its check found them.
+    fn apply_net(
+        &mut self,
+        encoded: &[Encoded],
+        net: &[NetChange],
+        found: Option<&[u32]>,
+    ) -> Result<()> {
         let mut entry = Vec::new();
         let mut rewrite = Vec::new();
+        // On a keyed table a key whose row is replaced (an UPDATE) keeps its index entry,
+        // pointed at the new row: one probe instead of taking the key out and putting it back.
+        let inserted: HashSet<&[u8]> = match self.primary_key {
+            None => HashSet::default(),
+            Some(_) => keys_where(encoded, net, |diff| diff > 0),
+        };
+        let mut replaced: HashMap<&[u8], u32> =
+            HashMap::with_capacity_and_hasher(inserted.len(), Default::default());
+        let mut found = found.map(|ids| ids.iter().copied());
         for change in net.iter().filter(|c| c.diff < 0) {
             let row = change.row(encoded);
             let key = change.key(encoded).unwrap_or(row);
             for _ in 0..-change.diff {
-                let found = self
-                    .index
-                    .probe(key)
-                    .find(|f| self.primary_key.is_none() || &f.row[LOC..] == row)
-                    .map(|f| Loc::from_bytes(f.row));
-                let Some(loc) = found else {
+                let id = match &mut found {
+                    Some(ids) => ids.next(),
+                    None => self.copies(row, change.key(encoded)).next(),
+                };
+                let Some(id) = id else {
                     return Err(Error::new(
                         SqlState::DATA_CORRUPTED,
                         "the log retracts a row the table does not hold",
                     ));
                 };
-                self.index_update(key, loc, row, -1, &mut entry)?;
+                let loc = Loc::from_bytes(self.index.row(id));
+                if change.diff == -1 && inserted.contains(key) {
+                    replaced.insert(key, id);
+                } else {
+                    self.index.add_weight(id, -1);
+                }
                 rewrite.extend(self.chunks.delete(loc)?);
             }
         }
@@ -281,8 +383,21 @@ impl Multiset {
             for (change, loc) in inserted.iter().zip(placed) {
                 let row = change.row(encoded);
                 let key = change.key(encoded).unwrap_or(row);
-                self.index_update(key, loc, row, 1, &mut entry)?;
+                match replaced.remove(key) {
+                    Some(id) => {
+                        entry.clear();
+                        entry.extend_from_slice(&loc.to_bytes());
+                        entry.extend_from_slice(row);
+                        self.index.replace_row(id, &entry)?;
+                    }
+                    None => self.index_update(key, loc, row, 1, &mut entry)?,
+                }
             }
+        }
+        if !replaced.is_empty() {
+            return Err(Error::internal(
+                "an update of a keyed table retracted a row whose key it did not insert",
+            ));
         }
         rewrite.sort_unstable();
         rewrite.dedup();
@@ -338,6 +453,21 @@ impl Multiset {
         }
         Ok(())
     }
+}
+
+/// The primary keys of the changes in `net` whose weight `which` picks.
+fn keys_where<'a>(
+    encoded: &'a [Encoded],
+    net: &[NetChange],
+    which: impl Fn(i64) -> bool,
+) -> HashSet<&'a [u8]> {
+    let mut keys = HashSet::with_capacity_and_hasher(net.len(), Default::default());
+    keys.extend(
+        net.iter()
+            .filter(|c| which(c.diff))
+            .filter_map(|c| c.key(encoded)),
+    );
+    keys
 }
 
 /// Bytes of a location at the start of an index entry.

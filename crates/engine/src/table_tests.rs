@@ -436,3 +436,26 @@ fn connector_rows_resolve_against_rows_on_disk() {
         assert!(!contents.contains_key(&(10, 10)));
     }
 }
+
+/// A commit checks its changes, then applies them without encoding them again; an apply of
+/// other changes (a checked commit that never applied, then a replay) applies its own.
+#[test]
+fn an_apply_after_a_check_of_other_changes_applies_its_own() {
+    for keyed in [true, false] {
+        let mut data = table(keyed, None);
+        let mut model = Model::new();
+        assert!(write(&mut data, &mut model, &[(1, 10, 1), (2, 20, 1)]));
+        let checked = [changes(&[(1, 10, -1), (1, 11, 1)])];
+        data.check(&checked).unwrap();
+        let other = [changes(&[(2, 20, -1), (2, 21, 1), (3, 30, 1)])];
+        data.apply(&other).unwrap();
+        model = Model::from([((1, 10), 1), ((2, 21), 1), ((3, 30), 1)]);
+        assert_eq!(contents(&mut data), model);
+        // The same changes as arrays of their own: checked again by the apply's own netting.
+        let same = [changes(&[(1, 10, -1), (1, 11, 1)])];
+        data.check(&same).unwrap();
+        data.apply(&same).unwrap();
+        model = Model::from([((1, 11), 1), ((2, 21), 1), ((3, 30), 1)]);
+        assert_eq!(contents(&mut data), model);
+    }
+}

@@ -11,7 +11,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::context::SessionState;
-use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
+use datafusion::logical_expr::{DmlStatement, Expr, LogicalPlan, LogicalPlanBuilder, WriteOp};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::sqlparser::ast;
 use eddy_common::{Error, Result};
@@ -48,11 +48,13 @@ pub enum Planned {
         table: QualifiedName,
         old_rows: QueryPlan,
     },
-    /// Retract `old_rows` and insert `new_rows` (the same rows with the assignments applied).
+    /// `rows` has the table's columns (the row replaced) then the row's new version (the
+    /// assignments applied, cast to the columns' types): one scan, so the rows replaced and
+    /// their new versions are the same rows even when the filter is not deterministic
+    /// (`WHERE random() < 0.5`).
     Update {
         table: QualifiedName,
-        old_rows: QueryPlan,
-        new_rows: QueryPlan,
+        rows: QueryPlan,
     },
     /// `UPDATE ... FROM`: `rows` has the table's columns (the row replaced) then its new
     /// values (not yet cast to the columns' types), once per matching FROM row (PostgreSQL
@@ -590,15 +592,29 @@ fn dml_plan(dml: DmlStatement, state: &SessionState) -> Result<Planned> {
         }),
         WriteOp::Update => {
             // DataFusion plans UPDATE as Projection(assignments) over Filter(scan): the
-            // projection's input is exactly the rows being replaced.
-            let LogicalPlan::Projection(projection) = &input else {
+            // projection's input is exactly the rows being replaced. One projection of both
+            // (the input's columns, then the assignments) reads them once.
+            let LogicalPlan::Projection(projection) = input else {
                 return Err(Error::internal("UPDATE plan is not a projection"));
             };
-            let old_rows = QueryPlan::new(projection.input.as_ref().clone(), state);
+            let old = projection
+                .input
+                .schema()
+                .columns()
+                .into_iter()
+                .map(Expr::Column);
+            let new = projection
+                .expr
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| e.unalias().alias(format!("eddy_new_{i}")));
+            let rows = LogicalPlanBuilder::from(Arc::unwrap_or_clone(projection.input))
+                .project(old.chain(new))
+                .and_then(LogicalPlanBuilder::build)
+                .map_err(from_datafusion)?;
             Ok(Planned::Update {
                 table,
-                old_rows,
-                new_rows: QueryPlan::new(input, state),
+                rows: QueryPlan::new(rows, state),
             })
         }
         other => Err(Error::unsupported(format!("{other} is not supported"))),

@@ -65,24 +65,9 @@ impl Session {
                             columns: None,
                         })
                     }
-                    Planned::UpdateJoined { rows, .. } => Ok(StatementDescription {
-                        parameters: rows.parameter_types()?,
-                        columns: None,
-                    }),
-                    Planned::Update {
-                        old_rows, new_rows, ..
-                    } => {
-                        let mut parameters = new_rows.parameter_types()?;
-                        for (i, t) in old_rows.parameter_types()?.into_iter().enumerate() {
-                            if parameters.len() <= i {
-                                parameters.resize(i + 1, None);
-                            }
-                            if parameters[i].is_none() {
-                                parameters[i] = t;
-                            }
-                        }
+                    Planned::UpdateJoined { rows, .. } | Planned::Update { rows, .. } => {
                         Ok(StatementDescription {
-                            parameters,
+                            parameters: rows.parameter_types()?,
                             columns: None,
                         })
                     }

@@ -141,19 +141,10 @@ impl Session {
                     returned: old,
                 }
             }
-            Planned::Update {
-                table,
-                old_rows,
-                new_rows,
-            } => {
+            Planned::Update { table, rows } => {
                 let table = self.writable_table(&table)?;
                 refuse_append_only(&table, "UPDATE")?;
-                let concat = |batches: Vec<RecordBatch>| {
-                    arrow::compute::concat_batches(&table.schema, &batches)
-                        .map_err(|e| Error::internal(format!("updated rows: {e}")))
-                };
-                let old = concat(self.collect_rows(&table, old_rows.bind(params)?).await?)?;
-                let new = concat(self.collect_rows(&table, new_rows.bind(params)?).await?)?;
+                let (old, new) = self.update_rows(&table, rows.bind(params)?).await?;
                 let count = old.num_rows();
                 let changes = vec![
                     ChangeBatch::retractions(old),
@@ -223,28 +214,46 @@ impl Session {
         })
     }
 
+    /// The rows an `UPDATE` replaces and their new versions, from one plan whose rows are
+    /// the table's columns then the new values, in the table's order and types.
+    async fn update_rows(
+        &self,
+        table: &Table,
+        rows: eddy_sql::QueryPlan,
+    ) -> Result<(RecordBatch, RecordBatch)> {
+        let (schema, rows) = self.updated_rows(rows).await?;
+        let width = table.schema.fields().len();
+        if rows.num_columns() != 2 * width {
+            return Err(Error::internal(format!(
+                "UPDATE of \"{}\" produced {} columns for {width}",
+                table.def.name,
+                rows.num_columns()
+            )));
+        }
+        Ok((
+            table_rows(table, &schema, &rows, 0..width)?,
+            table_rows(table, &schema, &rows, width..2 * width)?,
+        ))
+    }
+
+    /// An UPDATE's plan run into one batch, and its columns.
+    async fn updated_rows(&self, plan: eddy_sql::QueryPlan) -> Result<(SchemaRef, RecordBatch)> {
+        let schema = plan.schema();
+        let batches = self.planner.execute(plan).await?;
+        let rows = arrow::compute::concat_batches(&schema, &batches)
+            .map_err(|e| Error::internal(format!("updated rows: {e}")))?;
+        Ok((schema, rows))
+    }
+
     /// The rows an `UPDATE ... FROM` replaces and their new versions, each updated row once.
     async fn joined_update(
         &self,
         table: &Table,
         rows: eddy_sql::QueryPlan,
     ) -> Result<(RecordBatch, RecordBatch)> {
-        let schema = rows.schema();
-        let batches = self.planner.execute(rows).await?;
-        let rows = arrow::compute::concat_batches(&schema, &batches)
-            .map_err(|e| Error::internal(format!("updated rows: {e}")))?;
+        let (schema, rows) = self.updated_rows(rows).await?;
         let width = table.schema.fields().len();
-        let old = conform(
-            table,
-            RecordBatch::try_new_with_options(
-                Arc::new(arrow::datatypes::Schema::new(
-                    schema.fields()[..width].to_vec(),
-                )),
-                rows.columns()[..width].to_vec(),
-                &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
-            )
-            .map_err(|e| Error::internal(format!("updated rows: {e}")))?,
-        )?;
+        let old = table_rows(table, &schema, &rows, 0..width)?;
         let mut columns = old.columns().to_vec();
         for (i, field) in schema.fields().iter().enumerate().skip(width) {
             let Some(name) = field.name().strip_prefix("eddy_set_") else {
@@ -261,9 +270,17 @@ impl Session {
             columns[c] = arrow::compute::cast_with_options(rows.column(i), table.schema.field(c).data_type(), &options)
                 .map_err(|e| Error::new(SqlState::DATATYPE_MISMATCH, format!("column \"{name}\" is of type {} but the new value cannot be cast to it: {e}", table.schema.field(c).data_type())))?;
         }
+        // Labelled as nullable first: conform refuses a NULL in a NOT NULL column with
+        // PostgreSQL's error (23502), where labelling with the table's schema failed (XX000).
+        let labels: Vec<arrow::datatypes::Field> = table
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
         let new = conform(
             table,
-            RecordBatch::try_new(Arc::clone(&table.schema), columns)
+            RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(labels)), columns)
                 .map_err(|e| Error::internal(format!("updated rows: {e}")))?,
         )?;
         if old.num_rows() <= 1 {
@@ -487,6 +504,24 @@ impl Session {
 }
 
 /// Takes the RETURNING list off a write, with the name it reads the target by (its alias).
+/// Columns `range` of an UPDATE's `rows` as rows of `table`: labelled with the plan's fields
+/// first, so that [`conform`] refuses a NULL in a NOT NULL column with PostgreSQL's error.
+fn table_rows(
+    table: &Table,
+    schema: &SchemaRef,
+    rows: &RecordBatch,
+    range: std::ops::Range<usize>,
+) -> Result<RecordBatch> {
+    let fields = schema.fields()[range.clone()].to_vec();
+    let batch = RecordBatch::try_new_with_options(
+        Arc::new(arrow::datatypes::Schema::new(fields)),
+        rows.columns()[range].to_vec(),
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
+    )
+    .map_err(|e| Error::internal(format!("updated rows: {e}")))?;
+    conform(table, batch)
+}
+
 fn take_returning(
     statement: &mut ast::Statement,
 ) -> (Option<Vec<ast::SelectItem>>, Option<String>) {
