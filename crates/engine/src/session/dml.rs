@@ -503,7 +503,6 @@ impl Session {
     }
 }
 
-/// Takes the RETURNING list off a write, with the name it reads the target by (its alias).
 /// Columns `range` of an UPDATE's `rows` as rows of `table`: labelled with the plan's fields
 /// first, so that [`conform`] refuses a NULL in a NOT NULL column with PostgreSQL's error.
 fn table_rows(
@@ -522,6 +521,7 @@ fn table_rows(
     conform(table, batch)
 }
 
+/// Takes the RETURNING list off a write, with the name it reads the target by (its alias).
 fn take_returning(
     statement: &mut ast::Statement,
 ) -> (Option<Vec<ast::SelectItem>>, Option<String>) {
