@@ -25,7 +25,7 @@ use eddy_dataflow::arrangement::{Arrangement, NEVER};
 use eddy_dataflow::spill::MemoryBudget;
 
 use crate::catalog::TableDef;
-use crate::table_chunks::{Chunks, Loc, Moved, ViewRows};
+use crate::table_chunks::{Chunks, Loc, ViewRows};
 use crate::table_log::{LogRows, LogScan};
 
 #[path = "table_multiset.rs"]

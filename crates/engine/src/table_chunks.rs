@@ -5,8 +5,10 @@
 //! counts) and filters only the chunks with rows deleted since the last scan, so a write costs
 //! its rows and one chunk, not the table. The filtered rows replace the chunk's (they are not
 //! kept twice): a chunk remembers which of its rows' positions each row it holds is, so the
-//! positions (and the caller's index) stay. A chunk more than half deleted is rewritten
-//! without its deleted rows; its survivors move, and the caller re-points its index at them.
+//! positions (and the caller's index) stay. A chunk whose rows held are more than half
+//! deleted is compacted: its deleted rows are dropped the same way (a chunk on disk is read
+//! back for it), and the survivors keep their positions, so no index entry moves; a chunk
+//! whose rows are all deleted is freed.
 //!
 //! A view's contents keep their chunks within the server's memory budget: past their share,
 //! the coldest sealed chunks are written to files and read back when scanned
@@ -134,13 +136,6 @@ impl Chunk {
     }
 }
 
-/// A rewritten chunk's survivors: for each row of the new chunk, its row before.
-pub struct Moved {
-    pub chunk: u32,
-    pub batch: RecordBatch,
-    pub from: Vec<u32>,
-}
-
 #[derive(Clone)]
 pub struct Chunks {
     schema: SchemaRef,
@@ -262,8 +257,8 @@ impl Chunks {
         Ok(id)
     }
 
-    /// Deletes the row at `loc`; returns the chunk if it should now be rewritten
-    /// ([`Chunks::rewrite`]).
+    /// Deletes the row at `loc`; returns the chunk if it should now be compacted
+    /// ([`Chunks::compact`]).
     pub fn delete(&mut self, loc: Loc) -> Result<Option<u32>> {
         let chunk = self
             .chunks
@@ -282,50 +277,35 @@ impl Chunks {
         chunk.unfiltered += 1;
         chunk.touched = self.tick;
         self.live -= 1;
-        let rewrite = chunk.deleted_rows * 2 > chunk.rows;
-        Ok(rewrite.then_some(loc.chunk))
+        let compact = chunk.live() == 0 || chunk.unfiltered * 2 > chunk.positions_held();
+        Ok(compact.then_some(loc.chunk))
     }
 
-    /// Rewrites `chunk` without its deleted rows. An emptied chunk is freed; otherwise the
-    /// survivors are returned with their old rows, for the caller's index.
-    pub fn rewrite(&mut self, id: u32) -> Result<Option<Moved>> {
-        if self.chunks[id as usize].deleted_rows == 0 {
-            return Ok(None);
+    /// Drops chunk `id`'s deleted rows (reading it back if it is on disk); its rows keep their
+    /// positions. A chunk with no rows left is freed.
+    pub fn compact(&mut self, id: u32) -> Result<()> {
+        if self.chunks[id as usize].unfiltered == 0 {
+            return Ok(());
         }
-        if self.chunks[id as usize].live() == 0 {
-            self.forget_file(id);
-        } else {
+        if self.chunks[id as usize].live() > 0 {
             self.load(id)?;
+            let chunk = &mut self.chunks[id as usize];
+            chunk.merge(&self.schema)?;
+            return chunk.filter();
         }
+        self.forget_file(id);
         let chunk = &mut self.chunks[id as usize];
-        if chunk.live() == 0 {
-            chunk.batch = RecordBatch::new_empty(Arc::clone(&self.schema));
-            chunk.appended.clear();
-            chunk.rows = 0;
-            chunk.positions = Vec::new();
-            chunk.deleted = Vec::new();
-            chunk.deleted_rows = 0;
-            chunk.unfiltered = 0;
-            if self.tail != Some(id) {
-                self.free.push(id);
-            }
-            return Ok(None);
-        }
-        chunk.merge(&self.schema)?;
-        chunk.filter()?;
-        let kept = chunk.batch.clone();
-        let from = match std::mem::take(&mut chunk.positions) {
-            positions if positions.is_empty() => (0..kept.num_rows() as u32).collect(),
-            positions => positions,
-        };
-        chunk.rows = kept.num_rows();
+        chunk.batch = RecordBatch::new_empty(Arc::clone(&self.schema));
+        chunk.appended.clear();
+        chunk.rows = 0;
+        chunk.positions = Vec::new();
         chunk.deleted = Vec::new();
         chunk.deleted_rows = 0;
-        Ok(Some(Moved {
-            chunk: id,
-            batch: kept,
-            from,
-        }))
+        chunk.unfiltered = 0;
+        if self.tail != Some(id) {
+            self.free.push(id);
+        }
+        Ok(())
     }
 
     /// The rows as batches, shared with the chunks in memory (whose deleted rows are dropped

@@ -1,7 +1,7 @@
 //! A view's contents' chunks past the memory budget (ADR 0012): at the end of a write, the
 //! chunks in memory report their bytes to the server's budget and, past their share, the
 //! coldest sealed chunks (not the one appends go to) are written to Arrow IPC files, their
-//! deleted rows dropped first. A scan reads a chunk on disk back for the scan only; a rewrite
+//! deleted rows dropped first. A scan reads a chunk on disk back for the scan only; a compaction
 //! or a relabel brings it back into memory. Deletions of rows on disk are bits in memory, as
 //! for any chunk. Like spilled operator state, the files are a cache of the contents: nothing
 //! is synced, and the directory is emptied at every start.

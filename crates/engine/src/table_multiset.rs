@@ -332,7 +332,7 @@ impl Multiset {
         found: Option<&[u32]>,
     ) -> Result<()> {
         let mut entry = Vec::new();
-        let mut rewrite = Vec::new();
+        let mut compact = Vec::new();
         // On a keyed table a key whose row is replaced (an UPDATE) keeps its index entry,
         // pointed at the new row: one probe instead of taking the key out and putting it back.
         let inserted: HashSet<&[u8]> = match self.primary_key {
@@ -362,7 +362,7 @@ impl Multiset {
                 } else {
                     self.index.add_weight(id, -1);
                 }
-                rewrite.extend(self.chunks.delete(loc)?);
+                compact.extend(self.chunks.delete(loc)?);
             }
         }
         let parser = self.converter.parser();
@@ -399,12 +399,10 @@ impl Multiset {
                 "an update of a keyed table retracted a row whose key it did not insert",
             ));
         }
-        rewrite.sort_unstable();
-        rewrite.dedup();
-        for chunk in rewrite {
-            if let Some(moved) = self.chunks.rewrite(chunk)? {
-                self.repoint(&moved, &mut entry)?;
-            }
+        compact.sort_unstable();
+        compact.dedup();
+        for chunk in compact {
+            self.chunks.compact(chunk)?;
         }
         Ok(())
     }
@@ -424,33 +422,6 @@ impl Multiset {
             entry.extend_from_slice(row);
         }
         self.index.update(key, entry, 0, weight, NEVER)?;
-        Ok(())
-    }
-
-    /// Points the index at the rows of a rewritten chunk.
-    fn repoint(&mut self, moved: &Moved, entry: &mut Vec<u8>) -> Result<()> {
-        let encoded = self.encode(&moved.batch)?;
-        for (to, &from) in moved.from.iter().enumerate() {
-            if to as u32 == from {
-                continue;
-            }
-            let row = encoded.rows.row(to);
-            let row = row.data();
-            let key = encoded.keys.as_ref().map(|k| k.row(to));
-            let key = key.as_ref().map_or(row, |k| k.data());
-            let (old, new) = (
-                Loc {
-                    chunk: moved.chunk,
-                    row: from,
-                },
-                Loc {
-                    chunk: moved.chunk,
-                    row: to as u32,
-                },
-            );
-            self.index_update(key, old, row, -1, entry)?;
-            self.index_update(key, new, row, 1, entry)?;
-        }
         Ok(())
     }
 }

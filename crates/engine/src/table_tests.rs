@@ -1,5 +1,5 @@
 //! [`TableData`] against a model: random inserts, retractions and updates of keyed and
-//! unkeyed tables, through chunk rewrites and transaction forks.
+//! unkeyed tables, through chunk compactions and transaction forks.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -185,10 +185,10 @@ proptest! {
     }
 }
 
-/// More rows than a chunk holds, most deleted then updated: chunks are rewritten and the
-/// index follows the rows that moved.
+/// More rows than a chunk holds, most deleted then updated: chunks are compacted (their
+/// deleted rows dropped, emptied ones freed) and the index still finds the rows by position.
 #[test]
-fn rows_move_when_their_chunk_is_rewritten() {
+fn rows_keep_their_positions_when_their_chunk_is_compacted() {
     for (keyed, spill) in [(true, false), (false, false), (true, true), (false, true)] {
         let spilling = spill.then(spilling);
         let mut data = table(keyed, spilling.as_ref());
@@ -216,7 +216,7 @@ fn rows_move_when_their_chunk_is_rewritten() {
 
 /// Scans between deletions: a scan drops a chunk's deleted rows in place (they are not kept
 /// twice), the rows keep their positions, and later deletions, appends to the chunk and its
-/// rewrite still find the right rows.
+/// compaction still find the right rows.
 #[test]
 fn scans_drop_deleted_rows_and_positions_stay() {
     for (keyed, spill) in [(true, false), (false, false), (true, true), (false, true)] {
@@ -312,7 +312,7 @@ fn a_key_lookup_finds_the_row_of_the_snapshot_or_declines() {
 /// A view's contents held to a memory budget of nothing: their index of rows and their sealed
 /// chunks spill to disk at every apply, and the retractions of later epochs (through both of
 /// the runtime's paths: check then apply, and the two at once) still find their rows,
-/// including rows repeated, in chunks on disk that scans read back and rewrites bring back.
+/// including rows repeated, in chunks on disk that scans read back and compactions bring back.
 #[test]
 fn a_views_contents_spill_their_index_and_stay_exact() {
     let dir = tempfile::tempdir().unwrap();
