@@ -154,6 +154,21 @@ const VIEWS: &[(&str, &str)] = &[
         "onview",
         "SELECT count(*) AS groups, sum(n) AS rows FROM {v}_agg",
     ),
+    // Views whose query makes a key unique (their contents are indexed by it): a join
+    // pinning the other side's key, an outer join, a filter of a keyed table, a view on one.
+    (
+        "keyedjoin",
+        "SELECT x.k, x.n, x.s, {b}.w, {b}.s AS bs FROM (SELECT k, count(*) AS n, sum(v) AS s FROM {a} GROUP BY k) x JOIN {b} ON x.k = {b}.k",
+    ),
+    (
+        "keyedleft",
+        "SELECT {b}.k, {b}.w, x.n FROM {b} LEFT JOIN (SELECT k, count(*) AS n FROM {a} GROUP BY k) x ON x.k = {b}.k",
+    ),
+    ("keyedfilter", "SELECT k, w, s FROM {b} WHERE w > 0"),
+    (
+        "onkeyed",
+        "SELECT k, n, w FROM {v}_keyedjoin WHERE w IS NOT NULL",
+    ),
 ];
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
