@@ -154,8 +154,8 @@ const VIEWS: &[(&str, &str)] = &[
         "onview",
         "SELECT count(*) AS groups, sum(n) AS rows FROM {v}_agg",
     ),
-    // Views whose query makes a key unique (their contents are indexed by it): a join
-    // pinning the other side's key, an outer join, a filter of a keyed table, a view on one.
+    // Joins of a keyed table with a grouped subquery (each row meets at most one), a filter of
+    // a keyed table, and a view on one of them.
     (
         "keyedjoin",
         "SELECT x.k, x.n, x.s, {b}.w, {b}.s AS bs FROM (SELECT k, count(*) AS n, sum(v) AS s FROM {a} GROUP BY k) x JOIN {b} ON x.k = {b}.k",

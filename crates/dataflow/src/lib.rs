@@ -32,8 +32,6 @@ mod join_tests;
 mod outer_join;
 mod packed;
 pub mod plan;
-#[cfg(test)]
-mod plan_tests;
 pub mod route;
 mod rows;
 pub use rows::{consolidate, partition_by_key};

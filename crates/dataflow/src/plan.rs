@@ -228,73 +228,22 @@ impl Node {
         }
     }
 
-    /// Output columns no two rows of the output share the values of (NULLs equal to each
-    /// other), as far as the plan shows; `source_key` gives a source's (a keyed table's
-    /// primary key). A grouped aggregate's group columns are one; filters, top-N and the
-    /// like keep their input's; a projection keeps it while it keeps the columns as they
-    /// are; an inner or outer join keeps one side's when the join's equalities pin the other
-    /// side's key (so a row matches at most one row there), a semi or anti join its side's.
-    /// `None` without one, or when it is the whole row.
-    pub fn unique_key(
-        &self,
-        source_key: &dyn Fn(ObjectId) -> Option<Vec<usize>>,
-    ) -> Option<Vec<usize>> {
-        let key = self.key_of(source_key)?;
-        (!key.is_empty() && key.len() < self.schema().fields().len()).then_some(key)
-    }
-
-    fn key_of(&self, source_key: &dyn Fn(ObjectId) -> Option<Vec<usize>>) -> Option<Vec<usize>> {
-        let column = |e: &Expr| {
-            let any: &dyn std::any::Any = e.as_ref();
-            any.downcast_ref::<datafusion::physical_expr::expressions::Column>()
-                .map(|c| c.index())
-        };
+    /// Output columns whose values identify a row (a grouped aggregate's group columns, also
+    /// through a projection that keeps them as they are); `None` when there is no such key.
+    pub fn unique_key(&self) -> Option<Vec<usize>> {
         match self {
-            Node::Source { object, .. } => source_key(*object).filter(|k| !k.is_empty()),
-            Node::Filter { input, .. }
-            | Node::LateFilter { input, .. }
-            | Node::TemporalFilter { input, .. }
-            | Node::Release { input, .. }
-            | Node::TopN { input, .. } => input.key_of(source_key),
             Node::Aggregate { group, .. } if !group.is_empty() => Some((0..group.len()).collect()),
-            Node::Project { input, exprs, .. } => input
-                .key_of(source_key)?
-                .iter()
-                .map(|k| exprs.iter().position(|e| column(e) == Some(*k)))
-                .collect(),
-            Node::Join {
-                kind,
-                left,
-                right,
-                left_keys,
-                right_keys,
-                lookup: false,
-                ..
-            } => {
-                // Whether `keys` (one side's join keys) pin that side's key.
-                let pins = |keys: &[Expr], side: &Node| {
-                    side.key_of(source_key).is_some_and(|key| {
-                        key.iter()
-                            .all(|k| keys.iter().any(|e| column(e) == Some(*k)))
-                    })
+            Node::Project { input, exprs, .. } => {
+                let inner = input.unique_key()?;
+                let column = |e: &Expr| {
+                    let any: &dyn std::any::Any = e.as_ref();
+                    any.downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                        .map(|c| c.index())
                 };
-                let width = left.schema().fields().len();
-                let left_key = || left.key_of(source_key).filter(|_| pins(right_keys, right));
-                let right_key = || {
-                    right
-                        .key_of(source_key)
-                        .filter(|_| pins(left_keys, left))
-                        .map(|key| key.iter().map(|k| k + width).collect())
-                };
-                match kind {
-                    JoinKind::LeftSemi | JoinKind::LeftAnti => left.key_of(source_key),
-                    JoinKind::RightSemi | JoinKind::RightAnti => right.key_of(source_key),
-                    JoinKind::Inner => left_key().or_else(right_key),
-                    // The other side's columns are NULL in every unmatched row.
-                    JoinKind::Left => left_key(),
-                    JoinKind::Right => right_key(),
-                    JoinKind::Full => None,
-                }
+                inner
+                    .iter()
+                    .map(|k| exprs.iter().position(|e| column(e) == Some(*k)))
+                    .collect()
             }
             _ => None,
         }

@@ -373,7 +373,6 @@ impl Engine {
         let readers = self.new_readers(def.id, &sources, Some(&committed))?;
         let view = Arc::new(View {
             def: def.clone(),
-            unique_key: self.view_key(&plan.node),
             schema: plan.schema,
             watermark: plan.watermark,
         });
@@ -503,7 +502,6 @@ impl Engine {
             def: def.clone(),
             schema,
             watermark: None,
-            unique_key: None,
         });
         self.views
             .write()

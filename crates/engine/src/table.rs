@@ -42,10 +42,6 @@ pub struct TableData {
     snapshot: Option<Arc<Vec<RecordBatch>>>,
     /// The memory budget the rows spill past (ADR 0012), when the server has one.
     spill: Option<Arc<MemoryBudget>>,
-    /// A view's columns its query makes unique ([`eddy_dataflow::Node::unique_key`]): its
-    /// contents are indexed by them once they retract, so that a row an update replaces keeps
-    /// its index entry. Dropped (the index rebuilt by whole rows) if two rows ever share it.
-    view_key: Option<Vec<usize>>,
 }
 
 enum Rows {
@@ -99,7 +95,6 @@ impl TableData {
             version: next_version(),
             snapshot: None,
             spill: None,
-            view_key: None,
         })
     }
 
@@ -117,7 +112,6 @@ impl TableData {
             version: next_version(),
             snapshot: None,
             spill: None,
-            view_key: None,
         })
     }
 
@@ -136,13 +130,8 @@ impl TableData {
     /// inserts (no row encoding, no hashing: a pass-through or filter view costs a copy of
     /// pointers), a multiset of rows from its first retraction on; either keeps within its
     /// share of `spill` (the server's memory budget, when it has one), spilling its coldest
-    /// chunks (and the multiset its index of rows). `key`: columns the view's query makes
-    /// unique, which index the multiset.
-    pub fn for_view(
-        schema: SchemaRef,
-        spill: Option<&Arc<MemoryBudget>>,
-        key: Option<Vec<usize>>,
-    ) -> Self {
+    /// chunks (and the multiset its index of rows).
+    pub fn for_view(schema: SchemaRef, spill: Option<&Arc<MemoryBudget>>) -> Self {
         let mut chunks = Chunks::new(Arc::clone(&schema));
         if let Some(budget) = spill {
             chunks.spill_to(budget);
@@ -153,7 +142,6 @@ impl TableData {
             version: next_version(),
             snapshot: None,
             spill: spill.cloned(),
-            view_key: key,
         }
     }
 
@@ -164,10 +152,12 @@ impl TableData {
             self.make_multiset()?;
         }
         // Its index may have spilled: the check brings the rows retracted back first.
-        match self.check(changes).map_err(view_output_error) {
-            Err(e) if self.lost_view_key(&e)? => self.check(changes).map_err(view_output_error),
-            checked => checked,
-        }
+        self.check(changes).map_err(|e| {
+            Error::internal(format!(
+                "a view's dataflow retracted a row the view does not hold ({})",
+                e.message
+            ))
+        })
     }
 
     /// [`TableData::check_view_output`] then [`TableData::apply`] of a non-empty output, the
@@ -179,43 +169,18 @@ impl TableData {
         if matches!(self.rows, Rows::AppendOnly(_)) && !only_inserts(changes) {
             self.make_multiset()?;
         }
-        if !matches!(self.rows, Rows::Multiset(_)) {
+        let Rows::Multiset(m) = &mut self.rows else {
             self.check_view_output(changes)?;
             return self.apply(changes);
-        }
+        };
         self.snapshot = None;
         self.version = next_version();
-        let mut applied = self.multiset_check_and_apply(changes);
-        if let Err(e) = &applied
-            && self.lost_view_key(e)?
-        {
-            applied = self.multiset_check_and_apply(changes);
-        }
-        applied
-    }
-
-    fn multiset_check_and_apply(&mut self, changes: &[ChangeBatch]) -> Result<()> {
-        let Rows::Multiset(m) = &mut self.rows else {
-            return Err(Error::internal("a view's contents are not a multiset"));
-        };
-        m.check_and_apply(changes, view_output_error)
-    }
-
-    /// After `error`, whether the view's contents were indexed by a key that two of its rows
-    /// share: they are indexed by whole rows from now on (the same answers, a little slower).
-    fn lost_view_key(&mut self, error: &Error) -> Result<bool> {
-        if error.state != SqlState::UNIQUE_VIOLATION || self.view_key.take().is_none() {
-            return Ok(false);
-        }
-        tracing::warn!(
-            "a view's rows repeat the key its query was thought to make unique; its contents \
-             are indexed by whole rows from now on"
-        );
-        if let Rows::Multiset(m) = &mut self.rows {
-            let unkeyed = multiset_of(&self.schema, self.spill.as_ref(), &mut m.chunks, None)?;
-            self.rows = Rows::Multiset(Box::new(unkeyed));
-        }
-        Ok(true)
+        m.check_and_apply(changes, |e| {
+            Error::internal(format!(
+                "a view's dataflow retracted a row the view does not hold ({})",
+                e.message
+            ))
+        })
     }
 
     /// Turns batches of inserted rows into a multiset (a view's first retraction or repeat),
@@ -224,18 +189,12 @@ impl TableData {
         let Rows::AppendOnly(chunks) = &mut self.rows else {
             return Ok(());
         };
-        let key = self.view_key.as_deref();
-        let multiset = match multiset_of(&self.schema, self.spill.as_ref(), chunks, key) {
-            Err(e) if key.is_some() && e.state == SqlState::UNIQUE_VIOLATION => {
-                tracing::warn!(
-                    "a view's rows repeat the key its query was thought to make unique; its \
-                     contents are indexed by whole rows"
-                );
-                self.view_key = None;
-                multiset_of(&self.schema, self.spill.as_ref(), chunks, None)?
-            }
-            made => made?,
-        };
+        let mut multiset = Multiset::new(&self.schema, None)?;
+        if let Some(budget) = &self.spill {
+            multiset.index.spill_to(budget);
+            multiset.chunks.spill_to(budget);
+        }
+        chunks.for_each_batch(|batch| multiset.apply(&[ChangeBatch::inserts(batch)]))?;
         self.rows = Rows::Multiset(Box::new(multiset));
         self.version = next_version();
         self.snapshot = None;
@@ -249,12 +208,6 @@ impl TableData {
             Rows::Log(l) => l.held_in_memory(),
             _ => self.row_count(),
         }
-    }
-
-    /// Whether a view's contents are (or will be) indexed by its key.
-    #[cfg(test)]
-    pub fn view_keyed(&self) -> bool {
-        self.view_key.is_some()
     }
 
     /// What is on disk past the memory budget: (entries of the index of rows, rows of
@@ -641,7 +594,6 @@ impl TableData {
             version: next_version(),
             snapshot: None,
             spill: self.spill,
-            view_key: self.view_key,
         })
     }
 
@@ -658,36 +610,6 @@ impl TableData {
             version: next_version(),
             snapshot: self.snapshot.clone(),
             spill: None,
-            view_key: self.view_key.clone(),
         })
     }
-}
-
-/// A view's contents' check error: a retraction of a row the view does not hold is a bug in
-/// its dataflow. A repeated key is left as it is (the key is dropped, [`TableData::lost_view_key`]).
-fn view_output_error(e: Error) -> Error {
-    if e.state == SqlState::UNIQUE_VIOLATION {
-        return e;
-    }
-    Error::internal(format!(
-        "a view's dataflow retracted a row the view does not hold ({})",
-        e.message
-    ))
-}
-
-/// A multiset (indexed by `key`, or by whole rows) of the rows of `chunks`, read a chunk at a
-/// time; kept within `spill`'s budget.
-fn multiset_of(
-    schema: &SchemaRef,
-    spill: Option<&Arc<MemoryBudget>>,
-    chunks: &mut Chunks,
-    key: Option<&[usize]>,
-) -> Result<Multiset> {
-    let mut multiset = Multiset::new(schema, key.map(|k| (k, "view")))?;
-    if let Some(budget) = spill {
-        multiset.spill_to(budget);
-    }
-    chunks
-        .for_each_batch(|batch| multiset.check_and_apply(&[ChangeBatch::inserts(batch)], |e| e))?;
-    Ok(multiset)
 }

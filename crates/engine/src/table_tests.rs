@@ -313,18 +313,11 @@ fn a_key_lookup_finds_the_row_of_the_snapshot_or_declines() {
 /// chunks spill to disk at every apply, and the retractions of later epochs (through both of
 /// the runtime's paths: check then apply, and the two at once) still find their rows,
 /// including rows repeated, in chunks on disk that scans read back and compactions bring back.
-/// With a key given (that the rows break in the first round: they repeat keys), the same.
 #[test]
 fn a_views_contents_spill_their_index_and_stay_exact() {
-    for key in [None, Some(vec![0])] {
-        views_contents_spill_their_index_and_stay_exact(key);
-    }
-}
-
-fn views_contents_spill_their_index_and_stay_exact(key: Option<Vec<usize>>) {
     let dir = tempfile::tempdir().unwrap();
     let budget = eddy_dataflow::spill::MemoryBudget::new(0, &dir.path().join("spill")).unwrap();
-    let mut data = TableData::for_view(def(false).schema().unwrap(), Some(&budget), key);
+    let mut data = TableData::for_view(def(false).schema().unwrap(), Some(&budget));
     let mut model = Model::new();
     let apply = |data: &mut TableData, model: &mut Model, rows: &[(i32, i64, i64)], n: i32| {
         let batch = [changes(rows)];
@@ -392,83 +385,6 @@ fn views_contents_spill_their_index_and_stay_exact(key: Option<Vec<usize>>) {
     apply(&mut data, &mut model, &all, 1);
     assert_eq!(contents(&mut data), model);
     assert_eq!(spilled_files(), 0);
-}
-
-/// A view's contents indexed by the key its query makes unique: updates replace rows in
-/// place, deletes and inserts of keys, through both of the runtime's paths, in memory and
-/// spilling; the key stays while the rows hold it unique. Then an output that repeats a key
-/// (a key wrongly thought unique): the contents drop the key and stay exact, at once or at
-/// their first retraction.
-#[test]
-fn a_views_contents_indexed_by_their_key_stay_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let budget = eddy_dataflow::spill::MemoryBudget::new(0, &dir.path().join("spill")).unwrap();
-    for spill in [None, Some(&budget)] {
-        let mut data = TableData::for_view(def(false).schema().unwrap(), spill, Some(vec![0]));
-        let mut model = Model::new();
-        let apply = |data: &mut TableData, model: &mut Model, rows: &[(i32, i64, i64)], n: i32| {
-            let batch = [changes(rows)];
-            if n % 2 == 0 {
-                data.check_view_output(&batch).unwrap();
-                data.apply(&batch).unwrap();
-            } else {
-                data.apply_view_output(&batch).unwrap();
-            }
-            for &(k, v, d) in rows {
-                *model.entry((k, v)).or_default() += d;
-            }
-            model.retain(|_, n| *n != 0);
-        };
-        let rows: Vec<(i32, i64, i64)> = (0..20_000).map(|k| (k, 0, 1)).collect();
-        apply(&mut data, &mut model, &rows, 0);
-        for round in 1..10i32 {
-            // Updates of a spread of keys, deletes of others, inserts of new keys and of
-            // keys deleted in an earlier round.
-            let mut batch = Vec::new();
-            for (&(k, v), _) in model.iter() {
-                match (k + round) % 9 {
-                    0 | 1 => batch.extend([(k, v, -1), (k, v + 1, 1)]),
-                    2 if k % 2 == 0 => batch.push((k, v, -1)),
-                    _ => {}
-                }
-            }
-            let held: std::collections::BTreeSet<i32> = model.keys().map(|(k, _)| *k).collect();
-            batch.extend(
-                (0..25_000)
-                    .filter(|k| k % 11 == round % 11 && !held.contains(k))
-                    .map(|k| (k, i64::from(round), 1)),
-            );
-            apply(&mut data, &mut model, &batch, round);
-            assert_eq!(contents(&mut data), model, "round {round}");
-            assert!(data.view_keyed(), "round {round}: the key was dropped");
-        }
-        // A retraction of a row the view does not hold is still refused.
-        let (&(k, v), _) = model.iter().next().unwrap();
-        assert!(
-            data.check_view_output(&[changes(&[(k, v + 1, -1)])])
-                .is_err()
-        );
-        // A second row under a held key: the key goes, the rows stay exact.
-        let repeat = [(k, v + 100, 1), (k + 1, 7, 1)];
-        apply(&mut data, &mut model, &repeat, 1);
-        assert!(!data.view_keyed());
-        assert_eq!(contents(&mut data), model);
-        let gone: Vec<(i32, i64, i64)> = model
-            .iter()
-            .filter(|((k, _), _)| k % 3 == 0)
-            .map(|(&(k, v), _)| (k, v, -1))
-            .collect();
-        apply(&mut data, &mut model, &gone, 2);
-        assert_eq!(contents(&mut data), model);
-    }
-    // Rows that repeat a key before the first retraction: found when they are indexed.
-    let mut data = TableData::for_view(def(false).schema().unwrap(), None, Some(vec![0]));
-    data.apply_view_output(&[changes(&[(1, 1, 1), (1, 2, 1), (2, 1, 1)])])
-        .unwrap();
-    data.apply_view_output(&[changes(&[(1, 1, -1), (2, 1, -1), (2, 5, 1)])])
-        .unwrap();
-    assert!(!data.view_keyed());
-    assert_eq!(contents(&mut data), Model::from([((1, 2), 1), ((2, 5), 1)]));
 }
 
 /// Connector rows resolved against a table whose rows are on disk (a budget of nothing):

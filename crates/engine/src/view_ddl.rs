@@ -20,22 +20,6 @@ impl Engine {
         Ok(dataflow)
     }
 
-    /// Columns a view's query makes unique ([`eddy_dataflow::Node::unique_key`]), its
-    /// sources' keys being the primary keys of keyed tables (append-only ones do not hold
-    /// theirs to be unique) and those of the views it reads.
-    pub(crate) fn view_key(&self, node: &eddy_dataflow::Node) -> Option<Vec<usize>> {
-        node.unique_key(&|id| {
-            if let Some(table) = self.table_by_id(id) {
-                return (!table.def.append_only).then(|| table.def.primary_key.clone());
-            }
-            let views = self.views.read().unwrap_or_else(|p| p.into_inner());
-            views
-                .values()
-                .find(|v| v.def.id == id)
-                .and_then(|v| v.unique_key.clone())
-        })
-    }
-
     /// The most client connections at once ([`EngineConfig::max_connections`]).
     pub fn max_connections(&self) -> usize {
         self.max_connections
@@ -92,7 +76,6 @@ impl Engine {
         }
         let view = Arc::new(View {
             def,
-            unique_key: self.view_key(&plan.node),
             schema: plan.schema,
             watermark: plan.watermark,
         });
@@ -168,7 +151,6 @@ impl Engine {
         };
         let view = Arc::new(View {
             def,
-            unique_key: self.view_key(&plan.node),
             schema: plan.schema,
             watermark: plan.watermark,
         });

@@ -274,7 +274,7 @@ impl Session {
                             view.schema.index_of(c).map_err(|_| Error::new(SqlState::UNDEFINED_COLUMN, format!("primary_key: materialized view \"{}\" has no column \"{c}\"", from.name)))
                         })
                         .collect::<Result<Vec<_>>>()?,
-                    None => self.plan_stored_view(&view.def).await?.node.unique_key(&|_| None).unwrap_or_default(),
+                    None => self.plan_stored_view(&view.def).await?.node.unique_key().unwrap_or_default(),
                 };
                 // As SHOW CREATE would give it, without the password.
                 let shown: Vec<String> = options

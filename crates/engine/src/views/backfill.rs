@@ -179,11 +179,7 @@ impl RuntimeState {
             .partition(|s| s.view == id);
         self.parked_sinks = parked;
         self.sinks.extend(back);
-        let contents = TableData::for_view(
-            Arc::clone(&view.schema),
-            self.memory.as_ref(),
-            view.unique_key.clone(),
-        );
+        let contents = TableData::for_view(Arc::clone(&view.schema), self.memory.as_ref());
         self.views.push(Entry {
             view,
             lane,
@@ -311,11 +307,7 @@ impl RuntimeState {
         // The contents of the last whole save, then the changes saved since, in order, read
         // and applied a batch at a time (as batches while they only insert: a view that never
         // retracts stays cheap; the first retraction makes them a multiset within the budget).
-        let mut data = TableData::for_view(
-            Arc::clone(&view.schema),
-            self.memory.as_ref(),
-            view.unique_key.clone(),
-        );
+        let mut data = TableData::for_view(Arc::clone(&view.schema), self.memory.as_ref());
         let (mut whole_rows, mut since) = (0, 0);
         for batch in contents {
             let (_, batch) = batch?;

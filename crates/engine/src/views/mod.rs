@@ -115,8 +115,6 @@ pub struct View {
     pub schema: SchemaRef,
     /// The column that carries a watermark, and the sources whose watermark it is.
     pub watermark: Option<(String, Vec<ObjectId>)>,
-    /// Columns its query makes unique, which index its contents ([`TableData::for_view`]).
-    pub unique_key: Option<Vec<usize>>,
 }
 
 impl Entry {
