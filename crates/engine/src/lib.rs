@@ -414,7 +414,7 @@ impl Engine {
             .checkpoint()?
             .await
             .map_err(|_| Error::internal("the view runtime stopped"))??;
-        self.enforce_retention().await?;
+        self.enforce_retention(true).await?;
         Ok(epoch)
     }
 
@@ -525,8 +525,15 @@ impl Engine {
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
-                if let Err(e) = engine.enforce_retention().await {
-                    tracing::error!(error = %e, "applying retention failed");
+                // On a blocking thread: compaction reads and rewrites log segments.
+                let handle = tokio::runtime::Handle::current();
+                let run = tokio::task::spawn_blocking(move || {
+                    handle.block_on(engine.enforce_retention(false))
+                });
+                match run.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::error!(error = %e, "applying retention failed"),
+                    Err(e) => tracing::error!(error = %e, "applying retention panicked"),
                 }
             }
         });

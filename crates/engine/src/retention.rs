@@ -13,8 +13,11 @@
 //! Offsets, transaction ids and connector positions stay; replaying the compacted prefix gives
 //! the table exactly as it was at its end, and everything after it is untouched.
 
-use std::collections::HashMap;
+use std::collections::HashMap as StdHashMap;
 use std::sync::Arc;
+
+/// Keys and rows hash with foldhash: Eddy's own encodings, one per row compacted.
+type HashMap<K, V> = StdHashMap<K, V, foldhash::fast::RandomState>;
 use std::time::{Duration, SystemTime};
 
 use arrow::array::{ArrayRef, AsArray, UInt32Array};
@@ -34,9 +37,11 @@ use crate::{Engine, Table, checkpoint, concat_changes};
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Engine {
-    /// Applies every table's retention, and compacts keyed tables' logs; returns how many
-    /// segments were deleted or rewritten.
-    pub(crate) async fn enforce_retention(&self) -> Result<usize> {
+    /// Applies every table's retention, and compacts keyed tables' logs (`all`: every
+    /// prefix that grew, as `CHECKPOINT` does; otherwise only those grown by half what their
+    /// last compaction left, [`worth_compacting`]); returns how many segments were deleted or
+    /// rewritten.
+    pub(crate) async fn enforce_retention(&self, all: bool) -> Result<usize> {
         // One run at a time (the background tick and CHECKPOINT statements).
         let mut compacted = self.compacted.lock().await;
         let reads = checkpoint::latest_reads(&self.meta)?;
@@ -47,7 +52,7 @@ impl Engine {
             .into_iter()
             .filter(|t| !t.def.primary_key.is_empty())
         {
-            let compact = || self.compact(&table, &reads, &mut compacted);
+            let compact = || self.compact(&table, &reads, &mut compacted, all);
             done += self
                 .backfilling
                 .unless_pinned(table.def.id, compact)
@@ -119,12 +124,14 @@ impl Engine {
     }
 
     /// Compacts the sealed segments of a keyed table's partitions that lie before what the
-    /// newest checkpoint needs, when new ones got there since the last compaction.
+    /// newest checkpoint needs, when new ones got there since the last compaction (`all`) or
+    /// enough of them ([`worth_compacting`]).
     fn compact(
         &self,
         table: &Table,
-        reads: &HashMap<ObjectId, Vec<(ObjectId, u32, u64)>>,
-        compacted: &mut HashMap<(ObjectId, u32), u64>,
+        reads: &StdHashMap<ObjectId, Vec<(ObjectId, u32, u64)>>,
+        compacted: &mut StdHashMap<(ObjectId, u32), u64>,
+        all: bool,
     ) -> Result<usize> {
         let readers = self.readers_of(table.def.id);
         let mut rewritten = 0;
@@ -134,9 +141,9 @@ impl Engine {
             let prefix: Vec<&SealedSegment> =
                 sealed.iter().take_while(|s| s.end.0 <= needed).collect();
             let Some(last) = prefix.last() else { continue };
-            if compacted
-                .get(&(table.def.id, p))
-                .is_some_and(|done| *done >= last.end.0)
+            let done = compacted.get(&(table.def.id, p)).copied();
+            if done.is_some_and(|done| done >= last.end.0)
+                || !(all || worth_compacting(&prefix, done))
             {
                 continue;
             }
@@ -148,6 +155,26 @@ impl Engine {
         }
         Ok(rewritten)
     }
+}
+
+/// Whether a partition's compactable prefix (`prefix`, compacted up to offset `done`) has
+/// grown by at least half the bytes its compacted part holds. A compaction reads the whole
+/// prefix again (the rows live at its end depend on all of it), so compacting at every new
+/// segment would read the table once per segment; past a ratio, the bytes read stay within a
+/// small multiple of the bytes written, and the log holds at most 1.5 times its compacted size
+/// plus the tail a checkpoint still needs.
+fn worth_compacting(prefix: &[&SealedSegment], done: Option<u64>) -> bool {
+    let Some(done) = done else {
+        return true;
+    };
+    let (old, new) = prefix.iter().fold((0, 0), |(old, new), s| {
+        if s.end.0 <= done {
+            (old + s.bytes, new)
+        } else {
+            (old, new + s.bytes)
+        }
+    });
+    new * 2 >= old
 }
 
 /// Rewrites `segments` (the oldest of a partition, contiguous) so that they keep only the rows
@@ -177,10 +204,11 @@ fn compact_partition(
             .collect(),
     )
     .map_err(|e| Error::internal(format!("compaction: {e}")))?;
-    // The records, decoded, and which (record, row) holds each key's live row at the end (with
-    // the row's encoding: a retraction removes it only if it names that very row).
+    // The records, decoded, with their rows' keys and whole rows encoded; then which (record,
+    // row) holds each key's live row at the end (a retraction removes it only if it names that
+    // very row).
     let mut records: Vec<(Record, ChangeBatch)> = Vec::new();
-    let mut live: HashMap<Vec<u8>, (usize, usize, Vec<u8>)> = HashMap::new();
+    let mut encoded: Vec<(arrow::row::Rows, arrow::row::Rows)> = Vec::new();
     log.scan(
         def.id,
         PartitionId(partition),
@@ -202,31 +230,35 @@ fn compact_partition(
                 .iter()
                 .map(|k| Arc::clone(changes.rows().column(*k)))
                 .collect();
-            let encoded = converter
+            let keys = converter
                 .convert_columns(&keys)
                 .map_err(|e| Error::internal(format!("compaction: {e}")))?;
             let rows = whole
                 .convert_columns(changes.rows().columns())
                 .map_err(|e| Error::internal(format!("compaction: {e}")))?;
-            let at = records.len();
-            for (i, d) in changes.diffs().values().iter().enumerate() {
-                let key = encoded.row(i).as_ref().to_vec();
-                let row = rows.row(i).as_ref().to_vec();
-                if *d > 0 {
-                    live.insert(key, (at, i, row));
-                } else if live
-                    .get(&key)
-                    .is_some_and(|(_, _, current)| *current == row)
-                {
-                    live.remove(&key);
-                }
-            }
+            encoded.push((keys, rows));
             records.push((record, changes));
             Ok(())
         },
     )?;
+    let total = records.iter().map(|(_, c)| c.len()).sum();
+    let mut live: HashMap<&[u8], (usize, usize)> =
+        HashMap::with_capacity_and_hasher(total, Default::default());
+    for (at, ((_, changes), (keys, rows))) in records.iter().zip(&encoded).enumerate() {
+        for (i, d) in changes.diffs().values().iter().enumerate() {
+            let key = keys.row(i).data();
+            if *d > 0 {
+                live.insert(key, (at, i));
+            } else if live
+                .get(key)
+                .is_some_and(|&(r, j)| encoded[r].1.row(j).data() == rows.row(i).data())
+            {
+                live.remove(key);
+            }
+        }
+    }
     let mut keep: Vec<Vec<u32>> = vec![Vec::new(); records.len()];
-    for (r, i, _) in live.into_values() {
+    for (r, i) in live.into_values() {
         keep[r].push(i as u32);
     }
     let mut rewritten = 0;
@@ -272,7 +304,7 @@ fn compact_partition(
 /// again after a restart: what the newest checkpoint says it had read (0 when it is not in it).
 fn needed_offset(
     readers: &[ObjectId],
-    reads: &HashMap<ObjectId, Vec<(ObjectId, u32, u64)>>,
+    reads: &StdHashMap<ObjectId, Vec<(ObjectId, u32, u64)>>,
     table: ObjectId,
     p: u32,
 ) -> u64 {
@@ -341,6 +373,29 @@ mod tests {
 
     fn def() -> TableDef {
         crate::table_tests::kv_def(true, false, 1)
+    }
+
+    /// The background compacts a prefix again once its new segments hold half the bytes its
+    /// last compaction left; a prefix never compacted, at once.
+    #[test]
+    fn a_prefix_is_compacted_again_once_it_grew_by_half() {
+        let segment = |start: u64, end: u64, bytes: u64| SealedSegment {
+            start: Offset(start),
+            end: Offset(end),
+            bytes,
+            modified: None,
+        };
+        let (a, b, c) = (
+            segment(0, 10, 1000),
+            segment(10, 20, 300),
+            segment(20, 30, 250),
+        );
+        assert!(worth_compacting(&[&a], None));
+        // Compacted up to 10 (1000 bytes left): 300 new bytes are not enough, 550 are.
+        assert!(!worth_compacting(&[&a, &b], Some(10)));
+        assert!(worth_compacting(&[&a, &b, &c], Some(10)));
+        // Compacted up to 20: 250 new bytes next to 1300.
+        assert!(!worth_compacting(&[&a, &b, &c], Some(20)));
     }
 
     /// A record: (offset, its changes as (k, v, diff)).
