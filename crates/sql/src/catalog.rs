@@ -43,9 +43,9 @@ pub trait TableSource: Send + Sync + fmt::Debug {
     fn primary_key(&self) -> Vec<usize> {
         Vec::new()
     }
-    /// The rows of the statement's snapshot whose primary key is `key` (one single-value
-    /// array per key column, of the column's type), found by the table's index; `None` when
-    /// the source cannot (then the plan scans every row).
+    /// The rows of the statement's snapshot whose primary key is one of `key` (one array per
+    /// key column, of the column's type, a value per key), found by the table's index; `None`
+    /// when the source cannot (then the plan scans every row).
     fn lookup(&self, _key: &[ArrayRef]) -> Option<eddy_common::Result<Vec<RecordBatch>>> {
         None
     }
@@ -291,8 +291,11 @@ impl TableBridge {
 }
 
 impl TableBridge {
-    /// The primary key `filters` pin down (`key_column = constant` for every key column,
-    /// among their conjuncts), as arrays of the key columns' types.
+    /// The primary keys `filters` pin down, as arrays of the key columns' types: one key
+    /// (`key_column = constant` for every key column, among their conjuncts), or on a single
+    /// integer key column bounded on both sides by integer constants (`BETWEEN`, `>=`, `>`,
+    /// `<=`, `<`) every value of the range, up to [`RANGE_LOOKUP_MAX`] of them. The filters
+    /// are applied again above the rows found.
     fn key_in(&self, filters: &[Expr]) -> Option<Vec<ArrayRef>> {
         let key = self.source.primary_key();
         if key.is_empty() {
@@ -330,7 +333,97 @@ impl TableBridge {
                 let value = value?.cast_to(data_type).ok()?;
                 value.to_array_of_size(1).ok()
             })
-            .collect()
+            .collect::<Option<Vec<ArrayRef>>>()
+            .or_else(|| self.key_range(&key, filters))
+    }
+
+    /// Every value of a single integer key column between the bounds `filters` give it (see
+    /// [`TableBridge::key_in`]).
+    fn key_range(&self, key: &[usize], filters: &[Expr]) -> Option<Vec<ArrayRef>> {
+        use arrow::datatypes::DataType as T;
+        let [column] = key else {
+            return None;
+        };
+        let data_type = self.schema.field(*column).data_type();
+        let (min, max) = match data_type {
+            T::Int8 => (i128::from(i8::MIN), i128::from(i8::MAX)),
+            T::Int16 => (i128::from(i16::MIN), i128::from(i16::MAX)),
+            T::Int32 => (i128::from(i32::MIN), i128::from(i32::MAX)),
+            T::Int64 => (i128::from(i64::MIN), i128::from(i64::MAX)),
+            _ => return None,
+        };
+        let is_key =
+            |c: &datafusion::common::Column| self.schema.index_of(&c.name).ok() == Some(*column);
+        let (mut low, mut high) = (None::<i128>, None::<i128>);
+        let mut bound = |op: Operator, value: i128| match op {
+            Operator::Gt => low = Some(low.map_or(value + 1, |l| l.max(value + 1))),
+            Operator::GtEq => low = Some(low.map_or(value, |l| l.max(value))),
+            Operator::Lt => high = Some(high.map_or(value - 1, |h| h.min(value - 1))),
+            Operator::LtEq => high = Some(high.map_or(value, |h| h.min(value))),
+            _ => {}
+        };
+        for conjunct in filters.iter().flat_map(split_conjunction) {
+            match conjunct {
+                Expr::Between(b) if !b.negated => {
+                    if let (Expr::Column(c), Some(l), Some(h)) =
+                        (b.expr.as_ref(), integer(&b.low), integer(&b.high))
+                        && is_key(c)
+                    {
+                        bound(Operator::GtEq, l);
+                        bound(Operator::LtEq, h);
+                    }
+                }
+                Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+                    match (left.as_ref(), right.as_ref()) {
+                        (Expr::Column(c), value) if is_key(c) => {
+                            if let Some(v) = integer(value) {
+                                bound(*op, v);
+                            }
+                        }
+                        (value, Expr::Column(c)) if is_key(c) => {
+                            if let (Some(v), Some(op)) = (integer(value), op.swap()) {
+                                bound(op, v);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        let (low, high) = (low?.max(min), high?.min(max));
+        if high - low >= RANGE_LOOKUP_MAX {
+            return None;
+        }
+        // Within the key type's range, so within i64's.
+        let values: arrow::array::Int64Array = (low..=high)
+            .filter_map(|v| i64::try_from(v).ok())
+            .collect::<Vec<i64>>()
+            .into();
+        let values = arrow::compute::cast(&values, data_type).ok()?;
+        Some(vec![values])
+    }
+}
+
+/// Most keys a range of an integer primary key is looked up by, one probe each; past it the
+/// table is scanned (a probe costs about as much as filtering a hundred rows of a scan).
+const RANGE_LOOKUP_MAX: i128 = 1024;
+
+/// The value of an integer constant.
+fn integer(expr: &Expr) -> Option<i128> {
+    let Expr::Literal(value, _) = expr else {
+        return None;
+    };
+    match value {
+        ScalarValue::Int8(Some(v)) => Some(i128::from(*v)),
+        ScalarValue::Int16(Some(v)) => Some(i128::from(*v)),
+        ScalarValue::Int32(Some(v)) => Some(i128::from(*v)),
+        ScalarValue::Int64(Some(v)) => Some(i128::from(*v)),
+        ScalarValue::UInt8(Some(v)) => Some(i128::from(*v)),
+        ScalarValue::UInt16(Some(v)) => Some(i128::from(*v)),
+        ScalarValue::UInt32(Some(v)) => Some(i128::from(*v)),
+        ScalarValue::UInt64(Some(v)) => Some(i128::from(*v)),
+        _ => None,
     }
 }
 
@@ -436,5 +529,76 @@ impl TableProvider for TableBridge {
         let exec =
             MemorySourceConfig::try_new_exec(&[batches], self.schema(), projection.cloned())?;
         Ok(exec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{DataType, Field, Int32Type, Schema};
+    use datafusion::prelude::{col, lit};
+
+    use super::*;
+
+    /// `t (id INT PRIMARY KEY, v TEXT)`.
+    #[derive(Debug)]
+    struct Keyed;
+
+    #[async_trait]
+    impl TableSource for Keyed {
+        fn object_id(&self) -> eddy_common::ObjectId {
+            eddy_common::ObjectId(1)
+        }
+        fn schema(&self) -> SchemaRef {
+            Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Int32, false),
+                Field::new("v", DataType::Utf8, true),
+            ]))
+        }
+        async fn scan(&self) -> eddy_common::Result<Arc<Vec<RecordBatch>>> {
+            Ok(Arc::new(Vec::new()))
+        }
+        fn primary_key(&self) -> Vec<usize> {
+            vec![0]
+        }
+    }
+
+    fn keys(filters: &[Expr]) -> Option<Vec<i32>> {
+        let found = TableBridge::new(Arc::new(Keyed)).key_in(filters)?;
+        Some(found[0].as_primitive::<Int32Type>().values().to_vec())
+    }
+
+    #[test]
+    fn a_bounded_integer_key_is_looked_up_by_every_value_of_its_range() {
+        let id = || col("id");
+        assert_eq!(keys(&[id().eq(lit(7))]), Some(vec![7]));
+        assert_eq!(
+            keys(&[id().between(lit(3), lit(6))]),
+            Some(vec![3, 4, 5, 6])
+        );
+        assert_eq!(
+            keys(&[id().gt(lit(3_i64)).and(id().lt_eq(lit(6_i64)))]),
+            Some(vec![4, 5, 6])
+        );
+        // Constant on the left; bounds in separate filters; the tighter bound wins.
+        assert_eq!(
+            keys(&[lit(3).lt_eq(id()), id().lt(lit(9)), id().lt(lit(6))]),
+            Some(vec![3, 4, 5])
+        );
+        assert_eq!(keys(&[id().between(lit(6), lit(3))]), Some(vec![]));
+        // Clipped to the key type's range.
+        assert_eq!(
+            keys(&[id().between(lit(i64::from(i32::MAX) - 1), lit(i64::MAX))]),
+            Some(vec![i32::MAX - 1, i32::MAX])
+        );
+        // Not looked up: one bound, a wide range, a bound that is not an integer, an OR.
+        assert_eq!(keys(&[id().gt(lit(3))]), None);
+        assert_eq!(keys(&[id().between(lit(0), lit(1024))]), None);
+        assert_eq!(
+            keys(&[id().between(lit(0), lit(1023))]).map(|k| k.len()),
+            Some(1024)
+        );
+        assert_eq!(keys(&[id().gt(lit(1.5)).and(id().lt(lit(4)))]), None);
+        assert_eq!(keys(&[id().gt(lit(1)).or(id().lt(lit(4)))]), None);
     }
 }
