@@ -14,11 +14,14 @@ const TABLES: &str = "CREATE TABLE accounts (id BIGINT PRIMARY KEY, owner TEXT N
      CREATE TABLE ledger (account BIGINT, amount NUMERIC(10,2), memo TEXT)";
 
 /// Each query, run on both.
-const QUERIES: [&str; 6] = [
+const QUERIES: [&str; 8] = [
     "SELECT * FROM accounts",
     "SELECT * FROM ledger",
     "SELECT * FROM accounts WHERE id = 4242",
     "SELECT id, balance FROM accounts WHERE id IN (7, 700, 7000, 19999)",
+    // Key ranges looked up by the index (its keys on disk brought back first).
+    "SELECT * FROM accounts WHERE id BETWEEN 4000 AND 4600",
+    "SELECT id, note FROM accounts WHERE id > 19990 AND id <= 20010 AND rate > 1",
     "SELECT owner, count(*), sum(balance), max(rate) FROM accounts GROUP BY owner",
     "SELECT * FROM by_owner",
 ];
